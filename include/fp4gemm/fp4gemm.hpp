@@ -1,0 +1,150 @@
+// fp4gemm public API: block-scaled FP4 (NVFP4 / MXFP4) grouped GEMM, plan once, run many times.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <driver_types.h>  // cudaStream_t
+
+namespace fp4gemm {
+
+// ---------------------------------------------------------------------------------------------
+// Formats and options
+// ---------------------------------------------------------------------------------------------
+
+// NVFP4: e2m1 values, one E4M3 scale per 16 K-elements. MXFP4: e2m1, one UE8M0 scale per 32.
+enum class Format { nvfp4, mxfp4 };
+
+// linear: [rows, K/vec] row-major bytes. blocked: the cuBLASLt / torch._scaled_mm / GPU MODE
+// "reordered" layout of 512-byte atoms (128 rows x 4 scale columns), see SPEC §2.
+enum class ScaleLayout { linear, blocked };
+
+enum class OutType { f16, bf16, f32 };
+
+// Which kernel a plan runs. `automatic` picks the fast fused kernel and fails (with a clear
+// error) on a GPU that has none; the reference kernel runs only when asked for.
+enum class Backend { automatic, fast, reference };
+
+const char* to_string(Format f);
+const char* to_string(ScaleLayout l);
+const char* to_string(OutType t);
+const char* to_string(Backend b);
+int scale_block_size(Format f);      // 16 or 32 K-elements per scale
+std::size_t out_type_size(OutType t);  // bytes per output element
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+// Every validation failure and CUDA failure surfaces as fp4gemm::Error. `argument()` names the
+// offending argument ("groups[3].ldb", "options.format", ...); `group()` is the group index or
+// -1 when the error is not about one group.
+class Error : public std::runtime_error {
+ public:
+  Error(std::string argument, int group, const std::string& message);
+  const std::string& argument() const noexcept { return argument_; }
+  int group() const noexcept { return group_; }
+
+ private:
+  std::string argument_;
+  int group_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Problem description (pointer-array mode: every group owns its buffers)
+// ---------------------------------------------------------------------------------------------
+
+// Group g computes C[M, N] = alpha * dq(A)[M, K] * dq(B)[N, K]^T.
+// A, B: packed e2m1, K-contiguous, two elements per byte (even k in the low nibble); row stride
+//       in bytes (multiple of 16, >= K/2).
+// sfa, sfb: scale bytes of A (M rows) and B (N rows) in the plan's scale layout, dense.
+// C: row-major [M, N], row stride ldc in elements (multiple of 8, >= N), type = options.out_type.
+// All pointers are device pointers, 16-byte aligned. M may be 0 (the group is skipped; its
+// pointers may then be null).
+struct GroupDesc {
+  int m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  std::int64_t lda = 0;  // bytes
+  const void* b = nullptr;
+  std::int64_t ldb = 0;  // bytes
+  const void* sfa = nullptr;
+  const void* sfb = nullptr;
+  void* c = nullptr;
+  std::int64_t ldc = 0;  // elements
+  float alpha = 1.0f;
+  // Optional device pointer to this group's alpha, read at run time (overrides `alpha`).
+  const float* alpha_device = nullptr;
+};
+
+struct Options {
+  Format format = Format::nvfp4;
+  ScaleLayout scale_layout = ScaleLayout::linear;  // of both sfa and sfb
+  OutType out_type = OutType::f16;
+  Backend backend = Backend::automatic;
+  int device = -1;  // -1: the current device
+};
+
+// ---------------------------------------------------------------------------------------------
+// Plan
+// ---------------------------------------------------------------------------------------------
+
+// A plan validates everything (SPEC §6) and does all set-up once: TMA descriptors, the tile
+// schedule, device workspace. `run` then allocates nothing, never synchronises the host and is
+// capturable in a CUDA graph. A plan is bound to the pointers and shapes it was built with; the
+// data behind the pointers may change between runs. Movable, not copyable.
+class Plan {
+ public:
+  Plan(std::span<const GroupDesc> groups, const Options& options);
+  ~Plan();
+  Plan(Plan&&) noexcept;
+  Plan& operator=(Plan&&) noexcept;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
+  // Enqueue the grouped GEMM on `stream`. Throws fp4gemm::Error on a launch failure.
+  void run(cudaStream_t stream = nullptr) const;
+
+  // What will run, e.g. "sm90_fused_swapab" or "reference"; and a one-line description of the
+  // configuration (tile shape, stages, CTAs, tiles) for logs.
+  std::string kernel_name() const;
+  std::string describe() const;
+
+  const Options& options() const;
+  int num_groups() const;
+  double flops() const;          // sum of 2*M*N*K
+  double min_bytes() const;      // A, B, scales, C once each
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convenience: plan + run in one call (builds a plan every time; prefer Plan for repeated use).
+void grouped_gemm(std::span<const GroupDesc> groups, const Options& options,
+                  cudaStream_t stream = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// Device queries
+// ---------------------------------------------------------------------------------------------
+
+struct DeviceInfo {
+  int index = -1;
+  std::string name;
+  int sm_major = 0, sm_minor = 0;
+  int multiprocessors = 0;
+  std::size_t l2_bytes = 0;
+  std::size_t smem_per_block_optin = 0;
+  bool has_fast_kernel = false;  // sm_90 (Hopper) today
+};
+
+// Number of CUDA devices usable by this process (0 when there is no GPU or no driver).
+int device_count() noexcept;
+// Throws fp4gemm::Error("device", -1, ...) when there is no such device.
+DeviceInfo device_info(int device = -1);
+
+}  // namespace fp4gemm

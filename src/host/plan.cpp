@@ -1,0 +1,151 @@
+// Plan: validation, one-time set-up and dispatch to the fused kernel or the reference kernel.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "fp4gemm/fp4gemm.hpp"
+#include "fp4gemm/formats.hpp"
+#include "host/core/cuda_check.hpp"
+#include "host/core/validate.hpp"
+#include "host/group_params.hpp"
+#include "kernels/sm90/fused_grouped_gemm.hpp"
+#include "reference/gpu_reference.hpp"
+
+namespace fp4gemm {
+
+using detail::GroupParams;
+
+struct Plan::Impl {
+  Options options;
+  DeviceInfo device;
+  std::vector<GroupDesc> groups;
+  Backend backend = Backend::reference;  // resolved
+  GroupParams* d_groups = nullptr;
+  int max_m = 0, max_n = 0;
+  detail::sm90::FastPlanPtr fast;
+  double flops = 0, min_bytes = 0;
+
+  ~Impl() {
+    fast.reset();
+    if (d_groups) cudaFree(d_groups);
+  }
+};
+
+namespace {
+
+class DeviceGuard {  // restores the caller's current device
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) FP4GEMM_CUDA_CHECK(cudaSetDevice(device), "options.device");
+  }
+  ~DeviceGuard() {
+    int now = -1;
+    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace
+
+Plan::Plan(std::span<const GroupDesc> groups, const Options& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& p = *impl_;
+  p.options = options;
+  if (device_count() == 0)
+    throw Error("device", -1, "no CUDA device is available (no GPU or no driver)");
+  p.device = device_info(options.device);
+  p.options.device = p.device.index;
+  DeviceGuard guard(p.device.index);
+
+  detail::validate_groups(groups, p.options, /*check_pointers=*/true);
+  p.groups.assign(groups.begin(), groups.end());
+
+  switch (options.backend) {
+    case Backend::reference:
+      p.backend = Backend::reference;
+      break;
+    case Backend::automatic:
+    case Backend::fast:
+      if (!p.device.has_fast_kernel)
+        throw Error("options.backend", -1,
+                    "no fast kernel for " + p.device.name + " (sm_" + std::to_string(p.device.sm_major) +
+                        std::to_string(p.device.sm_minor) +
+                        "); fp4gemm's fused kernel needs sm_90 (H100/H200). Pass "
+                        "Backend::reference to run the (slow) reference kernel.");
+      p.backend = Backend::fast;
+      break;
+  }
+
+  std::vector<GroupParams> params(groups.size());
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const GroupDesc& g = groups[i];
+    params[i] = GroupParams{g.m, g.n, g.k, 0,
+                            static_cast<const std::uint8_t*>(g.a), g.lda,
+                            static_cast<const std::uint8_t*>(g.b), g.ldb,
+                            static_cast<const std::uint8_t*>(g.sfa), static_cast<const std::uint8_t*>(g.sfb),
+                            g.c, g.ldc, g.alpha_device, g.alpha, 0};
+    p.max_m = std::max(p.max_m, g.m);
+    p.max_n = std::max(p.max_n, g.m > 0 ? g.n : 0);
+    const double m = g.m, n = g.n, k = g.k;
+    const double vec = scale_block_size(options.format);
+    p.flops += 2.0 * m * n * k;
+    if (g.m > 0)
+      p.min_bytes += (m + n) * k / 2 + (m + n) * k / vec + m * n * out_type_size(options.out_type);
+  }
+  if (!params.empty()) {
+    FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p.d_groups), params.size() * sizeof(GroupParams)), "plan");
+    FP4GEMM_CUDA_CHECK(cudaMemcpy(p.d_groups, params.data(), params.size() * sizeof(GroupParams),
+                                  cudaMemcpyHostToDevice),
+                       "plan");
+  }
+  if (p.backend == Backend::fast)
+    p.fast = detail::sm90::make_fast_plan(groups, p.options, p.device, p.d_groups);
+}
+
+Plan::~Plan() = default;
+Plan::Plan(Plan&&) noexcept = default;
+Plan& Plan::operator=(Plan&&) noexcept = default;
+
+void Plan::run(cudaStream_t stream) const {
+  const Impl& p = *impl_;
+  if (p.max_m == 0 || p.max_n == 0) return;  // nothing to compute
+  DeviceGuard guard(p.device.index);
+  if (p.backend == Backend::fast) {
+    detail::sm90::run_fast_plan(*p.fast, stream);
+  } else {
+    detail::launch_reference_gemm(p.d_groups, static_cast<int>(p.groups.size()), p.max_m, p.max_n,
+                                  p.options.format, p.options.scale_layout, p.options.out_type,
+                                  stream);
+  }
+  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
+}
+
+std::string Plan::kernel_name() const {
+  return impl_->backend == Backend::fast ? "sm90_fused_swapab" : "reference";
+}
+
+std::string Plan::describe() const {
+  const Impl& p = *impl_;
+  std::ostringstream os;
+  os << kernel_name() << " on " << p.device.name << ": " << p.groups.size() << " groups, "
+     << to_string(p.options.format) << "/" << to_string(p.options.scale_layout) << " -> "
+     << to_string(p.options.out_type);
+  if (p.fast) os << "; " << detail::sm90::describe_fast_plan(*p.fast);
+  return os.str();
+}
+
+const Options& Plan::options() const { return impl_->options; }
+int Plan::num_groups() const { return static_cast<int>(impl_->groups.size()); }
+double Plan::flops() const { return impl_->flops; }
+double Plan::min_bytes() const { return impl_->min_bytes; }
+
+void grouped_gemm(std::span<const GroupDesc> groups, const Options& options, cudaStream_t stream) {
+  Plan(groups, options).run(stream);
+}
+
+}  // namespace fp4gemm

@@ -1,0 +1,78 @@
+// The GPU reference kernel: exact dequantisation in FP32, FP32 accumulation in K order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "reference/gpu_reference.hpp"
+
+namespace fp4gemm::detail {
+namespace {
+
+__device__ float e2m1_value(unsigned nibble) {
+  constexpr float kMagnitude[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  const float v = kMagnitude[nibble & 7u];
+  return (nibble & 8u) ? -v : v;
+}
+
+__device__ float scale_value(Format format, unsigned code) {
+  if (format == Format::mxfp4) {
+    if (code == 0xFFu) return __int_as_float(0x7FC00000);
+    return code == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(code) << 23);
+  }
+  if ((code & 0x7Fu) == 0x7Fu) return __int_as_float(0x7FC00000);
+  const unsigned exponent = (code >> 3) & 0xFu, mantissa = code & 7u;
+  const float magnitude = exponent == 0 ? ldexpf(static_cast<float>(mantissa), -9)
+                                        : ldexpf(1.f + mantissa / 8.f, static_cast<int>(exponent) - 7);
+  return (code & 0x80u) ? -magnitude : magnitude;
+}
+
+__device__ std::int64_t scale_index(ScaleLayout layout, std::int64_t row, std::int64_t col,
+                                    std::int64_t cols) {
+  if (layout == ScaleLayout::linear) return row * cols + col;
+  const std::int64_t col_blocks = (cols + 3) / 4;
+  const std::int64_t atom = (row / 128) * col_blocks + col / 4;
+  return atom * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (col % 4);
+}
+
+__global__ void reference_gemm_kernel(const GroupParams* groups, Format format,
+                                      ScaleLayout layout, OutType out_type) {
+  const GroupParams g = groups[blockIdx.z];
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  const int m = blockIdx.y * blockDim.y + threadIdx.y;
+  if (m >= g.m || n >= g.n) return;
+  const int vec = format == Format::nvfp4 ? 16 : 32;
+  const std::int64_t cols = g.k / vec;
+  const std::uint8_t* a_row = g.a + m * g.lda;
+  const std::uint8_t* b_row = g.b + n * g.ldb;
+  float acc = 0.f;
+  for (int kb = 0; kb < cols; ++kb) {
+    const float sa = scale_value(format, g.sfa[scale_index(layout, m, kb, cols)]);
+    const float sb = scale_value(format, g.sfb[scale_index(layout, n, kb, cols)]);
+    for (int k = kb * vec; k < (kb + 1) * vec; ++k) {
+      const unsigned a = (a_row[k / 2] >> ((k & 1) * 4)) & 0xFu;
+      const unsigned b = (b_row[k / 2] >> ((k & 1) * 4)) & 0xFu;
+      // Each dequantised value is exact in FP32 (as in bf16); the product is exact too.
+      acc = fmaf(e2m1_value(a) * sa, e2m1_value(b) * sb, acc);
+    }
+  }
+  const float alpha = g.alpha_device ? *g.alpha_device : g.alpha;
+  const float out = acc * alpha;
+  const std::int64_t idx = m * g.ldc + n;
+  switch (out_type) {
+    case OutType::f16: static_cast<__half*>(g.c)[idx] = __float2half_rn(out); break;
+    case OutType::bf16: static_cast<__nv_bfloat16*>(g.c)[idx] = __float2bfloat16_rn(out); break;
+    case OutType::f32: static_cast<float*>(g.c)[idx] = out; break;
+  }
+}
+
+}  // namespace
+
+void launch_reference_gemm(const GroupParams* d_groups, int num_groups, int max_m, int max_n,
+                           Format format, ScaleLayout layout, OutType out_type,
+                           cudaStream_t stream) {
+  if (num_groups == 0 || max_m == 0 || max_n == 0) return;
+  const dim3 block(32, 8);
+  const dim3 grid((max_n + 31) / 32, (max_m + 7) / 8, num_groups);
+  reference_gemm_kernel<<<grid, block, 0, stream>>>(d_groups, format, layout, out_type);
+}
+
+}  // namespace fp4gemm::detail

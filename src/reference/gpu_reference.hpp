@@ -1,0 +1,16 @@
+// A simple, obviously-correct GPU reference kernel: one thread per output element, FP32 sums.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "fp4gemm/fp4gemm.hpp"
+#include "host/group_params.hpp"
+
+namespace fp4gemm::detail {
+
+// d_groups: device array of num_groups GroupParams. max_m / max_n bound the launch grid.
+void launch_reference_gemm(const GroupParams* d_groups, int num_groups, int max_m, int max_n,
+                           Format format, ScaleLayout layout, OutType out_type,
+                           cudaStream_t stream);
+
+}  // namespace fp4gemm::detail

@@ -1,0 +1,2 @@
+// fp4gemm CLI entry point (placeholder).
+int main() { return 0; }
