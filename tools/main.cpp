@@ -1,2 +1,98 @@
-// fp4gemm CLI entry point (placeholder).
-int main() { return 0; }
+// fp4gemm command-line tool: `info`, `bench`, `grouped`, `gemm` (CLI11 subcommands).
+#include <CLI/CLI.hpp>
+
+#include <exception>
+#include <iostream>
+
+#include "cli.hpp"
+
+namespace {
+
+using namespace fp4gemm::cli;
+
+void add_data_options(CLI::App* cmd, CommonOptions& o) {
+  cmd->add_option("--format", o.format, "FP4 format: nvfp4 (E4M3 scale per 16) or mxfp4 (UE8M0 per 32)")
+      ->check(CLI::IsMember({"nvfp4", "mxfp4"}))->capture_default_str();
+  cmd->add_option("--layout", o.layout, "scale-factor layout: linear or blocked (128x4 atoms)")
+      ->check(CLI::IsMember({"linear", "blocked"}))->capture_default_str();
+  cmd->add_option("--out", o.out, "output type")->check(CLI::IsMember({"f16", "bf16", "f32"}))->capture_default_str();
+  cmd->add_option("--backend", o.backend, "kernel: auto (fast, else falls back to reference, labelled), fast, reference")
+      ->check(CLI::IsMember({"auto", "fast", "reference"}))->capture_default_str();
+  cmd->add_option("--iters", o.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 1000000))->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "untimed warm-up repetitions")->check(CLI::Range(0, 1000000))->capture_default_str();
+  cmd->add_option("--seed", o.seed, "seed of the random inputs")->capture_default_str();
+  cmd->add_option("--json", o.json, "also write every number to this JSON file");
+}
+
+CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
+  CLI::App* cmd = app.add_subcommand("bench", "benchmark suites (SPEC 4) with floors and peers; table on stdout");
+  cmd->add_option("--suite", o.suite, "seed (4 GPU MODE cases), dense (--mnkl 8192,8192,1024,1 and 2048,2048,512,1) or all")
+      ->check(CLI::IsMember({"seed", "dense", "all"}))->capture_default_str();
+  cmd->add_option("--cases", o.cases, "comma-separated 1-based case numbers within the suite, e.g. 1,3");
+  cmd->add_flag("--no-peers", o.no_peers, "skip the peers (dequant+cuBLAS, cuBLAS bf16, per-group streams)");
+  add_data_options(cmd, o);
+  return cmd;
+}
+
+CLI::App* add_grouped(CLI::App& app, GroupedOptions& o) {
+  CLI::App* cmd = app.add_subcommand("grouped", "time one grouped GEMM: groups of (M_g, N, K)");
+  cmd->add_option("--m", o.m, "comma-separated M of each group, e.g. 80,176,128 (0 allowed)")->required();
+  cmd->add_option("--n", o.n, "N, shared by all groups")->required();
+  cmd->add_option("--k", o.k, "K, shared by all groups (a multiple of 16 / 32)")->required();
+  cmd->add_flag("--check", o.check, "compare with the exact CPU reference (SPEC 3)");
+  add_data_options(cmd, o);
+  return cmd;
+}
+
+CLI::App* add_gemm(CLI::App& app, GemmOptions& o) {
+  CLI::App* cmd = app.add_subcommand("gemm", "time a dense GEMM with batch L, run as L groups of (M, N, K)");
+  cmd->add_option("--mnkl", o.mnkl, "M,N,K,L")->required();
+  cmd->add_flag("--check", o.check, "compare with the exact CPU reference (SPEC 3)");
+  add_data_options(cmd, o);
+  return cmd;
+}
+
+// One line on stderr for every failure; "fp4gemm: " once.
+int report_failure(const std::string& what) {
+  std::cerr << "fp4gemm: " << strip_prefix(what) << std::endl;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fp4gemm: block-scaled FP4 (NVFP4 / MXFP4) grouped GEMM for Hopper", "fp4gemm"};
+  app.set_version_flag("--version", std::string("fp4gemm ") + FP4GEMM_VERSION);
+  app.require_subcommand(1);
+  InfoOptions info_options;
+  BenchOptions bench_options;
+  GroupedOptions grouped_options;
+  GemmOptions gemm_options;
+  CLI::App* info = app.add_subcommand("info", "device, kernels and the measured ceilings of this GPU");
+  info->add_option("--json", info_options.json, "also write the numbers to this JSON file");
+  CLI::App* bench = add_bench(app, bench_options);
+  CLI::App* grouped = add_grouped(app, grouped_options);
+  CLI::App* gemm = add_gemm(app, gemm_options);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::cerr << "fp4gemm: " << e.what() << std::endl;
+    return e.get_exit_code();
+  }
+
+  try {
+    if (info->parsed()) return run_info(info_options);
+    if (bench->parsed()) return run_bench(bench_options);
+    if (grouped->parsed()) return run_grouped(grouped_options);
+    if (gemm->parsed()) return run_gemm(gemm_options);
+    return report_failure("no command given (try --help)");
+  } catch (const NoDeviceError& e) {
+    return report_failure(e.what());
+  } catch (const fp4gemm::Error& e) {
+    return report_failure(e.what());
+  } catch (const std::exception& e) {
+    return report_failure(e.what());
+  }
+}

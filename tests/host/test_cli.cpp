@@ -1,0 +1,139 @@
+// The fp4gemm CLI as a user meets it: exit codes and one-line messages (runs the built binary).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "fp4gemm/fp4gemm.hpp"
+
+namespace {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+const std::string kCliPath = FP4GEMM_CLI_PATH;
+
+CliResult run_cli(const std::string& args) {
+  const std::string command = "'" + kCliPath + "' " + args + " 2>&1";
+  CliResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+int count_lines(const std::string& text) {
+  int lines = 0;
+  for (char c : text) lines += c == '\n';
+  return lines;
+}
+
+#define REQUIRE_CLI()                                                         \
+  do {                                                                        \
+    if (kCliPath.empty()) GTEST_SKIP() << "the fp4gemm CLI was not built";    \
+  } while (0)
+
+TEST(Cli, HelpWorksWithoutGpu) {
+  REQUIRE_CLI();
+  const CliResult r = run_cli("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* command : {"info", "bench", "grouped", "gemm"})
+    EXPECT_NE(r.output.find(command), std::string::npos) << command << " missing from:\n" << r.output;
+}
+
+TEST(Cli, SubcommandHelpListsOptions) {
+  REQUIRE_CLI();
+  const CliResult bench = run_cli("bench --help");
+  EXPECT_EQ(bench.exit_code, 0);
+  for (const char* option : {"--suite", "--cases", "--json", "--iters", "--warmup", "--no-peers", "--backend",
+                             "--format", "--layout", "--out", "--seed"})
+    EXPECT_NE(bench.output.find(option), std::string::npos) << option;
+  const CliResult gemm = run_cli("gemm --help");
+  EXPECT_EQ(gemm.exit_code, 0);
+  EXPECT_NE(gemm.output.find("--mnkl"), std::string::npos);
+  EXPECT_NE(gemm.output.find("--check"), std::string::npos);
+  const CliResult grouped = run_cli("grouped --help");
+  EXPECT_EQ(grouped.exit_code, 0);
+  EXPECT_NE(grouped.output.find("--m "), std::string::npos);
+}
+
+TEST(Cli, VersionWorksWithoutGpu) {
+  REQUIRE_CLI();
+  const CliResult r = run_cli("--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.output.rfind("fp4gemm ", 0), 0u) << r.output;
+  EXPECT_EQ(count_lines(r.output), 1) << r.output;
+}
+
+TEST(Cli, MissingCommandFails) {
+  REQUIRE_CLI();
+  const CliResult r = run_cli("");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.output.rfind("fp4gemm: ", 0), 0u) << r.output;
+}
+
+// Bad arguments are rejected before any GPU work, with one line naming the option.
+TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
+  REQUIRE_CLI();
+  struct Case {
+    const char* args;
+    std::vector<const char*> expected;
+  };
+  const std::vector<Case> cases = {
+      {"grouped --m 80,abc --n 4096 --k 7168", {"--m", "abc"}},
+      {"grouped --m 80,-1 --n 4096 --k 7168", {"--m", "-1"}},
+      {"grouped --m 80, --n 4096 --k 7168", {"--m"}},
+      {"grouped --m 80 --n -5 --k 7168", {"--n", "-5"}},
+      {"grouped --m 80 --n 0 --k 7168", {"--n"}},
+      {"grouped --m 80 --n abc --k 7168", {"--n"}},
+      {"grouped --m 80 --n 4096 --k 100", {"--k", "multiple", "16"}},
+      {"grouped --m 80 --n 4096 --k -32", {"--k"}},
+      {"grouped --m 80 --n 4096 --k 48 --format mxfp4", {"--k", "mxfp4", "32"}},
+      {"grouped --m 80 --n 4096 --k 7168 --format nvfp5", {"--format", "nvfp5"}},
+      {"grouped --m 80 --n 4096 --k 7168 --layout diagonal", {"--layout"}},
+      {"grouped --m 80 --n 4096 --k 7168 --out f8", {"--out"}},
+      {"grouped --m 80 --n 4096 --k 7168 --backend turbo", {"--backend"}},
+      {"grouped --n 4096 --k 7168", {"--m"}},
+      {"gemm --mnkl 1,2", {"--mnkl", "4"}},
+      {"gemm --mnkl 128,128,128,1,7", {"--mnkl"}},
+      {"gemm --mnkl 128,-128,128,1", {"--mnkl", "-128"}},
+      {"gemm --mnkl 128,128,40,1", {"--mnkl", "multiple"}},
+      {"gemm --mnkl 128,x,128,1", {"--mnkl", "x"}},
+      {"gemm --mnkl 128,128,128,1 --iters 0", {"--iters"}},
+      {"gemm --mnkl 128,128,128,1 --warmup -1", {"--warmup"}},
+      {"bench --suite nope", {"--suite"}},
+      {"bench --cases 9", {"--cases", "9"}},
+      {"bench --cases 1,x", {"--cases"}},
+      {"bench --bogus", {"--bogus"}},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = run_cli(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_EQ(count_lines(r.output), 1) << c.args << ":\n" << r.output;
+    EXPECT_EQ(r.output.rfind("fp4gemm: ", 0), 0u) << c.args << ":\n" << r.output;
+    for (const char* word : c.expected)
+      EXPECT_NE(r.output.find(word), std::string::npos) << c.args << ": '" << word << "' missing from:\n" << r.output;
+  }
+}
+
+TEST(Cli, GpuCommandsWithoutGpuGiveOneClearLine) {
+  REQUIRE_CLI();
+  if (fp4gemm::device_count() != 0) GTEST_SKIP() << "a GPU is present; the no-GPU messages cannot be seen here";
+  const std::string expected = "fp4gemm: no CUDA device is available (no GPU or no driver)\n";
+  for (const char* args : {"info", "bench", "bench --suite dense --cases 2 --no-peers", "grouped --m 80,176 --n 4096 --k 7168",
+                           "grouped --m 80 --n 256 --k 256 --check", "gemm --mnkl 2048,2048,512,1"}) {
+    const CliResult r = run_cli(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_EQ(r.output, expected) << args;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,182 @@
+// `fp4gemm bench`: the seed and dense suites (SPEC 4) with floors and peers, table + JSON.
+#include <iostream>
+
+#include "cli.hpp"
+#include "peers.hpp"
+#include "report.hpp"
+
+namespace fp4gemm::cli {
+
+namespace {
+
+struct SuiteCase {
+  std::string suite;
+  ProblemShape shape;
+};
+
+// SPEC 4: GPU MODE's nvfp4_group_gemm cases and seed 004's dense --mnkl problems.
+std::vector<SuiteCase> suite_cases(const std::string& suite) {
+  std::vector<SuiteCase> cases;
+  if (suite == "seed" || suite == "all") {
+    cases.push_back({"seed", {"seed1", {80, 176, 128, 72, 64, 248, 96, 160}, 4096, 7168, 0}});
+    cases.push_back({"seed", {"seed2", {40, 76, 168, 72, 164, 148, 196, 160}, 7168, 2048, 0}});
+    cases.push_back({"seed", {"seed3", {192, 320}, 3072, 4096, 0}});
+    cases.push_back({"seed", {"seed4", {128, 384}, 4096, 1536, 0}});
+  }
+  if (suite == "dense" || suite == "all") {
+    cases.push_back({"dense", {"dense1", {8192}, 8192, 1024, 1}});  // --mnkl 8192,8192,1024,1
+    cases.push_back({"dense", {"dense2", {2048}, 2048, 512, 1}});   // --mnkl 2048,2048,512,1
+  }
+  if (cases.empty()) throw Error("--suite", -1, "unknown suite '" + suite + "' (expected seed, dense or all)");
+  return cases;
+}
+
+std::vector<std::pair<int, SuiteCase>> select_cases(const BenchOptions& o, Format format) {
+  const std::vector<SuiteCase> all = suite_cases(o.suite);
+  std::vector<std::pair<int, SuiteCase>> picked;
+  if (o.cases.empty()) {
+    for (std::size_t i = 0; i < all.size(); ++i) picked.emplace_back(static_cast<int>(i) + 1, all[i]);
+  } else {
+    for (int index : parse_int_list(o.cases, "--cases", 1)) {
+      if (index > static_cast<int>(all.size()))
+        throw Error("--cases", -1, "case " + std::to_string(index) + " does not exist (suite '" + o.suite +
+                                       "' has " + std::to_string(all.size()) + " cases)");
+      picked.emplace_back(index, all[index - 1]);
+    }
+  }
+  for (const auto& p : picked) validate_shape(p.second.shape, format, "--format", "--format", "--format");
+  return picked;
+}
+
+// Times peer (b) both ways; the grouped call is tried once first since it may be unsupported.
+void time_cublas_predequantised(PeerResults& p, const CublasPeers& cub, cublasHandle_t handle,
+                                const RunSettings& s, const L2Flusher& flusher, cudaStream_t stream) {
+  p.gemm_loop = time_region(stream, &flusher, s.timing, [&](cudaStream_t st) { cub.gemm_loop(handle, st); });
+  const cublasStatus_t status = cub.gemm_grouped(handle, stream);
+  CLI_CUDA_CHECK(cudaStreamSynchronize(stream), "peers (cublasGemmGroupedBatchedEx)");
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    p.grouped_status = cublas_status_name(status);
+    return;
+  }
+  p.grouped_ok = true;
+  p.grouped = time_region(stream, &flusher, s.timing, [&](cudaStream_t st) {
+    CLI_CUBLAS_CHECK(cub.gemm_grouped(handle, st), "peers (cublasGemmGroupedBatchedEx)");
+  });
+}
+
+// Peer (c) with the backend the main row ran (the reference kernel after a fallback).
+void time_streams(PeerResults& p, const ProblemData& data, const RunSettings& s, const PlanChoice& main,
+                  const OutputSnapshot& ours, const L2Flusher& flusher, cudaStream_t stream) {
+  Options options;
+  options.format = s.data.format;
+  options.scale_layout = s.data.layout;
+  options.out_type = s.data.out;
+  options.backend = main.fell_back ? Backend::reference : main.requested;
+  p.streams_label = main.label();
+  try {
+    StreamsPeer peer(data, options);
+    p.streams = peer.streams();
+    data.poison_outputs(stream);
+    p.streams_time = time_region(stream, &flusher, s.timing, [&](cudaStream_t st) { peer.run(st); });
+    p.streams_ok = true;
+    p.streams_agreement = compare_identical(data, ours, snapshot_outputs(data));
+  } catch (const Error& e) {
+    p.streams_status = strip_prefix(e.what());
+  }
+}
+
+PeerResults time_peers(const ProblemData& data, const RunSettings& s, const PlanChoice& main,
+                       const OutputSnapshot& ours, const L2Flusher& flusher, cudaStream_t stream) {
+  PeerResults p;
+  CublasHandle handle;
+  CublasPeers cub(data);
+  p.dequant = time_region(stream, &flusher, s.timing, [&](cudaStream_t st) { cub.dequantize_all(st); });
+  p.dequant_cublas = time_region(stream, &flusher, s.timing,
+                                 [&](cudaStream_t st) { cub.dequantize_and_gemm(handle.get(), st); });
+  // The operands are now dequantised in advance (the region above wrote them).
+  time_cublas_predequantised(p, cub, handle.get(), s, flusher, stream);
+  p.cublas_agreement = compare_with_bf16(data, ours, cub.outputs());
+  time_streams(p, data, s, main, ours, flusher, stream);
+  p.measured = true;
+  return p;
+}
+
+CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const Ceilings& ceilings,
+                    const L2Flusher& flusher, cudaStream_t stream, bool with_peers, const std::string& tag) {
+  progress(tag + ": generating data (" + c.shape.describe() + ")...");
+  ProblemData data(c.shape, s.data);
+  const std::vector<GroupDesc> descs = data.descs();
+  const PlanChoice plan = make_plan(descs, s.data, s.backend);
+
+  CaseResult r;
+  r.index = index;
+  r.suite = c.suite;
+  r.shape = c.shape;
+  r.flops = plan.plan->flops();
+  r.min_bytes = plan.plan->min_bytes();
+  r.floors = floors_for(r.flops, r.min_bytes, ceilings);
+  r.label = plan.label();
+  r.kernel = plan.plan->kernel_name();
+  r.plan_text = plan.plan->describe();
+  r.fallback_reason = plan.fallback_reason;
+  r.requested = s.backend;
+
+  progress(tag + ": timing fp4gemm [" + r.label + "]...");
+  data.poison_outputs(stream);
+  r.time = time_region(stream, &flusher, s.timing, [&](cudaStream_t st) { plan.plan->run(st); });
+  if (with_peers) {
+    const OutputSnapshot ours = snapshot_outputs(data);
+    progress(tag + ": timing peers...");
+    r.peers = time_peers(data, s, plan, ours, flusher, stream);
+  }
+  return r;
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& o) {
+  const RunSettings s = resolve_settings(o);
+  const auto cases = select_cases(o, s.data.format);
+  const DeviceInfo device = require_device();
+  require_writable(s.json_path);
+
+  Stream stream;
+  progress("[bench] measuring ceilings (cuBLAS bf16 8192^3, device-to-device copy)...");
+  const Ceilings ceilings = measure_ceilings(stream.get());
+  const L2Flusher flusher(device.l2_bytes);
+
+  print_bench_header(std::cout, device, ceilings, s, flusher.bytes(), !o.no_peers);
+  print_table_head(std::cout);
+  Json doc;
+  doc["tool"] = "fp4gemm bench";
+  doc["version"] = FP4GEMM_VERSION;
+  doc["date"] = utc_now();
+  doc["gpu"] = device_json(device);
+  doc["ceilings"] = ceilings_json(ceilings);
+  Json settings = settings_json(s);
+  settings["suite"] = o.suite;
+  settings["peers"] = !o.no_peers;
+  settings["l2_flush_bytes"] = flusher.bytes();
+  settings["timing"] = "CUDA events per rep, L2 flushed (cudaMemsetAsync) before each rep outside the events, median";
+  doc["settings"] = settings;
+  doc["cases"] = Json::array();
+
+  bool any_fallback = false;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string tag = "[bench] case " + std::to_string(i + 1) + "/" + std::to_string(cases.size()) + " (" +
+                            cases[i].second.shape.name + ")";
+    const CaseResult r = run_case(cases[i].first, cases[i].second, s, ceilings, flusher, stream.get(),
+                                  !o.no_peers, tag);
+    any_fallback = any_fallback || !r.fallback_reason.empty();
+    print_case_rows(std::cout, r);
+    doc["cases"].push_back(case_json(r));
+  }
+  print_legend(std::cout, any_fallback);
+  if (!s.json_path.empty()) {
+    write_json(s.json_path, doc);
+    progress("[bench] wrote " + s.json_path);
+  }
+  return 0;
+}
+
+}  // namespace fp4gemm::cli

@@ -1,0 +1,109 @@
+// Options of the fp4gemm commands, their validation, and helpers every command shares.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data.hpp"
+#include "fp4gemm/fp4gemm.hpp"
+#include "timing.hpp"
+
+#ifndef FP4GEMM_VERSION  // set by tools/CMakeLists.txt from the project version
+#define FP4GEMM_VERSION "unknown"
+#endif
+
+namespace fp4gemm::cli {
+
+// ---- options as parsed by CLI11 (strings are checked against their choices there) -------------
+struct CommonOptions {
+  std::string format = "nvfp4";
+  std::string layout = "linear";
+  std::string out = "f16";
+  std::string backend = "auto";
+  int iters = 100;
+  int warmup = 10;
+  std::uint64_t seed = 1111;
+  std::string json;  // output file, empty: none
+};
+
+struct BenchOptions : CommonOptions {
+  std::string suite = "seed";
+  std::string cases;  // "1,3": 1-based indices into the selected suite; empty: all
+  bool no_peers = false;
+};
+
+struct GroupedOptions : CommonOptions {
+  std::string m;  // "80,176,..."
+  int n = 0, k = 0;
+  bool check = false;
+};
+
+struct GemmOptions : CommonOptions {
+  std::string mnkl;  // "M,N,K,L"
+  bool check = false;
+};
+
+struct InfoOptions {
+  std::string json;
+};
+
+// ---- resolved settings ------------------------------------------------------------------------
+struct RunSettings {
+  DataSettings data;
+  Backend backend = Backend::automatic;
+  TimingConfig timing;
+  std::string json_path;
+};
+
+// Maps the option strings to enums and checks the counts (fp4gemm::Error naming the option).
+RunSettings resolve_settings(const CommonOptions& o);
+
+// "80,176,128" -> values; each must be an integer in [min_value, INT_MAX]. Throws fp4gemm::Error
+// naming `option` on an empty list, a non-integer or a value out of range.
+std::vector<int> parse_int_list(const std::string& text, const char* option, int min_value);
+
+// Shapes from the command lines, validated on the host (K a multiple of the scale block, ...).
+ProblemShape grouped_shape(const GroupedOptions& o, Format format);
+ProblemShape gemm_shape(const GemmOptions& o, Format format);
+void validate_shape(const ProblemShape& shape, Format format, const char* m_option,
+                    const char* n_option, const char* k_option);
+
+// ---- GPU presence ---------------------------------------------------------------------------------
+// Thrown when there is no GPU; main prints exactly "fp4gemm: <message>".
+class NoDeviceError : public std::runtime_error {
+ public:
+  NoDeviceError() : std::runtime_error("no CUDA device is available (no GPU or no driver)") {}
+};
+// Checks fp4gemm::device_count() first, then makes the device current; returns its info.
+DeviceInfo require_device();
+
+// ---- plan with fallback ---------------------------------------------------------------------------
+// A plan for the requested backend; when `automatic` cannot plan (no fast kernel yet, or not on
+// this GPU), one line goes to stderr and the reference kernel is planned instead, labelled.
+struct PlanChoice {
+  std::unique_ptr<Plan> plan;
+  Backend requested = Backend::automatic;
+  bool fell_back = false;
+  std::string fallback_reason;
+  std::string label() const;  // "fast", "reference", "reference*" (after a fallback)
+};
+PlanChoice make_plan(std::span<const GroupDesc> groups, const DataSettings& data, Backend backend);
+
+// Writes a progress line to stderr ("[bench] case 2/4: timing peers...").
+void progress(const std::string& line);
+// e.what() of an fp4gemm::Error without the leading "fp4gemm: ".
+std::string strip_prefix(const std::string& what);
+// "2026-11-22T10:00:00Z"
+std::string utc_now();
+
+// ---- commands -----------------------------------------------------------------------------------
+int run_info(const InfoOptions& o);
+int run_bench(const BenchOptions& o);
+int run_grouped(const GroupedOptions& o);
+int run_gemm(const GemmOptions& o);
+
+}  // namespace fp4gemm::cli

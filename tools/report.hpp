@@ -1,0 +1,74 @@
+// Results of a benchmark case, the stdout table, and their JSON form (nlohmann_json).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <ostream>
+#include <string>
+
+#include "check.hpp"
+#include "cli.hpp"
+#include "timing.hpp"
+
+namespace fp4gemm::cli {
+
+using Json = nlohmann::ordered_json;
+
+struct PeerResults {
+  bool measured = false;
+  TimingStats dequant;         // dequantise every group's A and B to bf16, alone
+  TimingStats dequant_cublas;  // (a) per group: dequantise A_g, B_g, then cublasGemmEx
+  TimingStats gemm_loop;       // (b) per-group cublasGemmEx on operands dequantised in advance
+  bool grouped_ok = false;     // (b) cublasGemmGroupedBatchedEx ran
+  std::string grouped_status;  //     its cuBLAS status when it did not
+  TimingStats grouped;
+  bool streams_ok = false;     // (c) one plan per group, each on its own stream
+  std::string streams_status;
+  std::string streams_label;
+  int streams = 0;
+  TimingStats streams_time;
+  // Cross-checks against fp4gemm's own output of the same inputs.
+  Agreement cublas_agreement;   // bf16 cuBLAS output vs fp4gemm output (tolerance 2^-7)
+  Agreement streams_agreement;  // per-group streams output vs fp4gemm output (bitwise)
+
+  // Peer (b) is the faster of the two cuBLAS bf16 variants.
+  bool grouped_is_best() const { return grouped_ok && grouped.median_us < gemm_loop.median_us; }
+  double cublas_bf16_us() const { return grouped_is_best() ? grouped.median_us : gemm_loop.median_us; }
+  const char* cublas_method() const {
+    return grouped_is_best() ? "cublasGemmGroupedBatchedEx" : "cublasGemmEx per group";
+  }
+};
+
+struct CaseResult {
+  int index = 0;  // 1-based within the selected suite
+  std::string suite;
+  ProblemShape shape;
+  double flops = 0, min_bytes = 0;
+  Floors floors;
+  std::string label, kernel, plan_text, fallback_reason;
+  Backend requested = Backend::automatic;
+  TimingStats time;
+  PeerResults peers;
+};
+
+// ---- stdout -------------------------------------------------------------------------------------
+void print_bench_header(std::ostream& os, const DeviceInfo& device, const Ceilings& ceilings,
+                        const RunSettings& settings, std::size_t flush_bytes, bool peers);
+void print_table_head(std::ostream& os);
+void print_case_rows(std::ostream& os, const CaseResult& r);
+void print_legend(std::ostream& os, bool any_fallback);
+// "time: 123.45 us (median of 100, min 120.10) | 487.2 TFLOP/s | 1.234 TB/s effective"
+std::string time_line(const TimingStats& t, double flops, double bytes);
+
+// ---- JSON ---------------------------------------------------------------------------------------
+Json device_json(const DeviceInfo& device);
+Json ceilings_json(const Ceilings& ceilings);
+Json settings_json(const RunSettings& settings);
+Json stats_json(const TimingStats& t);
+Json case_json(const CaseResult& r);
+// Writes `doc` (indented) to `path`; throws fp4gemm::Error naming --json when it cannot.
+void write_json(const std::string& path, const Json& doc);
+// Fails early (before minutes of benchmarking) when `path` cannot be written; empty: no-op.
+void require_writable(const std::string& path);
+
+}  // namespace fp4gemm::cli
