@@ -1,12 +1,186 @@
-// Placeholder for the fused sm_90a kernel (issue 3).
+// The fused kernel's host side: schedule, TMA descriptors and workspace at plan time; launch.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "host/core/cuda_check.hpp"
 #include "kernels/sm90/fused_grouped_gemm.hpp"
+#include "kernels/sm90/fused_kernel.cuh"
 
 namespace fp4gemm::detail::sm90 {
-struct FastPlan {};
-void FastPlanDeleter::operator()(FastPlan* p) const noexcept { delete p; }
-FastPlanPtr make_fast_plan(std::span<const GroupDesc>, const Options&, const DeviceInfo&, const GroupParams*) {
-  throw Error("options.backend", -1, "the fused kernel is not built yet; use Backend::reference");
+
+// ---------------------------------------------------------------------------------------------
+// Host side: plan-time set-up and launch
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    FP4GEMM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                                        cudaEnableDefault, &status),
+                       "plan");
+    if (status != cudaDriverEntryPointSuccess || ptr == nullptr)
+      throw Error("plan", -1, "the CUDA driver has no cuTensorMapEncodeTiled (driver too old?)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
 }
-void run_fast_plan(const FastPlan&, cudaStream_t) {}
-std::string describe_fast_plan(const FastPlan&) { return {}; }
+
+CUtensorMap make_map_2d(const void* base, CUtensorMapDataType type, std::uint64_t inner,
+                        std::uint64_t outer, std::uint64_t row_bytes, std::uint32_t box_inner,
+                        std::uint32_t box_outer, CUtensorMapSwizzle swizzle, const char* what, int group) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {inner, outer};
+  const cuuint64_t strides[1] = {row_bytes};
+  const cuuint32_t box[2] = {box_inner, box_outer};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box,
+                                          elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(what, group, "cuTensorMapEncodeTiled failed (error " + std::to_string(static_cast<int>(r)) + ")");
+  return map;
+}
+
+template <typename T>
+T* upload(const std::vector<T>& v, const char* what) {
+  if (v.empty()) return nullptr;
+  T* d = nullptr;
+  FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), v.size() * sizeof(T)), what);
+  FP4GEMM_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), what);
+  return d;
+}
+
+}  // namespace
+
+struct FastPlan {
+  Format format;
+  ScaleLayout layout;
+  OutType out_type;
+  Schedule schedule;
+  FusedParams params{};
+  CUtensorMap act_map{};
+  const GroupParams* d_groups = nullptr;
+  int* d_act_row0 = nullptr;
+  void* act_workspace = nullptr;
+  int act_cols = 0;
+  int num_groups = 0;
+  int max_m = 0;
+  int max_kblocks = 0;
+  std::size_t smem_bytes = 0;
+  std::vector<void*> allocations;
+
+  ~FastPlan() {
+    for (void* ptr : allocations) cudaFree(ptr);
+  }
+  template <typename T>
+  T* keep(T* ptr) {
+    if (ptr) allocations.push_back(const_cast<std::remove_const_t<T>*>(ptr));
+    return ptr;
+  }
+};
+
+void FastPlanDeleter::operator()(FastPlan* p) const noexcept { delete p; }
+
+FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& options,
+                           const DeviceInfo& device, const GroupParams* d_groups) {
+  using C = KernelConfig;
+  FastPlanPtr plan(new FastPlan);
+  FastPlan& fp = *plan;
+  fp.format = options.format;
+  fp.layout = options.scale_layout;
+  fp.out_type = options.out_type;
+  fp.d_groups = d_groups;
+  fp.num_groups = static_cast<int>(groups.size());
+
+  std::vector<ScheduleShape> shapes;
+  for (const GroupDesc& g : groups) {
+    shapes.push_back({g.m, g.n, g.k});
+    fp.max_m = std::max(fp.max_m, g.m);
+  }
+  fp.schedule = build_schedule(shapes, device.multiprocessors);
+  const Schedule& s = fp.schedule;
+  fp.max_kblocks = s.max_kblocks;
+  if (s.tiles.empty()) return plan;
+
+  // Shared memory: as many stages as fit (the ring depth comes from the device's limit).
+  const std::size_t barrier_bytes = 2 * C::kMaxStages * sizeof(std::uint64_t);
+  const int stages = static_cast<int>(std::min<std::size_t>(
+      C::kMaxStages, (device.smem_per_block_optin - barrier_bytes - 1024) / C::kStageBytes));
+  if (stages < 2) throw Error("device", -1, "not enough shared memory for the fused kernel");
+  fp.smem_bytes = static_cast<std::size_t>(stages) * C::kStageBytes + 2 * stages * sizeof(std::uint64_t) + 1024;
+
+  // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
+  fp.act_cols = s.max_kblocks * C::kBlockK;
+  const std::size_t act_bytes = static_cast<std::size_t>(s.total_act_rows) * fp.act_cols * 2;
+  FP4GEMM_CUDA_CHECK(cudaMalloc(&fp.act_workspace, act_bytes), "plan workspace");
+  fp.keep(fp.act_workspace);
+  fp.act_map = make_map_2d(fp.act_workspace,
+                           options.format == Format::nvfp4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                           fp.act_cols, s.total_act_rows, static_cast<std::uint64_t>(fp.act_cols) * 2, C::kBlockK,
+                           C::kActBoxRows, CU_TENSOR_MAP_SWIZZLE_128B, "plan workspace", -1);
+
+  // One weight (B) map per group: [N rows, K/2 bytes], box 128 rows x 32 bytes, no swizzle.
+  std::vector<CUtensorMap> wmaps(groups.size());
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const GroupDesc& g = groups[i];
+    if (g.m <= 0) continue;
+    wmaps[i] = make_map_2d(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(g.k) / 2, g.n,
+                           g.ldb, C::kBlockK / 2, C::kRowsPerTile, CU_TENSOR_MAP_SWIZZLE_NONE,
+                           "groups[].b", static_cast<int>(i));
+  }
+
+  FusedParams& pr = fp.params;
+  pr.groups = d_groups;
+  pr.tiles = fp.keep(upload(s.tiles, "plan"));
+  pr.pieces = fp.keep(upload(s.pieces, "plan"));
+  pr.cta_begin = fp.keep(upload(s.cta_begin, "plan"));
+  pr.weight_maps = fp.keep(upload(wmaps, "plan"));
+  fp.d_act_row0 = fp.keep(upload(s.act_row0, "plan"));
+  if (s.num_slots > 0) {
+    FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.partials),
+                                  static_cast<std::size_t>(s.num_slots) * C::kPartialFloats * sizeof(float)),
+                       "plan workspace");
+    fp.keep(pr.partials);
+  }
+  FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.flags), s.tiles.size() * sizeof(int)), "plan workspace");
+  fp.keep(pr.flags);
+  FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, s.tiles.size() * sizeof(int)), "plan workspace");
+  pr.stages = stages;
+  pr.layout = options.scale_layout;
+
+  FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)
+                                                    : set_fused_smem<Format::mxfp4>(fp.smem_bytes),
+                     "plan");
+  return plan;
+}
+
+void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
+  const Schedule& s = fp.schedule;
+  if (s.tiles.empty()) return;
+  const std::int64_t threads = static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks;
+  const dim3 pre_grid(static_cast<unsigned>((threads + 255) / 256), fp.num_groups);
+  if (fp.format == Format::nvfp4)
+    launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
+                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, stream);
+  else
+    launch_fused<Format::mxfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
+                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, stream);
+}
+
+std::string describe_fast_plan(const FastPlan& fp) {
+  std::ostringstream os;
+  os << "tiles " << fp.schedule.tiles.size() << " (128 weight rows x <=256 tokens), " << fp.schedule.pieces.size()
+     << " pieces on " << fp.schedule.num_ctas << " CTAs (stream-K, imbalance " << fp.schedule.imbalance
+     << "), " << fp.params.stages << " stages, " << fp.smem_bytes / 1024 << " KiB smem";
+  return os.str();
+}
+
 }  // namespace fp4gemm::detail::sm90

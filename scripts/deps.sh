@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what fp4gemm needs on a fresh Debian/Ubuntu machine that has the CUDA toolkit (>= 12.8;
+# 13 recommended): Debian packages with apt-get, Python packages with pip. Says clearly what is
+# missing otherwise. Idempotent; sourced by build-and-test.sh and bench.sh.
+set -euo pipefail
+
+need_apt=()
+have_header() { [ -e "/usr/include/$1" ] || [ -e "/usr/local/include/$1" ]; }
+have_header gtest/gtest.h || need_apt+=(libgtest-dev libgmock-dev)
+have_header CLI/CLI.hpp || need_apt+=(libcli11-dev)
+have_header nlohmann/json.hpp || need_apt+=(nlohmann-json3-dev)
+command -v ninja >/dev/null || need_apt+=(ninja-build)
+command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "[deps] installing Debian packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q "${need_apt[@]}" >/dev/null || {
+    echo "[deps] ERROR: could not install ${need_apt[*]} with apt-get; install them and retry" >&2; exit 1; }
+fi
+
+# CMake >= 3.28 (CUDA C++20); pip's cmake if the system one is older.
+cmake_ok() { command -v cmake >/dev/null && python3 - "$(cmake --version | head -1 | awk '{print $3}')" <<'PY'
+import sys; v=tuple(int(x) for x in sys.argv[1].split('.')[:2]); sys.exit(0 if v >= (3, 28) else 1)
+PY
+}
+if ! cmake_ok; then
+  echo "[deps] installing cmake >= 3.28 with pip"
+  python3 -m pip install -q "cmake>=3.28" || { echo "[deps] ERROR: need CMake >= 3.28" >&2; exit 1; }
+  hash -r
+fi
+
+py_missing=()
+for mod in numpy pytest ml_dtypes nanobind scikit_build_core; do
+  python3 -c "import $mod" 2>/dev/null || py_missing+=("$mod")
+done
+if [ ${#py_missing[@]} -gt 0 ]; then
+  pkgs=$(printf '%s\n' "${py_missing[@]}" | sed 's/scikit_build_core/scikit-build-core/; s/ml_dtypes/ml_dtypes/')
+  echo "[deps] installing Python packages: $(echo $pkgs)"
+  python3 -m pip install -q $pkgs || { echo "[deps] ERROR: pip could not install: $(echo $pkgs)" >&2; exit 1; }
+fi
+
+if ! command -v nvcc >/dev/null; then
+  for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do [ -x "$d/nvcc" ] && export PATH="$d:$PATH" && break; done
+fi
+command -v nvcc >/dev/null || { echo "[deps] ERROR: nvcc not found: install the CUDA toolkit 13 (https://developer.nvidia.com/cuda-downloads) and put its bin/ on PATH" >&2; exit 1; }

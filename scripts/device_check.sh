@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One batched run on a GPU machine: build, GPU tier, compute-sanitizer, SASS checks, benchmark.
+# Logs go to $OUT (or ./device-out). Usage: scripts/device_check.sh [build|test|sanitize|sass|bench]...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-device-out}; mkdir -p "$OUT"
+BUILD=${BUILD:-build/device}
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(build test sanitize sass bench)
+for step in "${steps[@]}"; do
+  case "$step" in
+    build)
+      cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4GEMM_PTXAS_VERBOSE=ON > "$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
+      ( time cmake --build "$BUILD" -j 16 ) > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; exit 1; }
+      grep -E "C75|spill|stack frame" "$OUT/build.log" | sort | uniq -c | sort -rn | head -8
+      tail -3 "$OUT/build.log" ;;
+    test)
+      "$BUILD/tests/fp4gemm_gpu_tests" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$OUT/gpu_tests.log" 2>&1
+      echo "gpu tests rc=$?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST" "$OUT/gpu_tests.log" | head -30 ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/fp4gemm_gpu_tests" --gtest_filter='FusedSanitizer.*' > "$OUT/sanitizer_$tool.log" 2>&1
+        echo "sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer_$tool.log" | head -3
+      done ;;
+    sass)
+      for f in "$BUILD"/CMakeFiles/fp4gemm.dir/src/kernels/sm90/fused_*.cu.o; do
+        cuobjdump -sass "$f" > "$OUT/sass_$(basename "$f" .cu.o).txt" 2>&1
+        echo "$(basename "$f"): HGMMA=$(grep -c HGMMA "$OUT/sass_$(basename "$f" .cu.o).txt") LDL/STL=$(grep -cE '\b(LDL|STL)\b' "$OUT/sass_$(basename "$f" .cu.o).txt")"
+      done ;;
+    bench)
+      "$BUILD/tools/fp4gemm" bench --suite all --json "$OUT/bench.json" ${BENCH_ARGS:-} 2> "$OUT/bench.err" | tee "$OUT/bench.txt"
+      tail -3 "$OUT/bench.err" ;;
+  esac
+done

@@ -1,0 +1,464 @@
+// The fused sm_90a grouped GEMM kernels: FP4 weights dequantised in registers feed wgmma (swap-AB).
+//
+// Two launches per run:
+//  1. `dequant_activations`: every group's A (tokens) -> exact f16 (NVFP4) / bf16 (MXFP4) rows in a
+//     stacked workspace, K permuted per 64-block (detail::wgmma_k_source). A is small (tokens x K);
+//     writing it once beats re-dequantising it in each of the N/128 CTAs that read it.
+//  2. `fused_grouped_gemm`: persistent, one CTA per SM; 2 consumer warpgroups + 1 producer warp.
+//     The producer's elected thread loads, per k-block, 128 weight rows of packed FP4 (4 KB) and the
+//     tile's activation rows (up to 256 x 64, 128-byte swizzle) into a ring of stages with TMA.
+//     Each consumer warpgroup owns 64 weight rows: it reads their FP4 bytes from shared memory,
+//     dequantises them straight into wgmma A-operand registers and issues m64nNk16 with the
+//     activations as B (N = tile tokens rounded up to 16, so small groups are not padded to 128).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cudaTypedefs.h>
+
+#pragma once
+
+#include <cstring>
+#include <type_traits>
+
+#include "device/dequant.cuh"
+#include "device/ptx/ptx.cuh"
+#include "device/ptx/wgmma_rs.cuh"
+#include "device/schedule.hpp"
+#include "host/group_params.hpp"
+#include "fp4gemm/fp4gemm.hpp"
+
+namespace fp4gemm::detail::sm90 {
+
+// Everything that sizes registers or shared memory, in one place.
+struct KernelConfig {
+  static constexpr int kRowsPerTile = SchedulePolicy::kRowsPerTile;  // wgmma M side (weights)
+  static constexpr int kMaxTokens = SchedulePolicy::kMaxTokens;      // wgmma N side (tokens)
+  static constexpr int kBlockK = SchedulePolicy::kBlockK;            // K elements per stage
+  static constexpr int kActBoxRows = 64;                             // activation TMA box rows
+  static constexpr int kConsumerWarpgroups = 2;
+  // Warps 0-7: two consumer warpgroups; warp 8: the TMA producer. With 288 threads ptxas may give
+  // every thread 224 registers (65536 / 288), enough for a 64 x 256 FP32 accumulator plus double-
+  // buffered A fragments without setmaxnreg (with 384 threads the cap is 168 and ptxas
+  // serialises the wgmmas).
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+  static constexpr int kThreads = kConsumerThreads + 32;
+  static constexpr int kWeightStageBytes = kRowsPerTile * kBlockK / 2;  // 4 KB of FP4
+  static constexpr int kActStageBytes = kMaxTokens * kBlockK * 2;       // 32 KB of f16/bf16
+  static constexpr int kActBoxBytes = kActBoxRows * kBlockK * 2;
+  static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
+  static constexpr int kMaxStages = 8;
+  static constexpr int kPartialFloats = 128 * kConsumerWarpgroups * 128;  // one writer's FP32 tile
+  static_assert(kActStageBytes % 1024 == 0, "128-byte swizzle atoms need 1024-byte alignment");
+};
+
+enum NamedBarrier : int { kConsumersBarrier = 1 };
+
+struct FusedParams {
+  const GroupParams* groups;
+  const TileDesc* tiles;
+  const WorkPiece* pieces;
+  const int* cta_begin;
+  const CUtensorMap* weight_maps;  // one per group, 64-byte aligned, in global memory
+  float* partials;
+  int* flags;                      // one hand-off counter per tile, 0 between runs
+  int stages;
+  ScaleLayout layout;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Scales
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ std::int64_t scale_index(ScaleLayout layout, int row, int col, int cols) {
+  if (layout == ScaleLayout::linear) return static_cast<std::int64_t>(row) * cols + col;
+  const int col_blocks = (cols + 3) / 4;
+  const std::int64_t atom = static_cast<std::int64_t>(row / 128) * col_blocks + col / 4;
+  return atom * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (col % 4);
+}
+
+// The scale multiplier as a half2 pair (both halves equal) of the weights' operand type.
+template <Format F>
+__device__ __forceinline__ std::uint32_t weight_scale_pair(unsigned code) {
+  if constexpr (F == Format::nvfp4) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+    const float s = __half2float(__half(h)) * kNvfp4AccScale;  // exact, <= 57344
+    const __half2 p = __float2half2_rn(s);
+    return *reinterpret_cast<const std::uint32_t*>(&p);
+  } else {
+    // UE8M0 2^(code-127) as bf16: exponent field = code; 0 -> 2^-127 (subnormal); 0xFF -> NaN.
+    std::uint32_t bits = code == 0 ? 0x0040u : (code == 0xFFu ? 0x7FC0u : (code << 7));
+    return bits | (bits << 16);
+  }
+}
+
+// Loads one raw scale code; columns past K and rows past N read as "zero scale".
+template <Format F>
+__device__ __forceinline__ unsigned load_scale_code(const std::uint8_t* sf, ScaleLayout layout,
+                                                    int row, int col, int rows, int cols) {
+  if (row >= rows || col >= cols) return F == Format::nvfp4 ? 0x00u : 0x01u;  // weights there are 0
+  return __ldg(sf + scale_index(layout, row, col, cols));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel 1: activations -> exact 16-bit values in wgmma K order
+// ---------------------------------------------------------------------------------------------
+
+template <Format F>
+__device__ __forceinline__ float scale_value(unsigned code) {
+  if constexpr (F == Format::nvfp4) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+    return __half2float(__half(h));
+  } else {
+    if (code == 0xFFu) return __int_as_float(0x7FC00000);
+    return code == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(code) << 23);
+  }
+}
+
+template <Format F>
+__global__ void __launch_bounds__(256) dequant_activations(const GroupParams* groups,
+                                                           const int* act_row0, void* out,
+                                                           int out_cols, ScaleLayout layout) {
+  using Elem = std::conditional_t<F == Format::nvfp4, __half, __nv_bfloat16>;
+  constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
+  const GroupParams g = groups[blockIdx.y];
+  const int kblocks = (g.k + 63) / 64;
+  const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int m = static_cast<int>(idx / kblocks), kb = static_cast<int>(idx % kblocks);
+  if (m >= g.m) return;
+  const int cols = g.k / kVec;
+
+  // 64 nibbles of the block (32 bytes); bytes past K read as zero.
+  std::uint8_t bytes[32];
+  const std::uint8_t* src = g.a + static_cast<std::int64_t>(m) * g.lda + kb * 32;
+  const int valid_bytes = min(32, g.k / 2 - kb * 32);
+  if (valid_bytes == 32) {
+    const uint4 lo = *reinterpret_cast<const uint4*>(src), hi = *reinterpret_cast<const uint4*>(src + 16);
+    std::memcpy(bytes, &lo, 16);
+    std::memcpy(bytes + 16, &hi, 16);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) bytes[i] = i < valid_bytes ? src[i] : 0;
+  }
+  float scale[64 / kVec];
+#pragma unroll
+  for (int j = 0; j < 64 / kVec; ++j) {
+    const int col = kb * (64 / kVec) + j;
+    scale[j] = col < cols ? scale_value<F>(g.sfa[scale_index(layout, m, col, cols)]) : 0.f;
+  }
+  Elem vals[64];
+#pragma unroll
+  for (int kk = 0; kk < 64; ++kk) {
+    const int e = wgmma_k_source(kk);
+    const unsigned nib = (bytes[e / 2] >> ((e & 1) * 4)) & 0xFu;
+    constexpr float kMag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+    const float v = (nib & 8u) ? -kMag[nib & 7u] : kMag[nib & 7u];
+    const float dq = v * scale[e / kVec];  // exact in FP32 and in the 16-bit type
+    if constexpr (F == Format::nvfp4) vals[kk] = __float2half_rn(dq);
+    else vals[kk] = __float2bfloat16_rn(dq);
+  }
+  Elem* dst = static_cast<Elem*>(out) + static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(vals)[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel 2: the persistent fused GEMM
+// ---------------------------------------------------------------------------------------------
+
+// Dequantises this thread's 16 weights of one row (8 bytes) into 8 A-operand registers:
+// out[s] feeds k-step s slots {2t, 2t+1}, out[4 + s] slots {2t+8, 2t+9}.
+template <Format F>
+__device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
+  if constexpr (F == Format::nvfp4) {
+    const __half2 s = *reinterpret_cast<const __half2*>(&scale2);
+    auto cvt = [&](std::uint32_t raw) {
+      const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&raw), s);
+      return *reinterpret_cast<const std::uint32_t*>(&r);
+    };
+    out[0] = cvt(e2m1_pair_f16_raw<0>(q.x));
+    out[1] = cvt(e2m1_pair_f16_raw<1>(q.x));
+    out[2] = cvt(e2m1_pair_f16_raw<2>(q.x));
+    out[3] = cvt(e2m1_pair_f16_raw<3>(q.x));
+    out[4] = cvt(e2m1_pair_f16_raw<0>(q.y));
+    out[5] = cvt(e2m1_pair_f16_raw<1>(q.y));
+    out[6] = cvt(e2m1_pair_f16_raw<2>(q.y));
+    out[7] = cvt(e2m1_pair_f16_raw<3>(q.y));
+  } else {
+    const __nv_bfloat162 s = *reinterpret_cast<const __nv_bfloat162*>(&scale2);
+    const __nv_bfloat162 two126 = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
+    auto cvt = [&](std::uint32_t raw) {
+      const __nv_bfloat162 r = __hmul2(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw), two126), s);
+      return *reinterpret_cast<const std::uint32_t*>(&r);
+    };
+    out[0] = cvt(e2m1_pair_bf16_raw<0>(q.x));
+    out[1] = cvt(e2m1_pair_bf16_raw<1>(q.x));
+    out[2] = cvt(e2m1_pair_bf16_raw<2>(q.x));
+    out[3] = cvt(e2m1_pair_bf16_raw<3>(q.x));
+    out[4] = cvt(e2m1_pair_bf16_raw<0>(q.y));
+    out[5] = cvt(e2m1_pair_bf16_raw<1>(q.y));
+    out[6] = cvt(e2m1_pair_bf16_raw<2>(q.y));
+    out[7] = cvt(e2m1_pair_bf16_raw<3>(q.y));
+  }
+}
+
+template <Format F, int N8>
+__device__ __forceinline__ void wgmma_rs(float (&d)[128], const std::uint32_t (&a)[4],
+                                         std::uint64_t desc, int scale_d) {
+  if constexpr (F == Format::nvfp4) ptx::wgmma_rs_f16<N8>(d, a, desc, scale_d);
+  else ptx::wgmma_rs_bf16<N8>(d, a, desc, scale_d);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_out(void* c, std::int64_t idx, float v);
+template <>
+__device__ __forceinline__ void store_out<__half>(void* c, std::int64_t idx, float v) {
+  static_cast<__half*>(c)[idx] = __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ void store_out<__nv_bfloat16>(void* c, std::int64_t idx, float v) {
+  static_cast<__nv_bfloat16*>(c)[idx] = __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ void store_out<float>(void* c, std::int64_t idx, float v) {
+  static_cast<float*>(c)[idx] = v;
+}
+
+// Writes the warpgroup's 64 x (8*n8) accumulator tile, transposed, into row-major C[m][n].
+template <typename T, int N8>
+__device__ __forceinline__ void store_tile(const float (&acc)[128], const GroupParams& g,
+                                           const TileDesc& tile, int r0, int t, float mul) {
+  const int m_end = tile.tok0 + tile.ntok;
+#pragma unroll
+  for (int j = 0; j < N8; ++j) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+      const int n = r0 + (v >= 2 ? 8 : 0);
+      const int m = tile.tok0 + 8 * j + 2 * t + (v & 1);
+      if (n < g.n && m < m_end) store_out<T>(g.c, static_cast<std::int64_t>(m) * g.ldc + n, acc[4 * j + v] * mul);
+    }
+  }
+}
+
+// Per-thread state of a consumer that survives from piece to piece (the ring position).
+struct ConsumerState {
+  int cw, ctid, lane, t, row_in_tile;
+  int stage = 0;
+  std::uint32_t phase = 0;
+};
+
+// One work piece (a k-block range of one tile) for a consumer warpgroup: mainloop, split-K
+// hand-off and epilogue. N8 = tile tokens / 8, rounded up.
+template <Format F, int N8>
+__device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
+                                              const TileDesc& tile, std::uint8_t* act_smem,
+                                              std::uint8_t* w_smem, std::uint64_t* full,
+                                              std::uint64_t* empty, OutType out_type) {
+  using C = KernelConfig;
+  constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
+  constexpr int kAcc = 4 * N8;
+  const int stages = p.stages;
+  const GroupParams g = p.groups[tile.group];
+  const int t = st.t;
+  const int r0 = tile.row0 + st.row_in_tile;
+  const int cols = g.k / kVec;
+  auto scale_col = [&](int kb) { return F == Format::nvfp4 ? kb * 4 + t : kb * 2 + t / 2; };
+
+  float acc[128];
+  std::uint32_t a[2][8][2];  // [buffer][register: 4 k-steps x {lo, hi} slots][row r0 / r0+8]
+
+  // Scales are read straight from global memory one k-block ahead of their use.
+  unsigned sc0 = load_scale_code<F>(g.sfb, p.layout, r0, scale_col(piece.kb_begin), g.n, cols);
+  unsigned sc1 = load_scale_code<F>(g.sfb, p.layout, r0 + 8, scale_col(piece.kb_begin), g.n, cols);
+
+  for (int kb0 = piece.kb_begin; kb0 < piece.kb_end; kb0 += 2) {
+#pragma unroll
+    for (int buf = 0; buf < 2; ++buf) {  // unrolled so the register buffers have fixed names
+      const int kb = kb0 + buf;
+      if (kb < piece.kb_end) {
+        ptx::mbarrier_wait(&full[st.stage], st.phase);
+        const std::uint8_t* wrow =
+            w_smem + st.stage * C::kWeightStageBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
+        const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
+        const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
+        const std::uint32_t s0 = weight_scale_pair<F>(sc0), s1 = weight_scale_pair<F>(sc1);
+        if (kb + 1 < piece.kb_end) {
+          sc0 = load_scale_code<F>(g.sfb, p.layout, r0, scale_col(kb + 1), g.n, cols);
+          sc1 = load_scale_code<F>(g.sfb, p.layout, r0 + 8, scale_col(kb + 1), g.n, cols);
+        }
+        std::uint32_t d0[8], d1[8];
+        dequant_row<F>(q0, s0, d0);
+        dequant_row<F>(q1, s1, d1);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          a[buf][i][0] = d0[i];
+          a[buf][i][1] = d1[i];
+        }
+
+        ptx::fence_registers(acc);
+        ptx::wgmma_fence();
+        const std::uint32_t act_base = ptx::smem_addr(act_smem + st.stage * C::kActStageBytes);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          // Fragment: a0 (row r0, slots 2t..), a1 (row r0+8), a2 (row r0, slots 2t+8..), a3.
+          const std::uint32_t frag[4] = {a[buf][s][0], a[buf][s][1], a[buf][4 + s][0], a[buf][4 + s][1]};
+          wgmma_rs<F, N8>(acc, frag, ptx::smem_desc_sw128(act_base + s * 32),
+                          (kb > piece.kb_begin || s > 0) ? 1 : 0);
+        }
+        ptx::wgmma_commit();
+        ptx::fence_registers(acc);
+        ptx::wgmma_wait<1>();  // the previous k-block's wgmmas are done: release its stage
+        ptx::fence_registers(acc);
+        if (kb > piece.kb_begin && st.lane == 0)
+          ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+        if (++st.stage == stages) {
+          st.stage = 0;
+          st.phase ^= 1;
+        }
+      }
+    }
+  }
+  ptx::wgmma_wait<0>();
+  ptx::fence_registers(acc);
+  if (st.lane == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+
+  // ---- split-K hand-off (see device/schedule.hpp) ----
+  if (piece.slot >= 0) {
+    float* part = p.partials + static_cast<std::int64_t>(piece.slot) * C::kPartialFloats;
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) __stcg(part + i * 256 + st.ctid, acc[i]);
+    ptx::named_barrier_sync(kConsumersBarrier, 256);
+    if (st.ctid == 0) {
+      __threadfence();
+      ptx::red_release_gpu_add(p.flags + piece.tile, 1);
+    }
+    return;
+  }
+  if (tile.writers > 0) {
+    if (st.ctid == 0) {
+      while (ptx::ld_acquire_gpu(p.flags + piece.tile) < tile.writers) __nanosleep(64);
+    }
+    ptx::named_barrier_sync(kConsumersBarrier, 256);
+    for (int w = 0; w < tile.writers; ++w) {  // fixed order: deterministic sums
+      const float* part = p.partials + static_cast<std::int64_t>(tile.first_slot + w) * C::kPartialFloats;
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] += __ldcg(part + i * 256 + st.ctid);
+    }
+    ptx::named_barrier_sync(kConsumersBarrier, 256);
+    if (st.ctid == 0) p.flags[piece.tile] = 0;  // ready for the next run
+  }
+
+  // ---- epilogue: C[m][n] = alpha * acc (transposed back from the swap-AB tile) ----
+  float mul = g.alpha_device ? *g.alpha_device : g.alpha;
+  if constexpr (F == Format::nvfp4) mul *= kNvfp4AccScale;
+  switch (out_type) {
+    case OutType::f16: store_tile<__half, N8>(acc, g, tile, r0, t, mul); break;
+    case OutType::bf16: store_tile<__nv_bfloat16, N8>(acc, g, tile, r0, t, mul); break;
+    case OutType::f32: store_tile<float, N8>(acc, g, tile, r0, t, mul); break;
+  }
+}
+
+template <Format F>
+__global__ void __launch_bounds__(KernelConfig::kThreads, 1)
+    fused_grouped_gemm(const __grid_constant__ FusedParams p, const __grid_constant__ CUtensorMap act_map,
+                       OutType out_type) {
+  using C = KernelConfig;
+  extern __shared__ __align__(1024) std::uint8_t smem_raw[];
+  // The 128-byte swizzle needs 1024-byte aligned stages; the launch reserves 1 KB of slack.
+  std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  const int stages = p.stages;
+  std::uint8_t* act_smem = smem;                                    // [stages][32 KB]
+  std::uint8_t* w_smem = smem + stages * C::kActStageBytes;         // [stages][4 KB]
+  auto* full = reinterpret_cast<std::uint64_t*>(w_smem + stages * C::kWeightStageBytes);
+  std::uint64_t* empty = full + stages;
+
+  const int begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], C::kConsumerWarpgroups * 4);  // one arrive per consumer warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= C::kConsumerThreads) {
+    // ---------------- producer (warp 8, one elected thread) ----------------
+    if (threadIdx.x == C::kConsumerThreads) {
+      ptx::prefetch_tensormap(&act_map);
+      int stage = 0;
+      std::uint32_t phase = 0;
+      for (int pi = begin; pi < end; ++pi) {
+        const WorkPiece piece = p.pieces[pi];
+        const TileDesc tile = p.tiles[piece.tile];
+        const CUtensorMap* wmap = p.weight_maps + tile.group;
+        const int nbox = ((tile.ntok + 15) / 16 * 16 + C::kActBoxRows - 1) / C::kActBoxRows;
+        const std::uint32_t bytes = C::kWeightStageBytes + nbox * C::kActBoxBytes;
+        for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
+          ptx::mbarrier_wait(&empty[stage], phase ^ 1);
+          ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
+          ptx::tma_load_2d(w_smem + stage * C::kWeightStageBytes, wmap, &full[stage], kb * (C::kBlockK / 2), tile.row0);
+          for (int b = 0; b < nbox; ++b)
+            ptx::tma_load_2d(act_smem + stage * C::kActStageBytes + b * C::kActBoxBytes, &act_map, &full[stage],
+                             kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
+          if (++stage == stages) { stage = 0; phase ^= 1; }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---------------- consumers ----------------
+  ConsumerState st;
+  st.cw = threadIdx.x / 128;
+  st.ctid = threadIdx.x;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  st.lane = lane;
+  st.t = lane % 4;
+  st.row_in_tile = st.cw * 64 + warp * 16 + lane / 4;
+  for (int pi = begin; pi < end; ++pi) {
+    const WorkPiece piece = p.pieces[pi];
+    const TileDesc tile = p.tiles[piece.tile];
+    // One mainloop per token width (wgmma's N is part of the instruction), in steps of 16 tokens:
+    // 16 instantiations keep compile time sane and waste at most 15 token columns per tile.
+    switch ((tile.ntok + 15) / 16) {
+#define FP4GEMM_CASE(n16) \
+  case n16: consume_piece<F, 2 * n16>(p, st, piece, tile, act_smem, w_smem, full, empty, out_type); break;
+      FP4GEMM_CASE(1) FP4GEMM_CASE(2) FP4GEMM_CASE(3) FP4GEMM_CASE(4) FP4GEMM_CASE(5) FP4GEMM_CASE(6)
+      FP4GEMM_CASE(7) FP4GEMM_CASE(8) FP4GEMM_CASE(9) FP4GEMM_CASE(10) FP4GEMM_CASE(11) FP4GEMM_CASE(12)
+      FP4GEMM_CASE(13) FP4GEMM_CASE(14) FP4GEMM_CASE(15) FP4GEMM_CASE(16)
+#undef FP4GEMM_CASE
+      default: break;
+    }
+  }
+}
+
+// Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
+// (extern below), so the two instantiations compile in parallel.
+template <Format F>
+void launch_fused(const FusedParams& params, const CUtensorMap& act_map, OutType out_type, int num_ctas,
+                  std::size_t smem_bytes, const GroupParams* d_groups, const int* d_act_row0,
+                  void* act_workspace, int act_cols, dim3 pre_grid, ScaleLayout layout, cudaStream_t stream) {
+  dequant_activations<F><<<pre_grid, 256, 0, stream>>>(d_groups, d_act_row0, act_workspace, act_cols, layout);
+  fused_grouped_gemm<F><<<num_ctas, KernelConfig::kThreads, smem_bytes, stream>>>(params, act_map, out_type);
+}
+
+template <Format F>
+cudaError_t set_fused_smem(std::size_t smem_bytes) {
+  return cudaFuncSetAttribute(fused_grouped_gemm<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem_bytes));
+}
+
+#define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
+  PREFIX template void launch_fused<F>(const FusedParams&, const CUtensorMap&, OutType, int, std::size_t, \
+                                       const GroupParams*, const int*, void*, int, dim3, ScaleLayout,     \
+                                       cudaStream_t);                                                     \
+  PREFIX template cudaError_t set_fused_smem<F>(std::size_t);
+
+#ifndef FP4GEMM_FUSED_INSTANTIATE
+FP4GEMM_FUSED_INSTANTIATION(extern, Format::nvfp4)
+FP4GEMM_FUSED_INSTANTIATION(extern, Format::mxfp4)
+#endif
+
+}  // namespace fp4gemm::detail::sm90

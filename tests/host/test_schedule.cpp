@@ -1,0 +1,146 @@
+// Scheduler arithmetic: every output element and every k-block is covered exactly once, and the
+// split-K hand-off order can never deadlock (writers first in a CTA, owners last).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "device/schedule.hpp"
+
+using namespace fp4gemm::detail;
+
+namespace {
+
+void check_schedule(const std::vector<ScheduleShape>& groups, int ctas, const SchedulePolicy& policy) {
+  const Schedule s = build_schedule(groups, ctas, policy);
+  SCOPED_TRACE(::testing::Message() << "groups=" << groups.size() << " ctas=" << ctas << " split=" << policy.split_k);
+  ASSERT_EQ(s.cta_begin.size(), static_cast<std::size_t>(s.num_ctas) + 1 + (s.tiles.empty() ? 0 : 0));
+  ASSERT_LE(s.num_ctas, ctas);
+  // Token coverage per group: tiles of (row block, token range) partition [0,n) x [0,m).
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    std::map<int, std::vector<std::pair<int, int>>> by_row;
+    for (const TileDesc& t : s.tiles)
+      if (t.group == static_cast<int>(g)) by_row[t.row0].push_back({t.tok0, t.ntok});
+    if (groups[g].m == 0) {
+      EXPECT_TRUE(by_row.empty());
+      continue;
+    }
+    const int row_blocks = (groups[g].n + 127) / 128;
+    ASSERT_EQ(by_row.size(), static_cast<std::size_t>(row_blocks));
+    for (auto& [row0, toks] : by_row) {
+      EXPECT_EQ(row0 % 128, 0);
+      int next = 0;
+      for (auto [tok0, ntok] : toks) {
+        EXPECT_EQ(tok0, next);
+        EXPECT_GE(ntok, 1);
+        EXPECT_LE(ntok, 256);
+        next = tok0 + ntok;
+      }
+      EXPECT_EQ(next, groups[g].m);
+    }
+  }
+  // Every k-block of every tile exactly once; pieces of a CTA contiguous in (tile, kb) order.
+  std::vector<std::vector<int>> seen(s.tiles.size());
+  for (std::size_t i = 0; i < s.tiles.size(); ++i) seen[i].assign(s.tiles[i].kblocks, 0);
+  std::vector<int> writers(s.tiles.size(), 0);
+  std::set<int> slots;
+  for (int c = 0; c < s.num_ctas; ++c) {
+    for (int pi = s.cta_begin[c]; pi < s.cta_begin[c + 1]; ++pi) {
+      const WorkPiece& p = s.pieces[pi];
+      ASSERT_GE(p.tile, 0);
+      ASSERT_LT(p.tile, static_cast<int>(s.tiles.size()));
+      const TileDesc& t = s.tiles[p.tile];
+      ASSERT_LT(p.kb_begin, p.kb_end);
+      ASSERT_LE(p.kb_end, t.kblocks);
+      for (int kb = p.kb_begin; kb < p.kb_end; ++kb) ++seen[p.tile][kb];
+      if (p.kb_begin > 0) {  // writer: first piece of its CTA, unique slot in the tile's range
+        EXPECT_EQ(pi, s.cta_begin[c]) << "a writer must be the first piece of its CTA";
+        EXPECT_GE(p.slot, t.first_slot);
+        EXPECT_LT(p.slot, t.first_slot + t.writers);
+        EXPECT_TRUE(slots.insert(p.slot).second);
+        ++writers[p.tile];
+      } else {
+        EXPECT_EQ(p.slot, -1);
+        if (p.kb_end < t.kblocks) EXPECT_EQ(pi, s.cta_begin[c + 1] - 1) << "an owner waiting on writers must be last";
+      }
+      if (!policy.split_k) EXPECT_TRUE(p.kb_begin == 0 && p.kb_end == t.kblocks);
+    }
+  }
+  for (std::size_t i = 0; i < s.tiles.size(); ++i) {
+    EXPECT_EQ(writers[i], s.tiles[i].writers);
+    for (int kb = 0; kb < s.tiles[i].kblocks; ++kb) EXPECT_EQ(seen[i][kb], 1) << "tile " << i << " kb " << kb;
+  }
+  EXPECT_EQ(static_cast<int>(slots.size()), s.num_slots);
+  // Activation rows stacked group after group.
+  int rows = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    EXPECT_EQ(s.act_row0[g], rows);
+    rows += std::max(0, groups[g].m);
+  }
+  EXPECT_EQ(s.total_act_rows, rows);
+}
+
+}  // namespace
+
+TEST(Schedule, TokenTiles) {
+  EXPECT_TRUE(token_tiles(0).empty());
+  for (int m : {1, 7, 8, 40, 255, 256, 257, 300, 320, 384, 513, 1000, 8192}) {
+    const auto t = token_tiles(m);
+    int next = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      EXPECT_EQ(t[i].first, next);
+      EXPECT_LE(t[i].second, 256);
+      if (i + 1 < t.size()) EXPECT_EQ(t[i].second % 8, 0);
+      next += t[i].second;
+    }
+    EXPECT_EQ(next, m);
+    EXPECT_EQ(t.size(), static_cast<std::size_t>((m + 255) / 256));
+  }
+  EXPECT_EQ(token_tiles(320)[0].second, 160);  // balanced, not 256 + 64
+  EXPECT_EQ(token_tiles(384)[1].second, 192);
+}
+
+TEST(Schedule, SeedCasesBalanced) {
+  const std::vector<std::vector<ScheduleShape>> cases = {
+      {{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168}, {72, 4096, 7168},
+       {64, 4096, 7168}, {248, 4096, 7168}, {96, 4096, 7168}, {160, 4096, 7168}},
+      {{40, 7168, 2048}, {76, 7168, 2048}, {168, 7168, 2048}, {72, 7168, 2048},
+       {164, 7168, 2048}, {148, 7168, 2048}, {196, 7168, 2048}, {160, 7168, 2048}},
+      {{192, 3072, 4096}, {320, 3072, 4096}},
+      {{128, 4096, 1536}, {384, 4096, 1536}},
+  };
+  for (const auto& groups : cases) {
+    for (int ctas : {132, 114}) {
+      check_schedule(groups, ctas, {});
+      const Schedule s = build_schedule(groups, ctas);
+      EXPECT_EQ(s.num_ctas, ctas);
+      EXPECT_LT(s.imbalance, 1.05) << "stream-K should balance within a k-block or so";
+    }
+  }
+}
+
+TEST(Schedule, RandomProblems) {
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 300; ++iter) {
+    const int g = 1 + rng() % 64;
+    std::vector<ScheduleShape> groups;
+    for (int i = 0; i < g; ++i) {
+      const int m = (rng() % 5 == 0) ? 0 : static_cast<int>(rng() % 700);
+      const int n = 1 + rng() % 1500;
+      const int k = 16 * (1 + rng() % 300);
+      groups.push_back({m, n, k});
+    }
+    SchedulePolicy policy;
+    policy.split_k = iter % 3 != 0;
+    check_schedule(groups, 1 + rng() % 140, policy);
+  }
+}
+
+TEST(Schedule, EmptyAndTiny) {
+  check_schedule({}, 132, {});
+  check_schedule({{0, 128, 64}, {0, 64, 64}}, 132, {});
+  check_schedule({{1, 1, 16}}, 132, {});
+  const Schedule s = build_schedule(std::vector<ScheduleShape>{{1, 1, 16}}, 132);
+  EXPECT_EQ(s.num_ctas, 1);  // one k-block of work: one CTA
+}
