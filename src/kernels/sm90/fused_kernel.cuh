@@ -4,7 +4,7 @@
 //  1. `dequant_activations`: every group's A (tokens) -> exact f16 (NVFP4) / bf16 (MXFP4) rows in a
 //     stacked workspace, K permuted per 64-block (detail::wgmma_k_source). A is small (tokens x K);
 //     writing it once beats re-dequantising it in each of the N/128 CTAs that read it.
-//  2. `fused_grouped_gemm`: persistent, one CTA per SM; 2 consumer warpgroups + 1 producer warp.
+//  2. `fused_grouped_gemm`: persistent, one CTA per SM; 2 consumer warpgroups + 1 producer warpgroup.
 //     The producer's elected thread loads, per k-block, 128 weight rows of packed FP4 (4 KB) and the
 //     tile's activation rows (up to 256 x 64, 128-byte swizzle) into a ring of stages with TMA.
 //     Each consumer warpgroup owns 64 weight rows: it reads their FP4 bytes from shared memory,
@@ -37,12 +37,14 @@ struct KernelConfig {
   static constexpr int kBlockK = SchedulePolicy::kBlockK;            // K elements per stage
   static constexpr int kActBoxRows = 64;                             // activation TMA box rows
   static constexpr int kConsumerWarpgroups = 2;
-  // Warps 0-7: two consumer warpgroups; warp 8: the TMA producer. With 288 threads ptxas may give
-  // every thread 224 registers (65536 / 288), enough for a 64 x 256 FP32 accumulator plus double-
-  // buffered A fragments without setmaxnreg (with 384 threads the cap is 168 and ptxas
-  // serialises the wgmmas).
+  // Warpgroups 0-1: consumers; warpgroup 2: the producer (one elected thread issues TMA). The
+  // register file is split per SM sub-partition, so 9 warps would cap every thread at 168; with
+  // 3 warpgroups, setmaxnreg moves registers from the producer (40) to the consumers (232).
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-  static constexpr int kThreads = kConsumerThreads + 32;
+  static constexpr int kThreads = kConsumerThreads + 128;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536, "register file");
   static constexpr int kWeightStageBytes = kRowsPerTile * kBlockK / 2;  // 4 KB of FP4
   static constexpr int kActStageBytes = kMaxTokens * kBlockK * 2;       // 32 KB of f16/bf16
   static constexpr int kActBoxBytes = kActBoxRows * kBlockK * 2;
@@ -384,7 +386,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   __syncthreads();
 
   if (threadIdx.x >= C::kConsumerThreads) {
-    // ---------------- producer (warp 8, one elected thread) ----------------
+    // ---------------- producer (warpgroup 2, one elected thread) ----------------
+    ptx::setmaxnreg_dec<C::kProducerRegs>();
     if (threadIdx.x == C::kConsumerThreads) {
       ptx::prefetch_tensormap(&act_map);
       int stage = 0;
@@ -410,6 +413,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   }
 
   // ---------------- consumers ----------------
+  ptx::setmaxnreg_inc<C::kConsumerRegs>();
   ConsumerState st;
   st.cw = threadIdx.x / 128;
   st.ctid = threadIdx.x;
