@@ -1,10 +1,289 @@
-// Validation of grouped-GEMM descriptions (SPEC §6). Placeholder until the full checks land.
+// Validation of grouped-GEMM descriptions (SPEC §6): every failure names the argument and group.
+//
+// What is accepted (documented here once; the public header points at it):
+//   - An empty group list is valid and runs nothing.
+//   - A group with M == 0 is skipped: only M >= 0 is checked, its other fields (pointers
+//     included) are ignored and may be null.
+//   - Otherwise N >= 1, K >= 1, K a multiple of the scale block (16 NVFP4, 32 MXFP4);
+//     lda, ldb (bytes) >= K/2 and multiples of 16; ldc (elements) >= N and a multiple of 8;
+//     a, b, sfa, sfb, c non-null and 16-byte aligned; alpha_device (optional) 4-byte aligned;
+//     alpha finite unless alpha_device overrides it.
+//   - Limits: every row stride is below 2^40 bytes (a TMA descriptor's stride limit), and every
+//     buffer's extent (e.g. (M-1)*lda + K/2 bytes) fits int64 and does not wrap the address
+//     space. M, N, K are ints, so the scale sizes always fit.
+//   - Outputs of distinct groups must not overlap, and no output may overlap any input (A, B,
+//     SFA, SFB, alpha_device) of any group. Buffers are compared as the byte interval from the
+//     first to the last byte they touch, so outputs interleaved column-wise inside one larger
+//     strided buffer are (conservatively) rejected. Inputs may alias each other freely.
+//   - With `check_pointers`, every pointer must be device memory of the plan's device, or
+//     managed memory.
 #include "host/core/validate.hpp"
 
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "fp4gemm/formats.hpp"
+
 namespace fp4gemm::detail {
+namespace {
+
+// TMA (cuTensorMapEncodeTiled) requires every global stride to be below 2^40 bytes.
+constexpr std::int64_t kMaxStrideBytes = std::int64_t{1} << 40;
+constexpr std::uintptr_t kPointerAlignment = 16;
+
+std::string group_arg(int g, const char* field) {
+  return "groups[" + std::to_string(g) + "]." + field;
+}
+
+[[noreturn]] void fail(int g, const char* field, const std::string& message) {
+  throw Error(group_arg(g, field), g, message);
+}
+
+std::string hex(std::uintptr_t p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(p));
+  return buf;
+}
+
+// A buffer a group reads or writes: the bytes [begin, end).
+struct Range {
+  std::uintptr_t begin = 0, end = 0;
+  int group = -1;
+  const char* field = "";
+};
+
+std::string describe(const Range& r) {
+  return group_arg(r.group, r.field) + " [" + hex(r.begin) + ", " + hex(r.end) + ")";
+}
+
+// Extent of `rows` rows of `row_bytes` bytes with stride `stride_bytes`: (rows-1)*stride + row.
+// Fails (naming `stride_field`) when it overflows int64 or the pointer arithmetic wraps.
+Range strided_range(int g, const char* field, const char* stride_field, const void* base,
+                    std::int64_t rows, std::int64_t stride_bytes, std::int64_t row_bytes) {
+  std::int64_t extent = 0;
+  if (__builtin_mul_overflow(rows - 1, stride_bytes, &extent) ||
+      __builtin_add_overflow(extent, row_bytes, &extent))
+    fail(g, stride_field,
+         "the buffer size " + std::to_string(rows) + " rows x " + std::to_string(stride_bytes) +
+             " bytes overflows 64-bit sizes");
+  const auto begin = reinterpret_cast<std::uintptr_t>(base);
+  std::uintptr_t end = 0;
+  if (__builtin_add_overflow(begin, static_cast<std::uintptr_t>(extent), &end))
+    fail(g, field, "the buffer at " + hex(begin) + " of " + std::to_string(extent) +
+                       " bytes wraps around the address space");
+  return Range{begin, end, g, field};
+}
+
+void check_pointer(int g, const char* field, const void* p, std::uintptr_t alignment,
+                   const char* what) {
+  if (p == nullptr)
+    fail(g, field, std::string("null pointer; ") + what + " must point to device memory when M > 0");
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  if (address % alignment != 0)
+    fail(g, field, "pointer " + hex(address) + " is not " + std::to_string(alignment) +
+                       "-byte aligned");
+}
+
+void check_row_stride(int g, const char* field, std::int64_t ld, std::int64_t k,
+                      const char* matrix) {
+  const std::int64_t row_bytes = k / 2;
+  if (ld < row_bytes)
+    fail(g, field, "row stride of " + std::string(matrix) + " is " + std::to_string(ld) +
+                       " bytes, less than one packed row (K/2 = " + std::to_string(row_bytes) +
+                       " bytes for K = " + std::to_string(k) + ")");
+  if (ld % 16 != 0)
+    fail(g, field, "row stride of " + std::string(matrix) + " is " + std::to_string(ld) +
+                       " bytes; it must be a multiple of 16 bytes");
+  if (ld >= kMaxStrideBytes)
+    fail(g, field, "row stride of " + std::string(matrix) + " is " + std::to_string(ld) +
+                       " bytes; fp4gemm supports strides below 2^40 bytes (TMA limit)");
+}
+
+void validate_options(const Options& options) {
+  const int format = static_cast<int>(options.format);
+  if (format != static_cast<int>(Format::nvfp4) && format != static_cast<int>(Format::mxfp4))
+    throw Error("options.format", -1, "unknown format value " + std::to_string(format) +
+                                          " (expected nvfp4 or mxfp4)");
+  const int layout = static_cast<int>(options.scale_layout);
+  if (layout != static_cast<int>(ScaleLayout::linear) && layout != static_cast<int>(ScaleLayout::blocked))
+    throw Error("options.scale_layout", -1, "unknown scale layout value " + std::to_string(layout) +
+                                                " (expected linear or blocked)");
+  const int out = static_cast<int>(options.out_type);
+  if (out != static_cast<int>(OutType::f16) && out != static_cast<int>(OutType::bf16) &&
+      out != static_cast<int>(OutType::f32))
+    throw Error("options.out_type", -1, "unknown output type value " + std::to_string(out) +
+                                            " (expected f16, bf16 or f32)");
+  const int backend = static_cast<int>(options.backend);
+  if (backend != static_cast<int>(Backend::automatic) && backend != static_cast<int>(Backend::fast) &&
+      backend != static_cast<int>(Backend::reference))
+    throw Error("options.backend", -1, "unknown backend value " + std::to_string(backend) +
+                                           " (expected automatic, fast or reference)");
+  if (options.device < -1)
+    throw Error("options.device", -1, "device index " + std::to_string(options.device) +
+                                          " is invalid (use -1 for the current device)");
+}
+
+// Shapes, strides, pointers and alpha of one group (M > 0). Appends its buffers to the lists.
+void validate_group(int g, const GroupDesc& d, const Options& options, std::vector<Range>& inputs,
+                    std::vector<Range>& outputs) {
+  if (d.n < 1) fail(g, "n", "N must be >= 1 when M > 0 (got " + std::to_string(d.n) + ")");
+  if (d.k < 1) fail(g, "k", "K must be >= 1 when M > 0 (got " + std::to_string(d.k) + ")");
+  const int vec = scale_block_size(options.format);
+  if (d.k % vec != 0)
+    fail(g, "k", "K = " + std::to_string(d.k) + " is not a multiple of the " +
+                     to_string(options.format) + " scale block (" + std::to_string(vec) + ")");
+
+  check_pointer(g, "a", d.a, kPointerAlignment, "A");
+  check_pointer(g, "b", d.b, kPointerAlignment, "B");
+  check_pointer(g, "sfa", d.sfa, kPointerAlignment, "the scales of A");
+  check_pointer(g, "sfb", d.sfb, kPointerAlignment, "the scales of B");
+  check_pointer(g, "c", d.c, kPointerAlignment, "C");
+  if (d.alpha_device != nullptr && reinterpret_cast<std::uintptr_t>(d.alpha_device) % alignof(float) != 0)
+    fail(g, "alpha_device", "pointer " + hex(reinterpret_cast<std::uintptr_t>(d.alpha_device)) +
+                                " is not 4-byte aligned");
+
+  check_row_stride(g, "lda", d.lda, d.k, "A");
+  check_row_stride(g, "ldb", d.ldb, d.k, "B");
+  const auto elem = static_cast<std::int64_t>(out_type_size(options.out_type));
+  if (d.ldc < d.n)
+    fail(g, "ldc", "row stride of C is " + std::to_string(d.ldc) + " elements, less than N = " +
+                       std::to_string(d.n));
+  if (d.ldc % 8 != 0)
+    fail(g, "ldc", "row stride of C is " + std::to_string(d.ldc) +
+                       " elements; it must be a multiple of 8 elements");
+  if (d.ldc >= kMaxStrideBytes / elem)
+    fail(g, "ldc", "row stride of C is " + std::to_string(d.ldc) +
+                       " elements; fp4gemm supports strides below 2^40 bytes (TMA limit)");
+
+  if (d.alpha_device == nullptr && !std::isfinite(d.alpha))
+    fail(g, "alpha", "alpha must be finite (got " + std::to_string(d.alpha) + ")");
+
+  // Sizes. M, N, K are ints, so scale sizes (< 2^31 rows x 2^27 columns, padded) fit int64;
+  // strided extents are checked.
+  inputs.push_back(strided_range(g, "a", "lda", d.a, d.m, d.lda, d.k / 2));
+  inputs.push_back(strided_range(g, "b", "ldb", d.b, d.n, d.ldb, d.k / 2));
+  const std::int64_t cols = d.k / vec;
+  inputs.push_back(strided_range(g, "sfa", "sfa", d.sfa, 1, 0,
+                                 static_cast<std::int64_t>(formats::scale_bytes(options.scale_layout, d.m, cols))));
+  inputs.push_back(strided_range(g, "sfb", "sfb", d.sfb, 1, 0,
+                                 static_cast<std::int64_t>(formats::scale_bytes(options.scale_layout, d.n, cols))));
+  if (d.alpha_device != nullptr)
+    inputs.push_back(strided_range(g, "alpha_device", "alpha_device", d.alpha_device, 1, 0, sizeof(float)));
+  // ldc < 2^40 / elem, so ldc * elem cannot overflow; N * elem neither.
+  outputs.push_back(strided_range(g, "c", "ldc", d.c, d.m, d.ldc * elem, std::int64_t{d.n} * elem));
+}
+
+bool overlap(const Range& x, const Range& y) { return x.begin < y.end && y.begin < x.end; }
+
+[[noreturn]] void fail_overlap(const Range& out, const Range& other, bool other_is_output) {
+  // Name the later group in list order so the report does not depend on addresses.
+  const Range& named = (other_is_output && other.group > out.group) ? other : out;
+  const Range& partner = (&named == &out) ? other : out;
+  const std::string kind = other_is_output ? "the output " : "the input ";
+  throw Error(group_arg(named.group, named.field), named.group,
+              "the output " + describe(named) + " overlaps " + kind + describe(partner) +
+                  (other_is_output ? "; outputs of distinct groups must not overlap"
+                                   : "; outputs must not alias any input"));
+}
+
+// Outputs pairwise disjoint and disjoint from every input: O((G + I) log I).
+void check_overlaps(std::vector<Range>& inputs, std::vector<Range>& outputs) {
+  const auto by_begin = [](const Range& x, const Range& y) {
+    return x.begin != y.begin ? x.begin < y.begin : x.group < y.group;
+  };
+  std::sort(outputs.begin(), outputs.end(), by_begin);
+  // Sweep: an output overlaps an earlier-starting one iff it starts before the largest end so far.
+  std::size_t widest = 0;
+  for (std::size_t i = 1; i < outputs.size(); ++i) {
+    if (outputs[i].begin < outputs[widest].end) fail_overlap(outputs[i], outputs[widest], true);
+    if (outputs[i].end > outputs[widest].end) widest = i;
+  }
+
+  std::sort(inputs.begin(), inputs.end(), by_begin);
+  // prefix_widest[i]: index of the input with the largest end among inputs[0..i].
+  std::vector<std::size_t> prefix_widest(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    prefix_widest[i] = (i == 0 || inputs[i].end > inputs[prefix_widest[i - 1]].end) ? i : prefix_widest[i - 1];
+  for (const Range& out : outputs) {
+    // Inputs starting before out.end; the widest of them overlaps iff its end > out.begin.
+    const auto it = std::lower_bound(inputs.begin(), inputs.end(), out.end,
+                                     [](const Range& r, std::uintptr_t v) { return r.begin < v; });
+    if (it == inputs.begin()) continue;
+    const Range& widest_input = inputs[prefix_widest[static_cast<std::size_t>(it - inputs.begin()) - 1]];
+    if (overlap(out, widest_input)) fail_overlap(out, widest_input, false);
+  }
+}
+
+// Requires device memory of `device` (or managed memory) behind `p`.
+void check_device_pointer(int g, const char* field, const void* p, int device) {
+  cudaPointerAttributes attr{};
+  const cudaError_t err = cudaPointerGetAttributes(&attr, p);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // do not leave the error for the caller's next CUDA call
+    fail(g, field, "cannot query pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) + ": " +
+                       cudaGetErrorString(err));
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeManaged:
+      return;
+    case cudaMemoryTypeDevice:
+      if (attr.device == device) return;
+      fail(g, field, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) + " is memory of device " +
+                         std::to_string(attr.device) + ", but the plan runs on device " +
+                         std::to_string(device));
+    case cudaMemoryTypeHost:
+      fail(g, field, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) +
+                         " is pinned host memory; fp4gemm needs device memory");
+    case cudaMemoryTypeUnregistered:
+    default:
+      fail(g, field, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) +
+                         " is a host pointer; fp4gemm needs device memory");
+  }
+}
+
+}  // namespace
 
 void validate_groups(std::span<const GroupDesc> groups, const Options& options, bool check_pointers) {
-  (void)groups; (void)options; (void)check_pointers;
+  validate_options(options);
+  if (groups.size() > static_cast<std::size_t>(INT_MAX))
+    throw Error("groups", -1, "too many groups (" + std::to_string(groups.size()) + ")");
+
+  std::vector<Range> inputs, outputs;
+  inputs.reserve(groups.size() * 5);
+  outputs.reserve(groups.size());
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const int g = static_cast<int>(i);
+    const GroupDesc& d = groups[i];
+    if (d.m < 0) fail(g, "m", "M must be >= 0 (got " + std::to_string(d.m) + ")");
+    if (d.m == 0) continue;  // skipped group: nothing is read or written
+    validate_group(g, d, options, inputs, outputs);
+  }
+  check_overlaps(inputs, outputs);
+
+  if (!check_pointers) return;
+  int device = options.device;
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw Error("options.device", -1, "cannot determine the current CUDA device");
+  }
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const int g = static_cast<int>(i);
+    const GroupDesc& d = groups[i];
+    if (d.m == 0) continue;
+    check_device_pointer(g, "a", d.a, device);
+    check_device_pointer(g, "b", d.b, device);
+    check_device_pointer(g, "sfa", d.sfa, device);
+    check_device_pointer(g, "sfb", d.sfb, device);
+    check_device_pointer(g, "c", d.c, device);
+    if (d.alpha_device != nullptr) check_device_pointer(g, "alpha_device", d.alpha_device, device);
+  }
 }
 
 }  // namespace fp4gemm::detail

@@ -130,17 +130,20 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
   if (m >= g.m) return;
   const int cols = g.k / kVec;
 
-  // 64 nibbles of the block (32 bytes); bytes past K read as zero.
-  std::uint8_t bytes[32];
+  // 64 nibbles of the block as 8 words (element e in word e / 8); bytes past K read as zero.
+  // Everything below indexes registers with compile-time indices only (no local memory).
+  std::uint32_t w[8];
   const std::uint8_t* src = g.a + static_cast<std::int64_t>(m) * g.lda + kb * 32;
   const int valid_bytes = min(32, g.k / 2 - kb * 32);
   if (valid_bytes == 32) {
     const uint4 lo = *reinterpret_cast<const uint4*>(src), hi = *reinterpret_cast<const uint4*>(src + 16);
-    std::memcpy(bytes, &lo, 16);
-    std::memcpy(bytes + 16, &hi, 16);
+    w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
   } else {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) bytes[i] = i < valid_bytes ? src[i] : 0;
+    for (int i = 0; i < 8; ++i) w[i] = 0;
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      if (i < valid_bytes) w[i / 4] |= static_cast<std::uint32_t>(src[i]) << (8 * (i % 4));
   }
   float scale[64 / kVec];
 #pragma unroll
@@ -148,30 +151,45 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
     const int col = kb * (64 / kVec) + j;
     scale[j] = col < cols ? scale_value<F>(g.sfa[scale_index(layout, m, col, cols)]) : 0.f;
   }
-  Elem vals[64];
+  std::uint32_t packed[32];  // output pairs (kk = 2i, 2i + 1)
 #pragma unroll
-  for (int kk = 0; kk < 64; ++kk) {
-    const int e = wgmma_k_source(kk);
-    const unsigned nib = (bytes[e / 2] >> ((e & 1) * 4)) & 0xFu;
-    constexpr float kMag[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-    const float v = (nib & 8u) ? -kMag[nib & 7u] : kMag[nib & 7u];
-    const float dq = v * scale[e / kVec];  // exact in FP32 and in the 16-bit type
-    if constexpr (F == Format::nvfp4) vals[kk] = __float2half_rn(dq);
-    else vals[kk] = __float2bfloat16_rn(dq);
+  for (int i = 0; i < 32; ++i) {
+    float dq[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int e = wgmma_k_source(2 * i + h);
+      const unsigned nib = (w[e / 8] >> (4 * (e % 8))) & 0xFu;
+      const unsigned c = nib & 7u;  // e2m1 magnitude without a table (no local memory)
+      const float mag = c >= 2 ? __int_as_float(static_cast<int>(((126u + (c >> 1)) << 23) | ((c & 1u) << 22)))
+                               : 0.5f * static_cast<float>(c);
+      const float v = (nib & 8u) ? -mag : mag;
+      dq[h] = v * scale[e / kVec];  // exact in FP32 and in the 16-bit type
+    }
+    if constexpr (F == Format::nvfp4) {
+      const __half2 h2 = __floats2half2_rn(dq[0], dq[1]);
+      packed[i] = *reinterpret_cast<const std::uint32_t*>(&h2);
+    } else {
+      const __nv_bfloat162 b2 = __floats2bfloat162_rn(dq[0], dq[1]);
+      packed[i] = *reinterpret_cast<const std::uint32_t*>(&b2);
+    }
   }
-  Elem* dst = static_cast<Elem*>(out) + static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64;
+  uint4* dst = reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
+                                        static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(vals)[i];
+  for (int i = 0; i < 8; ++i) dst[i] = make_uint4(packed[4 * i], packed[4 * i + 1], packed[4 * i + 2], packed[4 * i + 3]);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 2: the persistent fused GEMM
 // ---------------------------------------------------------------------------------------------
 
-// Dequantises this thread's 16 weights of one row (8 bytes) into 8 A-operand registers:
-// out[s] feeds k-step s slots {2t, 2t+1}, out[4 + s] slots {2t+8, 2t+9}.
-template <Format F>
-__device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
+// Dequantises this thread's 16 weights of one row (8 bytes) into A-operand registers in wgmma
+// fragment order: frag[s][R] feeds k-step s slots {2t, 2t+1} and frag[s][R + 2] slots
+// {2t+8, 2t+9}; R = 0 for row r0, 1 for row r0 + 8. Writing the fragments in place keeps ptxas from
+// copying them into fresh register quads for every (asynchronous) wgmma.
+template <Format F, int R>
+__device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&frag)[4][4]) {
+  std::uint32_t out[8];
   if constexpr (F == Format::nvfp4) {
     const __half2 s = *reinterpret_cast<const __half2*>(&scale2);
     auto cvt = [&](std::uint32_t raw) {
@@ -202,10 +220,15 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
     out[6] = cvt(e2m1_pair_bf16_raw<2>(q.y));
     out[7] = cvt(e2m1_pair_bf16_raw<3>(q.y));
   }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    frag[s][R] = out[s];
+    frag[s][R + 2] = out[4 + s];
+  }
 }
 
 template <Format F, int N8>
-__device__ __forceinline__ void wgmma_rs(float (&d)[128], const std::uint32_t (&a)[4],
+__device__ __forceinline__ void wgmma_rs(float* d, const std::uint32_t* a,
                                          std::uint64_t desc, int scale_d) {
   if constexpr (F == Format::nvfp4) ptx::wgmma_rs_f16<N8>(d, a, desc, scale_d);
   else ptx::wgmma_rs_bf16<N8>(d, a, desc, scale_d);
@@ -228,7 +251,7 @@ __device__ __forceinline__ void store_out<float>(void* c, std::int64_t idx, floa
 
 // Writes the warpgroup's 64 x (8*n8) accumulator tile, transposed, into row-major C[m][n].
 template <typename T, int N8>
-__device__ __forceinline__ void store_tile(const float (&acc)[128], const GroupParams& g,
+__device__ __forceinline__ void store_tile(const float (&acc)[4 * N8], const GroupParams& g,
                                            const TileDesc& tile, int r0, int t, float mul) {
   const int m_end = tile.tok0 + tile.ntok;
 #pragma unroll
@@ -266,8 +289,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   const int cols = g.k / kVec;
   auto scale_col = [&](int kb) { return F == Format::nvfp4 ? kb * 4 + t : kb * 2 + t / 2; };
 
-  float acc[128];
-  std::uint32_t a[2][8][2];  // [buffer][register: 4 k-steps x {lo, hi} slots][row r0 / r0+8]
+  float acc[kAcc];
+  std::uint32_t a[2][4][4];  // [buffer][k-step][wgmma A fragment register]
 
   // Scales are read straight from global memory one k-block ahead of their use.
   unsigned sc0 = load_scale_code<F>(g.sfb, p.layout, r0, scale_col(piece.kb_begin), g.n, cols);
@@ -288,23 +311,15 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           sc0 = load_scale_code<F>(g.sfb, p.layout, r0, scale_col(kb + 1), g.n, cols);
           sc1 = load_scale_code<F>(g.sfb, p.layout, r0 + 8, scale_col(kb + 1), g.n, cols);
         }
-        std::uint32_t d0[8], d1[8];
-        dequant_row<F>(q0, s0, d0);
-        dequant_row<F>(q1, s1, d1);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          a[buf][i][0] = d0[i];
-          a[buf][i][1] = d1[i];
-        }
+        dequant_row<F, 0>(q0, s0, a[buf]);
+        dequant_row<F, 1>(q1, s1, a[buf]);
 
         ptx::fence_registers(acc);
         ptx::wgmma_fence();
         const std::uint32_t act_base = ptx::smem_addr(act_smem + st.stage * C::kActStageBytes);
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          // Fragment: a0 (row r0, slots 2t..), a1 (row r0+8), a2 (row r0, slots 2t+8..), a3.
-          const std::uint32_t frag[4] = {a[buf][s][0], a[buf][s][1], a[buf][4 + s][0], a[buf][4 + s][1]};
-          wgmma_rs<F, N8>(acc, frag, ptx::smem_desc_sw128(act_base + s * 32),
+          wgmma_rs<F, N8>(acc, a[buf][s], ptx::smem_desc_sw128(act_base + s * 32),
                           (kb > piece.kb_begin || s > 0) ? 1 : 0);
         }
         ptx::wgmma_commit();
