@@ -6,7 +6,7 @@
 
 namespace fp4gemm::ptx {
 
-__device__ __forceinline__ void wgmma_m64n8k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n8k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
@@ -16,7 +16,7 @@ __device__ __forceinline__ void wgmma_m64n8k16_f16(float* d, const uint32_t* a, 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n16k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n16k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
@@ -26,7 +26,7 @@ __device__ __forceinline__ void wgmma_m64n16k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n24k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n24k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 "
@@ -36,7 +36,7 @@ __device__ __forceinline__ void wgmma_m64n24k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n32k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n32k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
@@ -46,7 +46,7 @@ __device__ __forceinline__ void wgmma_m64n32k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n40k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n40k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n40k16.f32.f16.f16 "
@@ -56,7 +56,7 @@ __device__ __forceinline__ void wgmma_m64n40k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n48k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n48k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
@@ -66,7 +66,7 @@ __device__ __forceinline__ void wgmma_m64n48k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n56k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n56k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n56k16.f32.f16.f16 "
@@ -76,7 +76,7 @@ __device__ __forceinline__ void wgmma_m64n56k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n64k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n64k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
@@ -86,7 +86,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n72k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n72k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
@@ -96,7 +96,7 @@ __device__ __forceinline__ void wgmma_m64n72k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n80k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n80k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
@@ -106,7 +106,7 @@ __device__ __forceinline__ void wgmma_m64n80k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n88k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n88k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %49, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n88k16.f32.f16.f16 "
@@ -116,7 +116,7 @@ __device__ __forceinline__ void wgmma_m64n88k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n96k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n96k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
@@ -126,7 +126,7 @@ __device__ __forceinline__ void wgmma_m64n96k16_f16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n104k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n104k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %57, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n104k16.f32.f16.f16 "
@@ -136,7 +136,7 @@ __device__ __forceinline__ void wgmma_m64n104k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n112k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n112k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 "
@@ -146,7 +146,7 @@ __device__ __forceinline__ void wgmma_m64n112k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n120k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n120k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %65, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n120k16.f32.f16.f16 "
@@ -156,7 +156,7 @@ __device__ __forceinline__ void wgmma_m64n120k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n128k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
@@ -166,7 +166,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n136k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n136k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %73, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n136k16.f32.f16.f16 "
@@ -176,7 +176,7 @@ __device__ __forceinline__ void wgmma_m64n136k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n144k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n144k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n144k16.f32.f16.f16 "
@@ -186,7 +186,7 @@ __device__ __forceinline__ void wgmma_m64n144k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n152k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n152k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %81, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n152k16.f32.f16.f16 "
@@ -196,7 +196,7 @@ __device__ __forceinline__ void wgmma_m64n152k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n160k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n160k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 "
@@ -206,7 +206,7 @@ __device__ __forceinline__ void wgmma_m64n160k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n168k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n168k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %89, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n168k16.f32.f16.f16 "
@@ -216,7 +216,7 @@ __device__ __forceinline__ void wgmma_m64n168k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n176k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n176k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %93, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 "
@@ -226,7 +226,7 @@ __device__ __forceinline__ void wgmma_m64n176k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n184k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n184k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %97, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n184k16.f32.f16.f16 "
@@ -236,7 +236,7 @@ __device__ __forceinline__ void wgmma_m64n184k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n192k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n192k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 "
@@ -246,7 +246,7 @@ __device__ __forceinline__ void wgmma_m64n192k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n200k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n200k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %105, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n200k16.f32.f16.f16 "
@@ -256,7 +256,7 @@ __device__ __forceinline__ void wgmma_m64n200k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n208k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n208k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %109, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n208k16.f32.f16.f16 "
@@ -266,7 +266,7 @@ __device__ __forceinline__ void wgmma_m64n208k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n216k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n216k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %113, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n216k16.f32.f16.f16 "
@@ -276,7 +276,7 @@ __device__ __forceinline__ void wgmma_m64n216k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n224k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n224k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %117, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16 "
@@ -286,7 +286,7 @@ __device__ __forceinline__ void wgmma_m64n224k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n232k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n232k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %121, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n232k16.f32.f16.f16 "
@@ -296,7 +296,7 @@ __device__ __forceinline__ void wgmma_m64n232k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n240k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n240k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %125, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n240k16.f32.f16.f16 "
@@ -306,7 +306,7 @@ __device__ __forceinline__ void wgmma_m64n240k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n248k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n248k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %129, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n248k16.f32.f16.f16 "
@@ -316,7 +316,7 @@ __device__ __forceinline__ void wgmma_m64n248k16_f16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n256k16_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
@@ -328,7 +328,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_f16(float* d, const uint32_t* a
 
 // d[0 : 4*N8) += A(regs) * B(desc), N = 8 * N8 (1..32); scale_d = 0 overwrites d.
 template <int N8>
-__device__ __forceinline__ void wgmma_rs_f16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   if constexpr (N8 == 1) wgmma_m64n8k16_f16(d, a, desc_b, scale_d);
   else if constexpr (N8 == 2) wgmma_m64n16k16_f16(d, a, desc_b, scale_d);
   else if constexpr (N8 == 3) wgmma_m64n24k16_f16(d, a, desc_b, scale_d);
@@ -363,7 +363,7 @@ __device__ __forceinline__ void wgmma_rs_f16(float* d, const uint32_t* a, std::u
   else if constexpr (N8 == 32) wgmma_m64n256k16_f16(d, a, desc_b, scale_d);
 }
 
-__device__ __forceinline__ void wgmma_m64n8k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n8k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
@@ -373,7 +373,7 @@ __device__ __forceinline__ void wgmma_m64n8k16_bf16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n16k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n16k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
@@ -383,7 +383,7 @@ __device__ __forceinline__ void wgmma_m64n16k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n24k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n24k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
@@ -393,7 +393,7 @@ __device__ __forceinline__ void wgmma_m64n24k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n32k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
@@ -403,7 +403,7 @@ __device__ __forceinline__ void wgmma_m64n32k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n40k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n40k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 "
@@ -413,7 +413,7 @@ __device__ __forceinline__ void wgmma_m64n40k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n48k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n48k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
@@ -423,7 +423,7 @@ __device__ __forceinline__ void wgmma_m64n48k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n56k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n56k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 "
@@ -433,7 +433,7 @@ __device__ __forceinline__ void wgmma_m64n56k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n64k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -443,7 +443,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n72k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n72k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
@@ -453,7 +453,7 @@ __device__ __forceinline__ void wgmma_m64n72k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n80k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n80k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
@@ -463,7 +463,7 @@ __device__ __forceinline__ void wgmma_m64n80k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n88k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n88k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %49, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n88k16.f32.bf16.bf16 "
@@ -473,7 +473,7 @@ __device__ __forceinline__ void wgmma_m64n88k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n96k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n96k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
@@ -483,7 +483,7 @@ __device__ __forceinline__ void wgmma_m64n96k16_bf16(float* d, const uint32_t* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n104k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n104k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %57, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n104k16.f32.bf16.bf16 "
@@ -493,7 +493,7 @@ __device__ __forceinline__ void wgmma_m64n104k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n112k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n112k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 "
@@ -503,7 +503,7 @@ __device__ __forceinline__ void wgmma_m64n112k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n120k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n120k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %65, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n120k16.f32.bf16.bf16 "
@@ -513,7 +513,7 @@ __device__ __forceinline__ void wgmma_m64n120k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n128k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -523,7 +523,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n136k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n136k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %73, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n136k16.f32.bf16.bf16 "
@@ -533,7 +533,7 @@ __device__ __forceinline__ void wgmma_m64n136k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n144k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n144k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n144k16.f32.bf16.bf16 "
@@ -543,7 +543,7 @@ __device__ __forceinline__ void wgmma_m64n144k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n152k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n152k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %81, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n152k16.f32.bf16.bf16 "
@@ -553,7 +553,7 @@ __device__ __forceinline__ void wgmma_m64n152k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n160k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n160k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 "
@@ -563,7 +563,7 @@ __device__ __forceinline__ void wgmma_m64n160k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n168k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n168k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %89, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n168k16.f32.bf16.bf16 "
@@ -573,7 +573,7 @@ __device__ __forceinline__ void wgmma_m64n168k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n176k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n176k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %93, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 "
@@ -583,7 +583,7 @@ __device__ __forceinline__ void wgmma_m64n176k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n184k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n184k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %97, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n184k16.f32.bf16.bf16 "
@@ -593,7 +593,7 @@ __device__ __forceinline__ void wgmma_m64n184k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n192k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n192k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
@@ -603,7 +603,7 @@ __device__ __forceinline__ void wgmma_m64n192k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n200k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n200k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %105, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n200k16.f32.bf16.bf16 "
@@ -613,7 +613,7 @@ __device__ __forceinline__ void wgmma_m64n200k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n208k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n208k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %109, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n208k16.f32.bf16.bf16 "
@@ -623,7 +623,7 @@ __device__ __forceinline__ void wgmma_m64n208k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n216k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n216k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %113, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n216k16.f32.bf16.bf16 "
@@ -633,7 +633,7 @@ __device__ __forceinline__ void wgmma_m64n216k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n224k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n224k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %117, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16 "
@@ -643,7 +643,7 @@ __device__ __forceinline__ void wgmma_m64n224k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n232k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n232k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %121, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n232k16.f32.bf16.bf16 "
@@ -653,7 +653,7 @@ __device__ __forceinline__ void wgmma_m64n232k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n240k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n240k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %125, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n240k16.f32.bf16.bf16 "
@@ -663,7 +663,7 @@ __device__ __forceinline__ void wgmma_m64n240k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n248k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n248k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %129, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n248k16.f32.bf16.bf16 "
@@ -673,7 +673,7 @@ __device__ __forceinline__ void wgmma_m64n248k16_bf16(float* d, const uint32_t* 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n256k16_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
@@ -685,7 +685,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float* d, const uint32_t* 
 
 // d[0 : 4*N8) += A(regs) * B(desc), N = 8 * N8 (1..32); scale_d = 0 overwrites d.
 template <int N8>
-__device__ __forceinline__ void wgmma_rs_bf16(float* d, const uint32_t* a, std::uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   if constexpr (N8 == 1) wgmma_m64n8k16_bf16(d, a, desc_b, scale_d);
   else if constexpr (N8 == 2) wgmma_m64n16k16_bf16(d, a, desc_b, scale_d);
   else if constexpr (N8 == 3) wgmma_m64n24k16_bf16(d, a, desc_b, scale_d);

@@ -183,13 +183,10 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
 // Kernel 2: the persistent fused GEMM
 // ---------------------------------------------------------------------------------------------
 
-// Dequantises this thread's 16 weights of one row (8 bytes) into A-operand registers in wgmma
-// fragment order: frag[s][R] feeds k-step s slots {2t, 2t+1} and frag[s][R + 2] slots
-// {2t+8, 2t+9}; R = 0 for row r0, 1 for row r0 + 8. Writing the fragments in place keeps ptxas from
-// copying them into fresh register quads for every (asynchronous) wgmma.
-template <Format F, int R>
-__device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&frag)[4][4]) {
-  std::uint32_t out[8];
+// Dequantises this thread's 16 weights of one row (8 bytes) into 8 A-operand registers:
+// out[s] feeds k-step s slots {2t, 2t+1}, out[4 + s] slots {2t+8, 2t+9}.
+template <Format F>
+__device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
   if constexpr (F == Format::nvfp4) {
     const __half2 s = *reinterpret_cast<const __half2*>(&scale2);
     auto cvt = [&](std::uint32_t raw) {
@@ -220,15 +217,10 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
     out[6] = cvt(e2m1_pair_bf16_raw<2>(q.y));
     out[7] = cvt(e2m1_pair_bf16_raw<3>(q.y));
   }
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    frag[s][R] = out[s];
-    frag[s][R + 2] = out[4 + s];
-  }
 }
 
 template <Format F, int N8>
-__device__ __forceinline__ void wgmma_rs(float* d, const std::uint32_t* a,
+__device__ __forceinline__ void wgmma_rs(float (&d)[128], const std::uint32_t (&a)[4],
                                          std::uint64_t desc, int scale_d) {
   if constexpr (F == Format::nvfp4) ptx::wgmma_rs_f16<N8>(d, a, desc, scale_d);
   else ptx::wgmma_rs_bf16<N8>(d, a, desc, scale_d);
@@ -251,7 +243,7 @@ __device__ __forceinline__ void store_out<float>(void* c, std::int64_t idx, floa
 
 // Writes the warpgroup's 64 x (8*n8) accumulator tile, transposed, into row-major C[m][n].
 template <typename T, int N8>
-__device__ __forceinline__ void store_tile(const float (&acc)[4 * N8], const GroupParams& g,
+__device__ __forceinline__ void store_tile(const float (&acc)[128], const GroupParams& g,
                                            const TileDesc& tile, int r0, int t, float mul) {
   const int m_end = tile.tok0 + tile.ntok;
 #pragma unroll
@@ -289,8 +281,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   const int cols = g.k / kVec;
   auto scale_col = [&](int kb) { return F == Format::nvfp4 ? kb * 4 + t : kb * 2 + t / 2; };
 
-  float acc[kAcc];
-  std::uint32_t a[2][4][4];  // [buffer][k-step][wgmma A fragment register]
+  float acc[128];
+  std::uint32_t a[2][8][2];  // [buffer][register: 4 k-steps x {lo, hi} slots][row r0 / r0+8]
 
   // Scales are read straight from global memory one k-block ahead of their use.
   unsigned sc0 = load_scale_code<F>(g.sfb, p.layout, r0, scale_col(piece.kb_begin), g.n, cols);
@@ -311,15 +303,23 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           sc0 = load_scale_code<F>(g.sfb, p.layout, r0, scale_col(kb + 1), g.n, cols);
           sc1 = load_scale_code<F>(g.sfb, p.layout, r0 + 8, scale_col(kb + 1), g.n, cols);
         }
-        dequant_row<F, 0>(q0, s0, a[buf]);
-        dequant_row<F, 1>(q1, s1, a[buf]);
+        std::uint32_t d0[8], d1[8];
+        dequant_row<F>(q0, s0, d0);
+        dequant_row<F>(q1, s1, d1);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          a[buf][i][0] = d0[i];
+          a[buf][i][1] = d1[i];
+        }
 
         ptx::fence_registers(acc);
         ptx::wgmma_fence();
         const std::uint32_t act_base = ptx::smem_addr(act_smem + st.stage * C::kActStageBytes);
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          wgmma_rs<F, N8>(acc, a[buf][s], ptx::smem_desc_sw128(act_base + s * 32),
+          // Fragment: a0 (row r0, slots 2t..), a1 (row r0+8), a2 (row r0, slots 2t+8..), a3.
+          const std::uint32_t frag[4] = {a[buf][s][0], a[buf][s][1], a[buf][4 + s][0], a[buf][4 + s][1]};
+          wgmma_rs<F, N8>(acc, frag, ptx::smem_desc_sw128(act_base + s * 32),
                           (kb > piece.kb_begin || s > 0) ? 1 : 0);
         }
         ptx::wgmma_commit();
