@@ -1,0 +1,496 @@
+// grouped_gemm for Python: memoised fast path, plan cache, host reference path, bound plans.
+#include "grouped.hpp"
+
+#include <cstring>
+#include <span>
+#include <string_view>
+
+#include "fp4gemm/reference.hpp"
+
+namespace fp4gemm::python {
+
+namespace {
+
+// ---- option parsing ------------------------------------------------------------------------------
+
+// The name of an option value: a str, a type's __name__ (np.float16), or str(obj) (torch.float16,
+// np.dtype) without its "torch." prefix.
+std::string option_text(nb::handle h) {
+  std::string s;
+  if (PyUnicode_Check(h.ptr())) {
+    s = nb::cast<std::string>(h);
+  } else if (PyType_Check(h.ptr()) && nb::hasattr(h, "__name__")) {
+    s = nb::cast<std::string>(h.attr("__name__"));
+  } else {
+    s = nb::cast<std::string>(nb::str(h));
+  }
+  if (s.starts_with("torch.")) s = s.substr(6);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+std::string repr_text(nb::handle h) { return nb::cast<std::string>(nb::repr(h)); }
+
+// ---- argument gathering ----------------------------------------------------------------------------
+
+struct Seq {
+  nb::object list;  // PySequence_Fast result (owns references to the items)
+  Py_ssize_t size = 0;
+  PyObject** items = nullptr;
+};
+
+Seq as_seq(nb::handle h, const char* arg, TensorReader& reader) {
+  Seq s;
+  if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
+    s.list = nb::borrow(h);
+  } else {
+    if (h.is_none()) throw Error(arg, -1, "is None; expected a list of arrays, one per group");
+    if (reader.is_torch(h) || nb::hasattr(h, "__dlpack__"))
+      throw Error(arg, -1, "is a single array; expected a list (or tuple) of arrays, one per group");
+    PyObject* f = PySequence_Fast(h.ptr(), "");
+    if (!f) {
+      PyErr_Clear();
+      throw Error(arg, -1, "must be a list or tuple of arrays (one per group), got " +
+                               std::string(Py_TYPE(h.ptr())->tp_name));
+    }
+    s.list = nb::steal(f);
+  }
+  s.size = PySequence_Fast_GET_SIZE(s.list.ptr());
+  s.items = PySequence_Fast_ITEMS(s.list.ptr());
+  return s;
+}
+
+inline constexpr int kPerGroup = 5;  // a, b, sfa, sfb, c
+const char* const kNames[kPerGroup] = {"a", "b", "sfa", "sfb", "c"};
+
+struct Args {
+  Seq seqs[kPerGroup];
+  int groups = 0;
+  std::vector<PyObject*> objects;  // group-major: a, b, sfa, sfb, c of group 0, then group 1, ...
+};
+
+Args gather(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, TensorReader& reader) {
+  Args args;
+  const nb::handle in[kPerGroup] = {a, b, sfa, sfb, c};
+  for (int i = 0; i < kPerGroup; ++i) args.seqs[i] = as_seq(in[i], kNames[i], reader);
+  const Py_ssize_t g = args.seqs[0].size;
+  for (int i = 1; i < kPerGroup; ++i)
+    if (args.seqs[i].size != g)
+      throw Error(kNames[i], -1, "has " + std::to_string(args.seqs[i].size) + " entries but a has " +
+                                     std::to_string(g) + "; every list needs one entry per group");
+  if (g > INT32_MAX) throw Error("a", -1, "too many groups");
+  args.groups = static_cast<int>(g);
+  args.objects.resize(static_cast<std::size_t>(g) * kPerGroup);
+  for (Py_ssize_t j = 0; j < g; ++j)
+    for (int i = 0; i < kPerGroup; ++i) args.objects[j * kPerGroup + i] = args.seqs[i].items[j];
+  return args;
+}
+
+// ---- alpha -------------------------------------------------------------------------------------------
+
+enum class AlphaKind : std::uint8_t { none, values, device, host_array };
+
+struct Alpha {
+  AlphaKind kind = AlphaKind::none;
+  std::vector<float> values;  // kind == values / host_array: one per group
+  TensorView view;            // kind == device / host_array
+};
+
+std::vector<float> alpha_values_of(nb::handle alpha, int groups) {
+  std::vector<float> v;
+  if (PyFloat_Check(alpha.ptr()) || PyLong_Check(alpha.ptr())) {
+    v.assign(groups, static_cast<float>(PyFloat_AsDouble(alpha.ptr())));
+    if (PyErr_Occurred()) throw nb::python_error();
+    return v;
+  }
+  Seq s;
+  s.list = nb::borrow(alpha);
+  s.size = PySequence_Fast_GET_SIZE(alpha.ptr());
+  s.items = PySequence_Fast_ITEMS(alpha.ptr());
+  if (s.size != groups)
+    throw Error("alpha", -1, "has " + std::to_string(s.size) + " values for " + std::to_string(groups) + " groups");
+  v.resize(groups);
+  for (int g = 0; g < groups; ++g) {
+    const double x = PyFloat_AsDouble(s.items[g]);
+    if (x == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw Error("alpha", g, "alpha[" + std::to_string(g) + "] is not a number: " + repr_text(s.items[g]));
+    }
+    v[g] = static_cast<float>(x);
+  }
+  return v;
+}
+
+bool alpha_is_number_list(nb::handle alpha) {
+  return PyFloat_Check(alpha.ptr()) || PyLong_Check(alpha.ptr()) || PyList_Check(alpha.ptr()) ||
+         PyTuple_Check(alpha.ptr());
+}
+
+Alpha read_alpha(nb::handle alpha, int groups, TensorReader& reader, Keepalive& keep) {
+  Alpha a;
+  if (alpha.is_none()) return a;
+  if (alpha_is_number_list(alpha)) {
+    a.kind = AlphaKind::values;
+    a.values = alpha_values_of(alpha, groups);
+    return a;
+  }
+  a.view = reader.read(alpha, "alpha", -1, /*writable=*/false, keep);
+  const TensorView& t = a.view;
+  if (t.dtype != DType::f32) throw Error("alpha", -1, std::string("must be float32, got ") + to_string(t.dtype));
+  if (t.numel() != groups)
+    throw Error("alpha", -1, "has " + std::to_string(t.numel()) + " values (shape " + t.shape_text() + ") for " +
+                                 std::to_string(groups) + " groups");
+  int dims = 0;
+  for (int i = 0; i < t.ndim; ++i) dims += t.shape[i] > 1;
+  if (dims > 1) throw Error("alpha", -1, "must be 1-D, got shape " + t.shape_text());
+  if (t.cuda) {
+    a.kind = AlphaKind::device;
+  } else {
+    a.kind = AlphaKind::host_array;
+    std::int64_t stride = 1;
+    for (int i = 0; i < t.ndim; ++i)
+      if (t.shape[i] > 1) stride = t.strides[i];
+    a.values.resize(groups);
+    const float* p = reinterpret_cast<const float*>(t.ptr);
+    for (int g = 0; g < groups; ++g) a.values[g] = p[g * stride];
+  }
+  return a;
+}
+
+std::int64_t alpha_stride(const TensorView& t) {
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] > 1) return t.strides[i];
+  return 1;
+}
+
+std::uint64_t float_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+}  // namespace
+
+// ---- option parsing (public) ---------------------------------------------------------------------
+
+Format parse_format(nb::handle h) {
+  const std::string s = option_text(h);
+  if (s == "nvfp4") return Format::nvfp4;
+  if (s == "mxfp4") return Format::mxfp4;
+  throw Error("format", -1, "must be 'nvfp4' or 'mxfp4', got " + repr_text(h));
+}
+
+ScaleLayout parse_layout(nb::handle h) {
+  const std::string s = option_text(h);
+  if (s == "linear") return ScaleLayout::linear;
+  if (s == "blocked" || s == "swizzled" || s == "reordered") return ScaleLayout::blocked;
+  throw Error("scale_layout", -1, "must be 'linear' or 'blocked', got " + repr_text(h));
+}
+
+OutType parse_out(nb::handle h) {
+  const std::string s = option_text(h);
+  if (s == "float16" || s == "f16" || s == "fp16" || s == "half") return OutType::f16;
+  if (s == "bfloat16" || s == "bf16") return OutType::bf16;
+  if (s == "float32" || s == "f32" || s == "fp32" || s == "float") return OutType::f32;
+  throw Error("out_dtype", -1, "must be 'float16', 'bfloat16' or 'float32', got " + repr_text(h));
+}
+
+Backend parse_backend(nb::handle h, Backend fallback) {
+  if (h.is_none()) return fallback;
+  const std::string s = option_text(h);
+  if (s == "auto" || s == "automatic") return Backend::automatic;
+  if (s == "fast") return Backend::fast;
+  if (s == "reference") return Backend::reference;
+  throw Error("backend", -1, "must be 'auto', 'fast' or 'reference', got " + repr_text(h));
+}
+
+// ---- Binding ------------------------------------------------------------------------------------------
+
+Binding& Binding::get() {
+  static Binding* b = new Binding();  // leaked on purpose: plans must not be freed after CUDA shuts down
+  return *b;
+}
+
+Binding::Binding() : plans_(64), memo_(64) {}
+
+CacheStats Binding::stats() const {
+  CacheStats s;
+  s.plans = plans_.size();
+  s.memo = memo_.size();
+  s.pinned = plans_.pinned();
+  s.capacity = plans_.capacity();
+  s.hits = hits_;
+  s.misses = misses_;
+  s.memo_hits = memo_hits_;
+  return s;
+}
+
+void Binding::clear_cache(bool pinned) {
+  memo_.clear();
+  plans_.clear(pinned);
+  hits_ = misses_ = memo_hits_ = 0;
+}
+
+void Binding::set_capacity(std::size_t n) {
+  if (n < 1) throw Error("capacity", -1, "must be at least 1");
+  plans_.set_capacity(n);
+  memo_.set_capacity(n);
+  memo_.evict_to_capacity();
+}
+
+bool Binding::is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();  // e.g. the legacy stream while another thread captures
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+cudaStream_t Binding::resolve_stream(nb::handle stream, Framework f, int device) {
+  std::uintptr_t s = 0;
+  if (stream.is_none()) {
+    s = reader_.current_stream(f, device);
+  } else if (PyLong_Check(stream.ptr())) {
+    s = nb::cast<std::uintptr_t>(stream);
+  } else if (nb::hasattr(stream, "cuda_stream")) {  // torch.cuda.Stream
+    s = nb::cast<std::uintptr_t>(stream.attr("cuda_stream"));
+  } else if (nb::hasattr(stream, "__cuda_stream__")) {  // CUDA stream protocol: (version, handle)
+    nb::object t = stream.attr("__cuda_stream__")();
+    s = nb::cast<std::uintptr_t>(t[1]);
+  } else if (nb::hasattr(stream, "ptr")) {  // cupy.cuda.Stream
+    s = nb::cast<std::uintptr_t>(stream.attr("ptr"));
+  } else {
+    throw Error("stream", -1, "must be None, an int (cudaStream_t) or a stream object (torch.cuda.Stream, "
+                              "cupy.cuda.Stream, __cuda_stream__), got " + repr_text(stream));
+  }
+  return reinterpret_cast<cudaStream_t>(s);
+}
+
+Prepared Binding::prepare(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
+                          nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend,
+                          Keepalive& keep, std::vector<PyObject*>* objects) {
+  Prepared p;
+  p.options = CallOptions{parse_format(format), parse_layout(scale_layout), parse_out(out_dtype),
+                          parse_backend(backend, default_backend_)};
+  Args args = gather(a, b, sfa, sfb, c, reader_);
+  const int n = args.groups;
+  std::vector<GroupViews> views(n);
+  for (int g = 0; g < n; ++g) {
+    PyObject** o = &args.objects[static_cast<std::size_t>(g) * kPerGroup];
+    GroupViews& v = views[g];
+    v.a = reader_.read(o[0], "a[" + std::to_string(g) + "]", g, false, keep);
+    v.b = reader_.read(o[1], "b[" + std::to_string(g) + "]", g, false, keep);
+    v.sfa = reader_.read(o[2], "sfa[" + std::to_string(g) + "]", g, false, keep);
+    v.sfb = reader_.read(o[3], "sfb[" + std::to_string(g) + "]", g, false, keep);
+    v.c = reader_.read(o[4], "c[" + std::to_string(g) + "]", g, true, keep);
+  }
+  const Alpha al = read_alpha(alpha, n, reader_, keep);
+  p.placement = common_placement(views, al.kind == AlphaKind::device ? &al.view : nullptr);
+  if (n > 0) p.framework = views[0].a.framework;
+  p.groups.resize(n);
+  for (int g = 0; g < n; ++g) {
+    GroupDesc& d = p.groups[g];
+    d = describe_group(g, views[g], p.options);
+    if (!al.values.empty()) d.alpha = al.values[g];
+    if (al.kind == AlphaKind::device)
+      d.alpha_device = reinterpret_cast<const float*>(al.view.ptr) + g * alpha_stride(al.view);
+  }
+  // Plan key: everything the plan is bound to.
+  p.key.reserve(6 + 13 * static_cast<std::size_t>(n));
+  p.key.push_back(static_cast<std::uint64_t>(p.options.format));
+  p.key.push_back(static_cast<std::uint64_t>(p.options.layout));
+  p.key.push_back(static_cast<std::uint64_t>(p.options.out));
+  p.key.push_back(static_cast<std::uint64_t>(p.options.backend));
+  p.key.push_back(static_cast<std::uint64_t>(p.placement.device + 1));
+  p.key.push_back(static_cast<std::uint64_t>(n));
+  for (const GroupDesc& d : p.groups) {
+    for (std::uint64_t w : {static_cast<std::uint64_t>(d.m), static_cast<std::uint64_t>(d.n),
+                            static_cast<std::uint64_t>(d.k), reinterpret_cast<std::uint64_t>(d.a),
+                            static_cast<std::uint64_t>(d.lda), reinterpret_cast<std::uint64_t>(d.b),
+                            static_cast<std::uint64_t>(d.ldb), reinterpret_cast<std::uint64_t>(d.sfa),
+                            reinterpret_cast<std::uint64_t>(d.sfb), reinterpret_cast<std::uint64_t>(d.c),
+                            static_cast<std::uint64_t>(d.ldc), float_bits(d.alpha),
+                            reinterpret_cast<std::uint64_t>(d.alpha_device)})
+      p.key.push_back(w);
+  }
+  if (objects) *objects = std::move(args.objects);
+  return p;
+}
+
+PlanPtr Binding::make_plan(const Prepared& p, bool capturing) {
+  Options o;
+  o.format = p.options.format;
+  o.scale_layout = p.options.layout;
+  o.out_type = p.options.out;
+  o.backend = p.options.backend;
+  o.device = p.placement.device;
+  nb::gil_scoped_release release;
+  // Plan set-up allocates and copies; inside a capture that is only legal in relaxed mode (the
+  // set-up is not part of the graph, only the later run() is).
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+  try {
+    auto plan = std::make_shared<const Plan>(std::span<const GroupDesc>(p.groups), o);
+    if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+    return plan;
+  } catch (...) {
+    if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+    throw;
+  }
+}
+
+void Binding::run(const PlanPtr& plan, cudaStream_t stream, bool capturing) {
+  if (capturing) plans_.pin(plan);
+  plan->run(stream);
+}
+
+void Binding::run_host(const Prepared& p, int threads) {
+  if (p.options.backend == Backend::fast)
+    throw Error("backend", -1, "'fast' needs CUDA arrays; host (NumPy) arrays run the CPU reference "
+                               "(backend='auto' or 'reference')");
+  std::vector<reference::HostGroup> hg(p.groups.size());
+  for (std::size_t g = 0; g < p.groups.size(); ++g) {
+    const GroupDesc& d = p.groups[g];
+    hg[g] = reference::HostGroup{d.m, d.n, d.k,
+                                 static_cast<const std::uint8_t*>(d.a), d.lda,
+                                 static_cast<const std::uint8_t*>(d.b), d.ldb,
+                                 static_cast<const std::uint8_t*>(d.sfa), static_cast<const std::uint8_t*>(d.sfb),
+                                 d.c, d.ldc, d.alpha};
+  }
+  nb::gil_scoped_release release;
+  reference::grouped_gemm(hg, p.options.format, p.options.layout, p.options.out, threads);
+}
+
+void Binding::grouped_gemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
+                           nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend,
+                           nb::handle stream, int threads) {
+  const CallOptions options{parse_format(format), parse_layout(scale_layout), parse_out(out_dtype),
+                            parse_backend(backend, default_backend_)};
+  std::vector<std::uint64_t> signature;
+  std::uint64_t sig_hash = 0;
+  bool memoizable = false;
+  {
+    const Args args = gather(a, b, sfa, sfb, c, reader_);
+    if (args.groups == 0) return;
+    if (try_memo(options, alpha, args.objects, stream, signature, sig_hash, memoizable)) return;
+  }
+
+  // ---- full path: read and validate every array, then find or build the plan ------------------
+  Keepalive keep;
+  std::vector<PyObject*> objects;
+  Prepared p = prepare(a, b, sfa, sfb, c, alpha, format, scale_layout, out_dtype, backend, keep, &objects);
+  if (!p.placement.cuda) {
+    run_host(p, threads);
+    return;
+  }
+  const cudaStream_t s = resolve_stream(stream, p.framework, p.placement.device);
+  const bool capturing = is_capturing(s);
+  const std::uint64_t h = hash_words(p.key);
+  PlanPtr plan = plans_.find(p.key, h);
+  if (plan) {
+    ++hits_;
+  } else {
+    ++misses_;
+    plan = make_plan(p, capturing);
+    plans_.insert(p.key, h, plan, /*may_evict=*/!capturing);
+  }
+  if (memoizable) remember(std::move(signature), sig_hash, objects, plan, p.placement.device, capturing);
+  run(plan, s, capturing);
+}
+
+void Binding::remember(std::vector<std::uint64_t> signature, std::uint64_t hash, const std::vector<PyObject*>& objects,
+                       const PlanPtr& plan, int device, bool capturing) {
+  MemoEntry e;
+  e.hash = hash;
+  e.signature = std::move(signature);
+  e.plan = plan;
+  e.device = device;
+  for (PyObject* o : objects) {
+    nb::object ref = weak_ref(o);
+    if (ref.is_none()) return;  // not weak-referenceable: never memoised
+    e.refs.push_back(std::move(ref));
+    // Read through the same probes as the hit path, so both sides compare alike.
+    e.ptrs.push_back(reader_.torch_data_ptr(o));
+    nb::object shape = nb::borrow(o).attr("shape");
+    const int nd = static_cast<int>(nb::len(shape));
+    e.ndims.push_back(nd);
+    for (int i = 0; i < nd; ++i) e.dims.push_back(nb::cast<std::int64_t>(shape[i]));
+  }
+  memo_.insert(std::move(e), /*may_evict=*/!capturing);
+}
+
+bool Binding::try_memo(const CallOptions& o, nb::handle alpha, const std::vector<PyObject*>& objects,
+                       nb::handle stream, std::vector<std::uint64_t>& signature, std::uint64_t& hash,
+                       bool& memoizable) {
+  memoizable = false;
+  // Only torch tensors (cheap probes) with alpha given as numbers; alpha arrays take the full path.
+  if (!alpha.is_none() && !alpha_is_number_list(alpha)) return false;
+  for (PyObject* obj : objects)
+    if (!reader_.is_torch(obj)) return false;
+  const int groups = static_cast<int>(objects.size() / kPerGroup);
+
+  signature.reserve(8 + objects.size() + groups);
+  signature.push_back(static_cast<std::uint64_t>(o.format));
+  signature.push_back(static_cast<std::uint64_t>(o.layout));
+  signature.push_back(static_cast<std::uint64_t>(o.out));
+  signature.push_back(static_cast<std::uint64_t>(o.backend));
+  signature.push_back(static_cast<std::uint64_t>(groups));
+  if (alpha.is_none()) {
+    signature.push_back(0);
+  } else {
+    signature.push_back(1);
+    for (float v : alpha_values_of(alpha, groups)) signature.push_back(float_bits(v));
+  }
+  for (PyObject* obj : objects) signature.push_back(reinterpret_cast<std::uint64_t>(obj));
+  hash = hash_words(signature);
+  memoizable = true;
+
+  MemoEntry* e = memo_.find(signature, hash);
+  if (!e) return false;
+  // Same objects as before: check they are the same live tensors, still at the same address
+  // with the same shape (in-place resize_/set_ change one of those).
+  bool valid = e->refs.size() == objects.size();
+  std::size_t off = 0;
+  for (std::size_t i = 0; valid && i < objects.size(); ++i) {
+    valid = weak_ref_is(e->refs[i], objects[i]) && reader_.torch_data_ptr(objects[i]) == e->ptrs[i] &&
+            reader_.torch_shape_equals(objects[i], &e->dims[off], e->ndims[i]);
+    off += e->ndims[i];
+  }
+  if (!valid) {
+    memo_.erase_front();  // find() moved it to the front
+    return false;
+  }
+  ++memo_hits_;
+  const cudaStream_t s = resolve_stream(stream, Framework::torch, e->device);
+  run(e->plan, s, is_capturing(s));
+  return true;
+}
+
+// ---- BoundGemm ------------------------------------------------------------------------------------------
+
+BoundGemm::BoundGemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
+                     nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend) {
+  Binding& bind = Binding::get();
+  Keepalive keep;
+  std::vector<PyObject*> objects;
+  const Prepared p = bind.prepare(a, b, sfa, sfb, c, alpha, format, scale_layout, out_dtype, backend, keep, &objects);
+  if (!p.placement.cuda && !p.groups.empty())
+    throw Error("a", -1, "GroupedGemm needs CUDA arrays; for host (NumPy) arrays call fp4gemm.grouped_gemm, "
+                         "which runs the CPU reference");
+  for (PyObject* o : objects) refs_.append(nb::borrow(o));
+  if (!alpha.is_none()) refs_.append(nb::borrow(alpha));
+  c_ = nb::borrow(c);
+  framework_ = p.framework;
+  device_ = p.placement.device;
+  if (!p.groups.empty()) plan_ = bind.make_plan(p, /*capturing=*/false);
+}
+
+void BoundGemm::run(nb::handle stream) const {
+  if (!plan_) return;
+  Binding& bind = Binding::get();
+  const cudaStream_t s = bind.resolve_stream(stream, framework_, device_);
+  bind.run(plan_, s, Binding::is_capturing(s));
+}
+
+}  // namespace fp4gemm::python

@@ -1,0 +1,95 @@
+// The Python-facing grouped GEMM: argument parsing, the cached fast path, the host reference
+// path, and GroupedGemm (a plan bound once to its arrays).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "groups.hpp"
+#include "plan_cache.hpp"
+#include "tensor_view.hpp"
+
+namespace fp4gemm::python {
+
+// Everything one call resolves from its arguments.
+struct Prepared {
+  CallOptions options;
+  std::vector<GroupDesc> groups;
+  Placement placement;
+  Framework framework = Framework::other;  // of a[0]; decides the default stream
+  std::vector<std::uint64_t> key;          // plan-cache key (CUDA calls)
+};
+
+class Binding {
+ public:
+  static Binding& get();
+
+  // fp4gemm.grouped_gemm minus output allocation (c is required here).
+  void grouped_gemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
+                    nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend,
+                    nb::handle stream, int threads);
+
+  // Resolves arguments for a CUDA plan without running anything (GroupedGemm).
+  Prepared prepare(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
+                   nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend,
+                   Keepalive& keep, std::vector<PyObject*>* objects);
+  PlanPtr make_plan(const Prepared& p, bool capturing);
+  // Enqueues `plan`, pinning it when the stream is being captured.
+  void run(const PlanPtr& plan, cudaStream_t stream, bool capturing);
+  cudaStream_t resolve_stream(nb::handle stream, Framework f, int device);
+  static bool is_capturing(cudaStream_t stream);
+
+  void set_default_backend(Backend b) { default_backend_ = b; }
+  Backend default_backend() const { return default_backend_; }
+  CacheStats stats() const;
+  void clear_cache(bool pinned);
+  void set_capacity(std::size_t n);
+
+  TensorReader& reader() { return reader_; }
+
+ private:
+  Binding();
+  bool try_memo(const CallOptions& o, nb::handle alpha, const std::vector<PyObject*>& objects,
+                nb::handle stream, std::vector<std::uint64_t>& signature, std::uint64_t& hash, bool& memoizable);
+  void remember(std::vector<std::uint64_t> signature, std::uint64_t hash, const std::vector<PyObject*>& objects,
+                const PlanPtr& plan, int device, bool capturing);
+  void run_host(const Prepared& p, int threads);
+
+  TensorReader reader_;
+  PlanCache plans_;
+  CallMemo memo_;
+  Backend default_backend_ = Backend::automatic;
+  std::uint64_t hits_ = 0, misses_ = 0, memo_hits_ = 0;
+};
+
+// Options parsing shared with the module (ValueError on unknown names).
+Format parse_format(nb::handle h);
+ScaleLayout parse_layout(nb::handle h);
+OutType parse_out(nb::handle h);
+Backend parse_backend(nb::handle h, Backend fallback);
+
+// fp4gemm.GroupedGemm: a plan bound to its arrays (kept alive), run with little host work.
+class BoundGemm {
+ public:
+  BoundGemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
+            nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend);
+  void run(nb::handle stream) const;
+  std::string kernel_name() const { return plan_->kernel_name(); }
+  std::string describe() const { return plan_->describe(); }
+  double flops() const { return plan_->flops(); }
+  double min_bytes() const { return plan_->min_bytes(); }
+  int num_groups() const { return plan_->num_groups(); }
+  nb::object outputs() const { return c_; }
+
+ private:
+  PlanPtr plan_;
+  nb::list refs_;  // the arrays the plan points into
+  nb::object c_;
+  Framework framework_ = Framework::other;
+  int device_ = -1;
+};
+
+}  // namespace fp4gemm::python

@@ -1,0 +1,134 @@
+// fp4gemm._fp4gemm: the nanobind extension behind the `fp4gemm` Python package.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string_view>
+
+#include "fp4gemm/fp4gemm.hpp"
+#include "grouped.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace fp4gemm::python {
+void bind_formats(nb::module_& m);
+}
+
+namespace {
+
+using fp4gemm::python::Binding;
+using fp4gemm::python::BoundGemm;
+
+PyObject* g_argument_error = nullptr;  // fp4gemm.ArgumentError(ValueError)
+PyObject* g_device_error = nullptr;    // fp4gemm.DeviceError(RuntimeError)
+
+// fp4gemm::Error has no kind; CUDA failures carry FP4GEMM_CUDA_CHECK's "... failed: cudaError..."
+// text, and the remaining environment failures name the device, the backend or the launch.
+bool is_runtime_failure(const fp4gemm::Error& e) {
+  if (std::string_view(e.what()).find(" failed: cuda") != std::string_view::npos) return true;
+  const std::string& a = e.argument();
+  return a == "device" || a == "run" || a == "plan" || a == "options.backend" || a == "options.device";
+}
+
+void translate(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const fp4gemm::Error& e) {
+    PyObject* type = is_runtime_failure(e) ? g_device_error : g_argument_error;
+    PyObject* exc = PyObject_CallFunction(type, "s", e.what());
+    if (!exc) return;  // the failure to build it is the pending error
+    PyObject* arg = PyUnicode_FromString(e.argument().c_str());
+    PyObject* group = PyLong_FromLong(e.group());
+    if (arg) PyObject_SetAttrString(exc, "argument", arg);
+    if (group) PyObject_SetAttrString(exc, "group", group);
+    Py_XDECREF(arg);
+    Py_XDECREF(group);
+    PyErr_SetObject(type, exc);
+    Py_DECREF(exc);
+  }
+}
+
+nb::dict device_info(int device) {
+  const fp4gemm::DeviceInfo d = fp4gemm::device_info(device);
+  nb::dict r;
+  r["index"] = d.index;
+  r["name"] = d.name;
+  r["sm"] = nb::make_tuple(d.sm_major, d.sm_minor);
+  r["multiprocessors"] = d.multiprocessors;
+  r["l2_bytes"] = d.l2_bytes;
+  r["smem_per_block_optin"] = d.smem_per_block_optin;
+  r["has_fast_kernel"] = d.has_fast_kernel;
+  return r;
+}
+
+}  // namespace
+
+NB_MODULE(_fp4gemm, m) {
+  m.doc() = "fp4gemm native extension (use the `fp4gemm` package)";
+
+  g_argument_error = PyErr_NewExceptionWithDoc(
+      "fp4gemm.ArgumentError",
+      "An invalid argument (shape, dtype, stride, device, option). `argument` names it, `group` is its group or -1.",
+      PyExc_ValueError, nullptr);
+  g_device_error = PyErr_NewExceptionWithDoc(
+      "fp4gemm.DeviceError",
+      "A CUDA failure or an unusable device / backend. `argument` names the step, `group` is -1.",
+      PyExc_RuntimeError, nullptr);
+  m.attr("ArgumentError") = nb::handle(g_argument_error);
+  m.attr("DeviceError") = nb::handle(g_device_error);
+  nb::register_exception_translator(&translate);
+
+  m.def("grouped_gemm",
+        [](nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
+           nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend, nb::handle stream,
+           int threads) {
+          Binding::get().grouped_gemm(a, b, sfa, sfb, c, alpha, format, scale_layout, out_dtype, backend, stream,
+                                      threads);
+        },
+        "a"_a, "b"_a, "sfa"_a, "sfb"_a, "c"_a, "alpha"_a = nb::none(), "format"_a = "nvfp4",
+        "scale_layout"_a = "linear", "out_dtype"_a = "float16", "backend"_a = nb::none(), "stream"_a = nb::none(),
+        "threads"_a = 0,
+        "Grouped GEMM into preallocated outputs `c` (see fp4gemm.grouped_gemm).");
+
+  nb::class_<BoundGemm>(m, "GroupedGemm",
+                        "A plan bound once to its arrays; run() only enqueues the kernel. The arrays are kept "
+                        "alive; their contents may change between runs, their shapes and addresses may not.")
+      .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
+                    nb::handle, nb::handle>(),
+           "a"_a, "b"_a, "sfa"_a, "sfb"_a, "c"_a, "alpha"_a = nb::none(), "format"_a = "nvfp4",
+           "scale_layout"_a = "linear", "out_dtype"_a = "float16", "backend"_a = nb::none())
+      .def("run", &BoundGemm::run, "stream"_a = nb::none(), "Enqueue on `stream` (default: the framework's current stream).")
+      .def("__call__", &BoundGemm::run, "stream"_a = nb::none())
+      .def_prop_ro("kernel_name", &BoundGemm::kernel_name)
+      .def_prop_ro("flops", &BoundGemm::flops)
+      .def_prop_ro("min_bytes", &BoundGemm::min_bytes)
+      .def_prop_ro("num_groups", &BoundGemm::num_groups)
+      .def_prop_ro("outputs", &BoundGemm::outputs)
+      .def("describe", &BoundGemm::describe);
+
+  m.def("device_count", &fp4gemm::device_count, "Number of usable CUDA devices (0 without a GPU or driver).");
+  m.def("device_info", &device_info, "device"_a = -1, "Name, compute capability, SMs, L2, fast-kernel support.");
+
+  m.def("plan_cache_info", []() {
+    const auto s = Binding::get().stats();
+    nb::dict r;
+    r["plans"] = s.plans;
+    r["memo"] = s.memo;
+    r["pinned"] = s.pinned;
+    r["capacity"] = s.capacity;
+    r["hits"] = s.hits;
+    r["misses"] = s.misses;
+    r["memo_hits"] = s.memo_hits;
+    return r;
+  }, "Sizes and hit counts of the plan cache.");
+  m.def("clear_plan_cache", [](bool pinned) { Binding::get().clear_cache(pinned); }, "pinned"_a = false,
+        "Drop cached plans (and, with pinned=True, the plans captured in CUDA graphs: only when those graphs are gone).");
+  m.def("set_plan_cache_capacity", [](std::size_t n) { Binding::get().set_capacity(n); }, "capacity"_a,
+        "Maximum number of cached plans (LRU; default 64).");
+  m.def("set_default_backend", [](nb::handle b) {
+    Binding::get().set_default_backend(fp4gemm::python::parse_backend(b, fp4gemm::Backend::automatic));
+  }, "backend"_a, "Backend used when a call passes backend=None: 'auto', 'fast' or 'reference'.");
+  m.def("get_default_backend", []() { return std::string(fp4gemm::to_string(Binding::get().default_backend())); });
+
+  fp4gemm::python::bind_formats(m);
+}

@@ -1,0 +1,295 @@
+"""GPU tier (torch + CUDA): bit-exactness against torch dequantise-then-matmul, the GPU MODE
+drop-in on the seed cases, CUDA graph replay, torch.compile(fullgraph=True), the plan cache and
+the host overhead. Skipped with the reason "no CUDA device" without one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch", reason="no CUDA device (torch is not installed)")
+
+import fp4gemm  # noqa: E402
+from fp4gemm import gpumode, torch_utils  # noqa: E402
+from fp4gemm.testing import numpy_reference, random_groups, round_to  # noqa: E402
+
+# GPU MODE's test shapes (task.yml) and seed benchmarks.
+GPUMODE_TESTS = [
+    ([96, 128], [128, 256], [256, 512]),
+    ([256, 72], [512, 384], [256, 256]),
+    ([128, 128], [128, 256], [512, 256]),
+    ([80, 128, 256], [384, 256, 128], [256, 512, 256]),
+    ([64, 72, 96], [128, 384, 512], [512, 512, 256]),
+    ([64, 256, 128], [768, 128, 256], [512, 256, 512]),
+    ([128, 128, 64], [256, 512, 512], [768, 256, 768]),
+    ([128] * 4, [128] * 4, [512, 256, 512, 256]),
+    ([40, 56, 384, 512], [512, 384, 256, 128], [256] * 4),
+    ([512, 384, 256, 128], [256] * 4, [512, 768, 512, 768]),
+]
+
+
+def _check_bit_exact(outs, refs):
+    for g, (o, r) in enumerate(zip(outs, refs)):
+        assert o.shape == r.shape, f"group {g}"
+        if not torch.equal(o, r):
+            diff = (o.float() - r.float()).abs()
+            raise AssertionError(f"group {g}: {int((o != r).sum())} elements differ, max |diff| {diff.max().item()}")
+
+
+@pytest.mark.parametrize("case", range(len(GPUMODE_TESTS)))
+def test_gpumode_tests_bit_exact(backend, case):
+    ms, ns, ks = GPUMODE_TESTS[case]
+    data = torch_utils.gpumode_input(ms, ns, ks, seed=1111 + case)
+    refs = torch_utils.gpumode_reference(data)
+    outs = gpumode.custom_kernel(torch_utils.clone_data(data))
+    torch.cuda.synchronize()
+    _check_bit_exact(outs, refs)
+
+
+@pytest.mark.parametrize("case", [1, 2, 3, 4])
+def test_gpumode_seed_cases(backend, case):
+    spec = gpumode.SEED_CASES[case - 1]
+    data = gpumode.generate_input(spec["m"], spec["n"], spec["k"], spec["g"], spec["seed"])
+    refs = torch_utils.gpumode_reference(data)
+    outs = gpumode.custom_kernel(torch_utils.clone_data(data))
+    torch.cuda.synchronize()
+    assert len(outs) == spec["g"]
+    for o, r in zip(outs, refs):  # GPU MODE's rule, then ours (bit-exact)
+        assert torch.allclose(o.float(), r.float(), rtol=1e-3, atol=1e-3)
+    _check_bit_exact(outs, refs)
+
+
+def test_gpumode_batch_l_gt_1(backend):
+    """l = 2, laid out as GPU MODE lays out l (outermost in memory): each batch is one group."""
+    d1 = torch_utils.gpumode_input([128], [256], [256], seed=3)
+    d2 = torch_utils.gpumode_input([128], [256], [256], seed=4)
+    u8 = lambda t: t.view(torch.uint8)  # noqa: E731
+
+    def batch(x, y):  # [rows, cols, 1] x2 -> [rows, cols, 2] with l outermost
+        return torch.stack([u8(x[:, :, 0]), u8(y[:, :, 0])]).permute(1, 2, 0)
+
+    def batch_scales(x, y):  # reordered views x2 -> (32, 4, rm, 4, rk, 2) over (l, rm, rk, 32, 4, 4)
+        rm, rk = x.shape[2], x.shape[4]
+        flat = torch.stack([torch_utils.blocked_flat(u8(x)), torch_utils.blocked_flat(u8(y))])
+        return flat.reshape(2, rm, rk, 32, 4, 4).permute(3, 4, 1, 5, 2, 0)
+
+    (a1, b1, _), (a2, b2, _) = d1[0][0], d2[0][0]
+    (s1a, s1b), (s2a, s2b) = d1[2][0], d2[2][0]
+    c = torch.empty(2, 128, 256, dtype=torch.float16, device="cuda").permute(1, 2, 0)
+    batched = ([(batch(a1, a2), batch(b1, b2), c)], [None], [(batch_scales(s1a, s2a), batch_scales(s1b, s2b))],
+               [(128, 256, 256, 2)])
+    (out,) = gpumode.custom_kernel(batched)
+    torch.cuda.synchronize()
+    _check_bit_exact([out[:, :, 0:1], out[:, :, 1:2]],
+                     torch_utils.gpumode_reference(d1) + torch_utils.gpumode_reference(d2))
+
+
+def _to_cuda(d):
+    t = lambda xs: [torch.from_numpy(np.ascontiguousarray(x)).cuda() for x in xs]  # noqa: E731
+    return t(d.a), t(d.b), t(d.sfa), t(d.sfb)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("layout", ["linear", "blocked"])
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16", "float32"])
+def test_full_range_vs_host_reference(backend, fmt, layout, out_dtype):
+    """All 16 nibbles, wide scale ranges, odd shapes, alpha: within half an output ulp plus the
+    FP32-accumulation bound (K * 2^-23 * sum|terms|) of the exact float64 result."""
+    d = random_groups([1, 0, 77, 200], [8, 64, 136, 256], [64, 128, 256, 512], fmt, layout, values="full", seed=21)
+    a, b, sfa, sfb = _to_cuda(d)
+    alpha = [1.0, 2.0, 0.5, -3.0]
+    outs = fp4gemm.grouped_gemm(a, b, sfa, sfb, alpha=alpha, format=fmt, scale_layout=layout, out_dtype=out_dtype)
+    torch.cuda.synchronize()
+    mant = {"float16": 10, "bfloat16": 7, "float32": 23}[out_dtype]
+    emin = {"float16": -14, "bfloat16": -126, "float32": -126}[out_dtype]
+    for g, (o, r) in enumerate(zip(outs, numpy_reference(d, alpha))):
+        got = o.float().cpu().double().numpy()
+        k = d.a[g].shape[1] * 2
+        da = np.abs(fp4gemm.dequantize(d.a[g], d.sfa_linear[g], fmt).astype(np.float64))
+        db = np.abs(fp4gemm.dequantize(d.b[g], d.sfb_linear[g], fmt).astype(np.float64))
+        slack = k * 2.0**-23 * (da @ db.T) * abs(alpha[g])
+        mag = np.maximum(np.abs(r) + slack, 2.0**emin)
+        ulp = np.exp2(np.floor(np.log2(mag)) - mant)
+        want = round_to(r, out_dtype)
+        ok = np.abs(got - r) <= 0.5 * ulp + slack
+        ok |= np.isinf(want) & (got == want)
+        assert not np.isnan(got).any(), f"group {g}: NaN in the output"
+        assert ok.all(), f"group {g}: {int((~ok).sum())} elements out of bounds"
+
+
+def test_dtype_views_agree(backend):
+    data = torch_utils.gpumode_input([96, 128], [256, 256], [512, 512], seed=5)
+    a, b, sfa, sfb, c = torch_utils.flatten_groups(data)
+    ref = [x.clone() for x in gpumode.custom_kernel(torch_utils.clone_data(data))]
+    u8 = lambda xs: [x.view(torch.uint8) for x in xs]  # noqa: E731
+    c2 = [torch.empty_like(x) for x in c]
+    fp4gemm.grouped_gemm(u8(a), u8(b), u8(sfa), u8(sfb), c2, scale_layout="blocked")
+    # flat blocked scales and 2-D operands
+    flat = lambda xs: [torch_utils.blocked_flat(x.view(torch.uint8)) for x in xs]  # noqa: E731
+    c3 = fp4gemm.grouped_gemm([x[:, :, 0] for x in a], [x[:, :, 0] for x in b], flat(sfa), flat(sfb),
+                              scale_layout="blocked")
+    torch.cuda.synchronize()
+    _check_bit_exact(c2, ref)
+    _check_bit_exact([x.unsqueeze(-1) for x in c3], ref)
+
+
+def test_alpha_device_tensor(backend):
+    data = torch_utils.gpumode_input([64, 128], [128, 128], [256, 256], seed=6)
+    a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
+    base = fp4gemm.grouped_gemm(a, b, sfa, sfb, scale_layout="blocked", out_dtype="float32")
+    alpha = torch.tensor([2.0, -0.5], device="cuda")
+    out = fp4gemm.grouped_gemm(a, b, sfa, sfb, alpha=alpha, scale_layout="blocked", out_dtype="float32")
+    torch.cuda.synchronize()
+    assert torch.equal(out[0], base[0] * 2.0) and torch.equal(out[1], base[1] * -0.5)
+    alpha.fill_(4.0)  # read at run time: same plan, new values
+    out = fp4gemm.grouped_gemm(a, b, sfa, sfb, alpha=alpha, scale_layout="blocked", out_dtype="float32")
+    torch.cuda.synchronize()
+    assert torch.equal(out[1], base[1] * 4.0)
+
+
+def test_plan_cache_and_memo(backend):
+    fp4gemm.clear_plan_cache()
+    data = torch_utils.gpumode_input([64, 128], [128, 256], [256, 256], seed=7)
+    abc = data[0]
+    for i, (a, b, c) in enumerate(abc):  # own (non-view) C tensors, so set_/resize_ below are plain
+        abc[i] = (a, b, torch.empty(c.shape, dtype=c.dtype, device=c.device))
+    for _ in range(5):
+        gpumode.custom_kernel(data)
+    info = fp4gemm.plan_cache_info()
+    assert info["misses"] == 1 and info["memo_hits"] == 4, info
+    # New storage behind the same tensor object is noticed, not reused blindly.
+    c0 = abc[0][2]
+    c0.set_(torch.empty_like(c0))
+    gpumode.custom_kernel(data)
+    assert fp4gemm.plan_cache_info()["misses"] == 2
+    # So is an in-place shape change: validated again, and refused.
+    c0.resize_(63, 128, 1)
+    with pytest.raises(ValueError, match=r"c\[0\]: has shape \(63, 128, 1\)"):
+        gpumode.custom_kernel(data)
+    fp4gemm.set_plan_cache_capacity(2)
+    for s in range(4):
+        gpumode.custom_kernel(torch_utils.gpumode_input([64], [128], [256], seed=100 + s))
+    assert fp4gemm.plan_cache_info()["plans"] <= 2
+    fp4gemm.set_plan_cache_capacity(64)
+
+
+def test_cuda_graph_replay(backend):
+    shapes = ([80, 176, 128], [256] * 3, [512] * 3)
+    data = torch_utils.gpumode_input(*shapes, seed=8)
+    a, b, sfa, sfb, c = torch_utils.flatten_groups(data)
+    # Direct API: warm up (builds the plan), capture, then replay with new input values.
+    fp4gemm.grouped_gemm(a, b, sfa, sfb, c, scale_layout="blocked")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, c, scale_layout="blocked")
+    fresh = torch_utils.gpumode_input(*shapes, seed=9)
+    fa, fb, fsa, fsb, _ = torch_utils.flatten_groups(fresh)
+    for x, y in zip(a + b + sfa + sfb, fa + fb + fsa + fsb):
+        x.view(torch.uint8).copy_(y.view(torch.uint8))
+    for cc in c:
+        cc.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check_bit_exact(c, torch_utils.gpumode_reference(fresh))
+    assert fp4gemm.plan_cache_info()["pinned"] >= 1
+
+
+def test_cuda_graph_capture_of_the_op_without_warmup(backend):
+    """The functional op allocates C inside the graph's pool: its plan is first built during the
+    capture (outside the graph, in relaxed capture mode) and pinned."""
+    from fp4gemm import ops
+
+    data = torch_utils.gpumode_input([64, 192], [256, 256], [256, 256], seed=10)
+    a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
+    a2, b2 = [x[:, :, 0] for x in a], [x[:, :, 0] for x in b]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ops.grouped_gemm(a2, b2, sfa, sfb, scale_layout="blocked")
+        out_b = [torch.empty(x.shape[0], y.shape[0], dtype=torch.float16, device="cuda") for x, y in zip(a2, b2)]
+        ops.grouped_gemm_out(a2, b2, sfa, sfb, out_b, scale_layout="blocked")
+    graph.replay()
+    torch.cuda.synchronize()
+    refs = [r[:, :, 0] for r in torch_utils.gpumode_reference(data)]
+    _check_bit_exact(out, refs)
+    _check_bit_exact(out_b, refs)
+
+
+def test_torch_compile_fullgraph(backend):
+    from fp4gemm import ops
+
+    data = torch_utils.gpumode_input([80, 128], [256, 256], [512, 512], seed=11)
+    a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
+    a2, b2 = [x[:, :, 0] for x in a], [x[:, :, 0] for x in b]
+
+    def fn(a, b, sfa, sfb, alpha):
+        outs = ops.grouped_gemm(a, b, sfa, sfb, alpha_tensor=alpha, scale_layout="blocked", out_dtype=torch.float32)
+        return [o * 2.0 + 1.0 for o in outs]
+
+    alpha = torch.tensor([1.0, 0.5], device="cuda")
+    eager = fn(a2, b2, sfa, sfb, alpha)
+    compiled = torch.compile(fn, fullgraph=True)
+    got = compiled(a2, b2, sfa, sfb, alpha)
+    torch.cuda.synchronize()
+    _check_bit_exact(got, eager)
+
+
+def test_opcheck(backend):
+    data = torch_utils.gpumode_input([64, 128], [128, 128], [256, 256], seed=12)
+    a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
+    a2, b2 = [x[:, :, 0].view(torch.uint8) for x in a], [x[:, :, 0].view(torch.uint8) for x in b]
+    args = (a2, b2, sfa, sfb, None, None, "nvfp4", "blocked", torch.float16, "")
+    torch.library.opcheck(torch.ops.fp4gemm.grouped_gemm.default, args)
+
+
+def test_errors_on_gpu(backend):
+    data = torch_utils.gpumode_input([64], [128], [256], seed=13)
+    a, b, sfa, sfb, c = torch_utils.flatten_groups(data)
+    with pytest.raises(fp4gemm.ArgumentError, match=r"sfb\[0\]: is on cpu but a\[0\] is on cuda:0"):
+        fp4gemm.grouped_gemm(a, b, sfa, [sfb[0].cpu()], c, scale_layout="blocked")
+    with pytest.raises(ValueError, match=r"a\[0\]: has dtype float16"):
+        fp4gemm.grouped_gemm([c[0]], b, sfa, sfb, c, scale_layout="blocked")
+    if not fp4gemm.device_info()["has_fast_kernel"]:
+        with pytest.raises(fp4gemm.DeviceError, match="no fast kernel"):
+            fp4gemm.grouped_gemm(a, b, sfa, sfb, c, scale_layout="blocked", backend="fast")
+
+
+def test_grouped_gemm_object(backend):
+    data = torch_utils.gpumode_input([80, 176], [256, 256], [512, 512], seed=14)
+    a, b, sfa, sfb, c = torch_utils.flatten_groups(data)
+    g = fp4gemm.GroupedGemm(a, b, sfa, sfb, c, scale_layout="blocked")
+    assert g.num_groups == 2 and g.flops == 2 * (80 + 176) * 256 * 512
+    g.run()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        g()  # the current stream
+    g.run(stream=s)
+    torch.cuda.synchronize()
+    _check_bit_exact(c, torch_utils.gpumode_reference(data))
+
+
+def test_cupy_arrays(backend):
+    cp = pytest.importorskip("cupy", reason="cupy is not installed")
+    d = random_groups([32, 64], 128, 256, seed=15)
+    a, b, sfa, sfb = ([cp.asarray(x) for x in xs] for xs in (d.a, d.b, d.sfa, d.sfb))
+    c = fp4gemm.grouped_gemm(a, b, sfa, sfb)
+    cp.cuda.get_current_stream().synchronize()
+    ref = fp4gemm.grouped_gemm(d.a, d.b, d.sfa, d.sfb)
+    for x, y in zip(c, ref):
+        np.testing.assert_array_equal(cp.asnumpy(x), y)
+
+
+def test_host_overhead_8_groups(backend, capsys):
+    """Prints the host time per call with 8 groups and cached plans (aim: < 10 us)."""
+    from fp4gemm import bench
+
+    r = bench.host_overhead(8)
+    with capsys.disabled():
+        print("\nhost overhead per call, 8 groups, plans cached (us):")
+        for k, v in r.items():
+            if k != "plan_cache":
+                print(f"  {k:<48} {v:7.2f}")
+    assert r["fp4gemm.gpumode.custom_kernel"] < 100.0  # sanity only; the aim is < 10 us
