@@ -1,13 +1,19 @@
 """python -m fp4gemm.bench: GPU MODE's seed cases, timed the way GPU MODE's harness times them.
 
-For every case, 15 different inputs (GPU MODE-style data) run back to back after an L2 flush,
-between two CUDA events, host overhead included; the time per call is the span / 15, and the
-report gives the mean and median over the repetitions. In the same run and the same way:
+For every case, 15 different inputs (GPU MODE-style data, seeds seed+42, seed+84, ...) run back to
+back after an L2 flush, between two CUDA events, host overhead included; the time per call is the
+span / 15, and the report gives the mean and median over the repetitions. In the same run, on the
+same inputs and timed the same way:
   * torch._grouped_mm, bf16, on operands dequantised in advance (A stacked [sum M, K], B [G, N, K]);
-  * torch._scaled_grouped_mm, FP8 e4m3 with unit row-wise scales, on operands converted in advance.
-A peer that fails (missing op, unsupported GPU) is reported as "unavailable".
+  * torch._scaled_grouped_mm, FP8 e4m3 with unit row-wise scales, on operands converted in advance
+    (GPU MODE's values are exact in e4m3).
+Each peer's result on the first input is checked against fp4gemm's. A peer that is missing from
+this torch or fails on this GPU is reported as "n/a" with the reason; the run goes on.
 
-Then the host overhead per call with 8 groups (plans cached), for each entry point.
+Then the plan-build time on a cache miss and the host overhead per call with 8 groups (plans
+cached; aim < 10 us) for each entry point. --fresh-data also times fp4gemm on fresh copies of the
+inputs in every repetition (as GPU MODE's newer harness clones its data), so every call misses
+the plan cache. --json FILE writes everything, GPU name included.
 """
 
 from __future__ import annotations
@@ -19,37 +25,56 @@ import sys
 import time
 from typing import Callable, List, Optional, Sequence
 
-import torch
+try:  # --help works without torch; main() says clearly that the benchmark needs it
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
 
 import fp4gemm
-from fp4gemm import gpumode, torch_utils
+from fp4gemm import gpumode
+
+if torch is not None:
+    from fp4gemm import torch_utils
+
+PEERS = ("torch._grouped_mm bf16", "torch._scaled_grouped_mm fp8")
 
 
 def _sync():
     torch.cuda.synchronize()
 
 
-def time_back_to_back(fn: Callable, inputs: Sequence, reps: int, flush: torch.Tensor) -> List[float]:
-    """Microseconds per call of fn over all inputs, per repetition (after one warm-up pass)."""
+def time_back_to_back(fn: Callable, inputs: Sequence, reps: int, flush, prepare: Optional[Callable] = None) -> List[float]:
+    """Microseconds per call of fn over all inputs, per repetition (after one warm-up pass).
+
+    Each repetition: (prepare the inputs, untimed), synchronise, overwrite the L2 flush buffer,
+    record an event, call fn on every input back to back, record an event, synchronise.
+    """
     for x in inputs:
         fn(x)
     _sync()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
-    for _ in range(reps):
+    for r in range(reps):
+        batch = prepare(inputs) if prepare is not None else inputs
         _sync()
-        flush.fill_(reps & 0xFF)  # evict the L2
+        flush.fill_(r & 0xFF)  # evict the L2
         start.record()
-        for x in inputs:
+        for x in batch:
             fn(x)
         end.record()
         _sync()
-        times.append(start.elapsed_time(end) * 1e3 / len(inputs))
+        times.append(start.elapsed_time(end) * 1e3 / len(batch))
+        del batch
     return times
 
 
 def _stats(times: List[float]) -> dict:
-    return {"mean_us": statistics.fmean(times), "median_us": statistics.median(times), "min_us": min(times)}
+    return {"mean_us": statistics.fmean(times), "median_us": statistics.median(times), "min_us": min(times),
+            "std_us": statistics.stdev(times) if len(times) > 1 else 0.0, "reps": len(times)}
+
+
+def _na(reason: str) -> dict:
+    return {"status": "n/a", "reason": reason}
 
 
 class _Dense:
@@ -82,18 +107,33 @@ def _peer_scaled_grouped_mm(x: _Dense):
                                     out_dtype=torch.bfloat16)
 
 
-def _try_peer(name: str, make: Callable, fn: Callable, datas, reps, flush) -> dict:
+def _reason(e: BaseException) -> str:
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def _try_peer(op: str, fp8: bool, fn: Callable, datas, reps, flush, expected) -> dict:
+    """Times one torch peer like fp4gemm; {"status": "n/a", "reason"} when it cannot run here."""
+    if not hasattr(torch, op):
+        return _na(f"torch.{op} does not exist in torch {torch.__version__}")
+    dense = None
     try:
-        dense = [make(d) for d in datas]
-        fn(dense[0])
+        dense = [_Dense(d, fp8) for d in datas]
+        out = fn(dense[0])
         _sync()
+        diff = (out.float() - expected.float()).abs().max().item() if out.numel() else 0.0
+        scale = expected.float().abs().max().item() if expected.numel() else 0.0
         r = _stats(time_back_to_back(fn, dense, reps, flush))
+        r["status"] = "ok"
+        # bf16 output vs fp4gemm's f16 output of the same exact product: agree to bf16 rounding
+        r["max_abs_diff_vs_fp4gemm"] = diff
+        r["agrees_with_fp4gemm"] = bool(diff <= 2 ** -7 * scale + 1e-3)
+        return r
+    except Exception as e:  # noqa: BLE001  (a peer may be unsupported on this GPU / torch version)
+        return _na(_reason(e))
+    finally:
         del dense
         torch.cuda.empty_cache()
-        return r
-    except Exception as e:  # noqa: BLE001  (a peer may be missing or unsupported here)
-        torch.cuda.empty_cache()
-        return {"unavailable": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
 
 
 def _resolve_backend(backend: Optional[str], data) -> str:
@@ -112,31 +152,37 @@ def _resolve_backend(backend: Optional[str], data) -> str:
         return "reference"
 
 
-def bench_cases(cases: Sequence[int], inputs: int, reps: int, backend: Optional[str], peers: bool) -> List[dict]:
+def bench_cases(cases: Sequence[int], inputs: int, reps: int, backend: Optional[str], peers: bool,
+                fresh_data: bool = False) -> List[dict]:
     flush = torch_utils.l2_flush_buffer()
     rows = []
     for idx in cases:
         spec = gpumode.SEED_CASES[idx - 1]
-        datas = []
-        for i in range(inputs):
-            datas.append(gpumode.generate_input(spec["m"], spec["n"], spec["k"], spec["g"], spec["seed"] + 42 * (i + 1)))
+        # GPU MODE: input i of a benchmark uses seed + 42 * (i + 1)
+        datas = [gpumode.generate_input(spec["m"], spec["n"], spec["k"], spec["g"], spec["seed"] + 42 * (i + 1))
+                 for i in range(inputs)]
         used = _resolve_backend(backend, datas[0])
         flops = sum(2 * m * n * k for m, n, k in zip(spec["m"], spec["n"], spec["k"]))
         row = {"case": idx, "groups": spec["g"], "m": spec["m"], "n": spec["n"][0], "k": spec["k"][0],
-               "flops": flops, "backend": used}
-        t0 = time.perf_counter()
+               "flops": flops, "inputs": inputs, "backend": used}
+        # Plan build on a cache miss: host time of the first call (validation, plan, enqueue).
         fp4gemm.clear_plan_cache()
-        gpumode.custom_kernel(datas[0])
         _sync()
+        t0 = time.perf_counter()
+        outs = gpumode.custom_kernel(datas[0])
         row["plan_build_us"] = (time.perf_counter() - t0) * 1e6
+        _sync()
+        expected = torch.cat([c[:, :, 0] for c in outs])  # [sum M, N] f16, for the peers' check
         row["fp4gemm"] = _stats(time_back_to_back(gpumode.custom_kernel, datas, reps, flush))
+        if fresh_data:
+            row["fp4gemm fresh data"] = _stats(time_back_to_back(gpumode.custom_kernel, datas, reps, flush,
+                                                                  prepare=torch_utils.clone_data))
         if peers:
-            row["torch._grouped_mm bf16"] = _try_peer("grouped_mm", lambda d: _Dense(d, fp8=False),
-                                                      _peer_grouped_mm, datas, reps, flush)
-            row["torch._scaled_grouped_mm fp8"] = _try_peer("scaled_grouped_mm", lambda d: _Dense(d, fp8=True),
-                                                            _peer_scaled_grouped_mm, datas, reps, flush)
+            row[PEERS[0]] = _try_peer("_grouped_mm", False, _peer_grouped_mm, datas, reps, flush, expected)
+            row[PEERS[1]] = _try_peer("_scaled_grouped_mm", True, _peer_scaled_grouped_mm, datas, reps, flush,
+                                      expected)
         rows.append(row)
-        del datas
+        del datas, outs, expected
         torch.cuda.empty_cache()
     return rows
 
@@ -187,59 +233,98 @@ def host_overhead(groups: int = 8, backend: Optional[str] = None) -> dict:
     return r
 
 
-def _fmt_peer(p: dict) -> str:
-    return p["unavailable"] if "unavailable" in p else f"{p['mean_us']:8.1f} / {p['median_us']:8.1f}"
+# ---- report ---------------------------------------------------------------------------------------
+
+def _fmt(p: dict, notes: List[str]) -> str:
+    if p.get("status") == "n/a":
+        if p["reason"] not in notes:
+            notes.append(p["reason"])
+        return f"n/a [{notes.index(p['reason']) + 1}]"
+    flag = "" if p.get("agrees_with_fp4gemm", True) else " !"
+    return f"{p['mean_us']:8.1f} / {p['median_us']:8.1f}{flag}"
+
+
+def _print_cases(rows: List[dict], inputs: int, reps: int, peers: bool) -> None:
+    print(f"\n{inputs} inputs back to back after an L2 flush, host overhead included; "
+          f"us per call, mean / median of {reps} repetitions")
+    fresh = any("fp4gemm fresh data" in r for r in rows)
+    head = f"{'case':>4} {'G':>2} {'N':>5} {'K':>5} {'backend':>9} {'fp4gemm':>19} {'TFLOP/s':>8}"
+    if fresh:
+        head += f"  {'fp4gemm fresh data':>19}"
+    if peers:
+        head += f"  {'_grouped_mm bf16':>19}  {'_scaled_grouped_mm fp8':>22}"
+    print(head)
+    notes: List[str] = []
+    for r in rows:
+        f = r["fp4gemm"]
+        line = (f"{r['case']:>4} {r['groups']:>2} {r['n']:>5} {r['k']:>5} {r['backend']:>9} "
+                f"{f['mean_us']:8.1f} / {f['median_us']:8.1f} {r['flops'] / f['median_us'] / 1e6:8.1f}")
+        if fresh:
+            line += f"  {_fmt(r['fp4gemm fresh data'], notes):>19}"
+        if peers:
+            line += f"  {_fmt(r[PEERS[0]], notes):>19}  {_fmt(r[PEERS[1]], notes):>22}"
+        print(line)
+    for i, n in enumerate(notes):
+        print(f"  [{i + 1}] {n}")
+    if peers and any(r[p].get("agrees_with_fp4gemm") is False for r in rows for p in PEERS):
+        print("  ! the peer's result on the first input differs from fp4gemm's by more than bf16 rounding")
+    print("plan build on a cache miss (host us, first call): " +
+          ", ".join(f"case {r['case']}: {r['plan_build_us']:.0f}" for r in rows))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fp4gemm.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="1,2,3,4", help="seed cases to run (1-4)")
-    ap.add_argument("--inputs", type=int, default=15, help="inputs run back to back per repetition")
-    ap.add_argument("--reps", type=int, default=30, help="timed repetitions")
+    ap.add_argument("--cases", default="1,2,3,4", help="seed cases to run, from 1-4 (default: all)")
+    ap.add_argument("--inputs", type=int, default=15, help="inputs run back to back per repetition (default 15)")
+    ap.add_argument("--reps", type=int, default=30, help="timed repetitions (default 30)")
     ap.add_argument("--backend", default=None, help="auto / fast / reference (default: the library default, "
                                                     "falling back to reference when auto has no kernel)")
     ap.add_argument("--no-peers", action="store_true", help="skip the torch peers")
+    ap.add_argument("--fresh-data", action="store_true",
+                    help="also time fp4gemm on fresh copies of the inputs every repetition (plan-cache misses)")
     ap.add_argument("--overhead-only", action="store_true", help="only measure the host overhead")
-    ap.add_argument("--json", default=None, help="also write the results to this file")
+    ap.add_argument("--json", metavar="FILE", default=None, help="also write the results to FILE")
     args = ap.parse_args(argv)
 
+    cases = [int(x) for x in args.cases.split(",") if x.strip()]
+    if any(c < 1 or c > len(gpumode.SEED_CASES) for c in cases):
+        ap.error(f"--cases: each case must be in 1..{len(gpumode.SEED_CASES)}")
+    if args.inputs < 1 or args.reps < 2:
+        ap.error("--inputs must be >= 1 and --reps >= 2")
+    if torch is None:
+        print("fp4gemm.bench: needs torch (pip install torch)", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("fp4gemm.bench: no CUDA device", file=sys.stderr)
         return 2
+
     dev = torch.cuda.get_device_name()
-    print(f"fp4gemm {fp4gemm.__version__} on {dev}, torch {torch.__version__}")
-    result = {"device": dev, "torch": torch.__version__}
+    cc = torch.cuda.get_device_capability()
+    info = fp4gemm.device_info()
+    print(f"GPU: {dev} (sm_{cc[0]}{cc[1]}, {info['multiprocessors']} SMs, L2 {info['l2_bytes'] >> 20} MiB, "
+          f"fast kernel: {'yes' if info['has_fast_kernel'] else 'no'})")
+    print(f"fp4gemm {fp4gemm.__version__}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
+          f"Python {sys.version.split()[0]}")
+    result = {"device": dev, "compute_capability": list(cc), "device_info": info, "fp4gemm": fp4gemm.__version__,
+              "torch": torch.__version__, "torch_cuda": torch.version.cuda, "python": sys.version.split()[0],
+              "method": {"inputs": args.inputs, "reps": args.reps, "l2_flush": True, "host_overhead_included": True,
+                         "time_per_call": "span of the back-to-back inputs / inputs"}}
     if not args.overhead_only:
-        cases = [int(x) for x in args.cases.split(",") if x]
-        rows = bench_cases(cases, args.inputs, args.reps, args.backend, not args.no_peers)
+        rows = bench_cases(cases, args.inputs, args.reps, args.backend, not args.no_peers, args.fresh_data)
         result["cases"] = rows
-        print(f"\n{args.inputs} inputs back to back after an L2 flush, host overhead included; "
-              f"us per call, mean / median of {args.reps} repetitions")
-        head = f"{'case':>4} {'G':>2} {'N':>5} {'K':>5} {'backend':>9} {'fp4gemm':>19} {'TFLOP/s':>8}"
-        if not args.no_peers:
-            head += f"  {'_grouped_mm bf16':>19}  {'_scaled_grouped_mm fp8':>22}"
-        print(head)
-        for r in rows:
-            f = r["fp4gemm"]
-            line = (f"{r['case']:>4} {r['groups']:>2} {r['n']:>5} {r['k']:>5} {r['backend']:>9} "
-                    f"{f['mean_us']:8.1f} / {f['median_us']:8.1f} {r['flops'] / f['median_us'] / 1e6:8.1f}")
-            if not args.no_peers:
-                line += (f"  {_fmt_peer(r['torch._grouped_mm bf16']):>19}"
-                         f"  {_fmt_peer(r['torch._scaled_grouped_mm fp8']):>22}")
-            print(line)
-        print("plan build on a cache miss (us): " +
-              ", ".join(f"case {r['case']}: {r['plan_build_us']:.0f}" for r in rows))
+        _print_cases(rows, args.inputs, args.reps, not args.no_peers)
     oh = host_overhead(8, args.backend)
     result["host_overhead_us"] = oh
-    print("\nhost overhead per call, 8 groups, plans cached (us):")
+    print("\nhost overhead per call, 8 groups, plans cached (us; aim < 10):")
     for k, v in oh.items():
         if k != "plan_cache":
             print(f"  {k:<48} {v:7.2f}")
     print(f"  plan cache: {oh['plan_cache']}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
+            json.dump(result, fh, indent=2, default=str)
+        print(f"\nwrote {args.json}")
     return 0
 
 
