@@ -24,7 +24,9 @@ for step in "${steps[@]}"; do
     sass)
       for f in "$BUILD"/CMakeFiles/fp4gemm.dir/src/kernels/sm90/fused_*.cu.o; do
         cuobjdump -sass "$f" > "$OUT/sass_$(basename "$f" .cu.o).txt" 2>&1
-        echo "$(basename "$f"): HGMMA=$(grep -c HGMMA "$OUT/sass_$(basename "$f" .cu.o).txt") LDL/STL=$(grep -cE '\b(LDL|STL)\b' "$OUT/sass_$(basename "$f" .cu.o).txt")"
+        sass="$OUT/sass_$(basename "$f" .cu.o).txt"
+        # A wait-for-all after most HGMMAs means ptxas serialised the wgmma pipeline.
+        echo "$(basename "$f"): HGMMA=$(grep -c HGMMA "$sass") wait-all=$(grep -c 'DEPBAR.LE gsb0, 0x0' "$sass") LDL/STL=$(grep -cE '\b(LDL|STL)\b' "$sass")"
       done ;;
     bench)
       "$BUILD/tools/fp4gemm" bench --suite all --json "$OUT/bench.json" ${BENCH_ARGS:-} 2> "$OUT/bench.err" | tee "$OUT/bench.txt"

@@ -6,6 +6,12 @@
 // its first k-block (the "owner"), which adds the other parts' FP32 partials in a fixed order, so
 // results are deterministic. Owner parts come last in a CTA's range and writer parts first, so
 // no CTA ever waits on work queued behind its own.
+//
+// The kernel compiles one mainloop per token-width class (ceil(tokens / 16): wgmma's N is part
+// of the instruction) and a CTA runs exactly one class: ptxas serialises every wgmma of the
+// kernel when a loop carries state across the class dispatch (C7512, measured). So tiles are
+// bucketed by class, each bucket gets CTAs in proportion to its cost, and stream-K runs inside
+// the bucket.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +45,7 @@ struct SchedulePolicy {
   static constexpr int kRowsPerTile = 128;
   static constexpr int kMaxTokens = 256;
   static constexpr int kBlockK = 64;
+  static constexpr int kWidthClasses = kMaxTokens / 16;  // mainloop instantiations
   // Cost of one k-block of a tile = tokens rounded to 8 + this overhead (dequantising the 128
   // weight rows and the pipeline costs that do not shrink with the token count).
   int kblock_overhead = 32;
@@ -50,12 +57,16 @@ struct Schedule {
   std::vector<WorkPiece> pieces;
   std::vector<int> cta_begin;     // pieces of CTA i: [cta_begin[i], cta_begin[i+1])
   std::vector<int> act_row0;      // per group: first row in the activation workspace
-  int num_ctas = 0;
+  int num_ctas = 0;               // >= 1 per width class present (can exceed max_ctas only
+                                  // when there are more classes than CTAs; then no split-K)
   int num_slots = 0;              // writer partial buffers needed
   int total_act_rows = 0;
   int max_kblocks = 0;
   double imbalance = 0;           // max CTA cost / mean CTA cost
 };
+
+// The mainloop instantiation (1..16) that runs a tile of `ntok` tokens: N = 16 * class.
+constexpr int width_class(int ntok) { return (ntok + 15) / 16; }
 
 // Token tiles of a group: ceil(m / 256) tiles of near-equal size, each a multiple of 8 except
 // possibly the last. Returns (tok0, ntok) pairs.

@@ -41,67 +41,93 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
     return s;
   }
 
-  // 2. Cost of each tile's k-blocks; total work split evenly over the CTAs.
+  // 2. Cost of each tile's k-blocks. The kernel compiles one mainloop per token-width class
+  //    (tile tokens / 16, rounded up) and a CTA runs a single class, so the tiles are bucketed by
+  //    class and every bucket gets its own CTAs (see device/schedule.hpp).
   std::vector<double> kcost(s.tiles.size());
+  std::vector<std::vector<int>> bucket(SchedulePolicy::kWidthClasses + 1);
   double total = 0;
-  long long total_kblocks = 0;
   for (std::size_t i = 0; i < s.tiles.size(); ++i) {
     const TileDesc& t = s.tiles[i];
     kcost[i] = (t.ntok + 7) / 8 * 8 + policy.kblock_overhead;
     total += kcost[i] * t.kblocks;
-    total_kblocks += t.kblocks;
+    bucket[width_class(t.ntok)].push_back(static_cast<int>(i));
   }
-  const int ctas = static_cast<int>(std::max<long long>(1, std::min<long long>(max_ctas, policy.split_k ? total_kblocks : static_cast<long long>(s.tiles.size()))));
-  const double target = total / ctas;
-  s.num_ctas = ctas;
+  std::vector<int> classes;
+  for (int c = 1; c <= SchedulePolicy::kWidthClasses; ++c)
+    if (!bucket[c].empty()) classes.push_back(c);
+  const int nb = static_cast<int>(classes.size());
+  // More classes than CTAs: one CTA per class, whole tiles (no split-K: a CTA that is not
+  // resident yet must never be waited on).
+  const bool split_k = policy.split_k && nb <= max_ctas;
+  std::vector<double> bcost(nb, 0.0);
+  std::vector<long long> bcap(nb, 0);  // most CTAs a bucket can use
+  for (int b = 0; b < nb; ++b)
+    for (int i : bucket[classes[b]]) {
+      bcost[b] += kcost[i] * s.tiles[i].kblocks;
+      bcap[b] += split_k ? s.tiles[i].kblocks : 1;
+    }
+  // CTAs per bucket: one each, then each further CTA to the bucket with the largest cost per CTA.
+  std::vector<int> bctas(nb, 1);
+  for (int extra = std::max(0, max_ctas - nb); extra > 0; --extra) {
+    int best = -1;
+    for (int b = 0; b < nb; ++b)
+      if (bctas[b] < bcap[b] && (best < 0 || bcost[b] / bctas[b] > bcost[best] / bctas[best])) best = b;
+    if (best < 0) break;
+    ++bctas[best];
+  }
 
-  // 3. Assign every k-block (or whole tile) to the CTA whose cost range holds its midpoint.
-  //    Assignments are non-decreasing along the sequence, so each CTA's range is contiguous.
-  std::vector<double> cta_cost(ctas, 0.0);
+  // 3. Stream-K inside each bucket: every k-block (or whole tile) goes to the bucket CTA whose
+  //    cost range holds its midpoint. Assignments are non-decreasing along the sequence, so each
+  //    CTA's range is contiguous.
   s.cta_begin.assign(1, 0);
-  int current_cta = 0;
-  double before = 0;
-  auto open_cta = [&](int cta) {
-    while (current_cta < cta) {
-      ++current_cta;
-      s.cta_begin.push_back(static_cast<int>(s.pieces.size()));
-    }
-  };
-  for (std::size_t i = 0; i < s.tiles.size(); ++i) {
-    TileDesc& t = s.tiles[i];
-    if (!policy.split_k) {
-      const double mid = before + 0.5 * kcost[i] * t.kblocks;
-      const int cta = std::min(ctas - 1, static_cast<int>(mid / target));
-      open_cta(std::max(cta, current_cta));
-      s.pieces.push_back(WorkPiece{static_cast<int>(i), 0, t.kblocks, -1});
-      cta_cost[current_cta] += kcost[i] * t.kblocks;
-      before += kcost[i] * t.kblocks;
-      continue;
-    }
-    int kb = 0;
-    while (kb < t.kblocks) {
-      const int cta = std::min(ctas - 1, static_cast<int>((before + (kb + 0.5) * kcost[i]) / target));
-      open_cta(std::max(cta, current_cta));
-      // Extend the piece while the next k-blocks stay on this CTA.
-      int end = kb + 1;
-      while (end < t.kblocks &&
-             std::min(ctas - 1, static_cast<int>((before + (end + 0.5) * kcost[i]) / target)) <= current_cta)
-        ++end;
-      WorkPiece piece{static_cast<int>(i), kb, end, -1};
-      if (kb > 0) {  // a writer: partial to a slot, consumed by the owner
-        if (t.writers == 0) t.first_slot = s.num_slots;
-        piece.slot = s.num_slots++;
-        ++t.writers;
+  std::vector<double> cta_cost;
+  for (int b = 0; b < nb; ++b) {
+    const int ctas = bctas[b];
+    const int first_cta = s.num_ctas;
+    const double target = bcost[b] / ctas;
+    cta_cost.resize(first_cta + ctas, 0.0);
+    int current = 0;
+    double before = 0;
+    auto open_cta = [&](int cta) {
+      while (current < cta) {
+        ++current;
+        s.cta_begin.push_back(static_cast<int>(s.pieces.size()));
       }
-      s.pieces.push_back(piece);
-      cta_cost[current_cta] += kcost[i] * (end - kb);
-      kb = end;
+    };
+    auto cta_of = [&](double mid) { return std::min(ctas - 1, static_cast<int>(mid / target)); };
+    for (int i : bucket[classes[b]]) {
+      TileDesc& t = s.tiles[i];
+      if (!split_k) {
+        open_cta(std::max(cta_of(before + 0.5 * kcost[i] * t.kblocks), current));
+        s.pieces.push_back(WorkPiece{i, 0, t.kblocks, -1});
+        cta_cost[first_cta + current] += kcost[i] * t.kblocks;
+        before += kcost[i] * t.kblocks;
+        continue;
+      }
+      int kb = 0;
+      while (kb < t.kblocks) {
+        open_cta(std::max(cta_of(before + (kb + 0.5) * kcost[i]), current));
+        // Extend the piece while the next k-blocks stay on this CTA.
+        int end = kb + 1;
+        while (end < t.kblocks && cta_of(before + (end + 0.5) * kcost[i]) <= current) ++end;
+        WorkPiece piece{i, kb, end, -1};
+        if (kb > 0) {  // a writer: partial to a slot, consumed by the owner
+          if (t.writers == 0) t.first_slot = s.num_slots;
+          piece.slot = s.num_slots++;
+          ++t.writers;
+        }
+        s.pieces.push_back(piece);
+        cta_cost[first_cta + current] += kcost[i] * (end - kb);
+        kb = end;
+      }
+      before += kcost[i] * t.kblocks;
     }
-    before += kcost[i] * t.kblocks;
+    open_cta(ctas - 1);
+    s.cta_begin.push_back(static_cast<int>(s.pieces.size()));
+    s.num_ctas += ctas;
   }
-  open_cta(ctas - 1);
-  s.cta_begin.push_back(static_cast<int>(s.pieces.size()));
-  const double mean = total / ctas;
+  const double mean = total / s.num_ctas;
   s.imbalance = *std::max_element(cta_cost.begin(), cta_cost.end()) / mean;
   return s;
 }

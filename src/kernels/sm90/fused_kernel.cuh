@@ -52,6 +52,7 @@ struct KernelConfig {
   static constexpr int kMaxStages = 8;
   static constexpr int kPartialFloats = 128 * kConsumerWarpgroups * 128;  // one writer's FP32 tile
   static_assert(kActStageBytes % 1024 == 0, "128-byte swizzle atoms need 1024-byte alignment");
+  static_assert(SchedulePolicy::kWidthClasses == 16, "the class dispatch below has 16 cases");
 };
 
 enum NamedBarrier : int { kConsumersBarrier = 1 };
@@ -436,20 +437,27 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   st.lane = lane;
   st.t = lane % 4;
   st.row_in_tile = st.cw * 64 + warp * 16 + lane / 4;
-  for (int pi = begin; pi < end; ++pi) {
-    const WorkPiece piece = p.pieces[pi];
-    const TileDesc tile = p.tiles[piece.tile];
-    // One mainloop per token width (wgmma's N is part of the instruction), in steps of 16 tokens:
-    // 16 instantiations keep compile time sane and waste at most 15 token columns per tile.
-    switch ((tile.ntok + 15) / 16) {
-#define FP4GEMM_CASE(n16) \
-  case n16: consume_piece<F, 2 * n16>(p, st, piece, tile, act_smem, w_smem, full, empty, out_type); break;
-      FP4GEMM_CASE(1) FP4GEMM_CASE(2) FP4GEMM_CASE(3) FP4GEMM_CASE(4) FP4GEMM_CASE(5) FP4GEMM_CASE(6)
-      FP4GEMM_CASE(7) FP4GEMM_CASE(8) FP4GEMM_CASE(9) FP4GEMM_CASE(10) FP4GEMM_CASE(11) FP4GEMM_CASE(12)
-      FP4GEMM_CASE(13) FP4GEMM_CASE(14) FP4GEMM_CASE(15) FP4GEMM_CASE(16)
+  if (begin == end) return;
+  // One mainloop per token-width class (wgmma's N is part of the instruction), in steps of 16
+  // tokens: 16 instantiations keep compile time sane and waste at most 15 token columns per tile.
+  // The host gives every CTA pieces of a single class (device/schedule.hpp; checked by the host
+  // tier's schedule tests -- a check here costs the same serialisation), and the piece loop
+  // sits inside each instantiation: with the loop outside the dispatch, ptxas serialises every
+  // wgmma of the kernel (C7512, "insufficient register resources").
+  switch (width_class(p.tiles[p.pieces[begin].tile].ntok)) {
+#define FP4GEMM_CASE(n16)                                                                         \
+  case n16:                                                                                       \
+    for (int pi = begin; pi < end; ++pi) {                                                        \
+      const WorkPiece piece = p.pieces[pi];                                                       \
+      const TileDesc tile = p.tiles[piece.tile];                                                  \
+      consume_piece<F, 2 * n16>(p, st, piece, tile, act_smem, w_smem, full, empty, out_type);   \
+    }                                                                                             \
+    break;
+    FP4GEMM_CASE(1) FP4GEMM_CASE(2) FP4GEMM_CASE(3) FP4GEMM_CASE(4) FP4GEMM_CASE(5) FP4GEMM_CASE(6)
+    FP4GEMM_CASE(7) FP4GEMM_CASE(8) FP4GEMM_CASE(9) FP4GEMM_CASE(10) FP4GEMM_CASE(11) FP4GEMM_CASE(12)
+    FP4GEMM_CASE(13) FP4GEMM_CASE(14) FP4GEMM_CASE(15) FP4GEMM_CASE(16)
 #undef FP4GEMM_CASE
-      default: break;
-    }
+    default: break;
   }
 }
 
