@@ -90,6 +90,20 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// ---- stmatrix (accumulator fragments -> shared memory, transposed) ---------------------------
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i holds this
+// thread's pair of matrix i in the mma C-fragment layout. `.trans` stores the transpose.
+__device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t addr, std::uint32_t r0, std::uint32_t r1,
+                                                  std::uint32_t r2, std::uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ void stmatrix_x2_trans(std::uint32_t addr, std::uint32_t r0, std::uint32_t r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(addr), "r"(r0), "r"(r1)
+               : "memory");
+}
+
 // ---- global-memory flags (split-K hand-off between CTAs) -------------------------------------
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;

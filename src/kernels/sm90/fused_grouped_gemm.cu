@@ -112,10 +112,14 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 
   // Shared memory: as many stages as fit (the ring depth comes from the device's limit).
   const std::size_t barrier_bytes = 2 * C::kMaxStages * sizeof(std::uint64_t);
-  const int stages = static_cast<int>(std::min<std::size_t>(
-      C::kMaxStages, (device.smem_per_block_optin - barrier_bytes - 1024) / C::kStageBytes));
+  const std::size_t fixed = barrier_bytes + C::kEpiBytes + 1024;  // + 1 KB alignment slack
+  const int stages = device.smem_per_block_optin > fixed + 2 * C::kStageBytes
+                         ? static_cast<int>(std::min<std::size_t>(
+                               C::kMaxStages, (device.smem_per_block_optin - fixed) / C::kStageBytes))
+                         : 0;
   if (stages < 2) throw Error("device", -1, "not enough shared memory for the fused kernel");
-  fp.smem_bytes = static_cast<std::size_t>(stages) * C::kStageBytes + 2 * stages * sizeof(std::uint64_t) + 1024;
+  fp.smem_bytes = static_cast<std::size_t>(stages) * C::kStageBytes + C::kEpiBytes +
+                  2 * stages * sizeof(std::uint64_t) + 1024;
 
   // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
   fp.act_cols = s.max_kblocks * C::kBlockK;

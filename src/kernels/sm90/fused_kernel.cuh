@@ -51,11 +51,15 @@ struct KernelConfig {
   static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
   static constexpr int kMaxStages = 8;
   static constexpr int kPartialFloats = 128 * kConsumerWarpgroups * 128;  // one writer's FP32 tile
+  // 16-bit epilogue: each consumer warpgroup transposes its 64 weight rows x 128 tokens at a time
+  // through shared memory (stmatrix), then writes 16-byte chunks of C rows.
+  static constexpr int kEpiTokens = 128;
+  static constexpr int kEpiBytes = kConsumerWarpgroups * kEpiTokens * 64 * 2;
   static_assert(kActStageBytes % 1024 == 0, "128-byte swizzle atoms need 1024-byte alignment");
   static_assert(SchedulePolicy::kWidthClasses == 16, "the class dispatch below has 16 cases");
 };
 
-enum NamedBarrier : int { kConsumersBarrier = 1 };
+enum NamedBarrier : int { kConsumersBarrier = 1, kEpilogueBarrier0 = 2 /* + consumer warpgroup */ };
 
 struct FusedParams {
   const GroupParams* groups;
@@ -258,6 +262,77 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const GroupP
   }
 }
 
+template <typename T>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  }
+}
+
+// 16-bit epilogue of one consumer warpgroup: its 64 weight rows x (8*N8) tokens, 128 tokens per
+// pass, are transposed into shared memory with stmatrix ([token][64 n], 128-byte rows, 16-byte
+// chunks XOR-swizzled by token % 8 so the 8 row addresses of a matrix hit distinct banks), then
+// written as 16-byte chunks of C rows (a chunk crossing N falls back to element stores).
+template <typename T, int N8>
+__device__ __forceinline__ void store_tile_smem(const float (&acc)[128], const GroupParams& g, const TileDesc& tile,
+                                                int cw, int wtid, float mul, std::uint8_t* epi) {
+  using C = KernelConfig;
+  const int warp = wtid / 32, lane = wtid % 32;
+  const std::uint32_t base = ptx::smem_addr(epi);
+  const int n_wg = tile.row0 + cw * 64;  // first weight row (n) of this warpgroup
+  constexpr int kPasses = (8 * N8 + C::kEpiTokens - 1) / C::kEpiTokens;
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    constexpr int kJPerPass = C::kEpiTokens / 8;
+    if (pass > 0) ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);  // previous pass read out
+    // Lane -> row address: matrix i = lane / 8 is (j + i / 2, half i % 2), token row lane % 8.
+    const int mi = lane / 8, mrow = lane % 8;
+#pragma unroll
+    for (int jj = 0; jj < kJPerPass; jj += 2) {
+      const int j = pass * kJPerPass + jj;
+      if (j >= N8) break;
+      const int m = (jj + (mi >> 1)) * 8 + mrow;          // token within the pass
+      const int chunk = (warp * 2 + (mi & 1)) ^ (m & 7);   // 16-byte chunk (8 n values), swizzled
+      const std::uint32_t addr = base + m * 128 + chunk * 16;
+      const std::uint32_t lo0 = pack2<T>(acc[4 * j] * mul, acc[4 * j + 1] * mul);
+      const std::uint32_t hi0 = pack2<T>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul);
+      if (j + 1 < N8) {
+        const std::uint32_t lo1 = pack2<T>(acc[4 * j + 4] * mul, acc[4 * j + 5] * mul);
+        const std::uint32_t hi1 = pack2<T>(acc[4 * j + 6] * mul, acc[4 * j + 7] * mul);
+        ptx::stmatrix_x4_trans(addr, lo0, hi0, lo1, hi1);
+      } else {
+        ptx::stmatrix_x2_trans(addr, lo0, hi0);  // lanes 0-15 give the addresses
+      }
+    }
+    ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);
+    // Read back: 8 chunks per token row, 16 token rows per sweep of the warpgroup.
+    const int tokens = min(C::kEpiTokens, tile.ntok - pass * C::kEpiTokens);
+    const int chunk = wtid % 8;
+    const int n0 = n_wg + chunk * 8;
+    for (int m = wtid / 8; m < tokens; m += 16) {
+      const uint4 v = *reinterpret_cast<const uint4*>(epi + m * 128 + ((chunk ^ (m & 7)) * 16));
+      T* dst = static_cast<T*>(g.c) + static_cast<std::int64_t>(tile.tok0 + pass * C::kEpiTokens + m) * g.ldc + n0;
+      if (n0 + 8 <= g.n) {
+        *reinterpret_cast<uint4*>(dst) = v;
+      } else {
+        const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {  // compile-time indices: stays in registers
+          if (n0 + i < g.n) {
+            const std::uint16_t bits = static_cast<std::uint16_t>(w[i / 2] >> (16 * (i % 2)));
+            reinterpret_cast<std::uint16_t*>(dst)[i] = bits;
+          }
+        }
+      }
+    }
+  }
+  ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);  // the buffer is free for the next tile
+}
+
 // Per-thread state of a consumer that survives from piece to piece (the ring position).
 struct ConsumerState {
   int cw, ctid, lane, t, row_in_tile;
@@ -271,7 +346,7 @@ template <Format F, int N8>
 __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
                                               const TileDesc& tile, std::uint8_t* act_smem,
                                               std::uint8_t* w_smem, std::uint64_t* full,
-                                              std::uint64_t* empty, OutType out_type) {
+                                              std::uint64_t* empty, std::uint8_t* epi_smem, OutType out_type) {
   using C = KernelConfig;
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
   constexpr int kAcc = 4 * N8;
@@ -369,9 +444,10 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // ---- epilogue: C[m][n] = alpha * acc (transposed back from the swap-AB tile) ----
   float mul = g.alpha_device ? *g.alpha_device : g.alpha;
   if constexpr (F == Format::nvfp4) mul *= kNvfp4AccScale;
+  std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
   switch (out_type) {
-    case OutType::f16: store_tile<__half, N8>(acc, g, tile, r0, t, mul); break;
-    case OutType::bf16: store_tile<__nv_bfloat16, N8>(acc, g, tile, r0, t, mul); break;
+    case OutType::f16: store_tile_smem<__half, N8>(acc, g, tile, st.cw, st.ctid % 128, mul, epi); break;
+    case OutType::bf16: store_tile_smem<__nv_bfloat16, N8>(acc, g, tile, st.cw, st.ctid % 128, mul, epi); break;
     case OutType::f32: store_tile<float, N8>(acc, g, tile, r0, t, mul); break;
   }
 }
@@ -387,7 +463,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const int stages = p.stages;
   std::uint8_t* act_smem = smem;                                    // [stages][32 KB]
   std::uint8_t* w_smem = smem + stages * C::kActStageBytes;         // [stages][4 KB]
-  auto* full = reinterpret_cast<std::uint64_t*>(w_smem + stages * C::kWeightStageBytes);
+  std::uint8_t* epi_smem = w_smem + stages * C::kWeightStageBytes;  // [2][128 tokens][128 B]
+  auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
 
   const int begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
@@ -450,7 +527,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     for (int pi = begin; pi < end; ++pi) {                                                        \
       const WorkPiece piece = p.pieces[pi];                                                       \
       const TileDesc tile = p.tiles[piece.tile];                                                  \
-      consume_piece<F, 2 * n16>(p, st, piece, tile, act_smem, w_smem, full, empty, out_type);   \
+      consume_piece<F, 2 * n16>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type);   \
     }                                                                                             \
     break;
     FP4GEMM_CASE(1) FP4GEMM_CASE(2) FP4GEMM_CASE(3) FP4GEMM_CASE(4) FP4GEMM_CASE(5) FP4GEMM_CASE(6)
