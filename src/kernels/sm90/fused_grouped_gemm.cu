@@ -110,16 +110,13 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   fp.max_kblocks = s.max_kblocks;
   if (s.tiles.empty()) return plan;
 
-  // Shared memory: as many stages as fit (the ring depth comes from the device's limit).
-  const std::size_t barrier_bytes = 2 * C::kMaxStages * sizeof(std::uint64_t);
-  const std::size_t fixed = barrier_bytes + C::kEpiBytes + 1024;  // + 1 KB alignment slack
-  const int stages = device.smem_per_block_optin > fixed + 2 * C::kStageBytes
-                         ? static_cast<int>(std::min<std::size_t>(
-                               C::kMaxStages, (device.smem_per_block_optin - fixed) / C::kStageBytes))
-                         : 0;
-  if (stages < 2) throw Error("device", -1, "not enough shared memory for the fused kernel");
-  fp.smem_bytes = static_cast<std::size_t>(stages) * C::kStageBytes + C::kEpiBytes +
-                  2 * stages * sizeof(std::uint64_t) + 1024;
+  // Shared memory: all the device allows; each CTA fits as many stages of its width class as the
+  // ring takes (a 256-token stage is 36 KB, a 64-token one 12 KB).
+  const std::size_t fixed = 2 * C::kMaxStages * sizeof(std::uint64_t) + C::kEpiBytes + 1024;  // + alignment slack
+  if (device.smem_per_block_optin < fixed + 2 * C::kStageBytes)
+    throw Error("device", -1, "not enough shared memory for the fused kernel");
+  fp.smem_bytes = device.smem_per_block_optin;
+  const int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
 
   // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
   fp.act_cols = s.max_kblocks * C::kBlockK;
@@ -157,7 +154,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.flags), s.tiles.size() * sizeof(int)), "plan workspace");
   fp.keep(pr.flags);
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, s.tiles.size() * sizeof(int)), "plan workspace");
-  pr.stages = stages;
+  pr.ring_bytes = ring_bytes;
   pr.layout = options.scale_layout;
 
   FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)
@@ -169,7 +166,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   const Schedule& s = fp.schedule;
   if (s.tiles.empty()) return;
-  const std::int64_t threads = static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks;
+  const std::int64_t threads = static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks * 8;  // 8 chunks per k-block
   const dim3 pre_grid(static_cast<unsigned>((threads + 255) / 256), fp.num_groups);
   if (fp.format == Format::nvfp4)
     launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
@@ -180,10 +177,13 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
 }
 
 std::string describe_fast_plan(const FastPlan& fp) {
+  using C = KernelConfig;
   std::ostringstream os;
   os << "tiles " << fp.schedule.tiles.size() << " (128 weight rows x <=256 tokens), " << fp.schedule.pieces.size()
      << " pieces on " << fp.schedule.num_ctas << " CTAs (stream-K, imbalance " << fp.schedule.imbalance
-     << "), " << fp.params.stages << " stages, " << fp.smem_bytes / 1024 << " KiB smem";
+     << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
+     << std::min(C::kMaxStages, fp.params.ring_bytes / (C::kWeightStageBytes + C::kActBoxBytes))
+     << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";
   return os.str();
 }
 

@@ -49,7 +49,7 @@ struct KernelConfig {
   static constexpr int kActStageBytes = kMaxTokens * kBlockK * 2;       // 32 KB of f16/bf16
   static constexpr int kActBoxBytes = kActBoxRows * kBlockK * 2;
   static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
-  static constexpr int kMaxStages = 8;
+  static constexpr int kMaxStages = 16;  // ring depth: as many stages of the CTA's width as fit
   static constexpr int kPartialFloats = 128 * kConsumerWarpgroups * 128;  // one writer's FP32 tile
   // 16-bit epilogue: each consumer warpgroup transposes its 64 weight rows x 128 tokens at a time
   // through shared memory (stmatrix), then writes 16-byte chunks of C rows.
@@ -69,7 +69,7 @@ struct FusedParams {
   const CUtensorMap* weight_maps;  // one per group, 64-byte aligned, in global memory
   float* partials;
   int* flags;                      // one hand-off counter per tile, 0 between runs
-  int stages;
+  int ring_bytes;  // dynamic shared memory for the ring (the CTA sizes its stages to its width class)
   ScaleLayout layout;
 };
 
@@ -122,26 +122,30 @@ __device__ __forceinline__ float scale_value(unsigned code) {
   }
 }
 
+// One thread per 16-byte output chunk (8 values, wgmma k positions 8c..8c+7 of a 64-wide k-block),
+// so a warp's stores are 512 contiguous bytes. Position 8c + 2i + h holds source element
+// 16i + c/2 + 4h + 8(c%2) (detail::wgmma_k_source): nibble (c/2 + 4h) of word 2i + (c%2).
 template <Format F>
 __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* groups,
                                                            const int* act_row0, void* out,
                                                            int out_cols, ScaleLayout layout) {
-  using Elem = std::conditional_t<F == Format::nvfp4, __half, __nv_bfloat16>;
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
   const GroupParams g = groups[blockIdx.y];
   const int kblocks = (g.k + 63) / 64;
   const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int m = static_cast<int>(idx / kblocks), kb = static_cast<int>(idx % kblocks);
+  const int c = static_cast<int>(idx % 8);
+  const std::int64_t mk = idx / 8;
+  const int m = static_cast<int>(mk / kblocks), kb = static_cast<int>(mk % kblocks);
   if (m >= g.m) return;
   const int cols = g.k / kVec;
 
-  // 64 nibbles of the block as 8 words (element e in word e / 8); bytes past K read as zero.
-  // Everything below indexes registers with compile-time indices only (no local memory).
+  // The block's 64 nibbles as 8 words (element e in word e / 8); bytes past K read as zero.
+  // Only compile-time register indices below (no local memory).
   std::uint32_t w[8];
   const std::uint8_t* src = g.a + static_cast<std::int64_t>(m) * g.lda + kb * 32;
   const int valid_bytes = min(32, g.k / 2 - kb * 32);
   if (valid_bytes == 32) {
-    const uint4 lo = *reinterpret_cast<const uint4*>(src), hi = *reinterpret_cast<const uint4*>(src + 16);
+    const uint4 lo = __ldg(reinterpret_cast<const uint4*>(src)), hi = __ldg(reinterpret_cast<const uint4*>(src + 16));
     w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
   } else {
 #pragma unroll
@@ -154,21 +158,21 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
 #pragma unroll
   for (int j = 0; j < 64 / kVec; ++j) {
     const int col = kb * (64 / kVec) + j;
-    scale[j] = col < cols ? scale_value<F>(g.sfa[scale_index(layout, m, col, cols)]) : 0.f;
+    scale[j] = col < cols ? scale_value<F>(__ldg(g.sfa + scale_index(layout, m, col, cols))) : 0.f;
   }
-  std::uint32_t packed[32];  // output pairs (kk = 2i, 2i + 1)
+  const int odd = c & 1, half_c = c >> 1;
+  std::uint32_t packed[4];  // output pairs (8c + 2i, 8c + 2i + 1)
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t word = odd ? w[2 * i + 1] : w[2 * i];
     float dq[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int e = wgmma_k_source(2 * i + h);
-      const unsigned nib = (w[e / 8] >> (4 * (e % 8))) & 0xFu;
-      const unsigned c = nib & 7u;  // e2m1 magnitude without a table (no local memory)
-      const float mag = c >= 2 ? __int_as_float(static_cast<int>(((126u + (c >> 1)) << 23) | ((c & 1u) << 22)))
-                               : 0.5f * static_cast<float>(c);
-      const float v = (nib & 8u) ? -mag : mag;
-      dq[h] = v * scale[e / kVec];  // exact in FP32 and in the 16-bit type
+      const unsigned nib = (word >> (4 * (half_c + 4 * h))) & 0xFu;
+      const unsigned cm = nib & 7u;  // e2m1 magnitude without a table (no local memory)
+      const float mag = cm >= 2 ? __int_as_float(static_cast<int>(((126u + (cm >> 1)) << 23) | ((cm & 1u) << 22)))
+                                : 0.5f * static_cast<float>(cm);
+      dq[h] = ((nib & 8u) ? -mag : mag) * scale[(16 * i) / kVec];  // exact in FP32 and in the 16-bit type
     }
     if constexpr (F == Format::nvfp4) {
       const __half2 h2 = __floats2half2_rn(dq[0], dq[1]);
@@ -178,10 +182,10 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
       packed[i] = *reinterpret_cast<const std::uint32_t*>(&b2);
     }
   }
+  using Elem = std::conditional_t<F == Format::nvfp4, __half, __nv_bfloat16>;
   uint4* dst = reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
-                                        static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) dst[i] = make_uint4(packed[4 * i], packed[4 * i + 1], packed[4 * i + 2], packed[4 * i + 3]);
+                                        static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64 + c * 8);
+  *dst = make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -336,6 +340,7 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[128], const G
 // Per-thread state of a consumer that survives from piece to piece (the ring position).
 struct ConsumerState {
   int cw, ctid, lane, t, row_in_tile;
+  int stages, act_stage_bytes;  // the CTA's ring geometry
   int stage = 0;
   std::uint32_t phase = 0;
 };
@@ -350,7 +355,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   using C = KernelConfig;
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
   constexpr int kAcc = 4 * N8;
-  const int stages = p.stages;
+  const int stages = st.stages;
   const GroupParams g = p.groups[tile.group];
   const int t = st.t;
   const int r0 = tile.row0 + st.row_in_tile;
@@ -390,7 +395,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
 
         ptx::fence_registers(acc);
         ptx::wgmma_fence();
-        const std::uint32_t act_base = ptx::smem_addr(act_smem + st.stage * C::kActStageBytes);
+        const std::uint32_t act_base = ptx::smem_addr(act_smem + st.stage * st.act_stage_bytes);
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
           // Fragment: a0 (row r0, slots 2t..), a1 (row r0+8), a2 (row r0, slots 2t+8..), a3.
@@ -460,14 +465,18 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   extern __shared__ __align__(1024) std::uint8_t smem_raw[];
   // The 128-byte swizzle needs 1024-byte aligned stages; the launch reserves 1 KB of slack.
   std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
-  const int stages = p.stages;
-  std::uint8_t* act_smem = smem;                                    // [stages][32 KB]
-  std::uint8_t* w_smem = smem + stages * C::kActStageBytes;         // [stages][4 KB]
+  const int begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
+  if (begin == end) return;
+  // Every piece of this CTA has one token-width class (device/schedule.hpp), so the ring's
+  // activation stages are sized to it: narrow tiles get a deeper ring to cover load latency.
+  const int n16 = width_class(p.tiles[p.pieces[begin].tile].ntok);
+  const int act_stage_bytes = (16 * n16 + C::kActBoxRows - 1) / C::kActBoxRows * C::kActBoxBytes;
+  const int stages = min(C::kMaxStages, p.ring_bytes / (act_stage_bytes + C::kWeightStageBytes));
+  std::uint8_t* act_smem = smem;                                    // [stages][act_stage_bytes]
+  std::uint8_t* w_smem = smem + stages * act_stage_bytes;           // [stages][4 KB]
   std::uint8_t* epi_smem = w_smem + stages * C::kWeightStageBytes;  // [2][128 tokens][128 B]
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
-
-  const int begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
@@ -496,7 +505,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
           ptx::tma_load_2d(w_smem + stage * C::kWeightStageBytes, wmap, &full[stage], kb * (C::kBlockK / 2), tile.row0);
           for (int b = 0; b < nbox; ++b)
-            ptx::tma_load_2d(act_smem + stage * C::kActStageBytes + b * C::kActBoxBytes, &act_map, &full[stage],
+            ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
                              kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
           if (++stage == stages) { stage = 0; phase ^= 1; }
         }
@@ -509,19 +518,20 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   ptx::setmaxnreg_inc<C::kConsumerRegs>();
   ConsumerState st;
   st.cw = threadIdx.x / 128;
+  st.stages = stages;
+  st.act_stage_bytes = act_stage_bytes;
   st.ctid = threadIdx.x;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   st.lane = lane;
   st.t = lane % 4;
   st.row_in_tile = st.cw * 64 + warp * 16 + lane / 4;
-  if (begin == end) return;
   // One mainloop per token-width class (wgmma's N is part of the instruction), in steps of 16
   // tokens: 16 instantiations keep compile time sane and waste at most 15 token columns per tile.
   // The host gives every CTA pieces of a single class (device/schedule.hpp; checked by the host
   // tier's schedule tests -- a check here costs the same serialisation), and the piece loop
   // sits inside each instantiation: with the loop outside the dispatch, ptxas serialises every
   // wgmma of the kernel (C7512, "insufficient register resources").
-  switch (width_class(p.tiles[p.pieces[begin].tile].ntok)) {
+  switch (n16) {
 #define FP4GEMM_CASE(n16)                                                                         \
   case n16:                                                                                       \
     for (int pi = begin; pi < end; ++pi) {                                                        \
