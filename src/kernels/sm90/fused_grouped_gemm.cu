@@ -75,6 +75,8 @@ struct FastPlan {
   int max_m = 0;
   int max_kblocks = 0;
   std::size_t smem_bytes = 0;
+  const ScaleConversion* d_conversions = nullptr;  // linear scales TMA cannot read (see make_fast_plan)
+  int num_conversions = 0;
   std::vector<void*> allocations;
 
   ~FastPlan() {
@@ -138,7 +140,38 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
                            "groups[].b", static_cast<int>(i));
   }
 
+  // Weight scales: blocked -> 512-byte bulk copies straight from the user's buffer; linear ->
+  // one TMA map per group (box 16 scale columns x 128 rows), which needs rows of a multiple of 16
+  // bytes; otherwise a per-run conversion to blocked into plan workspace.
+  const int vec = options.format == Format::nvfp4 ? 16 : 32;
+  std::vector<CUtensorMap> smaps(groups.size());
+  std::vector<const std::uint8_t*> sblocked(groups.size(), nullptr);
+  std::vector<ScaleConversion> conversions;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const GroupDesc& g = groups[i];
+    if (g.m <= 0) continue;
+    const int cols = g.k / vec;
+    const auto* sfb = static_cast<const std::uint8_t*>(g.sfb);
+    if (options.scale_layout == ScaleLayout::blocked) {
+      sblocked[i] = sfb;
+    } else if (cols % C::kScaleBoxCols == 0) {
+      smaps[i] = make_map_2d(sfb, CU_TENSOR_MAP_DATA_TYPE_UINT8, cols, g.n, cols, C::kScaleBoxCols, C::kRowsPerTile,
+                             CU_TENSOR_MAP_SWIZZLE_NONE, "groups[].sfb", static_cast<int>(i));
+    } else {
+      const std::size_t bytes = static_cast<std::size_t>((g.n + 127) / 128) * ((cols + 3) / 4) * 512;
+      std::uint8_t* dst = nullptr;
+      FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dst), bytes), "plan workspace");
+      fp.keep(dst);
+      conversions.push_back(ScaleConversion{sfb, dst, g.n, cols});
+      sblocked[i] = dst;
+    }
+  }
+  fp.num_conversions = static_cast<int>(conversions.size());
+  fp.d_conversions = fp.keep(upload(conversions, "plan"));
+
   FusedParams& pr = fp.params;
+  pr.scale_maps = fp.keep(upload(smaps, "plan"));
+  pr.scale_blocked = fp.keep(upload(sblocked, "plan"));
   pr.groups = d_groups;
   pr.tiles = fp.keep(upload(s.tiles, "plan"));
   pr.pieces = fp.keep(upload(s.pieces, "plan"));
@@ -170,10 +203,10 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   const dim3 pre_grid(static_cast<unsigned>((threads + 255) / 256), fp.num_groups);
   if (fp.format == Format::nvfp4)
     launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
-                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, stream);
+                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, fp.d_conversions, fp.num_conversions, stream);
   else
     launch_fused<Format::mxfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
-                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, stream);
+                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, fp.d_conversions, fp.num_conversions, stream);
 }
 
 std::string describe_fast_plan(const FastPlan& fp) {

@@ -48,7 +48,11 @@ struct KernelConfig {
   static constexpr int kWeightStageBytes = kRowsPerTile * kBlockK / 2;  // 4 KB of FP4
   static constexpr int kActStageBytes = kMaxTokens * kBlockK * 2;       // 32 KB of f16/bf16
   static constexpr int kActBoxBytes = kActBoxRows * kBlockK * 2;
-  static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes;
+  // Weight scales of a stage: linear layout = a TMA box of 16 scale columns x 128 rows (2 KB, the
+  // first 4 (NVFP4) / 2 (MXFP4) columns used); blocked layout = the 512-byte 128x4 atom.
+  static constexpr int kScaleStageBytes = 2048;
+  static constexpr int kScaleBoxCols = 16;
+  static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes + kScaleStageBytes;
   static constexpr int kMaxStages = 16;  // ring depth: as many stages of the CTA's width as fit
   static constexpr int kPartialFloats = 128 * kConsumerWarpgroups * 128;  // one writer's FP32 tile
   // 16-bit epilogue: each consumer warpgroup transposes its 64 weight rows x 128 tokens at a time
@@ -67,6 +71,8 @@ struct FusedParams {
   const WorkPiece* pieces;
   const int* cta_begin;
   const CUtensorMap* weight_maps;  // one per group, 64-byte aligned, in global memory
+  const CUtensorMap* scale_maps;   // linear weight scales: one per group (unused where blocked)
+  const std::uint8_t* const* scale_blocked;  // per group: blocked weight scales, or null (linear map)
   float* partials;
   int* flags;                      // one hand-off counter per tile, 0 between runs
   int ring_bytes;  // dynamic shared memory for the ring (the CTA sizes its stages to its width class)
@@ -186,6 +192,28 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
   uint4* dst = reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
                                         static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64 + c * 8);
   *dst = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+}
+
+// Linear weight scales whose rows are not 16-byte multiples (K not a multiple of 16 scale
+// blocks) cannot be a TMA source; the plan then converts them to the blocked layout each run.
+struct ScaleConversion {
+  const std::uint8_t* src;  // linear [rows][cols]
+  std::uint8_t* dst;        // blocked, rows padded to 128, cols to 4
+  int rows, cols;
+};
+
+__global__ void __launch_bounds__(256) scales_to_blocked(const ScaleConversion* jobs) {
+  const ScaleConversion j = jobs[blockIdx.y];
+  const int col_blocks = (j.cols + 3) / 4;
+  const std::int64_t total = static_cast<std::int64_t>((j.rows + 127) / 128) * col_blocks * 512;
+  for (std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; o < total;
+       o += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t atom = o / 512;
+    const int in = static_cast<int>(o % 512);
+    const int r = static_cast<int>(atom / col_blocks) * 128 + ((in % 16) / 4) * 32 + in / 16;
+    const int c = static_cast<int>(atom % col_blocks) * 4 + in % 4;
+    j.dst[o] = (r < j.rows && c < j.cols) ? j.src[static_cast<std::int64_t>(r) * j.cols + c] : 0;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -340,6 +368,7 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[128], const G
 // Per-thread state of a consumer that survives from piece to piece (the ring position).
 struct ConsumerState {
   int cw, ctid, lane, t, row_in_tile;
+  std::uint8_t* s_smem;  // the ring's weight-scale stages
   int stages, act_stage_bytes;  // the CTA's ring geometry
   int stage = 0;
   std::uint32_t phase = 0;
@@ -360,14 +389,17 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   const int t = st.t;
   const int r0 = tile.row0 + st.row_in_tile;
   const int cols = g.k / kVec;
-  auto scale_col = [&](int kb) { return F == Format::nvfp4 ? kb * 4 + t : kb * 2 + t / 2; };
+  constexpr int kColsPerKb = 64 / kVec;
 
   float acc[128];
   std::uint32_t a[2][8][2];  // [buffer][register: 4 k-steps x {lo, hi} slots][row r0 / r0+8]
 
-  // Scales are read straight from global memory one k-block ahead of their use.
-  unsigned sc0 = load_scale_code<F>(g.sfb, p.layout, r0, scale_col(piece.kb_begin), g.n, cols);
-  unsigned sc1 = load_scale_code<F>(g.sfb, p.layout, r0 + 8, scale_col(piece.kb_begin), g.n, cols);
+  // Weight scales come with the stage (the producer loads them): byte offsets of rows r0 / r0+8
+  // and of this thread's column inside the stage's scale area.
+  const bool blocked = p.scale_blocked[tile.group] != nullptr;
+  auto row_off = [&](int r) { return blocked ? (r % 32) * 16 + (r / 32) * 4 : r * C::kScaleBoxCols; };
+  const int off0 = row_off(st.row_in_tile), off1 = row_off(st.row_in_tile + 8);
+  const int tcol = F == Format::nvfp4 ? t : t / 2;  // scale column of this thread within the k-block
 
   for (int kb0 = piece.kb_begin; kb0 < piece.kb_end; kb0 += 2) {
 #pragma unroll
@@ -379,11 +411,13 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
             w_smem + st.stage * C::kWeightStageBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
         const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
         const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
+        // Blocked MXFP4: one atom spans two k-blocks. Columns past K read as scale 0 (blocked
+        // padding may hold anything; the TMA box of the linear layout fills them with zeros).
+        const int col = kb * kColsPerKb + tcol;
+        const int c_in = blocked ? col % 4 : tcol;
+        const std::uint8_t* srow = st.s_smem + st.stage * C::kScaleStageBytes + c_in;
+        const unsigned sc0 = col < cols ? srow[off0] : 0u, sc1 = col < cols ? srow[off1] : 0u;
         const std::uint32_t s0 = weight_scale_pair<F>(sc0), s1 = weight_scale_pair<F>(sc1);
-        if (kb + 1 < piece.kb_end) {
-          sc0 = load_scale_code<F>(g.sfb, p.layout, r0, scale_col(kb + 1), g.n, cols);
-          sc1 = load_scale_code<F>(g.sfb, p.layout, r0 + 8, scale_col(kb + 1), g.n, cols);
-        }
         std::uint32_t d0[8], d1[8];
         dequant_row<F>(q0, s0, d0);
         dequant_row<F>(q1, s1, d1);
@@ -471,10 +505,12 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // activation stages are sized to it: narrow tiles get a deeper ring to cover load latency.
   const int n16 = width_class(p.tiles[p.pieces[begin].tile].ntok);
   const int act_stage_bytes = (16 * n16 + C::kActBoxRows - 1) / C::kActBoxRows * C::kActBoxBytes;
-  const int stages = min(C::kMaxStages, p.ring_bytes / (act_stage_bytes + C::kWeightStageBytes));
+  const int stages =
+      min(C::kMaxStages, p.ring_bytes / (act_stage_bytes + C::kWeightStageBytes + C::kScaleStageBytes));
   std::uint8_t* act_smem = smem;                                    // [stages][act_stage_bytes]
   std::uint8_t* w_smem = smem + stages * act_stage_bytes;           // [stages][4 KB]
-  std::uint8_t* epi_smem = w_smem + stages * C::kWeightStageBytes;  // [2][128 tokens][128 B]
+  std::uint8_t* s_smem = w_smem + stages * C::kWeightStageBytes;    // [stages][2 KB]
+  std::uint8_t* epi_smem = s_smem + stages * C::kScaleStageBytes;   // [2][128 tokens][128 B]
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
 
@@ -498,12 +534,23 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         const WorkPiece piece = p.pieces[pi];
         const TileDesc tile = p.tiles[piece.tile];
         const CUtensorMap* wmap = p.weight_maps + tile.group;
+        const CUtensorMap* smap = p.scale_maps + tile.group;
+        const std::uint8_t* sblk = p.scale_blocked[tile.group];
+        constexpr int kColsPerKb = F == Format::nvfp4 ? 4 : 2;
+        const int col_blocks = (p.groups[tile.group].k / (F == Format::nvfp4 ? 16 : 32) + 3) / 4;
         const int nbox = ((tile.ntok + 15) / 16 * 16 + C::kActBoxRows - 1) / C::kActBoxRows;
-        const std::uint32_t bytes = C::kWeightStageBytes + nbox * C::kActBoxBytes;
+        const std::uint32_t bytes =
+            C::kWeightStageBytes + nbox * C::kActBoxBytes + (sblk ? 512 : C::kScaleStageBytes);
         for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
           ptx::tma_load_2d(w_smem + stage * C::kWeightStageBytes, wmap, &full[stage], kb * (C::kBlockK / 2), tile.row0);
+          if (sblk)
+            ptx::bulk_load(s_smem + stage * C::kScaleStageBytes,
+                           sblk + (static_cast<std::int64_t>(tile.row0 / 128) * col_blocks + kb * kColsPerKb / 4) * 512,
+                           512, &full[stage]);
+          else
+            ptx::tma_load_2d(s_smem + stage * C::kScaleStageBytes, smap, &full[stage], kb * kColsPerKb, tile.row0);
           for (int b = 0; b < nbox; ++b)
             ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
                              kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
@@ -518,6 +565,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   ptx::setmaxnreg_inc<C::kConsumerRegs>();
   ConsumerState st;
   st.cw = threadIdx.x / 128;
+  st.s_smem = s_smem;
   st.stages = stages;
   st.act_stage_bytes = act_stage_bytes;
   st.ctid = threadIdx.x;
@@ -553,7 +601,9 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 template <Format F>
 void launch_fused(const FusedParams& params, const CUtensorMap& act_map, OutType out_type, int num_ctas,
                   std::size_t smem_bytes, const GroupParams* d_groups, const int* d_act_row0,
-                  void* act_workspace, int act_cols, dim3 pre_grid, ScaleLayout layout, cudaStream_t stream) {
+                  void* act_workspace, int act_cols, dim3 pre_grid, ScaleLayout layout,
+                  const ScaleConversion* conversions, int num_conversions, cudaStream_t stream) {
+  if (num_conversions > 0) scales_to_blocked<<<dim3(64, num_conversions), 256, 0, stream>>>(conversions);
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(d_groups, d_act_row0, act_workspace, act_cols, layout);
   fused_grouped_gemm<F><<<num_ctas, KernelConfig::kThreads, smem_bytes, stream>>>(params, act_map, out_type);
 }
@@ -567,7 +617,7 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
   PREFIX template void launch_fused<F>(const FusedParams&, const CUtensorMap&, OutType, int, std::size_t, \
                                        const GroupParams*, const int*, void*, int, dim3, ScaleLayout,     \
-                                       cudaStream_t);                                                     \
+                                       const ScaleConversion*, int, cudaStream_t);                        \
   PREFIX template cudaError_t set_fused_smem<F>(std::size_t);
 
 #ifndef FP4GEMM_FUSED_INSTANTIATE
