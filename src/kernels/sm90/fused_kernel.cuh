@@ -202,6 +202,7 @@ struct ScaleConversion {
   int rows, cols;
 };
 
+template <Format F>  // (per-format instantiation keeps the kernel in the format's translation unit)
 __global__ void __launch_bounds__(256) scales_to_blocked(const ScaleConversion* jobs) {
   const ScaleConversion j = jobs[blockIdx.y];
   const int col_blocks = (j.cols + 3) / 4;
@@ -603,7 +604,7 @@ void launch_fused(const FusedParams& params, const CUtensorMap& act_map, OutType
                   std::size_t smem_bytes, const GroupParams* d_groups, const int* d_act_row0,
                   void* act_workspace, int act_cols, dim3 pre_grid, ScaleLayout layout,
                   const ScaleConversion* conversions, int num_conversions, cudaStream_t stream) {
-  if (num_conversions > 0) scales_to_blocked<<<dim3(64, num_conversions), 256, 0, stream>>>(conversions);
+  if (num_conversions > 0) scales_to_blocked<F><<<dim3(64, num_conversions), 256, 0, stream>>>(conversions);
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(d_groups, d_act_row0, act_workspace, act_cols, layout);
   fused_grouped_gemm<F><<<num_ctas, KernelConfig::kThreads, smem_bytes, stream>>>(params, act_map, out_type);
 }
