@@ -3,6 +3,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 #include <vector>
 
@@ -154,7 +155,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     const auto* sfb = static_cast<const std::uint8_t*>(g.sfb);
     if (options.scale_layout == ScaleLayout::blocked) {
       sblocked[i] = sfb;
-    } else if (cols % C::kScaleBoxCols == 0) {
+    } else if (cols % C::kScaleBoxCols == 0 && !std::getenv("FP4GEMM_NO_SCALE_TMA")) {
       smaps[i] = make_map_2d(sfb, CU_TENSOR_MAP_DATA_TYPE_UINT8, cols, g.n, cols, C::kScaleBoxCols, C::kRowsPerTile,
                              CU_TENSOR_MAP_SWIZZLE_NONE, "groups[].sfb", static_cast<int>(i));
     } else {
