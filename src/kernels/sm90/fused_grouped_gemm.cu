@@ -43,7 +43,7 @@ CUtensorMap make_map_2d(const void* base, CUtensorMapDataType type, std::uint64_
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box,
                                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          std::getenv("FP4GEMM_TMA_NOPROMO") ? CU_TENSOR_MAP_L2_PROMOTION_NONE : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw Error(what, group, "cuTensorMapEncodeTiled failed (error " + std::to_string(static_cast<int>(r)) + ")");
