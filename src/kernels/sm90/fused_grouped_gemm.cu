@@ -3,7 +3,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 #include <vector>
 
@@ -43,7 +42,7 @@ CUtensorMap make_map_2d(const void* base, CUtensorMapDataType type, std::uint64_
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = tensor_map_encoder()(&map, type, 2, const_cast<void*>(base), dims, strides, box,
                                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                          std::getenv("FP4GEMM_TMA_NOPROMO") ? CU_TENSOR_MAP_L2_PROMOTION_NONE : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw Error(what, group, "cuTensorMapEncodeTiled failed (error " + std::to_string(static_cast<int>(r)) + ")");
@@ -77,7 +76,7 @@ struct FastPlan {
   int max_kblocks = 0;
   std::size_t smem_bytes = 0;
   const ScaleConversion* d_conversions = nullptr;  // linear scales TMA cannot read (see make_fast_plan)
-  int num_conversions = 0;
+  dim3 conversion_grid{0, 0, 1};  // y = number of groups to convert
   std::vector<void*> allocations;
 
   ~FastPlan() {
@@ -141,11 +140,12 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
                            "groups[].b", static_cast<int>(i));
   }
 
-  // Weight scales: blocked -> 512-byte bulk copies straight from the user's buffer; linear ->
-  // one TMA map per group (box 16 scale columns x 128 rows), which needs rows of a multiple of 16
-  // bytes; otherwise a per-run conversion to blocked into plan workspace.
+  // Weight scales: blocked -> 512-byte bulk copies straight from the user's buffer; linear -> a
+  // per-run conversion to blocked into plan workspace (scales_to_blocked), then the same copies.
+  // (A TMA map over linear scales, box 16 columns x 128 rows, faulted with "illegal instruction"
+  // on H200 although it encoded fine -- see docs/PERF.md; the conversion costs ~2 bytes of traffic
+  // per scale byte per run.)
   const int vec = options.format == Format::nvfp4 ? 16 : 32;
-  std::vector<CUtensorMap> smaps(groups.size());
   std::vector<const std::uint8_t*> sblocked(groups.size(), nullptr);
   std::vector<ScaleConversion> conversions;
   for (std::size_t i = 0; i < groups.size(); ++i) {
@@ -155,9 +155,6 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     const auto* sfb = static_cast<const std::uint8_t*>(g.sfb);
     if (options.scale_layout == ScaleLayout::blocked) {
       sblocked[i] = sfb;
-    } else if (cols % C::kScaleBoxCols == 0 && !std::getenv("FP4GEMM_NO_SCALE_TMA")) {
-      smaps[i] = make_map_2d(sfb, CU_TENSOR_MAP_DATA_TYPE_UINT8, cols, g.n, cols, C::kScaleBoxCols, C::kRowsPerTile,
-                             CU_TENSOR_MAP_SWIZZLE_NONE, "groups[].sfb", static_cast<int>(i));
     } else {
       const std::size_t bytes = static_cast<std::size_t>((g.n + 127) / 128) * ((cols + 3) / 4) * 512;
       std::uint8_t* dst = nullptr;
@@ -167,11 +164,13 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
       sblocked[i] = dst;
     }
   }
-  fp.num_conversions = static_cast<int>(conversions.size());
+  std::int64_t max_words = 0;
+  for (const ScaleConversion& c : conversions)
+    max_words = std::max<std::int64_t>(max_words, static_cast<std::int64_t>((c.rows + 127) / 128) * ((c.cols + 3) / 4) * 128);
+  fp.conversion_grid = dim3(static_cast<unsigned>((max_words + 255) / 256), static_cast<unsigned>(conversions.size()));
   fp.d_conversions = fp.keep(upload(conversions, "plan"));
 
   FusedParams& pr = fp.params;
-  pr.scale_maps = fp.keep(upload(smaps, "plan"));
   pr.scale_blocked = fp.keep(upload(sblocked, "plan"));
   pr.groups = d_groups;
   pr.tiles = fp.keep(upload(s.tiles, "plan"));
@@ -204,10 +203,10 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   const dim3 pre_grid(static_cast<unsigned>((threads + 255) / 256), fp.num_groups);
   if (fp.format == Format::nvfp4)
     launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
-                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, fp.d_conversions, fp.num_conversions, stream);
+                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, fp.d_conversions, fp.conversion_grid, stream);
   else
     launch_fused<Format::mxfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
-                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, fp.d_conversions, fp.num_conversions, stream);
+                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, fp.d_conversions, fp.conversion_grid, stream);
 }
 
 std::string describe_fast_plan(const FastPlan& fp) {

@@ -48,10 +48,9 @@ struct KernelConfig {
   static constexpr int kWeightStageBytes = kRowsPerTile * kBlockK / 2;  // 4 KB of FP4
   static constexpr int kActStageBytes = kMaxTokens * kBlockK * 2;       // 32 KB of f16/bf16
   static constexpr int kActBoxBytes = kActBoxRows * kBlockK * 2;
-  // Weight scales of a stage: linear layout = a TMA box of 16 scale columns x 128 rows (2 KB, the
-  // first 4 (NVFP4) / 2 (MXFP4) columns used); blocked layout = the 512-byte 128x4 atom.
-  static constexpr int kScaleStageBytes = 2048;
-  static constexpr int kScaleBoxCols = 16;
+  // Weight scales of a stage: the 512-byte blocked atom (128 rows x 4 scale columns; the plan
+  // converts linear scales to blocked).
+  static constexpr int kScaleStageBytes = 512;
   static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes + kScaleStageBytes;
   static constexpr int kMaxStages = 16;  // ring depth: as many stages of the CTA's width as fit
   static constexpr int kPartialFloats = 128 * kConsumerWarpgroups * 128;  // one writer's FP32 tile
@@ -71,8 +70,7 @@ struct FusedParams {
   const WorkPiece* pieces;
   const int* cta_begin;
   const CUtensorMap* weight_maps;  // one per group, 64-byte aligned, in global memory
-  const CUtensorMap* scale_maps;   // linear weight scales: one per group (unused where blocked)
-  const std::uint8_t* const* scale_blocked;  // per group: blocked weight scales, or null (linear map)
+  const std::uint8_t* const* scale_blocked;  // per group: the weight scales in blocked layout
   float* partials;
   int* flags;                      // one hand-off counter per tile, 0 between runs
   int ring_bytes;  // dynamic shared memory for the ring (the CTA sizes its stages to its width class)
@@ -202,19 +200,27 @@ struct ScaleConversion {
   int rows, cols;
 };
 
+// One thread per 4-byte word of the blocked buffer (a row's 4 scale columns of one atom), so a
+// warp writes 128 contiguous bytes.
 template <Format F>  // (per-format instantiation keeps the kernel in the format's translation unit)
 __global__ void __launch_bounds__(256) scales_to_blocked(const ScaleConversion* jobs) {
   const ScaleConversion j = jobs[blockIdx.y];
   const int col_blocks = (j.cols + 3) / 4;
-  const std::int64_t total = static_cast<std::int64_t>((j.rows + 127) / 128) * col_blocks * 512;
-  for (std::int64_t o = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; o < total;
-       o += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t atom = o / 512;
-    const int in = static_cast<int>(o % 512);
-    const int r = static_cast<int>(atom / col_blocks) * 128 + ((in % 16) / 4) * 32 + in / 16;
-    const int c = static_cast<int>(atom % col_blocks) * 4 + in % 4;
-    j.dst[o] = (r < j.rows && c < j.cols) ? j.src[static_cast<std::int64_t>(r) * j.cols + c] : 0;
+  const std::int64_t words = static_cast<std::int64_t>((j.rows + 127) / 128) * col_blocks * 128;
+  const std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (u >= words) return;
+  const std::int64_t atom = u / 128;
+  const int w = static_cast<int>(u % 128);
+  const int r = static_cast<int>(atom / col_blocks) * 128 + (w % 4) * 32 + w / 4;
+  const int c0 = static_cast<int>(atom % col_blocks) * 4;
+  std::uint32_t v = 0;
+  if (r < j.rows) {
+    const std::uint8_t* src = j.src + static_cast<std::int64_t>(r) * j.cols;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (c0 + i < j.cols) v |= static_cast<std::uint32_t>(__ldg(src + c0 + i)) << (8 * i);
   }
+  reinterpret_cast<std::uint32_t*>(j.dst)[u] = v;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -397,8 +403,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
 
   // Weight scales come with the stage (the producer loads them): byte offsets of rows r0 / r0+8
   // and of this thread's column inside the stage's scale area.
-  const bool blocked = p.scale_blocked[tile.group] != nullptr;
-  auto row_off = [&](int r) { return blocked ? (r % 32) * 16 + (r / 32) * 4 : r * C::kScaleBoxCols; };
+  auto row_off = [](int r) { return (r % 32) * 16 + (r / 32) * 4; };  // blocked atom (SPEC 2)
   const int off0 = row_off(st.row_in_tile), off1 = row_off(st.row_in_tile + 8);
   const int tcol = F == Format::nvfp4 ? t : t / 2;  // scale column of this thread within the k-block
 
@@ -412,10 +417,10 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
             w_smem + st.stage * C::kWeightStageBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
         const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
         const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
-        // Blocked MXFP4: one atom spans two k-blocks. Columns past K read as scale 0 (blocked
-        // padding may hold anything; the TMA box of the linear layout fills them with zeros).
+        // MXFP4: one atom spans two k-blocks. Columns past K read as scale 0 (the padding of a
+        // user's blocked buffer may hold anything, NaN codes included).
         const int col = kb * kColsPerKb + tcol;
-        const int c_in = blocked ? col % 4 : tcol;
+        const int c_in = col % 4;
         const std::uint8_t* srow = st.s_smem + st.stage * C::kScaleStageBytes + c_in;
         const unsigned sc0 = col < cols ? srow[off0] : 0u, sc1 = col < cols ? srow[off1] : 0u;
         const std::uint32_t s0 = weight_scale_pair<F>(sc0), s1 = weight_scale_pair<F>(sc1);
@@ -535,23 +540,18 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         const WorkPiece piece = p.pieces[pi];
         const TileDesc tile = p.tiles[piece.tile];
         const CUtensorMap* wmap = p.weight_maps + tile.group;
-        const CUtensorMap* smap = p.scale_maps + tile.group;
         const std::uint8_t* sblk = p.scale_blocked[tile.group];
         constexpr int kColsPerKb = F == Format::nvfp4 ? 4 : 2;
         const int col_blocks = (p.groups[tile.group].k / (F == Format::nvfp4 ? 16 : 32) + 3) / 4;
         const int nbox = ((tile.ntok + 15) / 16 * 16 + C::kActBoxRows - 1) / C::kActBoxRows;
-        const std::uint32_t bytes =
-            C::kWeightStageBytes + nbox * C::kActBoxBytes + (sblk ? 512 : C::kScaleStageBytes);
+        const std::uint32_t bytes = C::kWeightStageBytes + nbox * C::kActBoxBytes + C::kScaleStageBytes;
         for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
           ptx::tma_load_2d(w_smem + stage * C::kWeightStageBytes, wmap, &full[stage], kb * (C::kBlockK / 2), tile.row0);
-          if (sblk)
-            ptx::bulk_load(s_smem + stage * C::kScaleStageBytes,
-                           sblk + (static_cast<std::int64_t>(tile.row0 / 128) * col_blocks + kb * kColsPerKb / 4) * 512,
-                           512, &full[stage]);
-          else
-            ptx::tma_load_2d(s_smem + stage * C::kScaleStageBytes, smap, &full[stage], kb * kColsPerKb, tile.row0);
+          ptx::bulk_load(s_smem + stage * C::kScaleStageBytes,
+                         sblk + (static_cast<std::int64_t>(tile.row0 / 128) * col_blocks + kb * kColsPerKb / 4) * 512,
+                         C::kScaleStageBytes, &full[stage]);
           for (int b = 0; b < nbox; ++b)
             ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
                              kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
@@ -603,8 +603,8 @@ template <Format F>
 void launch_fused(const FusedParams& params, const CUtensorMap& act_map, OutType out_type, int num_ctas,
                   std::size_t smem_bytes, const GroupParams* d_groups, const int* d_act_row0,
                   void* act_workspace, int act_cols, dim3 pre_grid, ScaleLayout layout,
-                  const ScaleConversion* conversions, int num_conversions, cudaStream_t stream) {
-  if (num_conversions > 0) scales_to_blocked<F><<<dim3(64, num_conversions), 256, 0, stream>>>(conversions);
+                  const ScaleConversion* conversions, dim3 conversion_grid, cudaStream_t stream) {
+  if (conversion_grid.y > 0) scales_to_blocked<F><<<conversion_grid, 256, 0, stream>>>(conversions);
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(d_groups, d_act_row0, act_workspace, act_cols, layout);
   fused_grouped_gemm<F><<<num_ctas, KernelConfig::kThreads, smem_bytes, stream>>>(params, act_map, out_type);
 }
@@ -618,7 +618,7 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
   PREFIX template void launch_fused<F>(const FusedParams&, const CUtensorMap&, OutType, int, std::size_t, \
                                        const GroupParams*, const int*, void*, int, dim3, ScaleLayout,     \
-                                       const ScaleConversion*, int, cudaStream_t);                        \
+                                       const ScaleConversion*, dim3, cudaStream_t);                       \
   PREFIX template cudaError_t set_fused_smem<F>(std::size_t);
 
 #ifndef FP4GEMM_FUSED_INSTANTIATE
