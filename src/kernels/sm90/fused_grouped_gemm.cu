@@ -166,7 +166,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   }
   std::int64_t max_words = 0;
   for (const ScaleConversion& c : conversions)
-    max_words = std::max<std::int64_t>(max_words, static_cast<std::int64_t>((c.rows + 127) / 128) * ((c.cols + 3) / 4) * 128);
+    max_words = std::max<std::int64_t>(max_words, static_cast<std::int64_t>((c.rows + 127) / 128) * (((c.cols + 3) / 4 + 7) / 8) * 128);
   fp.conversion_grid = dim3(static_cast<unsigned>((max_words + 255) / 256), static_cast<unsigned>(conversions.size()));
   fp.d_conversions = fp.keep(upload(conversions, "plan"));
 

@@ -200,27 +200,37 @@ struct ScaleConversion {
   int rows, cols;
 };
 
-// One thread per 4-byte word of the blocked buffer (a row's 4 scale columns of one atom), so a
-// warp writes 128 contiguous bytes.
+// One thread per (row, 8 column blocks): it reads 32 bytes of a row (a full sector) and writes one
+// 4-byte word into each of 8 atoms; the 128 threads of a row block write consecutive words.
 template <Format F>  // (per-format instantiation keeps the kernel in the format's translation unit)
 __global__ void __launch_bounds__(256) scales_to_blocked(const ScaleConversion* jobs) {
   const ScaleConversion j = jobs[blockIdx.y];
   const int col_blocks = (j.cols + 3) / 4;
-  const std::int64_t words = static_cast<std::int64_t>((j.rows + 127) / 128) * col_blocks * 128;
+  const int groups8 = (col_blocks + 7) / 8;
   const std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (u >= words) return;
-  const std::int64_t atom = u / 128;
-  const int w = static_cast<int>(u % 128);
-  const int r = static_cast<int>(atom / col_blocks) * 128 + (w % 4) * 32 + w / 4;
-  const int c0 = static_cast<int>(atom % col_blocks) * 4;
-  std::uint32_t v = 0;
+  if (u >= static_cast<std::int64_t>((j.rows + 127) / 128) * groups8 * 128) return;
+  const int w = static_cast<int>(u % 128);                 // word within an atom
+  const std::int64_t unit = u / 128;
+  const int rb = static_cast<int>(unit / groups8), cb0 = static_cast<int>(unit % groups8) * 8;
+  const int r = rb * 128 + (w % 4) * 32 + w / 4;
+  std::uint32_t word[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   if (r < j.rows) {
-    const std::uint8_t* src = j.src + static_cast<std::int64_t>(r) * j.cols;
+    const std::uint8_t* src = j.src + static_cast<std::int64_t>(r) * j.cols + cb0 * 4;
+    const int avail = j.cols - cb0 * 4;  // bytes of this row from column cb0 * 4 on
+    if (avail >= 32 && (reinterpret_cast<std::uintptr_t>(src) & 15) == 0) {
+      const uint4 lo = __ldg(reinterpret_cast<const uint4*>(src)), hi = __ldg(reinterpret_cast<const uint4*>(src + 16));
+      word[0] = lo.x, word[1] = lo.y, word[2] = lo.z, word[3] = lo.w, word[4] = hi.x, word[5] = hi.y, word[6] = hi.z,
+      word[7] = hi.w;
+    } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (c0 + i < j.cols) v |= static_cast<std::uint32_t>(__ldg(src + c0 + i)) << (8 * i);
+      for (int i = 0; i < 32; ++i)
+        if (i < avail) word[i / 4] |= static_cast<std::uint32_t>(__ldg(src + i)) << (8 * (i % 4));
+    }
   }
-  reinterpret_cast<std::uint32_t*>(j.dst)[u] = v;
+  std::uint32_t* dst = reinterpret_cast<std::uint32_t*>(j.dst) + (static_cast<std::int64_t>(rb) * col_blocks + cb0) * 128 + w;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (cb0 + i < col_blocks) dst[i * 128] = word[i];
 }
 
 // ---------------------------------------------------------------------------------------------
