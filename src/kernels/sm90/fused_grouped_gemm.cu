@@ -3,6 +3,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 #include <vector>
 
@@ -107,7 +108,9 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     shapes.push_back({g.m, g.n, g.k});
     fp.max_m = std::max(fp.max_m, g.m);
   }
-  fp.schedule = build_schedule(shapes, device.multiprocessors);
+  SchedulePolicy policy;
+  if (const char* v = std::getenv("FP4GEMM_KBLOCK_OVERHEAD")) policy.kblock_overhead = std::atoi(v);  // tuning knob
+  fp.schedule = build_schedule(shapes, device.multiprocessors, policy);
   const Schedule& s = fp.schedule;
   fp.max_kblocks = s.max_kblocks;
   if (s.tiles.empty()) return plan;
@@ -199,8 +202,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   const Schedule& s = fp.schedule;
   if (s.tiles.empty()) return;
-  const std::int64_t threads = static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks * 8;  // 8 chunks per k-block
-  const dim3 pre_grid(static_cast<unsigned>((threads + 255) / 256), fp.num_groups);
+  const dim3 pre_grid(static_cast<unsigned>(fp.max_m), fp.num_groups);  // one block per token row
   if (fp.format == Format::nvfp4)
     launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
                                 fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, fp.d_conversions, fp.conversion_grid, stream);

@@ -126,8 +126,8 @@ __device__ __forceinline__ float scale_value(unsigned code) {
   }
 }
 
-// One thread per 16-byte output chunk (8 values, wgmma k positions 8c..8c+7 of a 64-wide k-block),
-// so a warp's stores are 512 contiguous bytes. Position 8c + 2i + h holds source element
+// One block per token row, one thread per 16-byte output chunk (8 values, wgmma k positions
+// 8c..8c+7 of a 64-wide k-block), so a warp's stores are 512 contiguous bytes. Position 8c + 2i + h holds source element
 // 16i + c/2 + 4h + 8(c%2) (detail::wgmma_k_source): nibble (c/2 + 4h) of word 2i + (c%2).
 template <Format F>
 __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* groups,
@@ -135,13 +135,12 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
                                                            int out_cols, ScaleLayout layout) {
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
   const GroupParams g = groups[blockIdx.y];
-  const int kblocks = (g.k + 63) / 64;
-  const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int c = static_cast<int>(idx % 8);
-  const std::int64_t mk = idx / 8;
-  const int m = static_cast<int>(mk / kblocks), kb = static_cast<int>(mk % kblocks);
+  const int m = blockIdx.x;  // one block per token row: no integer division in the index math
   if (m >= g.m) return;
+  const int kblocks = (g.k + 63) / 64;
   const int cols = g.k / kVec;
+  for (int chunk = threadIdx.x; chunk < kblocks * 8; chunk += blockDim.x) {
+  const int c = chunk & 7, kb = chunk >> 3;
 
   // The block's 64 nibbles as 8 words (element e in word e / 8); bytes past K read as zero.
   // Only compile-time register indices below (no local memory).
@@ -190,6 +189,7 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
   uint4* dst = reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
                                         static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64 + c * 8);
   *dst = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
 }
 
 // Linear weight scales whose rows are not 16-byte multiples (K not a multiple of 16 scale
