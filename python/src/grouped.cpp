@@ -33,58 +33,42 @@ std::string repr_text(nb::handle h) { return nb::cast<std::string>(nb::repr(h));
 
 // ---- argument gathering ----------------------------------------------------------------------------
 
-struct Seq {
-  nb::object list;  // PySequence_Fast result (owns references to the items)
-  Py_ssize_t size = 0;
-  PyObject** items = nullptr;
-};
+// A tuple holding the items of `h`: h itself when it is a tuple, else a snapshot (a list is
+// copied, any other iterable materialised), so that the items stay owned and in place for the
+// whole call whatever happens to the caller's list meanwhile.
+nb::object snapshot(nb::handle h) {
+  PyObject* t = nullptr;
+  if (PyTuple_Check(h.ptr())) return nb::borrow(h);
+  if (PyList_Check(h.ptr())) t = PyList_AsTuple(h.ptr());
+  else t = PySequence_Tuple(h.ptr());
+  if (!t) throw nb::python_error();
+  return nb::steal(t);
+}
 
-Seq as_seq(nb::handle h, const char* arg, TensorReader& reader) {
+Seq seq_of(nb::object tuple) {
   Seq s;
-  if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) {
-    s.list = nb::borrow(h);
-  } else {
-    if (h.is_none()) throw Error(arg, -1, "is None; expected a list of arrays, one per group");
-    if (reader.is_torch(h) || nb::hasattr(h, "__dlpack__"))
-      throw Error(arg, -1, "is a single array; expected a list (or tuple) of arrays, one per group");
-    PyObject* f = PySequence_Fast(h.ptr(), "");
-    if (!f) {
-      PyErr_Clear();
-      throw Error(arg, -1, "must be a list or tuple of arrays (one per group), got " +
-                               std::string(Py_TYPE(h.ptr())->tp_name));
-    }
-    s.list = nb::steal(f);
-  }
-  s.size = PySequence_Fast_GET_SIZE(s.list.ptr());
-  s.items = PySequence_Fast_ITEMS(s.list.ptr());
+  s.owner = std::move(tuple);
+  s.size = PySequence_Fast_GET_SIZE(s.owner.ptr());
+  s.items = PySequence_Fast_ITEMS(s.owner.ptr());
   return s;
 }
 
-inline constexpr int kPerGroup = 5;  // a, b, sfa, sfb, c
-const char* const kNames[kPerGroup] = {"a", "b", "sfa", "sfb", "c"};
-
-struct Args {
-  Seq seqs[kPerGroup];
-  int groups = 0;
-  std::vector<PyObject*> objects;  // group-major: a, b, sfa, sfb, c of group 0, then group 1, ...
-};
-
-Args gather(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, TensorReader& reader) {
-  Args args;
-  const nb::handle in[kPerGroup] = {a, b, sfa, sfb, c};
-  for (int i = 0; i < kPerGroup; ++i) args.seqs[i] = as_seq(in[i], kNames[i], reader);
-  const Py_ssize_t g = args.seqs[0].size;
-  for (int i = 1; i < kPerGroup; ++i)
-    if (args.seqs[i].size != g)
-      throw Error(kNames[i], -1, "has " + std::to_string(args.seqs[i].size) + " entries but a has " +
-                                     std::to_string(g) + "; every list needs one entry per group");
-  if (g > INT32_MAX) throw Error("a", -1, "too many groups");
-  args.groups = static_cast<int>(g);
-  args.objects.resize(static_cast<std::size_t>(g) * kPerGroup);
-  for (Py_ssize_t j = 0; j < g; ++j)
-    for (int i = 0; i < kPerGroup; ++i) args.objects[j * kPerGroup + i] = args.seqs[i].items[j];
-  return args;
+Seq as_seq(nb::handle h, const char* arg, TensorReader& reader) {
+  if (PyList_Check(h.ptr()) || PyTuple_Check(h.ptr())) return seq_of(snapshot(h));
+  if (h.is_none()) throw Error(arg, -1, "is None; expected a list of arrays, one per group");
+  if (reader.is_torch(h) || nb::hasattr(h, "__dlpack__"))
+    throw Error(arg, -1, "is a single array; expected a list (or tuple) of arrays, one per group");
+  PyObject* t = PySequence_Tuple(h.ptr());  // any other iterable, materialised once
+  if (!t) {
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();
+    PyErr_Clear();
+    throw Error(arg, -1, "must be a list or tuple of arrays (one per group), got " +
+                             std::string(Py_TYPE(h.ptr())->tp_name));
+  }
+  return seq_of(nb::steal(t));
 }
+
+const char* const kNames[kPerGroup] = {"a", "b", "sfa", "sfb", "c"};
 
 // ---- alpha -------------------------------------------------------------------------------------------
 
@@ -103,10 +87,8 @@ std::vector<float> alpha_values_of(nb::handle alpha, int groups) {
     if (PyErr_Occurred()) throw nb::python_error();
     return v;
   }
-  Seq s;
-  s.list = nb::borrow(alpha);
-  s.size = PySequence_Fast_GET_SIZE(alpha.ptr());
-  s.items = PySequence_Fast_ITEMS(alpha.ptr());
+  // A list or tuple (alpha_is_number_list), snapshotted: PyFloat_AsDouble may run Python code.
+  const Seq s = seq_of(snapshot(alpha));
   if (s.size != groups)
     throw Error("alpha", -1, "has " + std::to_string(s.size) + " values for " + std::to_string(groups) + " groups");
   v.resize(groups);
@@ -267,17 +249,36 @@ cudaStream_t Binding::resolve_stream(nb::handle stream, Framework f, int device)
   return reinterpret_cast<cudaStream_t>(s);
 }
 
-Prepared Binding::prepare(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
-                          nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend,
-                          Keepalive& keep, std::vector<PyObject*>* objects) {
+CallOptions Binding::parse_options(nb::handle format, nb::handle scale_layout, nb::handle out_dtype,
+                                   nb::handle backend) const {
+  return CallOptions{parse_format(format), parse_layout(scale_layout), parse_out(out_dtype),
+                     parse_backend(backend, default_backend_)};
+}
+
+CallArgs Binding::gather(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c) {
+  CallArgs args;
+  const nb::handle in[kPerGroup] = {a, b, sfa, sfb, c};
+  for (int i = 0; i < kPerGroup; ++i) args.seqs[i] = as_seq(in[i], kNames[i], reader_);
+  const Py_ssize_t g = args.seqs[0].size;
+  for (int i = 1; i < kPerGroup; ++i)
+    if (args.seqs[i].size != g)
+      throw Error(kNames[i], -1, "has " + std::to_string(args.seqs[i].size) + " entries but a has " +
+                                     std::to_string(g) + "; every list needs one entry per group");
+  if (g > INT32_MAX) throw Error("a", -1, "too many groups");
+  args.groups = static_cast<int>(g);
+  args.objects.resize(static_cast<std::size_t>(g) * kPerGroup);
+  for (Py_ssize_t j = 0; j < g; ++j)
+    for (int i = 0; i < kPerGroup; ++i) args.objects[j * kPerGroup + i] = args.seqs[i].items[j];
+  return args;
+}
+
+Prepared Binding::prepare(const CallOptions& options, const CallArgs& args, nb::handle alpha, Keepalive& keep) {
   Prepared p;
-  p.options = CallOptions{parse_format(format), parse_layout(scale_layout), parse_out(out_dtype),
-                          parse_backend(backend, default_backend_)};
-  Args args = gather(a, b, sfa, sfb, c, reader_);
+  p.options = options;
   const int n = args.groups;
   std::vector<GroupViews> views(n);
   for (int g = 0; g < n; ++g) {
-    PyObject** o = &args.objects[static_cast<std::size_t>(g) * kPerGroup];
+    PyObject* const* o = &args.objects[static_cast<std::size_t>(g) * kPerGroup];
     GroupViews& v = views[g];
     v.a = reader_.read(o[0], "a[" + std::to_string(g) + "]", g, false, keep);
     v.b = reader_.read(o[1], "b[" + std::to_string(g) + "]", g, false, keep);
@@ -314,7 +315,6 @@ Prepared Binding::prepare(nb::handle a, nb::handle b, nb::handle sfa, nb::handle
                             reinterpret_cast<std::uint64_t>(d.alpha_device)})
       p.key.push_back(w);
   }
-  if (objects) *objects = std::move(args.objects);
   return p;
 }
 
@@ -365,21 +365,19 @@ void Binding::run_host(const Prepared& p, int threads) {
 void Binding::grouped_gemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
                            nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend,
                            nb::handle stream, int threads) {
-  const CallOptions options{parse_format(format), parse_layout(scale_layout), parse_out(out_dtype),
-                            parse_backend(backend, default_backend_)};
+  const CallOptions options = parse_options(format, scale_layout, out_dtype, backend);
+  // Gathered once: the snapshot owns every array object until the call returns (the host path
+  // and plan building release the GIL; `args.objects` is used again afterwards by remember()).
+  const CallArgs args = gather(a, b, sfa, sfb, c);
+  if (args.groups == 0) return;
   std::vector<std::uint64_t> signature;
   std::uint64_t sig_hash = 0;
   bool memoizable = false;
-  {
-    const Args args = gather(a, b, sfa, sfb, c, reader_);
-    if (args.groups == 0) return;
-    if (try_memo(options, alpha, args.objects, stream, signature, sig_hash, memoizable)) return;
-  }
+  if (try_memo(options, alpha, args.objects, stream, signature, sig_hash, memoizable)) return;
 
   // ---- full path: read and validate every array, then find or build the plan ------------------
   Keepalive keep;
-  std::vector<PyObject*> objects;
-  Prepared p = prepare(a, b, sfa, sfb, c, alpha, format, scale_layout, out_dtype, backend, keep, &objects);
+  Prepared p = prepare(options, args, alpha, keep);
   if (!p.placement.cuda) {
     run_host(p, threads);
     return;
@@ -395,7 +393,7 @@ void Binding::grouped_gemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handl
     plan = make_plan(p, capturing);
     plans_.insert(p.key, h, plan, /*may_evict=*/!capturing);
   }
-  if (memoizable) remember(std::move(signature), sig_hash, objects, plan, p.placement.device, capturing);
+  if (memoizable) remember(std::move(signature), sig_hash, args.objects, plan, p.placement.device, capturing);
   run(plan, s, capturing);
 }
 
@@ -454,7 +452,7 @@ bool Binding::try_memo(const CallOptions& o, nb::handle alpha, const std::vector
   std::size_t off = 0;
   for (std::size_t i = 0; valid && i < objects.size(); ++i) {
     valid = weak_ref_is(e->refs[i], objects[i]) && reader_.torch_data_ptr(objects[i]) == e->ptrs[i] &&
-            reader_.torch_shape_equals(objects[i], &e->dims[off], e->ndims[i]);
+            reader_.torch_shape_equals(objects[i], e->dims.data() + off, e->ndims[i]);
     off += e->ndims[i];
   }
   if (!valid) {
@@ -472,15 +470,17 @@ bool Binding::try_memo(const CallOptions& o, nb::handle alpha, const std::vector
 BoundGemm::BoundGemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
                      nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend) {
   Binding& bind = Binding::get();
+  const CallOptions options = bind.parse_options(format, scale_layout, out_dtype, backend);
+  const CallArgs args = bind.gather(a, b, sfa, sfb, c);
   Keepalive keep;
-  std::vector<PyObject*> objects;
-  const Prepared p = bind.prepare(a, b, sfa, sfb, c, alpha, format, scale_layout, out_dtype, backend, keep, &objects);
+  const Prepared p = bind.prepare(options, args, alpha, keep);
   if (!p.placement.cuda && !p.groups.empty())
     throw Error("a", -1, "GroupedGemm needs CUDA arrays; for host (NumPy) arrays call fp4gemm.grouped_gemm, "
                          "which runs the CPU reference");
-  for (PyObject* o : objects) refs_.append(nb::borrow(o));
+  for (PyObject* o : args.objects) refs_.append(nb::borrow(o));
   if (!alpha.is_none()) refs_.append(nb::borrow(alpha));
-  c_ = nb::borrow(c);
+  // The caller's list or tuple (as given); the snapshot when c was another iterable.
+  c_ = PyList_Check(c.ptr()) || PyTuple_Check(c.ptr()) ? nb::borrow(c) : args.seqs[4].owner;
   framework_ = p.framework;
   device_ = p.placement.device;
   if (!p.groups.empty()) plan_ = bind.make_plan(p, /*capturing=*/false);

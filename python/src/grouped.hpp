@@ -14,6 +14,26 @@
 
 namespace fp4gemm::python {
 
+// One argument list (a, b, ...): the caller's tuple, or a snapshot (a list is copied into a
+// tuple, any other iterable materialised), so that `items` stays valid and owned for the whole
+// call even if the caller's list is changed meanwhile (by another thread while the GIL is
+// released, or by Python code the array probes run).
+struct Seq {
+  nb::object owner;  // the tuple holding the items
+  Py_ssize_t size = 0;
+  PyObject* const* items = nullptr;
+};
+
+inline constexpr int kPerGroup = 5;  // a, b, sfa, sfb, c
+
+// The five per-group lists of one call, gathered once. `objects` (group-major: a, b, sfa, sfb, c
+// of group 0, then group 1, ...) are borrowed from `seqs`, valid as long as this object lives.
+struct CallArgs {
+  Seq seqs[kPerGroup];
+  int groups = 0;
+  std::vector<PyObject*> objects;
+};
+
 // Everything one call resolves from its arguments.
 struct Prepared {
   CallOptions options;
@@ -32,10 +52,12 @@ class Binding {
                     nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend,
                     nb::handle stream, int threads);
 
-  // Resolves arguments for a CUDA plan without running anything (GroupedGemm).
-  Prepared prepare(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
-                   nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend,
-                   Keepalive& keep, std::vector<PyObject*>* objects);
+  // Checks the five lists (one entry per group) and snapshots them.
+  CallArgs gather(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c);
+  // Reads and validates every array of `args` without running anything (also for GroupedGemm).
+  // The views point into the arrays: `args` and `keep` must outlive any use of the result.
+  Prepared prepare(const CallOptions& options, const CallArgs& args, nb::handle alpha, Keepalive& keep);
+  CallOptions parse_options(nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend) const;
   PlanPtr make_plan(const Prepared& p, bool capturing);
   // Enqueues `plan`, pinning it when the stream is being captured.
   void run(const PlanPtr& plan, cudaStream_t stream, bool capturing);

@@ -36,7 +36,15 @@ Matrix read_matrix(const TensorView& t, const char* what, int g) {
   if (m.cols > 1 && t.strides[1] != 1)
     throw Error(arg, g, "must be contiguous along its last dimension, got strides " + t.strides_text() +
                             " for shape " + t.shape_text());
-  if (m.rows > 1) m.ld = t.strides[0];
+  if (m.rows > 1) {
+    // Rows must not overlap (a broadcast / as_strided view with a row stride below the row
+    // length): the GEMM reads each row as cols contiguous elements and writes C rows in parallel.
+    if (t.strides[0] < m.cols)
+      throw Error(arg, g, "has overlapping rows: row stride " + std::to_string(t.strides[0]) + " < " +
+                              std::to_string(m.cols) + " elements per row (strides " + t.strides_text() +
+                              " for shape " + t.shape_text() + ")");
+    m.ld = t.strides[0];
+  }
   return m;
 }
 

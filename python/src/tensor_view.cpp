@@ -2,7 +2,6 @@
 #include "tensor_view.hpp"
 
 #include <cstring>
-#include <sstream>
 #include <string_view>
 
 #include "fp4gemm/fp4gemm.hpp"
@@ -128,12 +127,16 @@ std::int64_t TensorView::numel() const {
 }
 
 namespace {
+// "(16, 64)", "(5,)". Plain string appends rather than an ostringstream: no iostream / locale
+// state on the error paths (the process's global locale is whatever torch or others set).
 std::string tuple_text(const std::int64_t* v, int n) {
-  std::ostringstream os;
-  os << '(';
-  for (int i = 0; i < n; ++i) os << (i ? ", " : "") << v[i];
-  os << (n == 1 ? ",)" : ")");
-  return os.str();
+  std::string s = "(";
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(v[i]);
+  }
+  s += n == 1 ? ",)" : ")";
+  return s;
 }
 }  // namespace
 
@@ -202,9 +205,11 @@ TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int 
   TensorView v;
   v.framework = Framework::torch;
   v.ndim = read_int_tuple(get_attr(obj, n.shape), v.shape, arg, group);
-  read_int_tuple(call_method0(obj, n.stride), v.strides, arg, group);
+  if (read_int_tuple(call_method0(obj, n.stride), v.strides, arg, group) != v.ndim)
+    throw Error(arg, group, "reports " + std::to_string(v.ndim) + " dimensions but a stride() of another length");
 
-  PyObject* dt = get_attr(obj, n.dtype).ptr();  // dtype objects are immortal singletons in torch
+  const nb::object dtype = get_attr(obj, n.dtype);  // held while compared (by identity)
+  PyObject* dt = dtype.ptr();
   const Torch& t = torch_;
   if (dt == t.u8 || dt == t.i8) v.dtype = DType::byte;
   else if (dt == t.f4x2) v.dtype = DType::fp4x2;
