@@ -54,3 +54,11 @@ def backend():
         warnings.warn(f"backend 'auto' unavailable ({e}); GPU tests run the reference backend")
         fp4gemm.set_default_backend("reference")
         return "reference"
+
+
+@pytest.fixture
+def d():
+    """Two small NVFP4 groups (M = 16, 32; N = 64; K = 128) for the argument-checking tests."""
+    from fp4gemm.testing import random_groups
+
+    return random_groups([16, 32], 64, 128, seed=0)

@@ -11,11 +11,6 @@ import fp4gemm
 from fp4gemm.testing import random_groups
 
 
-@pytest.fixture
-def d():
-    return random_groups([16, 32], 64, 128, seed=0)
-
-
 def call(d, **kw):
     args = dict(a=d.a, b=d.b, sfa=d.sfa, sfb=d.sfb, c=d.outputs())
     args.update(kw)

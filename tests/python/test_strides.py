@@ -15,11 +15,6 @@ from fp4gemm.testing import numpy_reference, random_groups, round_to
 as_strided = np.lib.stride_tricks.as_strided
 
 
-@pytest.fixture
-def d():
-    return random_groups([16, 32], 64, 128, seed=0)
-
-
 def run(d, **kw):
     args = dict(a=d.a, b=d.b, sfa=d.sfa, sfb=d.sfb, c=d.outputs())
     args.update(kw)
