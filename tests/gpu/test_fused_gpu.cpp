@@ -145,6 +145,10 @@ TEST(FusedSanitizer, SmallSplitKProblem) {
   cfg.format = Format::mxfp4;
   cfg.layout = ScaleLayout::blocked;
   EXPECT_TRUE(run_and_check(cfg, Backend::fast, options));
+  // Linear MXFP4: K = 64 has 2 scale columns (per-run conversion), the others 32/64 (gathered
+  // by the producer warp with cp.async).
+  cfg.layout = ScaleLayout::linear;
+  EXPECT_TRUE(run_and_check(cfg, Backend::fast, options));
 }
 
 }  // namespace

@@ -113,6 +113,26 @@ __device__ __forceinline__ void stmatrix_x2_trans(std::uint32_t addr, std::uint3
                : "memory");
 }
 
+// ---- cp.async (4-byte gathers of linear weight scales) ------------------------------------------
+// Copies 4 bytes, or zero-fills them when `valid` is false (src-size 0: the source is not read).
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(smem_dst)), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+// Arrives on `bar` once this thread's earlier cp.async copies have landed. `.noinc`: the arrival
+// counts against the barrier's expected count (the init count must include it).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(std::uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// ---- programmatic dependent launch ----------------------------------------------------------
+// Lets the next kernel in the stream (launched with programmatic stream serialisation) start its
+// prologue while this grid still runs.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// Waits until the preceding grid has completed and its memory is visible (no-op without PDL).
+__device__ __forceinline__ void wait_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 // ---- global-memory flags (split-K hand-off between CTAs) -------------------------------------
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;

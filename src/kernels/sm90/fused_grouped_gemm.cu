@@ -78,6 +78,7 @@ struct FastPlan {
   std::size_t smem_bytes = 0;
   const ScaleConversion* d_conversions = nullptr;  // linear scales TMA cannot read (see make_fast_plan)
   dim3 conversion_grid{0, 0, 1};  // y = number of groups to convert
+  bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (FP4GEMM_NO_PDL=1: off)
   std::vector<void*> allocations;
 
   ~FastPlan() {
@@ -102,6 +103,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   fp.out_type = options.out_type;
   fp.d_groups = d_groups;
   fp.num_groups = static_cast<int>(groups.size());
+  if (const char* v = std::getenv("FP4GEMM_NO_PDL")) fp.pdl = std::atoi(v) == 0;  // A/B measurement knob
 
   std::vector<ScheduleShape> shapes;
   for (const GroupDesc& g : groups) {
@@ -114,6 +116,8 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   const Schedule& s = fp.schedule;
   fp.max_kblocks = s.max_kblocks;
   if (s.tiles.empty()) return plan;
+  if (static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks > (std::int64_t{1} << 31) - 256)
+    throw Error("groups[].m", -1, "too many tokens x k-blocks in one group for the activation pre-pass (max 2^31)");
 
   // Shared memory: all the device allows; each CTA fits as many stages of its width class as the
   // ring takes (a 256-token stage is 36 KB, a 64-token one 12 KB).
@@ -143,13 +147,15 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
                            "groups[].b", static_cast<int>(i));
   }
 
-  // Weight scales: blocked -> 512-byte bulk copies straight from the user's buffer; linear -> a
-  // per-run conversion to blocked into plan workspace (scales_to_blocked), then the same copies.
-  // (A TMA map over linear scales, box 16 columns x 128 rows, faulted with "illegal instruction"
-  // on H200 although it encoded fine -- see docs/PERF.md; the conversion costs ~2 bytes of traffic
-  // per scale byte per run.)
+  // Weight scales: blocked -> 512-byte bulk copies straight from the user's buffer; linear with
+  // rows of a multiple of 4 bytes (K % 64 == 0 for NVFP4, % 128 for MXFP4) -> the producer warp
+  // gathers them with 4-byte cp.async into the blocked atom of each stage; other linear scales ->
+  // a per-run conversion to blocked into plan workspace (scales_to_blocked), ~2 bytes of traffic
+  // per scale byte. (A TMA map over linear scales, box 16 columns x 128 rows, faulted with
+  // "illegal instruction" on H200 although it encoded fine -- see docs/PERF.md.)
   const int vec = options.format == Format::nvfp4 ? 16 : 32;
-  std::vector<const std::uint8_t*> sblocked(groups.size(), nullptr);
+  const bool force_conversion = std::getenv("FP4GEMM_CONVERT_SCALES") != nullptr;  // test/measurement knob
+  std::vector<const std::uint8_t*> sblocked(groups.size(), nullptr), slinear(groups.size(), nullptr);
   std::vector<ScaleConversion> conversions;
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const GroupDesc& g = groups[i];
@@ -158,6 +164,8 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     const auto* sfb = static_cast<const std::uint8_t*>(g.sfb);
     if (options.scale_layout == ScaleLayout::blocked) {
       sblocked[i] = sfb;
+    } else if (cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(sfb) % 4 == 0 && !force_conversion) {
+      slinear[i] = sfb;  // the producer warp gathers 4-byte row pieces with cp.async
     } else {
       const std::size_t bytes = static_cast<std::size_t>((g.n + 127) / 128) * ((cols + 3) / 4) * 512;
       std::uint8_t* dst = nullptr;
@@ -175,6 +183,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 
   FusedParams& pr = fp.params;
   pr.scale_blocked = fp.keep(upload(sblocked, "plan"));
+  pr.scale_linear = fp.keep(upload(slinear, "plan"));
   pr.groups = d_groups;
   pr.tiles = fp.keep(upload(s.tiles, "plan"));
   pr.pieces = fp.keep(upload(s.pieces, "plan"));
@@ -202,13 +211,18 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   const Schedule& s = fp.schedule;
   if (s.tiles.empty()) return;
-  const dim3 pre_grid(static_cast<unsigned>(fp.max_m), fp.num_groups);  // one block per token row
-  if (fp.format == Format::nvfp4)
-    launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
-                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, fp.d_conversions, fp.conversion_grid, stream);
-  else
-    launch_fused<Format::mxfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
-                                fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout, fp.d_conversions, fp.conversion_grid, stream);
+  // One thread per (token row, k-block); make_fast_plan checks that the count fits an int.
+  const std::int64_t units = static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks;
+  const dim3 pre_grid(static_cast<unsigned>((units + 255) / 256), fp.num_groups);
+  const cudaError_t err =
+      fp.format == Format::nvfp4
+          ? launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
+                                        fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout,
+                                        fp.d_conversions, fp.conversion_grid, fp.pdl, stream)
+          : launch_fused<Format::mxfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
+                                        fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout,
+                                        fp.d_conversions, fp.conversion_grid, fp.pdl, stream);
+  FP4GEMM_CUDA_CHECK(err, "run");
 }
 
 std::string describe_fast_plan(const FastPlan& fp) {

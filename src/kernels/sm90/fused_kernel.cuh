@@ -71,6 +71,9 @@ struct FusedParams {
   const int* cta_begin;
   const CUtensorMap* weight_maps;  // one per group, 64-byte aligned, in global memory
   const std::uint8_t* const* scale_blocked;  // per group: the weight scales in blocked layout
+  // Per group: the user's linear weight scales when the producer gathers them itself (rows of a
+  // multiple of 4 bytes), else null (then scale_blocked holds a per-run blocked copy).
+  const std::uint8_t* const* scale_linear;
   float* partials;
   int* flags;                      // one hand-off counter per tile, 0 between runs
   int ring_bytes;  // dynamic shared memory for the ring (the CTA sizes its stages to its width class)
@@ -126,69 +129,113 @@ __device__ __forceinline__ float scale_value(unsigned code) {
   }
 }
 
-// One block per token row, one thread per 16-byte output chunk (8 values, wgmma k positions
-// 8c..8c+7 of a 64-wide k-block), so a warp's stores are 512 contiguous bytes. Position 8c + 2i + h holds source element
-// 16i + c/2 + 4h + 8(c%2) (detail::wgmma_k_source): nibble (c/2 + 4h) of word 2i + (c%2).
+// One thread per (token row, 64-wide k-block): it reads the block's 32 bytes of FP4 and its scales
+// once, so every thread has a unique 32-byte load in flight. Output chunk c (wgmma k positions
+// 8c..8c+7) holds pairs (8c + 2i, 8c + 2i + 1) = source elements (16i + c/2 + 8(c%2), same + 4)
+// (detail::wgmma_k_source): nibbles c/2 and c/2 + 4 of word 2i + c%2, i.e.
+// e2m1_pair_*_raw<c/2>(word). The 128-byte result goes through a per-warp shared-memory buffer so
+// that the global stores are coalesced (8 lanes per 128-byte row segment): a thread storing its own
+// eight 16-byte chunks touched 32 rows per instruction and the kernel ran at ~0.3 TB/s.
 template <Format F>
 __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* groups,
                                                            const int* act_row0, void* out,
                                                            int out_cols, ScaleLayout layout) {
+  ptx::launch_dependents();  // the GEMM's CTAs may start their prologue as SMs free up
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
+  __shared__ uint4 staging[8][32 * 8];  // per warp: [unit = lane][chunk, XOR-swizzled by lane % 8]
+  const int lane = threadIdx.x % 32;
+  uint4* buf = staging[threadIdx.x / 32];
   const GroupParams g = groups[blockIdx.y];
-  const int m = blockIdx.x;  // one block per token row: no integer division in the index math
-  if (m >= g.m) return;
   const int kblocks = (g.k + 63) / 64;
+  const int u = blockIdx.x * blockDim.x + threadIdx.x;
+  const int m = u / kblocks, kb = u - m * kblocks;
+  const bool valid = m < g.m;
   const int cols = g.k / kVec;
-  for (int chunk = threadIdx.x; chunk < kblocks * 8; chunk += blockDim.x) {
-  const int c = chunk & 7, kb = chunk >> 3;
-
-  // The block's 64 nibbles as 8 words (element e in word e / 8); bytes past K read as zero.
-  // Only compile-time register indices below (no local memory).
-  std::uint32_t w[8];
-  const std::uint8_t* src = g.a + static_cast<std::int64_t>(m) * g.lda + kb * 32;
-  const int valid_bytes = min(32, g.k / 2 - kb * 32);
-  if (valid_bytes == 32) {
-    const uint4 lo = __ldg(reinterpret_cast<const uint4*>(src)), hi = __ldg(reinterpret_cast<const uint4*>(src + 16));
-    w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) w[i] = 0;
-#pragma unroll
-    for (int i = 0; i < 32; ++i)
-      if (i < valid_bytes) w[i / 4] |= static_cast<std::uint32_t>(src[i]) << (8 * (i % 4));
-  }
-  float scale[64 / kVec];
-#pragma unroll
-  for (int j = 0; j < 64 / kVec; ++j) {
-    const int col = kb * (64 / kVec) + j;
-    scale[j] = col < cols ? scale_value<F>(__ldg(g.sfa + scale_index(layout, m, col, cols))) : 0.f;
-  }
-  const int odd = c & 1, half_c = c >> 1;
-  std::uint32_t packed[4];  // output pairs (8c + 2i, 8c + 2i + 1)
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const std::uint32_t word = odd ? w[2 * i + 1] : w[2 * i];
-    float dq[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const unsigned nib = (word >> (4 * (half_c + 4 * h))) & 0xFu;
-      const unsigned cm = nib & 7u;  // e2m1 magnitude without a table (no local memory)
-      const float mag = cm >= 2 ? __int_as_float(static_cast<int>(((126u + (cm >> 1)) << 23) | ((cm & 1u) << 22)))
-                                : 0.5f * static_cast<float>(cm);
-      dq[h] = ((nib & 8u) ? -mag : mag) * scale[(16 * i) / kVec];  // exact in FP32 and in the 16-bit type
-    }
-    if constexpr (F == Format::nvfp4) {
-      const __half2 h2 = __floats2half2_rn(dq[0], dq[1]);
-      packed[i] = *reinterpret_cast<const std::uint32_t*>(&h2);
-    } else {
-      const __nv_bfloat162 b2 = __floats2bfloat162_rn(dq[0], dq[1]);
-      packed[i] = *reinterpret_cast<const std::uint32_t*>(&b2);
-    }
-  }
   using Elem = std::conditional_t<F == Format::nvfp4, __half, __nv_bfloat16>;
-  uint4* dst = reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
-                                        static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64 + c * 8);
-  *dst = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  uint4* dst = valid ? reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
+                                                static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64)
+                     : nullptr;
+
+  if (valid) {
+    // The block's 64 nibbles as 8 words (element e in word e / 8); bytes past K read as zero.
+    std::uint32_t w[8];
+    const std::uint8_t* src = g.a + static_cast<std::int64_t>(m) * g.lda + kb * 32;
+    const int valid_bytes = min(32, g.k / 2 - kb * 32);
+    if (valid_bytes == 32) {
+      const uint4 lo = __ldg(reinterpret_cast<const uint4*>(src)), hi = __ldg(reinterpret_cast<const uint4*>(src + 16));
+      w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) w[i] = 0;
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        if (i < valid_bytes) w[i / 4] |= static_cast<std::uint32_t>(src[i]) << (8 * (i % 4));
+    }
+    unsigned code[64 / kVec];
+#pragma unroll
+    for (int j = 0; j < 64 / kVec; ++j) {
+      const int col = kb * (64 / kVec) + j;
+      code[j] = col < cols ? __ldg(g.sfa + scale_index(layout, m, col, cols)) : 0u;
+    }
+    auto put = [&](int c, std::uint32_t p0, std::uint32_t p1, std::uint32_t p2, std::uint32_t p3) {
+      buf[lane * 8 + (c ^ (lane & 7))] = make_uint4(p0, p1, p2, p3);
+    };
+    if constexpr (F == Format::nvfp4) {
+      // raw * 2^14 is the e2m1 value (exact); times the E4M3 scale it stays exact in f16
+      // (|value| <= 6 * 448, every product a multiple of 2^-10 with <= 6 significant bits).
+      // Columns past K have code 0 = scale 0 (their weights are zero too).
+      const __half2 two14 = __half2half2(__ushort_as_half(0x7400));
+      __half2 s[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        s[j] = __half2half2(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code[j]), __NV_E4M3)));
+      auto cvt = [&](std::uint32_t raw, int i) {
+        const __half2 r = __hmul2(__hmul2(*reinterpret_cast<const __half2*>(&raw), two14), s[i]);
+        return *reinterpret_cast<const std::uint32_t*>(&r);
+      };
+#define FP4GEMM_ACT_CHUNK(c)                                                                                    \
+  put(c, cvt(e2m1_pair_f16_raw<(c) / 2>(w[0 + (c) % 2]), 0), cvt(e2m1_pair_f16_raw<(c) / 2>(w[2 + (c) % 2]), 1), \
+      cvt(e2m1_pair_f16_raw<(c) / 2>(w[4 + (c) % 2]), 2), cvt(e2m1_pair_f16_raw<(c) / 2>(w[6 + (c) % 2]), 3));
+      FP4GEMM_ACT_CHUNK(0) FP4GEMM_ACT_CHUNK(1) FP4GEMM_ACT_CHUNK(2) FP4GEMM_ACT_CHUNK(3)
+      FP4GEMM_ACT_CHUNK(4) FP4GEMM_ACT_CHUNK(5) FP4GEMM_ACT_CHUNK(6) FP4GEMM_ACT_CHUNK(7)
+#undef FP4GEMM_ACT_CHUNK
+    } else {
+      // MXFP4 -> bf16 through FP32 (scales 2^-127..2^127 reach bf16's subnormals; FP32 -> bf16
+      // rounding of an exactly representable product is exact).
+      float scale[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) scale[j] = kb * 2 + j < cols ? scale_value<F>(code[j]) : 0.f;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const int odd = c & 1, half_c = c >> 1;
+        std::uint32_t packed[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const std::uint32_t word = w[2 * i + odd];
+          float dq[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const unsigned nib = (word >> (4 * (half_c + 4 * h))) & 0xFu;
+            const unsigned cm = nib & 7u;  // e2m1 magnitude without a table (no local memory)
+            const float mag = cm >= 2 ? __int_as_float(static_cast<int>(((126u + (cm >> 1)) << 23) | ((cm & 1u) << 22)))
+                                      : 0.5f * static_cast<float>(cm);
+            dq[h] = ((nib & 8u) ? -mag : mag) * scale[i / 2];  // exact in FP32 and in bf16
+          }
+          const __nv_bfloat162 b2 = __floats2bfloat162_rn(dq[0], dq[1]);
+          packed[i] = *reinterpret_cast<const std::uint32_t*>(&b2);
+        }
+        put(c, packed[0], packed[1], packed[2], packed[3]);
+      }
+    }
+  }
+  __syncwarp();
+  // Store: round j, lanes 8q..8q+7 write the 8 chunks of unit 4j + q (one 128-byte row segment).
+  const int cc = lane % 8;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int unit = 4 * j + lane / 8;
+    uint4* d = reinterpret_cast<uint4*>(__shfl_sync(0xFFFFFFFFu, reinterpret_cast<std::uintptr_t>(dst), unit));
+    if (d != nullptr) d[cc] = buf[unit * 8 + (cc ^ (unit & 7))];
   }
 }
 
@@ -435,8 +482,13 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         const unsigned sc0 = col < cols ? srow[off0] : 0u, sc1 = col < cols ? srow[off1] : 0u;
         const std::uint32_t s0 = weight_scale_pair<F>(sc0), s1 = weight_scale_pair<F>(sc1);
         std::uint32_t d0[8], d1[8];
+#ifdef FP4GEMM_ABLATE_DEQUANT  // measurement only (wrong results): the mainloop without dequantisation
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d0[i] = (i & 1 ? q0.y : q0.x) ^ s0, d1[i] = (i & 1 ? q1.y : q1.x) ^ s1;
+#else
         dequant_row<F>(q0, s0, d0);
         dequant_row<F>(q1, s1, d1);
+#endif
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           a[buf][i][0] = d0[i];
@@ -532,7 +584,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
-      ptx::mbarrier_init(&full[s], 1);
+      // full: the producer's lane 0 (expect_tx) + 32 cp.async arrivals of the producer warp
+      ptx::mbarrier_init(&full[s], 1 + 32);
       ptx::mbarrier_init(&empty[s], C::kConsumerWarpgroups * 4);  // one arrive per consumer warp
     }
     ptx::fence_barrier_init();
@@ -540,10 +593,14 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   __syncthreads();
 
   if (threadIdx.x >= C::kConsumerThreads) {
-    // ---------------- producer (warpgroup 2, one elected thread) ----------------
+    // ---------------- producer (warpgroup 2; its first warp loads, the other three idle) ----------------
     ptx::setmaxnreg_dec<C::kProducerRegs>();
-    if (threadIdx.x == C::kConsumerThreads) {
-      ptx::prefetch_tensormap(&act_map);
+    if (threadIdx.x / 32 == C::kConsumerThreads / 32) {
+      const int lane = threadIdx.x % 32;
+      if (lane == 0) ptx::prefetch_tensormap(&act_map);
+      // Launched as a programmatic dependent of the activation pre-pass: everything above
+      // overlapped its tail; from here on we read what it (and the scale conversion) wrote.
+      ptx::wait_prerequisites();
       int stage = 0;
       std::uint32_t phase = 0;
       for (int pi = begin; pi < end; ++pi) {
@@ -551,20 +608,41 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         const TileDesc tile = p.tiles[piece.tile];
         const CUtensorMap* wmap = p.weight_maps + tile.group;
         const std::uint8_t* sblk = p.scale_blocked[tile.group];
+        const std::uint8_t* slin = p.scale_linear[tile.group];
         constexpr int kColsPerKb = F == Format::nvfp4 ? 4 : 2;
-        const int col_blocks = (p.groups[tile.group].k / (F == Format::nvfp4 ? 16 : 32) + 3) / 4;
+        const int rows = p.groups[tile.group].n;
+        const int cols = p.groups[tile.group].k / (F == Format::nvfp4 ? 16 : 32);
+        const int col_blocks = (cols + 3) / 4;
         const int nbox = ((tile.ntok + 15) / 16 * 16 + C::kActBoxRows - 1) / C::kActBoxRows;
-        const std::uint32_t bytes = C::kWeightStageBytes + nbox * C::kActBoxBytes + C::kScaleStageBytes;
+        const std::uint32_t bytes =
+            C::kWeightStageBytes + nbox * C::kActBoxBytes + (slin == nullptr ? C::kScaleStageBytes : 0);
         for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
-          ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
-          ptx::tma_load_2d(w_smem + stage * C::kWeightStageBytes, wmap, &full[stage], kb * (C::kBlockK / 2), tile.row0);
-          ptx::bulk_load(s_smem + stage * C::kScaleStageBytes,
-                         sblk + (static_cast<std::int64_t>(tile.row0 / 128) * col_blocks + kb * kColsPerKb / 4) * 512,
-                         C::kScaleStageBytes, &full[stage]);
-          for (int b = 0; b < nbox; ++b)
-            ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
-                             kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
+          if (lane == 0) {
+            ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
+            ptx::tma_load_2d(w_smem + stage * C::kWeightStageBytes, wmap, &full[stage], kb * (C::kBlockK / 2), tile.row0);
+            if (slin == nullptr)
+              ptx::bulk_load(s_smem + stage * C::kScaleStageBytes,
+                             sblk + (static_cast<std::int64_t>(tile.row0 / 128) * col_blocks + kb * kColsPerKb / 4) * 512,
+                             C::kScaleStageBytes, &full[stage]);
+            for (int b = 0; b < nbox; ++b)
+              ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
+                               kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
+          }
+          if (slin != nullptr) {
+            // Linear scales, gathered into the blocked atom: row r's 4 columns go to byte
+            // (r % 32) * 16 + (r / 32) * 4, so lane l fills bytes 16l..16l+15 (rows l + 32q).
+            // Rows past N are zero-filled (their weights are TMA's zero fill).
+            const int c0 = kb * kColsPerKb / 4 * 4;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int r = tile.row0 + lane + 32 * q;
+              const bool valid = r < rows;
+              ptx::cp_async_4(s_smem + stage * C::kScaleStageBytes + lane * 16 + 4 * q,
+                              slin + (valid ? static_cast<std::int64_t>(r) * cols + c0 : 0), valid);
+            }
+          }
+          ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
           if (++stage == stages) { stage = 0; phase ^= 1; }
         }
       }
@@ -610,13 +688,25 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
 // (extern below), so the two instantiations compile in parallel.
 template <Format F>
-void launch_fused(const FusedParams& params, const CUtensorMap& act_map, OutType out_type, int num_ctas,
+cudaError_t launch_fused(const FusedParams& params, const CUtensorMap& act_map, OutType out_type, int num_ctas,
                   std::size_t smem_bytes, const GroupParams* d_groups, const int* d_act_row0,
                   void* act_workspace, int act_cols, dim3 pre_grid, ScaleLayout layout,
-                  const ScaleConversion* conversions, dim3 conversion_grid, cudaStream_t stream) {
+                  const ScaleConversion* conversions, dim3 conversion_grid, bool pdl, cudaStream_t stream) {
   if (conversion_grid.y > 0) scales_to_blocked<F><<<conversion_grid, 256, 0, stream>>>(conversions);
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(d_groups, d_act_row0, act_workspace, act_cols, layout);
-  fused_grouped_gemm<F><<<num_ctas, KernelConfig::kThreads, smem_bytes, stream>>>(params, act_map, out_type);
+  // Programmatic dependent launch: the GEMM's CTAs start (barrier set-up, tensor-map prefetch) as
+  // the pre-pass drains; its producer waits for the pre-pass with griddepcontrol.wait.
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(num_ctas);
+  config.blockDim = dim3(KernelConfig::kThreads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, fused_grouped_gemm<F>, params, act_map, out_type);
 }
 
 template <Format F>
@@ -626,9 +716,9 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
 }
 
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
-  PREFIX template void launch_fused<F>(const FusedParams&, const CUtensorMap&, OutType, int, std::size_t, \
+  PREFIX template cudaError_t launch_fused<F>(const FusedParams&, const CUtensorMap&, OutType, int, std::size_t, \
                                        const GroupParams*, const int*, void*, int, dim3, ScaleLayout,     \
-                                       const ScaleConversion*, dim3, cudaStream_t);                       \
+                                       const ScaleConversion*, dim3, bool, cudaStream_t);                 \
   PREFIX template cudaError_t set_fused_smem<F>(std::size_t);
 
 #ifndef FP4GEMM_FUSED_INSTANTIATE
