@@ -14,7 +14,7 @@ for step in "${steps[@]}"; do
       grep -E "C75|spill|stack frame" "$OUT/build.log" | sort | uniq -c | sort -rn | head -8
       tail -3 "$OUT/build.log" ;;
     test)
-      "$BUILD/tests/fp4gemm_gpu_tests" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$OUT/gpu_tests.log" 2>&1
+      timeout ${TEST_TIMEOUT:-900} "$BUILD/tests/fp4gemm_gpu_tests" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} > "$OUT/gpu_tests.log" 2>&1
       echo "gpu tests rc=$?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST" "$OUT/gpu_tests.log" | head -30 ;;
     sanitize)
       for tool in memcheck racecheck; do
