@@ -12,7 +12,7 @@ for variant in "${@:-base}"; do
   envs=(); [ "$variant" != base ] && IFS=, read -ra envs <<< "$variant"
   for c in "${cases[@]}"; do
     name=${c%%|*}; args=${c#*|}
-    line=$(env "${envs[@]}" "$B" grouped $args --layout "${LAYOUT:-linear}" --iters ${ITERS:-100} 2>&1 | tail -1)
+    line=$(timeout 60 env "${envs[@]}" "$B" grouped $args --layout "${LAYOUT:-linear}" --iters ${ITERS:-100} 2>&1 | tail -1)
     printf '%-40s %-7s %s\n' "$variant" "$name" "$line"
   done
 done

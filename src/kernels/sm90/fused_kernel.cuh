@@ -39,12 +39,16 @@ struct KernelConfig {
   static constexpr int kConsumerWarpgroups = 2;
   // Warpgroups 0-1: consumers; warpgroup 2: the producer (one elected thread issues TMA). The
   // register file is split per SM sub-partition, so 9 warps would cap every thread at 168; with
-  // 3 warpgroups, setmaxnreg moves registers from the producer (48) to the consumers (232).
+  // 3 warpgroups, setmaxnreg moves registers from the producer (48) to the consumers (224).
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kProducerRegs = 48;
-  static constexpr int kConsumerRegs = 232;
-  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536, "register file");
+  static constexpr int kConsumerRegs = 224;
+  // setmaxnreg only moves registers within the CTA's launch allocation (168 per thread, the
+  // __launch_bounds__ cap for 384 threads): asking for more makes setmaxnreg.inc wait forever.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads,
+                "setmaxnreg beyond the launch allocation deadlocks");
   static constexpr int kWeightStageBytes = kRowsPerTile * kBlockK / 2;  // 4 KB of FP4
   static constexpr int kActStageBytes = kMaxTokens * kBlockK * 2;       // 32 KB of f16/bf16
   static constexpr int kActBoxBytes = kActBoxRows * kBlockK * 2;
