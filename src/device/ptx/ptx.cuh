@@ -149,9 +149,12 @@ __device__ __forceinline__ std::uint32_t map_to_rank(std::uint32_t smem_byte_add
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_byte_addr), "r"(rank));
   return r;
 }
-// Arrive on an mbarrier of another CTA of the cluster (address from map_to_rank).
+// Arrive on an mbarrier of another CTA of the cluster (address from map_to_rank). Default
+// semantics (release, CTA scope): the `.release.cluster` form emits a memory barrier per arrival
+// (measured: 34 % of warp stalls "membar", the kernel 2x slower); the consumers' reads of the
+// stage are complete (registers / waited wgmma) before they arrive, as in CUTLASS's pipelines.
 __device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
 }
 // 2-D TMA load multicast to the CTAs in `cta_mask`: the box lands at the same offset of each
 // one's shared memory and completes on the mbarrier at `bar`'s offset in each.

@@ -42,8 +42,12 @@ struct KernelConfig {
   // 3 warpgroups, setmaxnreg moves registers from the producer (48) to the consumers (224).
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = kConsumerThreads + 128;
-  static constexpr int kProducerRegs = 48;
-  static constexpr int kConsumerRegs = 224;
+#ifndef FP4GEMM_PRODUCER_REGS  // (overridable for measurement builds)
+#define FP4GEMM_PRODUCER_REGS 48
+#define FP4GEMM_CONSUMER_REGS 224
+#endif
+  static constexpr int kProducerRegs = FP4GEMM_PRODUCER_REGS;
+  static constexpr int kConsumerRegs = FP4GEMM_CONSUMER_REGS;
   // setmaxnreg only moves registers within the CTA's launch allocation (168 per thread, the
   // __launch_bounds__ cap for 384 threads): asking for more makes setmaxnreg.inc wait forever.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
