@@ -22,7 +22,7 @@ namespace fp4gemm::detail {
 
 struct TileDesc {
   int group;
-  int row0;        // first weight row (n) of the tile (of CTA rank 0 in a cluster)
+  int row0;        // first weight row (n) of the tile
   int tok0;        // first token (m) of the tile, within the group
   int ntok;        // tokens in the tile, 1..256
   int act_row0;    // row of token tok0 in the stacked activation workspace
@@ -49,9 +49,6 @@ struct SchedulePolicy {
   // Cost of one k-block of a tile = tokens rounded to 8 + this overhead (dequantising the 128
   // weight rows and the pipeline costs that do not shrink with the token count).
   int kblock_overhead = 160;  // tuned on H200: case 1 156 -> 133 us, case 2 90 -> 76 vs 32 (PERF.md)
-  // Weight rows of a scheduled tile: 128, or 128 x cluster size when a cluster of CTAs shares a
-  // tile's activations (TMA multicast): CTA rank r of the cluster computes rows row0 + 128 r.
-  int rows_per_tile = kRowsPerTile;
   bool split_k = true;  // false: whole tiles only (contiguous ranges cut at tile boundaries)
 };
 

@@ -2,7 +2,6 @@
 // random problems, every format x layout x output type, graphs, determinism.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -134,45 +133,6 @@ TEST_P(FusedRandom, WithinSpecTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(Seeds, FusedRandom, ::testing::Range(0, kRandomProblems));
 
-// Sets an environment knob of the plan builder for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
-
-// Clusters of 2 CTAs (activation multicast) forced on, and off, on shapes with odd 128-row block
-// counts (the pair's second CTA lies past N), split-K, several token widths, both formats and
-// layouts (linear K % 64 != 0 takes the scale conversion, the others the producer's gather).
-TEST(FusedCluster, ForcedPairsAndSingles) {
-  REQUIRE_FAST_KERNEL();
-  for (const char* mode : {"2", "1"}) {
-    const ScopedEnv env("FP4GEMM_CLUSTER", mode);
-    for (Format format : {Format::nvfp4, Format::mxfp4}) {
-      for (ScaleLayout layout : {ScaleLayout::linear, ScaleLayout::blocked}) {
-        SCOPED_TRACE(::testing::Message() << "cluster " << mode << " " << to_string(format) << " " << to_string(layout));
-        ProblemConfig cfg;
-        cfg.format = format, cfg.layout = layout;
-        cfg.values = Values::full;
-        cfg.seed = 4242 + mode[0] + 2 * static_cast<int>(format) + static_cast<int>(layout);
-        const int vec = scale_block_size(format);
-        cfg.shapes = {{100, 130, 256 * vec}, {33, 77, 40 * vec}, {260, 384, 64 * vec}, {0, 256, 4 * vec},
-                      {5, 128, 5 * vec},     {64, 640, 128 * vec}};
-        cfg.padded_strides = true;
-        RunOptions options;
-        options.check.tolerance = Tolerance::gpumode_rule;
-        options.runs = 2;
-        EXPECT_TRUE(run_and_check(cfg, Backend::fast, options));
-      }
-    }
-  }
-}
-
 // A small problem for compute-sanitizer runs (memcheck / racecheck): --gtest_filter=FusedSanitizer.*
 TEST(FusedSanitizer, SmallSplitKProblem) {
   REQUIRE_FAST_KERNEL();
@@ -189,12 +149,6 @@ TEST(FusedSanitizer, SmallSplitKProblem) {
   // by the producer warp with cp.async).
   cfg.layout = ScaleLayout::linear;
   EXPECT_TRUE(run_and_check(cfg, Backend::fast, options));
-  // The same without and with forced 2-CTA clusters (the heuristic's choice ran above).
-  for (const char* mode : {"1", "2"}) {
-    const ScopedEnv env("FP4GEMM_CLUSTER", mode);
-    cfg.format = Format::nvfp4;
-    EXPECT_TRUE(run_and_check(cfg, Backend::fast, options));
-  }
 }
 
 }  // namespace

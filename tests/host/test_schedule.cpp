@@ -30,11 +30,10 @@ void check_schedule(const std::vector<ScheduleShape>& groups, int ctas, const Sc
       EXPECT_TRUE(by_row.empty());
       continue;
     }
-    const int rows = policy.rows_per_tile;
-    const int row_blocks = (groups[g].n + rows - 1) / rows;
+    const int row_blocks = (groups[g].n + 127) / 128;
     ASSERT_EQ(by_row.size(), static_cast<std::size_t>(row_blocks));
     for (auto& [row0, toks] : by_row) {
-      EXPECT_EQ(row0 % rows, 0);
+      EXPECT_EQ(row0 % 128, 0);
       int next = 0;
       for (auto [tok0, ntok] : toks) {
         EXPECT_EQ(tok0, next);
@@ -122,10 +121,6 @@ TEST(Schedule, SeedCasesBalanced) {
       {{128, 4096, 1536}, {384, 4096, 1536}},
   };
   for (const auto& groups : cases) {
-    SchedulePolicy pair;  // 66 clusters of 2 CTAs over 256-row tiles
-    pair.rows_per_tile = 256;
-    check_schedule(groups, 66, pair);
-    EXPECT_LT(build_schedule(groups, 66, pair).imbalance, 1.10);
     for (int ctas : {132, 114}) {
       check_schedule(groups, ctas, {});
       const Schedule s = build_schedule(groups, ctas);
@@ -149,7 +144,6 @@ TEST(Schedule, RandomProblems) {
     }
     SchedulePolicy policy;
     policy.split_k = iter % 3 != 0;
-    policy.rows_per_tile = iter % 2 ? 256 : 128;  // 2-CTA clusters schedule 256-row tiles
     check_schedule(groups, 1 + rng() % 140, policy);
   }
 }

@@ -133,40 +133,6 @@ __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontr
 // Waits until the preceding grid has completed and its memory is visible (no-op without PDL).
 __device__ __forceinline__ void wait_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-// ---- clusters (2-CTA pairs sharing activation tiles) -------------------------------------------
-__device__ __forceinline__ std::uint32_t cluster_ctarank() {
-  std::uint32_t r;
-  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// All threads of all CTAs of the cluster (barrier.cluster is per thread; call warp-converged).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// The shared::cluster address of `smem_byte_addr` (this CTA's window) in CTA `rank` of the cluster.
-__device__ __forceinline__ std::uint32_t map_to_rank(std::uint32_t smem_byte_addr, std::uint32_t rank) {
-  std::uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_byte_addr), "r"(rank));
-  return r;
-}
-// Arrive on an mbarrier of another CTA of the cluster (address from map_to_rank). Default
-// semantics (release, CTA scope): the `.release.cluster` form emits a memory barrier per arrival
-// (measured: 34 % of warp stalls "membar", the kernel 2x slower); the consumers' reads of the
-// stage are complete (registers / waited wgmma) before they arrive, as in CUTLASS's pipelines.
-__device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
-}
-// 2-D TMA load multicast to the CTAs in `cta_mask`: the box lands at the same offset of each
-// one's shared memory and completes on the mbarrier at `bar`'s offset in each.
-__device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const void* desc, std::uint64_t* bar,
-                                                      int c0, int c1, std::uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(smem_dst)),
-      "l"(desc), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
-      : "memory");
-}
-
 // ---- global-memory flags (split-K hand-off between CTAs) -------------------------------------
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;

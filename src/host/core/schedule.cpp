@@ -30,7 +30,7 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
     const int kblocks = (sh.k + SchedulePolicy::kBlockK - 1) / SchedulePolicy::kBlockK;
     s.max_kblocks = std::max(s.max_kblocks, kblocks);
     const auto toks = token_tiles(sh.m);
-    for (int row0 = 0; row0 < sh.n; row0 += policy.rows_per_tile)
+    for (int row0 = 0; row0 < sh.n; row0 += SchedulePolicy::kRowsPerTile)
       for (const auto& [tok0, ntok] : toks)
         s.tiles.push_back(TileDesc{static_cast<int>(g), row0, tok0, ntok, act_rows + tok0, kblocks, 0, -1});
     act_rows += sh.m;

@@ -78,7 +78,6 @@ struct FastPlan {
   std::size_t smem_bytes = 0;
   const ScaleConversion* d_conversions = nullptr;  // linear scales TMA cannot read (see make_fast_plan)
   dim3 conversion_grid{0, 0, 1};  // y = number of groups to convert
-  int cluster_size = 1;  // CTAs per cluster (2: pairs share activation tiles by TMA multicast)
   bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (FP4GEMM_NO_PDL=1: off)
   std::vector<void*> allocations;
 
@@ -113,6 +112,12 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   }
   SchedulePolicy policy;
   if (const char* v = std::getenv("FP4GEMM_KBLOCK_OVERHEAD")) policy.kblock_overhead = std::atoi(v);  // tuning knob
+  fp.schedule = build_schedule(shapes, device.multiprocessors, policy);
+  const Schedule& s = fp.schedule;
+  fp.max_kblocks = s.max_kblocks;
+  if (s.tiles.empty()) return plan;
+  if (static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks > (std::int64_t{1} << 31) - 256)
+    throw Error("groups[].m", -1, "too many tokens x k-blocks in one group for the activation pre-pass (max 2^31)");
 
   // Shared memory: all the device allows; each CTA fits as many stages of its width class as the
   // ring takes (a 256-token stage is 36 KB, a 64-token one 12 KB).
@@ -121,44 +126,6 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   fp.smem_bytes = device.smem_per_block_optin;
   const int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
-  FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)
-                                                    : set_fused_smem<Format::mxfp4>(fp.smem_bytes),
-                     "plan");
-
-  // Clusters of 2 CTAs (adjacent 128-row weight tiles, one activation read multicast to both)
-  // halve the activations' L2 -> SM traffic, which bounds the mainloop (docs/PERF.md, v5). A
-  // group with an odd number of 128-row blocks gives its last pair a CTA of rows past N (zero
-  // weights, nothing stored), so pairs are used unless that waste exceeds 1/8 of the work.
-  double work = 0, waste = 0;
-  for (const GroupDesc& g : groups) {
-    if (g.m <= 0) continue;
-    const int blocks = (g.n + C::kRowsPerTile - 1) / C::kRowsPerTile;
-    const double per_block = static_cast<double>(g.m) * g.k;
-    work += blocks * per_block;
-    if (blocks % 2) waste += per_block;
-  }
-  fp.cluster_size = waste * 8 <= work ? 2 : 1;
-  if (const char* v = std::getenv("FP4GEMM_CLUSTER")) fp.cluster_size = std::atoi(v) == 1 ? 1 : 2;  // A/B knob
-  int max_units = device.multiprocessors;
-  if (fp.cluster_size > 1) {
-    int clusters = 0;
-    const cudaError_t e = options.format == Format::nvfp4
-                              ? max_active_clusters<Format::nvfp4>(fp.smem_bytes, fp.cluster_size, &clusters)
-                              : max_active_clusters<Format::mxfp4>(fp.smem_bytes, fp.cluster_size, &clusters);
-    if (e != cudaSuccess || clusters < 1) {
-      (void)cudaGetLastError();
-      fp.cluster_size = 1;  // no co-resident pairs: plain CTAs
-    } else {
-      max_units = std::min(device.multiprocessors / fp.cluster_size, clusters);
-    }
-  }
-  policy.rows_per_tile = C::kRowsPerTile * fp.cluster_size;
-  fp.schedule = build_schedule(shapes, max_units, policy);
-  const Schedule& s = fp.schedule;
-  fp.max_kblocks = s.max_kblocks;
-  if (s.tiles.empty()) return plan;
-  if (static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks > (std::int64_t{1} << 31) - 256)
-    throw Error("groups[].m", -1, "too many tokens x k-blocks in one group for the activation pre-pass (max 2^31)");
 
   // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
   fp.act_cols = s.max_kblocks * C::kBlockK;
@@ -223,21 +190,21 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   pr.cta_begin = fp.keep(upload(s.cta_begin, "plan"));
   pr.weight_maps = fp.keep(upload(wmaps, "plan"));
   fp.d_act_row0 = fp.keep(upload(s.act_row0, "plan"));
-  // Per CTA rank: its own split-K slots and hand-off flags (see FusedParams).
-  pr.cluster_size = fp.cluster_size;
-  pr.slot_stride = s.num_slots;
   if (s.num_slots > 0) {
-    FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.partials), static_cast<std::size_t>(s.num_slots) *
-                                                                             fp.cluster_size * C::kPartialFloats * sizeof(float)),
+    FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.partials),
+                                  static_cast<std::size_t>(s.num_slots) * C::kPartialFloats * sizeof(float)),
                        "plan workspace");
     fp.keep(pr.partials);
   }
-  const std::size_t flag_bytes = s.tiles.size() * fp.cluster_size * sizeof(int);
-  FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.flags), flag_bytes), "plan workspace");
+  FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.flags), s.tiles.size() * sizeof(int)), "plan workspace");
   fp.keep(pr.flags);
-  FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, flag_bytes), "plan workspace");
+  FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, s.tiles.size() * sizeof(int)), "plan workspace");
   pr.ring_bytes = ring_bytes;
   pr.layout = options.scale_layout;
+
+  FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)
+                                                    : set_fused_smem<Format::mxfp4>(fp.smem_bytes),
+                     "plan");
   return plan;
 }
 
@@ -249,10 +216,10 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   const dim3 pre_grid(static_cast<unsigned>((units + 255) / 256), fp.num_groups);
   const cudaError_t err =
       fp.format == Format::nvfp4
-          ? launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas * fp.cluster_size, fp.smem_bytes, fp.d_groups,
+          ? launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
                                         fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout,
                                         fp.d_conversions, fp.conversion_grid, fp.pdl, stream)
-          : launch_fused<Format::mxfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas * fp.cluster_size, fp.smem_bytes, fp.d_groups,
+          : launch_fused<Format::mxfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
                                         fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout,
                                         fp.d_conversions, fp.conversion_grid, fp.pdl, stream);
   FP4GEMM_CUDA_CHECK(err, "run");
@@ -261,11 +228,8 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
 std::string describe_fast_plan(const FastPlan& fp) {
   using C = KernelConfig;
   std::ostringstream os;
-  os << "tiles " << fp.schedule.tiles.size() << " (" << C::kRowsPerTile * fp.cluster_size
-     << " weight rows x <=256 tokens), " << fp.schedule.pieces.size() << " pieces on "
-     << fp.schedule.num_ctas * fp.cluster_size << " CTAs";
-  if (fp.cluster_size > 1) os << " in " << fp.schedule.num_ctas << " clusters of " << fp.cluster_size << " (activation multicast)";
-  os << " (stream-K, imbalance " << fp.schedule.imbalance
+  os << "tiles " << fp.schedule.tiles.size() << " (128 weight rows x <=256 tokens), " << fp.schedule.pieces.size()
+     << " pieces on " << fp.schedule.num_ctas << " CTAs (stream-K, imbalance " << fp.schedule.imbalance
      << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
      << std::min(C::kMaxStages, fp.params.ring_bytes / (C::kWeightStageBytes + C::kActBoxBytes))
      << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";

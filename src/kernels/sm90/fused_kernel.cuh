@@ -39,17 +39,14 @@ struct KernelConfig {
   static constexpr int kConsumerWarpgroups = 2;
   // Warpgroups 0-1: consumers; warpgroup 2: the producer (one elected thread issues TMA). The
   // register file is split per SM sub-partition, so 9 warps would cap every thread at 168; with
-  // 3 warpgroups, setmaxnreg moves registers from the producer (48) to the consumers (224).
+  // 3 warpgroups, setmaxnreg moves registers from the producer (40) to the consumers (232).
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = kConsumerThreads + 128;
-#ifndef FP4GEMM_PRODUCER_REGS  // (overridable for measurement builds)
-#define FP4GEMM_PRODUCER_REGS 48
-#define FP4GEMM_CONSUMER_REGS 224
-#endif
-  static constexpr int kProducerRegs = FP4GEMM_PRODUCER_REGS;
-  static constexpr int kConsumerRegs = FP4GEMM_CONSUMER_REGS;
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
   // setmaxnreg only moves registers within the CTA's launch allocation (168 per thread, the
-  // __launch_bounds__ cap for 384 threads): asking for more makes setmaxnreg.inc wait forever.
+  // __launch_bounds__ cap for 384 threads): asking for more makes setmaxnreg.inc wait forever
+  // (48 + 232 hung, measured).
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads,
                 "setmaxnreg beyond the launch allocation deadlocks");
@@ -86,28 +83,7 @@ struct FusedParams {
   int* flags;                      // one hand-off counter per tile, 0 between runs
   int ring_bytes;  // dynamic shared memory for the ring (the CTA sizes its stages to its width class)
   ScaleLayout layout;
-  // CTAs per cluster (1 or 2). With 2, the schedule's tiles have 256 weight rows; CTA rank r
-  // computes rows row0 + 128 r, both CTAs run the same pieces, and each activation box is loaded
-  // once and multicast to both. Rank r's split-K slots are slot + r * slot_stride, its hand-off
-  // flag is flags[tile * cluster_size + r].
-  int cluster_size;
-  int slot_stride;
 };
-
-// The CTA's rank in its cluster (read where needed: keeping it live from the prologue into the
-// consumers' mainloop cost a register spill).
-__device__ __forceinline__ int cta_rank(const FusedParams& p) {
-  return p.cluster_size > 1 ? static_cast<int>(ptx::cluster_ctarank()) : 0;
-}
-
-// The piece and tile as this CTA of its cluster sees them.
-__device__ __forceinline__ void remap_for_rank(const FusedParams& p, WorkPiece& piece, TileDesc& tile) {
-  const int rank = cta_rank(p);
-  tile.row0 += rank * KernelConfig::kRowsPerTile;
-  tile.first_slot += rank * p.slot_stride;
-  if (piece.slot >= 0) piece.slot += rank * p.slot_stride;
-  piece.tile = piece.tile * p.cluster_size + rank;  // index into the flags
-}
 
 // ---------------------------------------------------------------------------------------------
 // Scales
@@ -463,18 +439,9 @@ struct ConsumerState {
   int cw, ctid, lane, t, row_in_tile;
   std::uint8_t* s_smem;  // the ring's weight-scale stages
   int stages, act_stage_bytes;  // the CTA's ring geometry
-  std::uint32_t peer_empty;     // shared::cluster address of the peer CTA's empty[0] (cluster of 2)
   int stage = 0;
   std::uint32_t phase = 0;
 };
-
-// A consumer warp is done with a stage: one arrival on its CTA's empty barrier and, in a cluster
-// of 2, one on the peer's (the peer's producer multicasts activations into this CTA's stage too).
-__device__ __forceinline__ void release_stage(const FusedParams& p, const ConsumerState& st, std::uint64_t* empty,
-                                              int stage) {
-  ptx::mbarrier_arrive(&empty[stage]);
-  if (p.cluster_size > 1) ptx::mbarrier_arrive_cluster(st.peer_empty + 8 * stage);
-}
 
 // One work piece (a k-block range of one tile) for a consumer warpgroup: mainloop, split-K
 // hand-off and epilogue. N8 = tile tokens / 8, rounded up.
@@ -547,7 +514,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         ptx::fence_registers(acc);
         ptx::wgmma_wait<1>();  // the previous k-block's wgmmas are done: release its stage
         ptx::fence_registers(acc);
-        if (kb > piece.kb_begin && st.lane == 0) release_stage(p, st, empty, st.stage == 0 ? stages - 1 : st.stage - 1);
+        if (kb > piece.kb_begin && st.lane == 0)
+          ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
         if (++st.stage == stages) {
           st.stage = 0;
           st.phase ^= 1;
@@ -557,7 +525,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   }
   ptx::wgmma_wait<0>();
   ptx::fence_registers(acc);
-  if (st.lane == 0) release_stage(p, st, empty, st.stage == 0 ? stages - 1 : st.stage - 1);
+  if (st.lane == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
 
   // ---- split-K hand-off (see device/schedule.hpp) ----
   if (piece.slot >= 0) {
@@ -567,7 +535,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     ptx::named_barrier_sync(kConsumersBarrier, 256);
     if (st.ctid == 0) {
       __threadfence();
-      ptx::red_release_gpu_add(p.flags + piece.tile, 1);  // piece.tile is the flag index (remap_for_rank)
+      ptx::red_release_gpu_add(p.flags + piece.tile, 1);
     }
     return;
   }
@@ -604,10 +572,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   extern __shared__ __align__(1024) std::uint8_t smem_raw[];
   // The 128-byte swizzle needs 1024-byte aligned stages; the launch reserves 1 KB of slack.
   std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
-  // Both CTAs of a cluster run the same pieces (the schedule is per cluster).
-  const int cluster = blockIdx.x / p.cluster_size;
-  const int begin = p.cta_begin[cluster], end = p.cta_begin[cluster + 1];
-  if (begin == end) return;  // (both CTAs of the cluster)
+  const int begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
+  if (begin == end) return;
   // Every piece of this CTA has one token-width class (device/schedule.hpp), so the ring's
   // activation stages are sized to it: narrow tiles get a deeper ring to cover load latency.
   const int n16 = width_class(p.tiles[p.pieces[begin].tile].ntok);
@@ -625,13 +591,11 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     for (int s = 0; s < stages; ++s) {
       // full: the producer's lane 0 (expect_tx) + 32 cp.async arrivals of the producer warp
       ptx::mbarrier_init(&full[s], 1 + 32);
-      // empty: one arrival per consumer warp of every CTA of the cluster
-      ptx::mbarrier_init(&empty[s], C::kConsumerWarpgroups * 4 * p.cluster_size);
+      ptx::mbarrier_init(&empty[s], C::kConsumerWarpgroups * 4);  // one arrive per consumer warp
     }
     ptx::fence_barrier_init();
   }
-  if (p.cluster_size > 1) ptx::cluster_sync();  // the peer's barriers exist before any remote arrive
-  else __syncthreads();
+  __syncthreads();
 
   if (threadIdx.x >= C::kConsumerThreads) {
     // ---------------- producer (warpgroup 2; its first warp loads, the other three idle) ----------------
@@ -645,9 +609,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       int stage = 0;
       std::uint32_t phase = 0;
       for (int pi = begin; pi < end; ++pi) {
-        WorkPiece piece = p.pieces[pi];
-        TileDesc tile = p.tiles[piece.tile];
-        remap_for_rank(p, piece, tile);
+        const WorkPiece piece = p.pieces[pi];
+        const TileDesc tile = p.tiles[piece.tile];
         const CUtensorMap* wmap = p.weight_maps + tile.group;
         const std::uint8_t* sblk = p.scale_blocked[tile.group];
         const std::uint8_t* slin = p.scale_linear[tile.group];
@@ -656,29 +619,20 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         const int cols = p.groups[tile.group].k / (F == Format::nvfp4 ? 16 : 32);
         const int col_blocks = (cols + 3) / 4;
         const int nbox = ((tile.ntok + 15) / 16 * 16 + C::kActBoxRows - 1) / C::kActBoxRows;
-        // Blocked scales of a row block past N (the second CTA of a pair on an odd block count)
-        // are not read: the buffer ends there; those rows' outputs are never stored.
-        const bool blocked_scales = slin == nullptr && tile.row0 < rows;
         const std::uint32_t bytes =
-            C::kWeightStageBytes + nbox * C::kActBoxBytes + (blocked_scales ? C::kScaleStageBytes : 0);
+            C::kWeightStageBytes + nbox * C::kActBoxBytes + (slin == nullptr ? C::kScaleStageBytes : 0);
         for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           if (lane == 0) {
             ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
             ptx::tma_load_2d(w_smem + stage * C::kWeightStageBytes, wmap, &full[stage], kb * (C::kBlockK / 2), tile.row0);
-            if (blocked_scales)
+            if (slin == nullptr)
               ptx::bulk_load(s_smem + stage * C::kScaleStageBytes,
                              sblk + (static_cast<std::int64_t>(tile.row0 / 128) * col_blocks + kb * kColsPerKb / 4) * 512,
                              C::kScaleStageBytes, &full[stage]);
-            // Activation boxes: in a pair, box b is read once (by rank b % 2) and multicast to both.
-            for (int b = 0; b < nbox; ++b) {
-              std::uint8_t* dst = act_smem + stage * act_stage_bytes + b * C::kActBoxBytes;
-              if (p.cluster_size == 1)
-                ptx::tma_load_2d(dst, &act_map, &full[stage], kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
-              else if (b % p.cluster_size == cta_rank(p))
-                ptx::tma_load_2d_multicast(dst, &act_map, &full[stage], kb * C::kBlockK,
-                                           tile.act_row0 + b * C::kActBoxRows, static_cast<std::uint16_t>(0x3));
-            }
+            for (int b = 0; b < nbox; ++b)
+              ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
+                               kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
           }
           if (slin != nullptr) {
             // Linear scales, gathered into the blocked atom: row r's 4 columns go to byte
@@ -698,13 +652,12 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         }
       }
     }
-    __syncwarp();
-  } else {
+    return;
+  }
 
   // ---------------- consumers ----------------
   ptx::setmaxnreg_inc<C::kConsumerRegs>();
   ConsumerState st;
-  st.peer_empty = p.cluster_size > 1 ? ptx::map_to_rank(ptx::smem_addr(empty), cta_rank(p) ^ 1) : 0u;
   st.cw = threadIdx.x / 128;
   st.s_smem = s_smem;
   st.stages = stages;
@@ -724,9 +677,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 #define FP4GEMM_CASE(n16)                                                                         \
   case n16:                                                                                       \
     for (int pi = begin; pi < end; ++pi) {                                                        \
-      WorkPiece piece = p.pieces[pi];                                                             \
-      TileDesc tile = p.tiles[piece.tile];                                                        \
-      remap_for_rank(p, piece, tile);                                                       \
+      const WorkPiece piece = p.pieces[pi];                                                       \
+      const TileDesc tile = p.tiles[piece.tile];                                                  \
       consume_piece<F, 2 * n16>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type);   \
     }                                                                                             \
     break;
@@ -736,10 +688,6 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 #undef FP4GEMM_CASE
     default: break;
   }
-  }
-  // A CTA of a pair stays until its peer is done: the peer still arrives on this CTA's barriers
-  // and multicasts into its shared memory.
-  if (p.cluster_size > 1) ptx::cluster_sync();
 }
 
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
@@ -754,19 +702,15 @@ cudaError_t launch_fused(const FusedParams& params, const CUtensorMap& act_map, 
   // Programmatic dependent launch: the GEMM's CTAs start (barrier set-up, tensor-map prefetch) as
   // the pre-pass drains; its producer waits for the pre-pass with griddepcontrol.wait.
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(num_ctas);  // a multiple of params.cluster_size
+  config.gridDim = dim3(num_ctas);
   config.blockDim = dim3(KernelConfig::kThreads);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = static_cast<unsigned>(params.cluster_size);
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
   config.attrs = attr;
-  config.numAttrs = 2;
+  config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, fused_grouped_gemm<F>, params, act_map, out_type);
 }
 
@@ -776,30 +720,11 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
                               static_cast<int>(smem_bytes));
 }
 
-// How many clusters of `cluster_size` CTAs can be resident at once (split-K hand-offs need every
-// CTA resident: the grid never exceeds this).
-template <Format F>
-cudaError_t max_active_clusters(std::size_t smem_bytes, int cluster_size, int* count) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(cluster_size));
-  config.blockDim = dim3(KernelConfig::kThreads);
-  config.dynamicSmemBytes = smem_bytes;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster_size);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaOccupancyMaxActiveClusters(count, fused_grouped_gemm<F>, &config);
-}
-
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
   PREFIX template cudaError_t launch_fused<F>(const FusedParams&, const CUtensorMap&, OutType, int, std::size_t, \
                                        const GroupParams*, const int*, void*, int, dim3, ScaleLayout,     \
                                        const ScaleConversion*, dim3, bool, cudaStream_t);                 \
-  PREFIX template cudaError_t set_fused_smem<F>(std::size_t);                                              \
-  PREFIX template cudaError_t max_active_clusters<F>(std::size_t, int, int*);
+  PREFIX template cudaError_t set_fused_smem<F>(std::size_t);
 
 #ifndef FP4GEMM_FUSED_INSTANTIATE
 FP4GEMM_FUSED_INSTANTIATION(extern, Format::nvfp4)
