@@ -48,7 +48,7 @@ struct SchedulePolicy {
   static constexpr int kWidthClasses = kMaxTokens / 16;  // mainloop instantiations
   // Cost of one k-block of a tile = tokens rounded to 8 + this overhead (dequantising the 128
   // weight rows and the pipeline costs that do not shrink with the token count).
-  int kblock_overhead = 160;  // tuned on H200: case 1 156 -> 133 us, case 2 90 -> 76 vs 32 (PERF.md)
+  int kblock_overhead = 240;  // tuned on H200 (PERF.md v4, v5): 32 -> 160 -> 240 as the pre-pass got cheaper
   bool split_k = true;  // false: whole tiles only (contiguous ranges cut at tile boundaries)
 };
 
