@@ -111,14 +111,6 @@ __device__ __forceinline__ std::uint32_t weight_scale_pair(unsigned code) {
   }
 }
 
-// Loads one raw scale code; columns past K and rows past N read as "zero scale".
-template <Format F>
-__device__ __forceinline__ unsigned load_scale_code(const std::uint8_t* sf, ScaleLayout layout,
-                                                    int row, int col, int rows, int cols) {
-  if (row >= rows || col >= cols) return F == Format::nvfp4 ? 0x00u : 0x01u;  // weights there are 0
-  return __ldg(sf + scale_index(layout, row, col, cols));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Kernel 1: activations -> exact 16-bit values in wgmma K order
 // ---------------------------------------------------------------------------------------------
