@@ -14,7 +14,9 @@ def wrapper(n: int, ty: str) -> str:
     d = ", ".join(f"%{i}" for i in range(nacc))
     a0 = nacc
     lines = [
-        f"__device__ __forceinline__ void wgmma_m64n{n}k16_{ty}(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {{",
+        "template <int A>",
+        f"__device__ __forceinline__ void wgmma_m64n{n}k16_{ty}(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {{",
+        f"  static_assert(A >= {nacc}, \"accumulator array too small for N = {n}\");",
         "  asm volatile(",
         "      \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + str(a0 + 5) + ", 0;\\n\"",
         f"      \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} \"",
@@ -44,8 +46,8 @@ def main() -> None:
             out.append(wrapper(n, ty))
             out.append("")
         out.append(f"// d[0 : 4*N8) += A(regs) * B(desc), N = 8 * N8 (1..32); scale_d = 0 overwrites d.")
-        out.append("template <int N8>")
-        out.append(f"__device__ __forceinline__ void wgmma_rs_{ty}(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {{")
+        out.append("template <int N8, int A>")
+        out.append(f"__device__ __forceinline__ void wgmma_rs_{ty}(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {{")
         for n in range(8, 257, 8):
             kw = "if" if n == 8 else "else if"
             out.append(f"  {kw} constexpr (N8 == {n // 8}) wgmma_m64n{n}k16_{ty}(d, a, desc_b, scale_d);")

@@ -1,7 +1,8 @@
 // Work decomposition of the fused kernel, built on the host per plan and read by every CTA.
 //
-// A tile is 128 weight rows (the wgmma M side, "swap-AB") x up to 256 tokens of one group. Its
-// K loop is cut into 64-wide k-blocks. The (tile, k-block) sequence is split into one contiguous,
+// A tile is 128 or 256 weight rows (the wgmma M side, "swap-AB") x up to 256 tokens of one
+// group: narrow tiles (<= 128 tokens) take 256 rows, wide ones 128 (tile_rows). Its K loop is
+// cut into 64-wide k-blocks. The (tile, k-block) sequence is split into one contiguous,
 // cost-balanced range per CTA (stream-K): a tile cut between CTAs is finished by the CTA holding
 // its first k-block (the "owner"), which adds the other parts' FP32 partials in a fixed order, so
 // results are deterministic. Owner parts come last in a CTA's range and writer parts first, so
@@ -22,7 +23,7 @@ namespace fp4gemm::detail {
 
 struct TileDesc {
   int group;
-  int row0;        // first weight row (n) of the tile
+  int row0;        // first weight row (n) of the tile (tile_rows(ntok) rows from here)
   int tok0;        // first token (m) of the tile, within the group
   int ntok;        // tokens in the tile, 1..256
   int act_row0;    // row of token tok0 in the stacked activation workspace
@@ -42,15 +43,25 @@ struct ScheduleShape {  // what the schedule needs of a group
 };
 
 struct SchedulePolicy {
-  static constexpr int kRowsPerTile = 128;
-  static constexpr int kMaxTokens = 256;
+  static constexpr int kMaxTokens = 256;     // wgmma N <= 256
+  static constexpr int kNarrowTokens = 128;  // tiles up to this width take 256 weight rows
   static constexpr int kBlockK = 64;
   static constexpr int kWidthClasses = kMaxTokens / 16;  // mainloop instantiations
-  // Cost of one k-block of a tile = tokens rounded to 8 + this overhead (dequantising the 128
-  // weight rows and the pipeline costs that do not shrink with the token count).
+  // Cost of one k-block of a tile, per 128 weight rows = tokens rounded to 8 + this overhead
+  // (dequantising the rows and the pipeline costs that do not shrink with the token count).
   int kblock_overhead = 240;  // tuned on H200 (PERF.md v4, v5): 32 -> 160 -> 240 as the pre-pass got cheaper
   bool split_k = true;  // false: whole tiles only (contiguous ranges cut at tile boundaries)
 };
+
+// Weight rows of a tile of `ntok` tokens when narrow tiles take `narrow_rows` (256 or 128; the
+// plan decides, see build_schedule). Per wgmma, the tensor core's efficiency falls with N
+// (measured on H200, docs/PERF.md v6: 646 TFLOP/s at N = 256, 499 at 128, 329 at 64 with 128-row
+// tiles); a narrow tile can therefore take 256 rows -- each consumer warpgroup issues two m64
+// wgmmas per k-step, twice the work per synchronisation and half the activation traffic -- while
+// a wide one keeps 128 rows so that its accumulators fit (2 x N/2 FP32 <= 128 per thread).
+constexpr int tile_rows(int ntok, int narrow_rows) {
+  return ntok <= SchedulePolicy::kNarrowTokens ? narrow_rows : 128;
+}
 
 struct Schedule {
   std::vector<TileDesc> tiles;
@@ -63,6 +74,10 @@ struct Schedule {
   int total_act_rows = 0;
   int max_kblocks = 0;
   double imbalance = 0;           // max CTA cost / mean CTA cost
+  // Weight rows of the narrow (<= 128-token) tiles: 256 when there are at least as many tiles
+  // as CTAs that way, else 128 (a small problem would otherwise be cut into many split-K pieces
+  // whose FP32 hand-off costs more than the wider wgmma gains: 35 vs 20 us, PERF.md v6).
+  int narrow_rows = 256;
 };
 
 // The mainloop instantiation (1..16) that runs a tile of `ntok` tokens: N = 16 * class.

@@ -21,28 +21,29 @@ void check_schedule(const std::vector<ScheduleShape>& groups, int ctas, const Sc
   for (const TileDesc& t : s.tiles) classes.insert(width_class(t.ntok));
   ASSERT_LE(s.num_ctas, std::max<int>(ctas, static_cast<int>(classes.size())));
   const bool overflow = s.num_ctas > ctas;  // more width classes than CTAs: whole tiles only
-  // Token coverage per group: tiles of (row block, token range) partition [0,n) x [0,m).
+  // Coverage per group: every token range's tiles take tile_rows(ntok) weight rows each and
+  // cover [0, n) exactly; the token ranges partition [0, m).
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    std::map<int, std::vector<std::pair<int, int>>> by_row;
+    std::map<std::pair<int, int>, std::vector<int>> by_tokens;  // (tok0, ntok) -> row0s
     for (const TileDesc& t : s.tiles)
-      if (t.group == static_cast<int>(g)) by_row[t.row0].push_back({t.tok0, t.ntok});
+      if (t.group == static_cast<int>(g)) by_tokens[{t.tok0, t.ntok}].push_back(t.row0);
     if (groups[g].m == 0) {
-      EXPECT_TRUE(by_row.empty());
+      EXPECT_TRUE(by_tokens.empty());
       continue;
     }
-    const int row_blocks = (groups[g].n + 127) / 128;
-    ASSERT_EQ(by_row.size(), static_cast<std::size_t>(row_blocks));
-    for (auto& [row0, toks] : by_row) {
-      EXPECT_EQ(row0 % 128, 0);
-      int next = 0;
-      for (auto [tok0, ntok] : toks) {
-        EXPECT_EQ(tok0, next);
-        EXPECT_GE(ntok, 1);
-        EXPECT_LE(ntok, 256);
-        next = tok0 + ntok;
-      }
-      EXPECT_EQ(next, groups[g].m);
+    int next_tok = 0;
+    for (auto& [range, row0s] : by_tokens) {
+      const auto [tok0, ntok] = range;
+      EXPECT_EQ(tok0, next_tok);
+      EXPECT_GE(ntok, 1);
+      EXPECT_LE(ntok, SchedulePolicy::kMaxTokens);
+      next_tok = tok0 + ntok;
+      const int rows = tile_rows(ntok, s.narrow_rows);
+      std::sort(row0s.begin(), row0s.end());
+      ASSERT_EQ(row0s.size(), static_cast<std::size_t>((groups[g].n + rows - 1) / rows));
+      for (std::size_t i = 0; i < row0s.size(); ++i) EXPECT_EQ(row0s[i], static_cast<int>(i) * rows);
     }
+    EXPECT_EQ(next_tok, groups[g].m);
   }
   // Every k-block of every tile exactly once; pieces of a CTA contiguous in (tile, kb) order.
   std::vector<std::vector<int>> seen(s.tiles.size());
@@ -95,7 +96,7 @@ void check_schedule(const std::vector<ScheduleShape>& groups, int ctas, const Sc
 
 TEST(Schedule, TokenTiles) {
   EXPECT_TRUE(token_tiles(0).empty());
-  for (int m : {1, 7, 8, 40, 255, 256, 257, 300, 320, 384, 513, 1000, 8192}) {
+  for (int m : {1, 7, 8, 40, 127, 128, 129, 255, 256, 257, 300, 320, 384, 513, 1000, 8192}) {
     const auto t = token_tiles(m);
     int next = 0;
     for (std::size_t i = 0; i < t.size(); ++i) {
@@ -109,6 +110,27 @@ TEST(Schedule, TokenTiles) {
   }
   EXPECT_EQ(token_tiles(320)[0].second, 160);  // balanced, not 256 + 64
   EXPECT_EQ(token_tiles(384)[1].second, 192);
+}
+
+TEST(Schedule, TileRows) {
+  EXPECT_EQ(tile_rows(1, 256), 256);
+  EXPECT_EQ(tile_rows(128, 256), 256);
+  EXPECT_EQ(tile_rows(128, 128), 128);
+  EXPECT_EQ(tile_rows(129, 256), 128);
+  EXPECT_EQ(tile_rows(256, 256), 128);
+  // Few tiles: narrow tiles stay at 128 rows (rows 0, 128, ..., 896).
+  const Schedule small = build_schedule(std::vector<ScheduleShape>{{64, 1000, 128}}, 132);
+  EXPECT_EQ(small.narrow_rows, 128);
+  ASSERT_EQ(small.tiles.size(), 8u);
+  // Enough tiles for every CTA: 256 rows (case 1 of the seed suite: 5 narrow groups x 16 + 3 wide x 32).
+  const Schedule big = build_schedule(std::vector<ScheduleShape>{{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168},
+                                                                 {72, 4096, 7168}, {64, 4096, 7168}, {248, 4096, 7168},
+                                                                 {96, 4096, 7168}, {160, 4096, 7168}},
+                                      132);
+  EXPECT_EQ(big.narrow_rows, 256);
+  EXPECT_EQ(big.tiles.size(), 5u * 16 + 3u * 32);
+  // Case 4 (128 and 384 tokens): 16 + 64 = 80 tiles < 132 CTAs -> 128 rows.
+  EXPECT_EQ(build_schedule(std::vector<ScheduleShape>{{128, 4096, 1536}, {384, 4096, 1536}}, 132).narrow_rows, 128);
 }
 
 TEST(Schedule, SeedCasesBalanced) {

@@ -6,7 +6,9 @@
 
 namespace fp4gemm::ptx {
 
-__device__ __forceinline__ void wgmma_m64n8k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n8k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 4, "accumulator array too small for N = 8");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
@@ -16,7 +18,9 @@ __device__ __forceinline__ void wgmma_m64n8k16_f16(float (&d)[128], const uint32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n16k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n16k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 8, "accumulator array too small for N = 16");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
@@ -26,7 +30,9 @@ __device__ __forceinline__ void wgmma_m64n16k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n24k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n24k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 12, "accumulator array too small for N = 24");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 "
@@ -36,7 +42,9 @@ __device__ __forceinline__ void wgmma_m64n24k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n32k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n32k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 16, "accumulator array too small for N = 32");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
@@ -46,7 +54,9 @@ __device__ __forceinline__ void wgmma_m64n32k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n40k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n40k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 20, "accumulator array too small for N = 40");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n40k16.f32.f16.f16 "
@@ -56,7 +66,9 @@ __device__ __forceinline__ void wgmma_m64n40k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n48k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n48k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 24, "accumulator array too small for N = 48");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
@@ -66,7 +78,9 @@ __device__ __forceinline__ void wgmma_m64n48k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n56k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n56k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 28, "accumulator array too small for N = 56");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n56k16.f32.f16.f16 "
@@ -76,7 +90,9 @@ __device__ __forceinline__ void wgmma_m64n56k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n64k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n64k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 32, "accumulator array too small for N = 64");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
@@ -86,7 +102,9 @@ __device__ __forceinline__ void wgmma_m64n64k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n72k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n72k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 36, "accumulator array too small for N = 72");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
@@ -96,7 +114,9 @@ __device__ __forceinline__ void wgmma_m64n72k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n80k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n80k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 40, "accumulator array too small for N = 80");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
@@ -106,7 +126,9 @@ __device__ __forceinline__ void wgmma_m64n80k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n88k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n88k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 44, "accumulator array too small for N = 88");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %49, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n88k16.f32.f16.f16 "
@@ -116,7 +138,9 @@ __device__ __forceinline__ void wgmma_m64n88k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n96k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n96k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 48, "accumulator array too small for N = 96");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
@@ -126,7 +150,9 @@ __device__ __forceinline__ void wgmma_m64n96k16_f16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n104k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n104k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 52, "accumulator array too small for N = 104");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %57, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n104k16.f32.f16.f16 "
@@ -136,7 +162,9 @@ __device__ __forceinline__ void wgmma_m64n104k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n112k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n112k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 56, "accumulator array too small for N = 112");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 "
@@ -146,7 +174,9 @@ __device__ __forceinline__ void wgmma_m64n112k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n120k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n120k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 60, "accumulator array too small for N = 120");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %65, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n120k16.f32.f16.f16 "
@@ -156,7 +186,9 @@ __device__ __forceinline__ void wgmma_m64n120k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 64, "accumulator array too small for N = 128");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
@@ -166,7 +198,9 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n136k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n136k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 68, "accumulator array too small for N = 136");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %73, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n136k16.f32.f16.f16 "
@@ -176,7 +210,9 @@ __device__ __forceinline__ void wgmma_m64n136k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n144k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n144k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 72, "accumulator array too small for N = 144");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n144k16.f32.f16.f16 "
@@ -186,7 +222,9 @@ __device__ __forceinline__ void wgmma_m64n144k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n152k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n152k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 76, "accumulator array too small for N = 152");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %81, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n152k16.f32.f16.f16 "
@@ -196,7 +234,9 @@ __device__ __forceinline__ void wgmma_m64n152k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n160k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n160k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 80, "accumulator array too small for N = 160");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 "
@@ -206,7 +246,9 @@ __device__ __forceinline__ void wgmma_m64n160k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n168k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n168k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 84, "accumulator array too small for N = 168");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %89, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n168k16.f32.f16.f16 "
@@ -216,7 +258,9 @@ __device__ __forceinline__ void wgmma_m64n168k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n176k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n176k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 88, "accumulator array too small for N = 176");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %93, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 "
@@ -226,7 +270,9 @@ __device__ __forceinline__ void wgmma_m64n176k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n184k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n184k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 92, "accumulator array too small for N = 184");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %97, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n184k16.f32.f16.f16 "
@@ -236,7 +282,9 @@ __device__ __forceinline__ void wgmma_m64n184k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n192k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n192k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 96, "accumulator array too small for N = 192");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 "
@@ -246,7 +294,9 @@ __device__ __forceinline__ void wgmma_m64n192k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n200k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n200k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 100, "accumulator array too small for N = 200");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %105, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n200k16.f32.f16.f16 "
@@ -256,7 +306,9 @@ __device__ __forceinline__ void wgmma_m64n200k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n208k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n208k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 104, "accumulator array too small for N = 208");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %109, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n208k16.f32.f16.f16 "
@@ -266,7 +318,9 @@ __device__ __forceinline__ void wgmma_m64n208k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n216k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n216k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 108, "accumulator array too small for N = 216");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %113, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n216k16.f32.f16.f16 "
@@ -276,7 +330,9 @@ __device__ __forceinline__ void wgmma_m64n216k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n224k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n224k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 112, "accumulator array too small for N = 224");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %117, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16 "
@@ -286,7 +342,9 @@ __device__ __forceinline__ void wgmma_m64n224k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n232k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n232k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 116, "accumulator array too small for N = 232");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %121, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n232k16.f32.f16.f16 "
@@ -296,7 +354,9 @@ __device__ __forceinline__ void wgmma_m64n232k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n240k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n240k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 120, "accumulator array too small for N = 240");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %125, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n240k16.f32.f16.f16 "
@@ -306,7 +366,9 @@ __device__ __forceinline__ void wgmma_m64n240k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n248k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n248k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 124, "accumulator array too small for N = 248");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %129, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n248k16.f32.f16.f16 "
@@ -316,7 +378,9 @@ __device__ __forceinline__ void wgmma_m64n248k16_f16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 128, "accumulator array too small for N = 256");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
@@ -327,8 +391,8 @@ __device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], const uint
 }
 
 // d[0 : 4*N8) += A(regs) * B(desc), N = 8 * N8 (1..32); scale_d = 0 overwrites d.
-template <int N8>
-__device__ __forceinline__ void wgmma_rs_f16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int N8, int A>
+__device__ __forceinline__ void wgmma_rs_f16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   if constexpr (N8 == 1) wgmma_m64n8k16_f16(d, a, desc_b, scale_d);
   else if constexpr (N8 == 2) wgmma_m64n16k16_f16(d, a, desc_b, scale_d);
   else if constexpr (N8 == 3) wgmma_m64n24k16_f16(d, a, desc_b, scale_d);
@@ -363,7 +427,9 @@ __device__ __forceinline__ void wgmma_rs_f16(float (&d)[128], const uint32_t (&a
   else if constexpr (N8 == 32) wgmma_m64n256k16_f16(d, a, desc_b, scale_d);
 }
 
-__device__ __forceinline__ void wgmma_m64n8k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n8k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 4, "accumulator array too small for N = 8");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
@@ -373,7 +439,9 @@ __device__ __forceinline__ void wgmma_m64n8k16_bf16(float (&d)[128], const uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n16k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n16k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 8, "accumulator array too small for N = 16");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
@@ -383,7 +451,9 @@ __device__ __forceinline__ void wgmma_m64n16k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n24k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n24k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 12, "accumulator array too small for N = 24");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %17, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
@@ -393,7 +463,9 @@ __device__ __forceinline__ void wgmma_m64n24k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 16, "accumulator array too small for N = 32");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
@@ -403,7 +475,9 @@ __device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n40k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n40k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 20, "accumulator array too small for N = 40");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %25, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 "
@@ -413,7 +487,9 @@ __device__ __forceinline__ void wgmma_m64n40k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n48k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n48k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 24, "accumulator array too small for N = 48");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
@@ -423,7 +499,9 @@ __device__ __forceinline__ void wgmma_m64n48k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n56k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n56k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 28, "accumulator array too small for N = 56");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %33, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 "
@@ -433,7 +511,9 @@ __device__ __forceinline__ void wgmma_m64n56k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 32, "accumulator array too small for N = 64");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -443,7 +523,9 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n72k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n72k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 36, "accumulator array too small for N = 72");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
@@ -453,7 +535,9 @@ __device__ __forceinline__ void wgmma_m64n72k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n80k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n80k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 40, "accumulator array too small for N = 80");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 "
@@ -463,7 +547,9 @@ __device__ __forceinline__ void wgmma_m64n80k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n88k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n88k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 44, "accumulator array too small for N = 88");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %49, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n88k16.f32.bf16.bf16 "
@@ -473,7 +559,9 @@ __device__ __forceinline__ void wgmma_m64n88k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n96k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n96k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 48, "accumulator array too small for N = 96");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
@@ -483,7 +571,9 @@ __device__ __forceinline__ void wgmma_m64n96k16_bf16(float (&d)[128], const uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n104k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n104k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 52, "accumulator array too small for N = 104");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %57, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n104k16.f32.bf16.bf16 "
@@ -493,7 +583,9 @@ __device__ __forceinline__ void wgmma_m64n104k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n112k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n112k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 56, "accumulator array too small for N = 112");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 "
@@ -503,7 +595,9 @@ __device__ __forceinline__ void wgmma_m64n112k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n120k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n120k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 60, "accumulator array too small for N = 120");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %65, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n120k16.f32.bf16.bf16 "
@@ -513,7 +607,9 @@ __device__ __forceinline__ void wgmma_m64n120k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 64, "accumulator array too small for N = 128");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
@@ -523,7 +619,9 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n136k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n136k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 68, "accumulator array too small for N = 136");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %73, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n136k16.f32.bf16.bf16 "
@@ -533,7 +631,9 @@ __device__ __forceinline__ void wgmma_m64n136k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n144k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n144k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 72, "accumulator array too small for N = 144");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %77, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n144k16.f32.bf16.bf16 "
@@ -543,7 +643,9 @@ __device__ __forceinline__ void wgmma_m64n144k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n152k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n152k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 76, "accumulator array too small for N = 152");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %81, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n152k16.f32.bf16.bf16 "
@@ -553,7 +655,9 @@ __device__ __forceinline__ void wgmma_m64n152k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n160k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n160k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 80, "accumulator array too small for N = 160");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 "
@@ -563,7 +667,9 @@ __device__ __forceinline__ void wgmma_m64n160k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n168k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n168k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 84, "accumulator array too small for N = 168");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %89, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n168k16.f32.bf16.bf16 "
@@ -573,7 +679,9 @@ __device__ __forceinline__ void wgmma_m64n168k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n176k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n176k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 88, "accumulator array too small for N = 176");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %93, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 "
@@ -583,7 +691,9 @@ __device__ __forceinline__ void wgmma_m64n176k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n184k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n184k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 92, "accumulator array too small for N = 184");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %97, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n184k16.f32.bf16.bf16 "
@@ -593,7 +703,9 @@ __device__ __forceinline__ void wgmma_m64n184k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n192k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n192k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 96, "accumulator array too small for N = 192");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
@@ -603,7 +715,9 @@ __device__ __forceinline__ void wgmma_m64n192k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n200k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n200k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 100, "accumulator array too small for N = 200");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %105, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n200k16.f32.bf16.bf16 "
@@ -613,7 +727,9 @@ __device__ __forceinline__ void wgmma_m64n200k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n208k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n208k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 104, "accumulator array too small for N = 208");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %109, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n208k16.f32.bf16.bf16 "
@@ -623,7 +739,9 @@ __device__ __forceinline__ void wgmma_m64n208k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n216k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n216k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 108, "accumulator array too small for N = 216");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %113, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n216k16.f32.bf16.bf16 "
@@ -633,7 +751,9 @@ __device__ __forceinline__ void wgmma_m64n216k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n224k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n224k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 112, "accumulator array too small for N = 224");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %117, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n224k16.f32.bf16.bf16 "
@@ -643,7 +763,9 @@ __device__ __forceinline__ void wgmma_m64n224k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n232k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n232k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 116, "accumulator array too small for N = 232");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %121, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n232k16.f32.bf16.bf16 "
@@ -653,7 +775,9 @@ __device__ __forceinline__ void wgmma_m64n232k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n240k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n240k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 120, "accumulator array too small for N = 240");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %125, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n240k16.f32.bf16.bf16 "
@@ -663,7 +787,9 @@ __device__ __forceinline__ void wgmma_m64n240k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n248k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n248k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 124, "accumulator array too small for N = 248");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %129, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n248k16.f32.bf16.bf16 "
@@ -673,7 +799,9 @@ __device__ __forceinline__ void wgmma_m64n248k16_bf16(float (&d)[128], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int A>
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  static_assert(A >= 128, "accumulator array too small for N = 256");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
@@ -684,8 +812,8 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], const uin
 }
 
 // d[0 : 4*N8) += A(regs) * B(desc), N = 8 * N8 (1..32); scale_d = 0 overwrites d.
-template <int N8>
-__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[128], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+template <int N8, int A>
+__device__ __forceinline__ void wgmma_rs_bf16(float (&d)[A], const uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
   if constexpr (N8 == 1) wgmma_m64n8k16_bf16(d, a, desc_b, scale_d);
   else if constexpr (N8 == 2) wgmma_m64n16k16_bf16(d, a, desc_b, scale_d);
   else if constexpr (N8 == 3) wgmma_m64n24k16_bf16(d, a, desc_b, scale_d);

@@ -22,6 +22,13 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
   s.act_row0.resize(groups.size());
   // 1. Tiles, group by group; a group's token tiles of one weight row-block are adjacent so
   //    their repeated weight reads are close in time.
+  // Narrow tiles take 256 rows only when that still leaves a tile per CTA.
+  long long tiles256 = 0;
+  for (const ScheduleShape& sh : groups) {
+    if (sh.m <= 0 || sh.n <= 0 || sh.k <= 0) continue;
+    for (const auto& tt : token_tiles(sh.m)) tiles256 += (sh.n + tile_rows(tt.second, 256) - 1) / tile_rows(tt.second, 256);
+  }
+  s.narrow_rows = tiles256 >= max_ctas ? 256 : 128;
   int act_rows = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const ScheduleShape& sh = groups[g];
@@ -30,9 +37,10 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
     const int kblocks = (sh.k + SchedulePolicy::kBlockK - 1) / SchedulePolicy::kBlockK;
     s.max_kblocks = std::max(s.max_kblocks, kblocks);
     const auto toks = token_tiles(sh.m);
-    for (int row0 = 0; row0 < sh.n; row0 += SchedulePolicy::kRowsPerTile)
+    for (int row0 = 0; row0 < sh.n; row0 += 128)
       for (const auto& [tok0, ntok] : toks)
-        s.tiles.push_back(TileDesc{static_cast<int>(g), row0, tok0, ntok, act_rows + tok0, kblocks, 0, -1});
+        if (row0 % tile_rows(ntok, s.narrow_rows) == 0)
+          s.tiles.push_back(TileDesc{static_cast<int>(g), row0, tok0, ntok, act_rows + tok0, kblocks, 0, -1});
     act_rows += sh.m;
   }
   s.total_act_rows = act_rows;
@@ -49,7 +57,7 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
   double total = 0;
   for (std::size_t i = 0; i < s.tiles.size(); ++i) {
     const TileDesc& t = s.tiles[i];
-    kcost[i] = (t.ntok + 7) / 8 * 8 + policy.kblock_overhead;
+    kcost[i] = ((t.ntok + 7) / 8 * 8 + policy.kblock_overhead) * (tile_rows(t.ntok, s.narrow_rows) / 128);
     total += kcost[i] * t.kblocks;
     bucket[width_class(t.ntok)].push_back(static_cast<int>(i));
   }

@@ -120,7 +120,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     throw Error("groups[].m", -1, "too many tokens x k-blocks in one group for the activation pre-pass (max 2^31)");
 
   // Shared memory: all the device allows; each CTA fits as many stages of its width class as the
-  // ring takes (a 256-token stage is 36 KB, a 64-token one 12 KB).
+  // ring takes (a 256-token stage is 36.5 KB, a 128-token one 25 KB, a 64-token one 17 KB).
   const std::size_t fixed = 2 * C::kMaxStages * sizeof(std::uint64_t) + C::kEpiBytes + 1024;  // + alignment slack
   if (device.smem_per_block_optin < fixed + 2 * C::kStageBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
@@ -137,14 +137,16 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
                            fp.act_cols, s.total_act_rows, static_cast<std::uint64_t>(fp.act_cols) * 2, C::kBlockK,
                            C::kActBoxRows, CU_TENSOR_MAP_SWIZZLE_128B, "plan workspace", -1);
 
-  // One weight (B) map per group: [N rows, K/2 bytes], box 128 rows x 32 bytes, no swizzle.
-  std::vector<CUtensorMap> wmaps(groups.size());
+  // Two weight (B) maps per group over [N rows, K/2 bytes], no swizzle: box 128 rows x 32 bytes
+  // (one tile half) and box 256 rows x 32 bytes (a whole 2-half tile in one load).
+  std::vector<CUtensorMap> wmaps(2 * groups.size());
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const GroupDesc& g = groups[i];
     if (g.m <= 0) continue;
-    wmaps[i] = make_map_2d(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(g.k) / 2, g.n,
-                           g.ldb, C::kBlockK / 2, C::kRowsPerTile, CU_TENSOR_MAP_SWIZZLE_NONE,
-                           "groups[].b", static_cast<int>(i));
+    for (int w = 0; w < 2; ++w)
+      wmaps[2 * i + w] = make_map_2d(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(g.k) / 2, g.n,
+                                     g.ldb, C::kBlockK / 2, C::kWeightBoxRows * (w + 1), CU_TENSOR_MAP_SWIZZLE_NONE,
+                                     "groups[].b", static_cast<int>(i));
   }
 
   // Weight scales: blocked -> 512-byte bulk copies straight from the user's buffer; linear with
@@ -200,6 +202,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   fp.keep(pr.flags);
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, s.tiles.size() * sizeof(int)), "plan workspace");
   pr.ring_bytes = ring_bytes;
+  pr.narrow_rows = s.narrow_rows;
   pr.layout = options.scale_layout;
 
   FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)
@@ -228,10 +231,10 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
 std::string describe_fast_plan(const FastPlan& fp) {
   using C = KernelConfig;
   std::ostringstream os;
-  os << "tiles " << fp.schedule.tiles.size() << " (128 weight rows x <=256 tokens), " << fp.schedule.pieces.size()
+  os << "tiles " << fp.schedule.tiles.size() << " (256 weight rows x <=128 tokens or 128 x <=256), " << fp.schedule.pieces.size()
      << " pieces on " << fp.schedule.num_ctas << " CTAs (stream-K, imbalance " << fp.schedule.imbalance
      << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
-     << std::min(C::kMaxStages, fp.params.ring_bytes / (C::kWeightStageBytes + C::kActBoxBytes))
+     << std::min(C::kMaxStages, fp.params.ring_bytes / (2 * (C::kHalfWeightBytes + C::kScaleAtomBytes) + C::kActBoxBytes))
      << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";
   return os.str();
 }

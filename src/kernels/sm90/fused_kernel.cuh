@@ -3,13 +3,14 @@
 // Two launches per run:
 //  1. `dequant_activations`: every group's A (tokens) -> exact f16 (NVFP4) / bf16 (MXFP4) rows in a
 //     stacked workspace, K permuted per 64-block (detail::wgmma_k_source). A is small (tokens x K);
-//     writing it once beats re-dequantising it in each of the N/128 CTAs that read it.
+//     writing it once beats re-dequantising it in each of the N/256 CTAs that read it.
 //  2. `fused_grouped_gemm`: persistent, one CTA per SM; 2 consumer warpgroups + 1 producer warpgroup.
-//     The producer's elected thread loads, per k-block, 128 weight rows of packed FP4 (4 KB) and the
-//     tile's activation rows (up to 256 x 64, 128-byte swizzle) into a ring of stages with TMA.
-//     Each consumer warpgroup owns 64 weight rows: it reads their FP4 bytes from shared memory,
-//     dequantises them straight into wgmma A-operand registers and issues m64nNk16 with the
-//     activations as B (N = tile tokens rounded up to 16, so small groups are not padded to 128).
+//     The producer's elected thread loads, per k-block, 256 weight rows of packed FP4 (8 KB), their
+//     scales and the tile's activation rows (up to 128 x 64, 128-byte swizzle) into a ring of
+//     stages with TMA. Each consumer warpgroup owns 64 weight rows of each 128-row half: it reads
+//     their FP4 bytes from shared memory, dequantises them straight into wgmma A-operand registers
+//     and issues two m64nNk16 per k-step with the activations as B (N = tile tokens rounded up to
+//     16, so small groups are not padded to 128).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -32,14 +33,17 @@ namespace fp4gemm::detail::sm90 {
 
 // Everything that sizes registers or shared memory, in one place.
 struct KernelConfig {
-  static constexpr int kRowsPerTile = SchedulePolicy::kRowsPerTile;  // wgmma M side (weights)
   static constexpr int kMaxTokens = SchedulePolicy::kMaxTokens;      // wgmma N side (tokens)
   static constexpr int kBlockK = SchedulePolicy::kBlockK;            // K elements per stage
   static constexpr int kActBoxRows = 64;                             // activation TMA box rows
+  static constexpr int kWeightBoxRows = 128;                         // weight TMA box rows (one half)
   static constexpr int kConsumerWarpgroups = 2;
-  // Warpgroups 0-1: consumers; warpgroup 2: the producer (one elected thread issues TMA). The
+  // A tile is 1 or 2 halves of 128 weight rows (tile_rows): each consumer warpgroup owns 64 rows
+  // of each half (one blocked scale atom per half) and issues one m64 wgmma per half and k-step.
+  static constexpr int kMaxHalves = 2;
+  // Warpgroups 0-1: consumers; warpgroup 2: the producers (two warps issue the loads). The
   // register file is split per SM sub-partition, so 9 warps would cap every thread at 168; with
-  // 3 warpgroups, setmaxnreg moves registers from the producer (40) to the consumers (232).
+  // 3 warpgroups, setmaxnreg moves registers from the producers (40) to the consumers (232).
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = kConsumerThreads + 128;
   static constexpr int kProducerRegs = 40;
@@ -50,22 +54,33 @@ struct KernelConfig {
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads,
                 "setmaxnreg beyond the launch allocation deadlocks");
-  static constexpr int kWeightStageBytes = kRowsPerTile * kBlockK / 2;  // 4 KB of FP4
-  static constexpr int kActStageBytes = kMaxTokens * kBlockK * 2;       // 32 KB of f16/bf16
+  static constexpr int kHalfWeightBytes = kWeightBoxRows * kBlockK / 2;  // 4 KB of FP4 per half
   static constexpr int kActBoxBytes = kActBoxRows * kBlockK * 2;
-  // Weight scales of a stage: the 512-byte blocked atom (128 rows x 4 scale columns; the plan
-  // converts linear scales to blocked).
-  static constexpr int kScaleStageBytes = 512;
-  static constexpr int kStageBytes = kWeightStageBytes + kActStageBytes + kScaleStageBytes;
+  // Weight scales of a stage: one 512-byte blocked atom (128 rows x 4 scale columns) per half.
+  static constexpr int kScaleAtomBytes = 512;
+  // Largest stage: 256 tokens x 64 k of 16-bit activations + one half (the 2-half stages have
+  // <= 128 tokens: 16 KB + 8 KB + 1 KB).
+  static constexpr int kStageBytes = kMaxTokens * kBlockK * 2 + kHalfWeightBytes + kScaleAtomBytes;
   static constexpr int kMaxStages = 16;  // ring depth: as many stages of the CTA's width as fit
-  static constexpr int kPartialFloats = 128 * kConsumerWarpgroups * 128;  // one writer's FP32 tile
+  static constexpr int kAccRegs = 128;   // FP32 accumulators per consumer thread: halves x N / 2
+  static constexpr int kPartialFloats = kConsumerThreads * kAccRegs;  // one writer's FP32 tile
   // 16-bit epilogue: each consumer warpgroup transposes its 64 weight rows x 128 tokens at a time
   // through shared memory (stmatrix), then writes 16-byte chunks of C rows.
   static constexpr int kEpiTokens = 128;
   static constexpr int kEpiBytes = kConsumerWarpgroups * kEpiTokens * 64 * 2;
-  static_assert(kActStageBytes % 1024 == 0, "128-byte swizzle atoms need 1024-byte alignment");
+  static_assert(kActBoxBytes % 1024 == 0, "128-byte swizzle atoms need 1024-byte alignment");
+  static_assert(tile_rows(SchedulePolicy::kNarrowTokens, 256) == 128 * kMaxHalves &&
+                    tile_rows(kMaxTokens, 256) == 128,
+                "the mainloop is written for 1 or 2 halves");
+  static_assert(kMaxHalves * SchedulePolicy::kNarrowTokens / 2 <= kAccRegs && kMaxTokens / 2 <= kAccRegs,
+                "accumulators beyond the register budget");
   static_assert(SchedulePolicy::kWidthClasses == 16, "the class dispatch below has 16 cases");
 };
+
+// Halves of a tile of token-width class n16 (every tile of a class has the same row count).
+__host__ __device__ constexpr int halves_of_class(int n16, int narrow_rows) {
+  return tile_rows(16 * n16, narrow_rows) / 128;
+}
 
 enum NamedBarrier : int { kConsumersBarrier = 1, kEpilogueBarrier0 = 2 /* + consumer warpgroup */ };
 
@@ -74,7 +89,7 @@ struct FusedParams {
   const TileDesc* tiles;
   const WorkPiece* pieces;
   const int* cta_begin;
-  const CUtensorMap* weight_maps;  // one per group, 64-byte aligned, in global memory
+  const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows), 64-byte aligned, in global memory
   const std::uint8_t* const* scale_blocked;  // per group: the weight scales in blocked layout
   // Per group: the user's linear weight scales when the producer gathers them itself (rows of a
   // multiple of 4 bytes), else null (then scale_blocked holds a per-run blocked copy).
@@ -82,6 +97,7 @@ struct FusedParams {
   float* partials;
   int* flags;                      // one hand-off counter per tile, 0 between runs
   int ring_bytes;  // dynamic shared memory for the ring (the CTA sizes its stages to its width class)
+  int narrow_rows;  // weight rows of the <= 128-token tiles (Schedule::narrow_rows: 256 or 128)
   ScaleLayout layout;
 };
 
@@ -317,11 +333,11 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
   }
 }
 
-template <Format F, int N8>
-__device__ __forceinline__ void wgmma_rs(float (&d)[128], const std::uint32_t (&a)[4],
+template <Format F, int N8, int A>
+__device__ __forceinline__ void wgmma_rs(float (&d)[A], const std::uint32_t (&a)[4],
                                          std::uint64_t desc, int scale_d) {
-  if constexpr (F == Format::nvfp4) ptx::wgmma_rs_f16<N8>(d, a, desc, scale_d);
-  else ptx::wgmma_rs_bf16<N8>(d, a, desc, scale_d);
+  if constexpr (F == Format::nvfp4) ptx::wgmma_rs_f16<N8, A>(d, a, desc, scale_d);
+  else ptx::wgmma_rs_bf16<N8, A>(d, a, desc, scale_d);
 }
 
 template <typename T>
@@ -340,8 +356,8 @@ __device__ __forceinline__ void store_out<float>(void* c, std::int64_t idx, floa
 }
 
 // Writes the warpgroup's 64 x (8*n8) accumulator tile, transposed, into row-major C[m][n].
-template <typename T, int N8>
-__device__ __forceinline__ void store_tile(const float (&acc)[128], const GroupParams& g,
+template <typename T, int N8, int A>
+__device__ __forceinline__ void store_tile(const float (&acc)[A], const GroupParams& g,
                                            const TileDesc& tile, int r0, int t, float mul) {
   const int m_end = tile.tok0 + tile.ntok;
 #pragma unroll
@@ -366,31 +382,33 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   }
 }
 
-// 16-bit epilogue of one consumer warpgroup: its 64 weight rows x (8*N8) tokens, 128 tokens per
+// 16-bit epilogue of one consumer warpgroup's half: 64 weight rows from n_wg x (8*N8) tokens, 128 tokens per
 // pass, are transposed into shared memory with stmatrix ([token][64 n], 128-byte rows, 16-byte
 // chunks XOR-swizzled by token % 8 so the 8 row addresses of a matrix hit distinct banks), then
 // written as 16-byte chunks of C rows (a chunk crossing N falls back to element stores).
-template <typename T, int N8>
-__device__ __forceinline__ void store_tile_smem(const float (&acc)[128], const GroupParams& g, const TileDesc& tile,
-                                                int cw, int wtid, float mul, std::uint8_t* epi) {
+template <typename T, int N8, int A>
+__device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const GroupParams& g, const TileDesc& tile,
+                                                int n_wg, int cw, int wtid, float mul, std::uint8_t* epi) {
   using C = KernelConfig;
   const int warp = wtid / 32, lane = wtid % 32;
   const std::uint32_t base = ptx::smem_addr(epi);
-  const int n_wg = tile.row0 + cw * 64;  // first weight row (n) of this warpgroup
   constexpr int kPasses = (8 * N8 + C::kEpiTokens - 1) / C::kEpiTokens;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     constexpr int kJPerPass = C::kEpiTokens / 8;
     if (pass > 0) ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);  // previous pass read out
     // Lane -> row address: matrix i = lane / 8 is (j + i / 2, half i % 2), token row lane % 8.
+    // Token m = (jj + mi / 2) * 8 + mrow, so m % 8 = mrow and the swizzled chunk is the same for
+    // every jj: one address register plus an immediate offset per jj (separate per-jj addresses
+    // were hoisted out of the piece loop by the compiler and held 8 registers through the mainloop).
     const int mi = lane / 8, mrow = lane % 8;
+    const int st_chunk = (warp * 2 + (mi & 1)) ^ mrow;  // 16-byte chunk (8 n values), swizzled
+    const std::uint32_t addr0 = base + ((mi >> 1) * 8 + mrow) * 128 + st_chunk * 16;
 #pragma unroll
     for (int jj = 0; jj < kJPerPass; jj += 2) {
       const int j = pass * kJPerPass + jj;
       if (j >= N8) break;
-      const int m = (jj + (mi >> 1)) * 8 + mrow;          // token within the pass
-      const int chunk = (warp * 2 + (mi & 1)) ^ (m & 7);   // 16-byte chunk (8 n values), swizzled
-      const std::uint32_t addr = base + m * 128 + chunk * 16;
+      const std::uint32_t addr = addr0 + jj * 8 * 128;
       const std::uint32_t lo0 = pack2<T>(acc[4 * j] * mul, acc[4 * j + 1] * mul);
       const std::uint32_t hi0 = pack2<T>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul);
       if (j + 1 < N8) {
@@ -406,8 +424,10 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[128], const G
     const int tokens = min(C::kEpiTokens, tile.ntok - pass * C::kEpiTokens);
     const int chunk = wtid % 8;
     const int n0 = n_wg + chunk * 8;
-    for (int m = wtid / 8; m < tokens; m += 16) {
-      const uint4 v = *reinterpret_cast<const uint4*>(epi + m * 128 + ((chunk ^ (m & 7)) * 16));
+    // m % 8 = (wtid / 8) % 8 for every m of this thread, so the swizzled chunk offset is fixed.
+    const std::uint8_t* src = epi + (wtid / 8) * 128 + (chunk ^ ((wtid / 8) & 7)) * 16;
+    for (int m = wtid / 8; m < tokens; m += 16, src += 16 * 128) {
+      const uint4 v = *reinterpret_cast<const uint4*>(src);
       T* dst = static_cast<T*>(g.c) + static_cast<std::int64_t>(tile.tok0 + pass * C::kEpiTokens + m) * g.ldc + n0;
       if (n0 + 8 <= g.n) {
         *reinterpret_cast<uint4*>(dst) = v;
@@ -435,9 +455,21 @@ struct ConsumerState {
   std::uint32_t phase = 0;
 };
 
+// Keeps the compiler from moving accumulator reads/writes across wgmma fences (only the
+// registers this width class uses).
+template <int kAcc, int A, int H>
+__device__ __forceinline__ void fence_acc(float (&acc)[H][A]) {
+#pragma unroll
+  for (int h = 0; h < H; ++h)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(acc[h][i])::"memory");
+}
+
 // One work piece (a k-block range of one tile) for a consumer warpgroup: mainloop, split-K
-// hand-off and epilogue. N8 = tile tokens / 8, rounded up.
-template <Format F, int N8>
+// hand-off and epilogue. N8 = tile tokens / 8, rounded up; the tile has H = 1 or 2 halves of 128
+// weight rows, and the warpgroup owns rows h * 128 + cw * 64 + [0, 64) of half h (whose scales
+// are the stage's atom h).
+template <Format F, int N8, int H>
 __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
                                               const TileDesc& tile, std::uint8_t* act_smem,
                                               std::uint8_t* w_smem, std::uint64_t* full,
@@ -445,86 +477,124 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   using C = KernelConfig;
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
   constexpr int kAcc = 4 * N8;
+  static_assert(H * kAcc <= C::kAccRegs, "accumulators beyond the register budget");
   const int stages = st.stages;
   const GroupParams g = p.groups[tile.group];
   const int t = st.t;
-  const int r0 = tile.row0 + st.row_in_tile;
   const int cols = g.k / kVec;
   constexpr int kColsPerKb = 64 / kVec;
 
-  float acc[128];
-  std::uint32_t a[2][8][2];  // [buffer][register: 4 k-steps x {lo, hi} slots][row r0 / r0+8]
+  float acc[H][kAcc];
+  // Two A-operand buffers [buffer][register: 4 k-steps x {lo, hi} slots][row r / r+8]: one per
+  // half (H = 2) or per k-block parity (H = 1). A buffer is rewritten only after the commit
+  // group that read it has retired (wgmma_wait<1>), while the newest group still runs.
+  std::uint32_t a[2][8][2];
 
-  // Weight scales come with the stage (the producer loads them): byte offsets of rows r0 / r0+8
-  // and of this thread's column inside the stage's scale area.
+  // Weight scales come with the stage (the producer loads them): byte offsets of rows r / r+8
+  // inside a half's atom and of this thread's column.
   auto row_off = [](int r) { return (r % 32) * 16 + (r / 32) * 4; };  // blocked atom (SPEC 2)
   const int off0 = row_off(st.row_in_tile), off1 = row_off(st.row_in_tile + 8);
   const int tcol = F == Format::nvfp4 ? t : t / 2;  // scale column of this thread within the k-block
 
-  for (int kb0 = piece.kb_begin; kb0 < piece.kb_end; kb0 += 2) {
-#pragma unroll
-    for (int buf = 0; buf < 2; ++buf) {  // unrolled so the register buffers have fixed names
-      const int kb = kb0 + buf;
-      if (kb < piece.kb_end) {
-        ptx::mbarrier_wait(&full[st.stage], st.phase);
-        const std::uint8_t* wrow =
-            w_smem + st.stage * C::kWeightStageBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
-        const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
-        const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
-        // MXFP4: one atom spans two k-blocks. Columns past K read as scale 0 (the padding of a
-        // user's blocked buffer may hold anything, NaN codes included).
-        const int col = kb * kColsPerKb + tcol;
-        const int c_in = col % 4;
-        const std::uint8_t* srow = st.s_smem + st.stage * C::kScaleStageBytes + c_in;
-        const unsigned sc0 = col < cols ? srow[off0] : 0u, sc1 = col < cols ? srow[off1] : 0u;
-        const std::uint32_t s0 = weight_scale_pair<F>(sc0), s1 = weight_scale_pair<F>(sc1);
-        std::uint32_t d0[8], d1[8];
+  // Loads half h of k-block kb from the current stage and dequantises it into buffer b.
+  auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2], bool retire_first) {
+    const std::uint8_t* wrow =
+        w_smem + (st.stage * H + h) * C::kHalfWeightBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
+    const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
+    const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
+    // MXFP4: one atom spans two k-blocks. Columns past K read as scale 0 (the padding of a
+    // user's blocked buffer may hold anything, NaN codes included).
+    const int col = kb * kColsPerKb + tcol;
+    const std::uint8_t* srow = st.s_smem + (st.stage * H + h) * C::kScaleAtomBytes + col % 4;
+    const unsigned sc0 = col < cols ? srow[off0] : 0u, sc1 = col < cols ? srow[off1] : 0u;
+    const std::uint32_t s0 = weight_scale_pair<F>(sc0), s1 = weight_scale_pair<F>(sc1);
+    if (retire_first) {
+      // Retire the group that last read `buf` (the other buffer's group may still run); for
+      // the last half this also completes every group of the previous k-block.
+      fence_acc<kAcc>(acc);
+      ptx::wgmma_wait<1>();
+      fence_acc<kAcc>(acc);
+      if (h == H - 1 && kb > piece.kb_begin && st.lane == 0)
+        ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+    }
+    std::uint32_t d0[8], d1[8];
 #ifdef FP4GEMM_ABLATE_DEQUANT  // measurement only (wrong results): the mainloop without dequantisation
 #pragma unroll
-        for (int i = 0; i < 8; ++i) d0[i] = (i & 1 ? q0.y : q0.x) ^ s0, d1[i] = (i & 1 ? q1.y : q1.x) ^ s1;
+    for (int i = 0; i < 8; ++i) d0[i] = (i & 1 ? q0.y : q0.x) ^ s0, d1[i] = (i & 1 ? q1.y : q1.x) ^ s1;
 #else
-        dequant_row<F>(q0, s0, d0);
-        dequant_row<F>(q1, s1, d1);
+    dequant_row<F>(q0, s0, d0);
+    dequant_row<F>(q1, s1, d1);
 #endif
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          a[buf][i][0] = d0[i];
-          a[buf][i][1] = d1[i];
-        }
-
-        ptx::fence_registers(acc);
-        ptx::wgmma_fence();
-        const std::uint32_t act_base = ptx::smem_addr(act_smem + st.stage * st.act_stage_bytes);
+    for (int i = 0; i < 8; ++i) {
+      buf[i][0] = d0[i];
+      buf[i][1] = d1[i];
+    }
+  };
+  // Issues the 4 k-steps of one half from buffer b as one commit group.
+  auto issue_half = [&](int kb, int h, const std::uint32_t(&buf)[8][2]) {
+    fence_acc<kAcc>(acc);
+    ptx::wgmma_fence();
+    const std::uint32_t act_base = ptx::smem_addr(act_smem + st.stage * st.act_stage_bytes);
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          // Fragment: a0 (row r0, slots 2t..), a1 (row r0+8), a2 (row r0, slots 2t+8..), a3.
-          const std::uint32_t frag[4] = {a[buf][s][0], a[buf][s][1], a[buf][4 + s][0], a[buf][4 + s][1]};
-          wgmma_rs<F, N8>(acc, frag, ptx::smem_desc_sw128(act_base + s * 32),
-                          (kb > piece.kb_begin || s > 0) ? 1 : 0);
-        }
-        ptx::wgmma_commit();
-        ptx::fence_registers(acc);
-        ptx::wgmma_wait<1>();  // the previous k-block's wgmmas are done: release its stage
-        ptx::fence_registers(acc);
-        if (kb > piece.kb_begin && st.lane == 0)
-          ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
-        if (++st.stage == stages) {
-          st.stage = 0;
-          st.phase ^= 1;
+    for (int s = 0; s < 4; ++s) {
+      // Fragment: a0 (row r, slots 2t..), a1 (row r+8), a2 (row r, slots 2t+8..), a3.
+      const std::uint32_t frag[4] = {buf[s][0], buf[s][1], buf[4 + s][0], buf[4 + s][1]};
+      wgmma_rs<F, N8>(acc[h], frag, ptx::smem_desc_sw128(act_base + s * 32), (kb > piece.kb_begin || s > 0) ? 1 : 0);
+    }
+    ptx::wgmma_commit();
+  };
+  auto next_stage = [&] {
+    if (++st.stage == stages) {
+      st.stage = 0;
+      st.phase ^= 1;
+    }
+  };
+
+  // The two orders below are each the faster of the ones measured for their shape (docs/PERF.md
+  // v6): with both halves the retiring wait precedes the dequantisation of each half; with one
+  // half the wait follows the commit (as in v5).
+  if constexpr (H == 2) {
+    for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
+      ptx::mbarrier_wait(&full[st.stage], st.phase);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        dequant_half(kb, h, a[h], true);
+        issue_half(kb, h, a[h]);
+      }
+      next_stage();
+    }
+  } else {
+    for (int kb0 = piece.kb_begin; kb0 < piece.kb_end; kb0 += 2) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {  // unrolled so the A buffers have fixed register names
+        const int kb = kb0 + u;
+        if (kb < piece.kb_end) {
+          ptx::mbarrier_wait(&full[st.stage], st.phase);
+          dequant_half(kb, 0, a[u], false);
+          issue_half(kb, 0, a[u]);
+          fence_acc<kAcc>(acc);
+          ptx::wgmma_wait<1>();  // the previous k-block's group is done: release its stage
+          fence_acc<kAcc>(acc);
+          if (kb > piece.kb_begin && st.lane == 0)
+            ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+          next_stage();
         }
       }
     }
   }
   ptx::wgmma_wait<0>();
-  ptx::fence_registers(acc);
+  fence_acc<kAcc>(acc);
   if (st.lane == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
 
   // ---- split-K hand-off (see device/schedule.hpp) ----
   if (piece.slot >= 0) {
     float* part = p.partials + static_cast<std::int64_t>(piece.slot) * C::kPartialFloats;
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) __stcg(part + i * 256 + st.ctid, acc[i]);
-    ptx::named_barrier_sync(kConsumersBarrier, 256);
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) __stcg(part + (h * kAcc + i) * C::kConsumerThreads + st.ctid, acc[h][i]);
+    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
     if (st.ctid == 0) {
       __threadfence();
       ptx::red_release_gpu_add(p.flags + piece.tile, 1);
@@ -535,13 +605,15 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     if (st.ctid == 0) {
       while (ptx::ld_acquire_gpu(p.flags + piece.tile) < tile.writers) __nanosleep(64);
     }
-    ptx::named_barrier_sync(kConsumersBarrier, 256);
+    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
     for (int w = 0; w < tile.writers; ++w) {  // fixed order: deterministic sums
       const float* part = p.partials + static_cast<std::int64_t>(tile.first_slot + w) * C::kPartialFloats;
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] += __ldcg(part + i * 256 + st.ctid);
+      for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[h][i] += __ldcg(part + (h * kAcc + i) * C::kConsumerThreads + st.ctid);
     }
-    ptx::named_barrier_sync(kConsumersBarrier, 256);
+    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
     if (st.ctid == 0) p.flags[piece.tile] = 0;  // ready for the next run
   }
 
@@ -549,10 +621,15 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   float mul = g.alpha_device ? *g.alpha_device : g.alpha;
   if constexpr (F == Format::nvfp4) mul *= kNvfp4AccScale;
   std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
-  switch (out_type) {
-    case OutType::f16: store_tile_smem<__half, N8>(acc, g, tile, st.cw, st.ctid % 128, mul, epi); break;
-    case OutType::bf16: store_tile_smem<__nv_bfloat16, N8>(acc, g, tile, st.cw, st.ctid % 128, mul, epi); break;
-    case OutType::f32: store_tile<float, N8>(acc, g, tile, r0, t, mul); break;
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+    const int n_wg = tile.row0 + h * 128 + st.cw * 64;  // first weight row (n) of this half
+    if (n_wg >= g.n) break;                            // (warpgroup-uniform) rows past N
+    switch (out_type) {
+      case OutType::f16: store_tile_smem<__half, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi); break;
+      case OutType::bf16: store_tile_smem<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi); break;
+      case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
+    }
   }
 }
 
@@ -570,19 +647,21 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // activation stages are sized to it: narrow tiles get a deeper ring to cover load latency.
   const int n16 = width_class(p.tiles[p.pieces[begin].tile].ntok);
   const int act_stage_bytes = (16 * n16 + C::kActBoxRows - 1) / C::kActBoxRows * C::kActBoxBytes;
-  const int stages =
-      min(C::kMaxStages, p.ring_bytes / (act_stage_bytes + C::kWeightStageBytes + C::kScaleStageBytes));
-  std::uint8_t* act_smem = smem;                                    // [stages][act_stage_bytes]
-  std::uint8_t* w_smem = smem + stages * act_stage_bytes;           // [stages][4 KB]
-  std::uint8_t* s_smem = w_smem + stages * C::kWeightStageBytes;    // [stages][2 KB]
-  std::uint8_t* epi_smem = s_smem + stages * C::kScaleStageBytes;   // [2][128 tokens][128 B]
+  const int halves = halves_of_class(n16, p.narrow_rows);
+  const int stages = min(C::kMaxStages,
+                         p.ring_bytes / (act_stage_bytes + halves * (C::kHalfWeightBytes + C::kScaleAtomBytes)));
+  std::uint8_t* act_smem = smem;                                                // [stages][act_stage_bytes]
+  std::uint8_t* w_smem = smem + stages * act_stage_bytes;                       // [stages][halves][4 KB]
+  std::uint8_t* s_smem = w_smem + stages * halves * C::kHalfWeightBytes;       // [stages][halves][512 B]
+  std::uint8_t* epi_smem = s_smem + stages * halves * C::kScaleAtomBytes;      // [2][128 tokens][128 B]
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
-      // full: the producer's lane 0 (expect_tx) + 32 cp.async arrivals of the producer warp
-      ptx::mbarrier_init(&full[s], 1 + 32);
+      // full: producer warp 0's lane 0 (expect_tx), producer warp 1's lane 0 (expect_tx or plain)
+      // and warp 1's 32 cp.async arrivals
+      ptx::mbarrier_init(&full[s], 1 + 1 + 32);
       ptx::mbarrier_init(&empty[s], C::kConsumerWarpgroups * 4);  // one arrive per consumer warp
     }
     ptx::fence_barrier_init();
@@ -590,11 +669,16 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   __syncthreads();
 
   if (threadIdx.x >= C::kConsumerThreads) {
-    // ---------------- producer (warpgroup 2; its first warp loads, the other three idle) ----------------
+    // ---------------- producers (warpgroup 2: warp 0 loads weights and activations, warp 1 the
+    // weight scales; the other two idle) ----------------
+    // (One warp issued everything until v6; splitting the work gained 1-2 %, docs/PERF.md.)
     ptx::setmaxnreg_dec<C::kProducerRegs>();
-    if (threadIdx.x / 32 == C::kConsumerThreads / 32) {
+    const int pwarp = threadIdx.x / 32 - C::kConsumerThreads / 32;
+    constexpr int kProducerWarps = 2;  // 1 gives the pre-v6 single producer warp (measured: PERF.md v6)
+    if (pwarp < kProducerWarps) {
       const int lane = threadIdx.x % 32;
-      if (lane == 0) ptx::prefetch_tensormap(&act_map);
+      const bool loads_main = pwarp == 0, loads_scales = pwarp == kProducerWarps - 1;
+      if (pwarp == 0 && lane == 0) ptx::prefetch_tensormap(&act_map);
       // Launched as a programmatic dependent of the activation pre-pass: everything above
       // overlapped its tail; from here on we read what it (and the scale conversion) wrote.
       ptx::wait_prerequisites();
@@ -603,43 +687,63 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       for (int pi = begin; pi < end; ++pi) {
         const WorkPiece piece = p.pieces[pi];
         const TileDesc tile = p.tiles[piece.tile];
-        const CUtensorMap* wmap = p.weight_maps + tile.group;
+        const int rows = p.groups[tile.group].n;
+        // Halves wholly past N are not loaded (their accumulators are never stored; a user's
+        // blocked scales have only ceil(N/128) atom rows).
+        const int loaded = tile.row0 + 128 < rows ? halves : 1;
+        const CUtensorMap* wmap = p.weight_maps + 2 * tile.group + (loaded - 1);  // box of `loaded` halves
+        const int nbox = ((tile.ntok + 15) / 16 * 16 + C::kActBoxRows - 1) / C::kActBoxRows;
+        const std::uint32_t bytes = loaded * C::kHalfWeightBytes + nbox * C::kActBoxBytes;
         const std::uint8_t* sblk = p.scale_blocked[tile.group];
         const std::uint8_t* slin = p.scale_linear[tile.group];
         constexpr int kColsPerKb = F == Format::nvfp4 ? 4 : 2;
-        const int rows = p.groups[tile.group].n;
         const int cols = p.groups[tile.group].k / (F == Format::nvfp4 ? 16 : 32);
         const int col_blocks = (cols + 3) / 4;
-        const int nbox = ((tile.ntok + 15) / 16 * 16 + C::kActBoxRows - 1) / C::kActBoxRows;
-        const std::uint32_t bytes =
-            C::kWeightStageBytes + nbox * C::kActBoxBytes + (slin == nullptr ? C::kScaleStageBytes : 0);
+        // Linear scales, gathered into the blocked atoms: row r's 4 columns go to byte
+        // (r % 32) * 16 + (r / 32) * 4 of its half's atom, so lane l fills bytes 16l..16l+15
+        // (rows l + 32q) of each. Rows past N are zero-filled (their weights are TMA's zero fill).
+        const std::uint8_t* lane_src = slin + static_cast<std::int64_t>(tile.row0 + lane) * cols;
+        const std::int64_t row32 = static_cast<std::int64_t>(32) * cols;
+        // Bit 4h + q: row row0 + 128h + 32q + lane exists.
+        unsigned valid_rows = 0;
+#pragma unroll
+        for (int i = 0; i < 4 * C::kMaxHalves; ++i) valid_rows |= (tile.row0 + 32 * i + lane < rows ? 1u : 0u) << i;
         for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
-          if (lane == 0) {
+          if (loads_main && lane == 0) {
             ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
-            ptx::tma_load_2d(w_smem + stage * C::kWeightStageBytes, wmap, &full[stage], kb * (C::kBlockK / 2), tile.row0);
-            if (slin == nullptr)
-              ptx::bulk_load(s_smem + stage * C::kScaleStageBytes,
-                             sblk + (static_cast<std::int64_t>(tile.row0 / 128) * col_blocks + kb * kColsPerKb / 4) * 512,
-                             C::kScaleStageBytes, &full[stage]);
+            ptx::tma_load_2d(w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb * (C::kBlockK / 2),
+                             tile.row0);
             for (int b = 0; b < nbox; ++b)
               ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
                                kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
           }
-          if (slin != nullptr) {
-            // Linear scales, gathered into the blocked atom: row r's 4 columns go to byte
-            // (r % 32) * 16 + (r / 32) * 4, so lane l fills bytes 16l..16l+15 (rows l + 32q).
-            // Rows past N are zero-filled (their weights are TMA's zero fill).
-            const int c0 = kb * kColsPerKb / 4 * 4;
+          if (loads_scales) {
+            std::uint8_t* s_stage = s_smem + stage * halves * C::kScaleAtomBytes;
+            if (slin == nullptr) {
+              if (lane == 0) {
+                ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * C::kScaleAtomBytes);
+                for (int h = 0; h < loaded; ++h)
+                  ptx::bulk_load(s_stage + h * C::kScaleAtomBytes,
+                                 sblk + (static_cast<std::int64_t>(tile.row0 / 128 + h) * col_blocks + kb * kColsPerKb / 4) *
+                                            C::kScaleAtomBytes,
+                                 C::kScaleAtomBytes, &full[stage]);
+              }
+            } else {
+              if (lane == 0) ptx::mbarrier_arrive(&full[stage]);
+              const std::uint8_t* src = lane_src + kb * kColsPerKb / 4 * 4;
+              std::uint8_t* dst = s_stage + lane * 16;
+#pragma unroll 1
+              for (int h = 0; h < halves; ++h) {
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int r = tile.row0 + lane + 32 * q;
-              const bool valid = r < rows;
-              ptx::cp_async_4(s_smem + stage * C::kScaleStageBytes + lane * 16 + 4 * q,
-                              slin + (valid ? static_cast<std::int64_t>(r) * cols + c0 : 0), valid);
+                for (int q = 0; q < 4; ++q, src += row32) {  // rows 128h + 32q + lane of atom h
+                  const bool valid = (valid_rows >> (4 * h + q)) & 1u;
+                  ptx::cp_async_4(dst + h * C::kScaleAtomBytes + 4 * q, valid ? src : slin, valid);
+                }
+              }
             }
+            ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
           }
-          ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
           if (++stage == stages) { stage = 0; phase ^= 1; }
         }
       }
@@ -665,18 +769,23 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // tier's schedule tests -- a check here costs the same serialisation), and the piece loop
   // sits inside each instantiation: with the loop outside the dispatch, ptxas serialises every
   // wgmma of the kernel (C7512, "insufficient register resources").
-  switch (n16) {
-#define FP4GEMM_CASE(n16)                                                                         \
-  case n16:                                                                                       \
+  // Key: the class for tiles of their natural height (1-8: two halves, 9-16: one), 17-24: the
+  // narrow classes at one half (small problems, Schedule::narrow_rows = 128).
+  switch (n16 + (halves == 1 && n16 <= 8 ? 16 : 0)) {
+#define FP4GEMM_CASE(key, n16, h)                                                                 \
+  case key:                                                                                       \
     for (int pi = begin; pi < end; ++pi) {                                                        \
       const WorkPiece piece = p.pieces[pi];                                                       \
       const TileDesc tile = p.tiles[piece.tile];                                                  \
-      consume_piece<F, 2 * n16>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type);   \
+      consume_piece<F, 2 * n16, h>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
     }                                                                                             \
     break;
-    FP4GEMM_CASE(1) FP4GEMM_CASE(2) FP4GEMM_CASE(3) FP4GEMM_CASE(4) FP4GEMM_CASE(5) FP4GEMM_CASE(6)
-    FP4GEMM_CASE(7) FP4GEMM_CASE(8) FP4GEMM_CASE(9) FP4GEMM_CASE(10) FP4GEMM_CASE(11) FP4GEMM_CASE(12)
-    FP4GEMM_CASE(13) FP4GEMM_CASE(14) FP4GEMM_CASE(15) FP4GEMM_CASE(16)
+    FP4GEMM_CASE(1, 1, 2) FP4GEMM_CASE(2, 2, 2) FP4GEMM_CASE(3, 3, 2) FP4GEMM_CASE(4, 4, 2)
+    FP4GEMM_CASE(5, 5, 2) FP4GEMM_CASE(6, 6, 2) FP4GEMM_CASE(7, 7, 2) FP4GEMM_CASE(8, 8, 2)
+    FP4GEMM_CASE(9, 9, 1) FP4GEMM_CASE(10, 10, 1) FP4GEMM_CASE(11, 11, 1) FP4GEMM_CASE(12, 12, 1)
+    FP4GEMM_CASE(13, 13, 1) FP4GEMM_CASE(14, 14, 1) FP4GEMM_CASE(15, 15, 1) FP4GEMM_CASE(16, 16, 1)
+    FP4GEMM_CASE(17, 1, 1) FP4GEMM_CASE(18, 2, 1) FP4GEMM_CASE(19, 3, 1) FP4GEMM_CASE(20, 4, 1)
+    FP4GEMM_CASE(21, 5, 1) FP4GEMM_CASE(22, 6, 1) FP4GEMM_CASE(23, 7, 1) FP4GEMM_CASE(24, 8, 1)
 #undef FP4GEMM_CASE
     default: break;
   }
