@@ -50,6 +50,9 @@ struct SchedulePolicy {
   // Cost of one k-block of a tile, per 128 weight rows = tokens rounded to 8 + this overhead
   // (dequantising the rows and the pipeline costs that do not shrink with the token count).
   int kblock_overhead = 240;  // tuned on H200 (PERF.md v4, v5): 32 -> 160 -> 240 as the pre-pass got cheaper
+  // The same for a 256-row tile, per 128 rows (its two halves share each synchronisation);
+  // < 0: kblock_overhead.
+  int narrow_overhead = -1;
   bool split_k = true;  // false: whole tiles only (contiguous ranges cut at tile boundaries)
 };
 

@@ -57,7 +57,9 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
   double total = 0;
   for (std::size_t i = 0; i < s.tiles.size(); ++i) {
     const TileDesc& t = s.tiles[i];
-    kcost[i] = ((t.ntok + 7) / 8 * 8 + policy.kblock_overhead) * (tile_rows(t.ntok, s.narrow_rows) / 128);
+    const int halves = tile_rows(t.ntok, s.narrow_rows) / 128;
+    const int overhead = halves == 2 && policy.narrow_overhead >= 0 ? policy.narrow_overhead : policy.kblock_overhead;
+    kcost[i] = ((t.ntok + 7) / 8 * 8 + overhead) * halves;
     total += kcost[i] * t.kblocks;
     bucket[width_class(t.ntok)].push_back(static_cast<int>(i));
   }

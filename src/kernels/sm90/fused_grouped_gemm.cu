@@ -112,6 +112,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   }
   SchedulePolicy policy;
   if (const char* v = std::getenv("FP4GEMM_KBLOCK_OVERHEAD")) policy.kblock_overhead = std::atoi(v);  // tuning knob
+  if (const char* v = std::getenv("FP4GEMM_NARROW_OVERHEAD")) policy.narrow_overhead = std::atoi(v);  // tuning knob
   fp.schedule = build_schedule(shapes, device.multiprocessors, policy);
   const Schedule& s = fp.schedule;
   fp.max_kblocks = s.max_kblocks;
