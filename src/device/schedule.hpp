@@ -53,6 +53,9 @@ struct SchedulePolicy {
   // The same for a 256-row tile, per 128 rows (its two halves share each synchronisation);
   // < 0: kblock_overhead.
   int narrow_overhead = -1;
+  // Width classes are rounded up to a multiple of this (1, 2, 4 or 8): fewer buckets (whole
+  // CTAs each) for up to 16 * (class_round - 1) padded token columns per tile.
+  int class_round = 1;
   bool split_k = true;  // false: whole tiles only (contiguous ranges cut at tile boundaries)
 };
 
@@ -70,6 +73,7 @@ struct Schedule {
   std::vector<TileDesc> tiles;
   std::vector<WorkPiece> pieces;
   std::vector<int> cta_begin;     // pieces of CTA i: [cta_begin[i], cta_begin[i+1])
+  std::vector<int> cta_class;     // width class (mainloop instantiation) of CTA i
   std::vector<int> act_row0;      // per group: first row in the activation workspace
   int num_ctas = 0;               // >= 1 per width class present (can exceed max_ctas only
                                   // when there are more classes than CTAs; then no split-K)
@@ -83,8 +87,11 @@ struct Schedule {
   int narrow_rows = 256;
 };
 
-// The mainloop instantiation (1..16) that runs a tile of `ntok` tokens: N = 16 * class.
+// The smallest mainloop instantiation (1..16) that can run a tile of `ntok` tokens: N = 16 * class.
 constexpr int width_class(int ntok) { return (ntok + 15) / 16; }
+// The class the schedule runs it in: width_class rounded up to a multiple of `round` (a divisor
+// of 8, so narrow tiles stay narrow).
+constexpr int bucket_class(int ntok, int round) { return (width_class(ntok) + round - 1) / round * round; }
 
 // Token tiles of a group: ceil(m / 256) tiles of near-equal size, each a multiple of 8 except
 // possibly the last. Returns (tok0, ntok) pairs.

@@ -17,6 +17,7 @@ void check_schedule(const std::vector<ScheduleShape>& groups, int ctas, const Sc
   const Schedule s = build_schedule(groups, ctas, policy);
   SCOPED_TRACE(::testing::Message() << "groups=" << groups.size() << " ctas=" << ctas << " split=" << policy.split_k);
   ASSERT_EQ(s.cta_begin.size(), static_cast<std::size_t>(s.num_ctas) + 1 + (s.tiles.empty() ? 0 : 0));
+  ASSERT_EQ(s.cta_class.size(), static_cast<std::size_t>(s.num_ctas));
   std::set<int> classes;
   for (const TileDesc& t : s.tiles) classes.insert(width_class(t.ntok));
   ASSERT_LE(s.num_ctas, std::max<int>(ctas, static_cast<int>(classes.size())));
@@ -53,14 +54,18 @@ void check_schedule(const std::vector<ScheduleShape>& groups, int ctas, const Sc
   for (int c = 0; c < s.num_ctas; ++c) {
     ASSERT_LE(s.cta_begin[c], s.cta_begin[c + 1]);
     if (s.cta_begin[c] == s.cta_begin[c + 1]) continue;  // an idle CTA (whole-tile mode) exits at once
-    const int cta_class = width_class(s.tiles[s.pieces[s.cta_begin[c]].tile].ntok);
+    const int cta_class = s.cta_class[c];
+    EXPECT_GE(cta_class, 1);
+    EXPECT_LE(cta_class, SchedulePolicy::kWidthClasses);
     for (int pi = s.cta_begin[c]; pi < s.cta_begin[c + 1]; ++pi) {
       const WorkPiece& p = s.pieces[pi];
       ASSERT_GE(p.tile, 0);
       ASSERT_LT(p.tile, static_cast<int>(s.tiles.size()));
       const TileDesc& t = s.tiles[p.tile];
       // The kernel runs one mainloop instantiation per CTA.
-      EXPECT_EQ(width_class(t.ntok), cta_class) << "CTA " << c << " mixes token-width classes";
+      EXPECT_EQ(bucket_class(t.ntok, policy.class_round), cta_class) << "CTA " << c << " mixes token-width classes";
+      EXPECT_LE(width_class(t.ntok), cta_class);
+      if (t.ntok <= SchedulePolicy::kNarrowTokens) EXPECT_LE(cta_class, 8) << "a narrow tile in a wide class";
       if (overflow) EXPECT_TRUE(p.kb_begin == 0 && p.kb_end == t.kblocks) << "no split-K past the resident CTAs";
       ASSERT_LT(p.kb_begin, p.kb_end);
       ASSERT_LE(p.kb_end, t.kblocks);
@@ -166,6 +171,7 @@ TEST(Schedule, RandomProblems) {
     }
     SchedulePolicy policy;
     policy.split_k = iter % 3 != 0;
+    policy.class_round = 1 << (iter % 4);  // 1, 2, 4, 8
     check_schedule(groups, 1 + rng() % 140, policy);
   }
 }

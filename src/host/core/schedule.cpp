@@ -61,7 +61,7 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
     const int overhead = halves == 2 && policy.narrow_overhead >= 0 ? policy.narrow_overhead : policy.kblock_overhead;
     kcost[i] = ((t.ntok + 7) / 8 * 8 + overhead) * halves;
     total += kcost[i] * t.kblocks;
-    bucket[width_class(t.ntok)].push_back(static_cast<int>(i));
+    bucket[bucket_class(t.ntok, policy.class_round)].push_back(static_cast<int>(i));
   }
   std::vector<int> classes;
   for (int c = 1; c <= SchedulePolicy::kWidthClasses; ++c)
@@ -135,6 +135,7 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
     }
     open_cta(ctas - 1);
     s.cta_begin.push_back(static_cast<int>(s.pieces.size()));
+    s.cta_class.insert(s.cta_class.end(), ctas, classes[b]);
     s.num_ctas += ctas;
   }
   const double mean = total / s.num_ctas;

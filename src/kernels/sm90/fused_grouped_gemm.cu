@@ -113,6 +113,12 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   SchedulePolicy policy;
   if (const char* v = std::getenv("FP4GEMM_KBLOCK_OVERHEAD")) policy.kblock_overhead = std::atoi(v);  // tuning knob
   if (const char* v = std::getenv("FP4GEMM_NARROW_OVERHEAD")) policy.narrow_overhead = std::atoi(v);  // tuning knob
+  if (const char* v = std::getenv("FP4GEMM_CLASS_ROUND")) {  // tuning knob
+    const int r = std::atoi(v);
+    if (r != 1 && r != 2 && r != 4 && r != 8)
+      throw Error("FP4GEMM_CLASS_ROUND", -1, "must be 1, 2, 4 or 8 (got '" + std::string(v) + "')");
+    policy.class_round = r;
+  }
   fp.schedule = build_schedule(shapes, device.multiprocessors, policy);
   const Schedule& s = fp.schedule;
   fp.max_kblocks = s.max_kblocks;
@@ -191,6 +197,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   pr.tiles = fp.keep(upload(s.tiles, "plan"));
   pr.pieces = fp.keep(upload(s.pieces, "plan"));
   pr.cta_begin = fp.keep(upload(s.cta_begin, "plan"));
+  pr.cta_class = fp.keep(upload(s.cta_class, "plan"));
   pr.weight_maps = fp.keep(upload(wmaps, "plan"));
   fp.d_act_row0 = fp.keep(upload(s.act_row0, "plan"));
   if (s.num_slots > 0) {

@@ -89,6 +89,7 @@ struct FusedParams {
   const TileDesc* tiles;
   const WorkPiece* pieces;
   const int* cta_begin;
+  const int* cta_class;            // per CTA: its width class (Schedule::cta_class)
   const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows), 64-byte aligned, in global memory
   const std::uint8_t* const* scale_blocked;  // per group: the weight scales in blocked layout
   // Per group: the user's linear weight scales when the producer gathers them itself (rows of a
@@ -645,7 +646,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   if (begin == end) return;
   // Every piece of this CTA has one token-width class (device/schedule.hpp), so the ring's
   // activation stages are sized to it: narrow tiles get a deeper ring to cover load latency.
-  const int n16 = width_class(p.tiles[p.pieces[begin].tile].ntok);
+  const int n16 = p.cta_class[blockIdx.x];
   const int act_stage_bytes = (16 * n16 + C::kActBoxRows - 1) / C::kActBoxRows * C::kActBoxBytes;
   const int halves = halves_of_class(n16, p.narrow_rows);
   const int stages = min(C::kMaxStages,
@@ -692,7 +693,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         // blocked scales have only ceil(N/128) atom rows).
         const int loaded = tile.row0 + 128 < rows ? halves : 1;
         const CUtensorMap* wmap = p.weight_maps + 2 * tile.group + (loaded - 1);  // box of `loaded` halves
-        const int nbox = ((tile.ntok + 15) / 16 * 16 + C::kActBoxRows - 1) / C::kActBoxRows;
+        const int nbox = act_stage_bytes / C::kActBoxBytes;  // covers the CTA class's N >= tile.ntok
         const std::uint32_t bytes = loaded * C::kHalfWeightBytes + nbox * C::kActBoxBytes;
         const std::uint8_t* sblk = p.scale_blocked[tile.group];
         const std::uint8_t* slin = p.scale_linear[tile.group];
