@@ -49,10 +49,10 @@ struct SchedulePolicy {
   static constexpr int kWidthClasses = kMaxTokens / 16;  // mainloop instantiations
   // Cost of one k-block of a tile, per 128 weight rows = tokens rounded to 8 + this overhead
   // (dequantising the rows and the pipeline costs that do not shrink with the token count).
-  int kblock_overhead = 240;  // tuned on H200 (PERF.md v4, v5): 32 -> 160 -> 240 as the pre-pass got cheaper
+  int kblock_overhead = 200;  // tuned on H200 (PERF.md v4-v6): 32 -> 160 -> 240 -> 200 (with the 256-row tiles)
   // The same for a 256-row tile, per 128 rows (its two halves share each synchronisation);
-  // < 0: kblock_overhead.
-  int narrow_overhead = -1;
+  // < 0: kblock_overhead. 200 / 170 measured best on H200 (PERF.md v6: a 3 x 4 grid).
+  int narrow_overhead = 170;
   // Width classes are rounded up to a multiple of this (1, 2, 4 or 8): fewer buckets (whole
   // CTAs each) for up to 16 * (class_round - 1) padded token columns per tile.
   int class_round = 1;
