@@ -1,5 +1,7 @@
 // `fp4gemm bench`: the seed and dense suites (SPEC 4) with floors and peers, table + JSON.
+#include <chrono>
 #include <iostream>
+#include <thread>
 
 #include "cli.hpp"
 #include "peers.hpp"
@@ -102,7 +104,8 @@ PeerResults time_peers(const ProblemData& data, const RunSettings& s, const Plan
 }
 
 CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const Ceilings& ceilings,
-                    const L2Flusher& flusher, cudaStream_t stream, bool with_peers, const std::string& tag) {
+                    const L2Flusher& flusher, cudaStream_t stream, bool with_peers, int settle_ms,
+                    const std::string& tag) {
   progress(tag + ": generating data (" + c.shape.describe() + ")...");
   ProblemData data(c.shape, s.data);
   const std::vector<GroupDesc> descs = data.descs();
@@ -121,6 +124,11 @@ CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const C
   r.fallback_reason = plan.fallback_reason;
   r.requested = s.backend;
 
+  // Measured on H200: seed case 1 timed right after the cuBLAS 8192^3 ceiling loop took 138.7 us,
+  // after seed case 2 128.3 us, alone in a process 124 us (docs/PERF.md v6). An idle pause before
+  // each case keeps one case's timing from depending on what ran before it.
+  CLI_CUDA_CHECK(cudaDeviceSynchronize(), "bench");
+  if (settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
   progress(tag + ": timing fp4gemm [" + r.label + "]...");
   data.poison_outputs(stream);
   r.time = time_region(stream, &flusher, s.timing, [&](cudaStream_t st) { plan.plan->run(st); });
@@ -145,7 +153,7 @@ int run_bench(const BenchOptions& o) {
   const Ceilings ceilings = measure_ceilings(stream.get());
   const L2Flusher flusher(device.l2_bytes);
 
-  print_bench_header(std::cout, device, ceilings, s, flusher.bytes(), !o.no_peers);
+  print_bench_header(std::cout, device, ceilings, s, flusher.bytes(), !o.no_peers, o.settle_ms);
   print_table_head(std::cout);
   Json doc;
   doc["tool"] = "fp4gemm bench";
@@ -156,6 +164,7 @@ int run_bench(const BenchOptions& o) {
   Json settings = settings_json(s);
   settings["suite"] = o.suite;
   settings["peers"] = !o.no_peers;
+  settings["settle_ms"] = o.settle_ms;
   settings["l2_flush_bytes"] = flusher.bytes();
   settings["timing"] = "CUDA events per rep, L2 flushed (cudaMemsetAsync) before each rep outside the events, median";
   doc["settings"] = settings;
@@ -166,7 +175,7 @@ int run_bench(const BenchOptions& o) {
     const std::string tag = "[bench] case " + std::to_string(i + 1) + "/" + std::to_string(cases.size()) + " (" +
                             cases[i].second.shape.name + ")";
     const CaseResult r = run_case(cases[i].first, cases[i].second, s, ceilings, flusher, stream.get(),
-                                  !o.no_peers, tag);
+                                  !o.no_peers, o.settle_ms, tag);
     any_fallback = any_fallback || !r.fallback_reason.empty();
     print_case_rows(std::cout, r);
     doc["cases"].push_back(case_json(r));

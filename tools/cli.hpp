@@ -34,6 +34,7 @@ struct BenchOptions : CommonOptions {
   std::string suite = "seed";
   std::string cases;  // "1,3": 1-based indices into the selected suite; empty: all
   bool no_peers = false;
+  int settle_ms = 500;  // idle time before each case's timing (see bench.cpp)
 };
 
 struct GroupedOptions : CommonOptions {

@@ -30,6 +30,11 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
       ->check(CLI::IsMember({"seed", "dense", "all"}))->capture_default_str();
   cmd->add_option("--cases", o.cases, "comma-separated 1-based case numbers within the suite, e.g. 1,3");
   cmd->add_flag("--no-peers", o.no_peers, "skip the peers (dequant+cuBLAS, cuBLAS bf16, per-group streams)");
+  cmd->add_option("--settle-ms", o.settle_ms,
+                  "idle milliseconds before timing each case, so it does not inherit the clock/power state of "
+                  "the cuBLAS runs before it")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
   add_data_options(cmd, o);
   return cmd;
 }

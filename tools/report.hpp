@@ -53,7 +53,7 @@ struct CaseResult {
 
 // ---- stdout -------------------------------------------------------------------------------------
 void print_bench_header(std::ostream& os, const DeviceInfo& device, const Ceilings& ceilings,
-                        const RunSettings& settings, std::size_t flush_bytes, bool peers);
+                        const RunSettings& settings, std::size_t flush_bytes, bool peers, int settle_ms);
 void print_table_head(std::ostream& os);
 void print_case_rows(std::ostream& os, const CaseResult& r);
 void print_legend(std::ostream& os, bool any_fallback);

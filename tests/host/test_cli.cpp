@@ -53,8 +53,8 @@ TEST(Cli, SubcommandHelpListsOptions) {
   REQUIRE_CLI();
   const CliResult bench = run_cli("bench --help");
   EXPECT_EQ(bench.exit_code, 0);
-  for (const char* option : {"--suite", "--cases", "--json", "--iters", "--warmup", "--no-peers", "--backend",
-                             "--format", "--layout", "--out", "--seed"})
+  for (const char* option : {"--suite", "--cases", "--json", "--iters", "--warmup", "--no-peers", "--settle-ms",
+                             "--backend", "--format", "--layout", "--out", "--seed"})
     EXPECT_NE(bench.output.find(option), std::string::npos) << option;
   const CliResult gemm = run_cli("gemm --help");
   EXPECT_EQ(gemm.exit_code, 0);
@@ -112,6 +112,8 @@ TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
       {"bench --suite nope", {"--suite"}},
       {"bench --cases 9", {"--cases", "9"}},
       {"bench --cases 1,x", {"--cases"}},
+      {"bench --settle-ms -5", {"--settle-ms"}},
+      {"bench --settle-ms 20000", {"--settle-ms"}},
       {"bench --bogus", {"--bogus"}},
   };
   for (const Case& c : cases) {
