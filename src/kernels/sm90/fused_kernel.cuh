@@ -3,14 +3,15 @@
 // Two launches per run:
 //  1. `dequant_activations`: every group's A (tokens) -> exact f16 (NVFP4) / bf16 (MXFP4) rows in a
 //     stacked workspace, K permuted per 64-block (detail::wgmma_k_source). A is small (tokens x K);
-//     writing it once beats re-dequantising it in each of the N/256 CTAs that read it.
+//     writing it once beats re-dequantising it in each of the N/128 (or N/256) CTAs that read it.
 //  2. `fused_grouped_gemm`: persistent, one CTA per SM; 2 consumer warpgroups + 1 producer warpgroup.
-//     The producer's elected thread loads, per k-block, 256 weight rows of packed FP4 (8 KB), their
-//     scales and the tile's activation rows (up to 128 x 64, 128-byte swizzle) into a ring of
-//     stages with TMA. Each consumer warpgroup owns 64 weight rows of each 128-row half: it reads
-//     their FP4 bytes from shared memory, dequantises them straight into wgmma A-operand registers
-//     and issues two m64nNk16 per k-step with the activations as B (N = tile tokens rounded up to
-//     16, so small groups are not padded to 128).
+//     Per k-block, producer warp 0 loads the tile's 128 or 256 weight rows of packed FP4 and its
+//     activation rows (up to 256 x 64, 128-byte swizzle) with TMA, producer warp 1 the weight
+//     scales, into a ring of stages. Each consumer warpgroup owns 64 weight rows of each 128-row
+//     half: it reads their FP4 bytes from shared memory, dequantises them straight into wgmma
+//     A-operand registers and issues one m64nNk16 per half and k-step with the activations as B
+//     (N = tile tokens rounded up to 16, so small groups are not padded to 128). Tiles of <= 128
+//     tokens have two halves when the plan has enough of them (device/schedule.hpp: tile_rows).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
