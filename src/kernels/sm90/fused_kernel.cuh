@@ -457,14 +457,11 @@ struct ConsumerState {
   std::uint32_t phase = 0;
 };
 
-// Keeps the compiler from moving accumulator reads/writes across wgmma fences (only the
-// registers this width class uses).
-template <int kAcc, int A, int H>
+// Keeps the compiler from moving accumulator reads/writes across wgmma fences, for every half.
+template <int H, int A>
 __device__ __forceinline__ void fence_acc(float (&acc)[H][A]) {
 #pragma unroll
-  for (int h = 0; h < H; ++h)
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(acc[h][i])::"memory");
+  for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
 }
 
 // One work piece (a k-block range of one tile) for a consumer warpgroup: mainloop, split-K
@@ -498,7 +495,11 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   const int off0 = row_off(st.row_in_tile), off1 = row_off(st.row_in_tile + 8);
   const int tcol = F == Format::nvfp4 ? t : t / 2;  // scale column of this thread within the k-block
 
-  // Loads half h of k-block kb from the current stage and dequantises it into buffer b.
+  // Arrives on the `empty` barrier of the stage before the current one (its groups are done).
+  auto release_previous_stage = [&] {
+    if (st.lane == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+  };
+  // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
   auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2], bool retire_first) {
     const std::uint8_t* wrow =
         w_smem + (st.stage * H + h) * C::kHalfWeightBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
@@ -513,11 +514,10 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     if (retire_first) {
       // Retire the group that last read `buf` (the other buffer's group may still run); for
       // the last half this also completes every group of the previous k-block.
-      fence_acc<kAcc>(acc);
+      fence_acc(acc);
       ptx::wgmma_wait<1>();
-      fence_acc<kAcc>(acc);
-      if (h == H - 1 && kb > piece.kb_begin && st.lane == 0)
-        ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+      fence_acc(acc);
+      if (h == H - 1 && kb > piece.kb_begin) release_previous_stage();
     }
     std::uint32_t d0[8], d1[8];
 #ifdef FP4GEMM_ABLATE_DEQUANT  // measurement only (wrong results): the mainloop without dequantisation
@@ -533,9 +533,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       buf[i][1] = d1[i];
     }
   };
-  // Issues the 4 k-steps of one half from buffer b as one commit group.
+  // Issues the 4 k-steps of one half from `buf` as one commit group.
   auto issue_half = [&](int kb, int h, const std::uint32_t(&buf)[8][2]) {
-    fence_acc<kAcc>(acc);
+    fence_acc(acc);
     ptx::wgmma_fence();
     const std::uint32_t act_base = ptx::smem_addr(act_smem + st.stage * st.act_stage_bytes);
 #pragma unroll
@@ -575,19 +575,18 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           ptx::mbarrier_wait(&full[st.stage], st.phase);
           dequant_half(kb, 0, a[u], false);
           issue_half(kb, 0, a[u]);
-          fence_acc<kAcc>(acc);
+          fence_acc(acc);
           ptx::wgmma_wait<1>();  // the previous k-block's group is done: release its stage
-          fence_acc<kAcc>(acc);
-          if (kb > piece.kb_begin && st.lane == 0)
-            ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+          fence_acc(acc);
+          if (kb > piece.kb_begin) release_previous_stage();
           next_stage();
         }
       }
     }
   }
   ptx::wgmma_wait<0>();
-  fence_acc<kAcc>(acc);
-  if (st.lane == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+  fence_acc(acc);
+  release_previous_stage();
 
   // ---- split-K hand-off (see device/schedule.hpp) ----
   if (piece.slot >= 0) {
@@ -765,8 +764,9 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   st.lane = lane;
   st.t = lane % 4;
   st.row_in_tile = st.cw * 64 + warp * 16 + lane / 4;
-  // One mainloop per token-width class (wgmma's N is part of the instruction), in steps of 16
-  // tokens: 16 instantiations keep compile time sane and waste at most 15 token columns per tile.
+  // One mainloop per token-width class (wgmma's N is part of the instruction) and tile height,
+  // in steps of 16 tokens: 24 instantiations keep compile time sane and waste at most 15 token
+  // columns per tile.
   // The host gives every CTA pieces of a single class (device/schedule.hpp; checked by the host
   // tier's schedule tests -- a check here costs the same serialisation), and the piece loop
   // sits inside each instantiation: with the loop outside the dispatch, ptxas serialises every
