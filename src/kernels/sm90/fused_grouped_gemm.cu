@@ -132,6 +132,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   if (device.smem_per_block_optin < fixed + 2 * C::kStageBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   fp.smem_bytes = device.smem_per_block_optin;
+  FP4GEMM_TRACE_DO(fp.smem_bytes -= 4096;)  // the static counters (and their alignment)
   const int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
 
   // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
@@ -246,5 +247,43 @@ std::string describe_fast_plan(const FastPlan& fp) {
      << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";
   return os.str();
 }
+
+#ifdef FP4GEMM_TRACE
+std::string trace_report(Format format) {
+  std::vector<unsigned long long> v(static_cast<std::size_t>(kTraceCtas) * kTraceRoles * kTraceCounters);
+  FP4GEMM_CUDA_CHECK(cudaDeviceSynchronize(), "trace");
+  FP4GEMM_CUDA_CHECK(format == Format::nvfp4 ? read_trace<Format::nvfp4>(v.data()) : read_trace<Format::mxfp4>(v.data()),
+                     "trace");
+  auto at = [&](int cta, int role, int c) { return v[(static_cast<std::size_t>(cta) * kTraceRoles + role) * kTraceCounters + c]; };
+  std::ostringstream os;
+  os << "trace (cycles; per k-block figures are per consumer warpgroup)\n"
+     << " cta  kblocks pieces  N*H/kb  loop/kb  full/kb  handoff  epilogue    busy   total  prod_empty/kb prod_loop/kb prod_issue/kb\n";
+  double sum_busy = 0, max_busy = 0, min_busy = 1e30;
+  int active = 0;
+  for (int cta = 0; cta < kTraceCtas; ++cta) {
+    const unsigned long long kb = at(cta, 0, kTraceKblocks);
+    if (kb == 0) continue;
+    ++active;
+    const double loop = 0.5 * (at(cta, 0, kTraceMainloop) + at(cta, 1, kTraceMainloop));
+    const double full = 0.5 * (at(cta, 0, kTraceBarrier) + at(cta, 1, kTraceBarrier));
+    const double hand = 0.5 * (at(cta, 0, kTraceHandoff) + at(cta, 1, kTraceHandoff));
+    const double epi = 0.5 * (at(cta, 0, kTraceEpilogue) + at(cta, 1, kTraceEpilogue));
+    const double busy = loop + hand + epi;
+    sum_busy += busy, max_busy = std::max(max_busy, busy), min_busy = std::min(min_busy, busy);
+    const unsigned long long pkb = std::max(1ull, at(cta, 2, kTraceKblocks));
+    char line[240];
+    std::snprintf(line, sizeof line, "%4d %8llu %6llu %7.0f %8.0f %8.0f %8.0f %9.0f %7.0f %7.0f %8.0f %8.0f %8.0f\n", cta, kb,
+                  at(cta, 0, kTracePieces), double(at(cta, 0, kTraceTokenKblocks)) / kb, loop / kb, full / kb, hand, epi,
+                  busy, double(at(cta, 0, kTraceTotal)), double(at(cta, 2, kTraceBarrier)) / pkb,
+                  double(at(cta, 2, kTraceMainloop)) / pkb,
+                  double(at(cta, 2, kTraceHandoff) - at(cta, 2, kTraceBarrier)) / pkb);
+    os << line;
+  }
+  if (active > 0)
+    os << "busy cycles over " << active << " CTAs: min " << min_busy << " avg " << sum_busy / active << " max " << max_busy
+       << " (max/avg " << max_busy / (sum_busy / active) << ")\n";
+  return os.str();
+}
+#endif
 
 }  // namespace fp4gemm::detail::sm90

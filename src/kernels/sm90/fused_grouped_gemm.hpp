@@ -27,4 +27,9 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 void run_fast_plan(const FastPlan& plan, cudaStream_t stream);
 std::string describe_fast_plan(const FastPlan& plan);
 
+#ifdef FP4GEMM_TRACE
+// Diagnostic build only: a table of the last launch's per-CTA cycle counters (docs/PERF.md).
+std::string trace_report(Format format);
+#endif
+
 }  // namespace fp4gemm::detail::sm90

@@ -85,6 +85,34 @@ __host__ __device__ constexpr int halves_of_class(int n16, int narrow_rows) {
 
 enum NamedBarrier : int { kConsumersBarrier = 1, kEpilogueBarrier0 = 2 /* + consumer warpgroup */ };
 
+// ---- diagnostic build only (cmake -DFP4GEMM_TRACE=ON; docs/PERF.md): cycle counters of the last
+// launch per CTA and role (consumer warpgroup 0, 1, weight producer), read by `fp4gemm grouped`.
+enum TraceCounter : int {
+  kTraceTotal,      // kernel body, from barrier set-up to exit
+  kTraceMainloop,   // consumers: the k-block loops (to the last wgmma retired); producer: its loop
+  kTraceBarrier,    // consumers: waiting on `full`; producer: waiting on `empty`
+  kTraceHandoff,    // split-K: writing partials, or waiting for and adding them; producer: wait + issue
+  kTraceEpilogue,   // scaling, transposing and storing C
+  kTraceKblocks,    // k-blocks processed
+  kTracePieces,     // work pieces processed
+  kTraceTokenKblocks,  // sum over pieces of k-blocks x wgmma N x halves (weights the shape mix)
+  kTraceCounters
+};
+inline constexpr int kTraceCtas = 256, kTraceRoles = 3;
+#ifdef FP4GEMM_TRACE
+namespace {
+__device__ unsigned long long g_trace[kTraceCtas][kTraceRoles][kTraceCounters];
+}
+#define FP4GEMM_TRACE_DO(...) __VA_ARGS__
+// The counters live in shared memory (registers would spill), one recording thread per role.
+#define FP4GEMM_TRACE_ADD(row, c, v) \
+  do {                               \
+    if (row) (row)[c] += (v);        \
+  } while (0)
+#else
+#define FP4GEMM_TRACE_DO(...)
+#endif
+
 struct FusedParams {
   const GroupParams* groups;
   const TileDesc* tiles;
@@ -455,6 +483,7 @@ struct ConsumerState {
   int stages, act_stage_bytes;  // the CTA's ring geometry
   int stage = 0;
   std::uint32_t phase = 0;
+  FP4GEMM_TRACE_DO(unsigned long long* trace = nullptr;)  // shared-memory row of the recording thread, else null
 };
 
 // Keeps the compiler from moving accumulator reads/writes across wgmma fences, for every half.
@@ -546,6 +575,12 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     }
     ptx::wgmma_commit();
   };
+  FP4GEMM_TRACE_DO(const long long t_piece = clock64();)
+  auto wait_full = [&] {
+    FP4GEMM_TRACE_DO(const long long t0 = clock64();)
+    ptx::mbarrier_wait(&full[st.stage], st.phase);
+    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceBarrier, clock64() - t0);)
+  };
   auto next_stage = [&] {
     if (++st.stage == stages) {
       st.stage = 0;
@@ -558,7 +593,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // half the wait follows the commit (as in v5).
   if constexpr (H == 2) {
     for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
-      ptx::mbarrier_wait(&full[st.stage], st.phase);
+      wait_full();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         dequant_half(kb, h, a[h], true);
@@ -572,7 +607,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       for (int u = 0; u < 2; ++u) {  // unrolled so the A buffers have fixed register names
         const int kb = kb0 + u;
         if (kb < piece.kb_end) {
-          ptx::mbarrier_wait(&full[st.stage], st.phase);
+          wait_full();
           dequant_half(kb, 0, a[u], false);
           issue_half(kb, 0, a[u]);
           fence_acc(acc);
@@ -587,6 +622,10 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   ptx::wgmma_wait<0>();
   fence_acc(acc);
   release_previous_stage();
+  FP4GEMM_TRACE_DO(long long t_mark = clock64(); FP4GEMM_TRACE_ADD(st.trace, kTraceMainloop, t_mark - t_piece);
+                   FP4GEMM_TRACE_ADD(st.trace, kTraceKblocks, piece.kb_end - piece.kb_begin);
+                   FP4GEMM_TRACE_ADD(st.trace, kTracePieces, 1);
+                   FP4GEMM_TRACE_ADD(st.trace, kTraceTokenKblocks, (piece.kb_end - piece.kb_begin) * 8 * N8 * H);)
 
   // ---- split-K hand-off (see device/schedule.hpp) ----
   if (piece.slot >= 0) {
@@ -600,6 +639,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       __threadfence();
       ptx::red_release_gpu_add(p.flags + piece.tile, 1);
     }
+    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceHandoff, clock64() - t_mark);)
     return;
   }
   if (tile.writers > 0) {
@@ -617,6 +657,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
     if (st.ctid == 0) p.flags[piece.tile] = 0;  // ready for the next run
   }
+  FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceHandoff, clock64() - t_mark); t_mark = clock64();)
 
   // ---- epilogue: C[m][n] = alpha * acc (transposed back from the swap-AB tile) ----
   float mul = g.alpha_device ? *g.alpha_device : g.alpha;
@@ -632,6 +673,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
     }
   }
+  FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceEpilogue, clock64() - t_mark);)
 }
 
 template <Format F>
@@ -643,7 +685,11 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // The 128-byte swizzle needs 1024-byte aligned stages; the launch reserves 1 KB of slack.
   std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   const int begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
-  if (begin == end) return;
+  if (begin == end) {
+    FP4GEMM_TRACE_DO(if (threadIdx.x < kTraceRoles * kTraceCounters && blockIdx.x < kTraceCtas)
+                       g_trace[blockIdx.x][threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
+    return;
+  }
   // Every piece of this CTA has one token-width class (device/schedule.hpp), so the ring's
   // activation stages are sized to it: narrow tiles get a deeper ring to cover load latency.
   const int n16 = p.cta_class[blockIdx.x];
@@ -658,6 +704,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
 
+  FP4GEMM_TRACE_DO(const long long t_start = clock64(); __shared__ unsigned long long s_trace[kTraceRoles][kTraceCounters];
+                   if (threadIdx.x < kTraceRoles * kTraceCounters) s_trace[threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
       // full: producer warp 0's lane 0 (expect_tx), producer warp 1's lane 0 (expect_tx or plain)
@@ -685,6 +733,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       ptx::wait_prerequisites();
       int stage = 0;
       std::uint32_t phase = 0;
+      FP4GEMM_TRACE_DO(unsigned long long* trace = pwarp == 0 && lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
       for (int pi = begin; pi < end; ++pi) {
         const WorkPiece piece = p.pieces[pi];
         const TileDesc tile = p.tiles[piece.tile];
@@ -710,7 +759,9 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 4 * C::kMaxHalves; ++i) valid_rows |= (tile.row0 + 32 * i + lane < rows ? 1u : 0u) << i;
         for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
+          FP4GEMM_TRACE_DO(const long long t0 = clock64();)
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
+          FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceBarrier, clock64() - t0); FP4GEMM_TRACE_ADD(trace, kTraceKblocks, 1);)
           if (loads_main && lane == 0) {
             ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
             ptx::tma_load_2d(w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb * (C::kBlockK / 2),
@@ -719,6 +770,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
               ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
                                kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
           }
+          FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceHandoff, clock64() - t0);)  // producer: issue cycles
           if (loads_scales) {
             std::uint8_t* s_stage = s_smem + stage * halves * C::kScaleAtomBytes;
             if (slin == nullptr) {
@@ -748,6 +800,11 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           if (++stage == stages) { stage = 0; phase ^= 1; }
         }
       }
+      FP4GEMM_TRACE_DO(if (trace && blockIdx.x < kTraceCtas) {
+        trace[kTraceMainloop] = clock64() - t_loop;
+        trace[kTraceTotal] = clock64() - t_start;
+        for (int i = 0; i < kTraceCounters; ++i) g_trace[blockIdx.x][2][i] = trace[i];
+      })
     }
     return;
   }
@@ -760,6 +817,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   st.stages = stages;
   st.act_stage_bytes = act_stage_bytes;
   st.ctid = threadIdx.x;
+  FP4GEMM_TRACE_DO(st.trace = threadIdx.x % 128 == 0 ? s_trace[st.cw] : nullptr;)
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   st.lane = lane;
   st.t = lane % 4;
@@ -791,6 +849,10 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 #undef FP4GEMM_CASE
     default: break;
   }
+  FP4GEMM_TRACE_DO(if (st.trace && blockIdx.x < kTraceCtas) {
+    st.trace[kTraceTotal] = clock64() - t_start;
+    for (int i = 0; i < kTraceCounters; ++i) g_trace[blockIdx.x][st.cw][i] = st.trace[i];
+  })
 }
 
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
@@ -823,11 +885,23 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
                               static_cast<int>(smem_bytes));
 }
 
+#ifdef FP4GEMM_TRACE
+// Copies the last launch's counters out: [kTraceCtas][kTraceRoles][kTraceCounters].
+template <Format F>
+cudaError_t read_trace(unsigned long long* out) {
+  return cudaMemcpyFromSymbol(out, g_trace, sizeof(g_trace));
+}
+#define FP4GEMM_TRACE_INSTANTIATION(PREFIX, F) PREFIX template cudaError_t read_trace<F>(unsigned long long*);
+#else
+#define FP4GEMM_TRACE_INSTANTIATION(PREFIX, F)
+#endif
+
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
   PREFIX template cudaError_t launch_fused<F>(const FusedParams&, const CUtensorMap&, OutType, int, std::size_t, \
                                        const GroupParams*, const int*, void*, int, dim3, ScaleLayout,     \
                                        const ScaleConversion*, dim3, bool, cudaStream_t);                 \
-  PREFIX template cudaError_t set_fused_smem<F>(std::size_t);
+  PREFIX template cudaError_t set_fused_smem<F>(std::size_t);                                           \
+  FP4GEMM_TRACE_INSTANTIATION(PREFIX, F)
 
 #ifndef FP4GEMM_FUSED_INSTANTIATE
 FP4GEMM_FUSED_INSTANTIATION(extern, Format::nvfp4)
