@@ -9,14 +9,6 @@ __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// 8 bytes from a 32-bit shared-memory address (one register instead of a 64-bit generic pointer).
-// Volatile with a memory clobber: it must stay after the mbarrier wait that made the data visible.
-__device__ __forceinline__ uint2 ld_shared_v2(std::uint32_t addr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
-  return v;
-}
-
 // ---- mbarrier --------------------------------------------------------------------------------
 __device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, std::uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
@@ -24,51 +16,47 @@ __device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, std::uint32_t 
 __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
-// Each operation on shared memory also takes a 32-bit shared address (`std::uint32_t`): code short
-// of registers (the producers, at 40) keeps one register per address instead of a generic pointer's two.
-__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) { mbarrier_arrive(smem_addr(bar)); }
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(bar), "r"(bytes)
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(smem_addr(bar))
                : "memory");
 }
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
-  mbarrier_arrive_expect_tx(smem_addr(bar), bytes);
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(
+                   smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
 }
-__device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t phase) {
+__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t phase) {
   asm volatile(
       "{\n.reg .pred done;\n"
       "WAIT_%=:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}" ::"r"(bar),
+      "@!done bra WAIT_%=;\n}" ::"r"(smem_addr(bar)),
       "r"(phase)
       : "memory");
 }
-__device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t phase) { mbarrier_wait(smem_addr(bar), phase); }
 
 // ---- TMA ---------------------------------------------------------------------------------------
 __device__ __forceinline__ void prefetch_tensormap(const void* desc) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(desc) : "memory");
 }
 // 2-D tiled bulk tensor copy global -> shared, completing on `bar` (complete_tx bytes).
-__device__ __forceinline__ void tma_load_2d(std::uint32_t smem_dst, const void* desc, std::uint32_t bar, int c0, int c1) {
+__device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* desc, std::uint64_t* bar,
+                                            int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-      "[%0], [%1, {%3, %4}], [%2];" ::"r"(smem_dst),
-      "l"(desc), "r"(bar), "r"(c0), "r"(c1)
+      "[%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(smem_dst)),
+      "l"(desc), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
       : "memory");
-}
-__device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* desc, std::uint64_t* bar, int c0, int c1) {
-  tma_load_2d(smem_addr(smem_dst), desc, smem_addr(bar), c0, c1);
 }
 
 // 1-D bulk copy global -> shared (16-byte aligned addresses, size a multiple of 16), completing on `bar`.
-__device__ __forceinline__ void bulk_load(std::uint32_t smem_dst, const void* src, std::uint32_t bytes, std::uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* src, std::uint32_t bytes, std::uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          smem_addr(smem_dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
 }
 
 // ---- wgmma synchronisation ------------------------------------------------------------------
@@ -127,13 +115,15 @@ __device__ __forceinline__ void stmatrix_x2_trans(std::uint32_t addr, std::uint3
 
 // ---- cp.async (4-byte gathers of linear weight scales) ------------------------------------------
 // Copies 4 bytes, or zero-fills them when `valid` is false (src-size 0: the source is not read).
-__device__ __forceinline__ void cp_async_4(std::uint32_t smem_dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(smem_dst)), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
 }
 // Arrives on `bar` once this thread's earlier cp.async copies have landed. `.noinc`: the arrival
 // counts against the barrier's expected count (the init count must include it).
-__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(std::uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(std::uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 
 // ---- programmatic dependent launch ----------------------------------------------------------

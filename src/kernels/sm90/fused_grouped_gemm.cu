@@ -126,11 +126,10 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   if (static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks > (std::int64_t{1} << 31) - 256)
     throw Error("groups[].m", -1, "too many tokens x k-blocks in one group for the activation pre-pass (max 2^31)");
 
-  // Shared memory: all the device allows. Each CTA keeps 3 weight chunks of its tile height (48 or
-  // 96 KB) and fits as many activation stages of its width class as the rest takes (a 256-token
-  // stage is 32.5 KB, a 2-half 128-token one 17 KB, a 2-half 64-token one 9 KB).
-  const std::size_t fixed = C::kBarriers * sizeof(std::uint64_t) + C::kEpiBytes + 1024;  // + alignment slack
-  if (device.smem_per_block_optin < fixed + C::kChunkSlots * C::kMaxHalves * C::kHalfChunkBytes + 2 * C::kStageBytes)
+  // Shared memory: all the device allows; each CTA fits as many stages of its width class as the
+  // ring takes (a 256-token stage is 36.5 KB, a 128-token one 25 KB, a 64-token one 17 KB).
+  const std::size_t fixed = 2 * C::kMaxStages * sizeof(std::uint64_t) + C::kEpiBytes + 1024;  // + alignment slack
+  if (device.smem_per_block_optin < fixed + 2 * C::kStageBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   fp.smem_bytes = device.smem_per_block_optin;
   FP4GEMM_TRACE_DO(fp.smem_bytes -= 4096;)  // the static counters (and their alignment)
@@ -146,15 +145,15 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
                            fp.act_cols, s.total_act_rows, static_cast<std::uint64_t>(fp.act_cols) * 2, C::kBlockK,
                            C::kActBoxRows, CU_TENSOR_MAP_SWIZZLE_128B, "plan workspace", -1);
 
-  // Two weight (B) maps per group over [N rows, K/2 bytes], 128-byte swizzle: box 128 rows x 128
-  // bytes (one tile half, 4 k-blocks) and box 256 rows x 128 bytes (a whole 2-half tile).
+  // Two weight (B) maps per group over [N rows, K/2 bytes], no swizzle: box 128 rows x 32 bytes
+  // (one tile half) and box 256 rows x 32 bytes (a whole 2-half tile in one load).
   std::vector<CUtensorMap> wmaps(2 * groups.size());
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const GroupDesc& g = groups[i];
     if (g.m <= 0) continue;
     for (int w = 0; w < 2; ++w)
       wmaps[2 * i + w] = make_map_2d(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(g.k) / 2, g.n,
-                                     g.ldb, C::kChunkRowBytes, C::kWeightBoxRows * (w + 1), CU_TENSOR_MAP_SWIZZLE_128B,
+                                     g.ldb, C::kBlockK / 2, C::kWeightBoxRows * (w + 1), CU_TENSOR_MAP_SWIZZLE_NONE,
                                      "groups[].b", static_cast<int>(i));
   }
 
@@ -243,11 +242,9 @@ std::string describe_fast_plan(const FastPlan& fp) {
   std::ostringstream os;
   os << "tiles " << fp.schedule.tiles.size() << " (256 weight rows x <=128 tokens or 128 x <=256), " << fp.schedule.pieces.size()
      << " pieces on " << fp.schedule.num_ctas << " CTAs (stream-K, imbalance " << fp.schedule.imbalance
-     << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << C::kChunkSlots << " weight chunks of 4 k-blocks, "
-     << (fp.params.ring_bytes - C::kChunkSlots * C::kHalfChunkBytes) / C::kStageBytes << " to "
-     << std::min(C::kMaxStages, (fp.params.ring_bytes - C::kChunkSlots * 2 * C::kHalfChunkBytes) /
-                                    (2 * C::kScaleAtomBytes + C::kActBoxBytes))
-     << " activation stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";
+     << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
+     << std::min(C::kMaxStages, fp.params.ring_bytes / (2 * (C::kHalfWeightBytes + C::kScaleAtomBytes) + C::kActBoxBytes))
+     << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";
   return os.str();
 }
 

@@ -55,22 +55,14 @@ struct KernelConfig {
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads,
                 "setmaxnreg beyond the launch allocation deadlocks");
-  static constexpr int kHalfWeightBytes = kWeightBoxRows * kBlockK / 2;  // 4 KB of FP4 per half and k-block
-  // Weights arrive in chunks of 4 k-blocks (128-byte rows, 128-byte swizzle) in their own ring:
-  // TMA costs ~2 cycles per box row whatever its width (docs/PERF.md v7), so 32-byte rows (one
-  // k-block) made the producer the bottleneck.
-  static constexpr int kChunkKb = 4;
-  static constexpr int kChunkRowBytes = kBlockK / 2 * kChunkKb;            // 128
-  static constexpr int kHalfChunkBytes = kWeightBoxRows * kChunkRowBytes;  // 16 KB per half
-  static constexpr int kChunkSlots = 3;
+  static constexpr int kHalfWeightBytes = kWeightBoxRows * kBlockK / 2;  // 4 KB of FP4 per half
   static constexpr int kActBoxBytes = kActBoxRows * kBlockK * 2;
   // Weight scales of a stage: one 512-byte blocked atom (128 rows x 4 scale columns) per half.
   static constexpr int kScaleAtomBytes = 512;
-  // Largest stage: 256 tokens x 64 k of 16-bit activations + one scale atom (the 2-half stages
-  // have <= 128 tokens: 16 KB + 1 KB).
-  static constexpr int kStageBytes = kMaxTokens * kBlockK * 2 + kScaleAtomBytes;
+  // Largest stage: 256 tokens x 64 k of 16-bit activations + one half (the 2-half stages have
+  // <= 128 tokens: 16 KB + 8 KB + 1 KB).
+  static constexpr int kStageBytes = kMaxTokens * kBlockK * 2 + kHalfWeightBytes + kScaleAtomBytes;
   static constexpr int kMaxStages = 16;  // ring depth: as many stages of the CTA's width as fit
-  static constexpr int kBarriers = 2 * kMaxStages + 2 * kChunkSlots;
   static constexpr int kAccRegs = 128;   // FP32 accumulators per consumer thread: halves x N / 2
   static constexpr int kPartialFloats = kConsumerThreads * kAccRegs;  // one writer's FP32 tile
   // 16-bit epilogue: each consumer warpgroup transposes its 64 weight rows x 128 tokens at a time
@@ -127,7 +119,7 @@ struct FusedParams {
   const WorkPiece* pieces;
   const int* cta_begin;
   const int* cta_class;            // per CTA: its width class (Schedule::cta_class)
-  const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows x 128 B), 64-byte aligned, in global memory
+  const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows), 64-byte aligned, in global memory
   const std::uint8_t* const* scale_blocked;  // per group: the weight scales in blocked layout
   // Per group: the user's linear weight scales when the producer gathers them itself (rows of a
   // multiple of 4 bytes), else null (then scale_blocked holds a per-run blocked copy).
@@ -491,9 +483,6 @@ struct ConsumerState {
   int stages, act_stage_bytes;  // the CTA's ring geometry
   int stage = 0;
   std::uint32_t phase = 0;
-  // The weight-chunk ring [kChunkSlots][halves][128 rows x 128 B] sits just below the activation
-  // stages, its barriers just above `empty` (kernel set-up): derived, not held in registers.
-  int wchunk = 0;  // the chunk being read: slot in bits 0-1, barrier phase in bit 2 (one register)
   FP4GEMM_TRACE_DO(unsigned long long* trace = nullptr;)  // shared-memory row of the recording thread, else null
 };
 
@@ -510,7 +499,8 @@ __device__ __forceinline__ void fence_acc(float (&acc)[H][A]) {
 // are the stage's atom h).
 template <Format F, int N8, int H>
 __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
-                                              const TileDesc& tile, std::uint8_t* act_smem, std::uint64_t* full,
+                                              const TileDesc& tile, std::uint8_t* act_smem,
+                                              std::uint8_t* w_smem, std::uint64_t* full,
                                               std::uint64_t* empty, std::uint8_t* epi_smem, OutType out_type) {
   using C = KernelConfig;
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
@@ -532,28 +522,18 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // inside a half's atom and of this thread's column.
   auto row_off = [](int r) { return (r % 32) * 16 + (r / 32) * 4; };  // blocked atom (SPEC 2)
   const int off0 = row_off(st.row_in_tile), off1 = row_off(st.row_in_tile + 8);
-  // This thread's weight bytes: row r's 16-byte unit (kb % 4) * 2 + t / 2, XOR-swizzled by r % 8
-  // (TMA's 128-byte swizzle; rows r and r + 8 swizzle alike), + 8 bytes for odd t. The unit sits
-  // in address bits 4-6 (slots are 1024-byte aligned), so the k-block's part is one XOR.
-  const std::uint32_t w_row = (ptx::smem_addr(act_smem) - C::kChunkSlots * H * C::kHalfChunkBytes +
-                               st.row_in_tile * C::kChunkRowBytes + (t % 2) * 8) |
-                              (((t / 2) ^ (st.row_in_tile % 8)) << 4);
   const int tcol = F == Format::nvfp4 ? t : t / 2;  // scale column of this thread within the k-block
 
-  // Arrives on the `empty` barrier of the stage before the current one (its groups are done) and,
-  // if that k-block ended a weight chunk, on the chunk's: the previous slot when the current
-  // k-block started a new chunk, the current one at the end of the piece.
-  auto release_previous_stage = [&](bool chunk_done, bool piece_done) {
+  // Arrives on the `empty` barrier of the stage before the current one (its groups are done).
+  auto release_previous_stage = [&] {
     if (st.lane == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
-    if (chunk_done && st.lane == 0)
-      ptx::mbarrier_arrive(&empty[stages + C::kChunkSlots + (piece_done || (st.wchunk & 3) == 0 ? 0 : -1) +
-                                  ((st.wchunk & 3) == 0 && !piece_done ? C::kChunkSlots - 1 : st.wchunk & 3)]);
   };
   // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
   auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2], bool retire_first) {
-    const std::uint32_t wrow = (w_row ^ ((kb % C::kChunkKb) << 5)) + ((st.wchunk & 3) * H + h) * C::kHalfChunkBytes;
-    const uint2 q0 = ptx::ld_shared_v2(wrow);
-    const uint2 q1 = ptx::ld_shared_v2(wrow + 8 * C::kChunkRowBytes);
+    const std::uint8_t* wrow =
+        w_smem + (st.stage * H + h) * C::kHalfWeightBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
+    const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
+    const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
     // MXFP4: one atom spans two k-blocks. Columns past K read as scale 0 (the padding of a
     // user's blocked buffer may hold anything, NaN codes included).
     const int col = kb * kColsPerKb + tcol;
@@ -566,7 +546,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       fence_acc(acc);
       ptx::wgmma_wait<1>();
       fence_acc(acc);
-      if (h == H - 1 && kb > piece.kb_begin) release_previous_stage(kb % C::kChunkKb == 0, false);
+      if (h == H - 1 && kb > piece.kb_begin) release_previous_stage();
     }
     std::uint32_t d0[8], d1[8];
 #ifdef FP4GEMM_ABLATE_DEQUANT  // measurement only (wrong results): the mainloop without dequantisation
@@ -596,13 +576,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     ptx::wgmma_commit();
   };
   FP4GEMM_TRACE_DO(const long long t_piece = clock64();)
-  // Waits for k-block kb's stage and, at the start of a weight chunk, for the chunk.
-  auto wait_full = [&](int kb) {
+  auto wait_full = [&] {
     FP4GEMM_TRACE_DO(const long long t0 = clock64();)
-    if (kb == piece.kb_begin || kb % C::kChunkKb == 0) {  // (a piece starts a chunk of its own)
-      st.wchunk = (st.wchunk & 3) == C::kChunkSlots - 1 ? (st.wchunk & 4) ^ 4 : st.wchunk + 1;
-      ptx::mbarrier_wait(&empty[stages + (st.wchunk & 3)], st.wchunk >> 2);  // the chunk's `wfull` barrier
-    }
     ptx::mbarrier_wait(&full[st.stage], st.phase);
     FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceBarrier, clock64() - t0);)
   };
@@ -618,7 +593,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // half the wait follows the commit (as in v5).
   if constexpr (H == 2) {
     for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
-      wait_full(kb);
+      wait_full();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         dequant_half(kb, h, a[h], true);
@@ -632,13 +607,13 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       for (int u = 0; u < 2; ++u) {  // unrolled so the A buffers have fixed register names
         const int kb = kb0 + u;
         if (kb < piece.kb_end) {
-          wait_full(kb);
+          wait_full();
           dequant_half(kb, 0, a[u], false);
           issue_half(kb, 0, a[u]);
           fence_acc(acc);
           ptx::wgmma_wait<1>();  // the previous k-block's group is done: release its stage
           fence_acc(acc);
-          if (kb > piece.kb_begin) release_previous_stage(kb % C::kChunkKb == 0, false);
+          if (kb > piece.kb_begin) release_previous_stage();
           next_stage();
         }
       }
@@ -646,7 +621,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   }
   ptx::wgmma_wait<0>();
   fence_acc(acc);
-  release_previous_stage(true, true);
+  release_previous_stage();
   FP4GEMM_TRACE_DO(long long t_mark = clock64(); FP4GEMM_TRACE_ADD(st.trace, kTraceMainloop, t_mark - t_piece);
                    FP4GEMM_TRACE_ADD(st.trace, kTraceKblocks, piece.kb_end - piece.kb_begin);
                    FP4GEMM_TRACE_ADD(st.trace, kTracePieces, 1);
@@ -720,17 +695,14 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const int n16 = p.cta_class[blockIdx.x];
   const int act_stage_bytes = (16 * n16 + C::kActBoxRows - 1) / C::kActBoxRows * C::kActBoxBytes;
   const int halves = halves_of_class(n16, p.narrow_rows);
-  const int chunk_bytes = halves * C::kHalfChunkBytes;
-  const int stages = min(C::kMaxStages, (p.ring_bytes - C::kChunkSlots * chunk_bytes) /
-                                            (act_stage_bytes + halves * C::kScaleAtomBytes));
-  std::uint8_t* w_smem = smem;                                                  // [kChunkSlots][halves][16 KB]
-  std::uint8_t* act_smem = w_smem + C::kChunkSlots * chunk_bytes;              // [stages][act_stage_bytes]
-  std::uint8_t* s_smem = act_smem + stages * act_stage_bytes;                   // [stages][halves][512 B]
+  const int stages = min(C::kMaxStages,
+                         p.ring_bytes / (act_stage_bytes + halves * (C::kHalfWeightBytes + C::kScaleAtomBytes)));
+  std::uint8_t* act_smem = smem;                                                // [stages][act_stage_bytes]
+  std::uint8_t* w_smem = smem + stages * act_stage_bytes;                       // [stages][halves][4 KB]
+  std::uint8_t* s_smem = w_smem + stages * halves * C::kHalfWeightBytes;       // [stages][halves][512 B]
   std::uint8_t* epi_smem = s_smem + stages * halves * C::kScaleAtomBytes;      // [2][128 tokens][128 B]
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
-  std::uint64_t* wfull = empty + stages;  // weight chunks: [kChunkSlots] each
-  std::uint64_t* wempty = wfull + C::kChunkSlots;
 
   FP4GEMM_TRACE_DO(const long long t_start = clock64(); __shared__ unsigned long long s_trace[kTraceRoles][kTraceCounters];
                    if (threadIdx.x < kTraceRoles * kTraceCounters) s_trace[threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
@@ -740,10 +712,6 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       // and warp 1's 32 cp.async arrivals
       ptx::mbarrier_init(&full[s], 1 + 1 + 32);
       ptx::mbarrier_init(&empty[s], C::kConsumerWarpgroups * 4);  // one arrive per consumer warp
-    }
-    for (int s = 0; s < C::kChunkSlots; ++s) {
-      ptx::mbarrier_init(&wfull[s], 1);                              // producer warp 0's lane 0 (expect_tx)
-      ptx::mbarrier_init(&wempty[s], C::kConsumerWarpgroups * 4);
     }
     ptx::fence_barrier_init();
   }
@@ -755,52 +723,92 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     // (One warp issued everything until v6; splitting the work gained 1-2 %, docs/PERF.md.)
     ptx::setmaxnreg_dec<C::kProducerRegs>();
     const int pwarp = threadIdx.x / 32 - C::kConsumerThreads / 32;
-    const int lane = threadIdx.x % 32;
-    // The two producer warps run separate loops over the same pieces and stages (one loop with
-    // both roles held too many registers at the producers' 40).
-    if (pwarp == 0) {
-      // Weights (chunks of 4 k-blocks, own ring) and activations (one stage per k-block).
-      if (lane == 0) ptx::prefetch_tensormap(&act_map);
+    constexpr int kProducerWarps = 2;  // 1 gives the pre-v6 single producer warp (measured: PERF.md v6)
+    if (pwarp < kProducerWarps) {
+      const int lane = threadIdx.x % 32;
+      const bool loads_main = pwarp == 0, loads_scales = pwarp == kProducerWarps - 1;
+      if (pwarp == 0 && lane == 0) ptx::prefetch_tensormap(&act_map);
       // Launched as a programmatic dependent of the activation pre-pass: everything above
       // overlapped its tail; from here on we read what it (and the scale conversion) wrote.
       ptx::wait_prerequisites();
-      int stage = 0, wslot = 0;
-      std::uint32_t phase = 0, wphase = 0;
-      const int nbox = act_stage_bytes / C::kActBoxBytes;  // covers the CTA class's N >= every tile's ntok
-      // 32-bit shared addresses: the weight chunks, the activation stages, and the barriers
-      // (full[stages], empty[stages], wfull[kChunkSlots], wempty[kChunkSlots]).
-      const std::uint32_t w_addr = ptx::smem_addr(w_smem), act_addr = ptx::smem_addr(act_smem);
-      const std::uint32_t bar_addr = ptx::smem_addr(full);
-      FP4GEMM_TRACE_DO(unsigned long long* trace = lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
+      int stage = 0;
+      std::uint32_t phase = 0;
+      FP4GEMM_TRACE_DO(unsigned long long* trace = pwarp == 0 && lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
       for (int pi = begin; pi < end; ++pi) {
         const WorkPiece piece = p.pieces[pi];
         const TileDesc tile = p.tiles[piece.tile];
-        // Halves wholly past N are not loaded (their accumulators are never stored).
-        const int loaded = tile.row0 + 128 < p.groups[tile.group].n ? halves : 1;
+        const int rows = p.groups[tile.group].n;
+        // Halves wholly past N are not loaded (their accumulators are never stored; a user's
+        // blocked scales have only ceil(N/128) atom rows).
+        const int loaded = tile.row0 + 128 < rows ? halves : 1;
         const CUtensorMap* wmap = p.weight_maps + 2 * tile.group + (loaded - 1);  // box of `loaded` halves
+        const int nbox = act_stage_bytes / C::kActBoxBytes;  // covers the CTA class's N >= tile.ntok
+        const std::uint32_t bytes = loaded * C::kHalfWeightBytes + nbox * C::kActBoxBytes;
+        const std::uint8_t* sblk = p.scale_blocked[tile.group];
+        const std::uint8_t* slin = p.scale_linear[tile.group];
+        constexpr int kColsPerKb = F == Format::nvfp4 ? 4 : 2;
+        const int cols = p.groups[tile.group].k / (F == Format::nvfp4 ? 16 : 32);
+        const int col_blocks = (cols + 3) / 4;
+        // Linear scales, gathered into the blocked atoms: row r's 4 columns go to byte
+        // (r % 32) * 16 + (r / 32) * 4 of its half's atom, so lane l fills bytes 16l..16l+15
+        // (rows l + 32q) of each. Rows past N are zero-filled (their weights are TMA's zero fill).
+        const std::uint8_t* lane_src = slin + static_cast<std::int64_t>(tile.row0 + lane) * cols;
+        const std::int64_t row32 = static_cast<std::int64_t>(32) * cols;
+        // Bit 4h + q: row row0 + 128h + 32q + lane exists.
+        unsigned valid_rows = 0;
+#pragma unroll
+        for (int i = 0; i < 4 * C::kMaxHalves; ++i) valid_rows |= (tile.row0 + 32 * i + lane < rows ? 1u : 0u) << i;
         for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
           FP4GEMM_TRACE_DO(const long long t0 = clock64();)
-          if (kb == piece.kb_begin || kb % C::kChunkKb == 0) {
-            // A weight chunk: k-blocks [kb / 4 * 4, + 4) of the tile's rows (a piece starts its own).
-            const std::uint32_t wfull_slot = bar_addr + (2 * stages + wslot) * 8;
-            ptx::mbarrier_wait(wfull_slot + C::kChunkSlots * 8, wphase ^ 1);  // its `wempty`
-            if (lane == 0) {
-              ptx::mbarrier_arrive_expect_tx(wfull_slot, loaded * C::kHalfChunkBytes);
-              ptx::tma_load_2d(w_addr + wslot * chunk_bytes, wmap, wfull_slot, kb / C::kChunkKb * C::kChunkRowBytes,
-                               tile.row0);
-            }
-            if (++wslot == C::kChunkSlots) { wslot = 0; wphase ^= 1; }
-          }
-          const std::uint32_t full_stage = bar_addr + stage * 8;
-          ptx::mbarrier_wait(full_stage + stages * 8, phase ^ 1);  // its `empty`
+          ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceBarrier, clock64() - t0); FP4GEMM_TRACE_ADD(trace, kTraceKblocks, 1);)
-          if (lane == 0) {
-            ptx::mbarrier_arrive_expect_tx(full_stage, nbox * C::kActBoxBytes);
+          if (loads_main && lane == 0) {
+#ifdef FP4GEMM_ABLATE_LOADS
+            // Measurement only (wrong results; docs/PERF.md v7): after the ring's first fill, no
+            // activation loads (1), and no weight loads either (2).
+            const bool skip = pi > begin || kb >= piece.kb_begin + stages;
+            const bool skip_w = skip && FP4GEMM_ABLATE_LOADS >= 2;
+            ptx::mbarrier_arrive_expect_tx(&full[stage], skip ? (skip_w ? 0u : loaded * C::kHalfWeightBytes) : bytes);
+            if (!skip_w)
+#else
+            ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
+#endif
+            ptx::tma_load_2d(w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb * (C::kBlockK / 2),
+                             tile.row0);
+#ifdef FP4GEMM_ABLATE_LOADS
+            if (!skip)
+#endif
             for (int b = 0; b < nbox; ++b)
-              ptx::tma_load_2d(act_addr + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, full_stage,
+              ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
                                kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
           }
-          FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceHandoff, clock64() - t0);)  // producer: wait + issue cycles
+          FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceHandoff, clock64() - t0);)  // producer: issue cycles
+          if (loads_scales) {
+            std::uint8_t* s_stage = s_smem + stage * halves * C::kScaleAtomBytes;
+            if (slin == nullptr) {
+              if (lane == 0) {
+                ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * C::kScaleAtomBytes);
+                for (int h = 0; h < loaded; ++h)
+                  ptx::bulk_load(s_stage + h * C::kScaleAtomBytes,
+                                 sblk + (static_cast<std::int64_t>(tile.row0 / 128 + h) * col_blocks + kb * kColsPerKb / 4) *
+                                            C::kScaleAtomBytes,
+                                 C::kScaleAtomBytes, &full[stage]);
+              }
+            } else {
+              if (lane == 0) ptx::mbarrier_arrive(&full[stage]);
+              const std::uint8_t* src = lane_src + kb * kColsPerKb / 4 * 4;
+              std::uint8_t* dst = s_stage + lane * 16;
+#pragma unroll 1
+              for (int h = 0; h < halves; ++h) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q, src += row32) {  // rows 128h + 32q + lane of atom h
+                  const bool valid = (valid_rows >> (4 * h + q)) & 1u;
+                  ptx::cp_async_4(dst + h * C::kScaleAtomBytes + 4 * q, valid ? src : slin, valid);
+                }
+              }
+            }
+            ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
+          }
           if (++stage == stages) { stage = 0; phase ^= 1; }
         }
       }
@@ -809,71 +817,6 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         trace[kTraceTotal] = clock64() - t_start;
         for (int i = 0; i < kTraceCounters; ++i) g_trace[blockIdx.x][2][i] = trace[i];
       })
-    } else if (pwarp == 1) {
-      // Weight scales, one 512-byte blocked atom per half and k-block, into the stage.
-      ptx::wait_prerequisites();
-      int stage = 0;
-      std::uint32_t phase = 0;
-      const std::uint32_t s_addr = ptx::smem_addr(s_smem), bar_addr = ptx::smem_addr(full);
-      constexpr int kColsPerKb = F == Format::nvfp4 ? 4 : 2;
-      auto next_stage = [&] {
-        if (++stage == stages) { stage = 0; phase ^= 1; }
-      };
-      for (int pi = begin; pi < end; ++pi) {
-        const WorkPiece piece = p.pieces[pi];
-        const TileDesc tile = p.tiles[piece.tile];
-        const int rows = p.groups[tile.group].n;
-        const int cols = p.groups[tile.group].k / (F == Format::nvfp4 ? 16 : 32);
-        const std::uint8_t* slin = p.scale_linear[tile.group];
-        if (slin == nullptr) {
-          // Blocked: bulk copies of the atoms (halves wholly past N are not loaded: a user's
-          // blocked scales have only ceil(N/128) atom rows).
-          const int loaded = tile.row0 + 128 < rows ? halves : 1;
-          const std::uint8_t* src = p.scale_blocked[tile.group] +
-                                    static_cast<std::int64_t>(tile.row0 / 128) * ((cols + 3) / 4) * C::kScaleAtomBytes;
-          const std::int64_t atom_row_bytes = static_cast<std::int64_t>((cols + 3) / 4) * C::kScaleAtomBytes;
-          for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
-            const std::uint32_t full_stage = bar_addr + stage * 8;
-            ptx::mbarrier_wait(full_stage + stages * 8, phase ^ 1);  // its `empty`
-            if (lane == 0) {
-              ptx::mbarrier_arrive_expect_tx(full_stage, loaded * C::kScaleAtomBytes);
-              for (int h = 0; h < loaded; ++h)
-                ptx::bulk_load(s_addr + (stage * halves + h) * C::kScaleAtomBytes,
-                               src + h * atom_row_bytes + kb * kColsPerKb / 4 * C::kScaleAtomBytes, C::kScaleAtomBytes,
-                               full_stage);
-            }
-            ptx::cp_async_mbarrier_arrive_noinc(full_stage);
-            next_stage();
-          }
-        } else {
-          // Linear, gathered into the blocked atoms: row r's 4 columns go to byte
-          // (r % 32) * 16 + (r / 32) * 4 of its half's atom, so lane l fills bytes 16l..16l+15
-          // (rows l + 32q) of each. Rows past N are zero-filled (their weights are TMA's zero fill).
-          const std::uint8_t* lane_src = slin + static_cast<std::int64_t>(tile.row0 + lane) * cols;
-          const std::int64_t row32 = static_cast<std::int64_t>(32) * cols;
-          // Bit 4h + q: row row0 + 128h + 32q + lane exists.
-          unsigned valid_rows = 0;
-#pragma unroll
-          for (int i = 0; i < 4 * C::kMaxHalves; ++i) valid_rows |= (tile.row0 + 32 * i + lane < rows ? 1u : 0u) << i;
-          for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
-            const std::uint32_t full_stage = bar_addr + stage * 8;
-            ptx::mbarrier_wait(full_stage + stages * 8, phase ^ 1);  // its `empty`
-            if (lane == 0) ptx::mbarrier_arrive(full_stage);
-            const std::uint8_t* src = lane_src + kb * kColsPerKb / 4 * 4;
-            const std::uint32_t dst = s_addr + stage * halves * C::kScaleAtomBytes + lane * 16;
-#pragma unroll 1
-            for (int h = 0; h < halves; ++h) {
-#pragma unroll
-              for (int q = 0; q < 4; ++q, src += row32) {  // rows 128h + 32q + lane of atom h
-                const bool valid = (valid_rows >> (4 * h + q)) & 1u;
-                ptx::cp_async_4(dst + h * C::kScaleAtomBytes + 4 * q, valid ? src : slin, valid);
-              }
-            }
-            ptx::cp_async_mbarrier_arrive_noinc(full_stage);
-            next_stage();
-          }
-        }
-      }
     }
     return;
   }
@@ -887,7 +830,6 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   st.act_stage_bytes = act_stage_bytes;
   st.ctid = threadIdx.x;
   FP4GEMM_TRACE_DO(st.trace = threadIdx.x % 128 == 0 ? s_trace[st.cw] : nullptr;)
-  st.wchunk = 4 | (C::kChunkSlots - 1);  // the first chunk start moves to slot 0, phase 0
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   st.lane = lane;
   st.t = lane % 4;
@@ -907,7 +849,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     for (int pi = begin; pi < end; ++pi) {                                                        \
       const WorkPiece piece = p.pieces[pi];                                                       \
       const TileDesc tile = p.tiles[piece.tile];                                                  \
-      consume_piece<F, 2 * n16, h>(p, st, piece, tile, act_smem, full, empty, epi_smem, out_type);      \
+      consume_piece<F, 2 * n16, h>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
     }                                                                                             \
     break;
     FP4GEMM_CASE(1, 1, 2) FP4GEMM_CASE(2, 2, 2) FP4GEMM_CASE(3, 3, 2) FP4GEMM_CASE(4, 4, 2)
