@@ -132,7 +132,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   if (device.smem_per_block_optin < fixed + 2 * C::kStageBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   fp.smem_bytes = device.smem_per_block_optin;
-  FP4GEMM_TRACE_DO(fp.smem_bytes -= 4096;)  // the static counters (and their alignment)
+  FP4GEMM_TRACE_DO(fp.smem_bytes -= kTraceSmemBytes;)
   const int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
 
   // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
@@ -276,7 +276,7 @@ std::string trace_report(Format format) {
                   at(cta, 0, kTracePieces), double(at(cta, 0, kTraceTokenKblocks)) / kb, loop / kb, full / kb, hand, epi,
                   busy, double(at(cta, 0, kTraceTotal)), double(at(cta, 2, kTraceBarrier)) / pkb,
                   double(at(cta, 2, kTraceMainloop)) / pkb,
-                  double(at(cta, 2, kTraceHandoff) - at(cta, 2, kTraceBarrier)) / pkb);
+                  double(at(cta, 2, kTraceIssue)) / pkb);
     os << line;
   }
   if (active > 0)

@@ -91,14 +91,18 @@ enum TraceCounter : int {
   kTraceTotal,      // kernel body, from barrier set-up to exit
   kTraceMainloop,   // consumers: the k-block loops (to the last wgmma retired); producer: its loop
   kTraceBarrier,    // consumers: waiting on `full`; producer: waiting on `empty`
-  kTraceHandoff,    // split-K: writing partials, or waiting for and adding them; producer: wait + issue
+  kTraceHandoff,    // split-K: writing partials, or waiting for and adding them
   kTraceEpilogue,   // scaling, transposing and storing C
   kTraceKblocks,    // k-blocks processed
   kTracePieces,     // work pieces processed
   kTraceTokenKblocks,  // sum over pieces of k-blocks x wgmma N x halves (weights the shape mix)
+  kTraceIssue,      // producer: from its `empty` wait to the last load issued
   kTraceCounters
 };
 inline constexpr int kTraceCtas = 256, kTraceRoles = 3;
+// Dynamic shared memory the plan gives up in a trace build: the static counters plus their
+// alignment (the 192 bytes alone were not enough for the launch).
+inline constexpr int kTraceSmemBytes = 4096;
 #ifdef FP4GEMM_TRACE
 namespace {
 __device__ unsigned long long g_trace[kTraceCtas][kTraceRoles][kTraceCounters];
@@ -761,7 +765,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
           FP4GEMM_TRACE_DO(const long long t0 = clock64();)
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
-          FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceBarrier, clock64() - t0); FP4GEMM_TRACE_ADD(trace, kTraceKblocks, 1);)
+          FP4GEMM_TRACE_DO(const long long t1 = clock64(); FP4GEMM_TRACE_ADD(trace, kTraceBarrier, t1 - t0);
+                           FP4GEMM_TRACE_ADD(trace, kTraceKblocks, 1);)
           if (loads_main && lane == 0) {
 #ifdef FP4GEMM_ABLATE_LOADS
             // Measurement only (wrong results; docs/PERF.md v7): after the ring's first fill, no
@@ -782,7 +787,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
               ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
                                kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
           }
-          FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceHandoff, clock64() - t0);)  // producer: issue cycles
+          FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceIssue, clock64() - t1);)
           if (loads_scales) {
             std::uint8_t* s_stage = s_smem + stage * halves * C::kScaleAtomBytes;
             if (slin == nullptr) {
