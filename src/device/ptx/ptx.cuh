@@ -40,6 +40,11 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t 
 __device__ __forceinline__ void prefetch_tensormap(const void* desc) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(desc) : "memory");
 }
+// Prefetch of a 2-D tile into L2 (no shared memory, no barrier).
+__device__ __forceinline__ void tma_prefetch_2d(const void* desc, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(desc), "r"(c0), "r"(c1)
+               : "memory");
+}
 // 2-D tiled bulk tensor copy global -> shared, completing on `bar` (complete_tx bytes).
 __device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* desc, std::uint64_t* bar,
                                             int c0, int c1) {

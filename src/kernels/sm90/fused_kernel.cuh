@@ -161,6 +161,23 @@ __device__ __forceinline__ std::uint32_t weight_scale_pair(unsigned code) {
   }
 }
 
+// The scale multipliers of rows r and r + 8 as half2 pairs (both halves equal) of the weights'
+// operand type, from their codes packed as code0 | code1 << 8. NVFP4: both E4M3 codes in one
+// conversion, times 2^7 in f16 (exact: <= 57344).
+template <Format F>
+__device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t& s0, std::uint32_t& s1) {
+  if constexpr (F == Format::nvfp4) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+    const __half2 p = __hmul2(__half2(r), __float2half2_rn(kNvfp4AccScale));
+    const __half2 p0 = __low2half2(p), p1 = __high2half2(p);
+    s0 = *reinterpret_cast<const std::uint32_t*>(&p0);
+    s1 = *reinterpret_cast<const std::uint32_t*>(&p1);
+  } else {
+    s0 = weight_scale_pair<F>(codes & 0xFFu);
+    s1 = weight_scale_pair<F>(codes >> 8);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernel 1: activations -> exact 16-bit values in wgmma K order
 // ---------------------------------------------------------------------------------------------
@@ -517,41 +534,40 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   constexpr int kColsPerKb = 64 / kVec;
 
   float acc[H][kAcc];
-  // Two A-operand buffers [buffer][register: 4 k-steps x {lo, hi} slots][row r / r+8]: one per
-  // half (H = 2) or per k-block parity (H = 1). A buffer is rewritten only after the commit
-  // group that read it has retired (wgmma_wait<1>), while the newest group still runs.
-  std::uint32_t a[2][8][2];
+  // Per k-block one commit group of every half (kKblockGroups): two sets of A-operand registers
+  // [k-block parity][half][register: 4 k-steps x {lo, hi} slots][row r / r+8]; k-block kb is
+  // dequantised into set kb % 2 while the group of k-block kb - 1 still runs, and a set is
+  // rewritten only after wgmma_wait<1> has retired the group that read it. Two halves of 112 or
+  // 128 tokens have no registers for two sets of both halves: there each half is its own group
+  // and has its own set (v6 order: retire, dequantise, issue, half by half).
+  constexpr bool kKblockGroups = H == 1 || H * kAcc <= 96;
+  constexpr int kSets = kKblockGroups ? 2 : 1;
+  std::uint32_t a[kSets][H][8][2];
 
-  // Weight scales come with the stage (the producer loads them): byte offsets of rows r / r+8
-  // inside a half's atom and of this thread's column.
-  auto row_off = [](int r) { return (r % 32) * 16 + (r / 32) * 4; };  // blocked atom (SPEC 2)
-  const int off0 = row_off(st.row_in_tile), off1 = row_off(st.row_in_tile + 8);
+  // Weight scales come with the stage (the producer loads them). Blocked atom (SPEC 2): row r's
+  // byte for column c is at (r % 32) * 16 + (r / 32) * 4 + c % 4; row r + 8 is 128 bytes further
+  // (r % 32 is < 24 for every consumer row r). NVFP4: this thread's column is 4 kb + t, so c % 4 =
+  // t; MXFP4 (one atom spans two k-blocks): 2 kb + t / 2, so c % 4 = 2 (kb % 2) + t / 2.
   const int tcol = F == Format::nvfp4 ? t : t / 2;  // scale column of this thread within the k-block
-
+  const int s_off = (st.row_in_tile % 32) * 16 + (st.row_in_tile / 32) * 4 + tcol;
+  // Columns past K read as scale 0 (the padding of a user's blocked buffer may hold anything,
+  // NaN codes included): k-block kb has this thread's column iff kb * kColsPerKb < col_end.
+  const int col_end = cols - tcol;
   // Arrives on the `empty` barrier of the stage before the current one (its groups are done).
   auto release_previous_stage = [&] {
     if (st.lane == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
   };
   // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
-  auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2], bool retire_first) {
+  auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2]) {
     const std::uint8_t* wrow =
         w_smem + (st.stage * H + h) * C::kHalfWeightBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
     const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
     const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
-    // MXFP4: one atom spans two k-blocks. Columns past K read as scale 0 (the padding of a
-    // user's blocked buffer may hold anything, NaN codes included).
-    const int col = kb * kColsPerKb + tcol;
-    const std::uint8_t* srow = st.s_smem + (st.stage * H + h) * C::kScaleAtomBytes + col % 4;
-    const unsigned sc0 = col < cols ? srow[off0] : 0u, sc1 = col < cols ? srow[off1] : 0u;
-    const std::uint32_t s0 = weight_scale_pair<F>(sc0), s1 = weight_scale_pair<F>(sc1);
-    if (retire_first) {
-      // Retire the group that last read `buf` (the other buffer's group may still run); for
-      // the last half this also completes every group of the previous k-block.
-      fence_acc(acc);
-      ptx::wgmma_wait<1>();
-      fence_acc(acc);
-      if (h == H - 1 && kb > piece.kb_begin) release_previous_stage();
-    }
+    const std::uint8_t* srow = st.s_smem + (st.stage * H + h) * C::kScaleAtomBytes + s_off +
+                               (F == Format::nvfp4 ? 0 : 2 * (kb & 1));
+    const unsigned codes = srow[0] | (static_cast<unsigned>(srow[128]) << 8);
+    std::uint32_t s0, s1;
+    weight_scale_pairs<F>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
     std::uint32_t d0[8], d1[8];
 #ifdef FP4GEMM_ABLATE_DEQUANT  // measurement only (wrong results): the mainloop without dequantisation
 #pragma unroll
@@ -566,16 +582,22 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       buf[i][1] = d1[i];
     }
   };
-  // Issues the 4 k-steps of one half from `buf` as one commit group.
-  auto issue_half = [&](int kb, int h, const std::uint32_t(&buf)[8][2]) {
+  // The stage's activation descriptor for k-step 0; k-step s adds 32 bytes (2 in the 16-byte
+  // address field, which cannot carry: shared addresses are < 2^18).
+  const std::uint32_t act_smem0 = ptx::smem_addr(act_smem);
+  // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf` as one commit group.
+  auto issue = [&](int kb, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
+    const std::uint64_t desc0 = ptx::smem_desc_sw128(act_smem0 + st.stage * st.act_stage_bytes);
     fence_acc(acc);
     ptx::wgmma_fence();
-    const std::uint32_t act_base = ptx::smem_addr(act_smem + st.stage * st.act_stage_bytes);
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      // Fragment: a0 (row r, slots 2t..), a1 (row r+8), a2 (row r, slots 2t+8..), a3.
-      const std::uint32_t frag[4] = {buf[s][0], buf[s][1], buf[4 + s][0], buf[4 + s][1]};
-      wgmma_rs<F, N8>(acc[h], frag, ptx::smem_desc_sw128(act_base + s * 32), (kb > piece.kb_begin || s > 0) ? 1 : 0);
+    for (int h = h0; h < h1; ++h) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        // Fragment: a0 (row r, slots 2t..), a1 (row r+8), a2 (row r, slots 2t+8..), a3.
+        const std::uint32_t frag[4] = {buf[h][s][0], buf[h][s][1], buf[h][4 + s][0], buf[h][4 + s][1]};
+        wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (kb > piece.kb_begin || s > 0) ? 1 : 0);
+      }
     }
     ptx::wgmma_commit();
   };
@@ -592,28 +614,20 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     }
   };
 
-  // The two orders below are each the faster of the ones measured for their shape (docs/PERF.md
-  // v6): with both halves the retiring wait precedes the dequantisation of each half; with one
-  // half the wait follows the commit (as in v5).
-  if constexpr (H == 2) {
-    for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
-      wait_full();
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        dequant_half(kb, h, a[h], true);
-        issue_half(kb, h, a[h]);
-      }
-      next_stage();
-    }
-  } else {
+  if constexpr (kKblockGroups) {
+    // Per k-block: wait for the stage, dequantise every half into the free register set, issue
+    // them as one commit group, then retire the previous k-block's group and release its stage.
+    // (With one group per half and the retiring wait before each half's dequantisation, ptxas
+    // spread the next half's dequantisation between the current half's wgmmas: PERF.md v8.)
     for (int kb0 = piece.kb_begin; kb0 < piece.kb_end; kb0 += 2) {
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {  // unrolled so the A buffers have fixed register names
+      for (int u = 0; u < 2; ++u) {  // unrolled so the A register sets have fixed names
         const int kb = kb0 + u;
         if (kb < piece.kb_end) {
           wait_full();
-          dequant_half(kb, 0, a[u], false);
-          issue_half(kb, 0, a[u]);
+#pragma unroll
+          for (int h = 0; h < H; ++h) dequant_half(kb, h, a[u][h]);
+          issue(kb, 0, H, a[u]);
           fence_acc(acc);
           ptx::wgmma_wait<1>();  // the previous k-block's group is done: release its stage
           fence_acc(acc);
@@ -621,6 +635,22 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           next_stage();
         }
       }
+    }
+  } else {
+    for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
+      wait_full();
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        // Retire the group that last read half h's registers (the other half's group may still
+        // run); for the last half this completes every group of the previous k-block.
+        fence_acc(acc);
+        ptx::wgmma_wait<1>();
+        fence_acc(acc);
+        if (h == H - 1 && kb > piece.kb_begin) release_previous_stage();
+        dequant_half(kb, h, a[0][h]);
+        issue(kb, h, h + 1, a[0]);
+      }
+      next_stage();
     }
   }
   ptx::wgmma_wait<0>();
@@ -786,6 +816,9 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             for (int b = 0; b < nbox; ++b)
               ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
                                kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
+#ifdef FP4GEMM_PREFETCH  // experiment: the weights of k-block kb + stages into L2 now
+            if (kb + stages < piece.kb_end) ptx::tma_prefetch_2d(wmap, (kb + stages) * (C::kBlockK / 2), tile.row0);
+#endif
           }
           FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceIssue, clock64() - t1);)
           if (loads_scales) {
