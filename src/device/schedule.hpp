@@ -47,12 +47,15 @@ struct SchedulePolicy {
   static constexpr int kNarrowTokens = 128;  // tiles up to this width take 256 weight rows
   static constexpr int kBlockK = 64;
   static constexpr int kWidthClasses = kMaxTokens / 16;  // mainloop instantiations
-  // Cost of one k-block of a tile, per 128 weight rows = tokens rounded to 8 + this overhead
-  // (dequantising the rows and the pipeline costs that do not shrink with the token count).
-  int kblock_overhead = 200;  // tuned on H200 (PERF.md v4-v6): 32 -> 160 -> 240 -> 200 (with the 256-row tiles)
-  // The same for a 256-row tile, per 128 rows (its two halves share each synchronisation);
-  // < 0: kblock_overhead. 200 / 170 measured best on H200 (PERF.md v6: a 3 x 4 grid).
-  int narrow_overhead = 170;
+  // Cost model (relative units): a k-block of a tile costs fixed + per_token * tokens (rounded up
+  // to 8), with separate figures for 128-row (wide) and 256-row (narrow) tiles; the owner of a
+  // tile also pays its epilogue, epilogue_per_elem * rows * tokens, charged to its k-block 0.
+  // Defaults = the v4-v6 model, (tokens + 200) per 128 rows and (tokens + 170) per 128 rows of a
+  // 256-row tile, no epilogue term: fits of per-shape cycles from the trace build (900 + N and
+  // 750 + 5 N, epilogue 0.1 cycles per element) and the grid in docs/PERF.md v8 were slower.
+  int wide_fixed = 200, wide_per_token = 1;
+  int narrow_fixed = 340, narrow_per_token = 2;
+  double epilogue_per_elem = 0;
   // Width classes are rounded up to a multiple of this (1, 2, 4 or 8): fewer buckets (whole
   // CTAs each) for up to 16 * (class_round - 1) padded token columns per tile.
   int class_round = 1;

@@ -52,15 +52,21 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
   // 2. Cost of each tile's k-blocks. The kernel compiles one mainloop per token-width class
   //    (tile tokens / 16, rounded up) and a CTA runs a single class, so the tiles are bucketed by
   //    class and every bucket gets its own CTAs (see device/schedule.hpp).
-  std::vector<double> kcost(s.tiles.size());
+  std::vector<double> kcost(s.tiles.size()), epi(s.tiles.size());
+  // A tile's cost: its k-blocks, plus the epilogue, charged to k-block 0 (held by the owner).
+  auto tile_cost = [&](std::size_t i) { return kcost[i] * s.tiles[i].kblocks + epi[i]; };
+  auto kb_start = [&](std::size_t i, int kb) { return kb * kcost[i] + (kb > 0 ? epi[i] : 0.0); };
+  auto kb_cost = [&](std::size_t i, int kb) { return kcost[i] + (kb == 0 ? epi[i] : 0.0); };
   std::vector<std::vector<int>> bucket(SchedulePolicy::kWidthClasses + 1);
   double total = 0;
   for (std::size_t i = 0; i < s.tiles.size(); ++i) {
     const TileDesc& t = s.tiles[i];
-    const int halves = tile_rows(t.ntok, s.narrow_rows) / 128;
-    const int overhead = halves == 2 && policy.narrow_overhead >= 0 ? policy.narrow_overhead : policy.kblock_overhead;
-    kcost[i] = ((t.ntok + 7) / 8 * 8 + overhead) * halves;
-    total += kcost[i] * t.kblocks;
+    const int rows = tile_rows(t.ntok, s.narrow_rows);
+    const int n = (t.ntok + 7) / 8 * 8;
+    kcost[i] = rows == 256 ? policy.narrow_fixed + policy.narrow_per_token * n : policy.wide_fixed + policy.wide_per_token * n;
+    kcost[i] = std::max(kcost[i], 1.0);
+    epi[i] = policy.epilogue_per_elem * rows * n;
+    total += tile_cost(i);
     bucket[bucket_class(t.ntok, policy.class_round)].push_back(static_cast<int>(i));
   }
   std::vector<int> classes;
@@ -74,7 +80,7 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
   std::vector<long long> bcap(nb, 0);  // most CTAs a bucket can use
   for (int b = 0; b < nb; ++b)
     for (int i : bucket[classes[b]]) {
-      bcost[b] += kcost[i] * s.tiles[i].kblocks;
+      bcost[b] += tile_cost(i);
       bcap[b] += split_k ? s.tiles[i].kblocks : 1;
     }
   // CTAs per bucket: one each, then each further CTA to the bucket with the largest cost per CTA.
@@ -109,18 +115,18 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
     for (int i : bucket[classes[b]]) {
       TileDesc& t = s.tiles[i];
       if (!split_k) {
-        open_cta(std::max(cta_of(before + 0.5 * kcost[i] * t.kblocks), current));
+        open_cta(std::max(cta_of(before + 0.5 * tile_cost(i)), current));
         s.pieces.push_back(WorkPiece{i, 0, t.kblocks, -1});
-        cta_cost[first_cta + current] += kcost[i] * t.kblocks;
-        before += kcost[i] * t.kblocks;
+        cta_cost[first_cta + current] += tile_cost(i);
+        before += tile_cost(i);
         continue;
       }
       int kb = 0;
       while (kb < t.kblocks) {
-        open_cta(std::max(cta_of(before + (kb + 0.5) * kcost[i]), current));
+        open_cta(std::max(cta_of(before + kb_start(i, kb) + 0.5 * kb_cost(i, kb)), current));
         // Extend the piece while the next k-blocks stay on this CTA.
         int end = kb + 1;
-        while (end < t.kblocks && cta_of(before + (end + 0.5) * kcost[i]) <= current) ++end;
+        while (end < t.kblocks && cta_of(before + kb_start(i, end) + 0.5 * kb_cost(i, end)) <= current) ++end;
         WorkPiece piece{i, kb, end, -1};
         if (kb > 0) {  // a writer: partial to a slot, consumed by the owner
           if (t.writers == 0) t.first_slot = s.num_slots;
@@ -128,10 +134,10 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
           ++t.writers;
         }
         s.pieces.push_back(piece);
-        cta_cost[first_cta + current] += kcost[i] * (end - kb);
+        cta_cost[first_cta + current] += (end < t.kblocks ? kb_start(i, end) : tile_cost(i)) - kb_start(i, kb);
         kb = end;
       }
-      before += kcost[i] * t.kblocks;
+      before += tile_cost(i);
     }
     open_cta(ctas - 1);
     s.cta_begin.push_back(static_cast<int>(s.pieces.size()));

@@ -3,6 +3,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -111,8 +112,13 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     fp.max_m = std::max(fp.max_m, g.m);
   }
   SchedulePolicy policy;
-  if (const char* v = std::getenv("FP4GEMM_KBLOCK_OVERHEAD")) policy.kblock_overhead = std::atoi(v);  // tuning knob
-  if (const char* v = std::getenv("FP4GEMM_NARROW_OVERHEAD")) policy.narrow_overhead = std::atoi(v);  // tuning knob
+  // Tuning knobs of the cost model (device/schedule.hpp): "fixed:per_token" per k-block.
+  auto knob2 = [](const char* name, int& a, int& b) {
+    if (const char* v = std::getenv(name)) std::sscanf(v, "%d:%d", &a, &b);
+  };
+  knob2("FP4GEMM_WIDE_COST", policy.wide_fixed, policy.wide_per_token);
+  knob2("FP4GEMM_NARROW_COST", policy.narrow_fixed, policy.narrow_per_token);
+  if (const char* v = std::getenv("FP4GEMM_EPILOGUE_COST")) policy.epilogue_per_elem = std::atof(v);
   if (const char* v = std::getenv("FP4GEMM_CLASS_ROUND")) {  // tuning knob
     const int r = std::atoi(v);
     if (r != 1 && r != 2 && r != 4 && r != 8)
