@@ -176,6 +176,31 @@ TEST(Schedule, RandomProblems) {
   }
 }
 
+// The cost model steers the split: a dearer 256-row k-block gives the narrow buckets more CTAs,
+// and an epilogue term keeps every schedule valid and balanced by its own measure.
+TEST(Schedule, CostModelParameters) {
+  const std::vector<ScheduleShape> groups = {{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168},
+                                             {72, 4096, 7168}, {64, 4096, 7168}, {248, 4096, 7168},
+                                             {96, 4096, 7168}, {160, 4096, 7168}};
+  auto narrow_ctas = [&](const SchedulePolicy& policy) {
+    const Schedule s = build_schedule(groups, 132, policy);
+    int n = 0;
+    for (int c : s.cta_class) n += c <= SchedulePolicy::kNarrowTokens / 16 ? 1 : 0;
+    return n;
+  };
+  SchedulePolicy cheap, dear;
+  cheap.narrow_fixed = 100;
+  dear.narrow_fixed = 1000;
+  EXPECT_LT(narrow_ctas(cheap), narrow_ctas({}));
+  EXPECT_GT(narrow_ctas(dear), narrow_ctas({}));
+  SchedulePolicy epi;
+  epi.epilogue_per_elem = 0.05;
+  check_schedule(groups, 132, epi);
+  EXPECT_LT(build_schedule(groups, 132, epi).imbalance, 1.10);
+  epi.split_k = false;
+  check_schedule(groups, 132, epi);
+}
+
 TEST(Schedule, EmptyAndTiny) {
   check_schedule({}, 132, {});
   check_schedule({{0, 128, 64}, {0, 64, 64}}, 132, {});
