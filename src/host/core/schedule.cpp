@@ -53,10 +53,10 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
   //    (tile tokens / 16, rounded up) and a CTA runs a single class, so the tiles are bucketed by
   //    class and every bucket gets its own CTAs (see device/schedule.hpp).
   std::vector<double> kcost(s.tiles.size()), epi(s.tiles.size());
-  // A tile's cost: its k-blocks, plus the epilogue, charged to k-block 0 (held by the owner).
-  auto tile_cost = [&](std::size_t i) { return kcost[i] * s.tiles[i].kblocks + epi[i]; };
+  // Cost of a tile's k-blocks [0, kb): the epilogue is charged to k-block 0 (held by the owner).
   auto kb_start = [&](std::size_t i, int kb) { return kb * kcost[i] + (kb > 0 ? epi[i] : 0.0); };
-  auto kb_cost = [&](std::size_t i, int kb) { return kcost[i] + (kb == 0 ? epi[i] : 0.0); };
+  auto kb_mid = [&](std::size_t i, int kb) { return 0.5 * (kb_start(i, kb) + kb_start(i, kb + 1)); };
+  auto tile_cost = [&](std::size_t i) { return kb_start(i, s.tiles[i].kblocks); };
   std::vector<std::vector<int>> bucket(SchedulePolicy::kWidthClasses + 1);
   double total = 0;
   for (std::size_t i = 0; i < s.tiles.size(); ++i) {
@@ -123,10 +123,10 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
       }
       int kb = 0;
       while (kb < t.kblocks) {
-        open_cta(std::max(cta_of(before + kb_start(i, kb) + 0.5 * kb_cost(i, kb)), current));
+        open_cta(std::max(cta_of(before + kb_mid(i, kb)), current));
         // Extend the piece while the next k-blocks stay on this CTA.
         int end = kb + 1;
-        while (end < t.kblocks && cta_of(before + kb_start(i, end) + 0.5 * kb_cost(i, end)) <= current) ++end;
+        while (end < t.kblocks && cta_of(before + kb_mid(i, end)) <= current) ++end;
         WorkPiece piece{i, kb, end, -1};
         if (kb > 0) {  // a writer: partial to a slot, consumed by the owner
           if (t.writers == 0) t.first_slot = s.num_slots;
@@ -134,7 +134,7 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
           ++t.writers;
         }
         s.pieces.push_back(piece);
-        cta_cost[first_cta + current] += (end < t.kblocks ? kb_start(i, end) : tile_cost(i)) - kb_start(i, kb);
+        cta_cost[first_cta + current] += kb_start(i, end) - kb_start(i, kb);
         kb = end;
       }
       before += tile_cost(i);

@@ -146,24 +146,10 @@ __device__ __forceinline__ std::int64_t scale_index(ScaleLayout layout, int row,
   return atom * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (col % 4);
 }
 
-// The scale multiplier as a half2 pair (both halves equal) of the weights' operand type.
-template <Format F>
-__device__ __forceinline__ std::uint32_t weight_scale_pair(unsigned code) {
-  if constexpr (F == Format::nvfp4) {
-    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
-    const float s = __half2float(__half(h)) * kNvfp4AccScale;  // exact, <= 57344
-    const __half2 p = __float2half2_rn(s);
-    return *reinterpret_cast<const std::uint32_t*>(&p);
-  } else {
-    // UE8M0 2^(code-127) as bf16: exponent field = code; 0 -> 2^-127 (subnormal); 0xFF -> NaN.
-    std::uint32_t bits = code == 0 ? 0x0040u : (code == 0xFFu ? 0x7FC0u : (code << 7));
-    return bits | (bits << 16);
-  }
-}
-
 // The scale multipliers of rows r and r + 8 as half2 pairs (both halves equal) of the weights'
 // operand type, from their codes packed as code0 | code1 << 8. NVFP4: both E4M3 codes in one
-// conversion, times 2^7 in f16 (exact: <= 57344).
+// conversion, times 2^7 in f16 (exact: <= 57344). MXFP4: UE8M0 2^(code-127) as bf16, exponent
+// field = code; 0 -> 2^-127 (subnormal); 0xFF -> NaN.
 template <Format F>
 __device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t& s0, std::uint32_t& s1) {
   if constexpr (F == Format::nvfp4) {
@@ -173,8 +159,12 @@ __device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t
     s0 = *reinterpret_cast<const std::uint32_t*>(&p0);
     s1 = *reinterpret_cast<const std::uint32_t*>(&p1);
   } else {
-    s0 = weight_scale_pair<F>(codes & 0xFFu);
-    s1 = weight_scale_pair<F>(codes >> 8);
+    auto pair = [](unsigned code) {
+      const std::uint32_t bits = code == 0 ? 0x0040u : (code == 0xFFu ? 0x7FC0u : (code << 7));
+      return bits | (bits << 16);
+    };
+    s0 = pair(codes & 0xFFu);
+    s1 = pair(codes >> 8);
   }
 }
 
@@ -613,6 +603,12 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       st.phase ^= 1;
     }
   };
+  // Retires every commit group but the newest (wgmma_wait<1>), fencing the accumulators.
+  auto retire_older_groups = [&] {
+    fence_acc(acc);
+    ptx::wgmma_wait<1>();
+    fence_acc(acc);
+  };
 
   if constexpr (kKblockGroups) {
     // Per k-block: wait for the stage, dequantise every half into the free register set, issue
@@ -628,9 +624,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
 #pragma unroll
           for (int h = 0; h < H; ++h) dequant_half(kb, h, a[u][h]);
           issue(kb, 0, H, a[u]);
-          fence_acc(acc);
-          ptx::wgmma_wait<1>();  // the previous k-block's group is done: release its stage
-          fence_acc(acc);
+          retire_older_groups();  // the previous k-block's group is done: release its stage
           if (kb > piece.kb_begin) release_previous_stage();
           next_stage();
         }
@@ -643,9 +637,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       for (int h = 0; h < H; ++h) {
         // Retire the group that last read half h's registers (the other half's group may still
         // run); for the last half this completes every group of the previous k-block.
-        fence_acc(acc);
-        ptx::wgmma_wait<1>();
-        fence_acc(acc);
+        retire_older_groups();
         if (h == H - 1 && kb > piece.kb_begin) release_previous_stage();
         dequant_half(kb, h, a[0][h]);
         issue(kb, h, h + 1, a[0]);
