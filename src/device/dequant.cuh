@@ -1,10 +1,11 @@
 // Exact e2m1 -> f16/bf16 dequantisation and the K order that makes it cheap (host + device).
 //
 // NOTES: a consumer thread owns 16 consecutive K elements (8 bytes) of two weight rows per
-// 64-wide k-block. Turning a 32-bit word of 8 nibbles into 4 half2 registers costs 2 shifts, 2
-// masks and 1 multiply per register if register p holds nibbles (p, p+4): both halves then need
-// the same shift. That pairing fixes which K element feeds which wgmma k slot; the activation
-// pre-pass writes the activations in the same order (`wgmma_k_source`), so the dot product is
+// 64-wide k-block and turns each 32-bit word of 8 nibbles into 4 half2 registers. The pairing of
+// nibbles into registers is chosen for the cheapest bit manipulation (NVFP4: e2m1_quad_f16_raw,
+// 3.75 operations per register; MXFP4: e2m1_pair_bf16_raw, nibbles (p, p+4) so that both halves
+// need the same shift). It fixes which K element feeds which wgmma k slot; the activation
+// pre-pass writes the activations in the same order (`wgmma_k_source_*`), so the dot product is
 // unchanged.
 #pragma once
 
@@ -20,11 +21,47 @@ namespace fp4gemm::detail {
 
 // Within a 64-wide k-block: the source element (0..63) that feeds wgmma k position kk (0..63).
 // kk = 16*step + slot; in the m64nNk16 register-A fragment, thread t of a quad holds slots
-// {2t, 2t+1} (register a0/a1) and {2t+8, 2t+9} (a2/a3).
-FP4GEMM_HD int wgmma_k_source(int kk) {
+// {2t, 2t+1} (register a0/a1) and {2t+8, 2t+9} (a2/a3), i.e. source elements 16t..16t+15.
+// MXFP4 (bf16) pairs nibbles p and p+4 of a word per register (e2m1_pair_bf16_raw<p>): register
+// step s holds elements (s, s+4) (+8 for the upper slots).
+FP4GEMM_HD int wgmma_k_source_mxfp4(int kk) {
   const int step = kk / 16, slot = kk % 16;
   const int t = (slot % 8) / 2, h = slot % 2, upper = slot / 8;
   return 16 * t + step + 4 * h + 8 * upper;
+}
+// NVFP4 (f16) builds the registers with e2m1_quad_f16_raw: step s holds elements (b, b+2) with
+// b = 0, 1, 4, 5 for s = 0..3 (+8 for the upper slots).
+FP4GEMM_HD int wgmma_k_source_nvfp4(int kk) {
+  const int step = kk / 16, slot = kk % 16;
+  const int t = (slot % 8) / 2, h = slot % 2, upper = slot / 8;
+  return 16 * t + 8 * upper + 4 * (step / 2) + step % 2 + 2 * h;
+}
+
+// __byte_perm(x, y, s): result byte i = byte (s >> 4i) & 7 of the 8-byte value y:x.
+FP4GEMM_HD std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, std::uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, sel);
+#else
+  const std::uint64_t pool = (static_cast<std::uint64_t>(y) << 32) | x;
+  std::uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<std::uint32_t>((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+#endif
+}
+
+// The f16 patterns of e2m1_pair_f16_raw (e2m1 * 2^-14) for all 8 nibbles e0..e7 of `w` (e0 in
+// bits 0-3): out[0] = (e0, e2), out[1] = (e1, e3), out[2] = (e4, e6), out[3] = (e5, e7), low half
+// first. Each nibble becomes the f16's high byte S000EEM0 (sign, low exponent bits, top mantissa
+// bit; the low byte is zero): 3 operations make that byte for the four high nibbles, 4 for the
+// four low ones, and one PRMT per register spreads two bytes into place -- 15 operations per 4
+// registers with the scale multiply, against 19 for four e2m1_pair_f16_raw.
+FP4GEMM_HD void e2m1_quad_f16_raw(std::uint32_t w, std::uint32_t (&out)[4]) {
+  const std::uint32_t hi = (w & 0x80808080u) | ((w >> 3) & 0x0E0E0E0Eu);
+  const std::uint32_t lo = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0E0E0E0Eu);
+  out[0] = byte_perm(lo, 0u, 0x1404u);  // [0, lo byte 0, 0, lo byte 1]
+  out[1] = byte_perm(hi, 0u, 0x1404u);
+  out[2] = byte_perm(lo, 0u, 0x3424u);
+  out[3] = byte_perm(hi, 0u, 0x3424u);
 }
 
 // Half2 bit patterns of nibbles p and p+4 of `w` with the e2m1 bits placed in the low exponent /

@@ -68,7 +68,6 @@ struct FastPlan {
   OutType out_type;
   Schedule schedule;
   FusedParams params{};
-  CUtensorMap act_map{};
   const GroupParams* d_groups = nullptr;
   int* d_act_row0 = nullptr;
   void* act_workspace = nullptr;
@@ -139,17 +138,22 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   fp.smem_bytes = device.smem_per_block_optin;
   FP4GEMM_TRACE_DO(fp.smem_bytes -= kTraceSmemBytes;)
-  const int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
+  int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
+  if (const char* v = std::getenv("FP4GEMM_RING_KB"))  // measurement knob: a shallower ring
+    ring_bytes = std::clamp(std::atoi(v) * 1024, 2 * C::kStageBytes, ring_bytes);
 
   // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
   fp.act_cols = s.max_kblocks * C::kBlockK;
   const std::size_t act_bytes = static_cast<std::size_t>(s.total_act_rows) * fp.act_cols * 2;
   FP4GEMM_CUDA_CHECK(cudaMalloc(&fp.act_workspace, act_bytes), "plan workspace");
   fp.keep(fp.act_workspace);
-  fp.act_map = make_map_2d(fp.act_workspace,
-                           options.format == Format::nvfp4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                           fp.act_cols, s.total_act_rows, static_cast<std::uint64_t>(fp.act_cols) * 2, C::kBlockK,
-                           C::kActBoxRows, CU_TENSOR_MAP_SWIZZLE_128B, "plan workspace", -1);
+  // One map per width class n16 (box 16 * n16 rows): a stage's activations are one TMA load.
+  std::vector<CUtensorMap> amaps(SchedulePolicy::kWidthClasses);
+  for (int c = 1; c <= SchedulePolicy::kWidthClasses; ++c)
+    amaps[c - 1] = make_map_2d(fp.act_workspace,
+                               options.format == Format::nvfp4 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                               fp.act_cols, s.total_act_rows, static_cast<std::uint64_t>(fp.act_cols) * 2, C::kBlockK,
+                               C::kActClassRows * c, CU_TENSOR_MAP_SWIZZLE_128B, "plan workspace", -1);
 
   // Two weight (B) maps per group over [N rows, K/2 bytes], no swizzle: box 128 rows x 32 bytes
   // (one tile half) and box 256 rows x 32 bytes (a whole 2-half tile in one load).
@@ -206,6 +210,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   pr.cta_begin = fp.keep(upload(s.cta_begin, "plan"));
   pr.cta_class = fp.keep(upload(s.cta_class, "plan"));
   pr.weight_maps = fp.keep(upload(wmaps, "plan"));
+  pr.act_maps = fp.keep(upload(amaps, "plan"));
   fp.d_act_row0 = fp.keep(upload(s.act_row0, "plan"));
   if (s.num_slots > 0) {
     FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.partials),
@@ -234,10 +239,10 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   const dim3 pre_grid(static_cast<unsigned>((units + 255) / 256), fp.num_groups);
   const cudaError_t err =
       fp.format == Format::nvfp4
-          ? launch_fused<Format::nvfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
+          ? launch_fused<Format::nvfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
                                         fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout,
                                         fp.d_conversions, fp.conversion_grid, fp.pdl, stream)
-          : launch_fused<Format::mxfp4>(fp.params, fp.act_map, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
+          : launch_fused<Format::mxfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
                                         fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout,
                                         fp.d_conversions, fp.conversion_grid, fp.pdl, stream);
   FP4GEMM_CUDA_CHECK(err, "run");
@@ -249,7 +254,7 @@ std::string describe_fast_plan(const FastPlan& fp) {
   os << "tiles " << fp.schedule.tiles.size() << " (256 weight rows x <=128 tokens or 128 x <=256), " << fp.schedule.pieces.size()
      << " pieces on " << fp.schedule.num_ctas << " CTAs (stream-K, imbalance " << fp.schedule.imbalance
      << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
-     << std::min(C::kMaxStages, fp.params.ring_bytes / (2 * (C::kHalfWeightBytes + C::kScaleAtomBytes) + C::kActBoxBytes))
+     << std::min(C::kMaxStages, fp.params.ring_bytes / (2 * (C::kHalfWeightBytes + C::kScaleAtomBytes) + C::kActClassBytes))
      << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";
   return os.str();
 }

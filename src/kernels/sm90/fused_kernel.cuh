@@ -2,7 +2,7 @@
 //
 // Two launches per run:
 //  1. `dequant_activations`: every group's A (tokens) -> exact f16 (NVFP4) / bf16 (MXFP4) rows in a
-//     stacked workspace, K permuted per 64-block (detail::wgmma_k_source). A is small (tokens x K);
+//     stacked workspace, K permuted per 64-block (detail::wgmma_k_source_*). A is small (tokens x K);
 //     writing it once beats re-dequantising it in each of the N/128 (or N/256) CTAs that read it.
 //  2. `fused_grouped_gemm`: persistent, one CTA per SM; 2 consumer warpgroups + 1 producer warpgroup.
 //     Per k-block, producer warp 0 loads the tile's 128 or 256 weight rows of packed FP4 and its
@@ -36,7 +36,10 @@ namespace fp4gemm::detail::sm90 {
 struct KernelConfig {
   static constexpr int kMaxTokens = SchedulePolicy::kMaxTokens;      // wgmma N side (tokens)
   static constexpr int kBlockK = SchedulePolicy::kBlockK;            // K elements per stage
-  static constexpr int kActBoxRows = 64;                             // activation TMA box rows
+  // Activations: one TMA box per stage of exactly the CTA class's width (16 * n16 rows of 128
+  // bytes, one map per class), so the producer issues one load for them per k-block.
+  static constexpr int kActClassRows = 16;                           // activation rows per width class step
+  static constexpr int kActClassBytes = kActClassRows * kBlockK * 2;  // 2 KB
   static constexpr int kWeightBoxRows = 128;                         // weight TMA box rows (one half)
   static constexpr int kConsumerWarpgroups = 2;
   // A tile is 1 or 2 halves of 128 weight rows (tile_rows): each consumer warpgroup owns 64 rows
@@ -56,7 +59,6 @@ struct KernelConfig {
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads,
                 "setmaxnreg beyond the launch allocation deadlocks");
   static constexpr int kHalfWeightBytes = kWeightBoxRows * kBlockK / 2;  // 4 KB of FP4 per half
-  static constexpr int kActBoxBytes = kActBoxRows * kBlockK * 2;
   // Weight scales of a stage: one 512-byte blocked atom (128 rows x 4 scale columns) per half.
   static constexpr int kScaleAtomBytes = 512;
   // Largest stage: 256 tokens x 64 k of 16-bit activations + one half (the 2-half stages have
@@ -69,7 +71,7 @@ struct KernelConfig {
   // through shared memory (stmatrix), then writes 16-byte chunks of C rows.
   static constexpr int kEpiTokens = 128;
   static constexpr int kEpiBytes = kConsumerWarpgroups * kEpiTokens * 64 * 2;
-  static_assert(kActBoxBytes % 1024 == 0, "128-byte swizzle atoms need 1024-byte alignment");
+  static_assert(kActClassBytes % 1024 == 0, "128-byte swizzle atoms need 1024-byte aligned stages");
   static_assert(tile_rows(SchedulePolicy::kNarrowTokens, 256) == 128 * kMaxHalves &&
                     tile_rows(kMaxTokens, 256) == 128,
                 "the mainloop is written for 1 or 2 halves");
@@ -124,6 +126,7 @@ struct FusedParams {
   const int* cta_begin;
   const int* cta_class;            // per CTA: its width class (Schedule::cta_class)
   const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows), 64-byte aligned, in global memory
+  const CUtensorMap* act_maps;     // per width class n16: the activation workspace, box 16 * n16 rows x 64 k
   const std::uint8_t* const* scale_blocked;  // per group: the weight scales in blocked layout
   // Per group: the user's linear weight scales when the producer gathers them itself (rows of a
   // multiple of 4 bytes), else null (then scale_blocked holds a per-run blocked copy).
@@ -185,9 +188,9 @@ __device__ __forceinline__ float scale_value(unsigned code) {
 
 // One thread per (token row, 64-wide k-block): it reads the block's 32 bytes of FP4 and its scales
 // once, so every thread has a unique 32-byte load in flight. Output chunk c (wgmma k positions
-// 8c..8c+7) holds pairs (8c + 2i, 8c + 2i + 1) = source elements (16i + c/2 + 8(c%2), same + 4)
-// (detail::wgmma_k_source): nibbles c/2 and c/2 + 4 of word 2i + c%2, i.e.
-// e2m1_pair_*_raw<c/2>(word). The 128-byte result goes through a per-warp shared-memory buffer so
+// 8c..8c+7) holds pairs (8c + 2i, 8c + 2i + 1): thread i's registers for k-step c/2, lower
+// (c even) or upper slots, i.e. two source elements of word 2i + c%2 chosen by
+// detail::wgmma_k_source_<format> (MXFP4: nibbles c/2 and c/2 + 4). The 128-byte result goes through a per-warp shared-memory buffer so
 // that the global stores are coalesced (8 lanes per 128-byte row segment): a thread storing its own
 // eight 16-byte chunks touched 32 rows per instruction and the kernel ran at ~0.3 TB/s.
 template <Format F>
@@ -247,12 +250,15 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
         const __half2 r = __hmul2(__hmul2(*reinterpret_cast<const __half2*>(&raw), two14), s[i]);
         return *reinterpret_cast<const std::uint32_t*>(&r);
       };
-#define FP4GEMM_ACT_CHUNK(c)                                                                                    \
-  put(c, cvt(e2m1_pair_f16_raw<(c) / 2>(w[0 + (c) % 2]), 0), cvt(e2m1_pair_f16_raw<(c) / 2>(w[2 + (c) % 2]), 1), \
-      cvt(e2m1_pair_f16_raw<(c) / 2>(w[4 + (c) % 2]), 2), cvt(e2m1_pair_f16_raw<(c) / 2>(w[6 + (c) % 2]), 3));
-      FP4GEMM_ACT_CHUNK(0) FP4GEMM_ACT_CHUNK(1) FP4GEMM_ACT_CHUNK(2) FP4GEMM_ACT_CHUNK(3)
-      FP4GEMM_ACT_CHUNK(4) FP4GEMM_ACT_CHUNK(5) FP4GEMM_ACT_CHUNK(6) FP4GEMM_ACT_CHUNK(7)
-#undef FP4GEMM_ACT_CHUNK
+      // Chunk c (k-step c / 2, upper slots iff c odd), pair i (thread i of the quad) = register
+      // c / 2 of e2m1_quad_f16_raw(word 2i + c % 2) (wgmma_k_source_nvfp4).
+      std::uint32_t quad[8][4];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) e2m1_quad_f16_raw(w[i], quad[i]);
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+        put(c, cvt(quad[0 + c % 2][c / 2], 0), cvt(quad[2 + c % 2][c / 2], 1), cvt(quad[4 + c % 2][c / 2], 2),
+            cvt(quad[6 + c % 2][c / 2], 3));
     } else {
       // MXFP4 -> bf16 through FP32 (scales 2^-127..2^127 reach bf16's subnormals; FP32 -> bf16
       // rounding of an exactly representable product is exact).
@@ -348,14 +354,14 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
       const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&raw), s);
       return *reinterpret_cast<const std::uint32_t*>(&r);
     };
-    out[0] = cvt(e2m1_pair_f16_raw<0>(q.x));
-    out[1] = cvt(e2m1_pair_f16_raw<1>(q.x));
-    out[2] = cvt(e2m1_pair_f16_raw<2>(q.x));
-    out[3] = cvt(e2m1_pair_f16_raw<3>(q.x));
-    out[4] = cvt(e2m1_pair_f16_raw<0>(q.y));
-    out[5] = cvt(e2m1_pair_f16_raw<1>(q.y));
-    out[6] = cvt(e2m1_pair_f16_raw<2>(q.y));
-    out[7] = cvt(e2m1_pair_f16_raw<3>(q.y));
+    std::uint32_t lo[4], hi[4];  // wgmma_k_source_nvfp4: lower slots from q.x, upper from q.y
+    e2m1_quad_f16_raw(q.x, lo);
+    e2m1_quad_f16_raw(q.y, hi);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[i] = cvt(lo[i]);
+      out[4 + i] = cvt(hi[i]);
+    }
   } else {
     const __nv_bfloat162 s = *reinterpret_cast<const __nv_bfloat162*>(&scale2);
     const __nv_bfloat162 two126 = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
@@ -544,8 +550,11 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // NaN codes included): k-block kb has this thread's column iff kb * kColsPerKb < col_end.
   const int col_end = cols - tcol;
   // Arrives on the `empty` barrier of the stage before the current one (its groups are done).
+  // One thread per warpgroup: a wgmma group is a warpgroup operation, so this thread's retiring
+  // wait covers the other warps' wgmmas too, and their LDS of the stage fed registers that those
+  // wgmmas consumed (as in CUTLASS's consumer release).
   auto release_previous_stage = [&] {
-    if (st.lane == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+    if (st.ctid % 128 == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
   };
   // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
   auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2]) {
@@ -704,8 +713,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
 
 template <Format F>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
-    fused_grouped_gemm(const __grid_constant__ FusedParams p, const __grid_constant__ CUtensorMap act_map,
-                       OutType out_type) {
+    fused_grouped_gemm(const __grid_constant__ FusedParams p, OutType out_type) {
   using C = KernelConfig;
   extern __shared__ __align__(1024) std::uint8_t smem_raw[];
   // The 128-byte swizzle needs 1024-byte aligned stages; the launch reserves 1 KB of slack.
@@ -719,7 +727,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // Every piece of this CTA has one token-width class (device/schedule.hpp), so the ring's
   // activation stages are sized to it: narrow tiles get a deeper ring to cover load latency.
   const int n16 = p.cta_class[blockIdx.x];
-  const int act_stage_bytes = (16 * n16 + C::kActBoxRows - 1) / C::kActBoxRows * C::kActBoxBytes;
+  const int act_stage_bytes = n16 * C::kActClassBytes;
+  const CUtensorMap* act_map = p.act_maps + (n16 - 1);
   const int halves = halves_of_class(n16, p.narrow_rows);
   const int stages = min(C::kMaxStages,
                          p.ring_bytes / (act_stage_bytes + halves * (C::kHalfWeightBytes + C::kScaleAtomBytes)));
@@ -737,7 +746,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       // full: producer warp 0's lane 0 (expect_tx), producer warp 1's lane 0 (expect_tx or plain)
       // and warp 1's 32 cp.async arrivals
       ptx::mbarrier_init(&full[s], 1 + 1 + 32);
-      ptx::mbarrier_init(&empty[s], C::kConsumerWarpgroups * 4);  // one arrive per consumer warp
+      ptx::mbarrier_init(&empty[s], C::kConsumerWarpgroups);  // one arrive per consumer warpgroup
     }
     ptx::fence_barrier_init();
   }
@@ -753,7 +762,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     if (pwarp < kProducerWarps) {
       const int lane = threadIdx.x % 32;
       const bool loads_main = pwarp == 0, loads_scales = pwarp == kProducerWarps - 1;
-      if (pwarp == 0 && lane == 0) ptx::prefetch_tensormap(&act_map);
+      if (pwarp == 0 && lane == 0) ptx::prefetch_tensormap(act_map);
       // Launched as a programmatic dependent of the activation pre-pass: everything above
       // overlapped its tail; from here on we read what it (and the scale conversion) wrote.
       ptx::wait_prerequisites();
@@ -768,8 +777,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         // blocked scales have only ceil(N/128) atom rows).
         const int loaded = tile.row0 + 128 < rows ? halves : 1;
         const CUtensorMap* wmap = p.weight_maps + 2 * tile.group + (loaded - 1);  // box of `loaded` halves
-        const int nbox = act_stage_bytes / C::kActBoxBytes;  // covers the CTA class's N >= tile.ntok
-        const std::uint32_t bytes = loaded * C::kHalfWeightBytes + nbox * C::kActBoxBytes;
+        const std::uint32_t bytes = loaded * C::kHalfWeightBytes + act_stage_bytes;  // class N >= tile.ntok
         const std::uint8_t* sblk = p.scale_blocked[tile.group];
         const std::uint8_t* slin = p.scale_linear[tile.group];
         constexpr int kColsPerKb = F == Format::nvfp4 ? 4 : 2;
@@ -805,9 +813,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 #ifdef FP4GEMM_ABLATE_LOADS
             if (!skip)
 #endif
-            for (int b = 0; b < nbox; ++b)
-              ptx::tma_load_2d(act_smem + stage * act_stage_bytes + b * C::kActBoxBytes, &act_map, &full[stage],
-                               kb * C::kBlockK, tile.act_row0 + b * C::kActBoxRows);
+            ptx::tma_load_2d(act_smem + stage * act_stage_bytes, act_map, &full[stage], kb * C::kBlockK,
+                             tile.act_row0);
 #ifdef FP4GEMM_PREFETCH  // experiment: the weights of k-block kb + stages into L2 now
             if (kb + stages < piece.kb_end) ptx::tma_prefetch_2d(wmap, (kb + stages) * (C::kBlockK / 2), tile.row0);
 #endif
@@ -900,7 +907,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
 // (extern below), so the two instantiations compile in parallel.
 template <Format F>
-cudaError_t launch_fused(const FusedParams& params, const CUtensorMap& act_map, OutType out_type, int num_ctas,
+cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ctas,
                   std::size_t smem_bytes, const GroupParams* d_groups, const int* d_act_row0,
                   void* act_workspace, int act_cols, dim3 pre_grid, ScaleLayout layout,
                   const ScaleConversion* conversions, dim3 conversion_grid, bool pdl, cudaStream_t stream) {
@@ -918,7 +925,7 @@ cudaError_t launch_fused(const FusedParams& params, const CUtensorMap& act_map, 
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   config.attrs = attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, fused_grouped_gemm<F>, params, act_map, out_type);
+  return cudaLaunchKernelEx(&config, fused_grouped_gemm<F>, params, out_type);
 }
 
 template <Format F>
@@ -939,7 +946,7 @@ cudaError_t read_trace(unsigned long long* out) {
 #endif
 
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
-  PREFIX template cudaError_t launch_fused<F>(const FusedParams&, const CUtensorMap&, OutType, int, std::size_t, \
+  PREFIX template cudaError_t launch_fused<F>(const FusedParams&, OutType, int, std::size_t, \
                                        const GroupParams*, const int*, void*, int, dim3, ScaleLayout,     \
                                        const ScaleConversion*, dim3, bool, cudaStream_t);                 \
   PREFIX template cudaError_t set_fused_smem<F>(std::size_t);                                           \

@@ -1,0 +1,115 @@
+// Host tier: the kernel's exact e2m1 -> 16-bit bit tricks (device/dequant.cuh) and the K orders
+// they imply. The activation pre-pass and the weight dequantisation must agree on which source
+// element feeds which wgmma k slot; a mismatch gives wrong sums that no bit-exact GPU test on
+// random data would localise as clearly.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <set>
+
+#include "device/dequant.cuh"
+
+namespace fp4gemm::detail {
+namespace {
+
+constexpr std::array<float, 8> kE2m1 = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+
+float e2m1_value(unsigned nib) { return (nib & 8u ? -1.f : 1.f) * kE2m1[nib & 7u]; }
+
+// IEEE binary16 / bfloat16 bit patterns to float (subnormals included; no NaN/Inf expected here).
+float f16_value(std::uint16_t h) {
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -24) : std::ldexp(1.f + m / 1024.f, e - 15);
+  return h & 0x8000 ? -mag : mag;
+}
+float bf16_value(std::uint16_t b) {
+  const int e = (b >> 7) & 0xFF, m = b & 0x7F;
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -133) : std::ldexp(1.f + m / 128.f, e - 127);
+  return b & 0x8000 ? -mag : mag;
+}
+
+std::uint32_t random_word(std::mt19937& rng) { return static_cast<std::uint32_t>(rng()); }
+
+TEST(Dequant, QuadF16PatternsAreExactE2m1InTheDocumentedOrder) {
+  // e2m1_quad_f16_raw: register r holds nibbles (b, b + 2), b = 0, 1, 4, 5; value = e2m1 * 2^-14,
+  // the sign kept on zero (0x8000 for -0).
+  constexpr int kBase[4] = {0, 1, 4, 5};
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20000; ++trial) {
+    // Every nibble value in every position within the first 16 x 8 trials, random afterwards.
+    std::uint32_t w = random_word(rng);
+    if (trial < 128) {
+      const int pos = trial % 8, nib = trial / 8;
+      w = (w & ~(0xFu << (4 * pos))) | (static_cast<std::uint32_t>(nib) << (4 * pos));
+    }
+    std::uint32_t out[4];
+    e2m1_quad_f16_raw(w, out);
+    for (int r = 0; r < 4; ++r)
+      for (int h = 0; h < 2; ++h) {
+        const int e = kBase[r] + 2 * h;
+        const unsigned nib = (w >> (4 * e)) & 0xFu;
+        const auto bits = static_cast<std::uint16_t>(out[r] >> (16 * h));
+        ASSERT_EQ(f16_value(bits), std::ldexp(e2m1_value(nib), -14)) << "word " << std::hex << w << " register " << r;
+        ASSERT_EQ(bits >> 15, nib >> 3) << "sign of nibble " << e;
+        ASSERT_EQ(bits & 0x71FF, 0) << "stray bits outside S000EEM0 00000000";
+      }
+  }
+}
+
+TEST(Dequant, PairBf16PatternsAreExactE2m1InTheDocumentedOrder) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::uint32_t w = random_word(rng);
+    const std::uint32_t out[4] = {e2m1_pair_bf16_raw<0>(w), e2m1_pair_bf16_raw<1>(w), e2m1_pair_bf16_raw<2>(w),
+                                  e2m1_pair_bf16_raw<3>(w)};
+    for (int p = 0; p < 4; ++p)
+      for (int h = 0; h < 2; ++h) {
+        const unsigned nib = (w >> (4 * (p + 4 * h))) & 0xFu;
+        ASSERT_EQ(bf16_value(static_cast<std::uint16_t>(out[p] >> (16 * h))), std::ldexp(e2m1_value(nib), -126));
+      }
+  }
+}
+
+// wgmma k position kk = 16 * step + slot; thread t of a quad holds slots {2t, 2t+1} (register
+// `step`) and {2t+8, 2t+9} (register 4 + step), low half first; its source elements are
+// 16t..16t+15, word x = elements 0..7, word y = 8..15.
+template <typename SourceFn, typename RegisterFn>
+void expect_order_matches_registers(SourceFn source, RegisterFn element_of_register) {
+  std::set<int> seen;
+  for (int kk = 0; kk < 64; ++kk) {
+    const int src = source(kk);
+    ASSERT_GE(src, 0);
+    ASSERT_LT(src, 64);
+    seen.insert(src);
+    const int step = kk / 16, slot = kk % 16, t = (slot % 8) / 2, h = slot % 2, upper = slot / 8;
+    EXPECT_EQ(src, 16 * t + element_of_register(4 * upper + step, h)) << "k position " << kk;
+  }
+  EXPECT_EQ(seen.size(), 64u) << "not a permutation of the k-block";
+}
+
+TEST(Dequant, Nvfp4KOrderMatchesTheQuadRegisters) {
+  constexpr int kBase[4] = {0, 1, 4, 5};
+  expect_order_matches_registers(wgmma_k_source_nvfp4, [&](int reg, int h) {
+    return 8 * (reg / 4) + kBase[reg % 4] + 2 * h;  // dequant_row: out[i] from q.x, out[4 + i] from q.y
+  });
+}
+
+TEST(Dequant, Mxfp4KOrderMatchesThePairRegisters) {
+  expect_order_matches_registers(wgmma_k_source_mxfp4, [&](int reg, int h) {
+    return 8 * (reg / 4) + reg % 4 + 4 * h;  // e2m1_pair_bf16_raw<p>: nibbles p and p + 4
+  });
+}
+
+TEST(Dequant, BytePermHostFallbackMatchesPrmt) {
+  // Hand-worked: result byte i = byte sel_i of y:x.
+  EXPECT_EQ(byte_perm(0x44332211u, 0x88776655u, 0x3210u), 0x44332211u);
+  EXPECT_EQ(byte_perm(0x44332211u, 0x88776655u, 0x7654u), 0x88776655u);
+  EXPECT_EQ(byte_perm(0x44332211u, 0u, 0x1404u), 0x22001100u);
+  EXPECT_EQ(byte_perm(0x44332211u, 0u, 0x3424u), 0x44003300u);
+}
+
+}  // namespace
+}  // namespace fp4gemm::detail
