@@ -49,12 +49,13 @@ FP4GEMM_HD std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, std::uint32
 #endif
 }
 
-// The f16 patterns of e2m1_pair_f16_raw (e2m1 * 2^-14) for all 8 nibbles e0..e7 of `w` (e0 in
-// bits 0-3): out[0] = (e0, e2), out[1] = (e1, e3), out[2] = (e4, e6), out[3] = (e5, e7), low half
+// f16 bit patterns of value e2m1 * 2^-14 (subnormal for 0.5, exactly as in e2m1; the sign kept
+// on zero) for all 8 nibbles e0..e7 of `w` (e0 in bits 0-3): out[0] = (e0, e2), out[1] = (e1, e3), out[2] = (e4, e6), out[3] = (e5, e7), low half
 // first. Each nibble becomes the f16's high byte S000EEM0 (sign, low exponent bits, top mantissa
 // bit; the low byte is zero): 3 operations make that byte for the four high nibbles, 4 for the
 // four low ones, and one PRMT per register spreads two bytes into place -- 15 operations per 4
-// registers with the scale multiply, against 19 for four e2m1_pair_f16_raw.
+// registers with the scale multiply, against 19 for pairing nibbles p and p+4 by shifts and masks
+// (the v1-v8 scheme, still used for bf16 below).
 FP4GEMM_HD void e2m1_quad_f16_raw(std::uint32_t w, std::uint32_t (&out)[4]) {
   const std::uint32_t hi = (w & 0x80808080u) | ((w >> 3) & 0x0E0E0E0Eu);
   const std::uint32_t lo = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0E0E0E0Eu);
@@ -64,15 +65,10 @@ FP4GEMM_HD void e2m1_quad_f16_raw(std::uint32_t w, std::uint32_t (&out)[4]) {
   out[3] = byte_perm(hi, 0u, 0x3424u);
 }
 
-// Half2 bit patterns of nibbles p and p+4 of `w` with the e2m1 bits placed in the low exponent /
-// top mantissa bits: f16 raw value = e2m1 * 2^-14, bf16 raw value = e2m1 * 2^-126 (subnormal
-// for 0.5, exactly as e2m1 itself is).
-template <int P>
-FP4GEMM_HD std::uint32_t e2m1_pair_f16_raw(std::uint32_t w) {
-  constexpr int kMag = 9 - 4 * P, kSign = 12 - 4 * P;
-  const std::uint32_t mag = kMag >= 0 ? (w << kMag) : (w >> -kMag);
-  return (mag & 0x0E000E00u) | ((w << kSign) & 0x80008000u);
-}
+// bf16x2 bit patterns of nibbles p and p+4 of `w` with the e2m1 bits placed in the low exponent /
+// top mantissa bits: raw value = e2m1 * 2^-126 (subnormal for 0.5, exactly as e2m1 itself is).
+// Both halves need the same shift; bf16's e2m1 bits straddle a byte, so the byte/PRMT scheme of
+// e2m1_quad_f16_raw does not apply.
 template <int P>
 FP4GEMM_HD std::uint32_t e2m1_pair_bf16_raw(std::uint32_t w) {
   constexpr int kMag = 6 - 4 * P, kSign = 12 - 4 * P;

@@ -4,32 +4,21 @@
 // random data would localise as clearly.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <set>
 
 #include "device/dequant.cuh"
+#include "fp4gemm/formats.hpp"
+#include "fp4gemm/reference.hpp"
 
 namespace fp4gemm::detail {
 namespace {
 
-constexpr std::array<float, 8> kE2m1 = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-
-float e2m1_value(unsigned nib) { return (nib & 8u ? -1.f : 1.f) * kE2m1[nib & 7u]; }
-
-// IEEE binary16 / bfloat16 bit patterns to float (subnormals included; no NaN/Inf expected here).
-float f16_value(std::uint16_t h) {
-  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
-  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -24) : std::ldexp(1.f + m / 1024.f, e - 15);
-  return h & 0x8000 ? -mag : mag;
-}
-float bf16_value(std::uint16_t b) {
-  const int e = (b >> 7) & 0xFF, m = b & 0x7F;
-  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -133) : std::ldexp(1.f + m / 128.f, e - 127);
-  return b & 0x8000 ? -mag : mag;
-}
+using formats::e2m1_to_float;
+using reference::bf16_bits_to_double;
+using reference::half_bits_to_double;
 
 std::uint32_t random_word(std::mt19937& rng) { return static_cast<std::uint32_t>(rng()); }
 
@@ -52,7 +41,8 @@ TEST(Dequant, QuadF16PatternsAreExactE2m1InTheDocumentedOrder) {
         const int e = kBase[r] + 2 * h;
         const unsigned nib = (w >> (4 * e)) & 0xFu;
         const auto bits = static_cast<std::uint16_t>(out[r] >> (16 * h));
-        ASSERT_EQ(f16_value(bits), std::ldexp(e2m1_value(nib), -14)) << "word " << std::hex << w << " register " << r;
+        ASSERT_EQ(half_bits_to_double(bits), std::ldexp(e2m1_to_float(nib), -14))
+            << "word " << std::hex << w << " register " << r;
         ASSERT_EQ(bits >> 15, nib >> 3) << "sign of nibble " << e;
         ASSERT_EQ(bits & 0x71FF, 0) << "stray bits outside S000EEM0 00000000";
       }
@@ -68,7 +58,8 @@ TEST(Dequant, PairBf16PatternsAreExactE2m1InTheDocumentedOrder) {
     for (int p = 0; p < 4; ++p)
       for (int h = 0; h < 2; ++h) {
         const unsigned nib = (w >> (4 * (p + 4 * h))) & 0xFu;
-        ASSERT_EQ(bf16_value(static_cast<std::uint16_t>(out[p] >> (16 * h))), std::ldexp(e2m1_value(nib), -126));
+        ASSERT_EQ(bf16_bits_to_double(static_cast<std::uint16_t>(out[p] >> (16 * h))),
+                  std::ldexp(static_cast<double>(e2m1_to_float(nib)), -126));
       }
   }
 }
