@@ -60,6 +60,13 @@ struct SchedulePolicy {
   // CTAs each) for up to 16 * (class_round - 1) padded token columns per tile.
   int class_round = 1;
   bool split_k = true;  // false: whole tiles only (contiguous ranges cut at tile boundaries)
+  // With split_k: build the stream-K and the whole-tile schedule and keep the one with the
+  // smaller estimated makespan (Schedule::est_makespan), which charges every split-K hand-off
+  // (a writer's FP32 partial out, the owner's read of it) handoff_per_elem per tile element to
+  // both CTAs. 1/16 picks the faster of the two on all ten shapes measured in docs/PERF.md v10
+  // (whole tiles: case 4 -11 %, dense 2048^2 x 512 -24 %; stream-K: cases 1-3 +11 to +34 %).
+  bool split_auto = true;
+  double handoff_per_elem = 1.0 / 16;
 };
 
 // Weight rows of a tile of `ntok` tokens when narrow tiles take `narrow_rows` (256 or 128; the
@@ -84,6 +91,8 @@ struct Schedule {
   int total_act_rows = 0;
   int max_kblocks = 0;
   double imbalance = 0;           // max CTA cost / mean CTA cost
+  double est_makespan = 0;        // max over CTAs of k-block costs + hand-off charges (see split_auto)
+  bool split = false;             // some tile is cut between CTAs (stream-K pieces)
   // Weight rows of the narrow (<= 128-token) tiles: 256 when there are at least as many tiles
   // as CTAs that way, else 128 (a small problem would otherwise be cut into many split-K pieces
   // whose FP32 hand-off costs more than the wider wgmma gains: 35 vs 20 us, PERF.md v6).

@@ -2,6 +2,7 @@
 // random problems, every format x layout x output type, graphs, determinism.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -134,11 +135,23 @@ TEST_P(FusedRandom, WithinSpecTolerance) {
 INSTANTIATE_TEST_SUITE_P(Seeds, FusedRandom, ::testing::Range(0, kRandomProblems));
 
 // A small problem for compute-sanitizer runs (memcheck / racecheck): --gtest_filter=FusedSanitizer.*
+// Stream-K is forced (FP4GEMM_SPLIT_K=1: the plan would pick whole tiles for some small shapes)
+// so that the split-K hand-off runs under the sanitizers.
 TEST(FusedSanitizer, SmallSplitKProblem) {
   REQUIRE_FAST_KERNEL();
   ProblemConfig cfg;
   cfg.values = Values::gpumode;
   cfg.shapes = {{40, 256, 1024}, {0, 128, 64}, {300, 130, 2048}, {9, 64, 64}};
+  struct ForceStreamK {
+    ForceStreamK() { setenv("FP4GEMM_SPLIT_K", "1", 1); }
+    ~ForceStreamK() { unsetenv("FP4GEMM_SPLIT_K"); }
+  } force;
+  {
+    const Problem problem = make_problem(cfg);
+    const DeviceProblem device(problem);
+    const Plan plan(device.descs(), device.options(Backend::fast));
+    EXPECT_NE(plan.describe().find("stream-K"), std::string::npos) << plan.describe();
+  }
   RunOptions options;
   options.runs = 2;
   EXPECT_TRUE(run_and_check(cfg, Backend::fast, options));

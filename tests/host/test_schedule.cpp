@@ -147,15 +147,55 @@ TEST(Schedule, SeedCasesBalanced) {
       {{192, 3072, 4096}, {320, 3072, 4096}},
       {{128, 4096, 1536}, {384, 4096, 1536}},
   };
+  SchedulePolicy stream_k;
+  stream_k.split_auto = false;
   for (const auto& groups : cases) {
     for (int ctas : {132, 114}) {
       check_schedule(groups, ctas, {});
-      const Schedule s = build_schedule(groups, ctas);
+      check_schedule(groups, ctas, stream_k);
+      const Schedule s = build_schedule(groups, ctas, stream_k);
       EXPECT_EQ(s.num_ctas, ctas);
       // Per-class buckets cost a little balance (whole CTAs per class).
       EXPECT_LT(s.imbalance, 1.10) << "stream-K should balance within a few k-blocks";
     }
   }
+}
+
+// Stream-K or whole tiles: the plan keeps the schedule with the smaller estimated makespan
+// (hand-offs charged). On the shapes measured in docs/PERF.md v10 that is the faster one: stream-K
+// for seed cases 1-3, whole tiles for seed case 4 and dense 2048^2 x 512.
+TEST(Schedule, SplitOrWholeTiles) {
+  struct Case {
+    std::vector<ScheduleShape> groups;
+    bool whole_faster;
+  };
+  const std::vector<Case> cases = {
+      {{{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168}, {72, 4096, 7168},
+        {64, 4096, 7168}, {248, 4096, 7168}, {96, 4096, 7168}, {160, 4096, 7168}}, false},
+      {{{40, 7168, 2048}, {76, 7168, 2048}, {168, 7168, 2048}, {72, 7168, 2048},
+        {164, 7168, 2048}, {148, 7168, 2048}, {196, 7168, 2048}, {160, 7168, 2048}}, false},
+      {{{192, 3072, 4096}, {320, 3072, 4096}}, false},
+      {{{128, 4096, 1536}, {384, 4096, 1536}}, true},
+      {{{2048, 2048, 512}}, true},
+      {{{1024, 4096, 2048}}, true},
+      {{{256, 4096, 2048}}, false},
+  };
+  for (const Case& c : cases) {
+    SchedulePolicy split, whole;
+    split.split_auto = false;
+    whole.split_k = false;
+    const Schedule a = build_schedule(c.groups, 132), s = build_schedule(c.groups, 132, split),
+                   w = build_schedule(c.groups, 132, whole);
+    EXPECT_TRUE(s.split);
+    EXPECT_FALSE(w.split);
+    EXPECT_EQ(a.est_makespan, std::min(s.est_makespan, w.est_makespan));
+    EXPECT_EQ(a.split, !c.whole_faster) << "groups " << c.groups.size() << ", m0 " << c.groups[0].m;
+    check_schedule(c.groups, 132, {});
+  }
+  // Without hand-off charges, stream-K (balanced within a few k-blocks) always looks cheaper.
+  SchedulePolicy free_handoff;
+  free_handoff.handoff_per_elem = 0;
+  EXPECT_TRUE(build_schedule(std::vector<ScheduleShape>{{128, 4096, 1536}, {384, 4096, 1536}}, 132, free_handoff).split);
 }
 
 TEST(Schedule, RandomProblems) {
@@ -171,6 +211,7 @@ TEST(Schedule, RandomProblems) {
     }
     SchedulePolicy policy;
     policy.split_k = iter % 3 != 0;
+    policy.split_auto = iter % 2 == 0;
     policy.class_round = 1 << (iter % 4);  // 1, 2, 4, 8
     check_schedule(groups, 1 + rng() % 140, policy);
   }

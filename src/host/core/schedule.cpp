@@ -16,8 +16,9 @@ std::vector<std::pair<int, int>> token_tiles(int m) {
   return out;
 }
 
-Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
-                        const SchedulePolicy& policy) {
+namespace {
+
+Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {
   Schedule s;
   s.act_row0.resize(groups.size());
   // 1. Tiles, group by group; a group's token tiles of one weight row-block are adjacent so
@@ -146,7 +147,31 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
   }
   const double mean = total / s.num_ctas;
   s.imbalance = *std::max_element(cta_cost.begin(), cta_cost.end()) / mean;
+  // Makespan estimate with the split-K hand-offs: a writer piece charges its CTA, and the owner's
+  // CTA, handoff_per_elem per element of the tile's FP32 partial.
+  s.split = s.num_slots > 0;
+  for (int c = 0; c < s.num_ctas; ++c) {
+    double cost = cta_cost[c];
+    for (int pi = s.cta_begin[c]; pi < s.cta_begin[c + 1]; ++pi) {
+      const WorkPiece& piece = s.pieces[pi];
+      const TileDesc& t = s.tiles[piece.tile];
+      const double partial = policy.handoff_per_elem * tile_rows(t.ntok, s.narrow_rows) * ((t.ntok + 7) / 8 * 8);
+      cost += partial * (piece.slot >= 0 ? 1 : t.writers);
+    }
+    s.est_makespan = std::max(s.est_makespan, cost);
+  }
   return s;
+}
+
+}  // namespace
+
+Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {
+  Schedule split = build(groups, max_ctas, policy);
+  if (!policy.split_k || !policy.split_auto || !split.split) return split;
+  SchedulePolicy whole_policy = policy;
+  whole_policy.split_k = false;
+  Schedule whole = build(groups, max_ctas, whole_policy);
+  return whole.est_makespan <= split.est_makespan ? whole : split;
 }
 
 }  // namespace fp4gemm::detail

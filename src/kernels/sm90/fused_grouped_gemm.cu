@@ -124,6 +124,13 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
       throw Error("FP4GEMM_CLASS_ROUND", -1, "must be 1, 2, 4 or 8 (got '" + std::string(v) + "')");
     policy.class_round = r;
   }
+  // Measurement knobs: FP4GEMM_SPLIT_K=0 whole tiles, 1 stream-K, unset: the cheaper estimate;
+  // FP4GEMM_HANDOFF_COST: the estimate's hand-off charge per partial element.
+  if (const char* v = std::getenv("FP4GEMM_SPLIT_K")) {
+    policy.split_k = std::atoi(v) != 0;
+    policy.split_auto = false;
+  }
+  if (const char* v = std::getenv("FP4GEMM_HANDOFF_COST")) policy.handoff_per_elem = std::atof(v);
   fp.schedule = build_schedule(shapes, device.multiprocessors, policy);
   const Schedule& s = fp.schedule;
   fp.max_kblocks = s.max_kblocks;
@@ -252,7 +259,7 @@ std::string describe_fast_plan(const FastPlan& fp) {
   using C = KernelConfig;
   std::ostringstream os;
   os << "tiles " << fp.schedule.tiles.size() << " (256 weight rows x <=128 tokens or 128 x <=256), " << fp.schedule.pieces.size()
-     << " pieces on " << fp.schedule.num_ctas << " CTAs (stream-K, imbalance " << fp.schedule.imbalance
+     << " pieces on " << fp.schedule.num_ctas << " CTAs (" << (fp.schedule.split ? "stream-K" : "whole tiles") << ", imbalance " << fp.schedule.imbalance
      << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
      << std::min(C::kMaxStages, fp.params.ring_bytes / (2 * (C::kHalfWeightBytes + C::kScaleAtomBytes) + C::kActClassBytes))
      << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";
