@@ -6,7 +6,8 @@
 // cost-balanced range per CTA (stream-K): a tile cut between CTAs is finished by the CTA holding
 // its first k-block (the "owner"), which adds the other parts' FP32 partials in a fixed order, so
 // results are deterministic. Owner parts come last in a CTA's range and writer parts first, so
-// no CTA ever waits on work queued behind its own.
+// no CTA ever waits on work queued behind its own. When the hand-offs would cost more than the
+// balance gains, the plan runs whole tiles instead (SchedulePolicy::split_auto).
 //
 // The kernel compiles one mainloop per token-width class (ceil(tokens / 16): wgmma's N is part
 // of the instruction) and a CTA runs exactly one class: ptxas serialises every wgmma of the
