@@ -82,6 +82,74 @@ struct Raw {
   unsigned codes;
 };
 
+// Random ring contents: f16 activations in [1, 2), FP4 bytes, E4M3 scale codes 0x30..0x3F.
+__device__ void fill_ring(std::uint8_t* act, int act_bytes, std::uint8_t* w, int w_bytes, std::uint8_t* sc,
+                          int sc_bytes) {
+  for (int i = threadIdx.x; i < act_bytes / 4; i += blockDim.x)
+    reinterpret_cast<std::uint32_t*>(act)[i] = 0x3c003c00u ^ ((i * 2654435761u) & 0x03ff03ffu);
+  for (int i = threadIdx.x; i < w_bytes / 4; i += blockDim.x)
+    reinterpret_cast<std::uint32_t*>(w)[i] = (i + blockIdx.x) * 2654435761u;
+  for (int i = threadIdx.x; i < sc_bytes; i += blockDim.x) sc[i] = 0x30 | (i * 7 & 15);
+}
+
+// Static-data barriers: bars[0] has completed phase 0 (parity-0 waits pass at once), bars[1]
+// takes arrivals and never completes. Ends with __syncthreads.
+__device__ void init_static_barriers(std::uint64_t* bars) {
+  if (threadIdx.x == 0) {
+    ptx::mbarrier_init(&bars[0], 1);
+    ptx::mbarrier_init(&bars[1], (1u << 20) - 1);
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) ptx::mbarrier_arrive(&bars[0]);
+  __syncthreads();
+}
+
+// Rows r and r + 8 of this thread (16 weights each at `wrow`, row r + 8 256 bytes on; scale codes
+// at `srow` and srow[128]) -> the 8 x 2 A registers of one k-block, as the kernel's dequant_half.
+__device__ __forceinline__ void dequant_rows(const std::uint8_t* wrow, const std::uint8_t* srow,
+                                             std::uint32_t (&buf)[8][2]) {
+  const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
+  const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * 32);
+  std::uint32_t s0, s1;
+  scale_pairs(srow[0] | (static_cast<unsigned>(srow[128]) << 8), s0, s1);
+  std::uint32_t d0[8], d1[8];
+  dequant_row<true>(q0, s0, d0);
+  dequant_row<true>(q1, s1, d1);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) buf[i][0] = d0[i], buf[i][1] = d1[i];
+}
+
+// Drains the wgmma pipeline and keeps the accumulators alive (a sum nobody sees).
+template <int H, int A>
+__device__ __forceinline__ void drain_and_sink(float (&acc)[H][A], float* sink) {
+  ptx::wgmma_wait<0>();
+  float s = 0;
+#pragma unroll
+  for (int h = 0; h < H; ++h)
+#pragma unroll
+    for (int i = 0; i < A; ++i) s += acc[h][i];
+  if (s == 1234.5f) sink[threadIdx.x] = s;
+}
+
+// One k-block's wgmmas (4 k-steps x H halves, A from `buf`) as one commit group, as the kernel.
+template <int N8, int H, int A>
+__device__ __forceinline__ void issue_kblock(float (&acc)[H][A], const std::uint32_t (&buf)[H][8][2],
+                                             std::uint32_t act_addr, int kb) {
+  const std::uint64_t desc0 = ptx::smem_desc_sw128(act_addr);
+#pragma unroll
+  for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int h = 0; h < H; ++h)
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const std::uint32_t frag[4] = {buf[h][s][0], buf[h][s][1], buf[h][4 + s][0], buf[h][4 + s][1]};
+      ptx::wgmma_rs_f16<N8>(acc[h], frag, desc0 + 2 * s, (kb > 0 || s > 0) ? 1 : 0);
+    }
+  ptx::wgmma_commit();
+}
+
 template <int N8, int H, int V>
 __global__ void __launch_bounds__(kThreads, 1) consumer_loop(int kblocks, float* sink) {
   extern __shared__ __align__(1024) std::uint8_t smem_raw[];
@@ -91,20 +159,8 @@ __global__ void __launch_bounds__(kThreads, 1) consumer_loop(int kblocks, float*
   std::uint8_t* w = smem + kStages * kAct;
   std::uint8_t* sc = w + kStages * H * 4096;
   auto* bars = reinterpret_cast<std::uint64_t*>(sc + kStages * H * 512);  // [0] full (done), [1] empty
-  // Random data: f16 activations in [1, 2), FP4 bytes, E4M3 scale codes 0x30..0x3F.
-  for (int i = threadIdx.x; i < kStages * kAct / 4; i += blockDim.x)
-    reinterpret_cast<std::uint32_t*>(act)[i] = 0x3c003c00u ^ ((i * 2654435761u) & 0x03ff03ffu);
-  for (int i = threadIdx.x; i < kStages * H * 4096 / 4; i += blockDim.x)
-    reinterpret_cast<std::uint32_t*>(w)[i] = (i + blockIdx.x) * 2654435761u;
-  for (int i = threadIdx.x; i < kStages * H * 512; i += blockDim.x) sc[i] = 0x30 | (i * 7 & 15);
-  if (threadIdx.x == 0) {
-    ptx::mbarrier_init(&bars[0], 1);
-    ptx::mbarrier_init(&bars[1], (1u << 20) - 1);
-    ptx::fence_barrier_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) ptx::mbarrier_arrive(&bars[0]);  // phase 0 complete: parity-0 waits pass
-  __syncthreads();
+  fill_ring(act, kStages * kAct, w, kStages * H * 4096, sc, kStages * H * 512);
+  init_static_barriers(bars);
 
   constexpr int kAcc = 4 * N8;
   constexpr bool kBarriers = V >= 2;
@@ -141,18 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) consumer_loop(int kblocks, float*
     for (int i = 0; i < 8; ++i) buf[i][0] = d0[i], buf[i][1] = d1[i];
   };
   auto issue = [&](int stage, int kb, const std::uint32_t(&buf)[H][8][2]) {
-    const std::uint64_t desc0 = ptx::smem_desc_sw128(act0 + stage * kAct);
-#pragma unroll
-    for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int h = 0; h < H; ++h)
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const std::uint32_t frag[4] = {buf[h][s][0], buf[h][s][1], buf[h][4 + s][0], buf[h][4 + s][1]};
-        ptx::wgmma_rs_f16<N8>(acc[h], frag, desc0 + 2 * s, (kb > 0 || s > 0) ? 1 : 0);
-      }
-    ptx::wgmma_commit();
+    issue_kblock<N8>(acc, buf, act0 + stage * kAct, kb);
   };
   auto retire = [&] {
 #pragma unroll
@@ -194,13 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1) consumer_loop(int kblocks, float*
       }
     }
   }
-  ptx::wgmma_wait<0>();
-  float s = 0;
-#pragma unroll
-  for (int h = 0; h < H; ++h)
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) s += acc[h][i];
-  if (s == 1234.5f) sink[threadIdx.x] = s;
+  drain_and_sink(acc, sink);
 }
 
 // ---- more consumer warpgroups instead of more halves per warpgroup ----------------------------
@@ -217,19 +256,8 @@ __global__ void __launch_bounds__(128 * W, 1) wide_loop(int kblocks, float* sink
   std::uint8_t* w = smem + kStages * kAct;
   std::uint8_t* sc = w + kStages * kRows * 32;
   auto* bars = reinterpret_cast<std::uint64_t*>(sc + kStages * kAtoms * 512);
-  for (int i = threadIdx.x; i < kStages * kAct / 4; i += blockDim.x)
-    reinterpret_cast<std::uint32_t*>(act)[i] = 0x3c003c00u ^ ((i * 2654435761u) & 0x03ff03ffu);
-  for (int i = threadIdx.x; i < kStages * kRows * 32 / 4; i += blockDim.x)
-    reinterpret_cast<std::uint32_t*>(w)[i] = (i + blockIdx.x) * 2654435761u;
-  for (int i = threadIdx.x; i < kStages * kAtoms * 512; i += blockDim.x) sc[i] = 0x30 | (i * 7 & 15);
-  if (threadIdx.x == 0) {
-    ptx::mbarrier_init(&bars[0], 1);
-    ptx::mbarrier_init(&bars[1], (1u << 20) - 1);
-    ptx::fence_barrier_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) ptx::mbarrier_arrive(&bars[0]);
-  __syncthreads();
+  fill_ring(act, kStages * kAct, w, kStages * kRows * 32, sc, kStages * kAtoms * 512);
+  init_static_barriers(bars);
   constexpr int kAcc = 4 * N8;
   const int cw = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, t = lane % 4;
   const int row = cw * 64 + warp * 16 + lane / 4;
@@ -244,17 +272,7 @@ __global__ void __launch_bounds__(128 * W, 1) wide_loop(int kblocks, float* sink
       const int kb = kb0 + u;
       if (kb < kblocks) {
         ptx::mbarrier_wait(&bars[0], 0);
-        const std::uint8_t* wrow = w + stage * kRows * 32 + row * 32 + t * 8;
-        const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
-        const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * 32);
-        const std::uint8_t* srow = sc + stage * kAtoms * 512 + s_off;
-        std::uint32_t s0, s1;
-        scale_pairs(srow[0] | (static_cast<unsigned>(srow[128]) << 8), s0, s1);
-        std::uint32_t d0[8], d1[8];
-        dequant_row<true>(q0, s0, d0);
-        dequant_row<true>(q1, s1, d1);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) a[u][i][0] = d0[i], a[u][i][1] = d1[i];
+        dequant_rows(w + stage * kRows * 32 + row * 32 + t * 8, sc + stage * kAtoms * 512 + s_off, a[u]);
         const std::uint64_t desc0 = ptx::smem_desc_sw128(act0 + stage * kAct);
         ptx::fence_registers(acc);
         ptx::wgmma_fence();
@@ -279,28 +297,37 @@ __global__ void __launch_bounds__(128 * W, 1) wide_loop(int kblocks, float* sink
   if (s == 1234.5f) sink[threadIdx.x] = s;
 }
 
-template <int N8, int W>
-double run_wide(int sms, float* sink) {
-  auto k = wide_loop<N8, W>;
-  const int smem = 200 * 1024;
-  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  const int kblocks = 4000;
-  k<<<sms, 128 * W, smem>>>(64, sink);
+// Best of 7 timed launches (CUDA events) after one warm-up launch, in ms.
+template <typename Launch>
+float best_ms(Launch launch) {
+  launch(true);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
   float best = 1e30f;
   for (int r = 0; r < 7; ++r) {
     cudaEventRecord(e0);
-    k<<<sms, 128 * W, smem>>>(kblocks, sink);
+    launch(false);
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms;
     cudaEventElapsedTime(&ms, e0, e1);
     best = ms < best ? ms : best;
   }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) std::printf("error: %s\n", cudaGetErrorString(err));
+  return best;
+}
+
+template <int N8, int W>
+double run_wide(int sms, float* sink) {
+  auto k = wide_loop<N8, W>;
+  const int smem = 200 * 1024;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const int kblocks = 4000;
+  const float best = best_ms([&](bool warm) { k<<<sms, 128 * W, smem>>>(warm ? 64 : kblocks, sink); });
   return 2.0 * (64.0 * W) * (8 * N8) * 64 * kblocks * sms / (best * 1e-3) / 1e12;
 }
 
@@ -331,11 +358,7 @@ __global__ void __launch_bounds__(kFedThreads, 1) fed_loop(const __grid_constant
   std::uint8_t* sc = w + kStages * H * 4096;
   auto* full = reinterpret_cast<std::uint64_t*>(sc + kStages * H * 512);
   std::uint64_t* empty = full + kStages;
-  for (int i = threadIdx.x; i < kStages * kAct / 4; i += blockDim.x)
-    reinterpret_cast<std::uint32_t*>(act)[i] = 0x3c003c00u ^ ((i * 2654435761u) & 0x03ff03ffu);
-  for (int i = threadIdx.x; i < kStages * H * 4096 / 4; i += blockDim.x)
-    reinterpret_cast<std::uint32_t*>(w)[i] = (i + blockIdx.x) * 2654435761u;
-  for (int i = threadIdx.x; i < kStages * H * 512; i += blockDim.x) sc[i] = 0x30 | (i * 7 & 15);
+  fill_ring(act, kStages * kAct, w, kStages * H * 4096, sc, kStages * H * 512);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], P >= 3 ? 2 : 1);
@@ -381,17 +404,7 @@ __global__ void __launch_bounds__(kFedThreads, 1) fed_loop(const __grid_constant
   int stage = 0;
   std::uint32_t phase = 0;
   auto dequant_half = [&](int h, std::uint32_t(&buf)[8][2]) {
-    const std::uint8_t* wrow = w + (stage * H + h) * 4096 + row * 32 + t * 8;
-    const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
-    const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * 32);
-    const std::uint8_t* srow = sc + (stage * H + h) * 512 + s_off;
-    std::uint32_t s0, s1;
-    scale_pairs(srow[0] | (static_cast<unsigned>(srow[128]) << 8), s0, s1);
-    std::uint32_t d0[8], d1[8];
-    dequant_row<true>(q0, s0, d0);
-    dequant_row<true>(q1, s1, d1);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) buf[i][0] = d0[i], buf[i][1] = d1[i];
+    dequant_rows(w + (stage * H + h) * 4096 + row * 32 + t * 8, sc + (stage * H + h) * 512 + s_off, buf);
   };
   for (int kb0 = 0; kb0 < args.kblocks; kb0 += 2) {
 #pragma unroll
@@ -401,18 +414,7 @@ __global__ void __launch_bounds__(kFedThreads, 1) fed_loop(const __grid_constant
         ptx::mbarrier_wait(&full[stage], phase);
 #pragma unroll
         for (int h = 0; h < H; ++h) dequant_half(h, a[u][h]);
-        const std::uint64_t desc0 = ptx::smem_desc_sw128(act0 + stage * kAct);
-#pragma unroll
-        for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int h = 0; h < H; ++h)
-#pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            const std::uint32_t frag[4] = {a[u][h][s][0], a[u][h][s][1], a[u][h][4 + s][0], a[u][h][4 + s][1]};
-            ptx::wgmma_rs_f16<N8>(acc[h], frag, desc0 + 2 * s, (kb > 0 || s > 0) ? 1 : 0);
-          }
-        ptx::wgmma_commit();
+        issue_kblock<N8>(acc, a[u], act0 + stage * kAct, kb);
 #pragma unroll
         for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
         ptx::wgmma_wait<1>();
@@ -423,13 +425,7 @@ __global__ void __launch_bounds__(kFedThreads, 1) fed_loop(const __grid_constant
       }
     }
   }
-  ptx::wgmma_wait<0>();
-  float s = 0;
-#pragma unroll
-  for (int h = 0; h < H; ++h)
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) s += acc[h][i];
-  if (s == 1234.5f) sink[threadIdx.x] = s;
+  drain_and_sink(acc, sink);
 }
 
 struct FedData {
@@ -463,24 +459,10 @@ double run_fed(int sms, float* sink, const FedData& d) {
   args.amap = map_2d(d, d.acts, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, kFedK, 256, kFedK * 2, 64, ((8 * N8 + 15) / 16) * 16,
                      CU_TENSOR_MAP_SWIZZLE_128B);
   args.scales = d.scales;
-  args.kblocks = 64;
-  k<<<sms, kFedThreads, smem>>>(args, sink);
-  args.kblocks = 2240;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  float best = 1e30f;
-  for (int r = 0; r < 7; ++r) {
-    cudaEventRecord(e0);
+  const float best = best_ms([&](bool warm) {
+    args.kblocks = warm ? 64 : 2240;
     k<<<sms, kFedThreads, smem>>>(args, sink);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    best = ms < best ? ms : best;
-  }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) std::printf("error: %s\n", cudaGetErrorString(err));
+  });
   const double flops = 2.0 * (128.0 * H) * (8 * N8) * 64 * args.kblocks * sms;
   return flops / (best * 1e-3) / 1e12;
 }
@@ -502,22 +484,7 @@ double run(int sms, float* sink) {
   const int smem = 120 * 1024 > kStages * stage_bytes<N8, H>() + 2048 ? 120 * 1024 : kStages * stage_bytes<N8, H>() + 2048;
   cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const int kblocks = 4000;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  k<<<sms, kThreads, smem>>>(64, sink);
-  float best = 1e30f;
-  for (int r = 0; r < 7; ++r) {
-    cudaEventRecord(e0);
-    k<<<sms, kThreads, smem>>>(kblocks, sink);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    best = ms < best ? ms : best;
-  }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) std::printf("error: %s\n", cudaGetErrorString(err));
+  const float best = best_ms([&](bool warm) { k<<<sms, kThreads, smem>>>(warm ? 64 : kblocks, sink); });
   const double flops = 2.0 * (128.0 * H) * (8 * N8) * 64 * kblocks * sms;
   return flops / (best * 1e-3) / 1e12;
 }
