@@ -93,11 +93,11 @@ struct Schedule {
   int max_kblocks = 0;
   double imbalance = 0;           // max CTA cost / mean CTA cost
   double est_makespan = 0;        // max over CTAs of k-block costs + hand-off charges (see split_auto)
-  bool split = false;             // some tile is cut between CTAs (stream-K pieces)
   // Weight rows of the narrow (<= 128-token) tiles: 256 when there are at least as many tiles
   // as CTAs that way, else 128 (a small problem would otherwise be cut into many split-K pieces
   // whose FP32 hand-off costs more than the wider wgmma gains: 35 vs 20 us, PERF.md v6).
   int narrow_rows = 256;
+  bool split() const { return num_slots > 0; }  // some tile is cut between CTAs (stream-K pieces)
 };
 
 // The smallest mainloop instantiation (1..16) that can run a tile of `ntok` tokens: N = 16 * class.

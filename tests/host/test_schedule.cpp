@@ -186,16 +186,16 @@ TEST(Schedule, SplitOrWholeTiles) {
     whole.split_k = false;
     const Schedule a = build_schedule(c.groups, 132), s = build_schedule(c.groups, 132, split),
                    w = build_schedule(c.groups, 132, whole);
-    EXPECT_TRUE(s.split);
-    EXPECT_FALSE(w.split);
+    EXPECT_TRUE(s.split());
+    EXPECT_FALSE(w.split());
     EXPECT_EQ(a.est_makespan, std::min(s.est_makespan, w.est_makespan));
-    EXPECT_EQ(a.split, !c.whole_faster) << "groups " << c.groups.size() << ", m0 " << c.groups[0].m;
+    EXPECT_EQ(a.split(), !c.whole_faster) << "groups " << c.groups.size() << ", m0 " << c.groups[0].m;
     check_schedule(c.groups, 132, {});
   }
   // Without hand-off charges, stream-K (balanced within a few k-blocks) always looks cheaper.
   SchedulePolicy free_handoff;
   free_handoff.handoff_per_elem = 0;
-  EXPECT_TRUE(build_schedule(std::vector<ScheduleShape>{{128, 4096, 1536}, {384, 4096, 1536}}, 132, free_handoff).split);
+  EXPECT_TRUE(build_schedule(std::vector<ScheduleShape>{{128, 4096, 1536}, {384, 4096, 1536}}, 132, free_handoff).split());
 }
 
 TEST(Schedule, RandomProblems) {

@@ -53,7 +53,8 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
   // 2. Cost of each tile's k-blocks. The kernel compiles one mainloop per token-width class
   //    (tile tokens / 16, rounded up) and a CTA runs a single class, so the tiles are bucketed by
   //    class and every bucket gets its own CTAs (see device/schedule.hpp).
-  std::vector<double> kcost(s.tiles.size()), epi(s.tiles.size());
+  // elems: the tile's output (and FP32 partial) elements, rows x tokens rounded to 8.
+  std::vector<double> kcost(s.tiles.size()), epi(s.tiles.size()), elems(s.tiles.size());
   // Cost of a tile's k-blocks [0, kb): the epilogue is charged to k-block 0 (held by the owner).
   auto kb_start = [&](std::size_t i, int kb) { return kb * kcost[i] + (kb > 0 ? epi[i] : 0.0); };
   auto kb_mid = [&](std::size_t i, int kb) { return 0.5 * (kb_start(i, kb) + kb_start(i, kb + 1)); };
@@ -66,7 +67,8 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
     const int n = (t.ntok + 7) / 8 * 8;
     kcost[i] = rows == 256 ? policy.narrow_fixed + policy.narrow_per_token * n : policy.wide_fixed + policy.wide_per_token * n;
     kcost[i] = std::max(kcost[i], 1.0);
-    epi[i] = policy.epilogue_per_elem * rows * n;
+    elems[i] = static_cast<double>(rows) * n;
+    epi[i] = policy.epilogue_per_elem * elems[i];
     total += tile_cost(i);
     bucket[bucket_class(t.ntok, policy.class_round)].push_back(static_cast<int>(i));
   }
@@ -149,14 +151,12 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
   s.imbalance = *std::max_element(cta_cost.begin(), cta_cost.end()) / mean;
   // Makespan estimate with the split-K hand-offs: a writer piece charges its CTA, and the owner's
   // CTA, handoff_per_elem per element of the tile's FP32 partial.
-  s.split = s.num_slots > 0;
   for (int c = 0; c < s.num_ctas; ++c) {
     double cost = cta_cost[c];
     for (int pi = s.cta_begin[c]; pi < s.cta_begin[c + 1]; ++pi) {
       const WorkPiece& piece = s.pieces[pi];
-      const TileDesc& t = s.tiles[piece.tile];
-      const double partial = policy.handoff_per_elem * tile_rows(t.ntok, s.narrow_rows) * ((t.ntok + 7) / 8 * 8);
-      cost += partial * (piece.slot >= 0 ? 1 : t.writers);
+      const int hand_offs = piece.slot >= 0 ? 1 : s.tiles[piece.tile].writers;
+      cost += policy.handoff_per_elem * elems[piece.tile] * hand_offs;
     }
     s.est_makespan = std::max(s.est_makespan, cost);
   }
@@ -167,7 +167,7 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
 
 Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {
   Schedule split = build(groups, max_ctas, policy);
-  if (!policy.split_k || !policy.split_auto || !split.split) return split;
+  if (!policy.split_k || !policy.split_auto || !split.split()) return split;
   SchedulePolicy whole_policy = policy;
   whole_policy.split_k = false;
   Schedule whole = build(groups, max_ctas, whole_policy);

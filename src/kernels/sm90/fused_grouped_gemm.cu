@@ -259,7 +259,7 @@ std::string describe_fast_plan(const FastPlan& fp) {
   using C = KernelConfig;
   std::ostringstream os;
   os << "tiles " << fp.schedule.tiles.size() << " (256 weight rows x <=128 tokens or 128 x <=256), " << fp.schedule.pieces.size()
-     << " pieces on " << fp.schedule.num_ctas << " CTAs (" << (fp.schedule.split ? "stream-K" : "whole tiles") << ", imbalance " << fp.schedule.imbalance
+     << " pieces on " << fp.schedule.num_ctas << " CTAs (" << (fp.schedule.split() ? "stream-K" : "whole tiles") << ", imbalance " << fp.schedule.imbalance
      << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
      << std::min(C::kMaxStages, fp.params.ring_bytes / (2 * (C::kHalfWeightBytes + C::kScaleAtomBytes) + C::kActClassBytes))
      << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";
