@@ -68,6 +68,13 @@ struct SchedulePolicy {
   // (whole tiles: case 4 -11 %, dense 2048^2 x 512 -24 %; stream-K: cases 1-3 +11 to +34 %).
   bool split_auto = true;
   double handoff_per_elem = 1.0 / 16;
+  // Token tiles are at most this wide (token_tiles). With tile_auto the plan also tries every
+  // narrower width of kTileTokenChoices and keeps the smallest estimated makespan: when a problem
+  // has fewer tiles than CTAs (seed case 4: 96 tiles of 128 x 192 on 132 SMs), narrower token
+  // tiles give every SM a smaller one instead of leaving a third of them idle.
+  int max_tile_tokens = kMaxTokens;
+  bool tile_auto = true;
+  static constexpr int kTileTokenChoices[] = {256, 192, 128};
 };
 
 // Weight rows of a tile of `ntok` tokens when narrow tiles take `narrow_rows` (256 or 128; the
@@ -97,6 +104,7 @@ struct Schedule {
   // as CTAs that way, else 128 (a small problem would otherwise be cut into many split-K pieces
   // whose FP32 hand-off costs more than the wider wgmma gains: 35 vs 20 us, PERF.md v6).
   int narrow_rows = 256;
+  int max_tile_tokens = SchedulePolicy::kMaxTokens;  // the token-tile width it was built with
   bool split() const { return num_slots > 0; }  // some tile is cut between CTAs (stream-K pieces)
 };
 
@@ -106,9 +114,9 @@ constexpr int width_class(int ntok) { return (ntok + 15) / 16; }
 // of 8, so narrow tiles stay narrow).
 constexpr int bucket_class(int ntok, int round) { return (width_class(ntok) + round - 1) / round * round; }
 
-// Token tiles of a group: ceil(m / 256) tiles of near-equal size, each a multiple of 8 except
-// possibly the last. Returns (tok0, ntok) pairs.
-std::vector<std::pair<int, int>> token_tiles(int m);
+// Token tiles of a group: ceil(m / max_tokens) tiles of near-equal size, each a multiple of 8
+// except possibly the last. Returns (tok0, ntok) pairs.
+std::vector<std::pair<int, int>> token_tiles(int m, int max_tokens = SchedulePolicy::kMaxTokens);
 
 // Builds the schedule for up to `max_ctas` CTAs (fewer when there is less work).
 Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,

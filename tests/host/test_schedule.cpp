@@ -37,6 +37,7 @@ void check_schedule(const std::vector<ScheduleShape>& groups, int ctas, const Sc
       const auto [tok0, ntok] = range;
       EXPECT_EQ(tok0, next_tok);
       EXPECT_GE(ntok, 1);
+      EXPECT_LE(ntok, s.max_tile_tokens);
       EXPECT_LE(ntok, SchedulePolicy::kMaxTokens);
       next_tok = tok0 + ntok;
       const int rows = tile_rows(ntok, s.narrow_rows);
@@ -115,6 +116,23 @@ TEST(Schedule, TokenTiles) {
   }
   EXPECT_EQ(token_tiles(320)[0].second, 160);  // balanced, not 256 + 64
   EXPECT_EQ(token_tiles(384)[1].second, 192);
+  // Narrower maxima: ceil(m / max) near-equal tiles, multiples of 8 but the last.
+  for (int max : {8, 64, 96, 128, 192}) {
+    for (int m : {1, 8, 100, 128, 129, 384, 1000}) {
+      const auto t = token_tiles(m, max);
+      int next = 0;
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        EXPECT_EQ(t[i].first, next);
+        EXPECT_LE(t[i].second, max);
+        if (i + 1 < t.size()) EXPECT_EQ(t[i].second % 8, 0);
+        next += t[i].second;
+      }
+      EXPECT_EQ(next, m);
+      EXPECT_EQ(t.size(), static_cast<std::size_t>((m + max - 1) / max)) << "m " << m << " max " << max;
+    }
+  }
+  EXPECT_EQ(token_tiles(384, 128).size(), 3u);
+  EXPECT_EQ(token_tiles(384, 128)[2].second, 128);
 }
 
 TEST(Schedule, TileRows) {
@@ -181,10 +199,11 @@ TEST(Schedule, SplitOrWholeTiles) {
       {{{256, 4096, 2048}}, false},
   };
   for (const Case& c : cases) {
-    SchedulePolicy split, whole;
+    SchedulePolicy at256, split, whole;  // token tiles up to 256 wide (the width search is below)
+    at256.tile_auto = split.tile_auto = whole.tile_auto = false;
     split.split_auto = false;
     whole.split_k = false;
-    const Schedule a = build_schedule(c.groups, 132), s = build_schedule(c.groups, 132, split),
+    const Schedule a = build_schedule(c.groups, 132, at256), s = build_schedule(c.groups, 132, split),
                    w = build_schedule(c.groups, 132, whole);
     EXPECT_TRUE(s.split());
     EXPECT_FALSE(w.split());
@@ -194,8 +213,43 @@ TEST(Schedule, SplitOrWholeTiles) {
   }
   // Without hand-off charges, stream-K (balanced within a few k-blocks) always looks cheaper.
   SchedulePolicy free_handoff;
+  free_handoff.tile_auto = false;
   free_handoff.handoff_per_elem = 0;
   EXPECT_TRUE(build_schedule(std::vector<ScheduleShape>{{128, 4096, 1536}, {384, 4096, 1536}}, 132, free_handoff).split());
+}
+
+// Token-tile width: the plan also tries narrower token tiles and keeps the smallest estimated
+// makespan. Seed case 4 (96 tiles of 128 x <=192 on 132 CTAs at width 256) gets 128 whole
+// 128 x 128 tiles; seed cases 1-3, whose tiles outnumber the CTAs, keep width 256.
+TEST(Schedule, TokenTileWidth) {
+  const std::vector<ScheduleShape> case4 = {{128, 4096, 1536}, {384, 4096, 1536}};
+  const Schedule a = build_schedule(case4, 132);
+  EXPECT_EQ(a.max_tile_tokens, 128);
+  EXPECT_FALSE(a.split());
+  EXPECT_EQ(a.tiles.size(), 128u);
+  for (const TileDesc& t : a.tiles) EXPECT_EQ(t.ntok, 128);
+  for (int width : SchedulePolicy::kTileTokenChoices) {  // the choice is the cheapest candidate
+    SchedulePolicy fixed;
+    fixed.tile_auto = false;
+    fixed.max_tile_tokens = width;
+    const Schedule f = build_schedule(case4, 132, fixed);
+    EXPECT_EQ(f.max_tile_tokens, width);
+    EXPECT_LE(a.est_makespan, f.est_makespan) << "width " << width;
+  }
+  const std::vector<std::vector<ScheduleShape>> many_tiles = {
+      {{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168}, {72, 4096, 7168},
+       {64, 4096, 7168}, {248, 4096, 7168}, {96, 4096, 7168}, {160, 4096, 7168}},
+      {{40, 7168, 2048}, {76, 7168, 2048}, {168, 7168, 2048}, {72, 7168, 2048},
+       {164, 7168, 2048}, {148, 7168, 2048}, {196, 7168, 2048}, {160, 7168, 2048}},
+      {{192, 3072, 4096}, {320, 3072, 4096}},
+      {{8192, 8192, 1024}},
+  };
+  for (const auto& groups : many_tiles) EXPECT_EQ(build_schedule(groups, 132).max_tile_tokens, 256);
+  // Without the search the policy's width is kept.
+  SchedulePolicy fixed;
+  fixed.tile_auto = false;
+  EXPECT_EQ(build_schedule(case4, 132, fixed).max_tile_tokens, 256);
+  check_schedule(case4, 132, {});
 }
 
 TEST(Schedule, RandomProblems) {
@@ -213,6 +267,8 @@ TEST(Schedule, RandomProblems) {
     policy.split_k = iter % 3 != 0;
     policy.split_auto = iter % 2 == 0;
     policy.class_round = 1 << (iter % 4);  // 1, 2, 4, 8
+    policy.tile_auto = iter % 5 != 0;
+    if (iter % 7 == 0) policy.max_tile_tokens = 8 * (1 + rng() % 32);
     check_schedule(groups, 1 + rng() % 140, policy);
   }
 }
@@ -229,11 +285,12 @@ TEST(Schedule, CostModelParameters) {
     for (int c : s.cta_class) n += c <= SchedulePolicy::kNarrowTokens / 16 ? 1 : 0;
     return n;
   };
-  SchedulePolicy cheap, dear;
+  SchedulePolicy base, cheap, dear;  // at width 256 (a cheap narrow tile also moves the width search)
+  base.tile_auto = cheap.tile_auto = dear.tile_auto = false;
   cheap.narrow_fixed = 100;
   dear.narrow_fixed = 1000;
-  EXPECT_LT(narrow_ctas(cheap), narrow_ctas({}));
-  EXPECT_GT(narrow_ctas(dear), narrow_ctas({}));
+  EXPECT_LT(narrow_ctas(cheap), narrow_ctas(base));
+  EXPECT_GT(narrow_ctas(dear), narrow_ctas(base));
   SchedulePolicy epi;
   epi.epilogue_per_elem = 0.05;
   check_schedule(groups, 132, epi);

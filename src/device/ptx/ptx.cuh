@@ -26,6 +26,10 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* bar, st
                "r"(bytes)
                : "memory");
 }
+// Adds `bytes` to the barrier's expected transaction count of the current phase without arriving.
+__device__ __forceinline__ void mbarrier_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t phase) {
   asm volatile(
       "{\n.reg .pred done;\n"

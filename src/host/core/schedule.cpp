@@ -6,10 +6,11 @@
 
 namespace fp4gemm::detail {
 
-std::vector<std::pair<int, int>> token_tiles(int m) {
+std::vector<std::pair<int, int>> token_tiles(int m, int max_tokens) {
   std::vector<std::pair<int, int>> out;
   if (m <= 0) return out;
-  const int count = (m + SchedulePolicy::kMaxTokens - 1) / SchedulePolicy::kMaxTokens;
+  max_tokens = std::clamp(max_tokens / 8 * 8, 8, SchedulePolicy::kMaxTokens);
+  const int count = (m + max_tokens - 1) / max_tokens;
   int size = (m + count - 1) / count;
   size = (size + 7) / 8 * 8;
   for (int t0 = 0; t0 < m; t0 += size) out.emplace_back(t0, std::min(size, m - t0));
@@ -20,6 +21,7 @@ namespace {
 
 Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {
   Schedule s;
+  s.max_tile_tokens = policy.max_tile_tokens;
   s.act_row0.resize(groups.size());
   // 1. Tiles, group by group; a group's token tiles of one weight row-block are adjacent so
   //    their repeated weight reads are close in time.
@@ -27,7 +29,7 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
   long long tiles256 = 0;
   for (const ScheduleShape& sh : groups) {
     if (sh.m <= 0 || sh.n <= 0 || sh.k <= 0) continue;
-    for (const auto& tt : token_tiles(sh.m)) tiles256 += (sh.n + tile_rows(tt.second, 256) - 1) / tile_rows(tt.second, 256);
+    for (const auto& tt : token_tiles(sh.m, policy.max_tile_tokens)) tiles256 += (sh.n + tile_rows(tt.second, 256) - 1) / tile_rows(tt.second, 256);
   }
   s.narrow_rows = tiles256 >= max_ctas ? 256 : 128;
   int act_rows = 0;
@@ -37,7 +39,7 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
     if (sh.m <= 0 || sh.n <= 0 || sh.k <= 0) continue;
     const int kblocks = (sh.k + SchedulePolicy::kBlockK - 1) / SchedulePolicy::kBlockK;
     s.max_kblocks = std::max(s.max_kblocks, kblocks);
-    const auto toks = token_tiles(sh.m);
+    const auto toks = token_tiles(sh.m, policy.max_tile_tokens);
     for (int row0 = 0; row0 < sh.n; row0 += 128)
       for (const auto& [tok0, ntok] : toks)
         if (row0 % tile_rows(ntok, s.narrow_rows) == 0)
@@ -165,13 +167,31 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
 
 }  // namespace
 
-Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {
+namespace {
+
+// Stream-K or whole tiles at the policy's token-tile width, whichever is estimated cheaper.
+Schedule build_split_or_whole(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {
   Schedule split = build(groups, max_ctas, policy);
   if (!policy.split_k || !policy.split_auto || !split.split()) return split;
   SchedulePolicy whole_policy = policy;
   whole_policy.split_k = false;
   Schedule whole = build(groups, max_ctas, whole_policy);
   return whole.est_makespan <= split.est_makespan ? whole : split;
+}
+
+}  // namespace
+
+Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {
+  Schedule best = build_split_or_whole(groups, max_ctas, policy);
+  if (!policy.tile_auto) return best;
+  for (int width : SchedulePolicy::kTileTokenChoices) {
+    if (width >= policy.max_tile_tokens) continue;
+    SchedulePolicy narrower = policy;
+    narrower.max_tile_tokens = width;
+    Schedule s = build_split_or_whole(groups, max_ctas, narrower);
+    if (s.est_makespan < best.est_makespan) best = std::move(s);  // ties keep the wider tiles
+  }
+  return best;
 }
 
 }  // namespace fp4gemm::detail

@@ -131,6 +131,14 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     policy.split_auto = false;
   }
   if (const char* v = std::getenv("FP4GEMM_HANDOFF_COST")) policy.handoff_per_elem = std::atof(v);
+  // FP4GEMM_TILE_TOKENS=W: token tiles at most W wide (8..256), no search over narrower widths.
+  if (const char* v = std::getenv("FP4GEMM_TILE_TOKENS")) {
+    const int w = std::atoi(v);
+    if (w < 8 || w > SchedulePolicy::kMaxTokens)
+      throw Error("FP4GEMM_TILE_TOKENS", -1, "must be 8..256 (got '" + std::string(v) + "')");
+    policy.max_tile_tokens = w;
+    policy.tile_auto = false;
+  }
   fp.schedule = build_schedule(shapes, device.multiprocessors, policy);
   const Schedule& s = fp.schedule;
   fp.max_kblocks = s.max_kblocks;
@@ -230,6 +238,9 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, s.tiles.size() * sizeof(int)), "plan workspace");
   pr.ring_bytes = ring_bytes;
   pr.narrow_rows = s.narrow_rows;
+  // Weights prefetched into L2 past the ring's first fill while the pre-pass runs (PERF.md v11).
+  pr.prefetch_kblocks = 16;
+  if (const char* v = std::getenv("FP4GEMM_PREFETCH_KB")) pr.prefetch_kblocks = std::clamp(std::atoi(v), 0, 1 << 20);
   pr.layout = options.scale_layout;
 
   FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)
@@ -258,7 +269,8 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
 std::string describe_fast_plan(const FastPlan& fp) {
   using C = KernelConfig;
   std::ostringstream os;
-  os << "tiles " << fp.schedule.tiles.size() << " (256 weight rows x <=128 tokens or 128 x <=256), " << fp.schedule.pieces.size()
+  os << "tiles " << fp.schedule.tiles.size() << " (" << fp.schedule.narrow_rows << " weight rows x <=128 tokens or 128 x <="
+     << fp.schedule.max_tile_tokens << "), " << fp.schedule.pieces.size()
      << " pieces on " << fp.schedule.num_ctas << " CTAs (" << (fp.schedule.split() ? "stream-K" : "whole tiles") << ", imbalance " << fp.schedule.imbalance
      << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
      << std::min(C::kMaxStages, fp.params.ring_bytes / (2 * (C::kHalfWeightBytes + C::kScaleAtomBytes) + C::kActClassBytes))

@@ -135,6 +135,7 @@ struct FusedParams {
   int* flags;                      // one hand-off counter per tile, 0 between runs
   int ring_bytes;  // dynamic shared memory for the ring (the CTA sizes its stages to its width class)
   int narrow_rows;  // weight rows of the <= 128-token tiles (Schedule::narrow_rows: 256 or 128)
+  int prefetch_kblocks;  // k-blocks of weights past the ring's first fill prefetched into L2 at start
   ScaleLayout layout;
 };
 
@@ -762,10 +763,39 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     if (pwarp < kProducerWarps) {
       const int lane = threadIdx.x % 32;
       const bool loads_main = pwarp == 0, loads_scales = pwarp == kProducerWarps - 1;
-      if (pwarp == 0 && lane == 0) ptx::prefetch_tensormap(act_map);
-      // Launched as a programmatic dependent of the activation pre-pass: everything above
-      // overlapped its tail; from here on we read what it (and the scale conversion) wrote.
-      ptx::wait_prerequisites();
+      // Launched as a programmatic dependent of the activation pre-pass, this CTA may start
+      // while the pre-pass still runs. Only the activations come from it: the weights, their
+      // scales (the user's, or the scale conversion's, which finished before the pre-pass began)
+      // and the schedule can be read now. So warp 0 issues the weights of the ring's first fill
+      // (expect_tx without arriving: the stage cannot complete before its activation load is
+      // added below) and prefetches the next p.prefetch_kblocks k-blocks' weights into L2; the
+      // scale warp never waits. Only the activation loads wait for the pre-pass.
+      int pre_issued = 0;  // k-blocks whose weights are already in flight (warp 0, lane 0)
+      if (loads_main && lane == 0) {
+        ptx::prefetch_tensormap(act_map);
+        int budget = stages + p.prefetch_kblocks;
+#ifdef FP4GEMM_ABLATE_LOADS
+        budget = 0;  // the ablation's expect_tx accounting assumes every load is issued in the loop
+#endif
+        for (int pi = begin; pi < end && budget > 0; ++pi) {
+          const WorkPiece piece = p.pieces[pi];
+          const TileDesc tile = p.tiles[piece.tile];
+          const int loaded = tile.row0 + 128 < p.groups[tile.group].n ? halves : 1;
+          const CUtensorMap* wmap = p.weight_maps + 2 * tile.group + (loaded - 1);
+          for (int kb = piece.kb_begin; kb < piece.kb_end && budget > 0; ++kb, --budget) {
+            if (pre_issued < stages) {
+              ptx::mbarrier_expect_tx(&full[pre_issued], loaded * C::kHalfWeightBytes);
+              ptx::tma_load_2d(w_smem + pre_issued * halves * C::kHalfWeightBytes, wmap, &full[pre_issued],
+                               kb * (C::kBlockK / 2), tile.row0);
+              ++pre_issued;
+            } else {
+              ptx::tma_prefetch_2d(wmap, kb * (C::kBlockK / 2), tile.row0);
+            }
+          }
+        }
+        ptx::wait_prerequisites();
+      }
+      int issued = 0;  // k-blocks issued so far (the first pre_issued have their weights in flight)
       int stage = 0;
       std::uint32_t phase = 0;
       FP4GEMM_TRACE_DO(unsigned long long* trace = pwarp == 0 && lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
@@ -806,7 +836,9 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             ptx::mbarrier_arrive_expect_tx(&full[stage], skip ? (skip_w ? 0u : loaded * C::kHalfWeightBytes) : bytes);
             if (!skip_w)
 #else
-            ptx::mbarrier_arrive_expect_tx(&full[stage], bytes);
+            const bool weights_issued = issued < pre_issued;
+            ptx::mbarrier_arrive_expect_tx(&full[stage], weights_issued ? static_cast<std::uint32_t>(act_stage_bytes) : bytes);
+            if (!weights_issued)
 #endif
             ptx::tma_load_2d(w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb * (C::kBlockK / 2),
                              tile.row0);
@@ -846,6 +878,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             }
             ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
           }
+          ++issued;
           if (++stage == stages) { stage = 0; phase ^= 1; }
         }
       }
