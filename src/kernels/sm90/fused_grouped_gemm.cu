@@ -238,9 +238,10 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, s.tiles.size() * sizeof(int)), "plan workspace");
   pr.ring_bytes = ring_bytes;
   pr.narrow_rows = s.narrow_rows;
-  // Weights prefetched into L2 past the ring's first fill while the pre-pass runs (PERF.md v11).
-  pr.prefetch_kblocks = 16;
-  if (const char* v = std::getenv("FP4GEMM_PREFETCH_KB")) pr.prefetch_kblocks = std::clamp(std::atoi(v), 0, 1 << 20);
+  // The ring's first fill of weights is issued while the pre-pass runs (PERF.md v11); measurement
+  // knob FP4GEMM_EARLY_WEIGHTS=0 issues every load after the wait, as before v11.
+  pr.early_kblocks = C::kMaxStages;
+  if (const char* v = std::getenv("FP4GEMM_EARLY_WEIGHTS")) pr.early_kblocks = std::atoi(v) != 0 ? C::kMaxStages : 0;
   pr.layout = options.scale_layout;
 
   FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)

@@ -135,7 +135,7 @@ struct FusedParams {
   int* flags;                      // one hand-off counter per tile, 0 between runs
   int ring_bytes;  // dynamic shared memory for the ring (the CTA sizes its stages to its width class)
   int narrow_rows;  // weight rows of the <= 128-token tiles (Schedule::narrow_rows: 256 or 128)
-  int prefetch_kblocks;  // k-blocks of weights past the ring's first fill prefetched into L2 at start
+  int early_kblocks;  // k-blocks of weights (at most the ring) issued before waiting for the pre-pass
   ScaleLayout layout;
 };
 
@@ -767,32 +767,26 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       // while the pre-pass still runs. Only the activations come from it: the weights, their
       // scales (the user's, or the scale conversion's, which finished before the pre-pass began)
       // and the schedule can be read now. So warp 0 issues the weights of the ring's first fill
-      // (expect_tx without arriving: the stage cannot complete before its activation load is
-      // added below) and prefetches the next p.prefetch_kblocks k-blocks' weights into L2; the
-      // scale warp never waits. Only the activation loads wait for the pre-pass.
+      // before it waits (expect_tx without arriving: a stage cannot complete before its
+      // activation load is added below), and the scale warp never waits.
       int pre_issued = 0;  // k-blocks whose weights are already in flight (warp 0, lane 0)
       if (loads_main && lane == 0) {
         ptx::prefetch_tensormap(act_map);
-        int budget = stages + p.prefetch_kblocks;
-#ifdef FP4GEMM_ABLATE_LOADS
-        budget = 0;  // the ablation's expect_tx accounting assumes every load is issued in the loop
-#endif
-        for (int pi = begin; pi < end && budget > 0; ++pi) {
+#ifndef FP4GEMM_ABLATE_LOADS  // (the ablation's expect_tx accounting assumes loads issued in the loop)
+        const int early = min(stages, p.early_kblocks);
+        for (int pi = begin; pi < end && pre_issued < early; ++pi) {
           const WorkPiece piece = p.pieces[pi];
           const TileDesc tile = p.tiles[piece.tile];
           const int loaded = tile.row0 + 128 < p.groups[tile.group].n ? halves : 1;
           const CUtensorMap* wmap = p.weight_maps + 2 * tile.group + (loaded - 1);
-          for (int kb = piece.kb_begin; kb < piece.kb_end && budget > 0; ++kb, --budget) {
-            if (pre_issued < stages) {
-              ptx::mbarrier_expect_tx(&full[pre_issued], loaded * C::kHalfWeightBytes);
-              ptx::tma_load_2d(w_smem + pre_issued * halves * C::kHalfWeightBytes, wmap, &full[pre_issued],
-                               kb * (C::kBlockK / 2), tile.row0);
-              ++pre_issued;
-            } else {
-              ptx::tma_prefetch_2d(wmap, kb * (C::kBlockK / 2), tile.row0);
-            }
+          for (int kb = piece.kb_begin; kb < piece.kb_end && pre_issued < early; ++kb) {
+            ptx::mbarrier_expect_tx(&full[pre_issued], loaded * C::kHalfWeightBytes);
+            ptx::tma_load_2d(w_smem + pre_issued * halves * C::kHalfWeightBytes, wmap, &full[pre_issued],
+                             kb * (C::kBlockK / 2), tile.row0);
+            ++pre_issued;
           }
         }
+#endif
         ptx::wait_prerequisites();
       }
       int issued = 0;  // k-blocks issued so far (the first pre_issued have their weights in flight)
