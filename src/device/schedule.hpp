@@ -52,11 +52,12 @@ struct SchedulePolicy {
   // to 8), with separate figures for 128-row (wide) and 256-row (narrow) tiles; the owner of a
   // tile also pays its epilogue, epilogue_per_elem * rows * tokens, charged to its k-block 0.
   // Defaults = the v4-v6 model, (tokens + 200) per 128 rows and (tokens + 170) per 128 rows of a
-  // 256-row tile, no epilogue term: fits of per-shape cycles from the trace build (900 + N and
-  // 750 + 5 N, epilogue 0.1 cycles per element) and the grid in docs/PERF.md v8 were slower.
+  // 256-row tile: fits of per-shape cycles from the trace build (900 + N and 750 + 5 N) and the
+  // grid in docs/PERF.md v8 were slower. The epilogue term (0.05 per element, ~0.1 cycles) pays
+  // off since v11's hand-off-aware packing: seed cases 1-2 -1 to -2 %, 512 x 4096 x 2048 -8 %.
   int wide_fixed = 200, wide_per_token = 1;
   int narrow_fixed = 340, narrow_per_token = 2;
-  double epilogue_per_elem = 0;
+  double epilogue_per_elem = 0.05;
   // Width classes are rounded up to a multiple of this (1, 2, 4 or 8): fewer buckets (whole
   // CTAs each) for up to 16 * (class_round - 1) padded token columns per tile.
   int class_round = 1;
@@ -68,6 +69,12 @@ struct SchedulePolicy {
   // (whole tiles: case 4 -11 %, dense 2048^2 x 512 -24 %; stream-K: cases 1-3 +11 to +34 %).
   bool split_auto = true;
   double handoff_per_elem = 1.0 / 16;
+  double owner_read_per_elem = 1.0 / 16;  // the owner's side of a hand-off (per writer)
+  // Stream-K balances the hand-offs and epilogues too (each CTA filled up to a common budget that
+  // includes them, and an owner's reads start after its writers end; build_schedule step 2), not
+  // only the k-blocks (the v4-v10 midpoint split). Measured on the H200 (PERF.md v11): seed case 3
+  // -8 %, 256 x 4096 x 2048 -11 %, dense 8192^2 x 1024 -1.5 %, the rest within +-1 %.
+  bool balance_handoffs = true;
   // Token tiles are at most this wide (token_tiles). With tile_auto the plan also tries every
   // narrower width of kTileTokenChoices and keeps the smallest estimated makespan: when a problem
   // has fewer tiles than CTAs (seed case 4: 96 tiles of 128 x 192 on 132 SMs), narrower token
@@ -98,7 +105,7 @@ struct Schedule {
   int num_slots = 0;              // writer partial buffers needed
   int total_act_rows = 0;
   int max_kblocks = 0;
-  double imbalance = 0;           // max CTA cost / mean CTA cost
+  double imbalance = 0;           // est_makespan / mean CTA cost (hand-offs included)
   double est_makespan = 0;        // max over CTAs of k-block costs + hand-off charges (see split_auto)
   // Weight rows of the narrow (<= 128-token) tiles: 256 when there are at least as many tiles
   // as CTAs that way, else 128 (a small problem would otherwise be cut into many split-K pieces

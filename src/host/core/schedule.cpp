@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace fp4gemm::detail {
 
@@ -81,6 +82,7 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
   // More classes than CTAs: one CTA per class, whole tiles (no split-K: a CTA that is not
   // resident yet must never be waited on).
   const bool split_k = policy.split_k && nb <= max_ctas;
+  const bool fill = split_k && policy.balance_handoffs;
   std::vector<double> bcost(nb, 0.0);
   std::vector<long long> bcap(nb, 0);  // most CTAs a bucket can use
   for (int b = 0; b < nb; ++b)
@@ -88,19 +90,104 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
       bcost[b] += tile_cost(i);
       bcap[b] += split_k ? s.tiles[i].kblocks : 1;
     }
-  // CTAs per bucket: one each, then each further CTA to the bucket with the largest cost per CTA.
+
+  // Hand-off-aware stream-K (policy.balance_handoffs): a bucket's CTAs are filled in order up to
+  // a common budget, each piece paying what it adds besides its k-blocks -- a writer its partial
+  // out (handoff_per_elem per element), the owner of a split tile one partial in (owner_read_per_elem), a tile's
+  // owner its epilogue -- so the CTAs that finish tiles get fewer k-blocks. Pieces end where the
+  // budget does, so a writer piece can only open a CTA and an owner's partial piece only close
+  // one. An owner reads one partial per writer, so it is charged for as many as the rest of its
+  // tile needs (writers of `cap` k-blocks), and it cannot read before its writers are done: a
+  // writer (first in its CTA) ends early enough for the owner's reads to fit the budget, and the
+  // budget fails if the owner's CTA, reads after max(own work, writers' end), overflows it.
+  // pack() returns the CTAs used (a huge count when the budget fails); on_piece(cta, tile,
+  // kb_begin, kb_end) receives the pieces.
+  auto pack = [&](int b, double budget, const auto& on_piece) {
+    int cta = 0;
+    double load = 0;
+    bool overflow = false;
+    for (int i : bucket[classes[b]]) {
+      const int kblocks = s.tiles[i].kblocks;
+      const double kc = kcost[i], hand = policy.handoff_per_elem * elems[i], read = policy.owner_read_per_elem * elems[i];
+      double owner_pre = 0, writer_end = 0;  // the owner's CTA before its reads; its writers' latest end
+      int reads = 0, writers = 0, kb = 0;    // partials the owner was charged for / has
+      while (kb < kblocks) {
+        const int left = kblocks - kb;
+        const double start = kb > 0 ? hand : epi[i];  // partial out, or the epilogue
+        // A writer (always first in its CTA) must end in time for the owner to read its partial.
+        const double limit = kb > 0 ? budget - reads * read : budget;
+        int take = left, w_take = 0;
+        if (load + start + left * kc > limit) {
+          if (kb > 0) {  // a writer going on: as many k-blocks as fit
+            take = std::min(left - 1, static_cast<int>(std::floor((limit - load - start) / kc)));
+          } else {  // an owner, charged one read per writer that the rest of the tile needs
+            take = 0;
+            for (int w = 1; w <= left; ++w) {
+              const int cap = static_cast<int>(std::floor((budget - hand - w * read) / kc));  // per writer
+              const int t = std::min(left - 1, static_cast<int>(std::floor((budget - load - start - w * read) / kc)));
+              if (cap < 1 || t <= 0) break;
+              if ((left - t + cap - 1) / cap <= w) {
+                take = t, w_take = w;
+                break;
+              }
+            }
+          }
+          if (take <= 0) {
+            if (load > 0) {  // nothing fits here: next CTA
+              ++cta, load = 0;
+              continue;
+            }
+            take = 1, w_take = kb > 0 ? 0 : 1;  // an empty CTA takes at least one k-block
+          }
+        }
+        on_piece(cta, i, kb, kb + take);
+        load += start + take * kc;
+        if (w_take > 0) {  // the owner of a split tile: its CTA closes after its reads
+          owner_pre = load, reads = w_take, writers = 0, writer_end = 0;
+          load += reads * read;
+        }
+        if (kb > 0) {  // a writer: the owner finishes after the last partial is in and read
+          writer_end = std::max(writer_end, load);
+          if (std::max(owner_pre, writer_end) + std::max(++writers, reads) * read > budget) overflow = true;
+        }
+        kb += take;
+        if (kb < kblocks) ++cta, load = 0;  // the CTA is full; the tile goes on in the next
+      }
+    }
+    return overflow ? std::numeric_limits<int>::max() : cta + (load > 0 ? 1 : 0);
+  };
+  // The smallest budget (bisection, to 0.1 %) for which bucket b fits `ctas` CTAs.
+  auto min_budget = [&](int b, int ctas) {
+    auto fits = [&](double budget) { return pack(b, budget, [](int, int, int, int) {}) <= ctas; };
+    double lo = 0, hi = std::max(bcost[b] / ctas, 1.0);
+    while (!fits(hi)) lo = hi, hi *= 1.5;
+    for (int it = 0; it < 40 && hi - lo > 1e-3 * hi; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (fits(mid) ? hi : lo) = mid;
+    }
+    return hi;
+  };
+
+  // CTAs per bucket: one each, then each further CTA to the bucket with the largest cost per CTA
+  // (with hand-offs balanced: the largest packed budget).
   std::vector<int> bctas(nb, 1);
+  std::vector<double> budget(nb, 0.0);
+  auto per_cta = [&](int b) { return fill ? budget[b] : bcost[b] / bctas[b]; };
+  if (fill)
+    for (int b = 0; b < nb; ++b) budget[b] = min_budget(b, 1);
   for (int extra = std::max(0, max_ctas - nb); extra > 0; --extra) {
     int best = -1;
     for (int b = 0; b < nb; ++b)
-      if (bctas[b] < bcap[b] && (best < 0 || bcost[b] / bctas[b] > bcost[best] / bctas[best])) best = b;
+      if (bctas[b] < bcap[b] && (best < 0 || per_cta(b) > per_cta(best))) best = b;
     if (best < 0) break;
     ++bctas[best];
+    if (fill) budget[best] = min_budget(best, bctas[best]);
   }
 
-  // 3. Stream-K inside each bucket: every k-block (or whole tile) goes to the bucket CTA whose
-  //    cost range holds its midpoint. Assignments are non-decreasing along the sequence, so each
-  //    CTA's range is contiguous.
+  // 3. Stream-K inside each bucket: with hand-offs balanced, pack() at the bucket's budget;
+  //    otherwise every k-block (or whole tile) goes to the bucket CTA whose cost range holds its
+  //    midpoint. Either way assignments are non-decreasing along the sequence, so each CTA's
+  //    range is contiguous.
   s.cta_begin.assign(1, 0);
   std::vector<double> cta_cost;
   for (int b = 0; b < nb; ++b) {
@@ -117,51 +204,77 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
       }
     };
     auto cta_of = [&](double mid) { return std::min(ctas - 1, static_cast<int>(mid / target)); };
-    for (int i : bucket[classes[b]]) {
+    auto add_piece = [&](std::size_t i, int kb, int end) {
       TileDesc& t = s.tiles[i];
-      if (!split_k) {
-        open_cta(std::max(cta_of(before + 0.5 * tile_cost(i)), current));
-        s.pieces.push_back(WorkPiece{i, 0, t.kblocks, -1});
-        cta_cost[first_cta + current] += tile_cost(i);
-        before += tile_cost(i);
-        continue;
+      WorkPiece piece{static_cast<int>(i), kb, end, -1};
+      if (kb > 0) {  // a writer: partial to a slot, consumed by the owner
+        if (t.writers == 0) t.first_slot = s.num_slots;
+        piece.slot = s.num_slots++;
+        ++t.writers;
       }
-      int kb = 0;
-      while (kb < t.kblocks) {
-        open_cta(std::max(cta_of(before + kb_mid(i, kb)), current));
-        // Extend the piece while the next k-blocks stay on this CTA.
-        int end = kb + 1;
-        while (end < t.kblocks && cta_of(before + kb_mid(i, end)) <= current) ++end;
-        WorkPiece piece{i, kb, end, -1};
-        if (kb > 0) {  // a writer: partial to a slot, consumed by the owner
-          if (t.writers == 0) t.first_slot = s.num_slots;
-          piece.slot = s.num_slots++;
-          ++t.writers;
+      s.pieces.push_back(piece);
+      cta_cost[first_cta + current] += kb_start(i, end) - kb_start(i, kb);
+    };
+    if (fill) {
+      pack(b, budget[b], [&](int cta, int i, int kb, int end) {
+        open_cta(cta);
+        add_piece(i, kb, end);
+      });
+    } else {
+      for (int i : bucket[classes[b]]) {
+        TileDesc& t = s.tiles[i];
+        if (!split_k) {
+          open_cta(std::max(cta_of(before + 0.5 * tile_cost(i)), current));
+          s.pieces.push_back(WorkPiece{i, 0, t.kblocks, -1});
+          cta_cost[first_cta + current] += tile_cost(i);
+          before += tile_cost(i);
+          continue;
         }
-        s.pieces.push_back(piece);
-        cta_cost[first_cta + current] += kb_start(i, end) - kb_start(i, kb);
-        kb = end;
+        int kb = 0;
+        while (kb < t.kblocks) {
+          open_cta(std::max(cta_of(before + kb_mid(i, kb)), current));
+          // Extend the piece while the next k-blocks stay on this CTA.
+          int end = kb + 1;
+          while (end < t.kblocks && cta_of(before + kb_mid(i, end)) <= current) ++end;
+          add_piece(i, kb, end);
+          kb = end;
+        }
+        before += tile_cost(i);
       }
-      before += tile_cost(i);
     }
     open_cta(ctas - 1);
     s.cta_begin.push_back(static_cast<int>(s.pieces.size()));
     s.cta_class.insert(s.cta_class.end(), ctas, classes[b]);
     s.num_ctas += ctas;
   }
-  const double mean = total / s.num_ctas;
-  s.imbalance = *std::max_element(cta_cost.begin(), cta_cost.end()) / mean;
-  // Makespan estimate with the split-K hand-offs: a writer piece charges its CTA, and the owner's
-  // CTA, handoff_per_elem per element of the tile's FP32 partial.
+  // Makespan estimate with the split-K hand-offs: a writer piece charges its CTA handoff_per_elem
+  // per element of the tile's FP32 partial, the owner's CTA owner_read_per_elem per writer, and
+  // the owner cannot start reading before its writers (each first in its CTA) are done.
+  std::vector<double> writers_end(s.tiles.size(), 0.0);
+  for (int c = 0; c < s.num_ctas; ++c)
+    if (s.cta_begin[c] < s.cta_begin[c + 1]) {
+      const WorkPiece& p = s.pieces[s.cta_begin[c]];
+      if (p.slot >= 0)
+        writers_end[p.tile] = std::max(writers_end[p.tile],
+                                       policy.handoff_per_elem * elems[p.tile] + (p.kb_end - p.kb_begin) * kcost[p.tile]);
+    }
+  double sum = 0;
   for (int c = 0; c < s.num_ctas; ++c) {
-    double cost = cta_cost[c];
+    double cost = cta_cost[c], reads = 0;
     for (int pi = s.cta_begin[c]; pi < s.cta_begin[c + 1]; ++pi) {
       const WorkPiece& piece = s.pieces[pi];
-      const int hand_offs = piece.slot >= 0 ? 1 : s.tiles[piece.tile].writers;
-      cost += policy.handoff_per_elem * elems[piece.tile] * hand_offs;
+      if (piece.slot >= 0) {
+        cost += policy.handoff_per_elem * elems[piece.tile];
+      } else if (s.tiles[piece.tile].writers > 0) {  // an owner (last in its CTA)
+        reads = policy.owner_read_per_elem * elems[piece.tile] * s.tiles[piece.tile].writers;
+        cost = std::max(cost, writers_end[piece.tile]);
+      }
     }
+    cost += reads;
     s.est_makespan = std::max(s.est_makespan, cost);
+    sum += cost;
   }
+  s.imbalance = s.est_makespan / (sum / s.num_ctas);
   return s;
 }
 

@@ -130,7 +130,9 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     policy.split_k = std::atoi(v) != 0;
     policy.split_auto = false;
   }
-  if (const char* v = std::getenv("FP4GEMM_HANDOFF_COST")) policy.handoff_per_elem = std::atof(v);
+  if (const char* v = std::getenv("FP4GEMM_HANDOFF_COST")) policy.handoff_per_elem = policy.owner_read_per_elem = std::atof(v);
+  if (const char* v = std::getenv("FP4GEMM_OWNER_COST")) policy.owner_read_per_elem = std::atof(v);
+  if (const char* v = std::getenv("FP4GEMM_BALANCE_HANDOFFS")) policy.balance_handoffs = std::atoi(v) != 0;
   // FP4GEMM_TILE_TOKENS=W: token tiles at most W wide (8..256), no search over narrower widths.
   if (const char* v = std::getenv("FP4GEMM_TILE_TOKENS")) {
     const int w = std::atoi(v);
@@ -281,7 +283,7 @@ std::string describe_fast_plan(const FastPlan& fp) {
 
 #ifdef FP4GEMM_TRACE
 std::string trace_report(Format format) {
-  std::vector<unsigned long long> v(static_cast<std::size_t>(kTraceCtas) * kTraceRoles * kTraceCounters);
+  std::vector<unsigned long long> v(static_cast<std::size_t>(kTraceCtas) * kTraceRoles * kTraceCounters + 2);
   FP4GEMM_CUDA_CHECK(cudaDeviceSynchronize(), "trace");
   FP4GEMM_CUDA_CHECK(format == Format::nvfp4 ? read_trace<Format::nvfp4>(v.data()) : read_trace<Format::mxfp4>(v.data()),
                      "trace");
@@ -310,9 +312,28 @@ std::string trace_report(Format format) {
                   double(at(cta, 2, kTraceIssue)) / pkb);
     os << line;
   }
-  if (active > 0)
+  if (active > 0) {
     os << "busy cycles over " << active << " CTAs: min " << min_busy << " avg " << sum_busy / active << " max " << max_busy
        << " (max/avg " << max_busy / (sum_busy / active) << ")\n";
+    // Timeline (%globaltimer, ns from the pre-pass's first block): when the GEMM's CTAs entered,
+    // got their first stage (consumers) / passed the pre-pass wait (producer), and exited.
+    const unsigned long long t0 = v[v.size() - 2], prepass_end = v[v.size() - 1];
+    auto stats = [&](int role, int c) {
+      double lo = 1e30, hi = -1e30, sum = 0;
+      int n = 0;
+      for (int cta = 0; cta < kTraceCtas; ++cta) {
+        if (at(cta, 0, kTraceKblocks) == 0 || at(cta, role, c) == 0) continue;
+        const double x = static_cast<double>(at(cta, role, c)) - static_cast<double>(t0);
+        lo = std::min(lo, x), hi = std::max(hi, x), sum += x, ++n;
+      }
+      char line[160];
+      std::snprintf(line, sizeof line, "min %8.0f avg %8.0f max %8.0f", lo, n ? sum / n : 0.0, hi);
+      return std::string(line);
+    };
+    os << "timeline (ns from the pre-pass start; pre-pass last store at " << static_cast<double>(prepass_end) - static_cast<double>(t0)
+       << "):\n  GEMM entry        " << stats(0, kTraceEntryNs) << "\n  producer past wait " << stats(2, kTraceFirstNs)
+       << "\n  first stage full  " << stats(0, kTraceFirstNs) << "\n  consumer exit     " << stats(0, kTraceExitNs) << "\n";
+  }
   return os.str();
 }
 #endif

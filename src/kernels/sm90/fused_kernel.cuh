@@ -99,6 +99,9 @@ enum TraceCounter : int {
   kTracePieces,     // work pieces processed
   kTraceTokenKblocks,  // sum over pieces of k-blocks x wgmma N x halves (weights the shape mix)
   kTraceIssue,      // producer: from its `empty` wait to the last load issued
+  kTraceEntryNs,    // %globaltimer (ns) at kernel entry
+  kTraceFirstNs,    // consumers: when the first `full` wait returned; producer: when the pre-pass wait returned
+  kTraceExitNs,     // at exit
   kTraceCounters
 };
 inline constexpr int kTraceCtas = 256, kTraceRoles = 3;
@@ -108,6 +111,12 @@ inline constexpr int kTraceSmemBytes = 4096;
 #ifdef FP4GEMM_TRACE
 namespace {
 __device__ unsigned long long g_trace[kTraceCtas][kTraceRoles][kTraceCounters];
+__device__ unsigned long long g_prepass_ns[2];  // the pre-pass's first block start, last warp end (reset per run)
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 }
 #define FP4GEMM_TRACE_DO(...) __VA_ARGS__
 // The counters live in shared memory (registers would spill), one recording thread per role.
@@ -199,6 +208,7 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
                                                            const int* act_row0, void* out,
                                                            int out_cols, ScaleLayout layout) {
   ptx::launch_dependents();  // the GEMM's CTAs may start their prologue as SMs free up
+  FP4GEMM_TRACE_DO(if (threadIdx.x == 0) atomicMin(&g_prepass_ns[0], globaltimer());)
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
   __shared__ uint4 staging[8][32 * 8];  // per warp: [unit = lane][chunk, XOR-swizzled by lane % 8]
   const int lane = threadIdx.x % 32;
@@ -298,6 +308,7 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
     uint4* d = reinterpret_cast<uint4*>(__shfl_sync(0xFFFFFFFFu, reinterpret_cast<std::uintptr_t>(dst), unit));
     if (d != nullptr) d[cc] = buf[unit * 8 + (cc ^ (unit & 7))];
   }
+  FP4GEMM_TRACE_DO(__syncwarp(); if (lane == 0) atomicMax(&g_prepass_ns[1], globaltimer());)
 }
 
 // Linear weight scales whose rows are not 16-byte multiples (K not a multiple of 16 scale
@@ -605,7 +616,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   auto wait_full = [&] {
     FP4GEMM_TRACE_DO(const long long t0 = clock64();)
     ptx::mbarrier_wait(&full[st.stage], st.phase);
-    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceBarrier, clock64() - t0);)
+    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceBarrier, clock64() - t0);
+                     if (st.trace && st.trace[kTraceFirstNs] == 0) st.trace[kTraceFirstNs] = globaltimer();)
   };
   auto next_stage = [&] {
     if (++st.stage == stages) {
@@ -740,7 +752,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
 
-  FP4GEMM_TRACE_DO(const long long t_start = clock64(); __shared__ unsigned long long s_trace[kTraceRoles][kTraceCounters];
+  FP4GEMM_TRACE_DO(const long long t_start = clock64(); const unsigned long long ns_entry = globaltimer(); __shared__ unsigned long long s_trace[kTraceRoles][kTraceCounters];
                    if (threadIdx.x < kTraceRoles * kTraceCounters) s_trace[threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
@@ -788,6 +800,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         }
 #endif
         ptx::wait_prerequisites();
+        FP4GEMM_TRACE_DO(if (pwarp == 0) s_trace[2][kTraceFirstNs] = globaltimer();)
       }
       int issued = 0;  // k-blocks issued so far (the first pre_issued have their weights in flight)
       int stage = 0;
@@ -879,6 +892,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       FP4GEMM_TRACE_DO(if (trace && blockIdx.x < kTraceCtas) {
         trace[kTraceMainloop] = clock64() - t_loop;
         trace[kTraceTotal] = clock64() - t_start;
+        trace[kTraceEntryNs] = ns_entry;
+        trace[kTraceExitNs] = globaltimer();
         for (int i = 0; i < kTraceCounters; ++i) g_trace[blockIdx.x][2][i] = trace[i];
       })
     }
@@ -927,6 +942,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   }
   FP4GEMM_TRACE_DO(if (st.trace && blockIdx.x < kTraceCtas) {
     st.trace[kTraceTotal] = clock64() - t_start;
+    st.trace[kTraceEntryNs] = ns_entry;
+    st.trace[kTraceExitNs] = globaltimer();
     for (int i = 0; i < kTraceCounters; ++i) g_trace[blockIdx.x][st.cw][i] = st.trace[i];
   })
 }
@@ -939,6 +956,10 @@ cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ct
                   void* act_workspace, int act_cols, dim3 pre_grid, ScaleLayout layout,
                   const ScaleConversion* conversions, dim3 conversion_grid, bool pdl, cudaStream_t stream) {
   if (conversion_grid.y > 0) scales_to_blocked<F><<<conversion_grid, 256, 0, stream>>>(conversions);
+#ifdef FP4GEMM_TRACE
+  const unsigned long long reset[2] = {~0ull, 0ull};
+  cudaMemcpyToSymbolAsync(g_prepass_ns, reset, sizeof reset, 0, cudaMemcpyHostToDevice, stream);
+#endif
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(d_groups, d_act_row0, act_workspace, act_cols, layout);
   // Programmatic dependent launch: the GEMM's CTAs start (barrier set-up, tensor-map prefetch) as
   // the pre-pass drains; its producer waits for the pre-pass with griddepcontrol.wait.
@@ -965,7 +986,8 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
 // Copies the last launch's counters out: [kTraceCtas][kTraceRoles][kTraceCounters].
 template <Format F>
 cudaError_t read_trace(unsigned long long* out) {
-  return cudaMemcpyFromSymbol(out, g_trace, sizeof(g_trace));
+  if (cudaError_t e = cudaMemcpyFromSymbol(out, g_trace, sizeof(g_trace)); e != cudaSuccess) return e;
+  return cudaMemcpyFromSymbol(out + sizeof(g_trace) / sizeof(*out), g_prepass_ns, sizeof(g_prepass_ns));
 }
 #define FP4GEMM_TRACE_INSTANTIATION(PREFIX, F) PREFIX template cudaError_t read_trace<F>(unsigned long long*);
 #else
