@@ -190,7 +190,7 @@ TEST(Schedule, SeedCasesBalanced) {
 
 // Stream-K or whole tiles: the plan keeps the schedule with the smaller estimated makespan
 // (hand-offs charged). On the shapes measured in docs/PERF.md v10-v11 that is the faster one:
-// stream-K for seed cases 1-3 and 256 tokens (T 192: 20.4 us vs 29.7 whole at 256), whole tiles
+// stream-K for seed cases 1-3 and 256 tokens (T 192: 21.2 us vs 29.7 whole at 256), whole tiles
 // for seed case 4 (128 x 128 tiles), dense 2048^2 x 512 and 1024 tokens.
 TEST(Schedule, SplitOrWholeTiles) {
   struct Case {
