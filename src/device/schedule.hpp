@@ -71,7 +71,7 @@ struct SchedulePolicy {
   double handoff_per_elem = 1.0 / 16;
   double owner_read_per_elem = 1.0 / 16;  // the owner's side of a hand-off (per writer)
   // Stream-K balances the hand-offs and epilogues too (each CTA filled up to a common budget that
-  // includes them, and an owner's reads start after its writers end; build_schedule step 2), not
+  // includes them, and an owner's reads start after its writers end; build_schedule step 3), not
   // only the k-blocks (the v4-v10 midpoint split). Measured on the H200 (PERF.md v11): seed case 3
   // -8 %, 256 x 4096 x 2048 -11 %, dense 8192^2 x 1024 -1.5 %, the rest within +-1 %.
   bool balance_handoffs = true;

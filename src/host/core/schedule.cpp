@@ -56,8 +56,10 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
   // 2. Cost of each tile's k-blocks. The kernel compiles one mainloop per token-width class
   //    (tile tokens / 16, rounded up) and a CTA runs a single class, so the tiles are bucketed by
   //    class and every bucket gets its own CTAs (see device/schedule.hpp).
-  // elems: the tile's output (and FP32 partial) elements, rows x tokens rounded to 8.
-  std::vector<double> kcost(s.tiles.size()), epi(s.tiles.size()), elems(s.tiles.size());
+  // elems: the tile's output (and FP32 partial) elements, rows x tokens rounded to 8; a split-K
+  // hand-off costs the writer `hand` and the owner `read` (per writer).
+  const std::size_t nt = s.tiles.size();
+  std::vector<double> kcost(nt), epi(nt), elems(nt), hand(nt), read(nt);
   // Cost of a tile's k-blocks [0, kb): the epilogue is charged to k-block 0 (held by the owner).
   auto kb_start = [&](std::size_t i, int kb) { return kb * kcost[i] + (kb > 0 ? epi[i] : 0.0); };
   auto kb_mid = [&](std::size_t i, int kb) { return 0.5 * (kb_start(i, kb) + kb_start(i, kb + 1)); };
@@ -72,6 +74,8 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
     kcost[i] = std::max(kcost[i], 1.0);
     elems[i] = static_cast<double>(rows) * n;
     epi[i] = policy.epilogue_per_elem * elems[i];
+    hand[i] = policy.handoff_per_elem * elems[i];
+    read[i] = policy.owner_read_per_elem * elems[i];
     total += tile_cost(i);
     bucket[bucket_class(t.ntok, policy.class_round)].push_back(static_cast<int>(i));
   }
@@ -93,8 +97,8 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
 
   // Hand-off-aware stream-K (policy.balance_handoffs): a bucket's CTAs are filled in order up to
   // a common budget, each piece paying what it adds besides its k-blocks -- a writer its partial
-  // out (handoff_per_elem per element), the owner of a split tile one partial in (owner_read_per_elem), a tile's
-  // owner its epilogue -- so the CTAs that finish tiles get fewer k-blocks. Pieces end where the
+  // out (`hand`), the owner of a split tile one partial in per writer (`read`), a tile's owner
+  // its epilogue -- so the CTAs that finish tiles get fewer k-blocks. Pieces end where the
   // budget does, so a writer piece can only open a CTA and an owner's partial piece only close
   // one. An owner reads one partial per writer, so it is charged for as many as the rest of its
   // tile needs (writers of `cap` k-blocks), and it cannot read before its writers are done: a
@@ -108,14 +112,14 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
     bool overflow = false;
     for (int i : bucket[classes[b]]) {
       const int kblocks = s.tiles[i].kblocks;
-      const double kc = kcost[i], hand = policy.handoff_per_elem * elems[i], read = policy.owner_read_per_elem * elems[i];
+      const double kc = kcost[i], part_out = hand[i], part_in = read[i];
       double owner_pre = 0, writer_end = 0;  // the owner's CTA before its reads; its writers' latest end
       int reads = 0, writers = 0, kb = 0;    // partials the owner was charged for / has
       while (kb < kblocks) {
         const int left = kblocks - kb;
-        const double start = kb > 0 ? hand : epi[i];  // partial out, or the epilogue
+        const double start = kb > 0 ? part_out : epi[i];  // partial out, or the epilogue
         // A writer (always first in its CTA) must end in time for the owner to read its partial.
-        const double limit = kb > 0 ? budget - reads * read : budget;
+        const double limit = kb > 0 ? budget - reads * part_in : budget;
         int take = left, w_take = 0;
         if (load + start + left * kc > limit) {
           if (kb > 0) {  // a writer going on: as many k-blocks as fit
@@ -123,8 +127,8 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
           } else {  // an owner, charged one read per writer that the rest of the tile needs
             take = 0;
             for (int w = 1; w <= left; ++w) {
-              const int cap = static_cast<int>(std::floor((budget - hand - w * read) / kc));  // per writer
-              const int t = std::min(left - 1, static_cast<int>(std::floor((budget - load - start - w * read) / kc)));
+              const int cap = static_cast<int>(std::floor((budget - part_out - w * part_in) / kc));  // per writer
+              const int t = std::min(left - 1, static_cast<int>(std::floor((budget - load - start - w * part_in) / kc)));
               if (cap < 1 || t <= 0) break;
               if ((left - t + cap - 1) / cap <= w) {
                 take = t, w_take = w;
@@ -144,11 +148,11 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
         load += start + take * kc;
         if (w_take > 0) {  // the owner of a split tile: its CTA closes after its reads
           owner_pre = load, reads = w_take, writers = 0, writer_end = 0;
-          load += reads * read;
+          load += reads * part_in;
         }
         if (kb > 0) {  // a writer: the owner finishes after the last partial is in and read
           writer_end = std::max(writer_end, load);
-          if (std::max(owner_pre, writer_end) + std::max(++writers, reads) * read > budget) overflow = true;
+          if (std::max(owner_pre, writer_end) + std::max(++writers, reads) * part_in > budget) overflow = true;
         }
         kb += take;
         if (kb < kblocks) ++cta, load = 0;  // the CTA is full; the tile goes on in the next
@@ -255,8 +259,7 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
     if (s.cta_begin[c] < s.cta_begin[c + 1]) {
       const WorkPiece& p = s.pieces[s.cta_begin[c]];
       if (p.slot >= 0)
-        writers_end[p.tile] = std::max(writers_end[p.tile],
-                                       policy.handoff_per_elem * elems[p.tile] + (p.kb_end - p.kb_begin) * kcost[p.tile]);
+        writers_end[p.tile] = std::max(writers_end[p.tile], hand[p.tile] + (p.kb_end - p.kb_begin) * kcost[p.tile]);
     }
   double sum = 0;
   for (int c = 0; c < s.num_ctas; ++c) {
@@ -264,9 +267,9 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
     for (int pi = s.cta_begin[c]; pi < s.cta_begin[c + 1]; ++pi) {
       const WorkPiece& piece = s.pieces[pi];
       if (piece.slot >= 0) {
-        cost += policy.handoff_per_elem * elems[piece.tile];
+        cost += hand[piece.tile];
       } else if (s.tiles[piece.tile].writers > 0) {  // an owner (last in its CTA)
-        reads = policy.owner_read_per_elem * elems[piece.tile] * s.tiles[piece.tile].writers;
+        reads = read[piece.tile] * s.tiles[piece.tile].writers;
         cost = std::max(cost, writers_end[piece.tile]);
       }
     }

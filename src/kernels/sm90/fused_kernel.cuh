@@ -781,6 +781,11 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       // and the schedule can be read now. So warp 0 issues the weights of the ring's first fill
       // before it waits (expect_tx without arriving: a stage cannot complete before its
       // activation load is added below), and the scale warp never waits.
+      // Halves of a tile wholly past N are not loaded (their accumulators are never stored; a
+      // user's blocked scales have only ceil(N/128) atom rows); the weight map's box is `loaded`
+      // halves.
+      auto loaded_halves = [&](const TileDesc& tile) { return tile.row0 + 128 < p.groups[tile.group].n ? halves : 1; };
+      auto weight_map = [&](const TileDesc& tile, int loaded) { return p.weight_maps + 2 * tile.group + (loaded - 1); };
       int pre_issued = 0;  // k-blocks whose weights are already in flight (warp 0, lane 0)
       if (loads_main && lane == 0) {
         ptx::prefetch_tensormap(act_map);
@@ -789,8 +794,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         for (int pi = begin; pi < end && pre_issued < early; ++pi) {
           const WorkPiece piece = p.pieces[pi];
           const TileDesc tile = p.tiles[piece.tile];
-          const int loaded = tile.row0 + 128 < p.groups[tile.group].n ? halves : 1;
-          const CUtensorMap* wmap = p.weight_maps + 2 * tile.group + (loaded - 1);
+          const int loaded = loaded_halves(tile);
+          const CUtensorMap* wmap = weight_map(tile, loaded);
           for (int kb = piece.kb_begin; kb < piece.kb_end && pre_issued < early; ++kb) {
             ptx::mbarrier_expect_tx(&full[pre_issued], loaded * C::kHalfWeightBytes);
             ptx::tma_load_2d(w_smem + pre_issued * halves * C::kHalfWeightBytes, wmap, &full[pre_issued],
@@ -800,7 +805,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         }
 #endif
         ptx::wait_prerequisites();
-        FP4GEMM_TRACE_DO(if (pwarp == 0) s_trace[2][kTraceFirstNs] = globaltimer();)
+        FP4GEMM_TRACE_DO(s_trace[2][kTraceFirstNs] = globaltimer();)
       }
       int issued = 0;  // k-blocks issued so far (the first pre_issued have their weights in flight)
       int stage = 0;
@@ -810,10 +815,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         const WorkPiece piece = p.pieces[pi];
         const TileDesc tile = p.tiles[piece.tile];
         const int rows = p.groups[tile.group].n;
-        // Halves wholly past N are not loaded (their accumulators are never stored; a user's
-        // blocked scales have only ceil(N/128) atom rows).
-        const int loaded = tile.row0 + 128 < rows ? halves : 1;
-        const CUtensorMap* wmap = p.weight_maps + 2 * tile.group + (loaded - 1);  // box of `loaded` halves
+        const int loaded = loaded_halves(tile);
+        const CUtensorMap* wmap = weight_map(tile, loaded);
         const std::uint32_t bytes = loaded * C::kHalfWeightBytes + act_stage_bytes;  // class N >= tile.ntok
         const std::uint8_t* sblk = p.scale_blocked[tile.group];
         const std::uint8_t* slin = p.scale_linear[tile.group];
