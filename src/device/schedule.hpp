@@ -48,15 +48,16 @@ struct SchedulePolicy {
   static constexpr int kNarrowTokens = 128;  // tiles up to this width take 256 weight rows
   static constexpr int kBlockK = 64;
   static constexpr int kWidthClasses = kMaxTokens / 16;  // mainloop instantiations
-  // Cost model (relative units): a k-block of a tile costs fixed + per_token * tokens (rounded up
-  // to 8), with separate figures for 128-row (wide) and 256-row (narrow) tiles; the owner of a
-  // tile also pays its epilogue, epilogue_per_elem * rows * tokens, charged to its k-block 0.
-  // Defaults = the v4-v6 model, (tokens + 200) per 128 rows and (tokens + 170) per 128 rows of a
-  // 256-row tile: fits of per-shape cycles from the trace build (900 + N and 750 + 5 N) and the
-  // grid in docs/PERF.md v8 were slower. The epilogue term (0.05 per element, ~0.1 cycles) pays
-  // off since v11's hand-off-aware packing: seed cases 1-2 -1 to -2 %, 512 x 4096 x 2048 -8 %.
-  int wide_fixed = 200, wide_per_token = 1;
-  int narrow_fixed = 340, narrow_per_token = 2;
+  // Cost model (relative units, ~2.2 SM cycles each): a k-block of a tile costs fixed +
+  // per_token * tokens (rounded up to 8), with separate figures for 128-row (wide) and 256-row
+  // (narrow) tiles; the owner of a tile also pays its epilogue, epilogue_per_elem * rows * tokens.
+  // Defaults: a fit of the trace build's cycles per k-block of every tile shape in seed case 1
+  // (docs/PERF.md v12: wide 815 / 862 / 1063 cycles at 160 / 176 / 248 tokens, narrow 1044 /
+  // 1100 / 1146 / 1284 at 64 / 80 / 96 / 128). The v4-v11 model (200 + n, 340 + 2 n) charged the
+  // wide tiles too little per token, so case 1's 248-token bucket got too few CTAs (-4 % with
+  // the fit). The epilogue term (0.05 per element) pays off since v11's hand-off-aware packing.
+  double wide_fixed = 165, wide_per_token = 1.28;
+  double narrow_fixed = 365, narrow_per_token = 1.7;
   double epilogue_per_elem = 0.05;
   // Width classes are rounded up to a multiple of this (1, 2, 4 or 8): fewer buckets (whole
   // CTAs each) for up to 16 * (class_round - 1) padded token columns per tile.
@@ -82,6 +83,11 @@ struct SchedulePolicy {
   int max_tile_tokens = kMaxTokens;
   bool tile_auto = true;
   static constexpr int kTileTokenChoices[] = {256, 192, 128};
+  // The simpler schedule wins unless the other is estimated cheaper by more than this share:
+  // whole tiles over stream-K, wider token tiles over narrower ones. The estimate leaves out what
+  // makes stream-K and many small tiles dear in practice (an owner's idle wait, more pipeline
+  // fills), and the measured costs are within a few % of the model (docs/PERF.md v12).
+  double simpler_margin = 0.03;
 };
 
 // Weight rows of a tile of `ntok` tokens when narrow tiles take `narrow_rows` (256 or 128; the

@@ -177,9 +177,10 @@ TEST(Schedule, SeedCasesBalanced) {
       const Schedule s = build_schedule(groups, ctas, stream_k), m = build_schedule(groups, ctas, midpoint);
       EXPECT_EQ(s.num_ctas, ctas);
       EXPECT_EQ(m.num_ctas, ctas);
-      // Midpoints balance the k-blocks but not the hand-offs; packing with them in is never
-      // estimated slower.
-      EXPECT_LE(s.est_makespan, m.est_makespan * 1.001) << "groups " << groups.size() << " ctas " << ctas;
+      // Midpoints balance the k-blocks but not the hand-offs. The plan keeps the packing unless
+      // the midpoints estimate cheaper (the packing can lock into a pattern with an idle CTA:
+      // case 3 on 114 CTAs), so it is never estimated slower.
+      EXPECT_LE(s.est_makespan, m.est_makespan) << "groups " << groups.size() << " ctas " << ctas;
     }
   }
   // Seed case 3 (72 tiles of 64 k-blocks on 132 CTAs, every tile split): with the hand-offs in
@@ -226,7 +227,8 @@ TEST(Schedule, SplitOrWholeTiles) {
   // Without hand-off charges, stream-K (balanced within a few k-blocks) always looks cheaper.
   SchedulePolicy free_handoff;
   free_handoff.tile_auto = false;
-  free_handoff.handoff_per_elem = 0;
+  free_handoff.handoff_per_elem = free_handoff.owner_read_per_elem = 0;
+  free_handoff.simpler_margin = 0;
   EXPECT_TRUE(build_schedule(std::vector<ScheduleShape>{{128, 4096, 1536}, {384, 4096, 1536}}, 132, free_handoff).split());
 }
 

@@ -118,8 +118,9 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
       while (kb < kblocks) {
         const int left = kblocks - kb;
         const double start = kb > 0 ? part_out : epi[i];  // partial out, or the epilogue
-        // A writer (always first in its CTA) must end in time for the owner to read its partial.
-        const double limit = kb > 0 ? budget - reads * part_in : budget;
+        // A writer (always first in its CTA) must end in time for the owner to read its partial
+        // and then store the tile.
+        const double limit = kb > 0 ? budget - reads * part_in - epi[i] : budget;
         int take = left, w_take = 0;
         if (load + start + left * kc > limit) {
           if (kb > 0) {  // a writer going on: as many k-blocks as fit
@@ -147,12 +148,12 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
         on_piece(cta, i, kb, kb + take);
         load += start + take * kc;
         if (w_take > 0) {  // the owner of a split tile: its CTA closes after its reads
-          owner_pre = load, reads = w_take, writers = 0, writer_end = 0;
+          owner_pre = load - epi[i], reads = w_take, writers = 0, writer_end = 0;
           load += reads * part_in;
         }
-        if (kb > 0) {  // a writer: the owner finishes after the last partial is in and read
+        if (kb > 0) {  // a writer: the owner reads the last partial in, then stores the tile
           writer_end = std::max(writer_end, load);
-          if (std::max(owner_pre, writer_end) + std::max(++writers, reads) * part_in > budget) overflow = true;
+          if (std::max(owner_pre, writer_end) + std::max(++writers, reads) * part_in + epi[i] > budget) overflow = true;
         }
         kb += take;
         if (kb < kblocks) ++cta, load = 0;  // the CTA is full; the tile goes on in the next
@@ -253,7 +254,8 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
   }
   // Makespan estimate with the split-K hand-offs: a writer piece charges its CTA handoff_per_elem
   // per element of the tile's FP32 partial, the owner's CTA owner_read_per_elem per writer, and
-  // the owner cannot start reading before its writers (each first in its CTA) are done.
+  // the owner cannot start reading before its writers (each first in its CTA) are done; its
+  // epilogue comes after the reads.
   std::vector<double> writers_end(s.tiles.size(), 0.0);
   for (int c = 0; c < s.num_ctas; ++c)
     if (s.cta_begin[c] < s.cta_begin[c + 1]) {
@@ -263,17 +265,17 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
     }
   double sum = 0;
   for (int c = 0; c < s.num_ctas; ++c) {
-    double cost = cta_cost[c], reads = 0;
+    double cost = cta_cost[c], after = 0;
     for (int pi = s.cta_begin[c]; pi < s.cta_begin[c + 1]; ++pi) {
       const WorkPiece& piece = s.pieces[pi];
       if (piece.slot >= 0) {
         cost += hand[piece.tile];
-      } else if (s.tiles[piece.tile].writers > 0) {  // an owner (last in its CTA)
-        reads = read[piece.tile] * s.tiles[piece.tile].writers;
-        cost = std::max(cost, writers_end[piece.tile]);
+      } else if (s.tiles[piece.tile].writers > 0) {  // an owner (last in its CTA): reads, then stores
+        after = read[piece.tile] * s.tiles[piece.tile].writers + epi[piece.tile];
+        cost = std::max(cost - epi[piece.tile], writers_end[piece.tile]);
       }
     }
-    cost += reads;
+    cost += after;
     s.est_makespan = std::max(s.est_makespan, cost);
     sum += cost;
   }
@@ -288,11 +290,20 @@ namespace {
 // Stream-K or whole tiles at the policy's token-tile width, whichever is estimated cheaper.
 Schedule build_split_or_whole(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {
   Schedule split = build(groups, max_ctas, policy);
+  if (policy.split_k && policy.balance_handoffs && split.split()) {
+    // The packing fills CTAs greedily and can lock into a pattern that leaves CTAs idle (seed
+    // case 3 on 114 CTAs: 2 tiles per 3 CTAs, one CTA empty, the other bucket short of one);
+    // the k-block midpoints then estimate cheaper, and are kept.
+    SchedulePolicy midpoints = policy;
+    midpoints.balance_handoffs = false;
+    Schedule m = build(groups, max_ctas, midpoints);
+    if (m.est_makespan < split.est_makespan) split = std::move(m);
+  }
   if (!policy.split_k || !policy.split_auto || !split.split()) return split;
   SchedulePolicy whole_policy = policy;
   whole_policy.split_k = false;
   Schedule whole = build(groups, max_ctas, whole_policy);
-  return whole.est_makespan <= split.est_makespan ? whole : split;
+  return whole.est_makespan <= split.est_makespan * (1 + policy.simpler_margin) ? whole : split;
 }
 
 }  // namespace
@@ -305,7 +316,7 @@ Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas, con
     SchedulePolicy narrower = policy;
     narrower.max_tile_tokens = width;
     Schedule s = build_split_or_whole(groups, max_ctas, narrower);
-    if (s.est_makespan < best.est_makespan) best = std::move(s);  // ties keep the wider tiles
+    if (s.est_makespan * (1 + policy.simpler_margin) < best.est_makespan) best = std::move(s);  // near-ties keep the wider tiles
   }
   return best;
 }

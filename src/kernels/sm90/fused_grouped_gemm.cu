@@ -112,8 +112,8 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   }
   SchedulePolicy policy;
   // Tuning knobs of the cost model (device/schedule.hpp): "fixed:per_token" per k-block.
-  auto knob2 = [](const char* name, int& a, int& b) {
-    if (const char* v = std::getenv(name)) std::sscanf(v, "%d:%d", &a, &b);
+  auto knob2 = [](const char* name, double& a, double& b) {
+    if (const char* v = std::getenv(name)) std::sscanf(v, "%lf:%lf", &a, &b);
   };
   knob2("FP4GEMM_WIDE_COST", policy.wide_fixed, policy.wide_per_token);
   knob2("FP4GEMM_NARROW_COST", policy.narrow_fixed, policy.narrow_per_token);
