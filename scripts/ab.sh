@@ -12,7 +12,7 @@ cases=("case1|--m 80,176,128,72,64,248,96,160 --n 4096 --k 7168" "case2|--m 40,7
 [ -n "${EXTRA:-}" ] && cases+=("t200x2|--m 200,200 --n 4096 --k 2048" "t256|--m 256 --n 4096 --k 2048" "t512|--m 512 --n 4096 --k 2048"
                                "t64x4|--m 64,64,64,64 --n 4096 --k 2048" "t1024|--m 1024 --n 4096 --k 2048")
 for variant in "${@:-base}"; do
-  envs=(); [ "$variant" != base ] && IFS=, read -ra envs <<< "$variant"
+  envs=(); [[ "$variant" == *=* ]] && IFS=, read -ra envs <<< "$variant"
   for c in "${cases[@]}"; do
     name=${c%%|*}; args=${c#*|}
     line=$(timeout 60 env "${envs[@]}" "$B" grouped $args --layout "${LAYOUT:-linear}" --iters ${ITERS:-100} 2>&1 | tail -1)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
@@ -60,6 +61,31 @@ T* upload(const std::vector<T>& v, const char* what) {
   return d;
 }
 
+// The plan's device-side metadata in one allocation of 128-byte aligned parts, so that the
+// pre-pass can prefetch all of it into L2 for the GEMM (PrepassArgs::meta).
+class MetaBlob {
+ public:
+  template <typename T>
+  std::size_t add(const std::vector<T>& v) {
+    const std::size_t offset = (bytes_.size() + 127) / 128 * 128;
+    bytes_.resize(offset + v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes_.data() + offset, v.data(), v.size() * sizeof(T));
+    return offset;
+  }
+  std::size_t size() const { return (bytes_.size() + 127) / 128 * 128; }
+  // One device allocation with the parts (the caller frees it).
+  std::uint8_t* upload(const char* what) {
+    bytes_.resize(size());
+    std::uint8_t* d = nullptr;
+    FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), bytes_.size()), what);
+    FP4GEMM_CUDA_CHECK(cudaMemcpy(d, bytes_.data(), bytes_.size(), cudaMemcpyHostToDevice), what);
+    return d;
+  }
+
+ private:
+  std::vector<std::uint8_t> bytes_;
+};
+
 }  // namespace
 
 struct FastPlan {
@@ -68,8 +94,7 @@ struct FastPlan {
   OutType out_type;
   Schedule schedule;
   FusedParams params{};
-  const GroupParams* d_groups = nullptr;
-  int* d_act_row0 = nullptr;
+  PrepassArgs prepass{};
   void* act_workspace = nullptr;
   int act_cols = 0;
   int num_groups = 0;
@@ -101,7 +126,6 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   fp.format = options.format;
   fp.layout = options.scale_layout;
   fp.out_type = options.out_type;
-  fp.d_groups = d_groups;
   fp.num_groups = static_cast<int>(groups.size());
   if (const char* v = std::getenv("FP4GEMM_NO_PDL")) fp.pdl = std::atoi(v) == 0;  // A/B measurement knob
 
@@ -141,7 +165,15 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     policy.max_tile_tokens = w;
     policy.tile_auto = false;
   }
-  fp.schedule = build_schedule(shapes, device.multiprocessors, policy);
+  // FP4GEMM_MAX_CTAS=N (test knob): at most N CTAs, so that CTAs take several pieces and reuse
+  // their ring's stages (the sanitizer test).
+  int max_ctas = device.multiprocessors;
+  if (const char* v = std::getenv("FP4GEMM_MAX_CTAS")) {
+    const int n = std::atoi(v);
+    if (n < 1) throw Error("FP4GEMM_MAX_CTAS", -1, "must be >= 1 (got '" + std::string(v) + "')");
+    max_ctas = std::min(max_ctas, n);
+  }
+  fp.schedule = build_schedule(shapes, max_ctas, policy);
   const Schedule& s = fp.schedule;
   fp.max_kblocks = s.max_kblocks;
   if (s.tiles.empty()) return plan;
@@ -150,7 +182,8 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 
   // Shared memory: all the device allows; each CTA fits as many stages of its width class as the
   // ring takes (a 256-token stage is 36.5 KB, a 128-token one 25 KB, a 64-token one 17 KB).
-  const std::size_t fixed = 2 * C::kMaxStages * sizeof(std::uint64_t) + C::kEpiBytes + 1024;  // + alignment slack
+  // + alignment slack: 1 KB for the ring's start, 1 KB for the epilogue buffer's
+  const std::size_t fixed = 2 * C::kMaxStages * sizeof(std::uint64_t) + C::kEpiBytes + 2048;
   if (device.smem_per_block_optin < fixed + 2 * C::kStageBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   fp.smem_bytes = device.smem_per_block_optin;
@@ -182,6 +215,36 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
       wmaps[2 * i + w] = make_map_2d(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(g.k) / 2, g.n,
                                      g.ldb, C::kBlockK / 2, C::kWeightBoxRows * (w + 1), CU_TENSOR_MAP_SWIZZLE_NONE,
                                      "groups[].b", static_cast<int>(i));
+  }
+
+  // C maps for the TMA-store epilogue (16-bit outputs): two per group, boxes of 64 n x 64 and
+  // 64 n x 8 tokens, 128-byte swizzle (the epilogue buffer's layout). Taken when CTAs run at
+  // least 4 pieces on average: then the epilogues recur between mainloops and TMA lets the warps
+  // go on (dense 8192^2 x 1024, 16 tiles per CTA: 205 -> 194 us on the H200); with 1-3 pieces
+  // per CTA (seed cases 1-4) it measured 0-2 % slower than the warps' own stores (docs/PERF.md
+  // v12). TMA needs 16-byte multiples for C's row pitch, and it clips a row's end in 16-byte
+  // steps: a store would write up to 7 padding elements past an N that is not a multiple of 8
+  // (measured), so such groups keep the warps' stores (c_tma[group] = 0). FP4GEMM_TMA_STORE=0/1
+  // (measurement and test knob) turns it off / on wherever allowed.
+  std::vector<CUtensorMap> cmaps;
+  std::vector<std::uint8_t> c_tma;
+  int active_ctas = 0;
+  for (int c = 0; c < s.num_ctas; ++c) active_ctas += s.cta_begin[c + 1] > s.cta_begin[c] ? 1 : 0;
+  bool tma_store = s.pieces.size() >= 4 * static_cast<std::size_t>(std::max(1, active_ctas));
+  if (const char* v = std::getenv("FP4GEMM_TMA_STORE"); v && (*v == '0' || *v == '1')) tma_store = *v == '1';
+  if (options.out_type == OutType::f32) tma_store = false;
+  if (tma_store) {
+    cmaps.resize(2 * groups.size());
+    c_tma.assign(groups.size(), 0);
+    const auto type = options.out_type == OutType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const GroupDesc& g = groups[i];
+      if (g.m <= 0 || (g.ldc * 2) % 16 != 0 || g.n % 8 != 0) continue;
+      c_tma[i] = 1;
+      for (int w = 0; w < 2; ++w)
+        cmaps[2 * i + w] = make_map_2d(g.c, type, g.n, g.m, static_cast<std::uint64_t>(g.ldc) * 2, 64, w == 0 ? 64 : 8,
+                                       CU_TENSOR_MAP_SWIZZLE_128B, "groups[].c", static_cast<int>(i));
+    }
   }
 
   // Weight scales: blocked -> 512-byte bulk copies straight from the user's buffer; linear with
@@ -216,19 +279,54 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   for (const ScaleConversion& c : conversions)
     max_words = std::max<std::int64_t>(max_words, static_cast<std::int64_t>((c.rows + 127) / 128) * (((c.cols + 3) / 4 + 7) / 8) * 128);
   fp.conversion_grid = dim3(static_cast<unsigned>((max_words + 255) / 256), static_cast<unsigned>(conversions.size()));
-  fp.d_conversions = fp.keep(upload(conversions, "plan"));
 
+  // Everything the kernels read of the plan in one allocation (MetaBlob), the group table copied
+  // in from the plan's.
+  MetaBlob blob;
+  const std::size_t o_conv = blob.add(conversions), o_sblk = blob.add(sblocked), o_slin = blob.add(slinear),
+                    o_tiles = blob.add(s.tiles), o_pieces = blob.add(s.pieces), o_begin = blob.add(s.cta_begin),
+                    o_class = blob.add(s.cta_class), o_wmaps = blob.add(wmaps), o_amaps = blob.add(amaps),
+                    o_row0 = blob.add(s.act_row0), o_cmaps = blob.add(cmaps), o_ctma = blob.add(c_tma),
+                    o_groups = blob.add(std::vector<GroupParams>(groups.size()));
+  std::uint8_t* meta = fp.keep(blob.upload("plan"));
+  FP4GEMM_CUDA_CHECK(cudaMemcpy(meta + o_groups, d_groups, groups.size() * sizeof(GroupParams), cudaMemcpyDeviceToDevice),
+                     "plan");
+  auto at = [&]<typename T>(std::size_t offset, const std::vector<T>& v) {
+    return v.empty() ? nullptr : reinterpret_cast<T*>(meta + offset);
+  };
+  fp.d_conversions = at(o_conv, conversions);
   FusedParams& pr = fp.params;
-  pr.scale_blocked = fp.keep(upload(sblocked, "plan"));
-  pr.scale_linear = fp.keep(upload(slinear, "plan"));
-  pr.groups = d_groups;
-  pr.tiles = fp.keep(upload(s.tiles, "plan"));
-  pr.pieces = fp.keep(upload(s.pieces, "plan"));
-  pr.cta_begin = fp.keep(upload(s.cta_begin, "plan"));
-  pr.cta_class = fp.keep(upload(s.cta_class, "plan"));
-  pr.weight_maps = fp.keep(upload(wmaps, "plan"));
-  pr.act_maps = fp.keep(upload(amaps, "plan"));
-  fp.d_act_row0 = fp.keep(upload(s.act_row0, "plan"));
+  pr.scale_blocked = at(o_sblk, sblocked);
+  pr.scale_linear = at(o_slin, slinear);
+  pr.groups = reinterpret_cast<const GroupParams*>(meta + o_groups);
+  pr.tiles = at(o_tiles, s.tiles);
+  pr.pieces = at(o_pieces, s.pieces);
+  pr.cta_begin = at(o_begin, s.cta_begin);
+  pr.cta_class = at(o_class, s.cta_class);
+  pr.weight_maps = at(o_wmaps, wmaps);
+  pr.act_maps = at(o_amaps, amaps);
+  pr.c_maps = at(o_cmaps, cmaps);
+  pr.c_tma = at(o_ctma, c_tma);
+
+  // The pre-pass's arguments: the first PrepassArgs::kInline groups by value.
+  PrepassArgs& pa = fp.prepass;
+  for (std::size_t i = 0; i < groups.size() && i < static_cast<std::size_t>(PrepassArgs::kInline); ++i) {
+    const GroupDesc& g = groups[i];
+    pa.inline_groups[i] = PrepassGroup{static_cast<const std::uint8_t*>(g.a), static_cast<const std::uint8_t*>(g.sfa),
+                                       g.lda, g.m, g.k, s.act_row0[i], 0};
+  }
+  pa.inline_count = std::min<int>(PrepassArgs::kInline, static_cast<int>(groups.size()));
+  // Measurement knobs (docs/PERF.md v12): FP4GEMM_PREPASS_INLINE=0 reads every group from the
+  // table in global memory; FP4GEMM_META_PREFETCH=0 leaves the metadata out of L2.
+  if (const char* v = std::getenv("FP4GEMM_PREPASS_INLINE"); v && std::atoi(v) == 0) pa.inline_count = 0;
+  pa.groups = pr.groups;
+  pa.act_row0 = at(o_row0, s.act_row0);
+  pa.out = fp.act_workspace;
+  pa.out_cols = fp.act_cols;
+  pa.layout = options.scale_layout;
+  pa.meta = meta;
+  pa.meta_lines = static_cast<int>(blob.size() / 128);
+  if (const char* v = std::getenv("FP4GEMM_META_PREFETCH"); v && std::atoi(v) == 0) pa.meta_lines = 0;
   if (s.num_slots > 0) {
     FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.partials),
                                   static_cast<std::size_t>(s.num_slots) * C::kPartialFloats * sizeof(float)),
@@ -260,11 +358,9 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   const dim3 pre_grid(static_cast<unsigned>((units + 255) / 256), fp.num_groups);
   const cudaError_t err =
       fp.format == Format::nvfp4
-          ? launch_fused<Format::nvfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
-                                        fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout,
+          ? launch_fused<Format::nvfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.prepass, pre_grid,
                                         fp.d_conversions, fp.conversion_grid, fp.pdl, stream)
-          : launch_fused<Format::mxfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.d_groups,
-                                        fp.d_act_row0, fp.act_workspace, fp.act_cols, pre_grid, fp.layout,
+          : launch_fused<Format::mxfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.prepass, pre_grid,
                                         fp.d_conversions, fp.conversion_grid, fp.pdl, stream);
   FP4GEMM_CUDA_CHECK(err, "run");
 }
@@ -277,7 +373,8 @@ std::string describe_fast_plan(const FastPlan& fp) {
      << " pieces on " << fp.schedule.num_ctas << " CTAs (" << (fp.schedule.split() ? "stream-K" : "whole tiles") << ", imbalance " << fp.schedule.imbalance
      << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
      << std::min(C::kMaxStages, fp.params.ring_bytes / (2 * (C::kHalfWeightBytes + C::kScaleAtomBytes) + C::kActClassBytes))
-     << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem";
+     << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem"
+     << (fp.params.c_maps != nullptr ? ", TMA-store epilogue" : "");
   return os.str();
 }
 

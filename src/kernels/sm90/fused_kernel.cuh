@@ -136,6 +136,11 @@ struct FusedParams {
   const int* cta_class;            // per CTA: its width class (Schedule::cta_class)
   const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows), 64-byte aligned, in global memory
   const CUtensorMap* act_maps;     // per width class n16: the activation workspace, box 16 * n16 rows x 64 k
+  // Two per group over C (box 64 n x 64 tokens, 64 n x 8 tokens; 128-byte swizzle) for the
+  // TMA-store epilogue of 16-bit outputs, or null (f32 output, or the plan keeps the warps'
+  // stores); c_tma[group] = 1 where the group's maps are valid (N a multiple of 8).
+  const CUtensorMap* c_maps;
+  const std::uint8_t* c_tma;
   const std::uint8_t* const* scale_blocked;  // per group: the weight scales in blocked layout
   // Per group: the user's linear weight scales when the producer gathers them itself (rows of a
   // multiple of 4 bytes), else null (then scale_blocked holds a per-run blocked copy).
@@ -185,6 +190,34 @@ __device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t
 // Kernel 1: activations -> exact 16-bit values in wgmma K order
 // ---------------------------------------------------------------------------------------------
 
+// The pre-pass's arguments, passed by value: the first kInline groups' fields live in the
+// kernel's parameter space, so a block's first global load is its own FP4 data (after the L2
+// flush a group-table load first cost a dependent DRAM round trip, ~0.7 us, on every run).
+struct PrepassGroup {
+  const std::uint8_t* a;
+  const std::uint8_t* sfa;
+  std::int64_t lda;  // bytes
+  int m, k;
+  int act_row0;  // first row of the group in the activation workspace
+  int pad_;
+};
+struct PrepassArgs {
+  static constexpr int kInline = 32;
+  PrepassGroup inline_groups[kInline];
+  int inline_count;           // groups [0, inline_count) are in inline_groups (<= kInline)
+  const GroupParams* groups;  // the others (with act_row0)
+  const int* act_row0;
+  void* out;
+  int out_cols;
+  ScaleLayout layout;
+  // The plan's metadata (schedule, tensor maps, group table: one allocation), prefetched into
+  // L2 by the pre-pass so that the GEMM producer's chain of dependent loads to its first TMA
+  // (CTA range -> piece -> tile -> group -> tensor map) hits L2 instead of DRAM.
+  const std::uint8_t* meta;
+  int meta_lines;  // 128-byte lines
+};
+static_assert(sizeof(PrepassArgs) <= 4096, "kernel parameters beyond 4 KB");
+
 template <Format F>
 __device__ __forceinline__ float scale_value(unsigned code) {
   if constexpr (F == Format::nvfp4) {
@@ -204,16 +237,27 @@ __device__ __forceinline__ float scale_value(unsigned code) {
 // that the global stores are coalesced (8 lanes per 128-byte row segment): a thread storing its own
 // eight 16-byte chunks touched 32 rows per instruction and the kernel ran at ~0.3 TB/s.
 template <Format F>
-__global__ void __launch_bounds__(256) dequant_activations(const GroupParams* groups,
-                                                           const int* act_row0, void* out,
-                                                           int out_cols, ScaleLayout layout) {
+__global__ void __launch_bounds__(256) dequant_activations(const __grid_constant__ PrepassArgs args) {
   ptx::launch_dependents();  // the GEMM's CTAs may start their prologue as SMs free up
   FP4GEMM_TRACE_DO(if (threadIdx.x == 0) atomicMin(&g_prepass_ns[0], globaltimer());)
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
   __shared__ uint4 staging[8][32 * 8];  // per warp: [unit = lane][chunk, XOR-swizzled by lane % 8]
   const int lane = threadIdx.x % 32;
+  if (threadIdx.x < 32) {  // the GEMM's metadata into L2, one line per lane of the first blocks
+    const int line = (blockIdx.y * gridDim.x + blockIdx.x) * 32 + lane;
+    if (line < args.meta_lines) ptx::prefetch_l2(args.meta + static_cast<std::int64_t>(line) * 128);
+  }
   uint4* buf = staging[threadIdx.x / 32];
-  const GroupParams g = groups[blockIdx.y];
+  PrepassGroup g;
+  if (static_cast<int>(blockIdx.y) < args.inline_count) {
+    g = args.inline_groups[blockIdx.y];
+  } else {
+    const GroupParams& gp = args.groups[blockIdx.y];
+    g = PrepassGroup{gp.a, gp.sfa, gp.lda, gp.m, gp.k, args.act_row0[blockIdx.y], 0};
+  }
+  void* const out = args.out;
+  const int out_cols = args.out_cols;
+  const ScaleLayout layout = args.layout;
   const int kblocks = (g.k + 63) / 64;
   const int u = blockIdx.x * blockDim.x + threadIdx.x;
   const int m = u / kblocks, kb = u - m * kblocks;
@@ -221,7 +265,7 @@ __global__ void __launch_bounds__(256) dequant_activations(const GroupParams* gr
   const int cols = g.k / kVec;
   using Elem = std::conditional_t<F == Format::nvfp4, __half, __nv_bfloat16>;
   uint4* dst = valid ? reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
-                                                static_cast<std::int64_t>(act_row0[blockIdx.y] + m) * out_cols + kb * 64)
+                                                static_cast<std::int64_t>(g.act_row0 + m) * out_cols + kb * 64)
                      : nullptr;
 
   if (valid) {
@@ -443,11 +487,18 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 
 // 16-bit epilogue of one consumer warpgroup's half: 64 weight rows from n_wg x (8*N8) tokens, 128 tokens per
 // pass, are transposed into shared memory with stmatrix ([token][64 n], 128-byte rows, 16-byte
-// chunks XOR-swizzled by token % 8 so the 8 row addresses of a matrix hit distinct banks), then
-// written as 16-byte chunks of C rows (a chunk crossing N falls back to element stores).
+// chunks XOR-swizzled by token % 8 so the 8 row addresses of a matrix hit distinct banks, which is
+// TMA's 128-byte swizzle on the 1024-byte aligned buffer). With the group's C maps (`cmap`: boxes
+// of 64 n x 64 tokens and 64 n x 8 tokens) one thread stores the pass with TMA and the warpgroup
+// goes on: the stores drain while the next piece's mainloop runs, and TMA clips tokens past M_g and
+// rows past N (in 16-byte steps, so the plan takes this path only when every N is a multiple of 8). Tiles end on a multiple of 8 tokens unless they end the group, so 8-token boxes
+// never reach into the next tile. Without maps (C's rows not 16-byte multiples), the warpgroup
+// writes 16-byte chunks of C rows itself (a chunk crossing N falls back to element stores) -- the
+// v2-v11 epilogue, whose stores stalled the warps for 0.2-0.5 cycles per element mid-kernel.
 template <typename T, int N8, int A>
 __device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const GroupParams& g, const TileDesc& tile,
-                                                int n_wg, int cw, int wtid, float mul, std::uint8_t* epi) {
+                                                int n_wg, int cw, int wtid, float mul, std::uint8_t* epi,
+                                                const CUtensorMap* cmap) {
   using C = KernelConfig;
   const int warp = wtid / 32, lane = wtid % 32;
   const std::uint32_t base = ptx::smem_addr(epi);
@@ -455,7 +506,10 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const Gro
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     constexpr int kJPerPass = C::kEpiTokens / 8;
-    if (pass > 0) ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);  // previous pass read out
+    // The buffer is free once the previous pass (or tile) is read out: by the warpgroup, or by
+    // the TMA stores thread 0 issued (a no-op without any).
+    if (wtid == 0) ptx::bulk_wait_group_read_0();
+    ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);
     // Lane -> row address: matrix i = lane / 8 is (j + i / 2, half i % 2), token row lane % 8.
     // Token m = (jj + mi / 2) * 8 + mrow, so m % 8 = mrow and the swizzled chunk is the same for
     // every jj: one address register plus an immediate offset per jj (separate per-jj addresses
@@ -478,9 +532,21 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const Gro
         ptx::stmatrix_x2_trans(addr, lo0, hi0);  // lanes 0-15 give the addresses
       }
     }
+    const int tokens = min(C::kEpiTokens, tile.ntok - pass * C::kEpiTokens);
+    if (cmap != nullptr) {
+      ptx::fence_proxy_async_shared();  // the stmatrix writes, visible to TMA
+      ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);
+      if (wtid == 0) {
+        const int m0 = tile.tok0 + pass * C::kEpiTokens;
+        int r = 0;
+        for (; r + 64 <= tokens; r += 64) ptx::tma_store_2d(cmap, epi + r * 128, n_wg, m0 + r);
+        for (; r < tokens; r += 8) ptx::tma_store_2d(cmap + 1, epi + r * 128, n_wg, m0 + r);
+        ptx::bulk_commit_group();
+      }
+      continue;
+    }
     ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);
     // Read back: 8 chunks per token row, 16 token rows per sweep of the warpgroup.
-    const int tokens = min(C::kEpiTokens, tile.ntok - pass * C::kEpiTokens);
     const int chunk = wtid % 8;
     const int n0 = n_wg + chunk * 8;
     // m % 8 = (wtid / 8) % 8 for every m of this thread, so the swizzled chunk offset is fixed.
@@ -506,7 +572,6 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const Gro
 #endif
     }
   }
-  ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);  // the buffer is free for the next tile
 }
 
 // Per-thread state of a consumer that survives from piece to piece (the ring position).
@@ -566,12 +631,18 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // NaN codes included): k-block kb has this thread's column iff kb * kColsPerKb < col_end.
   const int col_end = cols - tcol;
   // Arrives on the `empty` barrier of the stage before the current one (its groups are done).
-  // One thread per warpgroup: a wgmma group is a warpgroup operation, so this thread's retiring
-  // wait covers the other warps' wgmmas too, and their LDS of the stage fed registers that those
-  // wgmmas consumed (as in CUTLASS's consumer release).
+  // Every consumer thread arrives, after its own retiring wait, so each thread's LDS of the stage
+  // is ordered before the producer's refill by its own arrive (as CUTLASS's consumer release
+  // does). v9-v11 arrived once per warpgroup, relying on the wgmma being a warpgroup operation;
+  // racecheck flagged the stage refills that this leaves unordered for the other threads once a
+  // test CTA reused its ring's stages (docs/PERF.md v12).
+#ifdef FP4GEMM_RELEASE_PER_WARPGROUP  // measurement only: the v9-v11 release (one thread per warpgroup)
   auto release_previous_stage = [&] {
-    if (st.ctid % 128 == 0) ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]);
+    if (st.ctid % 128 == 0) ptx::mbarrier_arrive_count(&empty[st.stage == 0 ? stages - 1 : st.stage - 1], 128);
   };
+#else
+  auto release_previous_stage = [&] { ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]); };
+#endif
   // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
   auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2]) {
     const std::uint8_t* wrow =
@@ -725,13 +796,14 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   float mul = g.alpha_device ? *g.alpha_device : g.alpha;
   if constexpr (F == Format::nvfp4) mul *= kNvfp4AccScale;
   std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
+  const CUtensorMap* cmap = p.c_maps != nullptr && p.c_tma[tile.group] ? p.c_maps + 2 * tile.group : nullptr;
 #pragma unroll
   for (int h = 0; h < H; ++h) {
     const int n_wg = tile.row0 + h * 128 + st.cw * 64;  // first weight row (n) of this half
     if (n_wg >= g.n) break;                            // (warpgroup-uniform) rows past N
     switch (out_type) {
-      case OutType::f16: store_tile_smem<__half, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi); break;
-      case OutType::bf16: store_tile_smem<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi); break;
+      case OutType::f16: store_tile_smem<__half, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi, cmap); break;
+      case OutType::bf16: store_tile_smem<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi, cmap); break;
       case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
     }
   }
@@ -762,7 +834,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   std::uint8_t* act_smem = smem;                                                // [stages][act_stage_bytes]
   std::uint8_t* w_smem = smem + stages * act_stage_bytes;                       // [stages][halves][4 KB]
   std::uint8_t* s_smem = w_smem + stages * halves * C::kHalfWeightBytes;       // [stages][halves][512 B]
-  std::uint8_t* epi_smem = s_smem + stages * halves * C::kScaleAtomBytes;      // [2][128 tokens][128 B]
+  // [2][128 tokens][128 B], 1024-byte aligned (TMA's 128-byte swizzle atoms; the plan keeps 1 KB spare)
+  std::uint8_t* epi_smem = smem + (stages * (act_stage_bytes + halves * (C::kHalfWeightBytes + C::kScaleAtomBytes)) + 1023) / 1024 * 1024;
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
 
@@ -773,7 +846,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       // full: producer warp 0's lane 0 (expect_tx), producer warp 1's lane 0 (expect_tx or plain)
       // and warp 1's 32 cp.async arrivals
       ptx::mbarrier_init(&full[s], 1 + 1 + 32);
-      ptx::mbarrier_init(&empty[s], C::kConsumerWarpgroups);  // one arrive per consumer warpgroup
+      ptx::mbarrier_init(&empty[s], C::kConsumerThreads);  // one arrive per consumer thread
     }
     ptx::fence_barrier_init();
   }
@@ -900,7 +973,12 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                 }
               }
             }
+#ifdef FP4GEMM_EXP_SCALE_WAITALL  // experiment: racecheck's view of the cp.async completion
+            asm volatile("cp.async.wait_all;" ::: "memory");
+            ptx::mbarrier_arrive(&full[stage]);
+#else
             ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
+#endif
           }
           ++issued;
           if (++stage == stages) { stage = 0; phase ^= 1; }
@@ -957,6 +1035,9 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 #undef FP4GEMM_CASE
     default: break;
   }
+  // The last TMA stores must have read the epilogue buffer before the CTA's shared memory goes
+  // (their global writes complete with the grid, as in CUTLASS's TMA-store epilogue).
+  if (p.c_maps != nullptr && threadIdx.x % 128 == 0) ptx::bulk_wait_group_read_0();
   FP4GEMM_TRACE_DO(if (st.trace && blockIdx.x < kTraceCtas) {
     st.trace[kTraceTotal] = clock64() - t_start;
     st.trace[kTraceEntryNs] = ns_entry;
@@ -969,15 +1050,14 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 // (extern below), so the two instantiations compile in parallel.
 template <Format F>
 cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ctas,
-                  std::size_t smem_bytes, const GroupParams* d_groups, const int* d_act_row0,
-                  void* act_workspace, int act_cols, dim3 pre_grid, ScaleLayout layout,
+                  std::size_t smem_bytes, const PrepassArgs& prepass, dim3 pre_grid,
                   const ScaleConversion* conversions, dim3 conversion_grid, bool pdl, cudaStream_t stream) {
   if (conversion_grid.y > 0) scales_to_blocked<F><<<conversion_grid, 256, 0, stream>>>(conversions);
 #ifdef FP4GEMM_TRACE
   const unsigned long long reset[2] = {~0ull, 0ull};
   cudaMemcpyToSymbolAsync(g_prepass_ns, reset, sizeof reset, 0, cudaMemcpyHostToDevice, stream);
 #endif
-  dequant_activations<F><<<pre_grid, 256, 0, stream>>>(d_groups, d_act_row0, act_workspace, act_cols, layout);
+  dequant_activations<F><<<pre_grid, 256, 0, stream>>>(prepass);
   // Programmatic dependent launch: the GEMM's CTAs start (barrier set-up, tensor-map prefetch) as
   // the pre-pass drains; its producer waits for the pre-pass with griddepcontrol.wait.
   cudaLaunchConfig_t config{};
@@ -1013,8 +1093,8 @@ cudaError_t read_trace(unsigned long long* out) {
 
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
   PREFIX template cudaError_t launch_fused<F>(const FusedParams&, OutType, int, std::size_t, \
-                                       const GroupParams*, const int*, void*, int, dim3, ScaleLayout,     \
-                                       const ScaleConversion*, dim3, bool, cudaStream_t);                 \
+                                       const PrepassArgs&, dim3, const ScaleConversion*, dim3, bool,      \
+                                       cudaStream_t);                                                     \
   PREFIX template cudaError_t set_fused_smem<F>(std::size_t);                                           \
   FP4GEMM_TRACE_INSTANTIATION(PREFIX, F)
 
