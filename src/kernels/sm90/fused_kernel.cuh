@@ -751,17 +751,18 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
                    FP4GEMM_TRACE_ADD(st.trace, kTraceTokenKblocks, (piece.kb_end - piece.kb_begin) * 8 * N8 * H);)
 
   // ---- split-K hand-off (see device/schedule.hpp) ----
+  // Partials: accumulators 4i..4i+3 of half h as one float4 at [(h * kAcc / 4 + i)][thread], so a
+  // warp stores or loads 512 contiguous bytes per instruction (v4-v11: one float per thread and
+  // instruction, 4x the instructions).
+  static_assert(kAcc % 4 == 0, "float4 partials");
   if (piece.slot >= 0) {
-    float* part = p.partials + static_cast<std::int64_t>(piece.slot) * C::kPartialFloats;
+    float4* part = reinterpret_cast<float4*>(p.partials + static_cast<std::int64_t>(piece.slot) * C::kPartialFloats);
 #pragma unroll
     for (int h = 0; h < H; ++h)
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) {
-#if defined(FP4GEMM_ABLATE_STORES) && FP4GEMM_ABLATE_STORES >= 2  // measurement only: no partials
-        if (acc[h][i] == 1.2345f)
-#endif
-        __stcg(part + (h * kAcc + i) * C::kConsumerThreads + st.ctid, acc[h][i]);
-      }
+      for (int i = 0; i < kAcc; i += 4)
+        __stcg(part + (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid,
+               make_float4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]));
     ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
     if (st.ctid == 0) {
       __threadfence();
@@ -776,15 +777,14 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     }
     ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
     for (int w = 0; w < tile.writers; ++w) {  // fixed order: deterministic sums
-      const float* part = p.partials + static_cast<std::int64_t>(tile.first_slot + w) * C::kPartialFloats;
+      const float4* part =
+          reinterpret_cast<const float4*>(p.partials + static_cast<std::int64_t>(tile.first_slot + w) * C::kPartialFloats);
 #pragma unroll
       for (int h = 0; h < H; ++h)
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) {
-#if defined(FP4GEMM_ABLATE_STORES) && FP4GEMM_ABLATE_STORES >= 2
-          if (acc[h][i] == 1.2345f)
-#endif
-          acc[h][i] += __ldcg(part + (h * kAcc + i) * C::kConsumerThreads + st.ctid);
+        for (int i = 0; i < kAcc; i += 4) {
+          const float4 v = __ldcg(part + (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid);
+          acc[h][i] += v.x, acc[h][i + 1] += v.y, acc[h][i + 2] += v.z, acc[h][i + 3] += v.w;
         }
     }
     ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
