@@ -12,6 +12,8 @@
 //   4 three sets    2 with three A register sets and wait<2> (two groups queued behind the
 //                   one being read)
 //   5 no dequant    2 with the dequantisation replaced by one XOR per register (LDS kept)
+// and (v12) the same k-block with the dequantised weights stored into shared memory and read by
+// shared-A wgmma (ss_loop), against variant 2. SS_ONLY=1 stops after that table.
 //
 // Build and run (sm_90a; prints TFLOP/s and the share of variant 0 per shape):
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "device/dequant.cuh"
@@ -477,6 +480,130 @@ void fed_shape(int sms, float* sink, const FedData& d) {
   std::fflush(stdout);
 }
 
+// ---- shared-A wgmma (docs/PERF.md v12 next steps) ------------------------------------------
+template <int A>
+__device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <int A>
+__device__ __forceinline__ void wgmma_ss_m64n96(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <int A>
+__device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <int A>
+__device__ __forceinline__ void wgmma_ss_m64n160(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, %81, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <int N8, int A>
+__device__ __forceinline__ void wgmma_ss(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+  if constexpr (N8 == 8) wgmma_ss_m64n64(d, desc_a, desc_b, scale_d);
+  else if constexpr (N8 == 12) wgmma_ss_m64n96(d, desc_a, desc_b, scale_d);
+  else if constexpr (N8 == 16) wgmma_ss_m64n128(d, desc_a, desc_b, scale_d);
+  else wgmma_ss_m64n160(d, desc_a, desc_b, scale_d);
+}
+
+// Variant "shared A": each k-block's weights are dequantised as in variant 2 but stored (STS.32)
+// into a 128-byte-swizzled K-major A tile per warpgroup and half (8 KB, double-buffered by k-block
+// parity), then fence.proxy.async + a warpgroup barrier, and the wgmmas read A from shared memory:
+// the tensor pipe no longer reads the register file that the next k-block's dequantisation
+// writes. Dequant = false stores the raw words instead (the variant without dequantisation).
+template <int N8, int H, bool Dequant>
+__global__ void __launch_bounds__(kThreads, 1) ss_loop(int kblocks, float* sink) {
+  extern __shared__ __align__(1024) std::uint8_t smem_raw[];
+  std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  constexpr int kAct = act_stage_bytes<N8>();
+  std::uint8_t* act = smem;
+  std::uint8_t* w = smem + kStages * kAct;
+  std::uint8_t* sc = w + kStages * H * 4096;
+  std::uint8_t* abuf = sc + kStages * H * 512;  // [parity][warpgroup][half][64 rows x 128 B], 1024-aligned
+  auto* bars = reinterpret_cast<std::uint64_t*>(abuf + 2 * 2 * H * 8192);
+  fill_ring(act, kStages * kAct, w, kStages * H * 4096, sc, kStages * H * 512);
+  init_static_barriers(bars);
+
+  constexpr int kAcc = 4 * N8;
+  const int cw = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, t = lane % 4;
+  const int row = cw * 64 + warp * 16 + lane / 4, rr = warp * 16 + lane / 4;  // rr: row in the warpgroup's 64
+  const int s_off = (row % 32) * 16 + (row / 32) * 4 + t;
+  float acc[H][kAcc];
+  const std::uint32_t act0 = ptx::smem_addr(act), abuf0 = ptx::smem_addr(abuf);
+  int stage = 0;
+  for (int kb0 = 0; kb0 < kblocks; kb0 += 2)
+#pragma unroll
+  for (int par = 0; par < 2; ++par) {  // unrolled by parity, as the kernel's register sets
+    const int kb = kb0 + par;
+    if (kb >= kblocks) break;
+    ptx::mbarrier_wait(&bars[0], 0);
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      const std::uint8_t* wrow = w + (stage * H + h) * 4096 + row * 32 + t * 8;
+      const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
+      const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * 32);
+      const std::uint8_t* srow = sc + (stage * H + h) * 512 + s_off;
+      std::uint32_t s0, s1;
+      scale_pairs(srow[0] | (static_cast<unsigned>(srow[128]) << 8), s0, s1);
+      std::uint32_t d0[8], d1[8];
+      dequant_row<Dequant>(q0, s0, d0);
+      dequant_row<Dequant>(q1, s1, d1);
+      std::uint8_t* tile = abuf + ((par * 2 + cw) * H + h) * 8192;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {  // register i: k-step i % 4, lower (i < 4) or upper 8 slots
+        const int chunk = 2 * (i % 4) + (i >= 4 ? 1 : 0);
+        *reinterpret_cast<std::uint32_t*>(tile + rr * 128 + ((chunk ^ (rr % 8)) * 16) + 4 * t) = d0[i];
+        *reinterpret_cast<std::uint32_t*>(tile + (rr + 8) * 128 + ((chunk ^ ((rr + 8) % 8)) * 16) + 4 * t) = d1[i];
+      }
+    }
+    ptx::fence_proxy_async_shared();
+    ptx::named_barrier_sync(1 + cw, 128);
+    const std::uint64_t db = ptx::smem_desc_sw128(act0 + stage * kAct);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      const std::uint64_t da = ptx::smem_desc_sw128(abuf0 + ((par * 2 + cw) * H + h) * 8192);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) wgmma_ss<N8>(acc[h], da + 2 * s, db + 2 * s, (kb > 0 || s > 0) ? 1 : 0);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();  // the group that read the other parity's A tile is done
+    if (threadIdx.x % 128 == 0) ptx::mbarrier_arrive(&bars[1]);
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+  }
+  drain_and_sink(acc, sink);
+}
+
+template <int N8, int H, bool Dequant>
+double run_ss(int sms, float* sink) {
+  auto k = ss_loop<N8, H, Dequant>;
+  const int smem = kStages * stage_bytes<N8, H>() + 2 * 2 * H * 8192 + 2048;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const int kblocks = 4000;
+  const float best = best_ms([&](bool warm) { k<<<sms, kThreads, smem>>>(warm ? 64 : kblocks, sink); });
+  const double flops = 2.0 * (128.0 * H) * (8 * N8) * 64 * kblocks * sms;
+  return flops / (best * 1e-3) / 1e12;
+}
+
 template <int N8, int H, int V>
 double run(int sms, float* sink) {
   auto k = consumer_loop<N8, H, V>;
@@ -496,6 +623,13 @@ void shape(int sms, float* sink) {
   std::printf("%3d x %3d |", 128 * H, 8 * N8);
   for (double x : v) std::printf(" %6.1f (%3.0f%%) |", x, 100.0 * x / v[0]);
   std::printf("\n");
+  std::fflush(stdout);
+}
+
+template <int N8, int H>
+void ss_shape(int sms, float* sink) {
+  std::printf("%3d x %3d | register A (variant 2) %6.1f | shared A %6.1f | shared A, no dequant %6.1f\n", 128 * H, 8 * N8,
+              run<N8, H, 2>(sms, sink), run_ss<N8, H, true>(sms, sink), run_ss<N8, H, false>(sms, sink));
   std::fflush(stdout);
 }
 
@@ -525,6 +659,12 @@ int main() {
   shape<20, 1>(sms, sink);
   shape<24, 1>(sms, sink);
   shape<32, 1>(sms, sink);
+  std::printf("\nshared-A wgmma: weights dequantised into a swizzled shared A tile (static data, TFLOP/s)\n");
+  ss_shape<8, 2>(sms, sink);
+  ss_shape<12, 2>(sms, sink);
+  ss_shape<16, 2>(sms, sink);
+  ss_shape<20, 1>(sms, sink);
+  if (std::getenv("SS_ONLY")) return 0;
   std::printf("\nmore consumer warpgroups (static data, TFLOP/s)\n");
   wide_shape<8>(sms, sink);
   wide_shape<10>(sms, sink);
