@@ -973,12 +973,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                 }
               }
             }
-#ifdef FP4GEMM_EXP_SCALE_WAITALL  // experiment: racecheck's view of the cp.async completion
-            asm volatile("cp.async.wait_all;" ::: "memory");
-            ptx::mbarrier_arrive(&full[stage]);
-#else
             ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
-#endif
           }
           ++issued;
           if (++stage == stages) { stage = 0; phase ^= 1; }
