@@ -52,15 +52,6 @@ CUtensorMap make_map_2d(const void* base, CUtensorMapDataType type, std::uint64_
   return map;
 }
 
-template <typename T>
-T* upload(const std::vector<T>& v, const char* what) {
-  if (v.empty()) return nullptr;
-  T* d = nullptr;
-  FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), v.size() * sizeof(T)), what);
-  FP4GEMM_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), what);
-  return d;
-}
-
 // The plan's device-side metadata in one allocation of 128-byte aligned parts, so that the
 // pre-pass can prefetch all of it into L2 for the GEMM (PrepassArgs::meta).
 class MetaBlob {
