@@ -32,6 +32,7 @@
 #include "device/dequant.cuh"
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/wgmma_rs.cuh"
+#include "wgmma_ss.cuh"  // scripts/gen_wgmma.py --ss
 
 using namespace fp4gemm;
 
@@ -153,17 +154,34 @@ __device__ __forceinline__ void issue_kblock(float (&acc)[H][A], const std::uint
   ptx::wgmma_commit();
 }
 
+// The static ring in dynamic shared memory (1024-byte aligned): kStages stages of activations,
+// weights and scale atoms, then `extra` bytes (1024-aligned), then the two static barriers; the
+// ring is filled and the barriers initialised.
+struct StaticRing {
+  std::uint8_t *act, *w, *sc, *extra;
+  std::uint64_t* bars;  // [0] full (done), [1] empty
+};
+template <int N8, int H>
+__device__ StaticRing setup_static_ring(std::uint8_t* smem_raw, int extra) {
+  std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  StaticRing r;
+  r.act = smem;
+  r.w = smem + kStages * act_stage_bytes<N8>();
+  r.sc = r.w + kStages * H * 4096;
+  r.extra = r.sc + kStages * H * 512;
+  r.bars = reinterpret_cast<std::uint64_t*>(r.extra + extra);
+  fill_ring(r.act, kStages * act_stage_bytes<N8>(), r.w, kStages * H * 4096, r.sc, kStages * H * 512);
+  init_static_barriers(r.bars);
+  return r;
+}
+
 template <int N8, int H, int V>
 __global__ void __launch_bounds__(kThreads, 1) consumer_loop(int kblocks, float* sink) {
   extern __shared__ __align__(1024) std::uint8_t smem_raw[];
-  std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   constexpr int kAct = act_stage_bytes<N8>();
-  std::uint8_t* act = smem;
-  std::uint8_t* w = smem + kStages * kAct;
-  std::uint8_t* sc = w + kStages * H * 4096;
-  auto* bars = reinterpret_cast<std::uint64_t*>(sc + kStages * H * 512);  // [0] full (done), [1] empty
-  fill_ring(act, kStages * kAct, w, kStages * H * 4096, sc, kStages * H * 512);
-  init_static_barriers(bars);
+  const StaticRing ring = setup_static_ring<N8, H>(smem_raw, 0);
+  std::uint8_t *act = ring.act, *w = ring.w, *sc = ring.sc;
+  std::uint64_t* bars = ring.bars;
 
   constexpr int kAcc = 4 * N8;
   constexpr bool kBarriers = V >= 2;
@@ -481,50 +499,6 @@ void fed_shape(int sms, float* sink, const FedData& d) {
 }
 
 // ---- shared-A wgmma (docs/PERF.md v12 next steps) ------------------------------------------
-template <int A>
-__device__ __forceinline__ void wgmma_ss_m64n64(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <int A>
-__device__ __forceinline__ void wgmma_ss_m64n96(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <int A>
-__device__ __forceinline__ void wgmma_ss_m64n128(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <int A>
-__device__ __forceinline__ void wgmma_ss_m64n160(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, %81, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-template <int N8, int A>
-__device__ __forceinline__ void wgmma_ss(float (&d)[A], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  if constexpr (N8 == 8) wgmma_ss_m64n64(d, desc_a, desc_b, scale_d);
-  else if constexpr (N8 == 12) wgmma_ss_m64n96(d, desc_a, desc_b, scale_d);
-  else if constexpr (N8 == 16) wgmma_ss_m64n128(d, desc_a, desc_b, scale_d);
-  else wgmma_ss_m64n160(d, desc_a, desc_b, scale_d);
-}
-
 // Variant "shared A": each k-block's weights are dequantised as in variant 2 but stored (STS.32)
 // into a 128-byte-swizzled K-major A tile per warpgroup and half (8 KB, double-buffered by k-block
 // parity), then fence.proxy.async + a warpgroup barrier, and the wgmmas read A from shared memory:
@@ -533,15 +507,11 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[A], std::uint64_t desc_a, st
 template <int N8, int H, bool Dequant>
 __global__ void __launch_bounds__(kThreads, 1) ss_loop(int kblocks, float* sink) {
   extern __shared__ __align__(1024) std::uint8_t smem_raw[];
-  std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
   constexpr int kAct = act_stage_bytes<N8>();
-  std::uint8_t* act = smem;
-  std::uint8_t* w = smem + kStages * kAct;
-  std::uint8_t* sc = w + kStages * H * 4096;
-  std::uint8_t* abuf = sc + kStages * H * 512;  // [parity][warpgroup][half][64 rows x 128 B], 1024-aligned
-  auto* bars = reinterpret_cast<std::uint64_t*>(abuf + 2 * 2 * H * 8192);
-  fill_ring(act, kStages * kAct, w, kStages * H * 4096, sc, kStages * H * 512);
-  init_static_barriers(bars);
+  // extra: the A tiles [parity][warpgroup][half][64 rows x 128 B], 1024-aligned
+  const StaticRing ring = setup_static_ring<N8, H>(smem_raw, 2 * 2 * H * 8192);
+  std::uint8_t *act = ring.act, *w = ring.w, *sc = ring.sc, *abuf = ring.extra;
+  std::uint64_t* bars = ring.bars;
 
   constexpr int kAcc = 4 * N8;
   const int cw = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, t = lane % 4;
