@@ -56,27 +56,25 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
   // 2. Cost of each tile's k-blocks. The kernel compiles one mainloop per token-width class
   //    (tile tokens / 16, rounded up) and a CTA runs a single class, so the tiles are bucketed by
   //    class and every bucket gets its own CTAs (see device/schedule.hpp).
-  // elems: the tile's output (and FP32 partial) elements, rows x tokens rounded to 8; a split-K
-  // hand-off costs the writer `hand` and the owner `read` (per writer).
+  // Per tile: its k-block cost, epilogue, and a split-K hand-off's cost to the writer (`hand`)
+  // and to the owner (`read`, per writer), the last three per output (and FP32 partial) element.
   const std::size_t nt = s.tiles.size();
-  std::vector<double> kcost(nt), epi(nt), elems(nt), hand(nt), read(nt);
+  std::vector<double> kcost(nt), epi(nt), hand(nt), read(nt);
   // Cost of a tile's k-blocks [0, kb): the epilogue is charged to k-block 0 (held by the owner).
   auto kb_start = [&](std::size_t i, int kb) { return kb * kcost[i] + (kb > 0 ? epi[i] : 0.0); };
   auto kb_mid = [&](std::size_t i, int kb) { return 0.5 * (kb_start(i, kb) + kb_start(i, kb + 1)); };
   auto tile_cost = [&](std::size_t i) { return kb_start(i, s.tiles[i].kblocks); };
   std::vector<std::vector<int>> bucket(SchedulePolicy::kWidthClasses + 1);
-  double total = 0;
   for (std::size_t i = 0; i < s.tiles.size(); ++i) {
     const TileDesc& t = s.tiles[i];
     const int rows = tile_rows(t.ntok, s.narrow_rows);
     const int n = (t.ntok + 7) / 8 * 8;
     kcost[i] = rows == 256 ? policy.narrow_fixed + policy.narrow_per_token * n : policy.wide_fixed + policy.wide_per_token * n;
     kcost[i] = std::max(kcost[i], 1.0);
-    elems[i] = static_cast<double>(rows) * n;
-    epi[i] = policy.epilogue_per_elem * elems[i];
-    hand[i] = policy.handoff_per_elem * elems[i];
-    read[i] = policy.owner_read_per_elem * elems[i];
-    total += tile_cost(i);
+    const double elems = static_cast<double>(rows) * n;  // tokens rounded to 8
+    epi[i] = policy.epilogue_per_elem * elems;
+    hand[i] = policy.handoff_per_elem * elems;
+    read[i] = policy.owner_read_per_elem * elems;
     bucket[bucket_class(t.ntok, policy.class_round)].push_back(static_cast<int>(i));
   }
   std::vector<int> classes;
@@ -283,9 +281,6 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
   return s;
 }
 
-}  // namespace
-
-namespace {
 
 // Stream-K or whole tiles at the policy's token-tile width, whichever is estimated cheaper.
 Schedule build_split_or_whole(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {

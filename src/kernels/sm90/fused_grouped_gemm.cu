@@ -236,6 +236,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
         cmaps[2 * i + w] = make_map_2d(g.c, type, g.n, g.m, static_cast<std::uint64_t>(g.ldc) * 2, 64, w == 0 ? 64 : 8,
                                        CU_TENSOR_MAP_SWIZZLE_128B, "groups[].c", static_cast<int>(i));
     }
+    if (std::find(c_tma.begin(), c_tma.end(), 1) == c_tma.end()) cmaps.clear(), c_tma.clear();  // no group qualifies
   }
 
   // Weight scales: blocked -> 512-byte bulk copies straight from the user's buffer; linear with

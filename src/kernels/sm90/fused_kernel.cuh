@@ -491,10 +491,10 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 // TMA's 128-byte swizzle on the 1024-byte aligned buffer). With the group's C maps (`cmap`: boxes
 // of 64 n x 64 tokens and 64 n x 8 tokens) one thread stores the pass with TMA and the warpgroup
 // goes on: the stores drain while the next piece's mainloop runs, and TMA clips tokens past M_g and
-// rows past N (in 16-byte steps, so the plan takes this path only when every N is a multiple of 8). Tiles end on a multiple of 8 tokens unless they end the group, so 8-token boxes
-// never reach into the next tile. Without maps (C's rows not 16-byte multiples), the warpgroup
-// writes 16-byte chunks of C rows itself (a chunk crossing N falls back to element stores) -- the
-// v2-v11 epilogue, whose stores stalled the warps for 0.2-0.5 cycles per element mid-kernel.
+// rows past N (in 16-byte steps, so a group gets maps only when its N is a multiple of 8). Tiles
+// end on a multiple of 8 tokens unless they end the group, so 8-token boxes never reach into the
+// next tile. Without maps (plans with < 4 pieces per CTA, or that group's N), the warpgroup writes
+// 16-byte chunks of C rows itself (a chunk crossing N falls back to element stores).
 template <typename T, int N8, int A>
 __device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const GroupParams& g, const TileDesc& tile,
                                                 int n_wg, int cw, int wtid, float mul, std::uint8_t* epi,
@@ -834,8 +834,10 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   std::uint8_t* act_smem = smem;                                                // [stages][act_stage_bytes]
   std::uint8_t* w_smem = smem + stages * act_stage_bytes;                       // [stages][halves][4 KB]
   std::uint8_t* s_smem = w_smem + stages * halves * C::kHalfWeightBytes;       // [stages][halves][512 B]
-  // [2][128 tokens][128 B], 1024-byte aligned (TMA's 128-byte swizzle atoms; the plan keeps 1 KB spare)
-  std::uint8_t* epi_smem = smem + (stages * (act_stage_bytes + halves * (C::kHalfWeightBytes + C::kScaleAtomBytes)) + 1023) / 1024 * 1024;
+  // [2][128 tokens][128 B] after the ring, 1024-byte aligned (TMA's 128-byte swizzle atoms; the
+  // plan keeps 1 KB spare)
+  const int ring_used = static_cast<int>(s_smem + stages * halves * C::kScaleAtomBytes - smem);
+  std::uint8_t* epi_smem = smem + (ring_used + 1023) / 1024 * 1024;
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
 
