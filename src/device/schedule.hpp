@@ -88,6 +88,9 @@ struct SchedulePolicy {
   // makes stream-K and many small tiles dear in practice (an owner's idle wait, more pipeline
   // fills), and the measured costs are within a few % of the model (docs/PERF.md v12).
   double simpler_margin = 0.03;
+  // Weight rows of the <= 128-token tiles: 0 = the plan decides (256 when that still leaves a tile
+  // per CTA), else 128 or 256 (measurement knob FP4GEMM_NARROW_ROWS).
+  int narrow_rows = 0;
 };
 
 // Weight rows of a tile of `ntok` tokens when narrow tiles take `narrow_rows` (256 or 128; the

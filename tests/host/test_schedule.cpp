@@ -153,7 +153,26 @@ TEST(Schedule, TileRows) {
   EXPECT_EQ(big.narrow_rows, 256);
   EXPECT_EQ(big.tiles.size(), 5u * 16 + 3u * 32);
   // Case 4 (128 and 384 tokens): 16 + 64 = 80 tiles < 132 CTAs -> 128 rows.
-  EXPECT_EQ(build_schedule(std::vector<ScheduleShape>{{128, 4096, 1536}, {384, 4096, 1536}}, 132).narrow_rows, 128);
+  const std::vector<ScheduleShape> case4 = {{128, 4096, 1536}, {384, 4096, 1536}};
+  EXPECT_EQ(build_schedule(case4, 132).narrow_rows, 128);
+  // The policy can fix the height either way (measurement knob FP4GEMM_NARROW_ROWS); the schedule
+  // stays valid, and every narrow tile starts on a multiple of its height.
+  for (int rows : {128, 256}) {
+    SchedulePolicy fixed;
+    fixed.narrow_rows = rows;
+    fixed.tile_auto = false;
+    fixed.max_tile_tokens = 128;
+    const Schedule f = build_schedule(case4, 132, fixed);
+    EXPECT_EQ(f.narrow_rows, rows);
+    EXPECT_EQ(f.tiles.size(), 4u * 4096 / rows);  // 4 token tiles of 128 per row block
+    for (const TileDesc& t : f.tiles) EXPECT_EQ(t.row0 % rows, 0);
+    check_schedule(case4, 132, fixed);
+  }
+  SchedulePolicy fixed128;
+  fixed128.narrow_rows = 128;  // on a problem whose plan would take 256
+  const Schedule f = build_schedule(std::vector<ScheduleShape>{{64, 8192, 7168}, {96, 8192, 7168}, {80, 8192, 7168}}, 132, fixed128);
+  EXPECT_EQ(f.narrow_rows, 128);
+  EXPECT_EQ(f.tiles.size(), 3u * 64);
 }
 
 TEST(Schedule, SeedCasesBalanced) {

@@ -32,7 +32,7 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
     if (sh.m <= 0 || sh.n <= 0 || sh.k <= 0) continue;
     for (const auto& tt : token_tiles(sh.m, policy.max_tile_tokens)) tiles256 += (sh.n + tile_rows(tt.second, 256) - 1) / tile_rows(tt.second, 256);
   }
-  s.narrow_rows = tiles256 >= max_ctas ? 256 : 128;
+  s.narrow_rows = policy.narrow_rows != 0 ? policy.narrow_rows : (tiles256 >= max_ctas ? 256 : 128);
   int act_rows = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {
     const ScheduleShape& sh = groups[g];

@@ -156,6 +156,12 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     policy.max_tile_tokens = w;
     policy.tile_auto = false;
   }
+  // FP4GEMM_NARROW_ROWS=128|256 (measurement knob): weight rows of the <= 128-token tiles.
+  if (const char* v = std::getenv("FP4GEMM_NARROW_ROWS")) {
+    const int r = std::atoi(v);
+    if (r != 128 && r != 256) throw Error("FP4GEMM_NARROW_ROWS", -1, "must be 128 or 256 (got '" + std::string(v) + "')");
+    policy.narrow_rows = r;
+  }
   // FP4GEMM_MAX_CTAS=N (test knob): at most N CTAs, so that CTAs take several pieces and reuse
   // their ring's stages (the sanitizer test).
   int max_ctas = device.multiprocessors;
