@@ -934,6 +934,15 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             const bool skip_w = skip && FP4GEMM_ABLATE_LOADS >= 2;
             ptx::mbarrier_arrive_expect_tx(&full[stage], skip ? (skip_w ? 0u : loaded * C::kHalfWeightBytes) : bytes);
             if (!skip_w)
+#elif defined(FP4GEMM_ABLATE_HALF_LOADS)
+            // Measurement only (wrong results; docs/PERF.md v13): odd k-blocks skip their weight
+            // box (1) or their activation box (2), halving those TMA requests.
+            const bool weights_issued = issued < pre_issued;
+            const bool skip_w = FP4GEMM_ABLATE_HALF_LOADS == 1 && (kb & 1) && !weights_issued;
+            const bool skip_a = FP4GEMM_ABLATE_HALF_LOADS == 2 && (kb & 1);
+            ptx::mbarrier_arrive_expect_tx(&full[stage], (weights_issued || skip_w ? 0u : loaded * C::kHalfWeightBytes) +
+                                                             (skip_a ? 0u : static_cast<std::uint32_t>(act_stage_bytes)));
+            if (!weights_issued && !skip_w)
 #else
             const bool weights_issued = issued < pre_issued;
             ptx::mbarrier_arrive_expect_tx(&full[stage], weights_issued ? static_cast<std::uint32_t>(act_stage_bytes) : bytes);
@@ -943,6 +952,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                              tile.row0);
 #ifdef FP4GEMM_ABLATE_LOADS
             if (!skip)
+#elif defined(FP4GEMM_ABLATE_HALF_LOADS)
+            if (!skip_a)
 #endif
             ptx::tma_load_2d(act_smem + stage * act_stage_bytes, act_map, &full[stage], kb * C::kBlockK,
                              tile.act_row0);
