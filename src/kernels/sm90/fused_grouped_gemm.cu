@@ -285,7 +285,8 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
                     o_tiles = blob.add(s.tiles), o_pieces = blob.add(s.pieces), o_begin = blob.add(s.cta_begin),
                     o_class = blob.add(s.cta_class), o_wmaps = blob.add(wmaps), o_amaps = blob.add(amaps),
                     o_row0 = blob.add(s.act_row0), o_cmaps = blob.add(cmaps), o_ctma = blob.add(c_tma),
-                    o_groups = blob.add(std::vector<GroupParams>(groups.size()));
+                    o_groups = blob.add(std::vector<GroupParams>(groups.size())),
+                    o_first = blob.add(std::vector<ProducerPiece>(s.num_ctas));
   std::uint8_t* meta = fp.keep(blob.upload("plan"));
   FP4GEMM_CUDA_CHECK(cudaMemcpy(meta + o_groups, d_groups, groups.size() * sizeof(GroupParams), cudaMemcpyDeviceToDevice),
                      "plan");
@@ -299,6 +300,26 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   pr.groups = reinterpret_cast<const GroupParams*>(meta + o_groups);
   pr.tiles = at(o_tiles, s.tiles);
   pr.pieces = at(o_pieces, s.pieces);
+  // The producers' record of each CTA's first piece (it holds device addresses inside the blob,
+  // so it is written after the upload).
+  if (!s.pieces.empty()) {
+    std::vector<ProducerPiece> first(s.num_ctas, ProducerPiece{});
+    for (int cta = 0; cta < s.num_ctas; ++cta) {
+      const int halves = halves_of_class(s.cta_class[cta], s.narrow_rows);
+      if (const int pi = s.cta_begin[cta]; pi < s.cta_begin[cta + 1]) {
+        const WorkPiece& piece = s.pieces[pi];
+        const TileDesc& tile = s.tiles[piece.tile];
+        const GroupDesc& g = groups[tile.group];
+        const int loaded = tile.row0 + 128 < g.n ? halves : 1;
+        first[cta] = ProducerPiece{reinterpret_cast<const CUtensorMap*>(meta + o_wmaps) + 2 * tile.group + (loaded - 1),
+                                   sblocked[tile.group], slinear[tile.group], tile.row0, tile.act_row0,
+                                   piece.kb_begin, piece.kb_end, g.n, g.k / vec, loaded, {0, 0, 0}};
+      }
+    }
+    FP4GEMM_CUDA_CHECK(cudaMemcpy(meta + o_first, first.data(), first.size() * sizeof(ProducerPiece), cudaMemcpyHostToDevice),
+                       "plan");
+    pr.first_pieces = reinterpret_cast<const ProducerPiece*>(meta + o_first);
+  }
   pr.cta_begin = at(o_begin, s.cta_begin);
   pr.cta_class = at(o_class, s.cta_class);
   pr.weight_maps = at(o_wmaps, wmaps);

@@ -128,10 +128,27 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 #define FP4GEMM_TRACE_DO(...)
 #endif
 
+// The producer warps' view of one work piece. The plan writes one for each CTA's first piece
+// (v13): one 64-byte load instead of the chain piece -> tile -> group -> scale pointers / weight
+// map, whose dependent misses set the time of the ring's first fill (docs/PERF.md v13). Later
+// pieces are read through the chain (records for every piece cost dense1 2.6 %).
+struct ProducerPiece {
+  const CUtensorMap* wmap;   // the tile's weight map (box of its `loaded` halves)
+  const std::uint8_t* sblk;  // the group's blocked weight scales, or null
+  const std::uint8_t* slin;  // the group's linear weight scales when the producer gathers them, or null
+  int row0, act_row0;        // the tile's first weight row and first activation-workspace row
+  int kb_begin, kb_end;      // the piece's k-blocks
+  int rows, cols;            // the group's N and weight-scale columns (K / 16 or K / 32)
+  int loaded;                // halves loaded: the class's, or 1 where the second half lies past N
+  int pad_[3];
+};
+static_assert(sizeof(ProducerPiece) == 64, "one 64-byte record per piece");
+
 struct FusedParams {
   const GroupParams* groups;
   const TileDesc* tiles;
   const WorkPiece* pieces;
+  const ProducerPiece* first_pieces;  // per CTA: its first piece (CTAs without pieces: unused)
   const int* cta_begin;
   const int* cta_class;            // per CTA: its width class (Schedule::cta_class)
   const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows), 64-byte aligned, in global memory
@@ -873,22 +890,29 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       // Halves of a tile wholly past N are not loaded (their accumulators are never stored; a
       // user's blocked scales have only ceil(N/128) atom rows); the weight map's box is `loaded`
       // halves.
-      auto loaded_halves = [&](const TileDesc& tile) { return tile.row0 + 128 < p.groups[tile.group].n ? halves : 1; };
-      auto weight_map = [&](const TileDesc& tile, int loaded) { return p.weight_maps + 2 * tile.group + (loaded - 1); };
+      constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
+      auto piece_info = [&](int pi) {
+        if (pi == begin) return p.first_pieces[blockIdx.x];
+        const WorkPiece piece = p.pieces[pi];
+        const TileDesc tile = p.tiles[piece.tile];
+        const int n = p.groups[tile.group].n;
+        const int loaded = tile.row0 + 128 < n ? halves : 1;
+        return ProducerPiece{p.weight_maps + 2 * tile.group + (loaded - 1), p.scale_blocked[tile.group],
+                             p.scale_linear[tile.group], tile.row0, tile.act_row0, piece.kb_begin, piece.kb_end, n,
+                             p.groups[tile.group].k / kVec, loaded, {0, 0, 0}};
+      };
       int pre_issued = 0;  // k-blocks whose weights are already in flight (warp 0, lane 0)
       if (loads_main && lane == 0) {
         ptx::prefetch_tensormap(act_map);
 #ifndef FP4GEMM_ABLATE_LOADS  // (the ablation's expect_tx accounting assumes loads issued in the loop)
         const int early = min(stages, p.early_kblocks);
         for (int pi = begin; pi < end && pre_issued < early; ++pi) {
-          const WorkPiece piece = p.pieces[pi];
-          const TileDesc tile = p.tiles[piece.tile];
-          const int loaded = loaded_halves(tile);
-          const CUtensorMap* wmap = weight_map(tile, loaded);
-          for (int kb = piece.kb_begin; kb < piece.kb_end && pre_issued < early; ++kb) {
+          const ProducerPiece pp = piece_info(pi);
+          const int loaded = pp.loaded;
+          for (int kb = pp.kb_begin; kb < pp.kb_end && pre_issued < early; ++kb) {
             ptx::mbarrier_expect_tx(&full[pre_issued], loaded * C::kHalfWeightBytes);
-            ptx::tma_load_2d(w_smem + pre_issued * halves * C::kHalfWeightBytes, wmap, &full[pre_issued],
-                             kb * (C::kBlockK / 2), tile.row0);
+            ptx::tma_load_2d(w_smem + pre_issued * halves * C::kHalfWeightBytes, pp.wmap, &full[pre_issued],
+                             kb * (C::kBlockK / 2), pp.row0);
             ++pre_issued;
           }
         }
@@ -901,27 +925,26 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       std::uint32_t phase = 0;
       FP4GEMM_TRACE_DO(unsigned long long* trace = pwarp == 0 && lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
       for (int pi = begin; pi < end; ++pi) {
-        const WorkPiece piece = p.pieces[pi];
-        const TileDesc tile = p.tiles[piece.tile];
-        const int rows = p.groups[tile.group].n;
-        const int loaded = loaded_halves(tile);
-        const CUtensorMap* wmap = weight_map(tile, loaded);
-        const std::uint32_t bytes = loaded * C::kHalfWeightBytes + act_stage_bytes;  // class N >= tile.ntok
-        const std::uint8_t* sblk = p.scale_blocked[tile.group];
-        const std::uint8_t* slin = p.scale_linear[tile.group];
+        const ProducerPiece pp = piece_info(pi);
+        const int rows = pp.rows;
+        const int loaded = pp.loaded;
+        const CUtensorMap* wmap = pp.wmap;
+        const std::uint32_t bytes = loaded * C::kHalfWeightBytes + act_stage_bytes;  // class N >= tile tokens
+        const std::uint8_t* sblk = pp.sblk;
+        const std::uint8_t* slin = pp.slin;
         constexpr int kColsPerKb = F == Format::nvfp4 ? 4 : 2;
-        const int cols = p.groups[tile.group].k / (F == Format::nvfp4 ? 16 : 32);
+        const int cols = pp.cols;
         const int col_blocks = (cols + 3) / 4;
         // Linear scales, gathered into the blocked atoms: row r's 4 columns go to byte
         // (r % 32) * 16 + (r / 32) * 4 of its half's atom, so lane l fills bytes 16l..16l+15
         // (rows l + 32q) of each. Rows past N are zero-filled (their weights are TMA's zero fill).
-        const std::uint8_t* lane_src = slin + static_cast<std::int64_t>(tile.row0 + lane) * cols;
+        const std::uint8_t* lane_src = slin + static_cast<std::int64_t>(pp.row0 + lane) * cols;
         const std::int64_t row32 = static_cast<std::int64_t>(32) * cols;
         // Bit 4h + q: row row0 + 128h + 32q + lane exists.
         unsigned valid_rows = 0;
 #pragma unroll
-        for (int i = 0; i < 4 * C::kMaxHalves; ++i) valid_rows |= (tile.row0 + 32 * i + lane < rows ? 1u : 0u) << i;
-        for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
+        for (int i = 0; i < 4 * C::kMaxHalves; ++i) valid_rows |= (pp.row0 + 32 * i + lane < rows ? 1u : 0u) << i;
+        for (int kb = pp.kb_begin; kb < pp.kb_end; ++kb) {
           FP4GEMM_TRACE_DO(const long long t0 = clock64();)
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           FP4GEMM_TRACE_DO(const long long t1 = clock64(); FP4GEMM_TRACE_ADD(trace, kTraceBarrier, t1 - t0);
@@ -930,7 +953,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 #ifdef FP4GEMM_ABLATE_LOADS
             // Measurement only (wrong results; docs/PERF.md v7): after the ring's first fill, no
             // activation loads (1), and no weight loads either (2).
-            const bool skip = pi > begin || kb >= piece.kb_begin + stages;
+            const bool skip = pi > begin || kb >= pp.kb_begin + stages;
             const bool skip_w = skip && FP4GEMM_ABLATE_LOADS >= 2;
             ptx::mbarrier_arrive_expect_tx(&full[stage], skip ? (skip_w ? 0u : loaded * C::kHalfWeightBytes) : bytes);
             if (!skip_w)
@@ -949,16 +972,16 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             if (!weights_issued)
 #endif
             ptx::tma_load_2d(w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb * (C::kBlockK / 2),
-                             tile.row0);
+                             pp.row0);
 #ifdef FP4GEMM_ABLATE_LOADS
             if (!skip)
 #elif defined(FP4GEMM_ABLATE_HALF_LOADS)
             if (!skip_a)
 #endif
             ptx::tma_load_2d(act_smem + stage * act_stage_bytes, act_map, &full[stage], kb * C::kBlockK,
-                             tile.act_row0);
+                             pp.act_row0);
 #ifdef FP4GEMM_PREFETCH  // experiment: the weights of k-block kb + stages into L2 now
-            if (kb + stages < piece.kb_end) ptx::tma_prefetch_2d(wmap, (kb + stages) * (C::kBlockK / 2), tile.row0);
+            if (kb + stages < pp.kb_end) ptx::tma_prefetch_2d(wmap, (kb + stages) * (C::kBlockK / 2), pp.row0);
 #endif
           }
           FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceIssue, clock64() - t1);)
@@ -969,7 +992,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                 ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * C::kScaleAtomBytes);
                 for (int h = 0; h < loaded; ++h)
                   ptx::bulk_load(s_stage + h * C::kScaleAtomBytes,
-                                 sblk + (static_cast<std::int64_t>(tile.row0 / 128 + h) * col_blocks + kb * kColsPerKb / 4) *
+                                 sblk + (static_cast<std::int64_t>(pp.row0 / 128 + h) * col_blocks + kb * kColsPerKb / 4) *
                                             C::kScaleAtomBytes,
                                  C::kScaleAtomBytes, &full[stage]);
               }
