@@ -13,6 +13,21 @@ using namespace fp4gemm::detail;
 
 namespace {
 
+// The seed suite's shapes (SPEC 4): case 1..4 as {M_g, N, K} per group.
+std::vector<ScheduleShape> seed_case(int index) {
+  auto same_nk = [](std::initializer_list<int> ms, int n, int k) {
+    std::vector<ScheduleShape> v;
+    for (int m : ms) v.push_back({m, n, k});
+    return v;
+  };
+  switch (index) {
+    case 1: return same_nk({80, 176, 128, 72, 64, 248, 96, 160}, 4096, 7168);
+    case 2: return same_nk({40, 76, 168, 72, 164, 148, 196, 160}, 7168, 2048);
+    case 3: return same_nk({192, 320}, 3072, 4096);
+    default: return same_nk({128, 384}, 4096, 1536);
+  }
+}
+
 void check_schedule(const std::vector<ScheduleShape>& groups, int ctas, const SchedulePolicy& policy) {
   const Schedule s = build_schedule(groups, ctas, policy);
   SCOPED_TRACE(::testing::Message() << "groups=" << groups.size() << " ctas=" << ctas << " split=" << policy.split_k);
@@ -146,14 +161,11 @@ TEST(Schedule, TileRows) {
   EXPECT_EQ(small.narrow_rows, 128);
   ASSERT_EQ(small.tiles.size(), 8u);
   // Enough tiles for every CTA: 256 rows (case 1 of the seed suite: 5 narrow groups x 16 + 3 wide x 32).
-  const Schedule big = build_schedule(std::vector<ScheduleShape>{{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168},
-                                                                 {72, 4096, 7168}, {64, 4096, 7168}, {248, 4096, 7168},
-                                                                 {96, 4096, 7168}, {160, 4096, 7168}},
-                                      132);
+  const Schedule big = build_schedule(seed_case(1), 132);
   EXPECT_EQ(big.narrow_rows, 256);
   EXPECT_EQ(big.tiles.size(), 5u * 16 + 3u * 32);
   // Case 4 (128 and 384 tokens): 16 + 64 = 80 tiles < 132 CTAs -> 128 rows.
-  const std::vector<ScheduleShape> case4 = {{128, 4096, 1536}, {384, 4096, 1536}};
+  const std::vector<ScheduleShape> case4 = seed_case(4);
   EXPECT_EQ(build_schedule(case4, 132).narrow_rows, 128);
   // The policy can fix the height either way (measurement knob FP4GEMM_NARROW_ROWS); the schedule
   // stays valid, and every narrow tile starts on a multiple of its height.
@@ -176,14 +188,7 @@ TEST(Schedule, TileRows) {
 }
 
 TEST(Schedule, SeedCasesBalanced) {
-  const std::vector<std::vector<ScheduleShape>> cases = {
-      {{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168}, {72, 4096, 7168},
-       {64, 4096, 7168}, {248, 4096, 7168}, {96, 4096, 7168}, {160, 4096, 7168}},
-      {{40, 7168, 2048}, {76, 7168, 2048}, {168, 7168, 2048}, {72, 7168, 2048},
-       {164, 7168, 2048}, {148, 7168, 2048}, {196, 7168, 2048}, {160, 7168, 2048}},
-      {{192, 3072, 4096}, {320, 3072, 4096}},
-      {{128, 4096, 1536}, {384, 4096, 1536}},
-  };
+  const std::vector<std::vector<ScheduleShape>> cases = {seed_case(1), seed_case(2), seed_case(3), seed_case(4)};
   SchedulePolicy stream_k, midpoint;  // hand-off-aware packing / k-block midpoints
   stream_k.split_auto = midpoint.split_auto = false;
   stream_k.tile_auto = midpoint.tile_auto = false;
@@ -204,7 +209,7 @@ TEST(Schedule, SeedCasesBalanced) {
   }
   // Seed case 3 (72 tiles of 64 k-blocks on 132 CTAs, every tile split): with the hand-offs in
   // the packing, the estimate is well below the midpoints' (measured: 36.0 -> 33.2 us, PERF.md v11).
-  const std::vector<ScheduleShape> case3 = {{192, 3072, 4096}, {320, 3072, 4096}};
+  const std::vector<ScheduleShape> case3 = seed_case(3);
   EXPECT_LT(build_schedule(case3, 132, stream_k).est_makespan, 0.95 * build_schedule(case3, 132, midpoint).est_makespan);
 }
 
@@ -218,12 +223,10 @@ TEST(Schedule, SplitOrWholeTiles) {
     bool whole_faster;
   };
   const std::vector<Case> cases = {
-      {{{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168}, {72, 4096, 7168},
-        {64, 4096, 7168}, {248, 4096, 7168}, {96, 4096, 7168}, {160, 4096, 7168}}, false},
-      {{{40, 7168, 2048}, {76, 7168, 2048}, {168, 7168, 2048}, {72, 7168, 2048},
-        {164, 7168, 2048}, {148, 7168, 2048}, {196, 7168, 2048}, {160, 7168, 2048}}, false},
-      {{{192, 3072, 4096}, {320, 3072, 4096}}, false},
-      {{{128, 4096, 1536}, {384, 4096, 1536}}, true},
+      {seed_case(1), false},
+      {seed_case(2), false},
+      {seed_case(3), false},
+      {seed_case(4), true},
       {{{2048, 2048, 512}}, true},
       {{{1024, 4096, 2048}}, true},
       {{{256, 4096, 2048}}, false},
@@ -248,14 +251,14 @@ TEST(Schedule, SplitOrWholeTiles) {
   free_handoff.tile_auto = false;
   free_handoff.handoff_per_elem = free_handoff.owner_read_per_elem = 0;
   free_handoff.simpler_margin = 0;
-  EXPECT_TRUE(build_schedule(std::vector<ScheduleShape>{{128, 4096, 1536}, {384, 4096, 1536}}, 132, free_handoff).split());
+  EXPECT_TRUE(build_schedule(seed_case(4), 132, free_handoff).split());
 }
 
 // Token-tile width: the plan also tries narrower token tiles and keeps the smallest estimated
 // makespan. Seed case 4 (96 tiles of 128 x <=192 on 132 CTAs at width 256) gets 128 whole
 // 128 x 128 tiles; seed cases 1-3, whose tiles outnumber the CTAs, keep width 256.
 TEST(Schedule, TokenTileWidth) {
-  const std::vector<ScheduleShape> case4 = {{128, 4096, 1536}, {384, 4096, 1536}};
+  const std::vector<ScheduleShape> case4 = seed_case(4);
   const Schedule a = build_schedule(case4, 132);
   EXPECT_EQ(a.max_tile_tokens, 128);
   EXPECT_FALSE(a.split());
@@ -269,14 +272,7 @@ TEST(Schedule, TokenTileWidth) {
     EXPECT_EQ(f.max_tile_tokens, width);
     EXPECT_LE(a.est_makespan, f.est_makespan) << "width " << width;
   }
-  const std::vector<std::vector<ScheduleShape>> many_tiles = {
-      {{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168}, {72, 4096, 7168},
-       {64, 4096, 7168}, {248, 4096, 7168}, {96, 4096, 7168}, {160, 4096, 7168}},
-      {{40, 7168, 2048}, {76, 7168, 2048}, {168, 7168, 2048}, {72, 7168, 2048},
-       {164, 7168, 2048}, {148, 7168, 2048}, {196, 7168, 2048}, {160, 7168, 2048}},
-      {{192, 3072, 4096}, {320, 3072, 4096}},
-      {{8192, 8192, 1024}},
-  };
+  const std::vector<std::vector<ScheduleShape>> many_tiles = {seed_case(1), seed_case(2), seed_case(3), {{8192, 8192, 1024}}};
   for (const auto& groups : many_tiles) EXPECT_EQ(build_schedule(groups, 132).max_tile_tokens, 256);
   // Without the search the policy's width is kept.
   SchedulePolicy fixed;
@@ -309,9 +305,7 @@ TEST(Schedule, RandomProblems) {
 // The cost model steers the split: a dearer 256-row k-block gives the narrow buckets more CTAs,
 // and an epilogue term keeps every schedule valid and balanced by its own measure.
 TEST(Schedule, CostModelParameters) {
-  const std::vector<ScheduleShape> groups = {{80, 4096, 7168}, {176, 4096, 7168}, {128, 4096, 7168},
-                                             {72, 4096, 7168}, {64, 4096, 7168}, {248, 4096, 7168},
-                                             {96, 4096, 7168}, {160, 4096, 7168}};
+  const std::vector<ScheduleShape> groups = seed_case(1);
   auto narrow_ctas = [&](const SchedulePolicy& policy) {
     const Schedule s = build_schedule(groups, 132, policy);
     int n = 0;
