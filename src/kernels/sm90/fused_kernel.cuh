@@ -834,7 +834,20 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   extern __shared__ __align__(1024) std::uint8_t smem_raw[];
   // The 128-byte swizzle needs 1024-byte aligned stages; the launch reserves 1 KB of slack.
   std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+  // The producers' first record is loaded beside the CTA's range (both depend on blockIdx only),
+  // not behind it, so the ring's first loads wait on one metadata load.
+  // (Only the fields the early loads need are kept: the record's 16 registers live across the
+  // CTA's set-up made ptxas spill the CTA range in the consumers' path.)
+  const bool producer = threadIdx.x >= C::kConsumerThreads;
+  const CUtensorMap* first_wmap = nullptr;
+  int first_kb0 = 0, first_kbs = 0, first_row0 = 0, first_loaded = 0;
+  if (threadIdx.x == C::kConsumerThreads) {
+    const ProducerPiece& r = p.first_pieces[blockIdx.x];
+    first_wmap = r.wmap, first_kb0 = r.kb_begin, first_kbs = r.kb_end - r.kb_begin, first_row0 = r.row0,
+    first_loaded = r.loaded;
+  }
   const int begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
+  const int n16 = p.cta_class[blockIdx.x];  // (loaded beside the range: the ring's geometry needs it)
   if (begin == end) {
     FP4GEMM_TRACE_DO(if (threadIdx.x < kTraceRoles * kTraceCounters && blockIdx.x < kTraceCtas)
                        g_trace[blockIdx.x][threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
@@ -842,7 +855,6 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   }
   // Every piece of this CTA has one token-width class (device/schedule.hpp), so the ring's
   // activation stages are sized to it: narrow tiles get a deeper ring to cover load latency.
-  const int n16 = p.cta_class[blockIdx.x];
   const int act_stage_bytes = n16 * C::kActClassBytes;
   const CUtensorMap* act_map = p.act_maps + (n16 - 1);
   const int halves = halves_of_class(n16, p.narrow_rows);
@@ -860,7 +872,11 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   FP4GEMM_TRACE_DO(const long long t_start = clock64(); const unsigned long long ns_entry = globaltimer(); __shared__ unsigned long long s_trace[kTraceRoles][kTraceCounters];
                    if (threadIdx.x < kTraceRoles * kTraceCounters) s_trace[threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
-  if (threadIdx.x == 0) {
+  // The main producer thread initialises the barriers and issues the weights of the ring's first
+  // fill before the CTA's barrier: they depend on nothing the other threads do.
+  constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
+  int pre_issued = 0;  // k-blocks whose weights are already in flight (producer warp 0, lane 0)
+  if (threadIdx.x == C::kConsumerThreads) {
     for (int s = 0; s < stages; ++s) {
       // full: producer warp 0's lane 0 (expect_tx), producer warp 1's lane 0 (expect_tx or plain)
       // and warp 1's 32 cp.async arrivals
@@ -868,10 +884,21 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       ptx::mbarrier_init(&empty[s], C::kConsumerThreads);  // one arrive per consumer thread
     }
     ptx::fence_barrier_init();
+    ptx::prefetch_tensormap(act_map);
+#ifndef FP4GEMM_ABLATE_LOADS  // (the ablation's expect_tx accounting assumes loads issued in the loop)
+    // Weights of the first piece only (later pieces' records come through the chain).
+    const int early = min(min(stages, p.early_kblocks), first_kbs);
+    for (int kb = first_kb0; pre_issued < early; ++kb) {
+      ptx::mbarrier_expect_tx(&full[pre_issued], first_loaded * C::kHalfWeightBytes);
+      ptx::tma_load_2d(w_smem + pre_issued * halves * C::kHalfWeightBytes, first_wmap, &full[pre_issued],
+                       kb * (C::kBlockK / 2), first_row0);
+      ++pre_issued;
+    }
+#endif
   }
   __syncthreads();
 
-  if (threadIdx.x >= C::kConsumerThreads) {
+  if (producer) {
     // ---------------- producers (warpgroup 2: warp 0 loads weights and activations, warp 1 the
     // weight scales; the other two idle) ----------------
     // (One warp issued everything until v6; splitting the work gained 1-2 %, docs/PERF.md.)
@@ -890,9 +917,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       // Halves of a tile wholly past N are not loaded (their accumulators are never stored; a
       // user's blocked scales have only ceil(N/128) atom rows); the weight map's box is `loaded`
       // halves.
-      constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
-      auto piece_info = [&](int pi) {
-        if (pi == begin) return p.first_pieces[blockIdx.x];
+      auto piece_info = [&](int pi) {  // pieces after the first: through the chain
         const WorkPiece piece = p.pieces[pi];
         const TileDesc tile = p.tiles[piece.tile];
         const int n = p.groups[tile.group].n;
@@ -901,22 +926,9 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                              p.scale_linear[tile.group], tile.row0, tile.act_row0, piece.kb_begin, piece.kb_end, n,
                              p.groups[tile.group].k / kVec, loaded, {0, 0, 0}};
       };
-      int pre_issued = 0;  // k-blocks whose weights are already in flight (warp 0, lane 0)
+      ProducerPiece pp = p.first_pieces[blockIdx.x];  // the first piece's whole record (an L1 hit
+                                                      // for warp 0), then the chain
       if (loads_main && lane == 0) {
-        ptx::prefetch_tensormap(act_map);
-#ifndef FP4GEMM_ABLATE_LOADS  // (the ablation's expect_tx accounting assumes loads issued in the loop)
-        const int early = min(stages, p.early_kblocks);
-        for (int pi = begin; pi < end && pre_issued < early; ++pi) {
-          const ProducerPiece pp = piece_info(pi);
-          const int loaded = pp.loaded;
-          for (int kb = pp.kb_begin; kb < pp.kb_end && pre_issued < early; ++kb) {
-            ptx::mbarrier_expect_tx(&full[pre_issued], loaded * C::kHalfWeightBytes);
-            ptx::tma_load_2d(w_smem + pre_issued * halves * C::kHalfWeightBytes, pp.wmap, &full[pre_issued],
-                             kb * (C::kBlockK / 2), pp.row0);
-            ++pre_issued;
-          }
-        }
-#endif
         ptx::wait_prerequisites();
         FP4GEMM_TRACE_DO(s_trace[2][kTraceFirstNs] = globaltimer();)
       }
@@ -925,7 +937,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       std::uint32_t phase = 0;
       FP4GEMM_TRACE_DO(unsigned long long* trace = pwarp == 0 && lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
       for (int pi = begin; pi < end; ++pi) {
-        const ProducerPiece pp = piece_info(pi);
+        if (pi > begin) pp = piece_info(pi);
         const int rows = pp.rows;
         const int loaded = pp.loaded;
         const CUtensorMap* wmap = pp.wmap;
