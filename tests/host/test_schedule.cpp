@@ -211,6 +211,10 @@ TEST(Schedule, SeedCasesBalanced) {
   // the packing, the estimate is well below the midpoints' (measured: 36.0 -> 33.2 us, PERF.md v11).
   const std::vector<ScheduleShape> case3 = seed_case(3);
   EXPECT_LT(build_schedule(case3, 132, stream_k).est_makespan, 0.95 * build_schedule(case3, 132, midpoint).est_makespan);
+  // Every CTA gets work there: the smallest budget found by bisection left 4 of the 160-token
+  // bucket's 84 CTAs empty (v13), a lower budget fits all 84 (docs/PERF.md v14).
+  for (const Schedule& s : {build_schedule(case3, 132, stream_k), build_schedule(case3, 132)})
+    for (int c = 0; c < s.num_ctas; ++c) EXPECT_LT(s.cta_begin[c], s.cta_begin[c + 1]) << "case 3, CTA " << c;
 }
 
 // Stream-K or whole tiles: the plan keeps the schedule with the smaller estimated makespan

@@ -168,6 +168,15 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
       const double mid = 0.5 * (lo + hi);
       (fits(mid) ? hi : lo) = mid;
     }
+    // pack()'s CTA count is not monotonic in the budget: greedy packing can lock into a pattern
+    // that leaves CTAs of the bucket empty at `hi` (seed case 3: 4 of 84) while a lower budget,
+    // below a failing one, fits all of them. Then scan from the ideal split up to `hi`.
+    if (pack(b, hi, [](int, int, int, int) {}) == ctas) return hi;
+    const double ideal = bcost[b] / ctas;
+    for (int i = 0; i < 64; ++i) {
+      const double x = ideal + (hi - ideal) * i / 64;
+      if (fits(x)) return x;
+    }
     return hi;
   };
 
