@@ -310,10 +310,9 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
         const WorkPiece& piece = s.pieces[pi];
         const TileDesc& tile = s.tiles[piece.tile];
         const GroupDesc& g = groups[tile.group];
-        const int loaded = tile.row0 + 128 < g.n ? halves : 1;
-        first[cta] = ProducerPiece{reinterpret_cast<const CUtensorMap*>(meta + o_wmaps) + 2 * tile.group + (loaded - 1),
-                                   sblocked[tile.group], slinear[tile.group], tile.row0, tile.act_row0,
-                                   piece.kb_begin, piece.kb_end, g.n, g.k / vec, loaded, {0, 0, 0}};
+        first[cta] = make_producer_piece(piece, tile, g.n, g.k / vec, halves,
+                                         reinterpret_cast<const CUtensorMap*>(meta + o_wmaps) + 2 * tile.group,
+                                         sblocked[tile.group], slinear[tile.group]);
       }
     }
     FP4GEMM_CUDA_CHECK(cudaMemcpy(meta + o_first, first.data(), first.size() * sizeof(ProducerPiece), cudaMemcpyHostToDevice),

@@ -144,6 +144,20 @@ struct ProducerPiece {
 };
 static_assert(sizeof(ProducerPiece) == 64, "one 64-byte record per piece");
 
+// One piece's record, built alike by the plan (each CTA's first piece) and by the producers (the
+// later ones). `group_maps` are the group's two weight maps (box 128 / 256 rows); halves of a tile
+// wholly past N are not loaded (their accumulators are never stored; a user's blocked scales have
+// only ceil(N/128) atom rows), and the map's box is the `loaded` halves.
+__host__ __device__ __forceinline__ ProducerPiece make_producer_piece(const WorkPiece& piece, const TileDesc& tile,
+                                                                      int n, int cols, int halves,
+                                                                      const CUtensorMap* group_maps,
+                                                                      const std::uint8_t* sblk,
+                                                                      const std::uint8_t* slin) {
+  const int loaded = tile.row0 + 128 < n ? halves : 1;
+  return ProducerPiece{group_maps + (loaded - 1), sblk, slin, tile.row0, tile.act_row0, piece.kb_begin, piece.kb_end,
+                       n, cols, loaded, {0, 0, 0}};
+}
+
 struct FusedParams {
   const GroupParams* groups;
   const TileDesc* tiles;
@@ -874,7 +888,6 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                    if (threadIdx.x < kTraceRoles * kTraceCounters) s_trace[threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
   // The main producer thread initialises the barriers and issues the weights of the ring's first
   // fill before the CTA's barrier: they depend on nothing the other threads do.
-  constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
   int pre_issued = 0;  // k-blocks whose weights are already in flight (producer warp 0, lane 0)
   if (threadIdx.x == C::kConsumerThreads) {
     for (int s = 0; s < stages; ++s) {
@@ -914,17 +927,13 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       // and the schedule can be read now. So warp 0 issues the weights of the ring's first fill
       // before it waits (expect_tx without arriving: a stage cannot complete before its
       // activation load is added below), and the scale warp never waits.
-      // Halves of a tile wholly past N are not loaded (their accumulators are never stored; a
-      // user's blocked scales have only ceil(N/128) atom rows); the weight map's box is `loaded`
-      // halves.
+      constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
       auto piece_info = [&](int pi) {  // pieces after the first: through the chain
         const WorkPiece piece = p.pieces[pi];
         const TileDesc tile = p.tiles[piece.tile];
-        const int n = p.groups[tile.group].n;
-        const int loaded = tile.row0 + 128 < n ? halves : 1;
-        return ProducerPiece{p.weight_maps + 2 * tile.group + (loaded - 1), p.scale_blocked[tile.group],
-                             p.scale_linear[tile.group], tile.row0, tile.act_row0, piece.kb_begin, piece.kb_end, n,
-                             p.groups[tile.group].k / kVec, loaded, {0, 0, 0}};
+        const GroupParams& g = p.groups[tile.group];
+        return make_producer_piece(piece, tile, g.n, g.k / kVec, halves, p.weight_maps + 2 * tile.group,
+                                   p.scale_blocked[tile.group], p.scale_linear[tile.group]);
       };
       ProducerPiece pp = p.first_pieces[blockIdx.x];  // the first piece's whole record (an L1 hit
                                                       // for warp 0), then the chain
