@@ -117,6 +117,7 @@ class Plan {
   int num_groups() const;
   double flops() const;          // sum of 2*M*N*K
   double min_bytes() const;      // A, B, scales, C once each
+  std::size_t device_bytes() const;  // device memory the plan holds (workspace, schedule, maps)
 
   struct Impl;
 

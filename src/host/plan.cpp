@@ -143,6 +143,10 @@ const Options& Plan::options() const { return impl_->options; }
 int Plan::num_groups() const { return static_cast<int>(impl_->groups.size()); }
 double Plan::flops() const { return impl_->flops; }
 double Plan::min_bytes() const { return impl_->min_bytes; }
+std::size_t Plan::device_bytes() const {
+  const Impl& p = *impl_;
+  return p.groups.size() * sizeof(GroupParams) + (p.fast ? detail::sm90::fast_plan_device_bytes(*p.fast) : 0);
+}
 
 void grouped_gemm(std::span<const GroupDesc> groups, const Options& options, cudaStream_t stream) {
   Plan(groups, options).run(stream);

@@ -64,13 +64,10 @@ class MetaBlob {
     return offset;
   }
   std::size_t size() const { return (bytes_.size() + 127) / 128 * 128; }
-  // One device allocation with the parts (the caller frees it).
-  std::uint8_t* upload(const char* what) {
+  // Copies the parts to `d`, a device allocation of size() bytes.
+  void upload(std::uint8_t* d, const char* what) {
     bytes_.resize(size());
-    std::uint8_t* d = nullptr;
-    FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), bytes_.size()), what);
     FP4GEMM_CUDA_CHECK(cudaMemcpy(d, bytes_.data(), bytes_.size(), cudaMemcpyHostToDevice), what);
-    return d;
   }
 
  private:
@@ -96,14 +93,19 @@ struct FastPlan {
   dim3 conversion_grid{0, 0, 1};  // y = number of groups to convert
   bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (FP4GEMM_NO_PDL=1: off)
   std::vector<void*> allocations;
+  std::size_t device_bytes = 0;  // sum of the allocations' sizes
 
   ~FastPlan() {
     for (void* ptr : allocations) cudaFree(ptr);
   }
+  // Device memory owned (and freed) by the plan.
   template <typename T>
-  T* keep(T* ptr) {
-    if (ptr) allocations.push_back(const_cast<std::remove_const_t<T>*>(ptr));
-    return ptr;
+  T* allocate(std::size_t bytes, const char* what) {
+    void* ptr = nullptr;
+    FP4GEMM_CUDA_CHECK(cudaMalloc(&ptr, bytes), what);
+    allocations.push_back(ptr);
+    device_bytes += bytes;
+    return static_cast<T*>(ptr);
   }
 };
 
@@ -192,8 +194,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
   fp.act_cols = s.max_kblocks * C::kBlockK;
   const std::size_t act_bytes = static_cast<std::size_t>(s.total_act_rows) * fp.act_cols * 2;
-  FP4GEMM_CUDA_CHECK(cudaMalloc(&fp.act_workspace, act_bytes), "plan workspace");
-  fp.keep(fp.act_workspace);
+  fp.act_workspace = fp.allocate<void>(act_bytes, "plan workspace");
   // One map per width class n16 (box 16 * n16 rows): a stage's activations are one TMA load.
   std::vector<CUtensorMap> amaps(SchedulePolicy::kWidthClasses);
   for (int c = 1; c <= SchedulePolicy::kWidthClasses; ++c)
@@ -266,9 +267,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
       slinear[i] = sfb;  // the producer warp gathers 4-byte row pieces with cp.async
     } else {
       const std::size_t bytes = static_cast<std::size_t>((g.n + 127) / 128) * ((cols + 3) / 4) * 512;
-      std::uint8_t* dst = nullptr;
-      FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dst), bytes), "plan workspace");
-      fp.keep(dst);
+      std::uint8_t* dst = fp.allocate<std::uint8_t>(bytes, "plan workspace");
       conversions.push_back(ScaleConversion{sfb, dst, g.n, cols});
       sblocked[i] = dst;
     }
@@ -287,7 +286,8 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
                     o_row0 = blob.add(s.act_row0), o_cmaps = blob.add(cmaps), o_ctma = blob.add(c_tma),
                     o_groups = blob.add(std::vector<GroupParams>(groups.size())),
                     o_first = blob.add(std::vector<ProducerPiece>(s.num_ctas));
-  std::uint8_t* meta = fp.keep(blob.upload("plan"));
+  std::uint8_t* meta = fp.allocate<std::uint8_t>(blob.size(), "plan");
+  blob.upload(meta, "plan");
   FP4GEMM_CUDA_CHECK(cudaMemcpy(meta + o_groups, d_groups, groups.size() * sizeof(GroupParams), cudaMemcpyDeviceToDevice),
                      "plan");
   auto at = [&]<typename T>(std::size_t offset, const std::vector<T>& v) {
@@ -346,13 +346,10 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   pa.meta_lines = static_cast<int>(blob.size() / 128);
   if (const char* v = std::getenv("FP4GEMM_META_PREFETCH"); v && std::atoi(v) == 0) pa.meta_lines = 0;
   if (s.num_slots > 0) {
-    FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.partials),
-                                  static_cast<std::size_t>(s.num_slots) * C::kPartialFloats * sizeof(float)),
-                       "plan workspace");
-    fp.keep(pr.partials);
+    pr.partials = fp.allocate<float>(static_cast<std::size_t>(s.num_slots) * C::kPartialFloats * sizeof(float),
+                                     "plan workspace");
   }
-  FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&pr.flags), s.tiles.size() * sizeof(int)), "plan workspace");
-  fp.keep(pr.flags);
+  pr.flags = fp.allocate<int>(s.tiles.size() * sizeof(int), "plan workspace");
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, s.tiles.size() * sizeof(int)), "plan workspace");
   pr.ring_bytes = ring_bytes;
   pr.narrow_rows = s.narrow_rows;
@@ -382,6 +379,8 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
                                         fp.d_conversions, fp.conversion_grid, fp.pdl, stream);
   FP4GEMM_CUDA_CHECK(err, "run");
 }
+
+std::size_t fast_plan_device_bytes(const FastPlan& fp) { return fp.device_bytes; }
 
 std::string describe_fast_plan(const FastPlan& fp) {
   using C = KernelConfig;

@@ -26,6 +26,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 // Enqueues the kernels; allocates nothing, never synchronises.
 void run_fast_plan(const FastPlan& plan, cudaStream_t stream);
 std::string describe_fast_plan(const FastPlan& plan);
+std::size_t fast_plan_device_bytes(const FastPlan& plan);
 
 #ifdef FP4GEMM_TRACE
 // Diagnostic build only: a table of the last launch's per-CTA cycle counters (docs/PERF.md).
