@@ -99,13 +99,21 @@ struct Options {
 class Plan {
  public:
   Plan(std::span<const GroupDesc> groups, const Options& options);
+  // A moved-from Plan holds nothing: every member but assignment and destruction throws
+  // fp4gemm::Error (argument "plan").
   ~Plan();
   Plan(Plan&&) noexcept;
   Plan& operator=(Plan&&) noexcept;
   Plan(const Plan&) = delete;
   Plan& operator=(const Plan&) = delete;
 
-  // Enqueue the grouped GEMM on `stream`. Throws fp4gemm::Error on a launch failure.
+  // Enqueue the grouped GEMM on `stream` (a stream of the plan's device). Throws fp4gemm::Error on
+  // a launch failure, on a CUDA error an earlier call left pending (argument "run"; nothing is
+  // launched), and on a stream of another device (argument "stream"). Runs of one plan share its
+  // workspace, so they are serialised on the device by an event: a run waits for the previous
+  // run of the same plan, whichever stream or host thread enqueued it (also across CUDA-graph
+  // replays: during capture the wait and record are external-event nodes). Thread-safe. Use
+  // separate plans to run the same problem concurrently.
   void run(cudaStream_t stream = nullptr) const;
 
   // What will run, e.g. "sm90_fused_swapab" or "reference"; and a one-line description of the

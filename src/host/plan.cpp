@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <mutex>
 #include <sstream>
 #include <vector>
 
@@ -26,10 +27,17 @@ struct Plan::Impl {
   int max_m = 0, max_n = 0;
   detail::sm90::FastPlanPtr fast;
   double flops = 0, min_bytes = 0;
+  // Runs of one plan share its workspace (activations, partials, tile flags), so they are
+  // serialised on the device: each run waits for the previous one's `done` event, whatever stream
+  // either was enqueued on; `run_mutex` makes the wait-launch-record sequence atomic across host
+  // threads.
+  mutable cudaEvent_t done = nullptr;
+  mutable std::mutex run_mutex;
 
   ~Impl() {
     fast.reset();
     if (d_groups) cudaFree(d_groups);
+    if (done) cudaEventDestroy(done);
   }
 };
 
@@ -49,6 +57,30 @@ class DeviceGuard {  // restores the caller's current device
  private:
   int previous_ = -1;
 };
+
+// A moved-from Plan holds no Impl.
+const Plan::Impl& checked(const std::unique_ptr<Plan::Impl>& impl) {
+  if (!impl) throw Error("plan", -1, "this Plan was moved from and holds nothing; use the Plan it was moved to");
+  return *impl;
+}
+
+// The caller's CUDA state before fp4gemm enqueues anything: an error already pending is
+// reported as the caller's, not as a failure of this launch; a stream of another device is named.
+void check_run_preconditions(int device, cudaStream_t stream) {
+  if (const cudaError_t pending = cudaGetLastError(); pending != cudaSuccess)
+    throw Error("run", -1, std::string("a CUDA error from an earlier call (not fp4gemm's) was pending: ") +
+                               cudaGetErrorName(pending) + " (" + cudaGetErrorString(pending) +
+                               "); fp4gemm launched nothing");
+  int stream_device = -1;
+  if (const cudaError_t e = cudaStreamGetDevice(stream, &stream_device); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw Error("stream", -1, std::string("not a usable CUDA stream: ") + cudaGetErrorName(e) + " (" +
+                                  cudaGetErrorString(e) + ")");
+  }
+  if (stream_device != device)
+    throw Error("stream", -1, "the stream belongs to device " + std::to_string(stream_device) +
+                                  ", but the plan was built for device " + std::to_string(device));
+}
 
 }  // namespace
 
@@ -105,6 +137,7 @@ Plan::Plan(std::span<const GroupDesc> groups, const Options& options)
   }
   if (p.backend == Backend::fast)
     p.fast = detail::sm90::make_fast_plan(groups, p.options, p.device, p.d_groups);
+  FP4GEMM_CUDA_CHECK(cudaEventCreateWithFlags(&p.done, cudaEventDisableTiming), "plan");
 }
 
 Plan::~Plan() = default;
@@ -112,25 +145,36 @@ Plan::Plan(Plan&&) noexcept = default;
 Plan& Plan::operator=(Plan&&) noexcept = default;
 
 void Plan::run(cudaStream_t stream) const {
-  const Impl& p = *impl_;
+  const Impl& p = checked(impl_);
   if (p.max_m == 0 || p.max_n == 0) return;  // nothing to compute
   DeviceGuard guard(p.device.index);
+  check_run_preconditions(p.device.index, stream);
+  // While the stream is being captured, the wait and the record become external-event nodes, so
+  // replays of the graph serialise with every other run of this plan too.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FP4GEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "stream");
+  const bool capturing = capture == cudaStreamCaptureStatusActive;
+  std::lock_guard lock(p.run_mutex);
+  FP4GEMM_CUDA_CHECK(cudaStreamWaitEvent(stream, p.done, capturing ? cudaEventWaitExternal : cudaEventWaitDefault),
+                     "run");
   if (p.backend == Backend::fast) {
     detail::sm90::run_fast_plan(*p.fast, stream);
   } else {
-    detail::launch_reference_gemm(p.d_groups, static_cast<int>(p.groups.size()), p.max_m, p.max_n,
-                                  p.options.format, p.options.scale_layout, p.options.out_type,
-                                  stream);
+    FP4GEMM_CUDA_CHECK(detail::launch_reference_gemm(p.d_groups, static_cast<int>(p.groups.size()), p.max_m,
+                                                     p.max_n, p.options.format, p.options.scale_layout,
+                                                     p.options.out_type, stream),
+                       "run");
   }
-  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
+  FP4GEMM_CUDA_CHECK(
+      cudaEventRecordWithFlags(p.done, stream, capturing ? cudaEventRecordExternal : cudaEventRecordDefault), "run");
 }
 
 std::string Plan::kernel_name() const {
-  return impl_->backend == Backend::fast ? "sm90_fused_swapab" : "reference";
+  return checked(impl_).backend == Backend::fast ? "sm90_fused_swapab" : "reference";
 }
 
 std::string Plan::describe() const {
-  const Impl& p = *impl_;
+  const Impl& p = checked(impl_);
   std::ostringstream os;
   os << kernel_name() << " on " << p.device.name << ": " << p.groups.size() << " groups, "
      << to_string(p.options.format) << "/" << to_string(p.options.scale_layout) << " -> "
@@ -139,12 +183,12 @@ std::string Plan::describe() const {
   return os.str();
 }
 
-const Options& Plan::options() const { return impl_->options; }
-int Plan::num_groups() const { return static_cast<int>(impl_->groups.size()); }
-double Plan::flops() const { return impl_->flops; }
-double Plan::min_bytes() const { return impl_->min_bytes; }
+const Options& Plan::options() const { return checked(impl_).options; }
+int Plan::num_groups() const { return static_cast<int>(checked(impl_).groups.size()); }
+double Plan::flops() const { return checked(impl_).flops; }
+double Plan::min_bytes() const { return checked(impl_).min_bytes; }
 std::size_t Plan::device_bytes() const {
-  const Impl& p = *impl_;
+  const Impl& p = checked(impl_);
   return p.groups.size() * sizeof(GroupParams) + (p.fast ? detail::sm90::fast_plan_device_bytes(*p.fast) : 0);
 }
 

@@ -2,6 +2,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "reference/gpu_reference.hpp"
 
 namespace fp4gemm::detail {
@@ -33,12 +35,8 @@ __device__ std::int64_t scale_index(ScaleLayout layout, std::int64_t row, std::i
   return atom * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (col % 4);
 }
 
-__global__ void reference_gemm_kernel(const GroupParams* groups, Format format,
-                                      ScaleLayout layout, OutType out_type) {
-  const GroupParams g = groups[blockIdx.z];
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  const int m = blockIdx.y * blockDim.y + threadIdx.y;
-  if (m >= g.m || n >= g.n) return;
+__device__ void reference_element(const GroupParams& g, std::int64_t m, std::int64_t n, Format format,
+                                  ScaleLayout layout, OutType out_type) {
   const int vec = format == Format::nvfp4 ? 16 : 32;
   const std::int64_t cols = g.k / vec;
   const std::uint8_t* a_row = g.a + m * g.lda;
@@ -64,15 +62,31 @@ __global__ void reference_gemm_kernel(const GroupParams* groups, Format format,
   }
 }
 
+// Grid: x covers N, y and z stride over M and the groups (each at most 65535 blocks), so any
+// group count and M fit.
+__global__ void reference_gemm_kernel(const GroupParams* groups, int num_groups, Format format,
+                                      ScaleLayout layout, OutType out_type) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int z = blockIdx.z; z < num_groups; z += gridDim.z) {
+    const GroupParams g = groups[z];
+    if (n >= g.n) continue;
+    for (std::int64_t m = blockIdx.y * blockDim.y + threadIdx.y; m < g.m;
+         m += static_cast<std::int64_t>(gridDim.y) * blockDim.y)
+      reference_element(g, m, n, format, layout, out_type);
+  }
+}
+
 }  // namespace
 
-void launch_reference_gemm(const GroupParams* d_groups, int num_groups, int max_m, int max_n,
-                           Format format, ScaleLayout layout, OutType out_type,
-                           cudaStream_t stream) {
-  if (num_groups == 0 || max_m == 0 || max_n == 0) return;
+cudaError_t launch_reference_gemm(const GroupParams* d_groups, int num_groups, int max_m, int max_n,
+                                  Format format, ScaleLayout layout, OutType out_type, cudaStream_t stream) {
+  if (num_groups == 0 || max_m == 0 || max_n == 0) return cudaSuccess;
+  constexpr unsigned kMaxGridYZ = 65535;
   const dim3 block(32, 8);
-  const dim3 grid((max_n + 31) / 32, (max_m + 7) / 8, num_groups);
-  reference_gemm_kernel<<<grid, block, 0, stream>>>(d_groups, format, layout, out_type);
+  const dim3 grid((static_cast<unsigned>(max_n) + 31) / 32, std::min((static_cast<unsigned>(max_m) + 7) / 8, kMaxGridYZ),
+                  std::min<unsigned>(num_groups, kMaxGridYZ));
+  reference_gemm_kernel<<<grid, block, 0, stream>>>(d_groups, num_groups, format, layout, out_type);
+  return cudaGetLastError();
 }
 
 }  // namespace fp4gemm::detail

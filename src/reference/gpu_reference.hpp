@@ -8,9 +8,9 @@
 
 namespace fp4gemm::detail {
 
-// d_groups: device array of num_groups GroupParams. max_m / max_n bound the launch grid.
-void launch_reference_gemm(const GroupParams* d_groups, int num_groups, int max_m, int max_n,
-                           Format format, ScaleLayout layout, OutType out_type,
-                           cudaStream_t stream);
+// d_groups: device array of num_groups GroupParams. max_m / max_n bound the launch grid. Returns
+// the launch's error.
+cudaError_t launch_reference_gemm(const GroupParams* d_groups, int num_groups, int max_m, int max_n,
+                                  Format format, ScaleLayout layout, OutType out_type, cudaStream_t stream);
 
 }  // namespace fp4gemm::detail

@@ -6,8 +6,10 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 
 #include "device/schedule.hpp"
+#include "fp4gemm/fp4gemm.hpp"
 
 using namespace fp4gemm::detail;
 
@@ -336,4 +338,32 @@ TEST(Schedule, EmptyAndTiny) {
   check_schedule({{1, 1, 16}}, 132, {});
   const Schedule s = build_schedule(std::vector<ScheduleShape>{{1, 1, 16}}, 132);
   EXPECT_EQ(s.num_ctas, 1);  // one k-block of work: one CTA
+}
+
+// Issue 19 item 9: the stacked activation rows are addressed with 32-bit ints; a total M past
+// 2^31 - 1 must be rejected (naming the group where it overflows), not wrap around.
+TEST(Schedule, TotalRowsPastInt32Rejected) {
+  const int big = 1 << 30;
+  // Empty groups (and K = 0 ones) add nothing; the third real group crosses 2^31 - 1.
+  const std::vector<ScheduleShape> groups{{big, 8, 64}, {0, 0, 0}, {big - 1, 8, 64}, {5, 0, 0}, {2, 8, 64}};
+  try {
+    (void)build_schedule(groups, 132);
+    ADD_FAILURE() << "a total M of 2^31 + 1 rows was accepted";
+  } catch (const fp4gemm::Error& e) {
+    EXPECT_EQ(e.argument(), "groups[4].m") << e.what();
+    EXPECT_EQ(e.group(), 4);
+    EXPECT_NE(std::string(e.what()).find("2^31"), std::string::npos) << e.what();
+  }
+  // Exactly 2^31 - 1 rows is fine as far as the row count goes (checked before any tile is built).
+}
+
+// Issue 19 item 1: groups with M = 0 get no tiles and no workspace rows, whatever their N and K.
+TEST(Schedule, EmptyGroupsGetNothing) {
+  const std::vector<ScheduleShape> groups{{0, 0, 0}, {200, 256, 512}, {0, 0, 0}, {100, 256, 512}, {0, 4096, 7168}};
+  const Schedule s = build_schedule(groups, 132);
+  for (const TileDesc& t : s.tiles) EXPECT_TRUE(t.group == 1 || t.group == 3) << "tile of empty group " << t.group;
+  EXPECT_EQ(s.total_act_rows, 300);
+  EXPECT_EQ(s.act_row0[1], 0);
+  EXPECT_EQ(s.act_row0[3], 200);
+  EXPECT_EQ(s.max_kblocks, 8);
 }

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+
+#include "fp4gemm/fp4gemm.hpp"
 
 namespace fp4gemm::detail {
 
@@ -24,6 +27,17 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
   Schedule s;
   s.max_tile_tokens = policy.max_tile_tokens;
   s.act_row0.resize(groups.size());
+  // Rows of the stacked activation workspace: TMA coordinates and the tiles' act_row0 are 32-bit.
+  std::int64_t total_rows = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].m <= 0 || groups[g].n <= 0 || groups[g].k <= 0) continue;
+    total_rows += groups[g].m;
+    if (total_rows > std::numeric_limits<int>::max())
+      throw Error("groups[" + std::to_string(g) + "].m", static_cast<int>(g),
+                  "the total M over groups 0.." + std::to_string(g) + " is " + std::to_string(total_rows) +
+                      ", more than 2^31 - 1 rows (the fused kernel addresses its activation workspace with "
+                      "32-bit rows); split the call");
+  }
   // 1. Tiles, group by group; a group's token tiles of one weight row-block are adjacent so
   //    their repeated weight reads are close in time.
   // Narrow tiles take 256 rows only when that still leaves a tile per CTA.

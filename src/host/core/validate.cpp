@@ -16,9 +16,14 @@
 //     first to the last byte they touch, so outputs interleaved column-wise inside one larger
 //     strided buffer are (conservatively) rejected. Inputs may alias each other freely.
 //   - With `check_pointers`, every pointer must be device memory of the plan's device, or
-//     managed memory.
+//     managed memory, and every byte range the kernels touch ([begin, end) above; blocked scales
+//     pad rows to 128 and scale columns to 4) must lie inside mapped device allocations
+//     (cuMemGetAddressRange; adjacent mappings, as with virtual-memory allocators, count as one).
+//     A sub-allocation of a caching allocator is only checked against its whole segment.
 #include "host/core/validate.hpp"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -248,6 +253,47 @@ void check_device_pointer(int g, const char* field, const void* p, int device) {
   }
 }
 
+PFN_cuMemGetAddressRange_v3020 address_range_query() {
+  static const PFN_cuMemGetAddressRange_v3020 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &ptr, 3020, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+      ptr = nullptr;
+    (void)cudaGetLastError();
+    return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(ptr);
+  }();
+  return fn;
+}
+
+// Requires the bytes [r.begin, r.end) to be mapped device memory: the allocation holding r.begin,
+// extended over allocations mapped right after it.
+void check_allocation(const Range& r, const Options& options) {
+  if (r.end <= r.begin) return;
+  const auto query = address_range_query();
+  if (query == nullptr) throw Error("device", -1, "the CUDA driver has no cuMemGetAddressRange (driver too old?)");
+  std::uintptr_t covered = r.begin;
+  while (covered < r.end) {
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    if (query(&base, &size, static_cast<CUdeviceptr>(covered)) != CUDA_SUCCESS || size == 0) {
+      std::string what = group_arg(r.group, r.field) + " needs the " + std::to_string(r.end - r.begin) +
+                         " bytes [" + hex(r.begin) + ", " + hex(r.end) + ")";
+      const std::string field = r.field;
+      if (field == "sfa" || field == "sfb")
+        what += std::string(" (") + to_string(options.scale_layout) + " scales" +
+                (options.scale_layout == ScaleLayout::blocked ? ": rows padded to 128, scale columns to 4" : "") +
+                ")";
+      if (covered == r.begin)
+        fail(r.group, r.field, what + ", but " + hex(covered) + " is not inside a device allocation");
+      fail(r.group, r.field, what + ", but its allocation ends at " + hex(covered) + ", " +
+                                 std::to_string(r.end - covered) + " bytes short");
+    }
+    covered = static_cast<std::uintptr_t>(base + size);
+  }
+}
+
 }  // namespace
 
 void validate_groups(std::span<const GroupDesc> groups, const Options& options, bool check_pointers) {
@@ -264,6 +310,13 @@ void validate_groups(std::span<const GroupDesc> groups, const Options& options, 
     if (d.m < 0) fail(g, "m", "M must be >= 0 (got " + std::to_string(d.m) + ")");
     if (d.m == 0) continue;  // skipped group: nothing is read or written
     validate_group(g, d, options, inputs, outputs);
+  }
+  // In group order, for the allocation checks below (check_overlaps sorts by address).
+  std::vector<Range> touched;
+  if (check_pointers) {
+    touched = inputs;
+    touched.insert(touched.end(), outputs.begin(), outputs.end());
+    std::stable_sort(touched.begin(), touched.end(), [](const Range& x, const Range& y) { return x.group < y.group; });
   }
   check_overlaps(inputs, outputs);
 
@@ -284,6 +337,7 @@ void validate_groups(std::span<const GroupDesc> groups, const Options& options, 
     check_device_pointer(g, "c", d.c, device);
     if (d.alpha_device != nullptr) check_device_pointer(g, "alpha_device", d.alpha_device, device);
   }
+  for (const Range& r : touched) check_allocation(r, options);
 }
 
 }  // namespace fp4gemm::detail

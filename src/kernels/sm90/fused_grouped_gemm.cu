@@ -85,12 +85,13 @@ struct FastPlan {
   PrepassArgs prepass{};
   void* act_workspace = nullptr;
   int act_cols = 0;
-  int num_groups = 0;
   int max_m = 0;
   int max_kblocks = 0;
   std::size_t smem_bytes = 0;
   const ScaleConversion* d_conversions = nullptr;  // linear scales TMA cannot read (see make_fast_plan)
-  dim3 conversion_grid{0, 0, 1};  // y = number of groups to convert
+  int num_conversions = 0;
+  dim3 conversion_grid{0, 0, 1};
+  dim3 prepass_grid{0, 0, 1};  // x: (token row, k-block) units of the largest group / 256; y: groups
   bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (FP4GEMM_NO_PDL=1: off)
   std::vector<void*> allocations;
   std::size_t device_bytes = 0;  // sum of the allocations' sizes
@@ -119,7 +120,6 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   fp.format = options.format;
   fp.layout = options.scale_layout;
   fp.out_type = options.out_type;
-  fp.num_groups = static_cast<int>(groups.size());
   if (const char* v = std::getenv("FP4GEMM_NO_PDL")) fp.pdl = std::atoi(v) == 0;  // A/B measurement knob
 
   std::vector<ScheduleShape> shapes;
@@ -275,15 +275,26 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   std::int64_t max_words = 0;
   for (const ScaleConversion& c : conversions)
     max_words = std::max<std::int64_t>(max_words, static_cast<std::int64_t>((c.rows + 127) / 128) * (((c.cols + 3) / 4 + 7) / 8) * 128);
-  fp.conversion_grid = dim3(static_cast<unsigned>((max_words + 255) / 256), static_cast<unsigned>(conversions.size()));
+  fp.num_conversions = static_cast<int>(conversions.size());
+  fp.conversion_grid = dim3(static_cast<unsigned>((max_words + 255) / 256),
+                            static_cast<unsigned>(std::min<std::size_t>(conversions.size(), PrepassArgs::kMaxGridY)));
 
   // Everything the kernels read of the plan in one allocation (MetaBlob), the group table copied
   // in from the plan's.
+  // The pre-pass's table: the groups with work only (an empty group costs nothing and its fields,
+  // K = 0 included, are never read).
+  std::vector<PrepassGroup> prepass_groups;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const GroupDesc& g = groups[i];
+    if (g.m > 0)
+      prepass_groups.push_back(PrepassGroup{static_cast<const std::uint8_t*>(g.a), static_cast<const std::uint8_t*>(g.sfa),
+                                            g.lda, g.m, g.k, s.act_row0[i], 0});
+  }
   MetaBlob blob;
   const std::size_t o_conv = blob.add(conversions), o_sblk = blob.add(sblocked), o_slin = blob.add(slinear),
                     o_tiles = blob.add(s.tiles), o_pieces = blob.add(s.pieces), o_begin = blob.add(s.cta_begin),
                     o_class = blob.add(s.cta_class), o_wmaps = blob.add(wmaps), o_amaps = blob.add(amaps),
-                    o_row0 = blob.add(s.act_row0), o_cmaps = blob.add(cmaps), o_ctma = blob.add(c_tma),
+                    o_pre = blob.add(prepass_groups), o_cmaps = blob.add(cmaps), o_ctma = blob.add(c_tma),
                     o_groups = blob.add(std::vector<GroupParams>(groups.size())),
                     o_first = blob.add(std::vector<ProducerPiece>(s.num_ctas));
   std::uint8_t* meta = fp.allocate<std::uint8_t>(blob.size(), "plan");
@@ -328,17 +339,18 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 
   // The pre-pass's arguments: the first PrepassArgs::kInline groups by value.
   PrepassArgs& pa = fp.prepass;
-  for (std::size_t i = 0; i < groups.size() && i < static_cast<std::size_t>(PrepassArgs::kInline); ++i) {
-    const GroupDesc& g = groups[i];
-    pa.inline_groups[i] = PrepassGroup{static_cast<const std::uint8_t*>(g.a), static_cast<const std::uint8_t*>(g.sfa),
-                                       g.lda, g.m, g.k, s.act_row0[i], 0};
-  }
-  pa.inline_count = std::min<int>(PrepassArgs::kInline, static_cast<int>(groups.size()));
+  pa.num_groups = static_cast<int>(prepass_groups.size());
+  pa.inline_count = std::min(PrepassArgs::kInline, pa.num_groups);
+  std::copy_n(prepass_groups.begin(), pa.inline_count, pa.inline_groups);
   // Measurement knobs (docs/PERF.md v12): FP4GEMM_PREPASS_INLINE=0 reads every group from the
   // table in global memory; FP4GEMM_META_PREFETCH=0 leaves the metadata out of L2.
   if (const char* v = std::getenv("FP4GEMM_PREPASS_INLINE"); v && std::atoi(v) == 0) pa.inline_count = 0;
-  pa.groups = pr.groups;
-  pa.act_row0 = at(o_row0, s.act_row0);
+  pa.groups = at(o_pre, prepass_groups);
+  // One thread per (token row, k-block) of the largest group; make_fast_plan checked that the
+  // count fits an int.
+  const std::int64_t units = static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks;
+  fp.prepass_grid = dim3(static_cast<unsigned>((units + 255) / 256),
+                         static_cast<unsigned>(std::min(pa.num_groups, PrepassArgs::kMaxGridY)));
   pa.out = fp.act_workspace;
   pa.out_cols = fp.act_cols;
   pa.layout = options.scale_layout;
@@ -368,15 +380,12 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
 void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   const Schedule& s = fp.schedule;
   if (s.tiles.empty()) return;
-  // One thread per (token row, k-block); make_fast_plan checks that the count fits an int.
-  const std::int64_t units = static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks;
-  const dim3 pre_grid(static_cast<unsigned>((units + 255) / 256), fp.num_groups);
   const cudaError_t err =
       fp.format == Format::nvfp4
-          ? launch_fused<Format::nvfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.prepass, pre_grid,
-                                        fp.d_conversions, fp.conversion_grid, fp.pdl, stream)
-          : launch_fused<Format::mxfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.prepass, pre_grid,
-                                        fp.d_conversions, fp.conversion_grid, fp.pdl, stream);
+          ? launch_fused<Format::nvfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.prepass, fp.prepass_grid,
+                                        fp.d_conversions, fp.num_conversions, fp.conversion_grid, fp.pdl, stream)
+          : launch_fused<Format::mxfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.prepass, fp.prepass_grid,
+                                        fp.d_conversions, fp.num_conversions, fp.conversion_grid, fp.pdl, stream);
   FP4GEMM_CUDA_CHECK(err, "run");
 }
 

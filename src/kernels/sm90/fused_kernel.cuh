@@ -232,12 +232,16 @@ struct PrepassGroup {
   int act_row0;  // first row of the group in the activation workspace
   int pad_;
 };
+// The pre-pass sees only the groups with work (M > 0): an empty group, whatever its other fields
+// hold, gets no block. Blocks loop over groups in steps of gridDim.y (<= 65535), so any number of
+// groups fits the grid.
 struct PrepassArgs {
   static constexpr int kInline = 32;
+  static constexpr int kMaxGridY = 65535;
   PrepassGroup inline_groups[kInline];
-  int inline_count;           // groups [0, inline_count) are in inline_groups (<= kInline)
-  const GroupParams* groups;  // the others (with act_row0)
-  const int* act_row0;
+  int inline_count;             // groups [0, inline_count) are in inline_groups (<= kInline)
+  int num_groups;               // groups with M > 0
+  const PrepassGroup* groups;   // all of them (the pre-pass reads those past inline_count)
   void* out;
   int out_cols;
   ScaleLayout layout;
@@ -279,109 +283,106 @@ __global__ void __launch_bounds__(256) dequant_activations(const __grid_constant
     if (line < args.meta_lines) ptx::prefetch_l2(args.meta + static_cast<std::int64_t>(line) * 128);
   }
   uint4* buf = staging[threadIdx.x / 32];
-  PrepassGroup g;
-  if (static_cast<int>(blockIdx.y) < args.inline_count) {
-    g = args.inline_groups[blockIdx.y];
-  } else {
-    const GroupParams& gp = args.groups[blockIdx.y];
-    g = PrepassGroup{gp.a, gp.sfa, gp.lda, gp.m, gp.k, args.act_row0[blockIdx.y], 0};
-  }
-  void* const out = args.out;
-  const int out_cols = args.out_cols;
-  const ScaleLayout layout = args.layout;
-  const int kblocks = (g.k + 63) / 64;
-  const int u = blockIdx.x * blockDim.x + threadIdx.x;
-  const int m = u / kblocks, kb = u - m * kblocks;
-  const bool valid = m < g.m;
-  const int cols = g.k / kVec;
-  using Elem = std::conditional_t<F == Format::nvfp4, __half, __nv_bfloat16>;
-  uint4* dst = valid ? reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
-                                                static_cast<std::int64_t>(g.act_row0 + m) * out_cols + kb * 64)
-                     : nullptr;
+  for (int gi = blockIdx.y; gi < args.num_groups; gi += gridDim.y) {  // block-uniform
+    const PrepassGroup g = gi < args.inline_count ? args.inline_groups[gi] : args.groups[gi];
+    void* const out = args.out;
+    const int out_cols = args.out_cols;
+    const ScaleLayout layout = args.layout;
+    const int kblocks = (g.k + 63) / 64;  // >= 1: the plan passes only groups with M, K > 0
+    const int u = blockIdx.x * blockDim.x + threadIdx.x;
+    const int m = u / kblocks, kb = u - m * kblocks;
+    const bool valid = m < g.m;
+    const int cols = g.k / kVec;
+    using Elem = std::conditional_t<F == Format::nvfp4, __half, __nv_bfloat16>;
+    uint4* dst = valid ? reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
+                                                  static_cast<std::int64_t>(g.act_row0 + m) * out_cols + kb * 64)
+                       : nullptr;
 
-  if (valid) {
-    // The block's 64 nibbles as 8 words (element e in word e / 8); bytes past K read as zero.
-    std::uint32_t w[8];
-    const std::uint8_t* src = g.a + static_cast<std::int64_t>(m) * g.lda + kb * 32;
-    const int valid_bytes = min(32, g.k / 2 - kb * 32);
-    if (valid_bytes == 32) {
-      const uint4 lo = __ldg(reinterpret_cast<const uint4*>(src)), hi = __ldg(reinterpret_cast<const uint4*>(src + 16));
-      w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
-    } else {
+    if (valid) {
+      // The block's 64 nibbles as 8 words (element e in word e / 8); bytes past K read as zero.
+      std::uint32_t w[8];
+      const std::uint8_t* src = g.a + static_cast<std::int64_t>(m) * g.lda + kb * 32;
+      const int valid_bytes = min(32, g.k / 2 - kb * 32);
+      if (valid_bytes == 32) {
+        const uint4 lo = __ldg(reinterpret_cast<const uint4*>(src)), hi = __ldg(reinterpret_cast<const uint4*>(src + 16));
+        w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
+      } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) w[i] = 0;
+        for (int i = 0; i < 8; ++i) w[i] = 0;
 #pragma unroll
-      for (int i = 0; i < 32; ++i)
-        if (i < valid_bytes) w[i / 4] |= static_cast<std::uint32_t>(src[i]) << (8 * (i % 4));
-    }
-    unsigned code[64 / kVec];
+        for (int i = 0; i < 32; ++i)
+          if (i < valid_bytes) w[i / 4] |= static_cast<std::uint32_t>(src[i]) << (8 * (i % 4));
+      }
+      unsigned code[64 / kVec];
 #pragma unroll
-    for (int j = 0; j < 64 / kVec; ++j) {
-      const int col = kb * (64 / kVec) + j;
-      code[j] = col < cols ? __ldg(g.sfa + scale_index(layout, m, col, cols)) : 0u;
-    }
-    auto put = [&](int c, std::uint32_t p0, std::uint32_t p1, std::uint32_t p2, std::uint32_t p3) {
-      buf[lane * 8 + (c ^ (lane & 7))] = make_uint4(p0, p1, p2, p3);
-    };
-    if constexpr (F == Format::nvfp4) {
-      // raw * 2^14 is the e2m1 value (exact); times the E4M3 scale it stays exact in f16
-      // (|value| <= 6 * 448, every product a multiple of 2^-10 with <= 6 significant bits).
-      // Columns past K have code 0 = scale 0 (their weights are zero too).
-      const __half2 two14 = __half2half2(__ushort_as_half(0x7400));
-      __half2 s[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        s[j] = __half2half2(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code[j]), __NV_E4M3)));
-      auto cvt = [&](std::uint32_t raw, int i) {
-        const __half2 r = __hmul2(__hmul2(*reinterpret_cast<const __half2*>(&raw), two14), s[i]);
-        return *reinterpret_cast<const std::uint32_t*>(&r);
+      for (int j = 0; j < 64 / kVec; ++j) {
+        const int col = kb * (64 / kVec) + j;
+        code[j] = col < cols ? __ldg(g.sfa + scale_index(layout, m, col, cols)) : 0u;
+      }
+      auto put = [&](int c, std::uint32_t p0, std::uint32_t p1, std::uint32_t p2, std::uint32_t p3) {
+        buf[lane * 8 + (c ^ (lane & 7))] = make_uint4(p0, p1, p2, p3);
       };
-      // Chunk c (k-step c / 2, upper slots iff c odd), pair i (thread i of the quad) = register
-      // c / 2 of e2m1_quad_f16_raw(word 2i + c % 2) (wgmma_k_source_nvfp4).
-      std::uint32_t quad[8][4];
+      if constexpr (F == Format::nvfp4) {
+        // raw * 2^14 is the e2m1 value (exact); times the E4M3 scale it stays exact in f16
+        // (|value| <= 6 * 448, every product a multiple of 2^-10 with <= 6 significant bits).
+        // Columns past K have code 0 = scale 0 (their weights are zero too).
+        const __half2 two14 = __half2half2(__ushort_as_half(0x7400));
+        __half2 s[4];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) e2m1_quad_f16_raw(w[i], quad[i]);
+        for (int j = 0; j < 4; ++j)
+          s[j] = __half2half2(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code[j]), __NV_E4M3)));
+        auto cvt = [&](std::uint32_t raw, int i) {
+          const __half2 r = __hmul2(__hmul2(*reinterpret_cast<const __half2*>(&raw), two14), s[i]);
+          return *reinterpret_cast<const std::uint32_t*>(&r);
+        };
+        // Chunk c (k-step c / 2, upper slots iff c odd), pair i (thread i of the quad) = register
+        // c / 2 of e2m1_quad_f16_raw(word 2i + c % 2) (wgmma_k_source_nvfp4).
+        std::uint32_t quad[8][4];
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
-        put(c, cvt(quad[0 + c % 2][c / 2], 0), cvt(quad[2 + c % 2][c / 2], 1), cvt(quad[4 + c % 2][c / 2], 2),
-            cvt(quad[6 + c % 2][c / 2], 3));
-    } else {
-      // MXFP4 -> bf16 through FP32 (scales 2^-127..2^127 reach bf16's subnormals; FP32 -> bf16
-      // rounding of an exactly representable product is exact).
-      float scale[2];
+        for (int i = 0; i < 8; ++i) e2m1_quad_f16_raw(w[i], quad[i]);
 #pragma unroll
-      for (int j = 0; j < 2; ++j) scale[j] = kb * 2 + j < cols ? scale_value<F>(code[j]) : 0.f;
+        for (int c = 0; c < 8; ++c)
+          put(c, cvt(quad[0 + c % 2][c / 2], 0), cvt(quad[2 + c % 2][c / 2], 1), cvt(quad[4 + c % 2][c / 2], 2),
+              cvt(quad[6 + c % 2][c / 2], 3));
+      } else {
+        // MXFP4 -> bf16 through FP32 (scales 2^-127..2^127 reach bf16's subnormals; FP32 -> bf16
+        // rounding of an exactly representable product is exact).
+        float scale[2];
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        const int odd = c & 1, half_c = c >> 1;
-        std::uint32_t packed[4];
+        for (int j = 0; j < 2; ++j) scale[j] = kb * 2 + j < cols ? scale_value<F>(code[j]) : 0.f;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const std::uint32_t word = w[2 * i + odd];
-          float dq[2];
+        for (int c = 0; c < 8; ++c) {
+          const int odd = c & 1, half_c = c >> 1;
+          std::uint32_t packed[4];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const unsigned nib = (word >> (4 * (half_c + 4 * h))) & 0xFu;
-            const unsigned cm = nib & 7u;  // e2m1 magnitude without a table (no local memory)
-            const float mag = cm >= 2 ? __int_as_float(static_cast<int>(((126u + (cm >> 1)) << 23) | ((cm & 1u) << 22)))
-                                      : 0.5f * static_cast<float>(cm);
-            dq[h] = ((nib & 8u) ? -mag : mag) * scale[i / 2];  // exact in FP32 and in bf16
+          for (int i = 0; i < 4; ++i) {
+            const std::uint32_t word = w[2 * i + odd];
+            float dq[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const unsigned nib = (word >> (4 * (half_c + 4 * h))) & 0xFu;
+              const unsigned cm = nib & 7u;  // e2m1 magnitude without a table (no local memory)
+              const float mag = cm >= 2 ? __int_as_float(static_cast<int>(((126u + (cm >> 1)) << 23) | ((cm & 1u) << 22)))
+                                        : 0.5f * static_cast<float>(cm);
+              dq[h] = ((nib & 8u) ? -mag : mag) * scale[i / 2];  // exact in FP32 and in bf16
+            }
+            const __nv_bfloat162 b2 = __floats2bfloat162_rn(dq[0], dq[1]);
+            packed[i] = *reinterpret_cast<const std::uint32_t*>(&b2);
           }
-          const __nv_bfloat162 b2 = __floats2bfloat162_rn(dq[0], dq[1]);
-          packed[i] = *reinterpret_cast<const std::uint32_t*>(&b2);
+          put(c, packed[0], packed[1], packed[2], packed[3]);
         }
-        put(c, packed[0], packed[1], packed[2], packed[3]);
       }
     }
-  }
-  __syncwarp();
-  // Store: round j, lanes 8q..8q+7 write the 8 chunks of unit 4j + q (one 128-byte row segment).
-  const int cc = lane % 8;
+    __syncwarp();
+    // Store: round j, lanes 8q..8q+7 write the 8 chunks of unit 4j + q (one 128-byte row segment).
+    const int cc = lane % 8;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int unit = 4 * j + lane / 8;
-    uint4* d = reinterpret_cast<uint4*>(__shfl_sync(0xFFFFFFFFu, reinterpret_cast<std::uintptr_t>(dst), unit));
-    if (d != nullptr) d[cc] = buf[unit * 8 + (cc ^ (unit & 7))];
+    for (int j = 0; j < 8; ++j) {
+      const int unit = 4 * j + lane / 8;
+      uint4* d = reinterpret_cast<uint4*>(__shfl_sync(0xFFFFFFFFu, reinterpret_cast<std::uintptr_t>(dst), unit));
+      if (d != nullptr) d[cc] = buf[unit * 8 + (cc ^ (unit & 7))];
+    }
+    __syncwarp();  // the next group's puts reuse buf
   }
   FP4GEMM_TRACE_DO(__syncwarp(); if (lane == 0) atomicMax(&g_prepass_ns[1], globaltimer());)
 }
@@ -396,12 +397,9 @@ struct ScaleConversion {
 
 // One thread per (row, 8 column blocks): it reads 32 bytes of a row (a full sector) and writes one
 // 4-byte word into each of 8 atoms; the 128 threads of a row block write consecutive words.
-template <Format F>  // (per-format instantiation keeps the kernel in the format's translation unit)
-__global__ void __launch_bounds__(256) scales_to_blocked(const ScaleConversion* jobs) {
-  const ScaleConversion j = jobs[blockIdx.y];
+__device__ __forceinline__ void convert_scale_unit(const ScaleConversion& j, std::int64_t u) {
   const int col_blocks = (j.cols + 3) / 4;
   const int groups8 = (col_blocks + 7) / 8;
-  const std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (u >= static_cast<std::int64_t>((j.rows + 127) / 128) * groups8 * 128) return;
   const int w = static_cast<int>(u % 128);                 // word within an atom
   const std::int64_t unit = u / 128;
@@ -425,6 +423,13 @@ __global__ void __launch_bounds__(256) scales_to_blocked(const ScaleConversion* 
 #pragma unroll
   for (int i = 0; i < 8; ++i)
     if (cb0 + i < col_blocks) dst[i * 128] = word[i];
+}
+
+// Job i is converted by the blocks with blockIdx.y = i mod gridDim.y (<= 65535).
+template <Format F>  // (per-format instantiation keeps the kernel in the format's translation unit)
+__global__ void __launch_bounds__(256) scales_to_blocked(const ScaleConversion* jobs, int num_jobs) {
+  const std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int i = blockIdx.y; i < num_jobs; i += gridDim.y) convert_scale_unit(jobs[i], u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1100,11 +1105,17 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
 // (extern below), so the two instantiations compile in parallel.
+// Every launch's error is returned at once (a later launch would otherwise run on a failed one's
+// missing output).
 template <Format F>
 cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ctas,
                   std::size_t smem_bytes, const PrepassArgs& prepass, dim3 pre_grid,
-                  const ScaleConversion* conversions, dim3 conversion_grid, bool pdl, cudaStream_t stream) {
-  if (conversion_grid.y > 0) scales_to_blocked<F><<<conversion_grid, 256, 0, stream>>>(conversions);
+                  const ScaleConversion* conversions, int num_conversions, dim3 conversion_grid, bool pdl,
+                  cudaStream_t stream) {
+  if (num_conversions > 0) {
+    scales_to_blocked<F><<<conversion_grid, 256, 0, stream>>>(conversions, num_conversions);
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
 #ifdef FP4GEMM_TRACE
   const unsigned long long reset[2] = {~0ull, 0ull};
   cudaMemcpyToSymbolAsync(g_prepass_ns, reset, sizeof reset, 0, cudaMemcpyHostToDevice, stream);
@@ -1116,6 +1127,7 @@ cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ct
 #else
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(prepass);
 #endif
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   // Programmatic dependent launch: the GEMM's CTAs start (barrier set-up, tensor-map prefetch) as
   // the pre-pass drains; its producer waits for the pre-pass with griddepcontrol.wait.
   cudaLaunchConfig_t config{};
@@ -1151,7 +1163,7 @@ cudaError_t read_trace(unsigned long long* out) {
 
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
   PREFIX template cudaError_t launch_fused<F>(const FusedParams&, OutType, int, std::size_t, \
-                                       const PrepassArgs&, dim3, const ScaleConversion*, dim3, bool,      \
+                                       const PrepassArgs&, dim3, const ScaleConversion*, int, dim3, bool, \
                                        cudaStream_t);                                                     \
   PREFIX template cudaError_t set_fused_smem<F>(std::size_t);                                           \
   FP4GEMM_TRACE_INSTANTIATION(PREFIX, F)
