@@ -3,6 +3,11 @@
 # 13 recommended): Debian packages with apt-get, Python packages with pip. Says clearly what is
 # missing otherwise. Idempotent; sourced by build-and-test.sh and bench.sh.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/progress.sh"
+mkdir -p build
+echo "[deps] Python: $(command -v python3 || echo none) -- Python packages are installed into this interpreter's"
+echo "[deps] environment (a virtual environment works: activate it first). A pip-installed cmake may come"
+echo "[deps] first on PATH: $(command -v cmake || echo 'no cmake yet')"
 
 need_apt=()
 have_header() { [ -e "/usr/include/$1" ] || [ -e "/usr/local/include/$1" ]; }
@@ -14,7 +19,8 @@ command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[deps] installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q "${need_apt[@]}" >/dev/null || {
+  with_progress "apt-get update" build/deps-apt.log $SUDO apt-get update -q &&
+    with_progress "apt-get install" build/deps-apt-install.log $SUDO apt-get install -y -q "${need_apt[@]}" || {
     echo "[deps] ERROR: could not install ${need_apt[*]} with apt-get; install them and retry" >&2; exit 1; }
 fi
 
@@ -25,8 +31,10 @@ PY
 }
 if ! cmake_ok; then
   echo "[deps] installing cmake >= 3.28 with pip"
-  python3 -m pip install -q "cmake>=3.28" || { echo "[deps] ERROR: need CMake >= 3.28" >&2; exit 1; }
+  with_progress "pip install cmake" build/deps-pip-cmake.log python3 -m pip install "cmake>=3.28" ||
+    { echo "[deps] ERROR: need CMake >= 3.28" >&2; exit 1; }
   hash -r
+  echo "[deps] now using $(command -v cmake) ($(cmake --version | head -1))"
 fi
 
 py_missing=()
@@ -36,7 +44,8 @@ done
 if [ ${#py_missing[@]} -gt 0 ]; then
   pkgs=$(printf '%s\n' "${py_missing[@]}" | sed 's/scikit_build_core/scikit-build-core/; s/ml_dtypes/ml_dtypes/')
   echo "[deps] installing Python packages: $(echo $pkgs)"
-  python3 -m pip install -q $pkgs || { echo "[deps] ERROR: pip could not install: $(echo $pkgs)" >&2; exit 1; }
+  with_progress "pip install" build/deps-pip.log python3 -m pip install $pkgs ||
+    { echo "[deps] ERROR: pip could not install: $(echo $pkgs)" >&2; exit 1; }
 fi
 
 if ! command -v nvcc >/dev/null; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One batched run on a GPU machine: build, GPU tier, compute-sanitizer, SASS checks, benchmark.
 # Logs go to $OUT (or ./device-out). Usage: scripts/device_check.sh [build|test|sanitize|sass|bench]...
+# Environment: GTEST_FILTER (test step), SAN_FILTER (sanitize step; default FusedSanitizer.*), BENCH_ARGS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-device-out}; mkdir -p "$OUT"
@@ -18,7 +19,7 @@ for step in "${steps[@]}"; do
       echo "gpu tests rc=$?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST" "$OUT/gpu_tests.log" | head -30 ;;
     sanitize)
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/fp4gemm_gpu_tests" --gtest_filter='FusedSanitizer.*' > "$OUT/sanitizer_$tool.log" 2>&1
+        compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/fp4gemm_gpu_tests" --gtest_filter="${SAN_FILTER:-FusedSanitizer.*}" > "$OUT/sanitizer_$tool.log" 2>&1
         echo "sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer_$tool.log" | head -3
       done ;;
     sass)
