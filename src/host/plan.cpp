@@ -66,11 +66,19 @@ const Plan::Impl& checked(const std::unique_ptr<Plan::Impl>& impl) {
 
 // The caller's CUDA state before fp4gemm enqueues anything: an error already pending is
 // reported as the caller's, not as a failure of this launch; a stream of another device is named.
-void check_run_preconditions(int device, cudaStream_t stream) {
+// Returns whether `stream` is being captured into a graph.
+bool check_run_preconditions(int device, cudaStream_t stream) {
   if (const cudaError_t pending = cudaGetLastError(); pending != cudaSuccess)
     throw Error("run", -1, std::string("a CUDA error from an earlier call (not fp4gemm's) was pending: ") +
                                cudaGetErrorName(pending) + " (" + cudaGetErrorString(pending) +
                                "); fp4gemm launched nothing");
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (const cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw Error("stream", -1, std::string("not a usable CUDA stream: ") + cudaGetErrorName(e) + " (" +
+                                  cudaGetErrorString(e) + ")");
+  }
+  if (capture != cudaStreamCaptureStatusNone) return true;  // (cudaStreamGetDevice would end a capture)
   int stream_device = -1;
   if (const cudaError_t e = cudaStreamGetDevice(stream, &stream_device); e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -80,6 +88,7 @@ void check_run_preconditions(int device, cudaStream_t stream) {
   if (stream_device != device)
     throw Error("stream", -1, "the stream belongs to device " + std::to_string(stream_device) +
                                   ", but the plan was built for device " + std::to_string(device));
+  return false;
 }
 
 }  // namespace
@@ -148,12 +157,9 @@ void Plan::run(cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   if (p.max_m == 0 || p.max_n == 0) return;  // nothing to compute
   DeviceGuard guard(p.device.index);
-  check_run_preconditions(p.device.index, stream);
   // While the stream is being captured, the wait and the record become external-event nodes, so
   // replays of the graph serialise with every other run of this plan too.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  FP4GEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "stream");
-  const bool capturing = capture == cudaStreamCaptureStatusActive;
+  const bool capturing = check_run_preconditions(p.device.index, stream);
   std::lock_guard lock(p.run_mutex);
   FP4GEMM_CUDA_CHECK(cudaStreamWaitEvent(stream, p.done, capturing ? cudaEventWaitExternal : cudaEventWaitDefault),
                      "run");

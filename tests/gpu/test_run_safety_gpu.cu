@@ -95,7 +95,7 @@ TEST(RunSafety, ScalesShorterThanTheLayoutRejected) {
   // A pointer past every allocation's end is named too.
   descs = device.descs();
   descs[1].a = buffer.get() + arena;
-  expect_error([&] { Plan plan(descs, device.options(Backend::fast)); }, "groups[1].a", "not inside");
+  expect_error([&] { Plan plan(descs, device.options(Backend::fast)); }, "groups[1].a", "not in any device allocation");
   // Exactly the blocked size at the end of the allocation is accepted and right.
   descs = device.descs();
   const std::vector<std::uint8_t>& sfb = problem.groups[0].sfb;

@@ -18,7 +18,8 @@
 //   - With `check_pointers`, every pointer must be device memory of the plan's device, or
 //     managed memory, and every byte range the kernels touch ([begin, end) above; blocked scales
 //     pad rows to 128 and scale columns to 4) must lie inside mapped device allocations
-//     (cuMemGetAddressRange; adjacent mappings, as with virtual-memory allocators, count as one).
+//     (cuMemGetAddressRange; virtual-memory chunks mapped side by side, as torch's expandable
+//     segments map them, count as one).
 //     A sub-allocation of a caching allocator is only checked against its whole segment.
 #include "host/core/validate.hpp"
 
@@ -249,45 +250,65 @@ void check_device_pointer(int g, const char* field, const void* p, int device) {
     case cudaMemoryTypeUnregistered:
     default:
       fail(g, field, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) +
-                         " is a host pointer; fp4gemm needs device memory");
+                         " is not in any device allocation (a host pointer, or past an allocation's end); "
+                         "fp4gemm needs device memory");
   }
 }
 
-PFN_cuMemGetAddressRange_v3020 address_range_query() {
-  static const PFN_cuMemGetAddressRange_v3020 fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &ptr, 3020, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        status != cudaDriverEntryPointSuccess)
-      ptr = nullptr;
-    (void)cudaGetLastError();
-    return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(ptr);
-  }();
-  return fn;
+// A driver function by name, or null when the driver lacks it.
+template <typename Fn>
+Fn driver_function(const char* name, unsigned version) {
+  void* ptr = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  if (cudaGetDriverEntryPointByVersion(name, &ptr, version, cudaEnableDefault, &status) != cudaSuccess ||
+      status != cudaDriverEntryPointSuccess)
+    ptr = nullptr;
+  (void)cudaGetLastError();
+  return reinterpret_cast<Fn>(ptr);
 }
 
-// Requires the bytes [r.begin, r.end) to be mapped device memory: the allocation holding r.begin,
-// extended over allocations mapped right after it.
+struct AllocationQueries {
+  PFN_cuMemGetAddressRange_v3020 range = driver_function<PFN_cuMemGetAddressRange_v3020>("cuMemGetAddressRange", 3020);
+  PFN_cuMemRetainAllocationHandle_v11000 retain =
+      driver_function<PFN_cuMemRetainAllocationHandle_v11000>("cuMemRetainAllocationHandle", 11000);
+  PFN_cuMemRelease_v10020 release = driver_function<PFN_cuMemRelease_v10020>("cuMemRelease", 10020);
+
+  // Whether `address` is mapped with the virtual-memory API (cuMemMap), as by allocators that grow
+  // a segment by mapping chunks next to each other (torch's expandable segments).
+  bool mapped_chunk(std::uintptr_t address) const {
+    CUmemGenericAllocationHandle handle{};
+    if (retain == nullptr || retain(&handle, reinterpret_cast<void*>(address)) != CUDA_SUCCESS) return false;
+    if (release != nullptr) release(handle);
+    return true;
+  }
+};
+
+// Requires the bytes [r.begin, r.end) to be inside the device allocation holding r.begin. The
+// range may continue into a next allocation only where both are virtual-memory chunks (mapped
+// side by side by one allocator): cuMemGetAddressRange reports one chunk of such a segment.
 void check_allocation(const Range& r, const Options& options) {
   if (r.end <= r.begin) return;
-  const auto query = address_range_query();
-  if (query == nullptr) throw Error("device", -1, "the CUDA driver has no cuMemGetAddressRange (driver too old?)");
+  static const AllocationQueries queries;
+  if (queries.range == nullptr)
+    throw Error("device", -1, "the CUDA driver has no cuMemGetAddressRange (driver too old?)");
+  auto what = [&] {
+    std::string text = group_arg(r.group, r.field) + " needs the " + std::to_string(r.end - r.begin) + " bytes [" +
+                       hex(r.begin) + ", " + hex(r.end) + ")";
+    const std::string field = r.field;
+    if (field == "sfa" || field == "sfb")
+      text += std::string(" (") + to_string(options.scale_layout) + " scales" +
+              (options.scale_layout == ScaleLayout::blocked ? ": rows padded to 128, scale columns to 4" : "") + ")";
+    return text;
+  };
   std::uintptr_t covered = r.begin;
   while (covered < r.end) {
     CUdeviceptr base = 0;
     std::size_t size = 0;
-    if (query(&base, &size, static_cast<CUdeviceptr>(covered)) != CUDA_SUCCESS || size == 0) {
-      std::string what = group_arg(r.group, r.field) + " needs the " + std::to_string(r.end - r.begin) +
-                         " bytes [" + hex(r.begin) + ", " + hex(r.end) + ")";
-      const std::string field = r.field;
-      if (field == "sfa" || field == "sfb")
-        what += std::string(" (") + to_string(options.scale_layout) + " scales" +
-                (options.scale_layout == ScaleLayout::blocked ? ": rows padded to 128, scale columns to 4" : "") +
-                ")";
-      if (covered == r.begin)
-        fail(r.group, r.field, what + ", but " + hex(covered) + " is not inside a device allocation");
-      fail(r.group, r.field, what + ", but its allocation ends at " + hex(covered) + ", " +
+    const bool next_chunk = covered != r.begin;
+    if ((next_chunk && !(queries.mapped_chunk(covered - 1) && queries.mapped_chunk(covered))) ||
+        queries.range(&base, &size, static_cast<CUdeviceptr>(covered)) != CUDA_SUCCESS || size == 0) {
+      if (!next_chunk) fail(r.group, r.field, what() + ", but " + hex(covered) + " is not inside a device allocation");
+      fail(r.group, r.field, what() + ", but its allocation ends at " + hex(covered) + ", " +
                                  std::to_string(r.end - covered) + " bytes short");
     }
     covered = static_cast<std::uintptr_t>(base + size);
