@@ -31,9 +31,19 @@ DeviceBuffer::~DeviceBuffer() {
 
 const char* to_string(Values v) { return v == Values::gpumode ? "gpumode" : "full"; }
 
-namespace {
+const char* to_string(Poison p) { return p == Poison::nan ? "NaN poison" : "finite poison"; }
 
-constexpr std::uint8_t kPoison = 0xFF;  // C before a run: NaN in f16, bf16 and f32
+std::uint32_t poison_bits(Poison p, OutType type) {
+  if (p == Poison::nan) return type == OutType::f32 ? 0xFFFFFFFFu : 0xFFFFu;
+  switch (type) {
+    case OutType::f16: return 0xFBFFu;       // -65504
+    case OutType::bf16: return 0xFF7Fu;      // -3.39e38
+    case OutType::f32: return 0xFF7FFFFFu;   // -FLT_MAX
+  }
+  return 0;
+}
+
+namespace {
 
 std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
@@ -247,6 +257,7 @@ std::string ProblemConfig::describe() const {
   for (std::size_t i = 0; i < shapes.size(); ++i)
     os << (i ? " " : "") << shapes[i].m << "x" << shapes[i].n << "x" << shapes[i].k;
   os << "]";
+  if (guard_bytes != 4096) os << " guard=" << guard_bytes;
   if (padded_strides) os << " padded";
   os << " align=" << alignment;
   if (layout == ScaleLayout::blocked) os << (poison_scale_padding ? " pad=NaN" : " pad=0");
@@ -413,7 +424,8 @@ ProblemConfig random_config(std::uint64_t seed, const RandomLimits& limits) {
 
 // ---- device buffers -------------------------------------------------------------------------
 
-DeviceProblem::DeviceProblem(const Problem& problem) : problem_(&problem) {
+DeviceProblem::DeviceProblem(const Problem& problem)
+    : problem_(&problem), guard_bytes_(problem.config.guard_bytes) {
   const ProblemConfig& cfg = problem.config;
   const std::size_t elem = out_type_size(cfg.out_type);
   std::mt19937_64 rng(cfg.seed ^ 0xA0761D6478BD642Full);
@@ -436,10 +448,10 @@ DeviceProblem::DeviceProblem(const Problem& problem) : problem_(&problem) {
     o.sfa = place(d.sfa.size());
     o.sfb = place(d.sfb.size());
     if (cfg.alpha_on_device) o.alpha = place(sizeof(float));
-    pos += kGuardBytes;
+    pos += guard_bytes_;
     o.c_bytes = static_cast<std::size_t>(d.m) * static_cast<std::size_t>(d.ldc) * elem;
     o.c = place(o.c_bytes);
-    pos += kGuardBytes;
+    pos += guard_bytes_;
   }
   image_.resize(round_up(pos + 256, 256));
   fill_random(rng, image_.data(), image_.size());  // guards, gaps: garbage
@@ -452,7 +464,11 @@ DeviceProblem::DeviceProblem(const Problem& problem) : problem_(&problem) {
     std::copy(d.sfa.begin(), d.sfa.end(), image_.begin() + static_cast<std::ptrdiff_t>(o.sfa));
     std::copy(d.sfb.begin(), d.sfb.end(), image_.begin() + static_cast<std::ptrdiff_t>(o.sfb));
     if (o.alpha != kNone) std::memcpy(image_.data() + o.alpha, &d.alpha, sizeof(float));
-    std::fill_n(image_.begin() + static_cast<std::ptrdiff_t>(o.c), o.c_bytes, kPoison);
+    // The NaN poison in the C cells; the row padding (ldc > N) keeps its garbage, the same for
+    // both poisons.
+    for (int r = 0; r < d.m; ++r)
+      std::fill_n(image_.begin() + static_cast<std::ptrdiff_t>(o.c + static_cast<std::size_t>(r) * static_cast<std::size_t>(d.ldc) * elem),
+                  static_cast<std::size_t>(d.n) * elem, std::uint8_t{0xFF});
   }
 
   FP4GEMM_TEST_CUDA(cudaMalloc(reinterpret_cast<void**>(&device_), image_.size()));
@@ -498,9 +514,28 @@ Options DeviceProblem::options(Backend backend) const {
   return o;
 }
 
-void DeviceProblem::reset() const {
+void DeviceProblem::reset(Poison poison) const {
   FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
-  FP4GEMM_TEST_CUDA(cudaMemcpy(device_, image_.data(), image_.size(), cudaMemcpyHostToDevice));
+  if (poison == Poison::nan) {
+    FP4GEMM_TEST_CUDA(cudaMemcpy(device_, image_.data(), image_.size(), cudaMemcpyHostToDevice));
+  } else {
+    const OutType type = problem_->config.out_type;
+    const std::size_t elem = out_type_size(type);
+    const std::uint32_t bits = poison_bits(poison, type);
+    std::uint8_t pattern[4];
+    std::memcpy(pattern, &bits, elem);  // little endian: the low `elem` bytes
+    std::vector<std::uint8_t> image = image_;
+    for (std::size_t g = 0; g < problem_->groups.size(); ++g) {
+      const GroupData& d = problem_->groups[g];
+      const Offsets& o = offsets_[g];
+      if (o.c == kNone) continue;
+      for (int r = 0; r < d.m; ++r) {
+        std::uint8_t* row = image.data() + o.c + static_cast<std::size_t>(r) * static_cast<std::size_t>(d.ldc) * elem;
+        for (int n = 0; n < d.n; ++n) std::memcpy(row + static_cast<std::size_t>(n) * elem, pattern, elem);
+      }
+    }
+    FP4GEMM_TEST_CUDA(cudaMemcpy(device_, image.data(), image.size(), cudaMemcpyHostToDevice));
+  }
   // A pageable upload may still be in flight when cudaMemcpy returns; other streams must not
   // race it.
   FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
@@ -589,7 +624,12 @@ Expected cpu_expected(const Problem& p, double mac_budget) {
 Expected backend_expected(const Problem& p, const DeviceProblem& device, Backend oracle) {
   const std::size_t elem = out_type_size(p.config.out_type);
   const Plan plan(device.descs(), device.options(oracle));
-  const std::vector<std::uint8_t> arena = run_plan(plan, device);
+  const std::vector<std::uint8_t> arena = run_plan(plan, device, Launch::stream, Poison::nan);
+  if (run_plan(plan, device, Launch::stream, Poison::finite) != arena)
+    throw std::runtime_error(std::string("oracle backend ") + fp4gemm::to_string(oracle) + " (" +
+                             plan.kernel_name() +
+                             ") gives different arenas with the NaN and the finite poison: it leaves "
+                             "elements unwritten (or is nondeterministic)");
   Expected e;
   e.source = std::string("backend ") + fp4gemm::to_string(oracle) + " (" + plan.kernel_name() + ")";
   e.rows.resize(p.groups.size());
@@ -652,8 +692,9 @@ void run_through_graph(const Plan& plan, cudaStream_t stream) {
 
 }  // namespace
 
-std::vector<std::uint8_t> run_plan(const Plan& plan, const DeviceProblem& device, Launch launch) {
-  device.reset();
+std::vector<std::uint8_t> run_plan(const Plan& plan, const DeviceProblem& device, Launch launch,
+                                   Poison poison) {
+  device.reset(poison);
   const Stream stream;
   if (launch == Launch::graph)
     run_through_graph(plan, stream.get());
@@ -703,9 +744,9 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
                   ? " (row padding: N = " + std::to_string(d.n) + ", ldc = " + std::to_string(d.ldc) + ")"
                   : std::string());
     }
-    if (offset < o.c && offset + DeviceProblem::kGuardBytes >= o.c)
+    if (offset < o.c && offset + device.guard_bytes() >= o.c)
       return "guard band before C of " + group + " (" + std::to_string(o.c - offset) + " bytes before)";
-    if (offset >= o.c + o.c_bytes && offset < o.c + o.c_bytes + DeviceProblem::kGuardBytes)
+    if (offset >= o.c + o.c_bytes && offset < o.c + o.c_bytes + device.guard_bytes())
       return "guard band after C of " + group + " (" + std::to_string(offset - o.c - o.c_bytes) +
              " bytes after the last row)";
   }
@@ -753,6 +794,10 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
       if (arena[i] == image[i]) continue;
       ++changed_bytes;
       if (i == begin || arena[i - 1] == image[i - 1]) {  // first byte of a changed run
+        if (reported >= options.max_reports) {  // counted only: locate() walks every group
+          ++reported;
+          continue;
+        }
         char buf[64];
         std::snprintf(buf, sizeof buf, " changed 0x%02x -> 0x%02x", image[i], arena[i]);
         note("write outside C: arena byte " + std::to_string(i) + ", " + locate(p, device, i) + buf);
@@ -795,7 +840,7 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
         const auto where = [&] {
           return "group " + std::to_string(g) + " row " + std::to_string(r) + " col " + std::to_string(n);
         };
-        const bool poison = got_bits == (type == OutType::f32 ? 0xFFFFFFFFu : 0xFFFFu);
+        const bool poison = got_bits == poison_bits(Poison::nan, type) || got_bits == poison_bits(Poison::finite, type);
         if (ei < 0) {  // not in the reference subset: written, NaN exactly where predicted
           const bool want_nan = nan_row[static_cast<std::size_t>(r)] || nan_col[static_cast<std::size_t>(n)];
           if (std::isnan(got) != want_nan) {
@@ -840,7 +885,7 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
         }
         if (!ok) {
           ++mismatches;
-          if (poison && !std::isnan(want)) ++unwritten;
+          if (poison) ++unwritten;
           note(where() + ": got " + fmt(got) + " (" + hex_bits(got_bits, type) + ")" +
                (poison ? " = poison, never written" : "") + ", expected " + fmt(want) + " (" +
                hex_bits(want_bits, type) + ")" + detail);
@@ -860,6 +905,44 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
   return failure;
 }
 
+::testing::AssertionResult run_plan_and_check(const Problem& problem, const DeviceProblem& device,
+                                              const Plan& plan, const Expected& expected,
+                                              const RunOptions& options) {
+  const std::string context = "[kernel " + plan.kernel_name() +
+                              (options.launch == Launch::graph ? ", graph" : "") + "]";
+  try {
+    std::vector<std::uint8_t> first;
+    for (int run = 0; run < std::max(2, options.runs); ++run) {
+      const Poison poison = run % 2 == 0 ? Poison::nan : Poison::finite;
+      std::vector<std::uint8_t> arena = run_plan(plan, device, options.launch, poison);
+      ::testing::AssertionResult result = check_outputs(problem, device, expected, arena, options.check);
+      if (!result)
+        return ::testing::AssertionFailure() << context << " run " << run << " (" << to_string(poison)
+                                             << "): " << result.message();
+      if (run == 0) {
+        first = std::move(arena);
+      } else if (arena != first) {
+        // Outside the C cells both images are the same and unchanged (checked above): a
+        // difference is an element left unwritten in one run, or a nondeterministic one.
+        const auto diff = std::mismatch(arena.begin(), arena.end(), first.begin());
+        const auto at = static_cast<std::size_t>(diff.first - arena.begin());
+        char bytes[64];
+        std::snprintf(bytes, sizeof bytes, " (byte 0x%02x in run 0, 0x%02x in run %d)", first[at], arena[at], run);
+        return ::testing::AssertionFailure()
+               << problem.describe() << " " << context << ": run " << run << " (" << to_string(poison)
+               << ") differs bitwise from run 0 (NaN poison): unwritten or nondeterministic at "
+               << locate(problem, device, at) << bytes;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const Error& e) {
+    return ::testing::AssertionFailure() << problem.describe() << " " << context << ": fp4gemm::Error("
+                                         << e.argument() << ", " << e.group() << "): " << e.what();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << problem.describe() << " " << context << ": exception: " << e.what();
+  }
+}
+
 ::testing::AssertionResult run_and_check(const ProblemConfig& config, Backend backend,
                                          const RunOptions& options) {
   const std::string context = config.describe() + " [backend " + fp4gemm::to_string(backend) +
@@ -869,24 +952,11 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
     const DeviceProblem device(problem);
     const Plan plan(device.descs(), device.options(backend));
     const Expected expected = cpu_expected(problem, options.mac_budget);
-    std::vector<std::uint8_t> first;
-    for (int run = 0; run < std::max(1, options.runs); ++run) {
-      std::vector<std::uint8_t> arena = run_plan(plan, device, options.launch);
-      ::testing::AssertionResult result = check_outputs(problem, device, expected, arena, options.check);
-      if (!result)
-        return ::testing::AssertionFailure() << "[backend " << fp4gemm::to_string(backend) << ", kernel "
-                                             << plan.kernel_name() << ", run " << run << "] "
-                                             << result.message();
-      if (run == 0) {
-        first = std::move(arena);
-      } else if (arena != first) {
-        const auto diff = std::mismatch(arena.begin(), arena.end(), first.begin());
-        return ::testing::AssertionFailure()
-               << context << ": run " << run << " differs bitwise from run 0 (nondeterministic) at "
-               << locate(problem, device, static_cast<std::size_t>(diff.first - arena.begin()));
-      }
-    }
-    return ::testing::AssertionSuccess();
+    ::testing::AssertionResult result = run_plan_and_check(problem, device, plan, expected, options);
+    if (!result)
+      return ::testing::AssertionFailure() << "[backend " << fp4gemm::to_string(backend) << "] "
+                                           << result.message();
+    return result;
   } catch (const Error& e) {
     return ::testing::AssertionFailure() << context << ": fp4gemm::Error(" << e.argument() << ", "
                                          << e.group() << "): " << e.what();

@@ -50,7 +50,7 @@ TEST_P(FusedSeedShapes, BitExactAndDeterministic) {
   const auto [index, layout] = GetParam();
   RunOptions options;
   options.mac_budget = 1.0e9;  // sampled rows of the CPU reference; every element checked as written
-  options.runs = 2;            // and bitwise identical run to run
+  options.runs = 2;            // (NaN and finite poison) and bitwise identical run to run
   EXPECT_TRUE(run_and_check(seed_case(index, layout), Backend::fast, options));
 }
 
@@ -69,7 +69,9 @@ TEST(Fused, AgreesWithReferenceKernelOnSeedCase2) {
   const DeviceProblem device(problem);
   const Expected oracle = backend_expected(problem, device, Backend::reference);
   Plan plan(device.descs(), device.options(Backend::fast));
-  EXPECT_TRUE(check_outputs(problem, device, oracle, run_plan(plan, device, Launch::graph)));
+  RunOptions options;
+  options.launch = Launch::graph;
+  EXPECT_TRUE(run_plan_and_check(problem, device, plan, oracle, options));
 }
 
 using Combo = std::tuple<Format, ScaleLayout, OutType>;
