@@ -254,8 +254,18 @@ std::string ProblemConfig::describe() const {
   os << "seed=" << seed << " " << fp4gemm::to_string(format) << "/" << fp4gemm::to_string(layout)
      << "->" << fp4gemm::to_string(out_type) << " " << test::to_string(values) << " G=" << shapes.size()
      << " MxNxK=[";
-  for (std::size_t i = 0; i < shapes.size(); ++i)
+  // Runs of equal shapes as "MxNxK*count" (0x0x0 = GroupDesc{}).
+  for (std::size_t i = 0; i < shapes.size();) {
+    std::size_t j = i + 1;
+    while (j < shapes.size() && shapes[j].m == shapes[i].m && shapes[j].n == shapes[i].n && shapes[j].k == shapes[i].k) ++j;
     os << (i ? " " : "") << shapes[i].m << "x" << shapes[i].n << "x" << shapes[i].k;
+    if (j - i > 2) {
+      os << "*" << j - i;
+    } else if (j - i == 2) {
+      os << " " << shapes[i].m << "x" << shapes[i].n << "x" << shapes[i].k;
+    }
+    i = j;
+  }
   os << "]";
   if (guard_bytes != 4096) os << " guard=" << guard_bytes;
   if (padded_strides) os << " padded";
@@ -302,6 +312,13 @@ Problem make_problem(const ProblemConfig& cfg) {
     GroupData d;
     d.m = s.m, d.n = s.n, d.k = s.k;
     d.alpha = group_alpha(cfg, i);
+    if (s.m == 0 && s.n == 0 && s.k == 0) {  // GroupDesc{}
+      d.blank = true;
+      d.null_pointers = true;
+      d.alpha = 1.0f;
+      p.groups.push_back(std::move(d));
+      continue;
+    }
     const bool degenerate = s.n < 1 || s.k < 1 || s.k % vec != 0;  // only possible with M = 0
     if (s.m == 0 && (degenerate || (cfg.null_empty_groups && (rng() & 1)))) {
       d.null_pointers = true;
@@ -419,7 +436,31 @@ ProblemConfig random_config(std::uint64_t seed, const RandomLimits& limits) {
       for (std::size_t i = 0; i < cfg.shapes.size(); ++i) cfg.alphas.push_back(pick_alpha());
   }
   cfg.alpha_on_device = chance(rng, 0.3);
+
+  // Blank groups (GroupDesc{}) among the real ones, from a separate generator so that everything
+  // drawn above is what it was before blank groups existed.
+  std::mt19937_64 blank_rng(seed * 0xD1B54A32D192ED03ull + 0x8BB84B93962EACC9ull);
+  for (Shape& s : cfg.shapes)
+    if (s.m == 0 && chance(blank_rng, limits.blank_rate)) s = Shape{};
+  if (chance(blank_rng, limits.blank_insert_rate)) {
+    const int extra = uniform(blank_rng, 1, 3);
+    for (int i = 0; i < extra; ++i) {
+      const auto at = static_cast<std::ptrdiff_t>(uniform(blank_rng, 0, static_cast<int>(cfg.shapes.size())));
+      cfg.shapes.insert(cfg.shapes.begin() + at, Shape{});
+      if (cfg.alphas.size() > 1) cfg.alphas.insert(cfg.alphas.begin() + at, 1.0f);
+    }
+  }
   return cfg;
+}
+
+RandomLimits fused_random_limits() {
+  RandomLimits limits;
+  limits.max_groups = 64;
+  limits.max_m = 600;
+  limits.max_n = 1536;
+  limits.max_k = 4096;
+  limits.mac_budget = 3.0e7;
+  return limits;
 }
 
 // ---- device buffers -------------------------------------------------------------------------
@@ -484,6 +525,7 @@ DeviceProblem::DeviceProblem(const Problem& problem)
     const GroupData& d = problem.groups[g];
     const Offsets& o = offsets_[g];
     GroupDesc& desc = descs_[g];
+    if (d.blank) continue;  // GroupDesc{} exactly
     desc.m = d.m, desc.n = d.n, desc.k = d.k;
     desc.lda = d.lda, desc.ldb = d.ldb, desc.ldc = d.ldc;
     desc.alpha = d.alpha;

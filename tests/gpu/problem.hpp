@@ -83,7 +83,9 @@ struct ProblemConfig {
   ScaleLayout layout = ScaleLayout::linear;
   OutType out_type = OutType::f16;
   Values values = Values::gpumode;
-  std::vector<Shape> shapes;  // one per group; M may be 0
+  // One per group; M may be 0. {0, 0, 0} is a blank group: its descriptor is exactly GroupDesc{}
+  // (M = N = K = 0, null pointers, zero strides, alpha 1), whatever alphas / alpha_on_device say.
+  std::vector<Shape> shapes;
   std::uint64_t seed = 1111;
   bool padded_strides = false;       // lda/ldb/ldc larger than needed (padding = garbage)
   int alignment = 16;                // buffers start at random multiples of this (16..256)
@@ -111,6 +113,7 @@ struct GroupData {
   std::vector<std::uint8_t> sfa, sfb;       // the same in config.layout (what the device gets)
   float alpha = 1.0f;
   bool null_pointers = false;  // M = 0 group described with null pointers
+  bool blank = false;          // shape {0, 0, 0}: described by GroupDesc{} exactly
 };
 
 struct Problem {
@@ -136,11 +139,26 @@ struct RandomLimits {
   double varying_nk_rate = 0.3;   // fraction of problems whose groups differ in N and K
   double mac_budget = 2.0e7;      // shapes are shrunk until sum M*N*K fits (keeps the CPU
                                   // reference fast)
+  // Blank groups (GroupDesc{}: M = N = K = 0, null pointers) mixed among the real ones: this
+  // fraction of the M = 0 groups become blank, and this fraction of the problems get 1..3 extra
+  // blank groups inserted anywhere (first, last, between real groups).
+  double blank_rate = 0.5;
+  double blank_insert_rate = 0.35;
 };
 
+// The random problems of the GPU tier, shared with the host tier's coverage test
+// (tests/host/test_random_coverage.cpp): ReferenceRandom runs random_config(seed) for seed in
+// [0, kReferenceRandomProblems); FusedRandom runs random_config(kFusedRandomSeed0 + i,
+// fused_random_limits()) for i in [0, kFusedRandomProblems).
+inline constexpr int kReferenceRandomProblems = 240;
+inline constexpr int kFusedRandomProblems = 520;
+inline constexpr std::uint64_t kFusedRandomSeed0 = 100000;
+RandomLimits fused_random_limits();
+
 std::vector<Shape> random_shapes(std::mt19937_64& rng, Format format, const RandomLimits& limits);
-// Random format, layout, output type, values, shapes, strides, alignment, alphas (powers of two
-// in gpumode so that bit-exactness still holds), alpha_device, NaN scales (full mode).
+// Random format, layout, output type, values, shapes (blank groups included), strides,
+// alignment, alphas (powers of two in gpumode so that bit-exactness still holds), alpha_device,
+// NaN scales (full mode).
 ProblemConfig random_config(std::uint64_t seed, const RandomLimits& limits = {});
 
 // ---- device buffers -------------------------------------------------------------------------

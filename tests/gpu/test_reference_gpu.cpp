@@ -3,7 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <set>
+#include <cstdio>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -98,8 +98,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- random problems ---------------------------------------------------------------------------
 
-constexpr int kRandomProblems = 240;
-
+// (kReferenceRandomProblems lives in gpu/problem.hpp: the host tier's ReferenceRandomCoverage
+// checks what these problems cover, blank GroupDesc{} groups included.)
 class ReferenceRandom : public ::testing::TestWithParam<int> {};
 
 TEST_P(ReferenceRandom, MatchesCpuReference) {
@@ -110,47 +110,7 @@ TEST_P(ReferenceRandom, MatchesCpuReference) {
   EXPECT_TRUE(run_and_check(cfg, Backend::reference, options)) << "random_config(" << GetParam() << ")";
 }
 
-INSTANTIATE_TEST_SUITE_P(Seeds, ReferenceRandom, ::testing::Range(0, kRandomProblems));
-
-// The random configurations above cover what they claim to (host-only, but lives beside them).
-TEST(ReferenceRandomCoverage, CoversEveryOption) {
-  std::set<std::tuple<int, int, int, int>> combos;  // format, layout, out type, values
-  int zero_m = 0, one_m = 0, odd_m = 0, big_k = 0, device_alpha = 0, non_unit_alpha = 0, nan = 0,
-      padded = 0, varying = 0, many_groups = 0;
-  double macs = 0;
-  for (int seed = 0; seed < kRandomProblems; ++seed) {
-    const ProblemConfig cfg = random_config(static_cast<std::uint64_t>(seed));
-    combos.insert({static_cast<int>(cfg.format), static_cast<int>(cfg.layout),
-                   static_cast<int>(cfg.out_type), static_cast<int>(cfg.values)});
-    std::set<std::pair<int, int>> nk;
-    for (const Shape& s : cfg.shapes) {
-      zero_m += s.m == 0;
-      one_m += s.m == 1;
-      odd_m += s.m > 1 && s.m % 2 == 1;
-      big_k += s.k >= 1024;
-      nk.insert({s.n, s.k});
-      macs += static_cast<double>(s.m) * s.n * s.k;
-    }
-    varying += nk.size() > 1;
-    many_groups += cfg.shapes.size() >= 17;
-    device_alpha += cfg.alpha_on_device;
-    for (float a : cfg.alphas) non_unit_alpha += a != 1.0f;
-    nan += cfg.nan_scales;
-    padded += cfg.padded_strides;
-  }
-  EXPECT_EQ(combos.size(), 24u);
-  EXPECT_GT(zero_m, 10);
-  EXPECT_GT(one_m, 10);
-  EXPECT_GT(odd_m, 50);
-  EXPECT_GT(big_k, 10);
-  EXPECT_GT(device_alpha, 20);
-  EXPECT_GT(non_unit_alpha, 50);
-  EXPECT_GT(nan, 5);
-  EXPECT_GT(padded, 20);
-  EXPECT_GT(varying, 20);
-  EXPECT_GT(many_groups, 10);
-  EXPECT_LT(macs, 240 * 2.0e7);  // keeps the CPU reference at a few seconds in total
-}
+INSTANTIATE_TEST_SUITE_P(Seeds, ReferenceRandom, ::testing::Range(0, kReferenceRandomProblems));
 
 // ---- degenerate problems -----------------------------------------------------------------------
 
