@@ -150,6 +150,36 @@ TEST_P(FusedRandom, WithinSpecTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(Seeds, FusedRandom, ::testing::Range(0, kFusedRandomProblems));
 
+// One plan, built once and run again and again with nothing changed, gives bitwise the same C
+// (SPEC §3), on full-range values (where FP32 accumulation order shows) and f32 output (every
+// accumulation bit visible), with stream-K forced so that split tiles are summed across CTAs, on
+// several CTA counts; streams and graphs alternate.
+TEST(Fused, DeterministicAcrossRunsOnFullRangeValues) {
+  REQUIRE_FAST_KERNEL();
+  const ScopedEnv force("FP4GEMM_SPLIT_K", "1");
+  for (const char* max_ctas : {"100000", "12", "3"}) {
+    const ScopedEnv ctas("FP4GEMM_MAX_CTAS", max_ctas);
+    ProblemConfig cfg;
+    cfg.values = Values::full;
+    cfg.out_type = OutType::f32;
+    cfg.layout = ScaleLayout::blocked;
+    cfg.seed = 4242;
+    cfg.shapes = {{100, 300, 4096}, {257, 64, 2048}, {1, 1000, 8192}, {0, 300, 1024}, {77, 136, 6144}};
+    cfg.nan_scales = true;
+    const Problem problem = make_problem(cfg);
+    const DeviceProblem device(problem);
+    const Plan plan(device.descs(), device.options(Backend::fast));
+    const Expected expected = cpu_expected(problem);
+    RunOptions options;
+    options.runs = 4;
+    options.check.tolerance = Tolerance::gpumode_rule;
+    EXPECT_TRUE(run_plan_and_check(problem, device, plan, expected, options)) << "max CTAs " << max_ctas;
+    const std::vector<std::uint8_t> on_stream = run_plan(plan, device, Launch::stream, Poison::nan);
+    const std::vector<std::uint8_t> on_graph = run_plan(plan, device, Launch::graph, Poison::finite);
+    EXPECT_TRUE(on_stream == on_graph) << "stream and graph runs of one plan differ, max CTAs " << max_ctas;
+  }
+}
+
 // A small problem for compute-sanitizer runs (memcheck / racecheck): --gtest_filter=FusedSanitizer.*
 // Stream-K is forced (FP4GEMM_SPLIT_K=1: the plan would pick whole tiles for some small shapes)
 // so that the split-K hand-off runs under the sanitizers; a second pass on 12 CTAs
