@@ -31,9 +31,19 @@ DeviceBuffer::~DeviceBuffer() {
 
 const char* to_string(Values v) { return v == Values::gpumode ? "gpumode" : "full"; }
 
-namespace {
+const char* to_string(Poison p) { return p == Poison::nan ? "NaN poison" : "finite poison"; }
 
-constexpr std::uint8_t kPoison = 0xFF;  // C before a run: NaN in f16, bf16 and f32
+std::uint32_t poison_bits(Poison p, OutType type) {
+  if (p == Poison::nan) return type == OutType::f32 ? 0xFFFFFFFFu : 0xFFFFu;
+  switch (type) {
+    case OutType::f16: return 0xFBFFu;       // -65504
+    case OutType::bf16: return 0xFF7Fu;      // -3.39e38
+    case OutType::f32: return 0xFF7FFFFFu;   // -FLT_MAX
+  }
+  return 0;
+}
+
+namespace {
 
 std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
@@ -244,9 +254,20 @@ std::string ProblemConfig::describe() const {
   os << "seed=" << seed << " " << fp4gemm::to_string(format) << "/" << fp4gemm::to_string(layout)
      << "->" << fp4gemm::to_string(out_type) << " " << test::to_string(values) << " G=" << shapes.size()
      << " MxNxK=[";
-  for (std::size_t i = 0; i < shapes.size(); ++i)
+  // Runs of equal shapes as "MxNxK*count" (0x0x0 = GroupDesc{}).
+  for (std::size_t i = 0; i < shapes.size();) {
+    std::size_t j = i + 1;
+    while (j < shapes.size() && shapes[j].m == shapes[i].m && shapes[j].n == shapes[i].n && shapes[j].k == shapes[i].k) ++j;
     os << (i ? " " : "") << shapes[i].m << "x" << shapes[i].n << "x" << shapes[i].k;
+    if (j - i > 2) {
+      os << "*" << j - i;
+    } else if (j - i == 2) {
+      os << " " << shapes[i].m << "x" << shapes[i].n << "x" << shapes[i].k;
+    }
+    i = j;
+  }
   os << "]";
+  if (guard_bytes != 4096) os << " guard=" << guard_bytes;
   if (padded_strides) os << " padded";
   os << " align=" << alignment;
   if (layout == ScaleLayout::blocked) os << (poison_scale_padding ? " pad=NaN" : " pad=0");
@@ -291,6 +312,13 @@ Problem make_problem(const ProblemConfig& cfg) {
     GroupData d;
     d.m = s.m, d.n = s.n, d.k = s.k;
     d.alpha = group_alpha(cfg, i);
+    if (s.m == 0 && s.n == 0 && s.k == 0) {  // GroupDesc{}
+      d.blank = true;
+      d.null_pointers = true;
+      d.alpha = 1.0f;
+      p.groups.push_back(std::move(d));
+      continue;
+    }
     const bool degenerate = s.n < 1 || s.k < 1 || s.k % vec != 0;  // only possible with M = 0
     if (s.m == 0 && (degenerate || (cfg.null_empty_groups && (rng() & 1)))) {
       d.null_pointers = true;
@@ -408,12 +436,37 @@ ProblemConfig random_config(std::uint64_t seed, const RandomLimits& limits) {
       for (std::size_t i = 0; i < cfg.shapes.size(); ++i) cfg.alphas.push_back(pick_alpha());
   }
   cfg.alpha_on_device = chance(rng, 0.3);
+
+  // Blank groups (GroupDesc{}) among the real ones, from a separate generator so that everything
+  // drawn above is what it was before blank groups existed.
+  std::mt19937_64 blank_rng(seed * 0xD1B54A32D192ED03ull + 0x8BB84B93962EACC9ull);
+  for (Shape& s : cfg.shapes)
+    if (s.m == 0 && chance(blank_rng, limits.blank_rate)) s = Shape{};
+  if (chance(blank_rng, limits.blank_insert_rate)) {
+    const int extra = uniform(blank_rng, 1, 3);
+    for (int i = 0; i < extra; ++i) {
+      const auto at = static_cast<std::ptrdiff_t>(uniform(blank_rng, 0, static_cast<int>(cfg.shapes.size())));
+      cfg.shapes.insert(cfg.shapes.begin() + at, Shape{});
+      if (cfg.alphas.size() > 1) cfg.alphas.insert(cfg.alphas.begin() + at, 1.0f);
+    }
+  }
   return cfg;
+}
+
+RandomLimits fused_random_limits() {
+  RandomLimits limits;
+  limits.max_groups = 64;
+  limits.max_m = 600;
+  limits.max_n = 1536;
+  limits.max_k = 4096;
+  limits.mac_budget = 3.0e7;
+  return limits;
 }
 
 // ---- device buffers -------------------------------------------------------------------------
 
-DeviceProblem::DeviceProblem(const Problem& problem) : problem_(&problem) {
+DeviceProblem::DeviceProblem(const Problem& problem)
+    : problem_(&problem), guard_bytes_(problem.config.guard_bytes) {
   const ProblemConfig& cfg = problem.config;
   const std::size_t elem = out_type_size(cfg.out_type);
   std::mt19937_64 rng(cfg.seed ^ 0xA0761D6478BD642Full);
@@ -436,10 +489,10 @@ DeviceProblem::DeviceProblem(const Problem& problem) : problem_(&problem) {
     o.sfa = place(d.sfa.size());
     o.sfb = place(d.sfb.size());
     if (cfg.alpha_on_device) o.alpha = place(sizeof(float));
-    pos += kGuardBytes;
+    pos += guard_bytes_;
     o.c_bytes = static_cast<std::size_t>(d.m) * static_cast<std::size_t>(d.ldc) * elem;
     o.c = place(o.c_bytes);
-    pos += kGuardBytes;
+    pos += guard_bytes_;
   }
   image_.resize(round_up(pos + 256, 256));
   fill_random(rng, image_.data(), image_.size());  // guards, gaps: garbage
@@ -452,7 +505,11 @@ DeviceProblem::DeviceProblem(const Problem& problem) : problem_(&problem) {
     std::copy(d.sfa.begin(), d.sfa.end(), image_.begin() + static_cast<std::ptrdiff_t>(o.sfa));
     std::copy(d.sfb.begin(), d.sfb.end(), image_.begin() + static_cast<std::ptrdiff_t>(o.sfb));
     if (o.alpha != kNone) std::memcpy(image_.data() + o.alpha, &d.alpha, sizeof(float));
-    std::fill_n(image_.begin() + static_cast<std::ptrdiff_t>(o.c), o.c_bytes, kPoison);
+    // The NaN poison in the C cells; the row padding (ldc > N) keeps its garbage, the same for
+    // both poisons.
+    for (int r = 0; r < d.m; ++r)
+      std::fill_n(image_.begin() + static_cast<std::ptrdiff_t>(o.c + static_cast<std::size_t>(r) * static_cast<std::size_t>(d.ldc) * elem),
+                  static_cast<std::size_t>(d.n) * elem, std::uint8_t{0xFF});
   }
 
   FP4GEMM_TEST_CUDA(cudaMalloc(reinterpret_cast<void**>(&device_), image_.size()));
@@ -468,6 +525,7 @@ DeviceProblem::DeviceProblem(const Problem& problem) : problem_(&problem) {
     const GroupData& d = problem.groups[g];
     const Offsets& o = offsets_[g];
     GroupDesc& desc = descs_[g];
+    if (d.blank) continue;  // GroupDesc{} exactly
     desc.m = d.m, desc.n = d.n, desc.k = d.k;
     desc.lda = d.lda, desc.ldb = d.ldb, desc.ldc = d.ldc;
     desc.alpha = d.alpha;
@@ -498,9 +556,28 @@ Options DeviceProblem::options(Backend backend) const {
   return o;
 }
 
-void DeviceProblem::reset() const {
+void DeviceProblem::reset(Poison poison) const {
   FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
-  FP4GEMM_TEST_CUDA(cudaMemcpy(device_, image_.data(), image_.size(), cudaMemcpyHostToDevice));
+  if (poison == Poison::nan) {
+    FP4GEMM_TEST_CUDA(cudaMemcpy(device_, image_.data(), image_.size(), cudaMemcpyHostToDevice));
+  } else {
+    const OutType type = problem_->config.out_type;
+    const std::size_t elem = out_type_size(type);
+    const std::uint32_t bits = poison_bits(poison, type);
+    std::uint8_t pattern[4];
+    std::memcpy(pattern, &bits, elem);  // little endian: the low `elem` bytes
+    std::vector<std::uint8_t> image = image_;
+    for (std::size_t g = 0; g < problem_->groups.size(); ++g) {
+      const GroupData& d = problem_->groups[g];
+      const Offsets& o = offsets_[g];
+      if (o.c == kNone) continue;
+      for (int r = 0; r < d.m; ++r) {
+        std::uint8_t* row = image.data() + o.c + static_cast<std::size_t>(r) * static_cast<std::size_t>(d.ldc) * elem;
+        for (int n = 0; n < d.n; ++n) std::memcpy(row + static_cast<std::size_t>(n) * elem, pattern, elem);
+      }
+    }
+    FP4GEMM_TEST_CUDA(cudaMemcpy(device_, image.data(), image.size(), cudaMemcpyHostToDevice));
+  }
   // A pageable upload may still be in flight when cudaMemcpy returns; other streams must not
   // race it.
   FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
@@ -589,7 +666,12 @@ Expected cpu_expected(const Problem& p, double mac_budget) {
 Expected backend_expected(const Problem& p, const DeviceProblem& device, Backend oracle) {
   const std::size_t elem = out_type_size(p.config.out_type);
   const Plan plan(device.descs(), device.options(oracle));
-  const std::vector<std::uint8_t> arena = run_plan(plan, device);
+  const std::vector<std::uint8_t> arena = run_plan(plan, device, Launch::stream, Poison::nan);
+  if (run_plan(plan, device, Launch::stream, Poison::finite) != arena)
+    throw std::runtime_error(std::string("oracle backend ") + fp4gemm::to_string(oracle) + " (" +
+                             plan.kernel_name() +
+                             ") gives different arenas with the NaN and the finite poison: it leaves "
+                             "elements unwritten (or is nondeterministic)");
   Expected e;
   e.source = std::string("backend ") + fp4gemm::to_string(oracle) + " (" + plan.kernel_name() + ")";
   e.rows.resize(p.groups.size());
@@ -652,8 +734,9 @@ void run_through_graph(const Plan& plan, cudaStream_t stream) {
 
 }  // namespace
 
-std::vector<std::uint8_t> run_plan(const Plan& plan, const DeviceProblem& device, Launch launch) {
-  device.reset();
+std::vector<std::uint8_t> run_plan(const Plan& plan, const DeviceProblem& device, Launch launch,
+                                   Poison poison) {
+  device.reset(poison);
   const Stream stream;
   if (launch == Launch::graph)
     run_through_graph(plan, stream.get());
@@ -703,9 +786,9 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
                   ? " (row padding: N = " + std::to_string(d.n) + ", ldc = " + std::to_string(d.ldc) + ")"
                   : std::string());
     }
-    if (offset < o.c && offset + DeviceProblem::kGuardBytes >= o.c)
+    if (offset < o.c && offset + device.guard_bytes() >= o.c)
       return "guard band before C of " + group + " (" + std::to_string(o.c - offset) + " bytes before)";
-    if (offset >= o.c + o.c_bytes && offset < o.c + o.c_bytes + DeviceProblem::kGuardBytes)
+    if (offset >= o.c + o.c_bytes && offset < o.c + o.c_bytes + device.guard_bytes())
       return "guard band after C of " + group + " (" + std::to_string(offset - o.c - o.c_bytes) +
              " bytes after the last row)";
   }
@@ -753,6 +836,10 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
       if (arena[i] == image[i]) continue;
       ++changed_bytes;
       if (i == begin || arena[i - 1] == image[i - 1]) {  // first byte of a changed run
+        if (reported >= options.max_reports) {  // counted only: locate() walks every group
+          ++reported;
+          continue;
+        }
         char buf[64];
         std::snprintf(buf, sizeof buf, " changed 0x%02x -> 0x%02x", image[i], arena[i]);
         note("write outside C: arena byte " + std::to_string(i) + ", " + locate(p, device, i) + buf);
@@ -795,7 +882,7 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
         const auto where = [&] {
           return "group " + std::to_string(g) + " row " + std::to_string(r) + " col " + std::to_string(n);
         };
-        const bool poison = got_bits == (type == OutType::f32 ? 0xFFFFFFFFu : 0xFFFFu);
+        const bool poison = got_bits == poison_bits(Poison::nan, type) || got_bits == poison_bits(Poison::finite, type);
         if (ei < 0) {  // not in the reference subset: written, NaN exactly where predicted
           const bool want_nan = nan_row[static_cast<std::size_t>(r)] || nan_col[static_cast<std::size_t>(n)];
           if (std::isnan(got) != want_nan) {
@@ -840,7 +927,7 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
         }
         if (!ok) {
           ++mismatches;
-          if (poison && !std::isnan(want)) ++unwritten;
+          if (poison) ++unwritten;
           note(where() + ": got " + fmt(got) + " (" + hex_bits(got_bits, type) + ")" +
                (poison ? " = poison, never written" : "") + ", expected " + fmt(want) + " (" +
                hex_bits(want_bits, type) + ")" + detail);
@@ -860,6 +947,44 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
   return failure;
 }
 
+::testing::AssertionResult run_plan_and_check(const Problem& problem, const DeviceProblem& device,
+                                              const Plan& plan, const Expected& expected,
+                                              const RunOptions& options) {
+  const std::string context = "[kernel " + plan.kernel_name() +
+                              (options.launch == Launch::graph ? ", graph" : "") + "]";
+  try {
+    std::vector<std::uint8_t> first;
+    for (int run = 0; run < std::max(2, options.runs); ++run) {
+      const Poison poison = run % 2 == 0 ? Poison::nan : Poison::finite;
+      std::vector<std::uint8_t> arena = run_plan(plan, device, options.launch, poison);
+      ::testing::AssertionResult result = check_outputs(problem, device, expected, arena, options.check);
+      if (!result)
+        return ::testing::AssertionFailure() << context << " run " << run << " (" << to_string(poison)
+                                             << "): " << result.message();
+      if (run == 0) {
+        first = std::move(arena);
+      } else if (arena != first) {
+        // Outside the C cells both images are the same and unchanged (checked above): a
+        // difference is an element left unwritten in one run, or a nondeterministic one.
+        const auto diff = std::mismatch(arena.begin(), arena.end(), first.begin());
+        const auto at = static_cast<std::size_t>(diff.first - arena.begin());
+        char bytes[64];
+        std::snprintf(bytes, sizeof bytes, " (byte 0x%02x in run 0, 0x%02x in run %d)", first[at], arena[at], run);
+        return ::testing::AssertionFailure()
+               << problem.describe() << " " << context << ": run " << run << " (" << to_string(poison)
+               << ") differs bitwise from run 0 (NaN poison): unwritten or nondeterministic at "
+               << locate(problem, device, at) << bytes;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const Error& e) {
+    return ::testing::AssertionFailure() << problem.describe() << " " << context << ": fp4gemm::Error("
+                                         << e.argument() << ", " << e.group() << "): " << e.what();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << problem.describe() << " " << context << ": exception: " << e.what();
+  }
+}
+
 ::testing::AssertionResult run_and_check(const ProblemConfig& config, Backend backend,
                                          const RunOptions& options) {
   const std::string context = config.describe() + " [backend " + fp4gemm::to_string(backend) +
@@ -869,24 +994,11 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
     const DeviceProblem device(problem);
     const Plan plan(device.descs(), device.options(backend));
     const Expected expected = cpu_expected(problem, options.mac_budget);
-    std::vector<std::uint8_t> first;
-    for (int run = 0; run < std::max(1, options.runs); ++run) {
-      std::vector<std::uint8_t> arena = run_plan(plan, device, options.launch);
-      ::testing::AssertionResult result = check_outputs(problem, device, expected, arena, options.check);
-      if (!result)
-        return ::testing::AssertionFailure() << "[backend " << fp4gemm::to_string(backend) << ", kernel "
-                                             << plan.kernel_name() << ", run " << run << "] "
-                                             << result.message();
-      if (run == 0) {
-        first = std::move(arena);
-      } else if (arena != first) {
-        const auto diff = std::mismatch(arena.begin(), arena.end(), first.begin());
-        return ::testing::AssertionFailure()
-               << context << ": run " << run << " differs bitwise from run 0 (nondeterministic) at "
-               << locate(problem, device, static_cast<std::size_t>(diff.first - arena.begin()));
-      }
-    }
-    return ::testing::AssertionSuccess();
+    ::testing::AssertionResult result = run_plan_and_check(problem, device, plan, expected, options);
+    if (!result)
+      return ::testing::AssertionFailure() << "[backend " << fp4gemm::to_string(backend) << "] "
+                                           << result.message();
+    return result;
   } catch (const Error& e) {
     return ::testing::AssertionFailure() << context << ": fp4gemm::Error(" << e.argument() << ", "
                                          << e.group() << "): " << e.what();

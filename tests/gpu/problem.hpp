@@ -12,14 +12,26 @@
 //   const test::DeviceProblem device(problem);                // one guarded device arena
 //   const test::Expected expected = test::cpu_expected(problem);
 //   Plan plan(device.descs(), device.options(Backend::fast));
+//   EXPECT_TRUE(test::run_plan_and_check(problem, device, plan, expected));  // both poisons
+//
+// or lower still (one run: cannot tell "unwritten" from "expected = poison", see Poison below):
+//
 //   const auto arena = test::run_plan(plan, device, test::Launch::graph);  // resets C first
 //   EXPECT_TRUE(test::check_outputs(problem, device, expected, arena));
 //
-// Every run starts from a pristine arena: inputs, C poisoned with 0xFF bytes (NaN in every output
-// type), and random garbage everywhere else (4 KiB guard bands around each C, gaps, stride
-// padding, blocked-scale padding). After a run the whole arena is compared with that image
-// outside the C cells, so any write outside C[0:M, 0:N] (row padding included) or into an input
-// is reported.
+// Every run starts from a pristine arena: inputs, the C cells poisoned, and random garbage
+// everywhere else (guard bands of ProblemConfig::guard_bytes, 4 KiB by default, before and after
+// each C, gaps, C row padding, stride padding, blocked-scale padding). After a run the whole arena
+// is compared with that image outside the C cells, so any write outside C[0:M, 0:N] (row padding
+// included) or into an input is reported.
+//
+// Two poisons (Poison): 0xFF bytes (NaN in every output type) and a finite sentinel (the most
+// negative finite value of the output type). A NaN poison alone cannot tell an unwritten element
+// from one whose expected value is NaN; a finite one alone cannot tell it from an element whose
+// expected value happens to be the sentinel. run_plan_and_check (and so run_and_check) therefore
+// runs every plan at least twice, once with each poison, checks both runs and requires them to be
+// bitwise identical: an element left unwritten holds a different value in the two runs, whatever
+// its expected value, and fails.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -71,13 +83,18 @@ struct ProblemConfig {
   ScaleLayout layout = ScaleLayout::linear;
   OutType out_type = OutType::f16;
   Values values = Values::gpumode;
-  std::vector<Shape> shapes;  // one per group; M may be 0
+  // One per group; M may be 0. {0, 0, 0} is a blank group: its descriptor is exactly GroupDesc{}
+  // (M = N = K = 0, null pointers, zero strides, alpha 1), whatever alphas / alpha_on_device say.
+  std::vector<Shape> shapes;
   std::uint64_t seed = 1111;
   bool padded_strides = false;       // lda/ldb/ldc larger than needed (padding = garbage)
   int alignment = 16;                // buffers start at random multiples of this (16..256)
   bool poison_scale_padding = true;  // blocked layout: padding bytes are NaN codes, not 0
   bool nan_scales = false;           // full mode: a few rows of A and B get one NaN scale
   bool null_empty_groups = true;     // groups with M = 0 get null pointers (half of them)
+  // Guard bands before and after each C (bytes of garbage that must stay untouched). Smaller
+  // guards keep problems with tens of thousands of groups in memory.
+  std::size_t guard_bytes = 4096;
   // Per-group alpha; empty: 1 for all, one value: the same for all.
   std::vector<float> alphas;
   // Pass alpha through GroupDesc::alpha_device (GroupDesc::alpha is then NaN, so a kernel that
@@ -96,6 +113,7 @@ struct GroupData {
   std::vector<std::uint8_t> sfa, sfb;       // the same in config.layout (what the device gets)
   float alpha = 1.0f;
   bool null_pointers = false;  // M = 0 group described with null pointers
+  bool blank = false;          // shape {0, 0, 0}: described by GroupDesc{} exactly
 };
 
 struct Problem {
@@ -121,14 +139,36 @@ struct RandomLimits {
   double varying_nk_rate = 0.3;   // fraction of problems whose groups differ in N and K
   double mac_budget = 2.0e7;      // shapes are shrunk until sum M*N*K fits (keeps the CPU
                                   // reference fast)
+  // Blank groups (GroupDesc{}: M = N = K = 0, null pointers) mixed among the real ones: this
+  // fraction of the M = 0 groups become blank, and this fraction of the problems get 1..3 extra
+  // blank groups inserted anywhere (first, last, between real groups).
+  double blank_rate = 0.5;
+  double blank_insert_rate = 0.35;
 };
 
+// The random problems of the GPU tier, shared with the host tier's coverage test
+// (tests/host/test_random_coverage.cpp): ReferenceRandom runs random_config(seed) for seed in
+// [0, kReferenceRandomProblems); FusedRandom runs random_config(kFusedRandomSeed0 + i,
+// fused_random_limits()) for i in [0, kFusedRandomProblems).
+inline constexpr int kReferenceRandomProblems = 240;
+inline constexpr int kFusedRandomProblems = 520;
+inline constexpr std::uint64_t kFusedRandomSeed0 = 100000;
+RandomLimits fused_random_limits();
+
 std::vector<Shape> random_shapes(std::mt19937_64& rng, Format format, const RandomLimits& limits);
-// Random format, layout, output type, values, shapes, strides, alignment, alphas (powers of two
-// in gpumode so that bit-exactness still holds), alpha_device, NaN scales (full mode).
+// Random format, layout, output type, values, shapes (blank groups included), strides,
+// alignment, alphas (powers of two in gpumode so that bit-exactness still holds), alpha_device,
+// NaN scales (full mode).
 ProblemConfig random_config(std::uint64_t seed, const RandomLimits& limits = {});
 
 // ---- device buffers -------------------------------------------------------------------------
+
+// What the C cells hold before a run: 0xFF bytes (NaN in f16, bf16 and f32) or the most negative
+// finite value of the output type (f16 0xFBFF, bf16 0xFF7F, f32 0xFF7FFFFF).
+enum class Poison { nan, finite };
+const char* to_string(Poison p);
+// The poison's bits in `type` (for reports: "never written").
+std::uint32_t poison_bits(Poison p, OutType type);
 
 // All buffers of a problem in one device allocation (an "arena"), with guard bands.
 class DeviceProblem {
@@ -143,14 +183,15 @@ class DeviceProblem {
   // Options matching the problem (format, layout, out type) with `backend`, current device.
   Options options(Backend backend) const;
 
-  // Restores the pristine image (C poisoned) on the device and synchronises.
-  void reset() const;
+  // Restores the pristine image on the device, the C cells filled with `poison`, and
+  // synchronises. Outside the C cells the image is the same for both poisons.
+  void reset(Poison poison = Poison::nan) const;
   // Synchronises the device and copies the whole arena back.
   std::vector<std::uint8_t> download() const;
 
   // Byte offsets of each group's buffers in the arena (kNone: null pointer / not allocated).
   static constexpr std::size_t kNone = ~std::size_t{0};
-  static constexpr std::size_t kGuardBytes = 4096;
+  std::size_t guard_bytes() const { return guard_bytes_; }
   struct Offsets {
     std::size_t a = kNone, b = kNone, sfa = kNone, sfb = kNone, c = kNone, alpha = kNone;
     std::size_t c_bytes = 0;  // m * ldc * element size
@@ -164,6 +205,7 @@ class DeviceProblem {
   std::vector<std::uint8_t> image_;
   std::vector<Offsets> offsets_;
   std::vector<GroupDesc> descs_;
+  std::size_t guard_bytes_ = 0;
   std::uint8_t* device_ = nullptr;
 };
 
@@ -183,18 +225,21 @@ constexpr double kDefaultMacBudget = 2.0e9;
 Expected cpu_expected(const Problem& problem, double mac_budget = kDefaultMacBudget);
 // The output of another backend (all rows), e.g. Backend::reference as a fast oracle for big
 // shapes. Only sensible as bit-exact oracle in gpumode; in full mode the tolerance check below
-// falls back to the exact host dot product anyway.
+// falls back to the exact host dot product anyway. The oracle runs once with each poison and
+// must give bitwise the same C (else std::runtime_error: it left elements unwritten).
 Expected backend_expected(const Problem& problem, const DeviceProblem& device, Backend oracle);
 
 // ---- running and checking -------------------------------------------------------------------
 
 enum class Launch { stream, graph };  // plan.run on a stream, or captured into a CUDA graph
 
-// Resets the device arena, runs the plan once on a fresh non-blocking stream (or through a CUDA
-// graph captured from it), synchronises, checks for CUDA errors and returns the whole arena.
-// CUDA failures throw std::runtime_error, library failures fp4gemm::Error.
+// Resets the device arena (C cells = `poison`), runs the plan once on a fresh non-blocking stream
+// (or through a CUDA graph captured from it), synchronises, checks for CUDA errors and returns the
+// whole arena. CUDA failures throw std::runtime_error, library failures fp4gemm::Error.
+// One run cannot tell "unwritten" from "expected value = poison": check with
+// run_plan_and_check, which runs with both poisons.
 std::vector<std::uint8_t> run_plan(const Plan& plan, const DeviceProblem& device,
-                                   Launch launch = Launch::stream);
+                                   Launch launch = Launch::stream, Poison poison = Poison::nan);
 
 // full-mode tolerance (gpumode problems with power-of-two alphas are always compared bit-exactly,
 // +0 == -0):
@@ -214,9 +259,11 @@ struct CheckOptions {
   int max_reports = 10;  // mismatches listed in the failure message
 };
 
-// Checks an arena returned by run_plan: nothing outside the C cells changed, every checked
-// element matches, every other element is written (not the poison) and NaN exactly where
-// expected. The failure message lists the first mismatches with group / row / col / values.
+// Checks an arena returned by run_plan: nothing outside the C cells changed (guard bands, row
+// padding, gaps, inputs), every checked element matches, every other element is NaN exactly where
+// expected. Elements holding a poison pattern are reported as "never written". One arena alone
+// does not prove every element was written (see Poison); run_plan_and_check does. The failure
+// message lists the first mismatches with group / row / col / values.
 ::testing::AssertionResult check_outputs(const Problem& problem, const DeviceProblem& device,
                                          const Expected& expected,
                                          std::span<const std::uint8_t> arena,
@@ -226,10 +273,18 @@ struct RunOptions {
   Launch launch = Launch::stream;
   CheckOptions check;
   double mac_budget = kDefaultMacBudget;
-  int runs = 1;  // > 1: run that many times, check each, and require bitwise-equal results
+  // Runs of the one plan, alternating the poisons (NaN first): each is checked, and all must be
+  // bitwise identical (every element written, and deterministic, SPEC §3). At least 2.
+  int runs = 2;
 };
 
-// make_problem + DeviceProblem + Plan(backend) + run_plan + cpu_expected + check_outputs.
+// Runs `plan` options.runs (>= 2) times with alternating poisons, checks every run with
+// check_outputs and requires bitwise-equal arenas. Exceptions become failures.
+::testing::AssertionResult run_plan_and_check(const Problem& problem, const DeviceProblem& device,
+                                              const Plan& plan, const Expected& expected,
+                                              const RunOptions& options = {});
+
+// make_problem + DeviceProblem + Plan(backend) + cpu_expected + run_plan_and_check.
 // Exceptions become failures; the message starts with the problem description.
 ::testing::AssertionResult run_and_check(const ProblemConfig& config, Backend backend,
                                          const RunOptions& options = {});
