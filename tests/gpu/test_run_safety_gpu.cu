@@ -74,7 +74,7 @@ ProblemConfig small_case(ScaleLayout layout = ScaleLayout::blocked) {
   ProblemConfig cfg;
   cfg.layout = layout;
   cfg.seed = 1919;
-  cfg.shapes = {{200, 256, 512}, {100, 256, 512}};
+  cfg.shapes = {{200, 200, 512}, {100, 256, 512}};  // {M, N, K}; N = 200 pads to 256 blocked rows
   return cfg;
 }
 
@@ -88,6 +88,7 @@ TEST(RunSafety, ScalesShorterThanTheLayoutRejected) {
   DeviceBuffer buffer(arena);
   const int cols = 512 / 16;
   const std::size_t linear_bytes = static_cast<std::size_t>(problem.groups[0].n) * cols;  // 6400 < 8192 blocked
+  ASSERT_EQ(linear_bytes, 6400u);
   std::vector<GroupDesc> descs = device.descs();
   descs[0].sfb = buffer.get() + arena - linear_bytes;
   for (Backend backend : {Backend::fast, Backend::reference})
