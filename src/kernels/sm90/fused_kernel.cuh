@@ -250,8 +250,37 @@ struct PrepassArgs {
   // (CTA range -> piece -> tile -> group -> tensor map) hits L2 instead of DRAM.
   const std::uint8_t* meta;
   int meta_lines;  // 128-byte lines
+  // Routed (MoE) activations, device data read at run time (kRouted modes only): rows at and past
+  // *valid_rows (null: all rows) are skipped; with `gather`, row m reads source row gather[m],
+  // which must lie in [0, gather_rows) (else error bit kMoeBadGather and the row is skipped).
+  const int* valid_rows;
+  const int* gather;
+  int gather_rows;
+  int* error;  // MoeErrorWord
 };
 static_assert(sizeof(PrepassArgs) <= 4096, "kernel parameters beyond 4 KB");
+
+// What the pre-pass reads: the pointer-array plan's FP4 groups, or one routed (MoE) stack of FP4
+// rows or of bf16 rows (W4A16: the pre-pass only reorders them into wgmma K order).
+enum class PrepassSource { grouped_fp4, routed_fp4, routed_bf16 };
+
+// The device error word of an MoE plan: bits of what was wrong, and the first expert / row seen.
+struct MoeErrorWord {
+  int bits;
+  int expert;  // first bad expert (offsets / counts), or -1
+  int row;     // first row with a bad gather index, or -1
+  int value;   // the bad value (offset, count or index)
+};
+constexpr int kMoeBadOffsets = 1, kMoeOverCapacity = 2, kMoeBadCount = 4, kMoeBadGather = 8;
+
+__device__ __forceinline__ void moe_report(int* error, int bit, int expert, int row, int value) {
+  MoeErrorWord* e = reinterpret_cast<MoeErrorWord*>(error);
+  if ((atomicOr(&e->bits, bit) & bit) == 0) {  // the first report of this kind names its place
+    if (expert >= 0) atomicExch(&e->expert, expert);
+    if (row >= 0) atomicExch(&e->row, row);
+    atomicExch(&e->value, value);
+  }
+}
 
 template <Format F>
 __device__ __forceinline__ float scale_value(unsigned code) {
@@ -271,8 +300,9 @@ __device__ __forceinline__ float scale_value(unsigned code) {
 // detail::wgmma_k_source_<format> (MXFP4: nibbles c/2 and c/2 + 4). The 128-byte result goes through a per-warp shared-memory buffer so
 // that the global stores are coalesced (8 lanes per 128-byte row segment): a thread storing its own
 // eight 16-byte chunks touched 32 rows per instruction and the kernel ran at ~0.3 TB/s.
-template <Format F>
+template <Format F, PrepassSource S = PrepassSource::grouped_fp4>
 __global__ void __launch_bounds__(256) dequant_activations(const __grid_constant__ PrepassArgs args) {
+  constexpr bool kRouted = S != PrepassSource::grouped_fp4;
   ptx::launch_dependents();  // the GEMM's CTAs may start their prologue as SMs free up
   FP4GEMM_TRACE_DO(if (threadIdx.x == 0) atomicMin(&g_prepass_ns[0], globaltimer());)
   constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
@@ -291,17 +321,60 @@ __global__ void __launch_bounds__(256) dequant_activations(const __grid_constant
     const int kblocks = (g.k + 63) / 64;  // >= 1: the plan passes only groups with M, K > 0
     const int u = blockIdx.x * blockDim.x + threadIdx.x;
     const int m = u / kblocks, kb = u - m * kblocks;
-    const bool valid = m < g.m;
+    bool valid = m < g.m;
+    int src_m = m;  // the row of g.a (and its scales) that becomes workspace row m
+    if constexpr (kRouted) {
+      if (valid && args.valid_rows != nullptr) valid = m < __ldg(args.valid_rows);
+      if (valid && args.gather != nullptr) {
+        src_m = __ldg(args.gather + m);
+        if (src_m < 0 || src_m >= args.gather_rows) {
+          if (kb == 0) moe_report(args.error, kMoeBadGather, -1, m, src_m);
+          valid = false;
+        }
+      }
+    }
     const int cols = g.k / kVec;
     using Elem = std::conditional_t<F == Format::nvfp4, __half, __nv_bfloat16>;
     uint4* dst = valid ? reinterpret_cast<uint4*>(static_cast<Elem*>(out) +
                                                   static_cast<std::int64_t>(g.act_row0 + m) * out_cols + kb * 64)
                        : nullptr;
 
-    if (valid) {
+    if constexpr (S == PrepassSource::routed_bf16) {
+      if (valid) {
+        // W4A16: 64 bf16 values (128 bytes; past K read as zero), element e of the block at
+        // 16-bit slot e; chunk c, pair i takes elements 8 (2i + c % 2) + c / 2 and that + 4, as
+        // the MXFP4 path below orders its nibbles.
+        std::uint32_t v[32];
+        const std::uint8_t* src = g.a + static_cast<std::int64_t>(src_m) * g.lda + kb * 128;
+        const int valid_elems = min(64, g.k - kb * 64);
+        if (valid_elems == 64) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const uint4 q = __ldg(reinterpret_cast<const uint4*>(src) + i);
+            v[4 * i] = q.x, v[4 * i + 1] = q.y, v[4 * i + 2] = q.z, v[4 * i + 3] = q.w;
+          }
+        } else {
+          const auto* s16 = reinterpret_cast<const std::uint16_t*>(src);
+#pragma unroll
+          for (int i = 0; i < 32; ++i)
+            v[i] = (2 * i < valid_elems ? s16[2 * i] : 0u) | ((2 * i + 1 < valid_elems ? s16[2 * i + 1] : 0u) << 16);
+        }
+        auto elem = [&](int e) { return (v[e / 2] >> (16 * (e % 2))) & 0xFFFFu; };  // e compile-time
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          std::uint32_t packed[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int e0 = 8 * (2 * i + (c & 1)) + (c >> 1);
+            packed[i] = elem(e0) | (elem(e0 + 4) << 16);
+          }
+          buf[lane * 8 + (c ^ (lane & 7))] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        }
+      }
+    } else if (valid) {
       // The block's 64 nibbles as 8 words (element e in word e / 8); bytes past K read as zero.
       std::uint32_t w[8];
-      const std::uint8_t* src = g.a + static_cast<std::int64_t>(m) * g.lda + kb * 32;
+      const std::uint8_t* src = g.a + static_cast<std::int64_t>(src_m) * g.lda + kb * 32;
       const int valid_bytes = min(32, g.k / 2 - kb * 32);
       if (valid_bytes == 32) {
         const uint4 lo = __ldg(reinterpret_cast<const uint4*>(src)), hi = __ldg(reinterpret_cast<const uint4*>(src + 16));
@@ -317,7 +390,7 @@ __global__ void __launch_bounds__(256) dequant_activations(const __grid_constant
 #pragma unroll
       for (int j = 0; j < 64 / kVec; ++j) {
         const int col = kb * (64 / kVec) + j;
-        code[j] = col < cols ? __ldg(g.sfa + scale_index(layout, m, col, cols)) : 0u;
+        code[j] = col < cols ? __ldg(g.sfa + scale_index(layout, src_m, col, cols)) : 0u;
       }
       auto put = [&](int c, std::uint32_t p0, std::uint32_t p1, std::uint32_t p2, std::uint32_t p3) {
         buf[lane * 8 + (c ^ (lane & 7))] = make_uint4(p0, p1, p2, p3);
@@ -1103,6 +1176,25 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   })
 }
 
+// The persistent GEMM, launched as a programmatic dependent of the pre-pass before it: its CTAs
+// start (barrier set-up, tensor-map prefetch) as the pre-pass drains; the producer waits for the
+// pre-pass with griddepcontrol.wait.
+template <Format F>
+cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes, bool pdl,
+                        cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(num_ctas);
+  config.blockDim = dim3(KernelConfig::kThreads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, fused_grouped_gemm<F>, params, out_type);
+}
+
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
 // (extern below), so the two instantiations compile in parallel.
 // Every launch's error is returned at once (a later launch would otherwise run on a failed one's
@@ -1128,19 +1220,18 @@ cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ct
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(prepass);
 #endif
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  // Programmatic dependent launch: the GEMM's CTAs start (barrier set-up, tensor-map prefetch) as
-  // the pre-pass drains; its producer waits for the pre-pass with griddepcontrol.wait.
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(num_ctas);
-  config.blockDim = dim3(KernelConfig::kThreads);
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, fused_grouped_gemm<F>, params, out_type);
+  return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
+}
+
+// The routed (MoE) path: the device scheduler has written the work list (moe_schedule.cu); the
+// pre-pass reads the routed rows, then the same GEMM runs.
+template <Format F, PrepassSource S>
+cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
+                          const PrepassArgs& prepass, dim3 pre_grid, bool pdl, cudaStream_t stream) {
+  static_assert(S != PrepassSource::routed_bf16 || F == Format::mxfp4, "bf16 activations pair with bf16 weights");
+  dequant_activations<F, S><<<pre_grid, 256, 0, stream>>>(prepass);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
 }
 
 template <Format F>
@@ -1166,11 +1257,19 @@ cudaError_t read_trace(unsigned long long* out) {
                                        const PrepassArgs&, dim3, const ScaleConversion*, int, dim3, bool, \
                                        cudaStream_t);                                                     \
   PREFIX template cudaError_t set_fused_smem<F>(std::size_t);                                           \
+  PREFIX template cudaError_t launch_routed<F, PrepassSource::routed_fp4>(const FusedParams&, OutType, int,        \
+                                                                      std::size_t, const PrepassArgs&, dim3, bool, \
+                                                                      cudaStream_t);                              \
   FP4GEMM_TRACE_INSTANTIATION(PREFIX, F)
+
+#define FP4GEMM_W4A16_INSTANTIATION(PREFIX)                                                              \
+  PREFIX template cudaError_t launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(                     \
+      const FusedParams&, OutType, int, std::size_t, const PrepassArgs&, dim3, bool, cudaStream_t);
 
 #ifndef FP4GEMM_FUSED_INSTANTIATE
 FP4GEMM_FUSED_INSTANTIATION(extern, Format::nvfp4)
 FP4GEMM_FUSED_INSTANTIATION(extern, Format::mxfp4)
+FP4GEMM_W4A16_INSTANTIATION(extern)
 #endif
 
 }  // namespace fp4gemm::detail::sm90

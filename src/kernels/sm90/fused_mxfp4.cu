@@ -4,4 +4,5 @@
 
 namespace fp4gemm::detail::sm90 {
 FP4GEMM_FUSED_INSTANTIATION(, Format::mxfp4)
+FP4GEMM_W4A16_INSTANTIATION()
 }  // namespace fp4gemm::detail::sm90
