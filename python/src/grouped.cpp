@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "fp4gemm/reference.hpp"
+#include "host/core/validate.hpp"
 
 namespace fp4gemm::python {
 
@@ -143,6 +144,17 @@ std::int64_t alpha_stride(const TensorView& t) {
   for (int i = 0; i < t.ndim; ++i)
     if (t.shape[i] > 1) return t.strides[i];
   return 1;
+}
+
+// The library options of a prepared call (the plan's, and what the host path validates against).
+Options library_options(const Prepared& p) {
+  Options o;
+  o.format = p.options.format;
+  o.scale_layout = p.options.layout;
+  o.out_type = p.options.out;
+  o.backend = p.options.backend;
+  o.device = p.placement.device;
+  return o;
 }
 
 std::uint64_t float_bits(float f) {
@@ -319,12 +331,7 @@ Prepared Binding::prepare(const CallOptions& options, const CallArgs& args, nb::
 }
 
 PlanPtr Binding::make_plan(const Prepared& p, bool capturing) {
-  Options o;
-  o.format = p.options.format;
-  o.scale_layout = p.options.layout;
-  o.out_type = p.options.out;
-  o.backend = p.options.backend;
-  o.device = p.placement.device;
+  const Options o = library_options(p);
   nb::gil_scoped_release release;
   // Plan set-up allocates and copies; inside a capture that is only legal in relaxed mode (the
   // set-up is not part of the graph, only the later run() is).
@@ -349,6 +356,10 @@ void Binding::run_host(const Prepared& p, int threads) {
   if (p.options.backend == Backend::fast)
     throw Error("backend", -1, "'fast' needs CUDA arrays; host (NumPy) arrays run the CPU reference "
                                "(backend='auto' or 'reference')");
+  // The validation a Plan runs on the device path (minus the device-pointer checks), so that the
+  // host path accepts exactly what the device accepts, with the same messages: overlapping
+  // outputs, K = 0, non-finite alpha, unaligned pointers and strides are errors on both.
+  detail::validate_groups(p.groups, library_options(p), /*check_pointers=*/false);
   std::vector<reference::HostGroup> hg(p.groups.size());
   for (std::size_t g = 0; g < p.groups.size(); ++g) {
     const GroupDesc& d = p.groups[g];

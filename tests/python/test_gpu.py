@@ -259,6 +259,35 @@ def test_errors_on_gpu(backend):
             fp4gemm.grouped_gemm(a, b, sfa, sfb, c, scale_layout="blocked", backend="fast")
 
 
+@pytest.mark.parametrize("case", ["k_zero", "nan_alpha", "lda_not_16"])
+def test_host_and_device_reject_alike(backend, case):
+    """The host (NumPy) path runs the device path's validation: the same call is rejected on both
+    with the same message (the host path used to accept all three)."""
+    d = random_groups([16], 64, 128, seed=16)
+    a, b, sfa, sfb = d.a, d.b, d.sfa, d.sfb
+    alpha = None
+    if case == "k_zero":
+        a, b = [np.zeros((16, 0), np.uint8)], [np.zeros((64, 0), np.uint8)]
+        sfa, sfb = [np.zeros((16, 0), np.uint8)], [np.zeros((64, 0), np.uint8)]
+    elif case == "nan_alpha":
+        alpha = [float("nan")]
+    else:  # lda = K/2 + 8 bytes
+        pad = np.zeros((16, 72), np.uint8)
+        pad[:, :64] = d.a[0]
+        a = [pad[:, :64]]
+    host_c = [np.zeros((16, 64), np.float16)]
+    with pytest.raises(fp4gemm.ArgumentError) as host:
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, host_c, alpha=alpha)
+    cuda = lambda xs: [torch.from_numpy(x).cuda() for x in xs]  # noqa: E731  (keeps the row stride)
+    dev_a = [torch.from_numpy(pad).cuda()[:, :64]] if case == "lda_not_16" else cuda(a)
+    dev_c = [torch.zeros((16, 64), dtype=torch.float16, device="cuda")]
+    with pytest.raises(fp4gemm.ArgumentError) as dev:
+        fp4gemm.grouped_gemm(dev_a, cuda(b), cuda(sfa), cuda(sfb), dev_c, alpha=alpha)
+    assert str(host.value) == str(dev.value)
+    assert host.value.argument == dev.value.argument
+    assert not host_c[0].any() and not dev_c[0].any()
+
+
 def test_grouped_gemm_object(backend):
     data = torch_utils.gpumode_input([80, 176], [256, 256], [512, 512], seed=14)
     a, b, sfa, sfb, c = torch_utils.flatten_groups(data)
