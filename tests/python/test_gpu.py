@@ -1,6 +1,6 @@
 """GPU tier (torch + CUDA): bit-exactness against torch dequantise-then-matmul, the GPU MODE
 drop-in on the seed cases, CUDA graph replay, torch.compile(fullgraph=True), the plan cache and
-the host overhead. Skipped with the reason "no CUDA device" without one."""
+the host overhead. Skipped where torch or a CUDA device is missing, the reason saying which."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch", reason="no CUDA device (torch is not installed)")
+torch = pytest.importorskip("torch", reason="torch is not installed (the GPU tier needs torch and a CUDA device)")
 
 import fp4gemm  # noqa: E402
 from fp4gemm import gpumode, torch_utils  # noqa: E402
@@ -217,23 +217,47 @@ def test_cuda_graph_capture_of_the_op_without_warmup(backend):
     _check_bit_exact(out_b, refs)
 
 
+def _poison_free_blocks(shapes, value):
+    """Fills fresh float32 blocks of these shapes with `value` and frees them: torch's caching
+    allocator hands the same memory to the next allocations of those sizes (the op's own
+    torch.empty outputs), so an output element the kernel does not write shows the poison."""
+    blocks = [torch.full(s, value, dtype=torch.float32, device="cuda") for s in shapes]
+    torch.cuda.synchronize()
+    del blocks
+
+
 def test_torch_compile_fullgraph(backend):
+    """torch.compile(fullgraph=True) of the functional op against the independent float64
+    reference (exact here: GPU MODE values), with the allocator's free memory poisoned first by
+    two values the reference cannot produce (NaN; 1e30 > every |result|). It used to compare the
+    compiled op with the eager op on unpoisoned torch.empty memory, i.e. the kernel with itself."""
     from fp4gemm import ops
 
-    data = torch_utils.gpumode_input([80, 128], [256, 256], [512, 512], seed=11)
+    ms, ns, ks = [80, 128], [256, 256], [512, 512]
+    data = torch_utils.gpumode_input(ms, ns, ks, seed=11)
     a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
     a2, b2 = [x[:, :, 0] for x in a], [x[:, :, 0] for x in b]
+    alpha_values = [1.0, 0.5]
+    refs = [torch_utils.reference_matmul(a[g], b[g], sl[:, :, 0].cuda(), sr[:, :, 0].cuda(), alpha=alpha_values[g],
+                                         out_dtype=torch.float64) * 2.0 + 1.0
+            for g, (sl, sr) in enumerate(data[1])]
 
     def fn(a, b, sfa, sfb, alpha):
         outs = ops.grouped_gemm(a, b, sfa, sfb, alpha_tensor=alpha, scale_layout="blocked", out_dtype=torch.float32)
         return [o * 2.0 + 1.0 for o in outs]
 
-    alpha = torch.tensor([1.0, 0.5], device="cuda")
-    eager = fn(a2, b2, sfa, sfb, alpha)
+    alpha = torch.tensor(alpha_values, device="cuda")
     compiled = torch.compile(fn, fullgraph=True)
-    got = compiled(a2, b2, sfa, sfb, alpha)
-    torch.cuda.synchronize()
-    _check_bit_exact(got, eager)
+    shapes = [(m, n) for m, n in zip(ms, ns)]
+    for poison in (float("nan"), 1e30):
+        for f in (fn, compiled):
+            _poison_free_blocks(shapes, poison)
+            got = f(a2, b2, sfa, sfb, alpha)
+            torch.cuda.synchronize()
+            for g, (o, r) in enumerate(zip(got, refs)):
+                assert not o.isnan().any(), f"group {g}: unwritten output (poison {poison})"
+                assert torch.equal(o.double(), r), f"group {g}: {int((o.double() != r).sum())} elements differ"
+            del got
 
 
 def test_opcheck(backend):
