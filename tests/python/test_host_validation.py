@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import fp4gemm
-from fp4gemm.testing import numpy_reference, random_groups, round_to
+from fp4gemm.testing import numpy_reference, round_to
 
 
 def run(d, **kw):
