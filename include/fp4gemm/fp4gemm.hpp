@@ -95,7 +95,10 @@ struct Options {
 // A plan validates everything (SPEC §6) and does all set-up once: TMA descriptors, the tile
 // schedule, device workspace. `run` then allocates nothing, never synchronises the host and is
 // capturable in a CUDA graph. A plan is bound to the pointers and shapes it was built with; the
-// data behind the pointers may change between runs. Movable, not copyable.
+// data behind the pointers may change between runs. Lifetime rule: the caller keeps every buffer
+// a plan points to (A, B, scales, C, alpha_device) allocated and in place for as long as the plan
+// may run — including replays of CUDA graphs that captured it; a plan that outlives a buffer
+// reads or writes freed memory. Movable, not copyable.
 class Plan {
  public:
   Plan(std::span<const GroupDesc> groups, const Options& options);

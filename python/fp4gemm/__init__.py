@@ -28,6 +28,7 @@ from ._fp4gemm import (  # noqa: F401  (re-exported)
     plan_cache_info,
     set_default_backend,
     set_plan_cache_capacity,
+    set_plan_cache_max_bytes,
 )
 from . import gpumode  # noqa: F401  (no torch import at module level)
 from .api import grouped_gemm, reference_grouped_gemm  # noqa: F401
@@ -72,6 +73,7 @@ __all__ = [
     "scale_bytes",
     "set_default_backend",
     "set_plan_cache_capacity",
+    "set_plan_cache_max_bytes",
     "unpack_fp4",
 ]
 

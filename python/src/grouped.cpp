@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "fp4gemm/reference.hpp"
+#include "host/core/validate.hpp"
 
 namespace fp4gemm::python {
 
@@ -145,6 +146,17 @@ std::int64_t alpha_stride(const TensorView& t) {
   return 1;
 }
 
+// The library options of a prepared call (the plan's, and what the host path validates against).
+Options library_options(const Prepared& p) {
+  Options o;
+  o.format = p.options.format;
+  o.scale_layout = p.options.layout;
+  o.out_type = p.options.out;
+  o.backend = p.options.backend;
+  o.device = p.placement.device;
+  return o;
+}
+
 std::uint64_t float_bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
@@ -193,31 +205,48 @@ Binding& Binding::get() {
   return *b;
 }
 
-Binding::Binding() : plans_(64), memo_(64) {}
+Binding::Binding() : plans_(64, kDefaultMaxBytes), memo_(64) {}
 
 CacheStats Binding::stats() const {
+  std::lock_guard lock(mutex_);
   CacheStats s;
   s.plans = plans_.size();
   s.memo = memo_.size();
   s.pinned = plans_.pinned();
   s.capacity = plans_.capacity();
+  s.bytes = plans_.bytes();
+  s.max_bytes = plans_.max_bytes();
   s.hits = hits_;
   s.misses = misses_;
   s.memo_hits = memo_hits_;
   return s;
 }
 
+// Evicted plans and memo entries are declared before the lock in the functions below, so that
+// they are destroyed after it is released (see mutex_).
+
 void Binding::clear_cache(bool pinned) {
-  memo_.clear();
-  plans_.clear(pinned);
+  std::vector<PlanPtr> plans;
+  std::vector<MemoPtr> memo;
+  std::lock_guard lock(mutex_);
+  memo_.clear(memo);
+  plans_.clear(pinned, plans);
   hits_ = misses_ = memo_hits_ = 0;
 }
 
 void Binding::set_capacity(std::size_t n) {
   if (n < 1) throw Error("capacity", -1, "must be at least 1");
-  plans_.set_capacity(n);
-  memo_.set_capacity(n);
-  memo_.evict_to_capacity();
+  std::vector<PlanPtr> plans;
+  std::vector<MemoPtr> memo;
+  std::lock_guard lock(mutex_);
+  plans_.set_limits(n, plans_.max_bytes(), plans);
+  memo_.set_capacity(n, memo);
+}
+
+void Binding::set_max_bytes(std::size_t bytes) {
+  std::vector<PlanPtr> plans;
+  std::lock_guard lock(mutex_);
+  plans_.set_limits(plans_.capacity(), bytes, plans);
 }
 
 bool Binding::is_capturing(cudaStream_t stream) {
@@ -277,6 +306,7 @@ Prepared Binding::prepare(const CallOptions& options, const CallArgs& args, nb::
   p.options = options;
   const int n = args.groups;
   std::vector<GroupViews> views(n);
+  p.views.reserve(args.objects.size());
   for (int g = 0; g < n; ++g) {
     PyObject* const* o = &args.objects[static_cast<std::size_t>(g) * kPerGroup];
     GroupViews& v = views[g];
@@ -285,8 +315,11 @@ Prepared Binding::prepare(const CallOptions& options, const CallArgs& args, nb::
     v.sfa = reader_.read(o[2], "sfa[" + std::to_string(g) + "]", g, false, keep);
     v.sfb = reader_.read(o[3], "sfb[" + std::to_string(g) + "]", g, false, keep);
     v.c = reader_.read(o[4], "c[" + std::to_string(g) + "]", g, true, keep);
+    for (const TensorView* t : {&v.a, &v.b, &v.sfa, &v.sfb, &v.c}) p.views.push_back(*t);
   }
   const Alpha al = read_alpha(alpha, n, reader_, keep);
+  p.alpha_is_array = al.kind == AlphaKind::device || al.kind == AlphaKind::host_array;
+  if (p.alpha_is_array) p.alpha_view = al.view;
   p.placement = common_placement(views, al.kind == AlphaKind::device ? &al.view : nullptr);
   if (n > 0) p.framework = views[0].a.framework;
   p.groups.resize(n);
@@ -319,12 +352,7 @@ Prepared Binding::prepare(const CallOptions& options, const CallArgs& args, nb::
 }
 
 PlanPtr Binding::make_plan(const Prepared& p, bool capturing) {
-  Options o;
-  o.format = p.options.format;
-  o.scale_layout = p.options.layout;
-  o.out_type = p.options.out;
-  o.backend = p.options.backend;
-  o.device = p.placement.device;
+  const Options o = library_options(p);
   nb::gil_scoped_release release;
   // Plan set-up allocates and copies; inside a capture that is only legal in relaxed mode (the
   // set-up is not part of the graph, only the later run() is).
@@ -341,7 +369,10 @@ PlanPtr Binding::make_plan(const Prepared& p, bool capturing) {
 }
 
 void Binding::run(const PlanPtr& plan, cudaStream_t stream, bool capturing) {
-  if (capturing) plans_.pin(plan);
+  if (capturing) {
+    std::lock_guard lock(mutex_);
+    plans_.pin(plan);
+  }
   plan->run(stream);
 }
 
@@ -349,6 +380,10 @@ void Binding::run_host(const Prepared& p, int threads) {
   if (p.options.backend == Backend::fast)
     throw Error("backend", -1, "'fast' needs CUDA arrays; host (NumPy) arrays run the CPU reference "
                                "(backend='auto' or 'reference')");
+  // The validation a Plan runs on the device path (minus the device-pointer checks), so that the
+  // host path accepts exactly what the device accepts, with the same messages: overlapping
+  // outputs, K = 0, non-finite alpha, unaligned pointers and strides are errors on both.
+  detail::validate_groups(p.groups, library_options(p), /*check_pointers=*/false);
   std::vector<reference::HostGroup> hg(p.groups.size());
   for (std::size_t g = 0; g < p.groups.size(); ++g) {
     const GroupDesc& d = p.groups[g];
@@ -385,37 +420,40 @@ void Binding::grouped_gemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handl
   const cudaStream_t s = resolve_stream(stream, p.framework, p.placement.device);
   const bool capturing = is_capturing(s);
   const std::uint64_t h = hash_words(p.key);
-  PlanPtr plan = plans_.find(p.key, h);
-  if (plan) {
-    ++hits_;
-  } else {
-    ++misses_;
-    plan = make_plan(p, capturing);
-    plans_.insert(p.key, h, plan, /*may_evict=*/!capturing);
+  PlanPtr plan;
+  {
+    std::lock_guard lock(mutex_);
+    plan = plans_.find(p.key, h);
+    ++(plan ? hits_ : misses_);
   }
-  if (memoizable) remember(std::move(signature), sig_hash, args.objects, plan, p.placement.device, capturing);
+  if (!plan) {
+    PlanPtr built = make_plan(p, capturing);  // releases the GIL: other threads may use the caches
+    std::vector<PlanPtr> evicted;
+    std::lock_guard lock(mutex_);
+    plan = plans_.insert(p.key, h, std::move(built), /*may_evict=*/!capturing, evicted);
+  }
+  if (memoizable)
+    remember(std::move(signature), sig_hash, args.objects, p.views, plan, p.placement.device, capturing);
   run(plan, s, capturing);
 }
 
 void Binding::remember(std::vector<std::uint64_t> signature, std::uint64_t hash, const std::vector<PyObject*>& objects,
-                       const PlanPtr& plan, int device, bool capturing) {
-  MemoEntry e;
-  e.hash = hash;
-  e.signature = std::move(signature);
-  e.plan = plan;
-  e.device = device;
+                       const std::vector<TensorView>& views, const PlanPtr& plan, int device, bool capturing) {
+  auto e = std::make_shared<MemoEntry>();
+  e->hash = hash;
+  e->signature = std::move(signature);
+  e->plan = plan;
+  e->device = device;
+  for (const TensorView& v : views) e->states.add(v);  // the state the plan was made from, as prepare() read it
+  e->refs.reserve(objects.size());
   for (PyObject* o : objects) {
     nb::object ref = weak_ref(o);
     if (ref.is_none()) return;  // not weak-referenceable: never memoised
-    e.refs.push_back(std::move(ref));
-    // Read through the same probes as the hit path, so both sides compare alike.
-    e.ptrs.push_back(reader_.torch_data_ptr(o));
-    nb::object shape = nb::borrow(o).attr("shape");
-    const int nd = static_cast<int>(nb::len(shape));
-    e.ndims.push_back(nd);
-    for (int i = 0; i < nd; ++i) e.dims.push_back(nb::cast<std::int64_t>(shape[i]));
+    e->refs.push_back(std::move(ref));
   }
-  memo_.insert(std::move(e), /*may_evict=*/!capturing);
+  std::vector<MemoPtr> evicted;
+  std::lock_guard lock(mutex_);
+  memo_.insert(std::move(e), /*may_evict=*/!capturing, evicted);
 }
 
 bool Binding::try_memo(const CallOptions& o, nb::handle alpha, const std::vector<PyObject*>& objects,
@@ -444,24 +482,32 @@ bool Binding::try_memo(const CallOptions& o, nb::handle alpha, const std::vector
   hash = hash_words(signature);
   memoizable = true;
 
-  MemoEntry* e = memo_.find(signature, hash);
+  MemoPtr e;
+  {
+    std::lock_guard lock(mutex_);
+    e = memo_.find(signature, hash);
+  }
   if (!e) return false;
-  // Same objects as before: check they are the same live tensors, still at the same address
-  // with the same shape (in-place resize_/set_ change one of those).
+  // Same objects as before: check they are the same live tensors in the same state (in-place
+  // set_, resize_, transpose_, as_strided_, .data = ... change it). These probes can run Python
+  // code (tensor subclasses), which may switch threads or call fp4gemm again: `e` is our own
+  // reference, valid whatever happens to the memo meanwhile.
   bool valid = e->refs.size() == objects.size();
-  std::size_t off = 0;
-  for (std::size_t i = 0; valid && i < objects.size(); ++i) {
-    valid = weak_ref_is(e->refs[i], objects[i]) && reader_.torch_data_ptr(objects[i]) == e->ptrs[i] &&
-            reader_.torch_shape_equals(objects[i], e->dims.data() + off, e->ndims[i]);
-    off += e->ndims[i];
+  for (std::size_t i = 0; valid && i < objects.size(); ++i)
+    valid = weak_ref_is(e->refs[i], objects[i]) && e->states.unchanged(reader_, i, objects[i]);
+  PlanPtr plan;
+  {
+    std::vector<MemoPtr> evicted;
+    std::lock_guard lock(mutex_);
+    // The plan cache decides how long a plan lives: a plan it evicted is not resurrected here.
+    if (valid) plan = e->plan.lock();
+    if (plan && !plans_.touch(plan)) plan.reset();
+    if (plan) ++memo_hits_;
+    else memo_.erase(e, evicted);
   }
-  if (!valid) {
-    memo_.erase_front();  // find() moved it to the front
-    return false;
-  }
-  ++memo_hits_;
+  if (!plan) return false;
   const cudaStream_t s = resolve_stream(stream, Framework::torch, e->device);
-  run(e->plan, s, is_capturing(s));
+  run(plan, s, is_capturing(s));
   return true;
 }
 
@@ -477,8 +523,20 @@ BoundGemm::BoundGemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb,
   if (!p.placement.cuda && !p.groups.empty())
     throw Error("a", -1, "GroupedGemm needs CUDA arrays; for host (NumPy) arrays call fp4gemm.grouped_gemm, "
                          "which runs the CPU reference");
-  for (PyObject* o : args.objects) refs_.append(nb::borrow(o));
-  if (!alpha.is_none()) refs_.append(nb::borrow(alpha));
+  TensorReader& reader = bind.reader();
+  // Index i: objects in CallArgs order (group-major a, b, sfa, sfb, c), then alpha.
+  auto keep_alive = [&](PyObject* o, std::uint32_t i, const TensorView& view) {
+    refs_.append(nb::borrow(o));
+    if (!reader.is_torch(o)) return;
+    storages_.append(reader.torch_storage(o));
+    watched_.push_back(Watched{o, i});
+    states_.add(view);
+  };
+  for (std::size_t i = 0; i < args.objects.size(); ++i)
+    keep_alive(args.objects[i], static_cast<std::uint32_t>(i), p.views[i]);
+  if (p.alpha_is_array) keep_alive(alpha.ptr(), static_cast<std::uint32_t>(args.objects.size()), p.alpha_view);
+  else if (!alpha.is_none()) refs_.append(nb::borrow(alpha));
+  num_objects_ = args.objects.size();
   // The caller's list or tuple (as given); the snapshot when c was another iterable.
   c_ = PyList_Check(c.ptr()) || PyTuple_Check(c.ptr()) ? nb::borrow(c) : args.seqs[4].owner;
   framework_ = p.framework;
@@ -489,6 +547,17 @@ BoundGemm::BoundGemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb,
 void BoundGemm::run(nb::handle stream) const {
   if (!plan_) return;
   Binding& bind = Binding::get();
+  for (std::size_t j = 0; j < watched_.size(); ++j) {
+    const Watched& w = watched_[j];
+    if (states_.unchanged(bind.reader(), j, w.obj)) continue;
+    const bool is_alpha = w.index == num_objects_;
+    const int g = is_alpha ? -1 : static_cast<int>(w.index / kPerGroup);
+    throw Error(is_alpha ? std::string("alpha") : std::string(kNames[w.index % kPerGroup]) + "[" + std::to_string(g) + "]",
+                g,
+                "changed since this GroupedGemm was built: its data_ptr(), shape, strides or dtype differ (set_(), "
+                "resize_(), transpose_(), .data = ...). The plan is bound to the old memory and layout; build a new "
+                "GroupedGemm");
+  }
   const cudaStream_t s = bind.resolve_stream(stream, framework_, device_);
   bind.run(plan_, s, Binding::is_capturing(s));
 }

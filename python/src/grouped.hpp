@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct Prepared {
   Placement placement;
   Framework framework = Framework::other;  // of a[0]; decides the default stream
   std::vector<std::uint64_t> key;          // plan-cache key (CUDA calls)
+  std::vector<TensorView> views;           // one per CallArgs::objects entry, as read
+  bool alpha_is_array = false;             // alpha given as an array: alpha_view is its view
+  TensorView alpha_view;
 };
 
 class Binding {
@@ -69,18 +73,30 @@ class Binding {
   CacheStats stats() const;
   void clear_cache(bool pinned);
   void set_capacity(std::size_t n);
+  void set_max_bytes(std::size_t bytes);
 
   TensorReader& reader() { return reader_; }
+
+  // Default bound on the device memory the cached plans hold (set_plan_cache_max_bytes).
+  static constexpr std::size_t kDefaultMaxBytes = std::size_t{1} << 30;
 
  private:
   Binding();
   bool try_memo(const CallOptions& o, nb::handle alpha, const std::vector<PyObject*>& objects,
                 nb::handle stream, std::vector<std::uint64_t>& signature, std::uint64_t& hash, bool& memoizable);
   void remember(std::vector<std::uint64_t> signature, std::uint64_t hash, const std::vector<PyObject*>& objects,
-                const PlanPtr& plan, int device, bool capturing);
+                const std::vector<TensorView>& views, const PlanPtr& plan, int device, bool capturing);
   void run_host(const Prepared& p, int threads);
 
   TensorReader reader_;
+  // Guards plans_, memo_ and the counters against concurrent callers (Python threads; the GIL is
+  // released while a plan is built or the host reference runs, and Python code run by the array
+  // probes can switch threads at any point). Held only around the C++ list operations, never
+  // across a call into Python or anything that waits: a thread holding it never waits for the
+  // GIL, so it cannot deadlock against it (with a GIL it is not even contended; without one it
+  // is what makes the caches safe). Entries it evicts are destroyed after it is released, since
+  // destroying them drops Python references and frees device memory.
+  mutable std::mutex mutex_;
   PlanCache plans_;
   CallMemo memo_;
   Backend default_backend_ = Backend::automatic;
@@ -93,7 +109,11 @@ ScaleLayout parse_layout(nb::handle h);
 OutType parse_out(nb::handle h);
 Backend parse_backend(nb::handle h, Backend fallback);
 
-// fp4gemm.GroupedGemm: a plan bound to its arrays (kept alive), run with little host work.
+// fp4gemm.GroupedGemm: a plan bound to its arrays, run with little host work. The plan points
+// into the arrays' memory, so the arrays and, for torch tensors, their storages are kept alive
+// (a storage outlives a tensor's set_()/.data = ...); and run() checks that every torch tensor
+// still has the data_ptr(), shape, strides and dtype it was built with, so that it never writes
+// into memory the tensor has let go of, nor in a layout it no longer has.
 class BoundGemm {
  public:
   BoundGemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
@@ -107,8 +127,16 @@ class BoundGemm {
   nb::object outputs() const { return c_; }
 
  private:
+  struct Watched {         // a torch tensor the plan points into
+    nb::handle obj;        // borrowed from refs_
+    std::uint32_t index;   // in CallArgs::objects order; num_objects_ for alpha
+  };
   PlanPtr plan_;
-  nb::list refs_;  // the arrays the plan points into
+  nb::list refs_;      // the arrays the plan points into
+  nb::list storages_;  // the torch storages behind them
+  std::vector<Watched> watched_;
+  TorchStates states_;  // of watched_, at build time
+  std::size_t num_objects_ = 0;
   nb::object c_;
   Framework framework_ = Framework::other;
   int device_ = -1;

@@ -2,6 +2,7 @@
 #include "groups.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "fp4gemm/formats.hpp"
@@ -100,6 +101,60 @@ void check_scales(const TensorView& t, const char* what, int g, std::int64_t row
     throw Error(arg, g, "must be dense and row-major (strides " + t.strides_text() + " for shape " + t.shape_text() + ")");
 }
 
+std::string hex(std::uintptr_t p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(p));
+  return buf;
+}
+
+// Bytes from the first to the last byte of `rows` rows of `row_bytes` with stride `stride_bytes`
+// (the extent fp4gemm's validation uses, validate.cpp); -1 when it overflows.
+std::int64_t strided_bytes(std::int64_t rows, std::int64_t stride_bytes, std::int64_t row_bytes) {
+  std::int64_t extent = 0;
+  if (__builtin_mul_overflow(rows - 1, stride_bytes, &extent) || __builtin_add_overflow(extent, row_bytes, &extent))
+    return -1;
+  return extent;
+}
+
+// The kernel touches `bytes` bytes from t.ptr; they must lie in the allocation the array lives in
+// where the binding can see it (a torch storage resized under its views, a NumPy as_strided view
+// past its buffer: a shape check alone cannot tell).
+void check_in_allocation(const TensorView& t, const char* what, int g, std::int64_t bytes, const char* verb,
+                         const std::string& detail) {
+  if (!t.has_alloc) return;
+  const std::uintptr_t begin = t.ptr;
+  std::uintptr_t end = 0;
+  const bool wraps = bytes < 0 || __builtin_add_overflow(begin, static_cast<std::uintptr_t>(bytes), &end);
+  if (!wraps && begin >= t.alloc_begin && end <= t.alloc_end) return;
+  const std::string range = wraps ? "from " + hex(begin) + " more bytes than the address space holds"
+                                  : "[" + hex(begin) + ", " + hex(end) + ")";
+  throw Error(name(what, g), g,
+              std::string("the kernel would ") + verb + " bytes " + range + detail + " but the " +
+                  (t.framework == Framework::torch ? "tensor's storage" : "buffer the array lives in") + " is [" +
+                  hex(t.alloc_begin) + ", " + hex(t.alloc_end) + "): the array reaches past its memory");
+}
+
+// Every [begin, end) the kernel will touch for a group with M, N, K > 0: A and B rows (lda, ldb),
+// both scale tensors (the blocked layout pads rows to 128 and scale columns to 4), C rows (ldc).
+void check_allocations(int g, const GroupViews& v, const GroupDesc& d, const CallOptions& o) {
+  if (d.m <= 0 || d.n <= 0 || d.k <= 0) return;  // nothing touched (M = 0), or rejected by the validation
+  const std::int64_t cols = d.k / scale_block_size(o.format);
+  const std::string scale_note = o.layout == ScaleLayout::blocked ? " (blocked layout, padded to 128 rows and a "
+                                                                    "multiple of 4 scale columns)"
+                                                                  : "";
+  check_in_allocation(v.a, "a", g, strided_bytes(d.m, d.lda, d.k / 2), "read", " (lda = " + std::to_string(d.lda) + ")");
+  check_in_allocation(v.b, "b", g, strided_bytes(d.n, d.ldb, d.k / 2), "read", " (ldb = " + std::to_string(d.ldb) + ")");
+  check_in_allocation(v.sfa, "sfa", g, static_cast<std::int64_t>(formats::scale_bytes(o.layout, d.m, cols)), "read",
+                      scale_note);
+  check_in_allocation(v.sfb, "sfb", g, static_cast<std::int64_t>(formats::scale_bytes(o.layout, d.n, cols)), "read",
+                      scale_note);
+  const std::int64_t elem = v.c.itemsize;
+  std::int64_t ldc_bytes = 0;
+  const bool overflow = __builtin_mul_overflow(d.ldc, elem, &ldc_bytes);
+  check_in_allocation(v.c, "c", g, overflow ? -1 : strided_bytes(d.m, ldc_bytes, d.n * elem), "write",
+                      " (ldc = " + std::to_string(d.ldc) + " elements)");
+}
+
 }  // namespace
 
 GroupDesc describe_group(int g, const GroupViews& v, const CallOptions& o) {
@@ -145,6 +200,7 @@ GroupDesc describe_group(int g, const GroupViews& v, const CallOptions& o) {
   d.sfb = reinterpret_cast<const void*>(v.sfb.ptr);
   d.c = reinterpret_cast<void*>(v.c.ptr);
   d.ldc = c.ld;
+  check_allocations(g, v, d, o);
   return d;
 }
 

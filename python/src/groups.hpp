@@ -1,6 +1,8 @@
 // Turns the five arrays of each group into a GroupDesc, checking what only the binding can see:
-// dimensions, dtypes, strides, devices and scale-tensor shapes (SPEC §2). Pointer alignment,
-// ld multiples and the like are left to fp4gemm's own validation.
+// dimensions, dtypes, strides, devices, scale-tensor shapes (SPEC §2) and that every byte range
+// the kernel will touch lies inside the allocation each array lives in (where visible: torch
+// storages, NumPy buffers). Pointer alignment, ld multiples and the like are left to fp4gemm's
+// own validation.
 #pragma once
 
 #include <cstdint>

@@ -91,8 +91,9 @@ NB_MODULE(_fp4gemm, m) {
         "Grouped GEMM into preallocated outputs `c` (see fp4gemm.grouped_gemm).");
 
   nb::class_<BoundGemm>(m, "GroupedGemm",
-                        "A plan bound once to its arrays; run() only enqueues the kernel. The arrays are kept "
-                        "alive; their contents may change between runs, their shapes and addresses may not.")
+                        "A plan bound once to its arrays; run() only enqueues the kernel. The arrays (and torch "
+                        "storages) are kept alive; their contents may change between runs, their addresses, shapes, "
+                        "strides and dtypes may not (run() raises ArgumentError if a torch tensor's did).")
       .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
                     nb::handle, nb::handle>(),
            "a"_a, "b"_a, "sfa"_a, "sfb"_a, "c"_a, "alpha"_a = nb::none(), "format"_a = "nvfp4",
@@ -116,15 +117,21 @@ NB_MODULE(_fp4gemm, m) {
     r["memo"] = s.memo;
     r["pinned"] = s.pinned;
     r["capacity"] = s.capacity;
+    r["bytes"] = s.bytes;
+    r["max_bytes"] = s.max_bytes;
     r["hits"] = s.hits;
     r["misses"] = s.misses;
     r["memo_hits"] = s.memo_hits;
     return r;
-  }, "Sizes and hit counts of the plan cache.");
+  }, "Sizes, device bytes held and hit counts of the plan cache.");
   m.def("clear_plan_cache", [](bool pinned) { Binding::get().clear_cache(pinned); }, "pinned"_a = false,
         "Drop cached plans (and, with pinned=True, the plans captured in CUDA graphs: only when those graphs are gone).");
   m.def("set_plan_cache_capacity", [](std::size_t n) { Binding::get().set_capacity(n); }, "capacity"_a,
         "Maximum number of cached plans (LRU; default 64).");
+  m.def("set_plan_cache_max_bytes", [](std::size_t n) { Binding::get().set_max_bytes(n); }, "max_bytes"_a,
+        "Maximum device memory (bytes) the cached plans may hold together (LRU; default 1 GiB). The most "
+        "recently used plan stays cached even when it alone is larger; plans pinned by CUDA graphs are not "
+        "counted.");
   m.def("set_default_backend", [](nb::handle b) {
     Binding::get().set_default_backend(fp4gemm::python::parse_backend(b, fp4gemm::Backend::automatic));
   }, "backend"_a, "Backend used when a call passes backend=None: 'auto', 'fast' or 'reference'.");

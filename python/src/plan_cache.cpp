@@ -2,6 +2,7 @@
 #include "plan_cache.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace fp4gemm::python {
 
@@ -16,6 +17,8 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
   return h;
 }
 
+// ---- PlanCache ----------------------------------------------------------------------------------
+
 PlanPtr PlanCache::find(const std::vector<std::uint64_t>& key, std::uint64_t hash) {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->hash != hash || it->key != key) continue;
@@ -25,45 +28,102 @@ PlanPtr PlanCache::find(const std::vector<std::uint64_t>& key, std::uint64_t has
   return nullptr;
 }
 
-void PlanCache::insert(std::vector<std::uint64_t> key, std::uint64_t hash, PlanPtr plan, bool may_evict) {
-  entries_.push_front(Entry{hash, std::move(key), std::move(plan)});
-  if (may_evict) evict_to_capacity();
+PlanPtr PlanCache::insert(std::vector<std::uint64_t> key, std::uint64_t hash, PlanPtr plan, bool may_evict,
+                          std::vector<PlanPtr>& evicted) {
+  if (PlanPtr existing = find(key, hash)) {
+    evicted.push_back(std::move(plan));  // built twice concurrently: keep the one already cached
+    return existing;
+  }
+  const std::size_t bytes = plan->device_bytes();
+  entries_.push_front(Entry{hash, std::move(key), plan, bytes});
+  bytes_ += bytes;
+  if (may_evict) evict_to_limits(evicted);
+  return plan;
 }
 
-void PlanCache::evict_to_capacity() {
-  while (entries_.size() > capacity_) entries_.pop_back();
+bool PlanCache::touch(const PlanPtr& plan) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->plan != plan) continue;
+    if (it != entries_.begin()) entries_.splice(entries_.begin(), entries_, it);
+    return true;
+  }
+  return false;
+}
+
+void PlanCache::evict_to_limits(std::vector<PlanPtr>& evicted) {
+  while (entries_.size() > 1 && (entries_.size() > capacity_ || bytes_ > max_bytes_)) {
+    bytes_ -= entries_.back().bytes;
+    evicted.push_back(std::move(entries_.back().plan));
+    entries_.pop_back();
+  }
 }
 
 void PlanCache::pin(const PlanPtr& plan) {
   if (std::find(pinned_.begin(), pinned_.end(), plan) == pinned_.end()) pinned_.push_back(plan);
 }
 
-void PlanCache::clear(bool pinned) {
+void PlanCache::clear(bool pinned, std::vector<PlanPtr>& evicted) {
+  for (Entry& e : entries_) evicted.push_back(std::move(e.plan));
   entries_.clear();
-  if (pinned) pinned_.clear();
+  bytes_ = 0;
+  if (pinned) {
+    std::move(pinned_.begin(), pinned_.end(), std::back_inserter(evicted));
+    pinned_.clear();
+  }
 }
 
-void PlanCache::set_capacity(std::size_t capacity) {
+void PlanCache::set_limits(std::size_t capacity, std::size_t max_bytes, std::vector<PlanPtr>& evicted) {
   capacity_ = capacity;
-  evict_to_capacity();
+  max_bytes_ = max_bytes;
+  evict_to_limits(evicted);
 }
 
-MemoEntry* CallMemo::find(const std::vector<std::uint64_t>& signature, std::uint64_t hash) {
+// ---- CallMemo -----------------------------------------------------------------------------------
+
+MemoPtr CallMemo::find(const std::vector<std::uint64_t>& signature, std::uint64_t hash) {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->hash != hash || it->signature != signature) continue;
+    if ((*it)->hash != hash || (*it)->signature != signature) continue;
     if (it != entries_.begin()) entries_.splice(entries_.begin(), entries_, it);
-    return &entries_.front();
+    return entries_.front();
   }
   return nullptr;
 }
 
-void CallMemo::insert(MemoEntry entry, bool may_evict) {
+void CallMemo::insert(MemoPtr entry, bool may_evict, std::vector<MemoPtr>& evicted) {
+  // A call with this signature that found no (valid) entry replaces any there is.
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if ((*it)->hash == entry->hash && (*it)->signature == entry->signature) {
+      evicted.push_back(std::move(*it));
+      entries_.erase(it);
+      break;
+    }
+  }
   entries_.push_front(std::move(entry));
-  if (may_evict) evict_to_capacity();
+  if (may_evict) evict_to_capacity(evicted);
 }
 
-void CallMemo::evict_to_capacity() {
-  while (entries_.size() > capacity_) entries_.pop_back();
+void CallMemo::erase(const MemoPtr& entry, std::vector<MemoPtr>& evicted) {
+  const auto it = std::find(entries_.begin(), entries_.end(), entry);
+  if (it == entries_.end()) return;
+  evicted.push_back(std::move(*it));
+  entries_.erase(it);
+}
+
+void CallMemo::clear(std::vector<MemoPtr>& evicted) {
+  std::move(entries_.begin(), entries_.end(), std::back_inserter(evicted));
+  entries_.clear();
+}
+
+void CallMemo::set_capacity(std::size_t capacity, std::vector<MemoPtr>& evicted) {
+  capacity_ = capacity;
+  evict_to_capacity(evicted);
+}
+
+void CallMemo::evict_to_capacity(std::vector<MemoPtr>& evicted) {
+  while (entries_.size() > capacity_) {
+    evicted.push_back(std::move(entries_.back()));
+    entries_.pop_back();
+  }
 }
 
 }  // namespace fp4gemm::python

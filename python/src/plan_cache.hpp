@@ -2,14 +2,20 @@
 //
 //  * PlanCache: plans keyed on everything a plan is bound to — per group M, N, K, the five
 //    pointers, lda/ldb/ldc, alpha (value or device pointer) — plus format, scale layout, output
-//    type, backend and device. A hit skips validation and set-up entirely.
+//    type, backend and device. A hit skips validation and set-up entirely. It is bounded by a
+//    count and by the device memory its plans hold (Plan::device_bytes()).
 //  * CallMemo: in front of it, for torch tensors only: the identities of the argument objects
-//    (held through weak references) together with each tensor's data_ptr() and shape at the
-//    time. A hit re-reads only data_ptr() and shape, instead of strides, dtype and device too.
+//    (held through weak references) together with the state each tensor was planned with
+//    (data_ptr(), shape, strides, dtype: TorchStates). A hit re-reads only that
+//    state, instead of reading and validating every argument again. It refers to plans weakly:
+//    the plan cache alone decides how long a plan lives.
 //
 // Plans enqueued while their stream is being captured into a CUDA graph are pinned: the graph
 // keeps reading the plan's device workspace, so they must outlive it (clear_plan_cache(pinned=
 // True) drops them). Nothing is evicted during a capture (freeing device memory synchronises).
+//
+// Neither class locks: Binding guards both with one mutex (see grouped.hpp). Evicting methods
+// hand the evicted entries back, so that the caller destroys them after unlocking.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +32,7 @@ using PlanPtr = std::shared_ptr<const Plan>;
 
 struct CacheStats {
   std::size_t plans = 0, memo = 0, pinned = 0, capacity = 0;
+  std::size_t bytes = 0, max_bytes = 0;  // device memory held by the cached plans, and its bound
   std::uint64_t hits = 0, misses = 0, memo_hits = 0;
 };
 
@@ -34,57 +41,70 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& words);
 
 class PlanCache {
  public:
-  explicit PlanCache(std::size_t capacity) : capacity_(capacity) {}
+  PlanCache(std::size_t capacity, std::size_t max_bytes) : capacity_(capacity), max_bytes_(max_bytes) {}
 
   PlanPtr find(const std::vector<std::uint64_t>& key, std::uint64_t hash);
-  void insert(std::vector<std::uint64_t> key, std::uint64_t hash, PlanPtr plan, bool may_evict);
+  // Inserts `plan` under `key` unless an entry for `key` exists already (another thread built the
+  // same plan meanwhile): returns the plan now cached for `key`. Evicted plans go to `evicted`.
+  PlanPtr insert(std::vector<std::uint64_t> key, std::uint64_t hash, PlanPtr plan, bool may_evict,
+                 std::vector<PlanPtr>& evicted);
+  // Marks `plan` most recently used; false when it is no longer cached.
+  bool touch(const PlanPtr& plan);
   void pin(const PlanPtr& plan);
 
-  void clear(bool pinned);
-  void set_capacity(std::size_t capacity);
+  void clear(bool pinned, std::vector<PlanPtr>& evicted);
+  void set_limits(std::size_t capacity, std::size_t max_bytes, std::vector<PlanPtr>& evicted);
   std::size_t capacity() const { return capacity_; }
+  std::size_t max_bytes() const { return max_bytes_; }
+  std::size_t bytes() const { return bytes_; }
   std::size_t size() const { return entries_.size(); }
   std::size_t pinned() const { return pinned_.size(); }
-  void evict_to_capacity();
+  // Drops least recently used plans while over either bound, but never the most recent one: the
+  // call that just built or used it needs it, and a cache that cannot keep one large plan would
+  // rebuild it on every call.
+  void evict_to_limits(std::vector<PlanPtr>& evicted);
 
  private:
   struct Entry {
     std::uint64_t hash;
     std::vector<std::uint64_t> key;
     PlanPtr plan;
+    std::size_t bytes;
   };
   std::list<Entry> entries_;  // most recent first
   std::vector<PlanPtr> pinned_;
-  std::size_t capacity_;
+  std::size_t capacity_, max_bytes_;
+  std::size_t bytes_ = 0;
 };
 
 // One memoised call: signature words (options, alpha values, object addresses), and per object a
-// weak reference, its data_ptr() and its shape.
+// weak reference and the state it was planned with. Immutable once inserted: readers keep a
+// shared_ptr to it and may use it while other threads change the memo.
 struct MemoEntry {
   std::uint64_t hash = 0;
   std::vector<std::uint64_t> signature;
   std::vector<nb::object> refs;
-  std::vector<std::uintptr_t> ptrs;
-  std::vector<std::int64_t> dims;  // shapes, concatenated
-  std::vector<int> ndims;
-  PlanPtr plan;
+  TorchStates states;  // one per object, as read when the plan was made
+  std::weak_ptr<const Plan> plan;
   int device = -1;
 };
+using MemoPtr = std::shared_ptr<const MemoEntry>;
 
 class CallMemo {
  public:
   explicit CallMemo(std::size_t capacity) : capacity_(capacity) {}
-  // The entry whose signature equals `signature`, moved to the front; nullptr when none.
-  MemoEntry* find(const std::vector<std::uint64_t>& signature, std::uint64_t hash);
-  void insert(MemoEntry entry, bool may_evict);
-  void erase_front() { entries_.pop_front(); }
-  void clear() { entries_.clear(); }
-  void set_capacity(std::size_t capacity) { capacity_ = capacity; }
-  void evict_to_capacity();
+  // The entry whose signature equals `signature`, moved to the front; null when none.
+  MemoPtr find(const std::vector<std::uint64_t>& signature, std::uint64_t hash);
+  void insert(MemoPtr entry, bool may_evict, std::vector<MemoPtr>& evicted);
+  // Removes `entry` if it is still there (by identity: another thread may have changed the list).
+  void erase(const MemoPtr& entry, std::vector<MemoPtr>& evicted);
+  void clear(std::vector<MemoPtr>& evicted);
+  void set_capacity(std::size_t capacity, std::vector<MemoPtr>& evicted);
   std::size_t size() const { return entries_.size(); }
 
  private:
-  std::list<MemoEntry> entries_;
+  void evict_to_capacity(std::vector<MemoPtr>& evicted);
+  std::list<MemoPtr> entries_;  // most recent first
   std::size_t capacity_;
 };
 

@@ -25,6 +25,9 @@ struct Names {  // interned attribute names
   PyObject* is_cuda = PyUnicode_InternFromString("is_cuda");
   PyObject* is_cpu = PyUnicode_InternFromString("is_cpu");
   PyObject* get_device = PyUnicode_InternFromString("get_device");
+  PyObject* untyped_storage = PyUnicode_InternFromString("untyped_storage");
+  PyObject* nbytes = PyUnicode_InternFromString("nbytes");
+  PyObject* base = PyUnicode_InternFromString("base");
 };
 const Names& names() {
   static const Names* n = new Names();  // leaked on purpose: lives as long as the interpreter
@@ -101,6 +104,63 @@ std::string str_of(nb::handle h) {
 
 std::string type_text(nb::handle obj) {
   return std::string(Py_TYPE(obj.ptr())->tp_name);
+}
+
+std::uintptr_t as_address(nb::handle h) {
+  const unsigned long long v = PyLong_AsUnsignedLongLong(h.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw nb::python_error();
+  return static_cast<std::uintptr_t>(v);
+}
+
+// true when the int tuple `t` (torch.Size, stride()) equals v[0:n].
+bool int_tuple_equals(nb::handle t, const std::int64_t* v, int n) {
+  if (!PyTuple_Check(t.ptr()) || PyTuple_GET_SIZE(t.ptr()) != n) return false;
+  for (int i = 0; i < n; ++i)
+    if (as_int64(PyTuple_GET_ITEM(t.ptr(), i)) != v[i]) return false;
+  return true;
+}
+
+// The bytes a buffer-protocol object spans: [lowest, highest + itemsize) over its elements.
+bool buffer_extent(PyObject* obj, std::uintptr_t& begin, std::uintptr_t& end) {
+  Py_buffer b;
+  // Shape and strides only: no format (NumPy cannot describe extension dtypes such as ml_dtypes'
+  // in a format string) and no writability (read-only buffers are fine here).
+  if (PyObject_GetBuffer(obj, &b, PyBUF_STRIDES) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  auto lo = reinterpret_cast<std::intptr_t>(b.buf), hi = lo;
+  bool empty = false;
+  for (int i = 0; i < b.ndim; ++i) {
+    if (b.shape[i] == 0) empty = true;
+    const std::intptr_t span = (b.shape[i] - 1) * b.strides[i];
+    (span < 0 ? lo : hi) += span;
+  }
+  begin = static_cast<std::uintptr_t>(lo);
+  end = empty ? begin : static_cast<std::uintptr_t>(hi + b.itemsize);
+  PyBuffer_Release(&b);
+  return true;
+}
+
+// The allocation a NumPy array lives in: follow `.base` (ndarray views, as_strided's helper
+// object) to the object that owns the memory — an ndarray without a base, or any other buffer
+// (bytes, bytearray, mmap, memoryview) — and take that object's extent. False when the chain
+// ends in something that exports no buffer.
+bool numpy_allocation(nb::handle obj, std::uintptr_t& begin, std::uintptr_t& end) {
+  nb::object o = nb::borrow(obj);
+  for (int depth = 0; depth < 1000; ++depth) {  // bounded: a cycle of bases cannot hang the call
+    PyObject* base = PyObject_GetAttr(o.ptr(), names().base);
+    if (!base) {
+      PyErr_Clear();  // no `base` attribute: o is the owner
+      break;
+    }
+    if (base == Py_None) {
+      Py_DECREF(base);
+      break;
+    }
+    o = nb::steal(base);
+  }
+  return buffer_extent(o.ptr(), begin, end);
 }
 
 }  // namespace
@@ -186,18 +246,53 @@ bool TensorReader::is_torch(nb::handle obj) {
 }
 
 std::uintptr_t TensorReader::torch_data_ptr(nb::handle obj) {
-  nb::object p = call_method0(obj, names().data_ptr);
-  const unsigned long long v = PyLong_AsUnsignedLongLong(p.ptr());
-  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) throw nb::python_error();
-  return static_cast<std::uintptr_t>(v);
+  return as_address(call_method0(obj, names().data_ptr));
 }
 
-bool TensorReader::torch_shape_equals(nb::handle obj, const std::int64_t* shape, int ndim) {
-  nb::object s = get_attr(obj, names().shape);
-  if (!PyTuple_Check(s.ptr()) || PyTuple_GET_SIZE(s.ptr()) != ndim) return false;
-  for (int i = 0; i < ndim; ++i)
-    if (as_int64(PyTuple_GET_ITEM(s.ptr(), i)) != shape[i]) return false;
-  return true;
+DType TensorReader::torch_dtype(nb::handle obj) {
+  const nb::object dtype = get_attr(obj, names().dtype);  // held while compared (by identity)
+  PyObject* dt = dtype.ptr();
+  const Torch& t = torch_;
+  if (dt == t.u8 || dt == t.i8) return DType::byte;
+  if (dt == t.f4x2) return DType::fp4x2;
+  if (dt == t.e4m3) return DType::e4m3;
+  if (dt == t.e8m0) return DType::ue8m0;
+  if (dt == t.f16) return DType::f16;
+  if (dt == t.bf16) return DType::bf16;
+  if (dt == t.f32) return DType::f32;
+  if (dt == t.i16 || dt == t.u16) return DType::raw16;
+  return DType::other;
+}
+
+bool TensorReader::torch_unchanged(nb::handle obj, std::uintptr_t ptr, DType dtype, const std::int64_t* shape,
+                                   const std::int64_t* strides, int ndim) {
+  const Names& n = names();
+  return torch_data_ptr(obj) == ptr && int_tuple_equals(get_attr(obj, n.shape), shape, ndim) &&
+         int_tuple_equals(call_method0(obj, n.stride), strides, ndim) && torch_dtype(obj) == dtype;
+}
+
+void TorchStates::add(const TensorView& v) {
+  ptr_.push_back(v.ptr);
+  dtype_.push_back(v.dtype);
+  ndim_.push_back(static_cast<std::uint8_t>(v.ndim));
+  offset_.push_back(static_cast<std::uint32_t>(dims_.size()));
+  dims_.insert(dims_.end(), v.shape, v.shape + v.ndim);
+  dims_.insert(dims_.end(), v.strides, v.strides + v.ndim);
+}
+
+bool TorchStates::unchanged(TensorReader& reader, std::size_t i, nb::handle obj) const {
+  const std::int64_t* shape = dims_.data() + offset_[i];
+  return reader.torch_unchanged(obj, ptr_[i], dtype_[i], shape, shape + ndim_[i], ndim_[i]);
+}
+
+nb::object TensorReader::torch_storage(nb::handle obj) {
+  PyObject* args[1] = {obj.ptr()};
+  PyObject* r = PyObject_VectorcallMethod(names().untyped_storage, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  if (!r) {
+    PyErr_Clear();  // tensors without a readable storage (wrapper subclasses, functional tensors)
+    return nb::none();
+  }
+  return nb::steal(r);
 }
 
 TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int group) {
@@ -208,18 +303,7 @@ TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int 
   if (read_int_tuple(call_method0(obj, n.stride), v.strides, arg, group) != v.ndim)
     throw Error(arg, group, "reports " + std::to_string(v.ndim) + " dimensions but a stride() of another length");
 
-  const nb::object dtype = get_attr(obj, n.dtype);  // held while compared (by identity)
-  PyObject* dt = dtype.ptr();
-  const Torch& t = torch_;
-  if (dt == t.u8 || dt == t.i8) v.dtype = DType::byte;
-  else if (dt == t.f4x2) v.dtype = DType::fp4x2;
-  else if (dt == t.e4m3) v.dtype = DType::e4m3;
-  else if (dt == t.e8m0) v.dtype = DType::ue8m0;
-  else if (dt == t.f16) v.dtype = DType::f16;
-  else if (dt == t.bf16) v.dtype = DType::bf16;
-  else if (dt == t.f32) v.dtype = DType::f32;
-  else if (dt == t.i16 || dt == t.u16) v.dtype = DType::raw16;
-  else v.dtype = DType::other;
+  v.dtype = torch_dtype(obj);
   v.itemsize = (v.dtype == DType::f32) ? 4 : (v.dtype == DType::f16 || v.dtype == DType::bf16 || v.dtype == DType::raw16) ? 2 : 1;
 
   if (get_attr(obj, n.is_cuda).ptr() == Py_True) {
@@ -232,6 +316,14 @@ TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int 
                                 str_of(nb::object(obj.attr("device"))) + "); use CUDA or CPU tensors");
   }
   v.ptr = torch_data_ptr(obj);
+  // The storage, not the view, bounds what may be touched: a view can outgrow it when the storage
+  // is resized in place (untyped_storage().resize_()).
+  const nb::object storage = torch_storage(obj);
+  if (!storage.is_none()) {
+    v.alloc_begin = as_address(call_method0(storage, n.data_ptr));
+    v.alloc_end = v.alloc_begin + static_cast<std::uintptr_t>(as_int64(call_method0(storage, n.nbytes).ptr()));
+    v.has_alloc = true;
+  }
   return v;
 }
 
@@ -287,6 +379,8 @@ TensorView TensorReader::read_dlpack(nb::handle obj, const std::string& arg, int
       throw Error(arg, group, "lives on an unsupported device (DLPack device type " + std::to_string(arr.device_type()) + ")");
   }
   v.ptr = reinterpret_cast<std::uintptr_t>(arr.data());
+  // NumPy does not bound views by their buffer (as_strided), so the binding checks them against it.
+  if (v.framework == Framework::numpy) v.has_alloc = numpy_allocation(obj, v.alloc_begin, v.alloc_end);
   keep.push_back(std::move(arr));
   return v;
 }

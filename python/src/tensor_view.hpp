@@ -38,6 +38,11 @@ struct TensorView {
   bool cuda = false;  // false: host memory the CPU can read
   int device = -1;    // CUDA ordinal
   Framework framework = Framework::other;
+  // The allocation the array lives in, where the binding can see it: a torch tensor's storage,
+  // the buffer a NumPy array's chain of bases ends in. [alloc_begin, alloc_end); has_alloc false
+  // when unknown (other DLPack producers: fp4gemm's own checks of device pointers apply there).
+  bool has_alloc = false;
+  std::uintptr_t alloc_begin = 0, alloc_end = 0;
 
   std::int64_t numel() const;
   std::string shape_text() const;    // "(80, 3584, 1)"
@@ -54,11 +59,12 @@ class TensorReader {
   // Throws fp4gemm::Error for objects that are not arrays or live on an unsupported device.
   TensorView read(nb::handle obj, const std::string& arg, int group, bool writable, Keepalive& keep);
 
-  // torch fast path, also used to re-validate memoised calls.
   bool is_torch(nb::handle obj);
-  std::uintptr_t torch_data_ptr(nb::handle obj);
-  // true when obj.shape equals shape[0:ndim].
-  bool torch_shape_equals(nb::handle obj, const std::int64_t* shape, int ndim);
+  // true when the torch tensor `obj` has this data_ptr(), dtype, shape and strides (see TorchStates).
+  bool torch_unchanged(nb::handle obj, std::uintptr_t ptr, DType dtype, const std::int64_t* shape,
+                       const std::int64_t* strides, int ndim);
+  // The untyped storage behind a torch tensor (None where it has none that can be read).
+  nb::object torch_storage(nb::handle obj);
 
   // The stream a framework considers current on `device` (torch, CuPy), else 0 (legacy stream).
   std::uintptr_t current_stream(Framework f, int device);
@@ -66,6 +72,8 @@ class TensorReader {
  private:
   bool torch_loaded();
   TensorView read_torch(nb::handle obj, const std::string& arg, int group);
+  std::uintptr_t torch_data_ptr(nb::handle obj);
+  DType torch_dtype(nb::handle obj);
   TensorView read_dlpack(nb::handle obj, const std::string& arg, int group, bool writable, Keepalive& keep);
 
   struct Torch {
@@ -77,6 +85,27 @@ class TensorReader {
              *f16 = nullptr, *bf16 = nullptr, *f32 = nullptr, *i16 = nullptr, *u16 = nullptr;
     nb::list dtype_refs;  // keeps the dtype objects alive
   } torch_;
+};
+
+// The state of a list of torch tensors that a plan built from them depends on, as read when it
+// was built: data_ptr() (which includes the storage offset), dtype, shape and strides. The device
+// follows from the address: CUDA's unified address space gives host and device allocations
+// distinct addresses. The call memo and GroupedGemm re-check tensor objects against it instead of
+// reading and validating them again in full: in-place set_(), resize_(), transpose_(),
+// as_strided_(), .data = ... all change it. Kept compactly (one per memoised call).
+class TorchStates {
+ public:
+  void add(const TensorView& v);  // v: read from a torch tensor
+  std::size_t size() const { return ptr_.size(); }
+  // true when torch tensor `obj` still has the state of entry i.
+  bool unchanged(TensorReader& reader, std::size_t i, nb::handle obj) const;
+
+ private:
+  std::vector<std::uintptr_t> ptr_;
+  std::vector<std::uint32_t> offset_;  // into dims_: shape, then strides
+  std::vector<std::uint8_t> ndim_;
+  std::vector<DType> dtype_;
+  std::vector<std::int64_t> dims_;
 };
 
 // Object identity helpers (weak references) for the call memo.

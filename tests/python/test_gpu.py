@@ -1,6 +1,6 @@
 """GPU tier (torch + CUDA): bit-exactness against torch dequantise-then-matmul, the GPU MODE
 drop-in on the seed cases, CUDA graph replay, torch.compile(fullgraph=True), the plan cache and
-the host overhead. Skipped with the reason "no CUDA device" without one."""
+the host overhead. Skipped where torch or a CUDA device is missing, the reason saying which."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch", reason="no CUDA device (torch is not installed)")
+torch = pytest.importorskip("torch", reason="torch is not installed (the GPU tier needs torch and a CUDA device)")
 
 import fp4gemm  # noqa: E402
 from fp4gemm import gpumode, torch_utils  # noqa: E402
@@ -217,23 +217,47 @@ def test_cuda_graph_capture_of_the_op_without_warmup(backend):
     _check_bit_exact(out_b, refs)
 
 
+def _poison_free_blocks(shapes, value):
+    """Fills fresh float32 blocks of these shapes with `value` and frees them: torch's caching
+    allocator hands the same memory to the next allocations of those sizes (the op's own
+    torch.empty outputs), so an output element the kernel does not write shows the poison."""
+    blocks = [torch.full(s, value, dtype=torch.float32, device="cuda") for s in shapes]
+    torch.cuda.synchronize()
+    del blocks
+
+
 def test_torch_compile_fullgraph(backend):
+    """torch.compile(fullgraph=True) of the functional op against the independent float64
+    reference (exact here: GPU MODE values), with the allocator's free memory poisoned first by
+    two values the reference cannot produce (NaN; 1e30 > every |result|). It used to compare the
+    compiled op with the eager op on unpoisoned torch.empty memory, i.e. the kernel with itself."""
     from fp4gemm import ops
 
-    data = torch_utils.gpumode_input([80, 128], [256, 256], [512, 512], seed=11)
+    ms, ns, ks = [80, 128], [256, 256], [512, 512]
+    data = torch_utils.gpumode_input(ms, ns, ks, seed=11)
     a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
     a2, b2 = [x[:, :, 0] for x in a], [x[:, :, 0] for x in b]
+    alpha_values = [1.0, 0.5]
+    refs = [torch_utils.reference_matmul(a[g], b[g], sl[:, :, 0].cuda(), sr[:, :, 0].cuda(), alpha=alpha_values[g],
+                                         out_dtype=torch.float64) * 2.0 + 1.0
+            for g, (sl, sr) in enumerate(data[1])]
 
     def fn(a, b, sfa, sfb, alpha):
         outs = ops.grouped_gemm(a, b, sfa, sfb, alpha_tensor=alpha, scale_layout="blocked", out_dtype=torch.float32)
         return [o * 2.0 + 1.0 for o in outs]
 
-    alpha = torch.tensor([1.0, 0.5], device="cuda")
-    eager = fn(a2, b2, sfa, sfb, alpha)
+    alpha = torch.tensor(alpha_values, device="cuda")
     compiled = torch.compile(fn, fullgraph=True)
-    got = compiled(a2, b2, sfa, sfb, alpha)
-    torch.cuda.synchronize()
-    _check_bit_exact(got, eager)
+    shapes = [(m, n) for m, n in zip(ms, ns)]
+    for poison in (float("nan"), 1e30):
+        for f in (fn, compiled):
+            _poison_free_blocks(shapes, poison)
+            got = f(a2, b2, sfa, sfb, alpha)
+            torch.cuda.synchronize()
+            for g, (o, r) in enumerate(zip(got, refs)):
+                assert not o.isnan().any(), f"group {g}: unwritten output (poison {poison})"
+                assert torch.equal(o.double(), r), f"group {g}: {int((o.double() != r).sum())} elements differ"
+            del got
 
 
 def test_opcheck(backend):
@@ -257,6 +281,35 @@ def test_errors_on_gpu(backend):
     if not fp4gemm.device_info()["has_fast_kernel"]:
         with pytest.raises(fp4gemm.DeviceError, match="no fast kernel"):
             fp4gemm.grouped_gemm(a, b, sfa, sfb, c, scale_layout="blocked", backend="fast")
+
+
+@pytest.mark.parametrize("case", ["k_zero", "nan_alpha", "lda_not_16"])
+def test_host_and_device_reject_alike(backend, case):
+    """The host (NumPy) path runs the device path's validation: the same call is rejected on both
+    with the same message (the host path used to accept all three)."""
+    d = random_groups([16], 64, 128, seed=16)
+    a, b, sfa, sfb = d.a, d.b, d.sfa, d.sfb
+    alpha = None
+    if case == "k_zero":
+        a, b = [np.zeros((16, 0), np.uint8)], [np.zeros((64, 0), np.uint8)]
+        sfa, sfb = [np.zeros((16, 0), np.uint8)], [np.zeros((64, 0), np.uint8)]
+    elif case == "nan_alpha":
+        alpha = [float("nan")]
+    else:  # lda = K/2 + 8 bytes
+        pad = np.zeros((16, 72), np.uint8)
+        pad[:, :64] = d.a[0]
+        a = [pad[:, :64]]
+    host_c = [np.zeros((16, 64), np.float16)]
+    with pytest.raises(fp4gemm.ArgumentError) as host:
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, host_c, alpha=alpha)
+    cuda = lambda xs: [torch.from_numpy(x).cuda() for x in xs]  # noqa: E731  (keeps the row stride)
+    dev_a = [torch.from_numpy(pad).cuda()[:, :64]] if case == "lda_not_16" else cuda(a)
+    dev_c = [torch.zeros((16, 64), dtype=torch.float16, device="cuda")]
+    with pytest.raises(fp4gemm.ArgumentError) as dev:
+        fp4gemm.grouped_gemm(dev_a, cuda(b), cuda(sfa), cuda(sfb), dev_c, alpha=alpha)
+    assert str(host.value) == str(dev.value)
+    assert host.value.argument == dev.value.argument
+    assert not host_c[0].any() and not dev_c[0].any()
 
 
 def test_grouped_gemm_object(backend):
@@ -296,3 +349,241 @@ def test_host_overhead_8_groups(backend, capsys):
             if k != "plan_cache":
                 print(f"  {k:<48} {v:7.2f}")
     assert r["fp4gemm.gpumode.custom_kernel"] < 100.0  # sanity only; the aim is < 10 us
+
+
+# ---- the call memo, GroupedGemm and the plan cache under hostile use (issue 19) ------------------
+
+
+def _one_group(m, n, k, seed):
+    """2-D operands (uint8 views), reordered scales, a fresh zeroed C and the float16 reference."""
+    data = torch_utils.gpumode_input([m], [n], [k], seed=seed)
+    a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
+    ref = torch_utils.gpumode_reference(data)[0][:, :, 0]
+    return [a[0][:, :, 0]], [b[0][:, :, 0]], sfa, sfb, ref
+
+
+def test_memo_sees_transposed_output(backend):
+    """c.t_() on a square C keeps its data_ptr() and shape: the memo used to reuse the plan and
+    write the row-major result under the transposed view. Now the strides are part of the memo's
+    key, the call is validated again and the column-major C refused."""
+    fp4gemm.clear_plan_cache()
+    a, b, sfa, sfb, ref = _one_group(128, 128, 256, seed=30)
+    c = torch.zeros(128, 128, dtype=torch.float16, device="cuda")
+    for _ in range(2):
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, [c], scale_layout="blocked")
+    assert fp4gemm.plan_cache_info()["memo_hits"] == 1
+    torch.cuda.synchronize()
+    _check_bit_exact([c], [ref])
+    c.zero_()
+    c.t_()
+    with pytest.raises(fp4gemm.ArgumentError, match=r"c\[0\]: must be contiguous along its last dimension"):
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, [c], scale_layout="blocked")
+    torch.cuda.synchronize()
+    assert not c.any()  # nothing written
+
+
+def test_memo_sees_new_row_stride(backend):
+    """as_strided_ to another row stride at the same address and shape: a new plan for the new
+    layout (the memo used to run the old one, with the old ldc)."""
+    fp4gemm.clear_plan_cache()
+    a, b, sfa, sfb, ref = _one_group(64, 128, 256, seed=31)
+    buf = torch.zeros(64 * 136, dtype=torch.float16, device="cuda")
+    c = buf.as_strided((64, 128), (136, 1))
+    for _ in range(2):
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, [c], scale_layout="blocked")
+    c.as_strided_((64, 128), (128, 1))
+    buf.zero_()
+    fp4gemm.grouped_gemm(a, b, sfa, sfb, [c], scale_layout="blocked")
+    torch.cuda.synchronize()
+    _check_bit_exact([c], [ref])
+    assert not buf[64 * 128:].any()
+
+
+def test_memo_sees_dtype_change(backend):
+    """c.data = c.view(torch.bfloat16): same address, shape and strides, another dtype."""
+    fp4gemm.clear_plan_cache()
+    a, b, sfa, sfb, _ = _one_group(64, 128, 256, seed=32)
+    c = torch.zeros(64, 128, dtype=torch.float16, device="cuda")
+    for _ in range(2):
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, [c], scale_layout="blocked")
+    c.data = c.view(torch.bfloat16)
+    with pytest.raises(fp4gemm.ArgumentError, match=r"c\[0\]: has dtype bfloat16 but out_dtype is float16"):
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, [c], scale_layout="blocked")
+
+
+def test_storage_resized_under_the_output(backend):
+    """c.untyped_storage().resize_() shrinks the memory under a view whose shape still says
+    64 x 128: the call (memoised or not) used to write past the storage."""
+    fp4gemm.clear_plan_cache()
+    a, b, sfa, sfb, _ = _one_group(64, 128, 256, seed=33)
+    c = torch.zeros(64, 128, dtype=torch.float16, device="cuda")
+    for _ in range(2):
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, [c], scale_layout="blocked")
+    c.untyped_storage().resize_(c.numel())  # half the bytes
+    with pytest.raises(fp4gemm.ArgumentError, match=r"c\[0\]: the kernel would write bytes .* but the tensor's "
+                                                     r"storage is"):
+        fp4gemm.grouped_gemm(a, b, sfa, sfb, [c], scale_layout="blocked")
+    c2 = torch.zeros(64, 128, dtype=torch.float16, device="cuda")
+    c2.untyped_storage().resize_(c2.numel())
+    with pytest.raises(fp4gemm.ArgumentError, match=r"c\[0\]: the kernel would write bytes"):
+        fp4gemm.GroupedGemm(a, b, sfa, sfb, [c2], scale_layout="blocked")
+
+
+def test_grouped_gemm_object_after_set_(backend):
+    """C[0].set_(...) releases the tensor's old storage: run() used to write into it after it was
+    freed. Now the plan holds the storages (nothing is freed under it) and run() refuses a tensor
+    whose memory changed, naming it."""
+    data = torch_utils.gpumode_input([64, 128], [128, 128], [256, 256], seed=34)
+    a, b, sfa, sfb, c = torch_utils.flatten_groups(data)
+    c = [torch.zeros(x.shape, dtype=x.dtype, device="cuda") for x in c]  # own storages
+    g = fp4gemm.GroupedGemm(a, b, sfa, sfb, c, scale_layout="blocked")
+    g.run()
+    torch.cuda.synchronize()
+    _check_bit_exact(c, torch_utils.gpumode_reference(data))
+    fresh = torch.zeros_like(c[0])
+    allocated = torch.cuda.memory_allocated()
+    c[0].set_(fresh)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == allocated, "the old storage of c[0] was freed under the plan"
+    with pytest.raises(fp4gemm.ArgumentError, match=r"c\[0\]: changed since this GroupedGemm was built") as info:
+        g.run()
+    assert info.value.argument == "c[0]" and info.value.group == 0
+    torch.cuda.synchronize()
+    assert not c[0].any()
+    del g
+    import gc
+
+    gc.collect()
+    assert torch.cuda.memory_allocated() < allocated  # the old storage goes with the plan
+
+
+def test_grouped_gemm_object_refuses_changed_inputs(backend):
+    """A square A transposed in place keeps its address and shape: run() used to go on reading
+    it in the old layout."""
+    data = torch_utils.gpumode_input([64, 128], [128, 128], [256, 256], seed=35)
+    a, b, sfa, sfb, c = torch_utils.flatten_groups(data)
+    g = fp4gemm.GroupedGemm(a, b, sfa, sfb, c, scale_layout="blocked")
+    a[1].transpose_(0, 1)  # [128, 128, 1]: same shape, strides swapped
+    with pytest.raises(fp4gemm.ArgumentError, match=r"a\[1\]: changed since this GroupedGemm was built"):
+        g.run()
+
+
+def test_plan_cache_bounded_by_bytes(backend):
+    fp4gemm.clear_plan_cache()
+    try:
+        gpumode.custom_kernel(torch_utils.gpumode_input([64], [128], [256], seed=40))
+        one = fp4gemm.plan_cache_info()["bytes"]
+        if one == 0:
+            pytest.skip(f"plans of backend {backend!r} hold no device memory here")
+        fp4gemm.set_plan_cache_max_bytes(one)  # room for one plan of this shape
+        # Inputs kept alive: new addresses, so every call needs a plan of its own.
+        kept = [torch_utils.gpumode_input([64], [128], [256], seed=41 + s) for s in range(6)]
+        for data in kept[:3]:
+            gpumode.custom_kernel(data)
+        info = fp4gemm.plan_cache_info()
+        assert info["plans"] == 1 and info["bytes"] == one and info["max_bytes"] == one, info
+        fp4gemm.set_plan_cache_max_bytes(2 * one)
+        for data in kept[3:]:
+            gpumode.custom_kernel(data)
+        info = fp4gemm.plan_cache_info()
+        assert info["plans"] == 2 and info["bytes"] == 2 * one, info
+        fp4gemm.set_plan_cache_max_bytes(0)  # the most recent plan stays
+        assert fp4gemm.plan_cache_info()["plans"] == 1
+    finally:
+        fp4gemm.set_plan_cache_max_bytes(1 << 30)
+
+
+class _Probed(torch.Tensor):
+    """A tensor subclass whose data_ptr() runs Python: the binding's probes then can switch
+    threads or re-enter fp4gemm in the middle of a call."""
+
+    hook = None
+    switch = False
+
+    def data_ptr(self):
+        if _Probed.switch:
+            import time
+
+            time.sleep(0)  # give the GIL to another thread
+        hook, _Probed.hook = _Probed.hook, None
+        if hook is not None:
+            hook()
+        return super().data_ptr()
+
+
+@pytest.mark.parametrize("hook", ["clear_plan_cache", "evicting_call"])
+def test_memo_entry_dropped_during_its_own_probe(backend, hook):
+    """The memo used to keep a raw pointer to its entry while probing the tensors (Python code):
+    a probe that clears the cache, or a call that evicts the entry, left it dangling (use after
+    free; popping an empty list)."""
+    fp4gemm.clear_plan_cache()
+    fp4gemm.set_plan_cache_capacity(1)
+    try:
+        a1, b1, sfa1, sfb1, ref1 = _one_group(64, 128, 256, seed=50)
+        a2, b2, sfa2, sfb2, ref2 = _one_group(128, 128, 256, seed=51)
+        a1 = [a1[0].as_subclass(_Probed)]
+        c1, c2 = [torch.zeros_like(ref1)], [torch.zeros_like(ref2)]
+        call1 = lambda: fp4gemm.grouped_gemm(a1, b1, sfa1, sfb1, c1, scale_layout="blocked")  # noqa: E731
+        call2 = lambda: fp4gemm.grouped_gemm(a2, b2, sfa2, sfb2, c2, scale_layout="blocked")  # noqa: E731
+        call1()  # memoised
+        _Probed.hook = fp4gemm.clear_plan_cache if hook == "clear_plan_cache" else call2
+        c1[0].zero_()
+        call1()  # the memo hit's probe of a1[0] runs the hook
+        assert _Probed.hook is None
+        torch.cuda.synchronize()
+        _check_bit_exact(c1, [ref1])
+        if hook == "evicting_call":
+            _check_bit_exact(c2, [ref2])
+        info = fp4gemm.plan_cache_info()
+        assert info["memo"] == 1 and info["plans"] == 1, info
+        hits = info["memo_hits"]
+        call1()
+        assert fp4gemm.plan_cache_info()["memo_hits"] == hits + 1
+    finally:
+        fp4gemm.set_plan_cache_capacity(64)
+
+
+def test_concurrent_callers(backend):
+    """Threads calling grouped_gemm on their own data while the probes switch threads and a
+    small cache evicts all the time (and one thread clears it): every result right, no crash."""
+    import threading
+
+    fp4gemm.clear_plan_cache()
+    fp4gemm.set_plan_cache_capacity(2)
+    problems = []
+    for t in range(4):
+        a, b, sfa, sfb, ref = _one_group(64 * (t + 1), 128, 256, seed=60 + t)
+        problems.append(([a[0].as_subclass(_Probed)], b, sfa, sfb, [torch.zeros_like(ref)], ref))
+    errors = []
+    stop = threading.Event()
+
+    def worker(p):
+        a, b, sfa, sfb, c, _ = p
+        try:
+            for _ in range(50):
+                fp4gemm.grouped_gemm(a, b, sfa, sfb, c, scale_layout="blocked")
+        except BaseException as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    def clearer():
+        while not stop.is_set():
+            fp4gemm.clear_plan_cache()
+            fp4gemm.plan_cache_info()
+
+    _Probed.switch = True
+    try:
+        threads = [threading.Thread(target=worker, args=(p,)) for p in problems]
+        side = threading.Thread(target=clearer)
+        side.start()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        stop.set()
+        side.join()
+    finally:
+        _Probed.switch = False
+        fp4gemm.set_plan_cache_capacity(64)
+    torch.cuda.synchronize()
+    assert not errors, errors
+    _check_bit_exact([p[4][0] for p in problems], [p[5] for p in problems])

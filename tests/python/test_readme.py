@@ -4,7 +4,7 @@ README.md marks its tested code blocks with an HTML comment directly before the 
 
     <!-- tested: tests/python/test_readme.py host -->   NumPy only: runs everywhere (host tier)
     <!-- tested: tests/python/test_readme.py gpu -->    torch + CUDA: GPU tier, skipped visibly
-                                                         ("no CUDA device") where there is none
+                                                         (naming what is missing) where it cannot run
 
 The blocks are one program: a gpu block runs after the host blocks, in the same namespace (it
 uses their arrays). The examples assert their results, so a wrong result fails here.
@@ -74,7 +74,7 @@ def test_readme_host_example_can_fail(monkeypatch):
 
 @pytest.mark.gpu
 def test_readme_gpu_example(backend):
-    pytest.importorskip("torch", reason="no CUDA device (torch is not installed)")
+    pytest.importorskip("torch", reason="torch is not installed (the GPU tier needs torch and a CUDA device)")
     import torch
 
     namespace = {"__name__": "readme_example"}

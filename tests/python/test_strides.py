@@ -112,29 +112,43 @@ def test_negative_and_zero_stride_alpha(d):
 
 
 def test_zero_size_groups():
-    d = random_groups([0, 8], [16, 0], 64, seed=3)
+    d = random_groups([0, 8], 16, 64, seed=3)
     c = run(d)
-    assert c[0].shape == (0, 16) and c[1].shape == (8, 0)
+    assert c[0].shape == (0, 16)
+    check(d, c)
     # Empty operands may have any strides, also negative ones.
     e = random_groups([0], 16, 64, seed=4)
     c = run(e, a=[e.a[0][:, ::-1]], sfa=[e.sfa[0][::-1, ::-1]], c=[np.zeros((0, 16), np.float16)[:, ::-1]])
     assert c[0].shape == (0, 16)
 
 
-def test_k_zero_gives_zeros():
+def test_n_zero_rejected_like_the_device():
+    """N = 0 with M > 0: the shared validation requires N >= 1 whenever M > 0 (the host path used
+    to accept it)."""
+    d = random_groups([0, 8], [16, 0], 64, seed=3)
+    with rejects(r"groups\[1\]\.n: N must be >= 1 when M > 0 \(got 0\)", "groups[1].n"):
+        run(d)
+
+
+def test_k_zero_rejected_like_the_device():
+    """K = 0 with M > 0 is rejected by the validation both paths share (the host path used to
+    accept it and write zeros; the device always rejected it). test_gpu.py checks the device side
+    gives the same message."""
     m, n = 8, 16
     a, b = np.zeros((m, 0), np.uint8), np.zeros((n, 0), np.uint8)
     sfa, sfb = np.zeros((m, 0), np.uint8), np.zeros((n, 0), np.uint8)
     c = np.full((m, n), np.nan, np.float16)
-    fp4gemm.grouped_gemm([a], [b], [sfa], [sfb], [c])
-    np.testing.assert_array_equal(c, 0)
+    with rejects(r"groups\[0\]\.k: K must be >= 1 when M > 0 \(got 0\)", "groups[0].k") as info:
+        fp4gemm.grouped_gemm([a], [b], [sfa], [sfb], [c])
+    assert info.value.group == 0
+    assert np.isnan(c).all()  # nothing written
 
 
 def test_single_row_and_column_views():
     """M = 1 and N = 1 (views whose size-1 dimensions carry odd strides)."""
     d = random_groups([1], 1, 128, seed=5)
     wide = np.zeros((3, 200), np.float16)
-    c = [wide[1:2, 7:8]]  # 1 x 1 view, strides (200, 1)
+    c = [wide[1:2, 8:9]]  # 1 x 1 view, strides (200, 1), 16-byte aligned (416 bytes in)
     a = [np.repeat(d.a[0], 3, axis=0)[::3]]  # 1 row, row stride 3 * 64
     fp4gemm.grouped_gemm(a, d.b, d.sfa, d.sfb, c)
     check(d, c)
