@@ -228,12 +228,12 @@ void check_overlaps(std::vector<Range>& inputs, std::vector<Range>& outputs) {
 }
 
 // Requires device memory of `device` (or managed memory) behind `p`.
-void check_device_pointer(int g, const char* field, const void* p, int device) {
+void require_device_memory(const std::string& name, int g, const void* p, int device) {
   cudaPointerAttributes attr{};
   const cudaError_t err = cudaPointerGetAttributes(&attr, p);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // do not leave the error for the caller's next CUDA call
-    fail(g, field, "cannot query pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) + ": " +
+    throw Error(name, g, "cannot query pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) + ": " +
                        cudaGetErrorString(err));
   }
   switch (attr.type) {
@@ -241,15 +241,15 @@ void check_device_pointer(int g, const char* field, const void* p, int device) {
       return;
     case cudaMemoryTypeDevice:
       if (attr.device == device) return;
-      fail(g, field, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) + " is memory of device " +
+      throw Error(name, g, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) + " is memory of device " +
                          std::to_string(attr.device) + ", but the plan runs on device " +
                          std::to_string(device));
     case cudaMemoryTypeHost:
-      fail(g, field, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) +
+      throw Error(name, g, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) +
                          " is pinned host memory; fp4gemm needs device memory");
     case cudaMemoryTypeUnregistered:
     default:
-      fail(g, field, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) +
+      throw Error(name, g, "pointer " + hex(reinterpret_cast<std::uintptr_t>(p)) +
                          " is not in any device allocation (a host pointer, or past an allocation's end); "
                          "fp4gemm needs device memory");
   }
@@ -283,39 +283,50 @@ struct AllocationQueries {
   }
 };
 
-// Requires the bytes [r.begin, r.end) to be inside the device allocation holding r.begin. The
-// range may continue into a next allocation only where both are virtual-memory chunks (mapped
-// side by side by one allocator): cuMemGetAddressRange reports one chunk of such a segment.
-void check_allocation(const Range& r, const Options& options) {
-  if (r.end <= r.begin) return;
+// Requires the bytes [begin, end) to be inside the device allocation holding `begin`. The range
+// may continue into a next allocation only where both are virtual-memory chunks (mapped side by
+// side by one allocator): cuMemGetAddressRange reports one chunk of such a segment. `note` explains
+// the size (e.g. the scale layout's padding).
+void require_mapped(const std::string& name, int g, std::uintptr_t begin, std::uintptr_t end, const std::string& note) {
+  if (end <= begin) return;
   static const AllocationQueries queries;
   if (queries.range == nullptr)
     throw Error("device", -1, "the CUDA driver has no cuMemGetAddressRange (driver too old?)");
-  auto what = [&] {
-    std::string text = group_arg(r.group, r.field) + " needs the " + std::to_string(r.end - r.begin) + " bytes [" +
-                       hex(r.begin) + ", " + hex(r.end) + ")";
-    const std::string field = r.field;
-    if (field == "sfa" || field == "sfb")
-      text += std::string(" (") + to_string(options.scale_layout) + " scales" +
-              (options.scale_layout == ScaleLayout::blocked ? ": rows padded to 128, scale columns to 4" : "") + ")";
-    return text;
-  };
-  std::uintptr_t covered = r.begin;
-  while (covered < r.end) {
+  const std::string what = "needs the " + std::to_string(end - begin) + " bytes [" + hex(begin) + ", " + hex(end) +
+                           ")" + (note.empty() ? "" : " (" + note + ")");
+  std::uintptr_t covered = begin;
+  while (covered < end) {
     CUdeviceptr base = 0;
     std::size_t size = 0;
-    const bool next_chunk = covered != r.begin;
+    const bool next_chunk = covered != begin;
     if ((next_chunk && !(queries.mapped_chunk(covered - 1) && queries.mapped_chunk(covered))) ||
         queries.range(&base, &size, static_cast<CUdeviceptr>(covered)) != CUDA_SUCCESS || size == 0) {
-      if (!next_chunk) fail(r.group, r.field, what() + ", but " + hex(covered) + " is not inside a device allocation");
-      fail(r.group, r.field, what() + ", but its allocation ends at " + hex(covered) + ", " +
-                                 std::to_string(r.end - covered) + " bytes short");
+      if (!next_chunk) throw Error(name, g, what + ", but " + hex(covered) + " is not inside a device allocation");
+      throw Error(name, g, what + ", but its allocation ends at " + hex(covered) + ", " +
+                               std::to_string(end - covered) + " bytes short");
     }
     covered = static_cast<std::uintptr_t>(base + size);
   }
 }
 
+void check_allocation(const Range& r, const Options& options) {
+  const std::string field = r.field;
+  std::string note;
+  if (field == "sfa" || field == "sfb")
+    note = std::string(to_string(options.scale_layout)) + " scales" +
+           (options.scale_layout == ScaleLayout::blocked ? ": rows padded to 128, scale columns to 4" : "");
+  require_mapped(group_arg(r.group, r.field), r.group, r.begin, r.end, note);
+}
+
 }  // namespace
+
+void check_device_buffer(const std::string& name, int group, const void* p, std::int64_t bytes, int device,
+                         const std::string& note) {
+  if (p == nullptr) throw Error(name, group, "null pointer; it must point to device memory");
+  require_device_memory(name, group, p, device);
+  const auto begin = reinterpret_cast<std::uintptr_t>(p);
+  require_mapped(name, group, begin, begin + static_cast<std::uintptr_t>(bytes), note);
+}
 
 void validate_groups(std::span<const GroupDesc> groups, const Options& options, bool check_pointers) {
   validate_options(options);
@@ -351,12 +362,12 @@ void validate_groups(std::span<const GroupDesc> groups, const Options& options, 
     const int g = static_cast<int>(i);
     const GroupDesc& d = groups[i];
     if (d.m == 0) continue;
-    check_device_pointer(g, "a", d.a, device);
-    check_device_pointer(g, "b", d.b, device);
-    check_device_pointer(g, "sfa", d.sfa, device);
-    check_device_pointer(g, "sfb", d.sfb, device);
-    check_device_pointer(g, "c", d.c, device);
-    if (d.alpha_device != nullptr) check_device_pointer(g, "alpha_device", d.alpha_device, device);
+    require_device_memory(group_arg(g, "a"), g, d.a, device);
+    require_device_memory(group_arg(g, "b"), g, d.b, device);
+    require_device_memory(group_arg(g, "sfa"), g, d.sfa, device);
+    require_device_memory(group_arg(g, "sfb"), g, d.sfb, device);
+    require_device_memory(group_arg(g, "c"), g, d.c, device);
+    if (d.alpha_device != nullptr) require_device_memory(group_arg(g, "alpha_device"), g, d.alpha_device, device);
   }
   for (const Range& r : touched) check_allocation(r, options);
 }

@@ -1,7 +1,9 @@
 // Validation of a grouped-GEMM description (SPEC §6); every failure names argument and group.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <string>
 
 #include "fp4gemm/fp4gemm.hpp"
 
@@ -12,5 +14,10 @@ namespace fp4gemm::detail {
 // pointer of `device`. Throws fp4gemm::Error naming e.g. "groups[3].ldb".
 void validate_groups(std::span<const GroupDesc> groups, const Options& options,
                      bool check_pointers);
+
+// Requires `p` to be device memory of `device` (or managed memory) with the `bytes` bytes from p
+// on inside its allocation; throws fp4gemm::Error(name, group, ...) mentioning `note` otherwise.
+void check_device_buffer(const std::string& name, int group, const void* p, std::int64_t bytes, int device,
+                         const std::string& note = "");
 
 }  // namespace fp4gemm::detail

@@ -1,0 +1,108 @@
+// fp4gemm MoE API: the device-driven grouped GEMM of a Mixture-of-Experts layer. The routing
+// (rows per expert) is device data read at run time; the plan depends only on the weights.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fp4gemm/fp4gemm.hpp"
+
+namespace fp4gemm {
+
+// What the activations are: FP4 in the plan's format (W4A4: packed e2m1 + linear scales, E4M3 per
+// 16 for NVFP4, UE8M0 per 32 for MXFP4) or bf16 (W4A16; MXFP4 weights, whose dequantised values
+// are exact in bf16 as the activations are).
+enum class MoeActivation { fp4, bf16 };
+
+// contiguous: rows stacked by expert, expert e owns rows [offsets[e], offsets[e+1]) of A and C.
+// masked (DeepGEMM's low-latency layout): expert e owns rows [e * max_m, e * max_m + counts[e]).
+enum class MoeLayout { contiguous, masked };
+
+const char* to_string(MoeActivation a);
+const char* to_string(MoeLayout l);
+
+// The expert weights, bound at plan time. W[e] is [N, K] packed e2m1 (K-contiguous, row stride
+// `ldw` bytes, expert e at w + e * expert_stride bytes); its scales are `scales` + e *
+// scale_expert_stride bytes in options.scale_layout ([N, K/vec] linear rows, or the blocked
+// layout of N rows; blocked is the fast path, linear ones are converted once at plan time).
+struct MoeWeights {
+  int experts = 0, n = 0, k = 0;
+  const void* w = nullptr;
+  std::int64_t ldw = 0;                  // bytes; 0: K/2
+  std::int64_t expert_stride = 0;        // bytes; 0: N * ldw
+  const void* scales = nullptr;
+  std::int64_t scale_expert_stride = 0;  // bytes; 0: the dense size of one expert's scales
+  // Per-expert alpha: a device array of E floats read at run time, or null (then `alpha`).
+  const float* alpha_device = nullptr;
+  float alpha = 1.0f;
+};
+
+struct MoeOptions {
+  Format format = Format::nvfp4;                   // weights (and FP4 activations)
+  ScaleLayout scale_layout = ScaleLayout::blocked;  // of the weight scales
+  OutType out_type = OutType::bf16;
+  MoeActivation activation = MoeActivation::fp4;
+  MoeLayout layout = MoeLayout::contiguous;
+  // contiguous: the most rows a run may route (offsets[E] <= capacity); sizes the workspace.
+  // masked: rows per expert slot (max_m); A and C have experts * capacity rows.
+  int capacity = 0;
+  int device = -1;
+};
+
+// One run's data, all device pointers (none is read on the host).
+//  a:  FP4: [rows, K/2] packed e2m1, row stride lda bytes; bf16: [rows, K], row stride lda bytes.
+//      With gather_index, `a` holds `num_tokens` unsorted token rows instead.
+//  a_scales: FP4 only: linear [rows (or num_tokens), K/vec], row stride K/vec bytes.
+//  expert_offsets (contiguous): int32 [E+1], non-decreasing, offsets[0] >= 0, offsets[E] <= capacity.
+//  expert_counts (masked): int32 [E], each in [0, capacity].
+//  gather_index (contiguous, optional): int32 [capacity]; row r reads token gather_index[r] of a.
+//  c: [rows, N] of options.out_type, row stride ldc elements; rows past offsets[E] (or past each
+//     expert's count) are left untouched.
+struct MoeArgs {
+  const void* a = nullptr;
+  std::int64_t lda = 0;  // bytes
+  const void* a_scales = nullptr;
+  const int* expert_offsets = nullptr;
+  const int* expert_counts = nullptr;
+  const int* gather_index = nullptr;
+  int num_tokens = 0;
+  void* c = nullptr;
+  std::int64_t ldc = 0;  // elements
+};
+
+// Plan once per weight set; run with a new routing every time. `run` allocates nothing, never
+// synchronises, and is capturable in a CUDA graph that can be replayed with different offsets.
+// Bad routing data (offsets decreasing or past capacity, counts out of range, gather indices out
+// of range) is caught on the device: nothing is read or written out of bounds, no output is
+// written for a bad routing, and an error word is set; `check()` (a synchronising call) throws
+// fp4gemm::Error naming the argument ("expert_offsets", "expert_counts", "gather_index") and
+// clears it. Runs of one plan are serialised like Plan's.
+class MoeGemm {
+ public:
+  MoeGemm(const MoeWeights& weights, const MoeOptions& options);
+  ~MoeGemm();
+  MoeGemm(MoeGemm&&) noexcept;
+  MoeGemm& operator=(MoeGemm&&) noexcept;
+  MoeGemm(const MoeGemm&) = delete;
+  MoeGemm& operator=(const MoeGemm&) = delete;
+
+  void run(const MoeArgs& args, cudaStream_t stream = nullptr) const;
+  // Synchronises `stream`, then throws if any run since the last check found bad routing data.
+  void check(cudaStream_t stream = nullptr) const;
+
+  std::string describe() const;
+  const MoeOptions& options() const;
+  int experts() const;
+  int n() const;
+  int k() const;
+  int rows() const;  // rows of A and C the plan serves: capacity, or experts * capacity (masked)
+  std::size_t device_bytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp4gemm
