@@ -100,7 +100,9 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
   using Scan = cub::BlockScan<ClassCounts, kSchedulerThreads, cub::BLOCK_SCAN_WARP_SCANS>;
   __shared__ typename Scan::TempStorage scan_storage;
   __shared__ ExpertTiles experts[kMaxMoeExperts];
-  __shared__ ClassCounts prefix[kMaxMoeExperts + 1];
+  // prefix[c][e]: tiles of class c before expert e's (class-major: the binary searches of a warp
+  // read one class row, not 64-byte strided structs that share two banks).
+  __shared__ int prefix[kClasses][kMaxMoeExperts + 1];
   __shared__ int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], total_tiles;
   const int e = threadIdx.x;
 
@@ -143,41 +145,54 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
   }
   ClassCounts before, totals;
   Scan(scan_storage).ExclusiveScan(mine, before, ClassCounts{}, AddClassCounts{}, totals);
-  if (e < a.experts) experts[e] = et, prefix[e] = before;
-  if (e == 0) prefix[a.experts] = totals;
+  if (e < a.experts) {
+    experts[e] = et;
+#pragma unroll
+    for (int c = 0; c < kClasses; ++c) prefix[c][e] = before.v[c];
+  }
+  if (e < kClasses) prefix[e][a.experts] = totals.v[e];
 
-  // 3. CTAs per class in proportion to the class's cost, at least one per class with tiles.
-  if (threadIdx.x == 0) {
-    double cost[kClasses], total = 0;
-    int present = 0, sum = 0;
-    for (int c = 0; c < kClasses; ++c) {
-      const int tokens = 16 * (c + 1);
-      const bool narrow_tile = tile_rows(tokens, a.narrow_rows) == 256;
-      cost[c] = static_cast<double>(totals.v[c]) *
-                (narrow_tile ? a.narrow_fixed + a.narrow_per_token * tokens : a.wide_fixed + a.wide_per_token * tokens);
-      total += cost[c];
-      present += totals.v[c] > 0;
+  // 3. CTAs per class in proportion to the class's cost, at least one per class with tiles: warp 0,
+  //    lane c for class c; the CTAs the floors leave over go to the largest remainders.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x, c = lane < kClasses ? lane : 0;
+    const int tiles = lane < kClasses ? totals.v[c] : 0;
+    const int tokens = 16 * (c + 1);
+    const bool narrow_tile = tile_rows(tokens, a.narrow_rows) == 256;
+    const float cost = static_cast<float>(tiles) *
+                       (narrow_tile ? a.narrow_fixed + a.narrow_per_token * tokens : a.wide_fixed + a.wide_per_token * tokens);
+    float total = cost;
+    int present = tiles > 0;
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+      total += __shfl_xor_sync(0xFFFFFFFFu, total, o);
+      present += __shfl_xor_sync(0xFFFFFFFFu, present, o);
     }
     const int spare = max(0, a.num_ctas - present);
-    for (int c = 0; c < kClasses; ++c) {
-      ctas_of[c] = totals.v[c] > 0 ? min(totals.v[c], 1 + static_cast<int>(spare * cost[c] / max(total, 1e-30))) : 0;
-      sum += ctas_of[c];
+    const float share = total > 0 ? spare * (cost / total) : 0.f;
+    int mine = tiles > 0 ? min(tiles, 1 + static_cast<int>(share)) : 0;
+    int sum = mine;
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+    // Largest remainder first (ties by class), among the classes that can take one more CTA.
+    const float rem = mine < tiles ? share - floorf(share) : -1.f;
+    int rank = 0;
+    for (int other = 0; other < kClasses; ++other) {
+      const float r = __shfl_sync(0xFFFFFFFFu, rem, other);
+      rank += r > rem || (r == rem && other < lane);
     }
-    // The floors leave up to kClasses CTAs over: each goes to the class with the largest cost per CTA.
-    for (; sum < a.num_ctas; ++sum) {
-      int best = -1;
-      for (int c = 0; c < kClasses; ++c)
-        if (ctas_of[c] < totals.v[c] && (best < 0 || cost[c] * ctas_of[best] > cost[best] * ctas_of[c])) best = c;
-      if (best < 0) break;
-      ++ctas_of[best];
+    if (rem >= 0.f && rank < a.num_ctas - sum) ++mine;
+    // Exclusive prefix sums of tiles and CTAs over the classes.
+    int tiles_before = tiles, ctas_before = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int t = __shfl_up_sync(0xFFFFFFFFu, tiles_before, o), k = __shfl_up_sync(0xFFFFFFFFu, ctas_before, o);
+      if (lane >= o) tiles_before += t, ctas_before += k;
     }
-    int tiles_so_far = 0, ctas_so_far = 0;
-    for (int c = 0; c < kClasses; ++c) {
-      bucket_base[c] = tiles_so_far, cta_base[c] = ctas_so_far;
-      tiles_so_far += totals.v[c], ctas_so_far += ctas_of[c];
+    if (lane < kClasses) {
+      bucket_base[c] = tiles_before - tiles, cta_base[c] = ctas_before - mine, ctas_of[c] = mine;
     }
-    bucket_base[kClasses] = tiles_so_far, cta_base[kClasses] = ctas_so_far;
-    total_tiles = tiles_so_far;
+    if (lane == kClasses - 1) bucket_base[kClasses] = total_tiles = tiles_before, cta_base[kClasses] = ctas_before;
   }
   __syncthreads();
   if (total_tiles > a.max_tiles) {  // cannot happen for a routing that passed step 1 (plan sizing)
@@ -194,11 +209,11 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
       int lo = 0, hi = a.experts - 1;  // the last expert whose prefix in class c is <= t
       while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
-        if (prefix[mid].v[c] <= t) lo = mid;
+        if (prefix[c][mid] <= t) lo = mid;
         else hi = mid - 1;
       }
       const ExpertTiles x = experts[lo];
-      const int local = t - prefix[lo].v[c];
+      const int local = t - prefix[c][lo];
       const int class_full = x.count > 1 ? width_class(x.size) - 1 : -1, class_last = width_class(x.last) - 1;
       int rb, j;
       if (class_full == c && class_last == c) {
