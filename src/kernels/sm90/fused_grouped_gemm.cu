@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "fp4gemm/formats.hpp"
 #include "host/core/cuda_check.hpp"
 #include "host/tensor_map.hpp"
 #include "kernels/sm90/fused_grouped_gemm.hpp"
@@ -219,7 +220,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     } else if (cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(sfb) % 4 == 0 && !force_conversion) {
       slinear[i] = sfb;  // the producer warp gathers 4-byte row pieces with cp.async
     } else {
-      const std::size_t bytes = static_cast<std::size_t>((g.n + 127) / 128) * ((cols + 3) / 4) * 512;
+      const std::size_t bytes = formats::blocked_scale_bytes(g.n, cols);
       std::uint8_t* dst = fp.allocate<std::uint8_t>(bytes, "plan workspace");
       conversions.push_back(ScaleConversion{sfb, dst, g.n, cols});
       sblocked[i] = dst;
