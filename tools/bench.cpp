@@ -74,6 +74,7 @@ void time_streams(PeerResults& p, const ProblemData& data, const RunSettings& s,
   options.scale_layout = s.data.layout;
   options.out_type = s.data.out;
   options.backend = main.fell_back ? Backend::reference : main.requested;
+  options.tuning = s.tuning;
   p.streams_label = main.label();
   try {
     StreamsPeer peer(data, options);
@@ -109,7 +110,7 @@ CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const C
   progress(tag + ": generating data (" + c.shape.describe() + ")...");
   ProblemData data(c.shape, s.data);
   const std::vector<GroupDesc> descs = data.descs();
-  const PlanChoice plan = make_plan(descs, s.data, s.backend);
+  const PlanChoice plan = make_plan(descs, s);
 
   CaseResult r;
   r.index = index;

@@ -12,6 +12,8 @@
 #include <iostream>
 #include <set>
 
+#include "tuning_env.hpp"
+
 namespace fp4gemm::cli {
 
 namespace {
@@ -85,6 +87,7 @@ RunSettings resolve_settings(const CommonOptions& o) {
   s.timing.iters = o.iters;
   s.timing.warmup = o.warmup;
   s.json_path = o.json;
+  s.tuning = tuning_from_environment();
   return s;
 }
 
@@ -148,20 +151,23 @@ std::string PlanChoice::label() const {
   return fell_back ? base + "*" : base;
 }
 
-PlanChoice make_plan(std::span<const GroupDesc> groups, const DataSettings& data, Backend backend) {
+PlanChoice make_plan(std::span<const GroupDesc> groups, const RunSettings& s) {
   static std::set<std::string> reported;  // one line per distinct reason
+  const Backend backend = s.backend;
   Options options;
-  options.format = data.format;
-  options.scale_layout = data.layout;
-  options.out_type = data.out;
+  options.format = s.data.format;
+  options.scale_layout = s.data.layout;
+  options.out_type = s.data.out;
   options.backend = backend;
+  options.tuning = s.tuning;
   PlanChoice choice;
   choice.requested = backend;
   try {
     choice.plan = std::make_unique<Plan>(groups, options);
     return choice;
   } catch (const Error& e) {
-    if (backend != Backend::automatic) throw;
+    // A measurement knob out of range is the caller's mistake, not a reason to fall back.
+    if (backend != Backend::automatic || e.argument().rfind("options.tuning.", 0) == 0) throw;
     choice.fell_back = true;
     choice.fallback_reason = strip_prefix(e.what());
   }

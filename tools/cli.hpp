@@ -56,11 +56,13 @@ struct InfoOptions {
 struct RunSettings {
   DataSettings data;
   Backend backend = Backend::automatic;
+  Tuning tuning;  // the plan's measurement knobs, from FP4GEMM_* variables (tuning_env.hpp)
   TimingConfig timing;
   std::string json_path;
 };
 
-// Maps the option strings to enums and checks the counts (fp4gemm::Error naming the option).
+// Maps the option strings to enums and checks the counts (fp4gemm::Error naming the option);
+// reads the tuning knobs from the environment (fp4gemm::Error naming the variable).
 RunSettings resolve_settings(const CommonOptions& o);
 
 // "80,176,128" -> values; each must be an integer in [min_value, INT_MAX]. Throws fp4gemm::Error
@@ -83,8 +85,9 @@ class NoDeviceError : public std::runtime_error {
 DeviceInfo require_device();
 
 // ---- plan with fallback ---------------------------------------------------------------------------
-// A plan for the requested backend; when `automatic` cannot plan (no fast kernel yet, or not on
-// this GPU), one line goes to stderr and the reference kernel is planned instead, labelled.
+// A plan for the requested backend (s.backend, with s.data's formats and s.tuning); when
+// `automatic` cannot plan (no fast kernel yet, or not on this GPU), one line goes to stderr and the
+// reference kernel is planned instead, labelled.
 struct PlanChoice {
   std::unique_ptr<Plan> plan;
   Backend requested = Backend::automatic;
@@ -92,7 +95,7 @@ struct PlanChoice {
   std::string fallback_reason;
   std::string label() const;  // "fast", "reference", "reference*" (after a fallback)
 };
-PlanChoice make_plan(std::span<const GroupDesc> groups, const DataSettings& data, Backend backend);
+PlanChoice make_plan(std::span<const GroupDesc> groups, const RunSettings& s);
 
 // Writes a progress line to stderr ("[bench] case 2/4: timing peers...").
 void progress(const std::string& line);

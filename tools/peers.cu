@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "formats/scale_layout.hpp"
 #include "peers.hpp"
 
 namespace fp4gemm::cli {
@@ -31,13 +32,6 @@ __device__ inline float scale_value(Format format, std::uint32_t code) {
   return (code & 0x80u) ? -v : v;
 }
 
-__device__ inline std::int64_t scale_index(ScaleLayout layout, std::int64_t row, std::int64_t col,
-                                           std::int64_t cols) {
-  if (layout == ScaleLayout::linear) return row * cols + col;
-  const std::int64_t atom = (row / 128) * ((cols + 3) / 4) + col / 4;  // 128 x 4 atoms of 512 B
-  return atom * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (col % 4);
-}
-
 // One thread per 8 elements: 4 packed bytes in, 16 bytes of bf16 out; all 8 share one scale.
 __global__ void dequantize_kernel(const std::uint8_t* packed, std::int64_t ld, const std::uint8_t* scales,
                                   int rows, int k, Format format, ScaleLayout layout,
@@ -52,7 +46,7 @@ __global__ void dequantize_kernel(const std::uint8_t* packed, std::int64_t ld, c
     const std::int64_t row = i / chunks_per_row;
     const std::int64_t k0 = (i % chunks_per_row) * 8;
     const std::uint32_t word = *reinterpret_cast<const std::uint32_t*>(packed + row * ld + k0 / 2);
-    const float s = scale_value(format, scales[scale_index(layout, row, k0 / vec, cols)]);
+    const float s = scale_value(format, scales[formats::detail::scale_offset(layout, row, k0 / vec, cols)]);
     std::uint32_t pairs[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // byte j holds elements k0+2j (low nibble) and k0+2j+1

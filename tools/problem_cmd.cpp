@@ -54,7 +54,7 @@ int run_problem(const char* command, const ProblemShape& shape, const RunSetting
   require_writable(s.json_path);
   ProblemData data(shape, s.data);
   const std::vector<GroupDesc> descs = data.descs();
-  const PlanChoice plan = make_plan(descs, s.data, s.backend);
+  const PlanChoice plan = make_plan(descs, s);
   Stream stream;
 
   std::cout << "fp4gemm " << command << ": " << shape.describe() << ", " << to_string(s.data.format) << " "

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "tuning_env.hpp"
+
 namespace fp4gemm::cli {
 
 namespace {
@@ -90,6 +92,11 @@ void print_bench_header(std::ostream& os, const DeviceInfo& device, const Ceilin
                to_string(s.data.format), to_string(s.data.layout), to_string(s.data.out), to_string(s.backend),
                static_cast<unsigned long long>(s.data.seed), s.timing.iters, s.timing.warmup,
                flush_bytes / 1048576.0, settle_ms, peers ? "" : "; peers skipped");
+  if (const auto knobs = tuning_environment(); !knobs.empty()) {
+    os << "measurement knobs:";
+    for (const auto& [name, value] : knobs) os << " " << name << "=" << value;
+    os << "\n";
+  }
 }
 
 void print_table_head(std::ostream& os) {
@@ -160,6 +167,15 @@ Json ceilings_json(const Ceilings& c) {
               {"copy_method", "cudaMemcpyAsync device-to-device, read+write bytes, median"}};
 }
 
+namespace {
+// The FP4GEMM_* knob variables that were set (s.tuning was read from them): {} in production.
+Json tuning_json() {
+  Json j = Json::object();
+  for (const auto& [name, value] : tuning_environment()) j[name] = value;
+  return j;
+}
+}  // namespace
+
 Json settings_json(const RunSettings& s) {
   return Json{{"format", to_string(s.data.format)},
               {"scale_layout", to_string(s.data.layout)},
@@ -168,7 +184,8 @@ Json settings_json(const RunSettings& s) {
               {"seed", s.data.seed},
               {"iters", s.timing.iters},
               {"warmup", s.timing.warmup},
-              {"budget_s_per_measurement", s.timing.budget_s}};
+              {"budget_s_per_measurement", s.timing.budget_s},
+              {"tuning_environment", tuning_json()}};
 }
 
 Json stats_json(const TimingStats& t) {

@@ -10,6 +10,8 @@
 
 #include <driver_types.h>  // cudaStream_t
 
+#include "fp4gemm/tuning.hpp"
+
 namespace fp4gemm {
 
 // ---------------------------------------------------------------------------------------------
@@ -86,6 +88,8 @@ struct Options {
   OutType out_type = OutType::f16;
   Backend backend = Backend::automatic;
   int device = -1;  // -1: the current device
+  // Measurement and test knobs (fp4gemm/tuning.hpp); the defaults are the production choices.
+  Tuning tuning = {};
 };
 
 // ---------------------------------------------------------------------------------------------

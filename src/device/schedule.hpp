@@ -89,7 +89,7 @@ struct SchedulePolicy {
   // fills), and the measured costs are within a few % of the model (docs/PERF.md v12).
   double simpler_margin = 0.03;
   // Weight rows of the <= 128-token tiles: 0 = the plan decides (256 when that still leaves a tile
-  // per CTA), else 128 or 256 (measurement knob FP4GEMM_NARROW_ROWS).
+  // per CTA), else 128 or 256 (measurement knob Tuning::narrow_rows).
   int narrow_rows = 0;
 };
 

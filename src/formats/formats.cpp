@@ -8,6 +8,7 @@
 #include <string>
 
 #include "formats/rounding.hpp"
+#include "formats/scale_layout.hpp"
 
 namespace fp4gemm::formats {
 
@@ -114,13 +115,11 @@ std::size_t scale_bytes(ScaleLayout l, std::int64_t rows, std::int64_t cols) {
 }
 
 std::size_t blocked_offset(std::int64_t r, std::int64_t c, std::int64_t cols) {
-  const std::int64_t col_blocks = (cols + 3) / 4;
-  const std::int64_t atom = (r / 128) * col_blocks + c / 4;
-  return static_cast<std::size_t>(atom * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + (c % 4));
+  return static_cast<std::size_t>(detail::blocked_offset(r, c, cols));  // formats/scale_layout.hpp
 }
 
 std::size_t scale_offset(ScaleLayout l, std::int64_t r, std::int64_t c, std::int64_t cols) {
-  return l == ScaleLayout::linear ? static_cast<std::size_t>(r * cols + c) : blocked_offset(r, c, cols);
+  return static_cast<std::size_t>(detail::scale_offset(l, r, c, cols));
 }
 
 void linear_to_blocked(const std::uint8_t* linear, std::int64_t rows, std::int64_t cols,

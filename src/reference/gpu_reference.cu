@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "formats/scale_layout.hpp"
 #include "reference/gpu_reference.hpp"
 
 namespace fp4gemm::detail {
@@ -27,14 +28,6 @@ __device__ float scale_value(Format format, unsigned code) {
   return (code & 0x80u) ? -magnitude : magnitude;
 }
 
-__device__ std::int64_t scale_index(ScaleLayout layout, std::int64_t row, std::int64_t col,
-                                    std::int64_t cols) {
-  if (layout == ScaleLayout::linear) return row * cols + col;
-  const std::int64_t col_blocks = (cols + 3) / 4;
-  const std::int64_t atom = (row / 128) * col_blocks + col / 4;
-  return atom * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (col % 4);
-}
-
 __device__ void reference_element(const GroupParams& g, std::int64_t m, std::int64_t n, Format format,
                                   ScaleLayout layout, OutType out_type) {
   const int vec = format == Format::nvfp4 ? 16 : 32;
@@ -43,8 +36,8 @@ __device__ void reference_element(const GroupParams& g, std::int64_t m, std::int
   const std::uint8_t* b_row = g.b + n * g.ldb;
   float acc = 0.f;
   for (int kb = 0; kb < cols; ++kb) {
-    const float sa = scale_value(format, g.sfa[scale_index(layout, m, kb, cols)]);
-    const float sb = scale_value(format, g.sfb[scale_index(layout, n, kb, cols)]);
+    const float sa = scale_value(format, g.sfa[formats::detail::scale_offset(layout, m, std::int64_t{kb}, cols)]);
+    const float sb = scale_value(format, g.sfb[formats::detail::scale_offset(layout, n, std::int64_t{kb}, cols)]);
     for (int k = kb * vec; k < (kb + 1) * vec; ++k) {
       const unsigned a = (a_row[k / 2] >> ((k & 1) * 4)) & 0xFu;
       const unsigned b = (b_row[k / 2] >> ((k & 1) * 4)) & 0xFu;

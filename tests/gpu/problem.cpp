@@ -992,7 +992,9 @@ std::string locate(const Problem& p, const DeviceProblem& device, std::size_t of
   try {
     const Problem problem = make_problem(config);
     const DeviceProblem device(problem);
-    const Plan plan(device.descs(), device.options(backend));
+    Options plan_options = device.options(backend);
+    plan_options.tuning = options.tuning;
+    const Plan plan(device.descs(), plan_options);
     const Expected expected = cpu_expected(problem, options.mac_budget);
     ::testing::AssertionResult result = run_plan_and_check(problem, device, plan, expected, options);
     if (!result)

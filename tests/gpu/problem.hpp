@@ -276,6 +276,8 @@ struct RunOptions {
   // Runs of the one plan, alternating the poisons (NaN first): each is checked, and all must be
   // bitwise identical (every element written, and deterministic, SPEC §3). At least 2.
   int runs = 2;
+  // The plan's measurement and test knobs (run_and_check: Options::tuning).
+  Tuning tuning;
 };
 
 // Runs `plan` options.runs (>= 2) times with alternating poisons, checks every run with

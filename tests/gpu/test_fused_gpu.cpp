@@ -117,20 +117,8 @@ INSTANTIATE_TEST_SUITE_P(
              "_" + to_string(std::get<2>(info.param));
     });
 
-// Sets an environment variable (a plan knob) for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
-
 // >= 500 random problems: G 1..64, M_g 0..600 (not multiples of 8), N not a multiple of the tile.
-// Every third one forces the TMA-store epilogue (FP4GEMM_TMA_STORE=1; plans take it by themselves
+// Every third one forces the TMA-store epilogue (Tuning::tma_store; plans take it by themselves
 // only with >= 4 pieces per CTA), which the plan still refuses where an N is not a multiple of 8.
 // (kFusedRandomProblems, kFusedRandomSeed0 and fused_random_limits() live in gpu/problem.hpp: the
 // host tier checks what these problems cover, blank GroupDesc{} groups included.)
@@ -140,9 +128,8 @@ TEST_P(FusedRandom, WithinSpecTolerance) {
   REQUIRE_FAST_KERNEL();
   const std::uint64_t seed = kFusedRandomSeed0 + static_cast<std::uint64_t>(GetParam());
   const ProblemConfig cfg = random_config(seed, fused_random_limits());
-  std::optional<ScopedEnv> tma_store;
-  if (GetParam() % 3 == 1) tma_store.emplace("FP4GEMM_TMA_STORE", "1");
   RunOptions options;
+  if (GetParam() % 3 == 1) options.tuning.tma_store = true;
   options.launch = GetParam() % 8 == 7 ? Launch::graph : Launch::stream;
   EXPECT_TRUE(run_and_check(cfg, Backend::fast, options))
       << "random_config(" << seed << ", fused_random_limits())";
@@ -156,9 +143,10 @@ INSTANTIATE_TEST_SUITE_P(Seeds, FusedRandom, ::testing::Range(0, kFusedRandomPro
 // several CTA counts; streams and graphs alternate.
 TEST(Fused, DeterministicAcrossRunsOnFullRangeValues) {
   REQUIRE_FAST_KERNEL();
-  const ScopedEnv force("FP4GEMM_SPLIT_K", "1");
-  for (const char* max_ctas : {"100000", "12", "3"}) {
-    const ScopedEnv ctas("FP4GEMM_MAX_CTAS", max_ctas);
+  for (const int max_ctas : {100000, 12, 3}) {
+    Tuning tuning;
+    tuning.split_k = true;
+    tuning.max_ctas = max_ctas;
     ProblemConfig cfg;
     cfg.values = Values::full;
     cfg.out_type = OutType::f32;
@@ -168,7 +156,9 @@ TEST(Fused, DeterministicAcrossRunsOnFullRangeValues) {
     cfg.nan_scales = true;
     const Problem problem = make_problem(cfg);
     const DeviceProblem device(problem);
-    const Plan plan(device.descs(), device.options(Backend::fast));
+    Options plan_options = device.options(Backend::fast);
+    plan_options.tuning = tuning;
+    const Plan plan(device.descs(), plan_options);
     const Expected expected = cpu_expected(problem);
     RunOptions options;
     options.runs = 4;
@@ -181,27 +171,30 @@ TEST(Fused, DeterministicAcrossRunsOnFullRangeValues) {
 }
 
 // A small problem for compute-sanitizer runs (memcheck / racecheck): --gtest_filter=FusedSanitizer.*
-// Stream-K is forced (FP4GEMM_SPLIT_K=1: the plan would pick whole tiles for some small shapes)
+// Stream-K is forced (Tuning::split_k: the plan would pick whole tiles for some small shapes)
 // so that the split-K hand-off runs under the sanitizers; a second pass on 12 CTAs
-// (FP4GEMM_MAX_CTAS) gives CTAs several pieces and more k-blocks than their ring has stages, so
+// (Tuning::max_ctas) gives CTAs several pieces and more k-blocks than their ring has stages, so
 // the stage refills (TMA, and the linear scales' cp.async) run under racecheck too.
 TEST(FusedSanitizer, SmallSplitKProblem) {
   REQUIRE_FAST_KERNEL();
-  const ScopedEnv force("FP4GEMM_SPLIT_K", "1");
-  for (const char* max_ctas : {"", "12"}) {
-    const ScopedEnv ctas("FP4GEMM_MAX_CTAS", *max_ctas ? max_ctas : "100000");
+  for (const int max_ctas : {0, 12}) {  // 0: one CTA per SM
+    RunOptions options;
+    options.runs = 2;
+    options.tuning.split_k = true;
+    if (max_ctas > 0) options.tuning.max_ctas = max_ctas;
     ProblemConfig cfg;
     cfg.values = Values::gpumode;
     cfg.shapes = {{40, 256, 1024}, {0, 128, 64}, {300, 130, 2048}, {9, 64, 64}};
     {
       const Problem problem = make_problem(cfg);
       const DeviceProblem device(problem);
-      const Plan plan(device.descs(), device.options(Backend::fast));
+      Options plan_options = device.options(Backend::fast);
+      plan_options.tuning = options.tuning;
+      const Plan plan(device.descs(), plan_options);
       EXPECT_NE(plan.describe().find("stream-K"), std::string::npos) << plan.describe();
-      if (*max_ctas) EXPECT_NE(plan.describe().find(std::string(" on ") + max_ctas + " CTAs"), std::string::npos) << plan.describe();
+      if (max_ctas > 0)
+        EXPECT_NE(plan.describe().find(" on " + std::to_string(max_ctas) + " CTAs"), std::string::npos) << plan.describe();
     }
-    RunOptions options;
-    options.runs = 2;
     EXPECT_TRUE(run_and_check(cfg, Backend::fast, options)) << "max CTAs " << max_ctas;
     cfg.format = Format::mxfp4;
     cfg.layout = ScaleLayout::blocked;

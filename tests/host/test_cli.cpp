@@ -17,8 +17,9 @@ struct CliResult {
 
 const std::string kCliPath = FP4GEMM_CLI_PATH;
 
-CliResult run_cli(const std::string& args) {
-  const std::string command = "'" + kCliPath + "' " + args + " 2>&1";
+// `env` ("NAME=value ..."): environment variables for this run only.
+CliResult run_cli(const std::string& args, const std::string& env = "") {
+  const std::string command = (env.empty() ? "" : "env " + env + " ") + "'" + kCliPath + "' " + args + " 2>&1";
   CliResult result;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return result;
@@ -124,6 +125,33 @@ TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
     for (const char* word : c.expected)
       EXPECT_NE(r.output.find(word), std::string::npos) << c.args << ": '" << word << "' missing from:\n" << r.output;
   }
+}
+
+// The measurement knobs (fp4gemm::Tuning) come from FP4GEMM_* variables, read by the CLI only: a
+// value that does not parse is one line naming the variable, before any device work.
+TEST(Cli, BadTuningVariablesGiveOneLineNamingTheVariable) {
+  REQUIRE_CLI();
+  struct Case {
+    const char* env;
+    std::vector<const char*> expected;
+  };
+  const std::vector<Case> cases = {
+      {"FP4GEMM_CLASS_ROUND=abc", {"FP4GEMM_CLASS_ROUND", "abc", "integer"}},
+      {"FP4GEMM_MAX_CTAS=12x", {"FP4GEMM_MAX_CTAS", "12x"}},
+      {"FP4GEMM_SPLIT_K=2", {"FP4GEMM_SPLIT_K", "0 or 1"}},
+      {"FP4GEMM_NO_PDL=yes", {"FP4GEMM_NO_PDL", "0 or 1"}},
+      {"FP4GEMM_WIDE_COST=165:x", {"FP4GEMM_WIDE_COST", "165:x", "number"}},
+      {"FP4GEMM_EPILOGUE_COST=0.05.1", {"FP4GEMM_EPILOGUE_COST", "number"}},
+  };
+  for (const Case& c : cases)
+    for (const char* args : {"grouped --m 80 --n 4096 --k 7168", "bench --cases 1 --no-peers"}) {
+      const CliResult r = run_cli(args, c.env);
+      EXPECT_NE(r.exit_code, 0) << c.env << " " << args;
+      EXPECT_EQ(count_lines(r.output), 1) << c.env << " " << args << ":\n" << r.output;
+      EXPECT_EQ(r.output.rfind("fp4gemm: ", 0), 0u) << c.env << ":\n" << r.output;
+      for (const char* word : c.expected)
+        EXPECT_NE(r.output.find(word), std::string::npos) << c.env << ": '" << word << "' missing from:\n" << r.output;
+    }
 }
 
 TEST(Cli, GpuCommandsWithoutGpuGiveOneClearLine) {

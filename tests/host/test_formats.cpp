@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "formats/scale_layout.hpp"
 #include "fp4gemm/formats.hpp"
 
 namespace fp4gemm {
@@ -351,6 +352,30 @@ TEST(ScaleLayout, RoundTripsOnRaggedShapes) {
       EXPECT_EQ(seen.size(), blocked.size());
     }
   }
+}
+
+// The one blocked-offset formula (formats/scale_layout.hpp) the kernels share: usable in constant
+// expressions, the same in 32- and 64-bit indices, and the in-atom parts are inverse to each other.
+static_assert(formats::detail::blocked_offset(299, 8, 9) == 2 * 3 * 512 + 2 * 512 + 11 * 16 + 1 * 4 + 0);
+static_assert(formats::detail::scale_offset(ScaleLayout::linear, 3, 2, 7) == 23);
+static_assert(formats::detail::blocked_atom_offset(127, 3) == 511);
+
+TEST(ScaleLayout, OneFormulaInEveryIndexType) {
+  namespace d = formats::detail;
+  for (int w = 0; w < 128; ++w) {
+    const int r = d::blocked_atom_row_of_word(w);
+    EXPECT_EQ(d::blocked_atom_offset(r, 0), 4 * w) << "word " << w;
+  }
+  for (int cols : {1, 3, 4, 5, 9, 448})
+    for (int r = 0; r < 300; ++r)
+      for (int c = 0; c < (cols + 3) / 4 * 4; ++c) {
+        const std::int64_t wide = d::blocked_offset(std::int64_t{r}, std::int64_t{c}, std::int64_t{cols});
+        ASSERT_EQ(d::blocked_offset(r, c, cols), wide) << r << "," << c << " of " << cols;
+        ASSERT_EQ(static_cast<std::size_t>(wide), blocked_offset(r, c, cols));
+        ASSERT_EQ(wide % 512, d::blocked_atom_offset(r % 128, c % 4));
+        ASSERT_EQ(d::scale_offset(ScaleLayout::blocked, r, c, cols), wide);
+        ASSERT_EQ(d::scale_offset(ScaleLayout::linear, r, c, cols), std::int64_t{r} * cols + c);
+      }
 }
 
 // ---- quantiser -------------------------------------------------------------------------------

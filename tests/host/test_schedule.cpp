@@ -169,7 +169,7 @@ TEST(Schedule, TileRows) {
   // Case 4 (128 and 384 tokens): 16 + 64 = 80 tiles < 132 CTAs -> 128 rows.
   const std::vector<ScheduleShape> case4 = seed_case(4);
   EXPECT_EQ(build_schedule(case4, 132).narrow_rows, 128);
-  // The policy can fix the height either way (measurement knob FP4GEMM_NARROW_ROWS); the schedule
+  // The policy can fix the height either way (measurement knob Tuning::narrow_rows); the schedule
   // stays valid, and every narrow tile starts on a multiple of its height.
   for (int rows : {128, 256}) {
     SchedulePolicy fixed;

@@ -144,6 +144,34 @@ TEST(Validate, OptionsOutOfRange) {
   expect_error(groups, o, "options.device", -1, "device");
 }
 
+// Measurement knobs (fp4gemm/tuning.hpp): unset is the plan's choice; a set one out of range is an
+// error naming the field, whatever the backend.
+TEST(Validate, TuningOutOfRange) {
+  const std::vector<GroupDesc> groups = make_groups(2);
+  Options o;
+  o.tuning.split_k = true, o.tuning.max_ctas = 3, o.tuning.class_round = 8, o.tuning.tile_tokens = 8;
+  o.tuning.narrow_rows = 128, o.tuning.ring_kb = 0, o.tuning.wide_fixed = 0, o.tuning.owner_cost = 0.5;
+  o.tuning.tma_store = false, o.tuning.pdl = false, o.tuning.convert_scales = true;
+  EXPECT_NO_THROW(validate(groups, o));
+  auto expect_tuning_error = [&](auto set, const char* field, const char* needle) {
+    for (Backend backend : {Backend::automatic, Backend::reference}) {
+      Options bad;
+      bad.backend = backend;
+      set(bad.tuning);
+      expect_error(groups, bad, std::string("options.tuning.") + field, -1, needle);
+    }
+  };
+  expect_tuning_error([](Tuning& t) { t.class_round = 3; }, "class_round", "1, 2, 4 or 8");
+  expect_tuning_error([](Tuning& t) { t.tile_tokens = 7; }, "tile_tokens", "8..256");
+  expect_tuning_error([](Tuning& t) { t.tile_tokens = 257; }, "tile_tokens", "257");
+  expect_tuning_error([](Tuning& t) { t.narrow_rows = 64; }, "narrow_rows", "128 or 256");
+  expect_tuning_error([](Tuning& t) { t.max_ctas = 0; }, "max_ctas", ">= 1");
+  expect_tuning_error([](Tuning& t) { t.ring_kb = -1; }, "ring_kb", ">= 0");
+  expect_tuning_error([](Tuning& t) { t.narrow_per_token = -1; }, "narrow_per_token", "finite and >= 0");
+  expect_tuning_error([](Tuning& t) { t.handoff_cost = std::numeric_limits<double>::quiet_NaN(); }, "handoff_cost",
+                      "finite");
+}
+
 // ---- shapes ---------------------------------------------------------------------------------
 
 TEST(Validate, NegativeM) {

@@ -21,6 +21,8 @@
 //     (cuMemGetAddressRange; virtual-memory chunks mapped side by side, as torch's expandable
 //     segments map them, count as one).
 //     A sub-allocation of a caching allocator is only checked against its whole segment.
+//   - options.tuning (measurement knobs): every set field in its documented range
+//     (fp4gemm/tuning.hpp), whatever the backend.
 #include "host/core/validate.hpp"
 
 #include <cuda.h>
@@ -32,9 +34,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "device/schedule.hpp"
 #include "fp4gemm/formats.hpp"
 
 namespace fp4gemm::detail {
@@ -112,6 +116,34 @@ void check_row_stride(int g, const char* field, std::int64_t ld, std::int64_t k,
                        " bytes; fp4gemm supports strides below 2^40 bytes (TMA limit)");
 }
 
+// The knobs of Options::tuning (fp4gemm/tuning.hpp): unset ones are the plan's to choose.
+void validate_tuning(const Tuning& t) {
+  auto fail_tuning = [](const char* field, const std::string& message) {
+    throw Error(std::string("options.tuning.") + field, -1, message);
+  };
+  auto cost = [&](const std::optional<double>& v, const char* field) {
+    if (v && !(std::isfinite(*v) && *v >= 0))
+      fail_tuning(field, "a schedule cost must be finite and >= 0 (got " + std::to_string(*v) + ")");
+  };
+  cost(t.wide_fixed, "wide_fixed");
+  cost(t.wide_per_token, "wide_per_token");
+  cost(t.narrow_fixed, "narrow_fixed");
+  cost(t.narrow_per_token, "narrow_per_token");
+  cost(t.epilogue_cost, "epilogue_cost");
+  cost(t.handoff_cost, "handoff_cost");
+  cost(t.owner_cost, "owner_cost");
+  if (const auto r = t.class_round; r && *r != 1 && *r != 2 && *r != 4 && *r != 8)
+    fail_tuning("class_round", "must be 1, 2, 4 or 8 (got " + std::to_string(*r) + ")");
+  if (const auto w = t.tile_tokens; w && (*w < 8 || *w > SchedulePolicy::kMaxTokens))
+    fail_tuning("tile_tokens", "must be 8.." + std::to_string(SchedulePolicy::kMaxTokens) + " (got " + std::to_string(*w) + ")");
+  if (const auto r = t.narrow_rows; r && *r != 128 && *r != 256)
+    fail_tuning("narrow_rows", "must be 128 or 256 (got " + std::to_string(*r) + ")");
+  if (const auto n = t.max_ctas; n && *n < 1)
+    fail_tuning("max_ctas", "must be >= 1 (got " + std::to_string(*n) + ")");
+  if (const auto kb = t.ring_kb; kb && *kb < 0)
+    fail_tuning("ring_kb", "must be >= 0 KiB (got " + std::to_string(*kb) + "; values past the limits are clamped)");
+}
+
 void validate_options(const Options& options) {
   const int format = static_cast<int>(options.format);
   if (format != static_cast<int>(Format::nvfp4) && format != static_cast<int>(Format::mxfp4))
@@ -134,6 +166,7 @@ void validate_options(const Options& options) {
   if (options.device < -1)
     throw Error("options.device", -1, "device index " + std::to_string(options.device) +
                                           " is invalid (use -1 for the current device)");
+  validate_tuning(options.tuning);
 }
 
 // Shapes, strides, pointers and alpha of one group (M > 0). Appends its buffers to the lists.

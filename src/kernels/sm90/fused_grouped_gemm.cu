@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <vector>
 
+#include "fp4gemm/formats.hpp"
 #include "host/core/cuda_check.hpp"
 #include "host/tensor_map.hpp"
 #include "kernels/sm90/fused_grouped_gemm.hpp"
@@ -44,6 +44,31 @@ class MetaBlob {
   std::vector<std::uint8_t> bytes_;
 };
 
+// The schedule's policy: the production defaults (device/schedule.hpp) with the knobs of
+// Options::tuning (validated in host/core/validate.cpp) applied.
+SchedulePolicy schedule_policy(const Tuning& t) {
+  SchedulePolicy policy;
+  if (t.wide_fixed) policy.wide_fixed = *t.wide_fixed;
+  if (t.wide_per_token) policy.wide_per_token = *t.wide_per_token;
+  if (t.narrow_fixed) policy.narrow_fixed = *t.narrow_fixed;
+  if (t.narrow_per_token) policy.narrow_per_token = *t.narrow_per_token;
+  if (t.epilogue_cost) policy.epilogue_per_elem = *t.epilogue_cost;
+  if (t.class_round) policy.class_round = *t.class_round;
+  if (t.split_k) {  // stream-K always / whole tiles only, instead of the cheaper estimate
+    policy.split_k = *t.split_k;
+    policy.split_auto = false;
+  }
+  if (t.handoff_cost) policy.handoff_per_elem = policy.owner_read_per_elem = *t.handoff_cost;
+  if (t.owner_cost) policy.owner_read_per_elem = *t.owner_cost;
+  policy.balance_handoffs = t.balance_handoffs;
+  if (t.tile_tokens) {  // token tiles at most this wide, no search over narrower widths
+    policy.max_tile_tokens = *t.tile_tokens;
+    policy.tile_auto = false;
+  }
+  if (t.narrow_rows) policy.narrow_rows = *t.narrow_rows;
+  return policy;
+}
+
 }  // namespace
 
 struct FastPlan {
@@ -62,7 +87,7 @@ struct FastPlan {
   int num_conversions = 0;
   dim3 conversion_grid{0, 0, 1};
   dim3 prepass_grid{0, 0, 1};  // x: (token row, k-block) units of the largest group / 256; y: groups
-  bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (FP4GEMM_NO_PDL=1: off)
+  bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (Tuning::pdl)
   std::vector<void*> allocations;
   std::size_t device_bytes = 0;  // sum of the allocations' sizes
 
@@ -85,64 +110,23 @@ void FastPlanDeleter::operator()(FastPlan* p) const noexcept { delete p; }
 FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& options,
                            const DeviceInfo& device, const GroupParams* d_groups) {
   using C = KernelConfig;
+  const Tuning& tuning = options.tuning;  // measurement and test knobs; defaults: production
   FastPlanPtr plan(new FastPlan);
   FastPlan& fp = *plan;
   fp.format = options.format;
   fp.layout = options.scale_layout;
   fp.out_type = options.out_type;
-  if (const char* v = std::getenv("FP4GEMM_NO_PDL")) fp.pdl = std::atoi(v) == 0;  // A/B measurement knob
+  fp.pdl = tuning.pdl;
 
   std::vector<ScheduleShape> shapes;
   for (const GroupDesc& g : groups) {
     shapes.push_back({g.m, g.n, g.k});
     fp.max_m = std::max(fp.max_m, g.m);
   }
-  SchedulePolicy policy;
-  // Tuning knobs of the cost model (device/schedule.hpp): "fixed:per_token" per k-block.
-  auto knob2 = [](const char* name, double& a, double& b) {
-    if (const char* v = std::getenv(name)) std::sscanf(v, "%lf:%lf", &a, &b);
-  };
-  knob2("FP4GEMM_WIDE_COST", policy.wide_fixed, policy.wide_per_token);
-  knob2("FP4GEMM_NARROW_COST", policy.narrow_fixed, policy.narrow_per_token);
-  if (const char* v = std::getenv("FP4GEMM_EPILOGUE_COST")) policy.epilogue_per_elem = std::atof(v);
-  if (const char* v = std::getenv("FP4GEMM_CLASS_ROUND")) {  // tuning knob
-    const int r = std::atoi(v);
-    if (r != 1 && r != 2 && r != 4 && r != 8)
-      throw Error("FP4GEMM_CLASS_ROUND", -1, "must be 1, 2, 4 or 8 (got '" + std::string(v) + "')");
-    policy.class_round = r;
-  }
-  // Measurement knobs: FP4GEMM_SPLIT_K=0 whole tiles, 1 stream-K, unset: the cheaper estimate;
-  // FP4GEMM_HANDOFF_COST: the estimate's hand-off charge per partial element.
-  if (const char* v = std::getenv("FP4GEMM_SPLIT_K")) {
-    policy.split_k = std::atoi(v) != 0;
-    policy.split_auto = false;
-  }
-  if (const char* v = std::getenv("FP4GEMM_HANDOFF_COST")) policy.handoff_per_elem = policy.owner_read_per_elem = std::atof(v);
-  if (const char* v = std::getenv("FP4GEMM_OWNER_COST")) policy.owner_read_per_elem = std::atof(v);
-  if (const char* v = std::getenv("FP4GEMM_BALANCE_HANDOFFS")) policy.balance_handoffs = std::atoi(v) != 0;
-  // FP4GEMM_TILE_TOKENS=W: token tiles at most W wide (8..256), no search over narrower widths.
-  if (const char* v = std::getenv("FP4GEMM_TILE_TOKENS")) {
-    const int w = std::atoi(v);
-    if (w < 8 || w > SchedulePolicy::kMaxTokens)
-      throw Error("FP4GEMM_TILE_TOKENS", -1, "must be 8..256 (got '" + std::string(v) + "')");
-    policy.max_tile_tokens = w;
-    policy.tile_auto = false;
-  }
-  // FP4GEMM_NARROW_ROWS=128|256 (measurement knob): weight rows of the <= 128-token tiles.
-  if (const char* v = std::getenv("FP4GEMM_NARROW_ROWS")) {
-    const int r = std::atoi(v);
-    if (r != 128 && r != 256) throw Error("FP4GEMM_NARROW_ROWS", -1, "must be 128 or 256 (got '" + std::string(v) + "')");
-    policy.narrow_rows = r;
-  }
-  // FP4GEMM_MAX_CTAS=N (test knob): at most N CTAs, so that CTAs take several pieces and reuse
-  // their ring's stages (the sanitizer test).
-  int max_ctas = device.multiprocessors;
-  if (const char* v = std::getenv("FP4GEMM_MAX_CTAS")) {
-    const int n = std::atoi(v);
-    if (n < 1) throw Error("FP4GEMM_MAX_CTAS", -1, "must be >= 1 (got '" + std::string(v) + "')");
-    max_ctas = std::min(max_ctas, n);
-  }
-  fp.schedule = build_schedule(shapes, max_ctas, policy);
+  // Tuning::max_ctas (test knob): fewer CTAs, so that CTAs take several pieces and reuse their
+  // ring's stages (the sanitizer test).
+  const int max_ctas = std::min(device.multiprocessors, tuning.max_ctas.value_or(device.multiprocessors));
+  fp.schedule = build_schedule(shapes, max_ctas, schedule_policy(tuning));
   const Schedule& s = fp.schedule;
   fp.max_kblocks = s.max_kblocks;
   if (s.tiles.empty()) return plan;
@@ -158,8 +142,8 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   fp.smem_bytes = device.smem_per_block_optin;
   FP4GEMM_TRACE_DO(fp.smem_bytes -= kTraceSmemBytes;)
   int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
-  if (const char* v = std::getenv("FP4GEMM_RING_KB"))  // measurement knob: a shallower ring
-    ring_bytes = std::clamp(std::atoi(v) * 1024, 2 * C::kStageBytes, ring_bytes);
+  if (tuning.ring_kb)  // measurement knob: a shallower ring
+    ring_bytes = static_cast<int>(std::clamp<std::int64_t>(std::int64_t{*tuning.ring_kb} * 1024, 2 * C::kStageBytes, ring_bytes));
 
   // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
   fp.act_cols = s.max_kblocks * C::kBlockK;
@@ -192,14 +176,14 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   // per CTA (seed cases 1-4) it measured 0-2 % slower than the warps' own stores (docs/PERF.md
   // v12). TMA needs 16-byte multiples for C's row pitch, and it clips a row's end in 16-byte
   // steps: a store would write up to 7 padding elements past an N that is not a multiple of 8
-  // (measured), so such groups keep the warps' stores (c_tma[group] = 0). FP4GEMM_TMA_STORE=0/1
+  // (measured), so such groups keep the warps' stores (c_tma[group] = 0). Tuning::tma_store
   // (measurement and test knob) turns it off / on wherever allowed.
   std::vector<CUtensorMap> cmaps;
   std::vector<std::uint8_t> c_tma;
   int active_ctas = 0;
   for (int c = 0; c < s.num_ctas; ++c) active_ctas += s.cta_begin[c + 1] > s.cta_begin[c] ? 1 : 0;
   bool tma_store = s.pieces.size() >= 4 * static_cast<std::size_t>(std::max(1, active_ctas));
-  if (const char* v = std::getenv("FP4GEMM_TMA_STORE"); v && (*v == '0' || *v == '1')) tma_store = *v == '1';
+  if (tuning.tma_store) tma_store = *tuning.tma_store;
   if (options.out_type == OutType::f32) tma_store = false;
   if (tma_store) {
     cmaps.resize(2 * groups.size());
@@ -223,7 +207,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   // per scale byte. (A TMA map over linear scales, box 16 columns x 128 rows, faulted with
   // "illegal instruction" on H200 although it encoded fine -- see docs/PERF.md.)
   const int vec = options.format == Format::nvfp4 ? 16 : 32;
-  const bool force_conversion = std::getenv("FP4GEMM_CONVERT_SCALES") != nullptr;  // test/measurement knob
+  const bool force_conversion = tuning.convert_scales;  // test/measurement knob
   std::vector<const std::uint8_t*> sblocked(groups.size(), nullptr), slinear(groups.size(), nullptr);
   std::vector<ScaleConversion> conversions;
   for (std::size_t i = 0; i < groups.size(); ++i) {
@@ -236,7 +220,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
     } else if (cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(sfb) % 4 == 0 && !force_conversion) {
       slinear[i] = sfb;  // the producer warp gathers 4-byte row pieces with cp.async
     } else {
-      const std::size_t bytes = static_cast<std::size_t>((g.n + 127) / 128) * ((cols + 3) / 4) * 512;
+      const std::size_t bytes = formats::blocked_scale_bytes(g.n, cols);
       std::uint8_t* dst = fp.allocate<std::uint8_t>(bytes, "plan workspace");
       conversions.push_back(ScaleConversion{sfb, dst, g.n, cols});
       sblocked[i] = dst;
@@ -312,9 +296,9 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   pa.num_groups = static_cast<int>(prepass_groups.size());
   pa.inline_count = std::min(PrepassArgs::kInline, pa.num_groups);
   std::copy_n(prepass_groups.begin(), pa.inline_count, pa.inline_groups);
-  // Measurement knobs (docs/PERF.md v12): FP4GEMM_PREPASS_INLINE=0 reads every group from the
-  // table in global memory; FP4GEMM_META_PREFETCH=0 leaves the metadata out of L2.
-  if (const char* v = std::getenv("FP4GEMM_PREPASS_INLINE"); v && std::atoi(v) == 0) pa.inline_count = 0;
+  // Measurement knobs (docs/PERF.md v12): Tuning::prepass_inline = false reads every group from
+  // the table in global memory; Tuning::meta_prefetch = false leaves the metadata out of L2.
+  if (!tuning.prepass_inline) pa.inline_count = 0;
   pa.groups = at(o_pre, prepass_groups);
   // One thread per (token row, k-block) of the largest group; make_fast_plan checked that the
   // count fits an int.
@@ -326,7 +310,7 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   pa.layout = options.scale_layout;
   pa.meta = meta;
   pa.meta_lines = static_cast<int>(blob.size() / 128);
-  if (const char* v = std::getenv("FP4GEMM_META_PREFETCH"); v && std::atoi(v) == 0) pa.meta_lines = 0;
+  if (!tuning.meta_prefetch) pa.meta_lines = 0;
   if (s.num_slots > 0) {
     pr.partials = fp.allocate<float>(static_cast<std::size_t>(s.num_slots) * C::kPartialFloats * sizeof(float),
                                      "plan workspace");
@@ -336,9 +320,8 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   pr.ring_bytes = ring_bytes;
   pr.narrow_rows = s.narrow_rows;
   // The ring's first fill of weights is issued while the pre-pass runs (PERF.md v11); measurement
-  // knob FP4GEMM_EARLY_WEIGHTS=0 issues every load after the wait, as before v11.
-  pr.early_kblocks = C::kMaxStages;
-  if (const char* v = std::getenv("FP4GEMM_EARLY_WEIGHTS")) pr.early_kblocks = std::atoi(v) != 0 ? C::kMaxStages : 0;
+  // knob Tuning::early_weights = false issues every load after the wait, as before v11.
+  pr.early_kblocks = tuning.early_weights ? C::kMaxStages : 0;
   pr.layout = options.scale_layout;
 
   FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)
