@@ -27,6 +27,7 @@
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/wgmma_rs.cuh"
 #include "device/schedule.hpp"
+#include "formats/scale_layout.hpp"
 #include "host/group_params.hpp"
 #include "fp4gemm/fp4gemm.hpp"
 
@@ -188,12 +189,6 @@ struct FusedParams {
 // Scales
 // ---------------------------------------------------------------------------------------------
 
-__device__ __forceinline__ std::int64_t scale_index(ScaleLayout layout, int row, int col, int cols) {
-  if (layout == ScaleLayout::linear) return static_cast<std::int64_t>(row) * cols + col;
-  const int col_blocks = (cols + 3) / 4;
-  const std::int64_t atom = static_cast<std::int64_t>(row / 128) * col_blocks + col / 4;
-  return atom * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (col % 4);
-}
 
 // The scale multipliers of rows r and r + 8 as half2 pairs (both halves equal) of the weights'
 // operand type, from their codes packed as code0 | code1 << 8. NVFP4: both E4M3 codes in one
@@ -372,7 +367,7 @@ __device__ __forceinline__ void prepass_unit(const PrepassArgs& args, const Prep
 #pragma unroll
     for (int j = 0; j < 64 / kVec; ++j) {
       const int col = kb * (64 / kVec) + j;
-      code[j] = col < cols ? __ldg(g.sfa + scale_index(layout, src_m, col, cols)) : 0u;
+      code[j] = col < cols ? __ldg(g.sfa + formats::detail::scale_offset(layout, src_m, col, cols)) : 0u;
     }
     auto put = [&](int c, std::uint32_t p0, std::uint32_t p1, std::uint32_t p2, std::uint32_t p3) {
       buf[lane * 8 + (c ^ (lane & 7))] = make_uint4(p0, p1, p2, p3);
@@ -679,9 +674,6 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const Gro
     for (int m = wtid / 8; m < tokens; m += 16, src += 16 * 128) {
       const uint4 v = *reinterpret_cast<const uint4*>(src);
       T* dst = static_cast<T*>(g.c) + static_cast<std::int64_t>(tile.tok0 + pass * C::kEpiTokens + m) * g.ldc + n0;
-#ifdef FP4GEMM_ABLATE_STORES  // measurement only (wrong results): the epilogue without its C stores
-      if (v.x == 0x7fffffffu && v.y == 0x12345u) *reinterpret_cast<uint4*>(dst) = v;
-#else
       if (n0 + 8 <= g.n) {
         *reinterpret_cast<uint4*>(dst) = v;
       } else {
@@ -694,7 +686,6 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const Gro
           }
         }
       }
-#endif
     }
   }
 }
@@ -761,13 +752,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // does). v9-v11 arrived once per warpgroup, relying on the wgmma being a warpgroup operation;
   // racecheck flagged the stage refills that this leaves unordered for the other threads once a
   // test CTA reused its ring's stages (docs/PERF.md v12).
-#ifdef FP4GEMM_RELEASE_PER_WARPGROUP  // measurement only: the v9-v11 release (one thread per warpgroup)
-  auto release_previous_stage = [&] {
-    if (st.ctid % 128 == 0) ptx::mbarrier_arrive_count(&empty[st.stage == 0 ? stages - 1 : st.stage - 1], 128);
-  };
-#else
   auto release_previous_stage = [&] { ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]); };
-#endif
   // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
   auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2]) {
     const std::uint8_t* wrow =
@@ -780,13 +765,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     std::uint32_t s0, s1;
     weight_scale_pairs<F>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
     std::uint32_t d0[8], d1[8];
-#ifdef FP4GEMM_ABLATE_DEQUANT  // measurement only (wrong results): the mainloop without dequantisation
-#pragma unroll
-    for (int i = 0; i < 8; ++i) d0[i] = (i & 1 ? q0.y : q0.x) ^ s0, d1[i] = (i & 1 ? q1.y : q1.x) ^ s1;
-#else
     dequant_row<F>(q0, s0, d0);
     dequant_row<F>(q1, s1, d1);
-#endif
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       buf[i][0] = d0[i];
@@ -992,7 +972,6 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     }
     ptx::fence_barrier_init();
     ptx::prefetch_tensormap(act_map);
-#ifndef FP4GEMM_ABLATE_LOADS  // (the ablation's expect_tx accounting assumes loads issued in the loop)
     // Weights of the first piece only (later pieces' records come through the chain).
     const int early = min(min(stages, p.early_kblocks), first_kbs);
     for (int kb = first_kb0; pre_issued < early; ++kb) {
@@ -1001,7 +980,6 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                        kb * (C::kBlockK / 2), first_row0);
       ++pre_issued;
     }
-#endif
   }
   __syncthreads();
 
@@ -1065,39 +1043,13 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           FP4GEMM_TRACE_DO(const long long t1 = clock64(); FP4GEMM_TRACE_ADD(trace, kTraceBarrier, t1 - t0);
                            FP4GEMM_TRACE_ADD(trace, kTraceKblocks, 1);)
           if (loads_main && lane == 0) {
-#ifdef FP4GEMM_ABLATE_LOADS
-            // Measurement only (wrong results; docs/PERF.md v7): after the ring's first fill, no
-            // activation loads (1), and no weight loads either (2).
-            const bool skip = pi > begin || kb >= pp.kb_begin + stages;
-            const bool skip_w = skip && FP4GEMM_ABLATE_LOADS >= 2;
-            ptx::mbarrier_arrive_expect_tx(&full[stage], skip ? (skip_w ? 0u : loaded * C::kHalfWeightBytes) : bytes);
-            if (!skip_w)
-#elif defined(FP4GEMM_ABLATE_HALF_LOADS)
-            // Measurement only (wrong results; docs/PERF.md v13): odd k-blocks skip their weight
-            // box (1) or their activation box (2), halving those TMA requests.
-            const bool weights_issued = issued < pre_issued;
-            const bool skip_w = FP4GEMM_ABLATE_HALF_LOADS == 1 && (kb & 1) && !weights_issued;
-            const bool skip_a = FP4GEMM_ABLATE_HALF_LOADS == 2 && (kb & 1);
-            ptx::mbarrier_arrive_expect_tx(&full[stage], (weights_issued || skip_w ? 0u : loaded * C::kHalfWeightBytes) +
-                                                             (skip_a ? 0u : static_cast<std::uint32_t>(act_stage_bytes)));
-            if (!weights_issued && !skip_w)
-#else
             const bool weights_issued = issued < pre_issued;
             ptx::mbarrier_arrive_expect_tx(&full[stage], weights_issued ? static_cast<std::uint32_t>(act_stage_bytes) : bytes);
             if (!weights_issued)
-#endif
             ptx::tma_load_2d(w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb * (C::kBlockK / 2),
                              pp.row0);
-#ifdef FP4GEMM_ABLATE_LOADS
-            if (!skip)
-#elif defined(FP4GEMM_ABLATE_HALF_LOADS)
-            if (!skip_a)
-#endif
             ptx::tma_load_2d(act_smem + stage * act_stage_bytes, act_map, &full[stage], kb * C::kBlockK,
                              pp.act_row0);
-#ifdef FP4GEMM_PREFETCH  // experiment: the weights of k-block kb + stages into L2 now
-            if (kb + stages < pp.kb_end) ptx::tma_prefetch_2d(wmap, (kb + stages) * (C::kBlockK / 2), pp.row0);
-#endif
           }
           FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceIssue, clock64() - t1);)
           if (loads_scales) {
@@ -1228,13 +1180,7 @@ cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ct
   const unsigned long long reset[2] = {~0ull, 0ull};
   cudaMemcpyToSymbolAsync(g_prepass_ns, reset, sizeof reset, 0, cudaMemcpyHostToDevice, stream);
 #endif
-#ifdef FP4GEMM_ABLATE_PREPASS  // measurement only (docs/PERF.md v13): the pre-pass runs on the first
-  static bool prepass_done = false;  // call only; later runs reuse its output (right only while the
-  if (!prepass_done) dequant_activations<F><<<pre_grid, 256, 0, stream>>>(prepass);  // activations
-  prepass_done = true;                                                               // do not change)
-#else
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(prepass);
-#endif
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
 }
