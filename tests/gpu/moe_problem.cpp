@@ -72,25 +72,38 @@ double bf16_to_double(std::uint16_t bits) {
 
 const char* to_string(AlphaMode a) {
   switch (a) {
-    case AlphaMode::none: return "none";
-    case AlphaMode::scalar: return "scalar";
-    case AlphaMode::device: return "device";
+    case AlphaMode::none:
+      return "none";
+    case AlphaMode::scalar:
+      return "scalar";
+    case AlphaMode::device:
+      return "device";
   }
   return "?";
 }
 
 const char* to_string(RoutingKind k) {
   switch (k) {
-    case RoutingKind::uniform: return "uniform";
-    case RoutingKind::one_expert: return "one-expert";
-    case RoutingKind::few_experts: return "few-experts";
-    case RoutingKind::full: return "full";
-    case RoutingKind::partial: return "partial";
-    case RoutingKind::shifted: return "shifted";
-    case RoutingKind::skewed: return "skewed";
-    case RoutingKind::empty: return "empty";
-    case RoutingKind::topk: return "topk";
-    case RoutingKind::balanced: return "balanced";
+    case RoutingKind::uniform:
+      return "uniform";
+    case RoutingKind::one_expert:
+      return "one-expert";
+    case RoutingKind::few_experts:
+      return "few-experts";
+    case RoutingKind::full:
+      return "full";
+    case RoutingKind::partial:
+      return "partial";
+    case RoutingKind::shifted:
+      return "shifted";
+    case RoutingKind::skewed:
+      return "skewed";
+    case RoutingKind::empty:
+      return "empty";
+    case RoutingKind::topk:
+      return "topk";
+    case RoutingKind::balanced:
+      return "balanced";
   }
   return "?";
 }
@@ -126,24 +139,48 @@ MoeConfig random_moe_config(std::uint64_t seed, double mac_budget) {
   c.layout = chance(rng, 0.3) ? MoeLayout::masked : MoeLayout::contiguous;
   c.gather = c.layout == MoeLayout::contiguous && chance(rng, 0.5);
   const int r = uniform(rng, 0, 19);
-  c.experts = r < 2 ? 1 : r < 8 ? uniform(rng, 2, 8) : r < 14 ? uniform(rng, 9, 64) : r < 18 ? uniform(rng, 65, 511) : 512;
+  c.experts = r < 2    ? 1
+              : r < 8  ? uniform(rng, 2, 8)
+              : r < 14 ? uniform(rng, 9, 64)
+              : r < 18 ? uniform(rng, 65, 511)
+                       : 512;
   const int vec = scale_block_size(c.format);
   switch (uniform(rng, 0, 3)) {
-    case 0: c.k = vec * uniform(rng, 1, 4); break;
-    case 1: c.k = vec * (1 << uniform(rng, 0, 5)); break;
-    default: c.k = vec * uniform(rng, 1, 32); break;
+    case 0:
+      c.k = vec * uniform(rng, 1, 4);
+      break;
+    case 1:
+      c.k = vec * (1 << uniform(rng, 0, 5));
+      break;
+    default:
+      c.k = vec * uniform(rng, 1, 32);
+      break;
   }
   switch (uniform(rng, 0, 3)) {
-    case 0: c.n = uniform(rng, 1, 16); break;
-    case 1: c.n = 8 * uniform(rng, 1, 64); break;
-    case 2: c.n = 1 << uniform(rng, 3, 9); break;
-    default: c.n = uniform(rng, 1, 520); break;
+    case 0:
+      c.n = uniform(rng, 1, 16);
+      break;
+    case 1:
+      c.n = 8 * uniform(rng, 1, 64);
+      break;
+    case 2:
+      c.n = 1 << uniform(rng, 3, 9);
+      break;
+    default:
+      c.n = uniform(rng, 1, 520);
+      break;
   }
   int cap;
   switch (uniform(rng, 0, 2)) {
-    case 0: cap = uniform(rng, 1, 64); break;
-    case 1: cap = uniform(rng, 65, 1024); break;
-    default: cap = uniform(rng, 1025, 8192); break;
+    case 0:
+      cap = uniform(rng, 1, 64);
+      break;
+    case 1:
+      cap = uniform(rng, 65, 1024);
+      break;
+    default:
+      cap = uniform(rng, 1025, 8192);
+      break;
   }
   if (c.layout == MoeLayout::masked) cap = std::max(1, std::min(cap, 16384 / c.experts));
   const auto macs = [&] {
@@ -151,14 +188,20 @@ MoeConfig random_moe_config(std::uint64_t seed, double mac_budget) {
     return rows * c.n * c.k;
   };
   while (macs() > mac_budget) {  // N and K first: the large row counts are the point
-    if (c.n > 8 && (c.k <= 2 * vec || (rng() & 1))) c.n = (c.n + 1) / 2;
-    else if (c.k > vec) c.k = std::max(vec, c.k / 2 / vec * vec);
-    else if (c.n > 1) c.n = (c.n + 1) / 2;
-    else cap = std::max(1, cap / 2);
+    if (c.n > 8 && (c.k <= 2 * vec || (rng() & 1)))
+      c.n = (c.n + 1) / 2;
+    else if (c.k > vec)
+      c.k = std::max(vec, c.k / 2 / vec * vec);
+    else if (c.n > 1)
+      c.n = (c.n + 1) / 2;
+    else
+      cap = std::max(1, cap / 2);
   }
   while (static_cast<double>(c.experts) * c.n * c.k / 2 > 16.0e6) {  // weights <= 16 MB
-    if (c.n > 8 && (c.k <= 2 * vec || (rng() & 1))) c.n = (c.n + 1) / 2;
-    else c.k = std::max(vec, c.k / 2 / vec * vec);
+    if (c.n > 8 && (c.k <= 2 * vec || (rng() & 1)))
+      c.n = (c.n + 1) / 2;
+    else
+      c.k = std::max(vec, c.k / 2 / vec * vec);
   }
   c.capacity = cap;
   c.num_tokens = c.gather ? uniform(rng, 1, 2 * cap) : 0;
@@ -173,8 +216,7 @@ MoeConfig random_moe_config(std::uint64_t seed, double mac_budget) {
 // ---- weights ----------------------------------------------------------------------------------------
 
 MoeWeightSet::MoeWeightSet(const MoeConfig& cfg, bool on_device) : cfg_(cfg) {
-  if (cfg.experts < 1 || cfg.n < 1 || cfg.k < 1 || cfg.capacity < 1 ||
-      cfg.k % scale_block_size(cfg.format) != 0)
+  if (cfg.experts < 1 || cfg.n < 1 || cfg.k < 1 || cfg.capacity < 1 || cfg.k % scale_block_size(cfg.format) != 0)
     throw std::invalid_argument("MoeConfig: not a valid shape: " + cfg.describe());
   if (cfg.gather && cfg.layout != MoeLayout::contiguous)
     throw std::invalid_argument("MoeConfig: gather needs the contiguous layout");
@@ -187,13 +229,14 @@ MoeWeightSet::MoeWeightSet(const MoeConfig& cfg, bool on_device) : cfg_(cfg) {
   ldw = round_up(K / 2, 16) + (pad ? 16 * uniform(rng, 0, 2) : 0);
   expert_stride = std::int64_t{N} * ldw + (pad ? 16 * uniform(rng, 1, 4) : 0);
   const auto dense = static_cast<std::int64_t>(formats::scale_bytes(cfg.scale_layout, N, cols));
-  scale_stride = dense + (pad ? (cfg.scale_layout == ScaleLayout::blocked ? 16 * uniform(rng, 1, 3) : uniform(rng, 1, 40)) : 0);
+  scale_stride =
+      dense + (pad ? (cfg.scale_layout == ScaleLayout::blocked ? 16 * uniform(rng, 1, 3) : uniform(rng, 1, 40)) : 0);
   const std::int64_t a_row = cfg.activation == MoeActivation::fp4 ? K / 2 : std::int64_t{2} * K;
   lda = round_up(a_row, 16) + (pad ? 16 * uniform(rng, 0, 3) : 0);
   ldc = round_up(N, 8) + (pad ? 8 * uniform(rng, 1, 3) : 0);
 
   w.resize(static_cast<std::size_t>(E * expert_stride));
-  fill_random(rng, w.data(), w.size());  // row and expert padding: garbage
+  fill_random(rng, w.data(), w.size());                             // row and expert padding: garbage
   scales.assign(static_cast<std::size_t>(E * scale_stride), 0xFF);  // stride padding: NaN codes
   scales_linear.resize(static_cast<std::size_t>(E) * N * cols);
   for (int e = 0; e < E; ++e) {
@@ -327,9 +370,12 @@ Routing make_routing(const MoeConfig& cfg, std::mt19937_64& rng, RoutingKind kin
   std::vector<int> counts(static_cast<std::size_t>(E), 0);
   const auto pick_expert = [&] {
     switch (uniform(rng, 0, 2)) {
-      case 0: return 0;
-      case 1: return E - 1;
-      default: return uniform(rng, 0, E - 1);
+      case 0:
+        return 0;
+      case 1:
+        return E - 1;
+      default:
+        return uniform(rng, 0, E - 1);
     }
   };
   // `rows` rows, each to an expert drawn with these weights (empty: uniform).
@@ -346,19 +392,26 @@ Routing make_routing(const MoeConfig& cfg, std::mt19937_64& rng, RoutingKind kin
     std::iota(rank.begin(), rank.end(), 0);
     std::shuffle(rank.begin(), rank.end(), rng);
     std::vector<double> w(static_cast<std::size_t>(E));
-    for (int e = 0; e < E; ++e) w[static_cast<std::size_t>(e)] = 1.0 / std::pow(rank[static_cast<std::size_t>(e)] + 1.0, 1.2);
+    for (int e = 0; e < E; ++e)
+      w[static_cast<std::size_t>(e)] = 1.0 / std::pow(rank[static_cast<std::size_t>(e)] + 1.0, 1.2);
     return w;
   };
   const std::string name = to_string(kind);
 
   if (cfg.layout == MoeLayout::masked) {
     switch (kind) {
-      case RoutingKind::one_expert: counts[static_cast<std::size_t>(pick_expert())] = cap; break;
-      case RoutingKind::few_experts:
-        for (int i = uniform(rng, 1, std::min(3, E)); i > 0; --i) counts[static_cast<std::size_t>(uniform(rng, 0, E - 1))] = uniform(rng, 1, cap);
+      case RoutingKind::one_expert:
+        counts[static_cast<std::size_t>(pick_expert())] = cap;
         break;
-      case RoutingKind::full: std::fill(counts.begin(), counts.end(), cap); break;
-      case RoutingKind::empty: break;
+      case RoutingKind::few_experts:
+        for (int i = uniform(rng, 1, std::min(3, E)); i > 0; --i)
+          counts[static_cast<std::size_t>(uniform(rng, 0, E - 1))] = uniform(rng, 1, cap);
+        break;
+      case RoutingKind::full:
+        std::fill(counts.begin(), counts.end(), cap);
+        break;
+      case RoutingKind::empty:
+        break;
       case RoutingKind::balanced: {
         const int c = uniform(rng, 0, cap);
         for (int& x : counts) x = std::clamp(c + uniform(rng, -1, 1), 0, cap);
@@ -367,7 +420,8 @@ Routing make_routing(const MoeConfig& cfg, std::mt19937_64& rng, RoutingKind kin
       case RoutingKind::skewed: {
         const std::vector<double> w = zipf();
         const double top = *std::max_element(w.begin(), w.end());
-        for (int e = 0; e < E; ++e) counts[static_cast<std::size_t>(e)] = static_cast<int>(cap * w[static_cast<std::size_t>(e)] / top);
+        for (int e = 0; e < E; ++e)
+          counts[static_cast<std::size_t>(e)] = static_cast<int>(cap * w[static_cast<std::size_t>(e)] / top);
         break;
       }
       default:  // uniform, partial, shifted, topk: independent counts, some at the edges
@@ -386,24 +440,37 @@ Routing make_routing(const MoeConfig& cfg, std::mt19937_64& rng, RoutingKind kin
   const int limit = static_cast<int>(std::min<std::int64_t>(cap, max_rows));
   int first = 0;
   switch (kind) {
-    case RoutingKind::uniform: scatter(uniform(rng, 0, limit), {}); break;
-    case RoutingKind::one_expert: counts[static_cast<std::size_t>(pick_expert())] = limit; break;
+    case RoutingKind::uniform:
+      scatter(uniform(rng, 0, limit), {});
+      break;
+    case RoutingKind::one_expert:
+      counts[static_cast<std::size_t>(pick_expert())] = limit;
+      break;
     case RoutingKind::few_experts: {
       std::vector<double> w(static_cast<std::size_t>(E), 0.0);
-      for (int i = uniform(rng, 1, std::min(3, E)); i > 0; --i) w[static_cast<std::size_t>(uniform(rng, 0, E - 1))] = 1.0 + (rng() % 4);
+      for (int i = uniform(rng, 1, std::min(3, E)); i > 0; --i)
+        w[static_cast<std::size_t>(uniform(rng, 0, E - 1))] = 1.0 + (rng() % 4);
       scatter(uniform(rng, 1, std::max(1, limit)), w);
       break;
     }
-    case RoutingKind::full: scatter(limit, {}); break;
-    case RoutingKind::partial: scatter(uniform(rng, 0, std::max(0, std::min(limit, cap - 1))), {}); break;
+    case RoutingKind::full:
+      scatter(limit, {});
+      break;
+    case RoutingKind::partial:
+      scatter(uniform(rng, 0, std::max(0, std::min(limit, cap - 1))), {});
+      break;
     case RoutingKind::shifted: {
       const int rows = cap >= 2 ? uniform(rng, 0, std::min(limit, cap - 1)) : 0;
       first = cap >= 2 ? uniform(rng, 1, cap - rows) : uniform(rng, 0, cap);
       scatter(rows, {});
       break;
     }
-    case RoutingKind::skewed: scatter(uniform(rng, 0, limit), zipf()); break;
-    case RoutingKind::empty: first = (rng() & 1) ? 0 : uniform(rng, 0, cap); break;
+    case RoutingKind::skewed:
+      scatter(uniform(rng, 0, limit), zipf());
+      break;
+    case RoutingKind::empty:
+      first = (rng() & 1) ? 0 : uniform(rng, 0, cap);
+      break;
     case RoutingKind::balanced: {
       const int rows = uniform(rng, 0, limit);
       for (int e = 0; e < E; ++e) counts[static_cast<std::size_t>(e)] = rows / E + (e < rows % E ? 1 : 0);
@@ -424,7 +491,8 @@ Routing make_routing(const MoeConfig& cfg, std::mt19937_64& rng, RoutingKind kin
         }
         for (int e : chosen) routed[static_cast<std::size_t>(e)].push_back(t);
       }
-      for (int e = 0; e < E; ++e) counts[static_cast<std::size_t>(e)] = static_cast<int>(routed[static_cast<std::size_t>(e)].size());
+      for (int e = 0; e < E; ++e)
+        counts[static_cast<std::size_t>(e)] = static_cast<int>(routed[static_cast<std::size_t>(e)].size());
       Routing r = routing_from_counts(cfg, rng, counts, 0, name + "(top" + std::to_string(topk) + ")");
       if (cfg.gather) {
         int row = 0;
@@ -463,7 +531,8 @@ MoeInputs make_inputs(const MoeWeightSet& ws, std::mt19937_64& rng, Routing rout
     in.a_scales = random_scales(rng, cfg.format, cfg.values, a_rows, ws.cols);
     if (cfg.nan_scales && cfg.values == Values::full && a_rows > 0)
       for (int i = uniform(rng, 0, 2); i > 0; --i)
-        in.a_scales[static_cast<std::size_t>(uniform(rng, 0, a_rows - 1) * ws.cols + uniform(rng, 0, static_cast<int>(ws.cols) - 1))] =
+        in.a_scales[static_cast<std::size_t>(uniform(rng, 0, a_rows - 1) * ws.cols +
+                                             uniform(rng, 0, static_cast<int>(ws.cols) - 1))] =
             nan_code(rng, cfg.format);
   } else {
     in.a.resize(static_cast<std::size_t>(a_rows * ws.lda));
@@ -478,7 +547,7 @@ MoeInputs make_inputs(const MoeWeightSet& ws, std::mt19937_64& rng, Routing rout
           bits = reference::float_to_bf16_bits(v);
         } else if ((x & 15) == 0) {
           bits = static_cast<std::uint16_t>((x >> 4) & 0x8000);  // +-0
-        } else {  // sign, exponent 2^-10..2^10, any mantissa
+        } else {                                                 // sign, exponent 2^-10..2^10, any mantissa
           const int exponent = 117 + static_cast<int>((x >> 8) % 21);
           bits = static_cast<std::uint16_t>(((x >> 4) & 1) << 15 | exponent << 7 | ((x >> 16) & 0x7F));
         }
@@ -508,7 +577,8 @@ MoeBuffers::MoeBuffers(const MoeWeightSet& ws, bool on_device) : ws_(&ws) {
   a_scale_bytes_ = cfg.activation == MoeActivation::fp4 ? static_cast<std::size_t>(cfg.a_rows() * ws.cols) : 0;
   c_offset_ = cfg.guard_bytes + 16 * static_cast<std::size_t>(uniform(rng, 0, 15));
   c_bytes_ = static_cast<std::size_t>(cfg.rows()) * static_cast<std::size_t>(ws.ldc) * elem;
-  image_.resize(static_cast<std::size_t>(round_up(static_cast<std::int64_t>(c_offset_ + c_bytes_ + cfg.guard_bytes), 256)));
+  image_.resize(
+      static_cast<std::size_t>(round_up(static_cast<std::int64_t>(c_offset_ + c_bytes_ + cfg.guard_bytes), 256)));
   fill_random(rng, image_.data(), image_.size());
   for (int r = 0; r < cfg.rows(); ++r)
     std::fill_n(image_.begin() + static_cast<std::ptrdiff_t>(c_offset_ + static_cast<std::size_t>(r) * ws.ldc * elem),
@@ -557,16 +627,19 @@ void MoeBuffers::upload(const MoeInputs& in, cudaStream_t stream) const {
   if (cfg.layout == MoeLayout::contiguous) {
     if (r.offsets.size() != static_cast<std::size_t>(cfg.experts) + 1)
       throw std::invalid_argument("MoeBuffers::upload: offsets need experts + 1 entries");
-    FP4GEMM_TEST_CUDA(cudaMemcpyAsync(offsets_, r.offsets.data(), sizeof(int) * r.offsets.size(), cudaMemcpyHostToDevice, stream));
+    FP4GEMM_TEST_CUDA(
+        cudaMemcpyAsync(offsets_, r.offsets.data(), sizeof(int) * r.offsets.size(), cudaMemcpyHostToDevice, stream));
     if (cfg.gather) {
       if (r.gather.size() != static_cast<std::size_t>(cfg.capacity))
         throw std::invalid_argument("MoeBuffers::upload: the gather index needs capacity entries");
-      FP4GEMM_TEST_CUDA(cudaMemcpyAsync(gather_, r.gather.data(), sizeof(int) * r.gather.size(), cudaMemcpyHostToDevice, stream));
+      FP4GEMM_TEST_CUDA(
+          cudaMemcpyAsync(gather_, r.gather.data(), sizeof(int) * r.gather.size(), cudaMemcpyHostToDevice, stream));
     }
   } else {
     if (r.counts.size() != static_cast<std::size_t>(cfg.experts))
       throw std::invalid_argument("MoeBuffers::upload: counts need experts entries");
-    FP4GEMM_TEST_CUDA(cudaMemcpyAsync(counts_, r.counts.data(), sizeof(int) * r.counts.size(), cudaMemcpyHostToDevice, stream));
+    FP4GEMM_TEST_CUDA(
+        cudaMemcpyAsync(counts_, r.counts.data(), sizeof(int) * r.counts.size(), cudaMemcpyHostToDevice, stream));
   }
   if (cfg.alpha == AlphaMode::device)
     FP4GEMM_TEST_CUDA(cudaMemcpyAsync(ws_->device_alpha(), in.alphas.data(), sizeof(float) * cfg.experts,
@@ -670,8 +743,10 @@ std::vector<std::uint8_t> expected_c(const MoeWeightSet& ws, const MoeBuffers& b
   p.w_layout = cfg.scale_layout;
   p.w_scale_expert_stride = ws.scale_stride;
   p.alpha = cfg.alpha == AlphaMode::none ? nullptr : in.alphas.data();
-  if (cfg.layout == MoeLayout::contiguous) p.offsets = in.routing.offsets.data();
-  else p.counts = in.routing.counts.data();
+  if (cfg.layout == MoeLayout::contiguous)
+    p.offsets = in.routing.offsets.data();
+  else
+    p.counts = in.routing.counts.data();
   p.capacity = cfg.capacity;
   p.gather = cfg.gather ? in.routing.gather.data() : nullptr;
   p.c = out.data() + buffers.c_offset();
@@ -753,7 +828,8 @@ std::vector<std::uint8_t> owned_cells(const MoeWeightSet& ws, const MoeBuffers& 
     });
   }
   const std::size_t c_end = c0 + buffers.c_bytes();
-  compare(c_end, got.size(), [&](std::size_t i) { return "guard band after C, " + std::to_string(i - c_end) + " bytes past it"; });
+  compare(c_end, got.size(),
+          [&](std::size_t i) { return "guard band after C, " + std::to_string(i - c_end) + " bytes past it"; });
 
   // 2. Rows no expert owns hold the poison; 3. owned rows match the reference.
   const std::vector<int> owner = row_owners(cfg, in.routing);
@@ -790,8 +866,8 @@ std::vector<std::uint8_t> owned_cells(const MoeWeightSet& ws, const MoeBuffers& 
         int col = 0;
         while (std::memcmp(got.data() + row + col * elem, expected.data() + row + col * elem, elem) == 0) ++col;
         const std::uint32_t g = load_output_bits(got.data() + row, type, col);
-        note("row " + std::to_string(r) + " belongs to no expert but was written (col " + std::to_string(col) +
-             ": " + hex_bits(g, type) + ")");
+        note("row " + std::to_string(r) + " belongs to no expert but was written (col " + std::to_string(col) + ": " +
+             hex_bits(g, type) + ")");
       }
       continue;
     }
@@ -838,8 +914,9 @@ std::vector<std::uint8_t> owned_cells(const MoeWeightSet& ws, const MoeBuffers& 
       const bool poison = gb == poison_bits(Poison::nan, type) || gb == poison_bits(Poison::finite, type);
       unwritten += poison;
       note("row " + std::to_string(r) + " (expert " + std::to_string(e) + ", A row " + std::to_string(src) + ") col " +
-           std::to_string(n) + ": got " + fmt(gv) + " (" + hex_bits(gb, type) + ")" + (poison ? " = poison, never written" : "") +
-           ", expected " + fmt(wv) + " (" + hex_bits(wb, type) + ")" + detail);
+           std::to_string(n) + ": got " + fmt(gv) + " (" + hex_bits(gb, type) + ")" +
+           (poison ? " = poison, never written" : "") + ", expected " + fmt(wv) + " (" + hex_bits(wb, type) + ")" +
+           detail);
     }
   }
   if (changed == 0 && wrong == 0 && stray == 0) return ::testing::AssertionSuccess();
@@ -893,16 +970,18 @@ void Graph::launch(cudaStream_t stream) const { FP4GEMM_TEST_CUDA(cudaGraphLaunc
     for (int run = 0; run < 2; ++run) {
       const Poison poison = run == 0 ? Poison::nan : Poison::finite;
       buffers.reset_c(poison, stream);
-      if (graph) graph->launch(stream);
-      else plan.run(buffers.args(), stream);
+      if (graph)
+        graph->launch(stream);
+      else
+        plan.run(buffers.args(), stream);
       const std::vector<std::uint8_t> got = buffers.download_c(stream);
       FP4GEMM_TEST_CUDA(cudaGetLastError());
       const std::vector<std::uint8_t> expected =
           run == 0 ? expected_nan : repoison(ws, buffers, in.routing, expected_nan, poison);
       const ::testing::AssertionResult result = check_c(ws, buffers, in, got, expected);
       if (!result)
-        return ::testing::AssertionFailure() << context << "\n  run " << run << " (" << to_string(poison)
-                                             << "): " << result.message();
+        return ::testing::AssertionFailure()
+               << context << "\n  run " << run << " (" << to_string(poison) << "): " << result.message();
       std::vector<std::uint8_t> cells = owned_cells(ws, buffers, in.routing, got);
       if (run == 0) {
         first = std::move(cells);
@@ -914,8 +993,8 @@ void Graph::launch(cudaStream_t stream) const { FP4GEMM_TEST_CUDA(cudaGraphLaunc
     try {
       plan.check(stream);
     } catch (const Error& e) {
-      return ::testing::AssertionFailure() << context << "\n  plan.check() threw after valid runs: Error("
-                                           << e.argument() << "): " << e.what();
+      return ::testing::AssertionFailure()
+             << context << "\n  plan.check() threw after valid runs: Error(" << e.argument() << "): " << e.what();
     }
     if (options.check_inputs) {
       const ::testing::AssertionResult result = buffers.inputs_unchanged(in, stream);

@@ -52,7 +52,7 @@ struct MoeConfig {
   MoeLayout layout = MoeLayout::contiguous;
   Values values = Values::gpumode;
   int experts = 8, n = 128, k = 128;
-  int capacity = 256;  // contiguous: rows of C; masked: rows per expert slot
+  int capacity = 256;   // contiguous: rows of C; masked: rows per expert slot
   bool gather = false;  // contiguous only: a gather index, A holds num_tokens unsorted rows
   int num_tokens = 0;   // with gather: rows of A (0: capacity)
   AlphaMode alpha = AlphaMode::none;
@@ -62,8 +62,8 @@ struct MoeConfig {
   std::size_t guard_bytes = 4096;
   std::uint64_t seed = 1;
 
-  int rows() const;    // rows of C: capacity, or experts * capacity (masked)
-  int a_rows() const;  // rows of A: num_tokens with gather, else rows()
+  int rows() const;              // rows of C: capacity, or experts * capacity (masked)
+  int a_rows() const;            // rows of A: num_tokens with gather, else rows()
   std::string describe() const;  // one line: enough to reproduce the case
 };
 
@@ -144,8 +144,8 @@ Routing make_routing(const MoeConfig& cfg, std::mt19937_64& rng, RoutingKind kin
                      std::int64_t max_rows = std::int64_t{1} << 40);
 // Contiguous routing from rows per expert (offsets start at `first`), with a random gather index
 // when cfg.gather.
-Routing routing_from_counts(const MoeConfig& cfg, std::mt19937_64& rng, const std::vector<int>& counts,
-                            int first = 0, const std::string& kind = "counts");
+Routing routing_from_counts(const MoeConfig& cfg, std::mt19937_64& rng, const std::vector<int>& counts, int first = 0,
+                            const std::string& kind = "counts");
 // The expert owning each row of C, or -1.
 std::vector<int> row_owners(const MoeConfig& cfg, const Routing& routing);
 

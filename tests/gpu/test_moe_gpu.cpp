@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -61,7 +62,8 @@ void expect_error(F&& f, const std::string& argument, const std::string& needle 
 
 // Runs body(i) for i in [0, count) on all cores.
 void parallel_for(std::size_t count, const std::function<void(std::size_t)>& body) {
-  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), static_cast<unsigned>(count)));
+  const unsigned workers =
+      std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), static_cast<unsigned>(count)));
   std::atomic<std::size_t> next{0};
   auto work = [&] {
     for (std::size_t i = next++; i < count; i = next++) body(i);
@@ -90,7 +92,8 @@ void expect_routings(const MoeConfig& cfg, const std::function<std::vector<Routi
   std::mt19937_64 rng(cfg.seed ^ 0x3C6EF372FE94F82Bull);
   MoeRunOptions options;
   options.launch = launch;
-  for (Routing& r : routings(rng)) EXPECT_TRUE(run_and_check(plan, ws, buffers, make_inputs(ws, rng, std::move(r)), options));
+  for (Routing& r : routings(rng))
+    EXPECT_TRUE(run_and_check(plan, ws, buffers, make_inputs(ws, rng, std::move(r)), options));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -112,13 +115,14 @@ TEST_P(MoeCombos, GpuModeExactFullRangeBoundedNaNPlaced) {
   // 6 experts, N 200 (not a multiple of the 128/256-row tiles), K = 10 scale blocks (not a
   // multiple of the 64-wide k-block for NVFP4); one expert past 256 rows (two token tiles), an
   // empty one, a single-row one; offsets start at 3 and end short of capacity.
-  MoeConfig cfg = base_config(format, act, masked ? MoeLayout::masked : MoeLayout::contiguous, gather, 6, 200,
-                              10 * vec, masked ? 130 : 600,
-                              1000 + variant * 100 + static_cast<int>(scale_layout) * 30 + static_cast<int>(out_type) * 5 + layout);
+  MoeConfig cfg = base_config(
+      format, act, masked ? MoeLayout::masked : MoeLayout::contiguous, gather, 6, 200, 10 * vec, masked ? 130 : 600,
+      1000 + variant * 100 + static_cast<int>(scale_layout) * 30 + static_cast<int>(out_type) * 5 + layout);
   cfg.scale_layout = scale_layout;
   cfg.out_type = out_type;
   cfg.num_tokens = gather ? 450 : 0;
-  const std::vector<int> counts = masked ? std::vector<int>{0, 37, 130, 1, 128, 90} : std::vector<int>{0, 37, 300, 1, 128, 90};
+  const std::vector<int> counts =
+      masked ? std::vector<int>{0, 37, 130, 1, 128, 90} : std::vector<int>{0, 37, 300, 1, 128, 90};
   const auto routings = [&](std::mt19937_64& rng) {
     return std::vector<Routing>{routing_from_counts(cfg, rng, counts, masked ? 0 : 3, "fixed"),
                                 make_routing(cfg, rng, RoutingKind::full)};
@@ -169,17 +173,23 @@ TEST_P(MoeCombos, GpuModeExactFullRangeBoundedNaNPlaced) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    All, MoeCombos,
-    ::testing::Combine(::testing::Values(0, 1, 2), ::testing::Values(ScaleLayout::blocked, ScaleLayout::linear),
-                       ::testing::Values(OutType::f16, OutType::bf16, OutType::f32), ::testing::Values(0, 1, 2)),
-    [](const auto& info) {
-      const int v = std::get<0>(info.param);
-      const int l = std::get<3>(info.param);
-      return std::string(v == 0 ? "nvfp4_w4a4" : v == 1 ? "mxfp4_w4a4" : "mxfp4_w4a16") + "_" +
-             to_string(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param)) + "_" +
-             (l == 0 ? "contiguous" : l == 1 ? "gather" : "masked");
-    });
+INSTANTIATE_TEST_SUITE_P(All, MoeCombos,
+                         ::testing::Combine(::testing::Values(0, 1, 2),
+                                            ::testing::Values(ScaleLayout::blocked, ScaleLayout::linear),
+                                            ::testing::Values(OutType::f16, OutType::bf16, OutType::f32),
+                                            ::testing::Values(0, 1, 2)),
+                         [](const auto& info) {
+                           const int v = std::get<0>(info.param);
+                           const int l = std::get<3>(info.param);
+                           return std::string(v == 0   ? "nvfp4_w4a4"
+                                              : v == 1 ? "mxfp4_w4a4"
+                                                       : "mxfp4_w4a16") +
+                                  "_" + to_string(std::get<1>(info.param)) + "_" + to_string(std::get<2>(info.param)) +
+                                  "_" +
+                                  (l == 0   ? "contiguous"
+                                   : l == 1 ? "gather"
+                                            : "masked");
+                         });
 
 // ---------------------------------------------------------------------------------------------
 // Directed routings (GPU MODE data: bit-exact)
@@ -194,12 +204,14 @@ std::vector<int> one_hot(int experts, int expert, int rows) {
 TEST(MoeRouting, AllRowsToOneExpert) {
   REQUIRE_FAST_KERNEL();
   for (const bool gather : {false, true}) {
-    MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, gather, 64, 128, 64, 4096, 2001);
+    MoeConfig cfg =
+        base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, gather, 64, 128, 64, 4096, 2001);
     cfg.num_tokens = gather ? 1000 : 0;
     expect_routings(cfg, [&](std::mt19937_64& rng) {
-      return std::vector<Routing>{routing_from_counts(cfg, rng, one_hot(64, 0, 4096), 0, "all to expert 0"),
-                                  routing_from_counts(cfg, rng, one_hot(64, 63, 4096), 0, "all to expert 63"),
-                                  routing_from_counts(cfg, rng, one_hot(64, 17, 4000), 96, "all to expert 17, shifted")};
+      return std::vector<Routing>{
+          routing_from_counts(cfg, rng, one_hot(64, 0, 4096), 0, "all to expert 0"),
+          routing_from_counts(cfg, rng, one_hot(64, 63, 4096), 0, "all to expert 63"),
+          routing_from_counts(cfg, rng, one_hot(64, 17, 4000), 96, "all to expert 17, shifted")};
     });
   }
   // W4A16 and the masked layout: one expert's slot full, the others empty.
@@ -259,7 +271,8 @@ TEST(MoeRouting, RowsOutsideTheRoutingUntouched) {
     return std::vector<Routing>{routing_from_counts(cfg, rng, counts, 0, "ends at 410"),
                                 routing_from_counts(cfg, rng, counts, 100, "rows 100..510"),
                                 routing_from_counts(cfg, rng, counts, 590, "rows 590..1000"),
-                                make_routing(cfg, rng, RoutingKind::partial), make_routing(cfg, rng, RoutingKind::shifted)};
+                                make_routing(cfg, rng, RoutingKind::partial),
+                                make_routing(cfg, rng, RoutingKind::shifted)};
   });
 }
 
@@ -267,7 +280,8 @@ TEST(MoeRouting, RowsOutsideTheRoutingUntouched) {
 TEST(MoeRouting, EmptyRoutings) {
   REQUIRE_FAST_KERNEL();
   for (const MoeLayout layout : {MoeLayout::contiguous, MoeLayout::masked}) {
-    MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, layout, layout == MoeLayout::contiguous, 8, 64, 64, 64, 2041);
+    MoeConfig cfg =
+        base_config(Format::nvfp4, MoeActivation::fp4, layout, layout == MoeLayout::contiguous, 8, 64, 64, 64, 2041);
     expect_routings(cfg, [&](std::mt19937_64& rng) {
       const std::vector<int> zeros(8, 0);
       std::vector<Routing> out{routing_from_counts(cfg, rng, zeros, 0, "empty at 0")};
@@ -283,15 +297,16 @@ TEST(MoeRouting, EmptyRoutings) {
 TEST(MoeRouting, SingleExpert) {
   REQUIRE_FAST_KERNEL();
   for (const int rows : {0, 1, 7, 8, 9, 255, 256, 257, 511, 512, 513, 600}) {
-    MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, rows % 2 == 1, 1, 128, 128, 600,
-                                2050 + rows);
+    MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, rows % 2 == 1, 1, 128, 128,
+                                600, 2050 + rows);
     expect_routings(cfg, [&](std::mt19937_64& rng) {
       return std::vector<Routing>{routing_from_counts(cfg, rng, {rows}, 0, std::to_string(rows) + " rows")};
     });
   }
   MoeConfig cfg = base_config(Format::mxfp4, MoeActivation::bf16, MoeLayout::masked, false, 1, 128, 128, 300, 2049);
   expect_routings(cfg, [&](std::mt19937_64& rng) {
-    return std::vector<Routing>{routing_from_counts(cfg, rng, {300}, 0, "full"), routing_from_counts(cfg, rng, {129}, 0, "129")};
+    return std::vector<Routing>{routing_from_counts(cfg, rng, {300}, 0, "full"),
+                                routing_from_counts(cfg, rng, {129}, 0, "129")};
   });
 }
 
@@ -310,7 +325,8 @@ TEST(MoeRouting, FiveHundredTwelveExperts) {
   });
   cfg = base_config(Format::mxfp4, MoeActivation::fp4, MoeLayout::masked, false, 512, 40, 64, 8, 2062);
   expect_routings(cfg, [&](std::mt19937_64& rng) {
-    return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::full), make_routing(cfg, rng, RoutingKind::uniform)};
+    return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::full),
+                                make_routing(cfg, rng, RoutingKind::uniform)};
   });
 }
 
@@ -320,7 +336,8 @@ TEST(MoeRouting, TokenTileEdges) {
   REQUIRE_FAST_KERNEL();
   std::vector<int> counts{1, 7, 8, 9, 15, 16, 17, 127, 128, 129, 255, 256, 257, 511, 512, 513, 4096};
   const int total = std::accumulate(counts.begin(), counts.end(), 0);
-  MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, 17, 136, 64, total, 2071);
+  MoeConfig cfg =
+      base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, 17, 136, 64, total, 2071);
   cfg.out_type = OutType::f32;
   expect_routings(cfg, [&](std::mt19937_64& rng) {
     std::vector<Routing> out{routing_from_counts(cfg, rng, counts, 0, "edges")};
@@ -336,10 +353,12 @@ TEST(MoeRouting, BothNarrowTileHeights) {
   REQUIRE_FAST_KERNEL();
   const int sms = device_info().multiprocessors;
   for (const int experts : {4, sms + 3}) {
-    MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, experts, 256, 64, 4000, 2081);
+    MoeConfig cfg =
+        base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, experts, 256, 64, 4000, 2081);
     cfg.values = Values::full;
     expect_routings(cfg, [&](std::mt19937_64& rng) {
-      return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform), make_routing(cfg, rng, RoutingKind::skewed)};
+      return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform),
+                                  make_routing(cfg, rng, RoutingKind::skewed)};
     });
   }
 }
@@ -363,7 +382,9 @@ TEST_P(MoeRandom, RoutingsMatchTheReference) {
       [&](std::mt19937_64& rng) {
         std::vector<Routing> out;
         for (int j = 0; j < kMoeRoutingsPerSet; ++j)
-          out.push_back(make_routing(cfg, rng, static_cast<RoutingKind>((GetParam() * kMoeRoutingsPerSet + j + GetParam() / 10) % kRoutingKinds)));
+          out.push_back(make_routing(
+              cfg, rng,
+              static_cast<RoutingKind>((GetParam() * kMoeRoutingsPerSet + j + GetParam() / 10) % kRoutingKinds)));
         return out;
       },
       GetParam() % 7 == 3 ? Launch::graph : Launch::stream);
@@ -400,8 +421,9 @@ void replay_with_new_routings(const MoeConfig& cfg, int replays) {
       r.in = make_inputs(ws, rng, make_routing(cfg, rng, static_cast<RoutingKind>(i % kRoutingKinds)));
       if (cfg.alpha == AlphaMode::device)
         for (float& a : r.in.alphas)
-          a = cfg.values == Values::gpumode ? std::ldexp(1.0f, static_cast<int>(rng() % 5) - 2) * ((rng() & 1) ? -1.0f : 1.0f)
-                                            : static_cast<float>(std::uniform_real_distribution<double>(-2.0, 2.0)(rng));
+          a = cfg.values == Values::gpumode
+                  ? std::ldexp(1.0f, static_cast<int>(rng() % 5) - 2) * ((rng() & 1) ? -1.0f : 1.0f)
+                  : static_cast<float>(std::uniform_real_distribution<double>(-2.0, 2.0)(rng));
       r.poison = i % 2 == 0 ? Poison::nan : Poison::finite;
       buffers.upload(r.in, stream);
       buffers.reset_c(r.poison, stream);
@@ -469,7 +491,8 @@ TEST(MoeGraph, ContiguousMxfp4FullRangeReplays) {
 // accumulation bit shows).
 TEST(MoeDeterminism, SameInputsSameBits) {
   REQUIRE_FAST_KERNEL();
-  MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 32, 256, 1024, 2048, 4001);
+  MoeConfig cfg =
+      base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 32, 256, 1024, 2048, 4001);
   cfg.values = Values::full;
   cfg.out_type = OutType::f32;
   cfg.num_tokens = 1500;
@@ -487,9 +510,12 @@ TEST(MoeDeterminism, SameInputsSameBits) {
   for (int run = 0; run < 8; ++run) {
     buffers.reset_c(Poison::nan, s1);
     const cudaStream_t s = run % 2 ? s2 : s1;
-    if (run < 3) plan.run(buffers.args(), s);
-    else if (run < 5) graph.launch(s);
-    else plan2.run(buffers.args(), s);
+    if (run < 3)
+      plan.run(buffers.args(), s);
+    else if (run < 5)
+      graph.launch(s);
+    else
+      plan2.run(buffers.args(), s);
     const std::vector<std::uint8_t> got = buffers.download_c(s);
     const std::vector<std::uint8_t> cells = owned_cells(ws, buffers, in.routing, got);
     ASSERT_FALSE(cells.empty());
@@ -501,8 +527,10 @@ TEST(MoeDeterminism, SameInputsSameBits) {
       unwritten += std::isnan(v);
     }
     EXPECT_EQ(unwritten, 0) << "run " << run;
-    if (run == 0) first = cells;
-    else EXPECT_TRUE(cells == first) << "run " << run << " differs bitwise from run 0";
+    if (run == 0)
+      first = cells;
+    else
+      EXPECT_TRUE(cells == first) << "run " << run << " differs bitwise from run 0";
   }
 }
 
@@ -510,7 +538,8 @@ TEST(MoeDeterminism, SameInputsSameBits) {
 // once: the plan serialises them (its workspace is shared); both are right.
 TEST(MoeStreams, TwoStreamsTwoRoutings) {
   REQUIRE_FAST_KERNEL();
-  MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, 24, 192, 256, 1024, 4101);
+  MoeConfig cfg =
+      base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, 24, 192, 256, 1024, 4101);
   const MoeWeightSet ws(cfg);
   const MoeGemm plan(ws.weights(), ws.options());
   const MoeBuffers b1(ws), b2(ws);
@@ -553,9 +582,13 @@ const BadCase kBadCases[] = {
     {"offsets_decreasing", MoeLayout::contiguous, false, "expert_offsets",
      [](Routing& r, const MoeConfig&) { r.offsets[4] = r.offsets[3] - 1; }},
     {"offsets_last_decreasing", MoeLayout::contiguous, false, "expert_offsets",
-     [](Routing& r, const MoeConfig& c) { r.offsets[static_cast<std::size_t>(c.experts)] = r.offsets[static_cast<std::size_t>(c.experts) - 1] - 5; }},
-    {"offsets_first_negative", MoeLayout::contiguous, false, "expert_offsets", [](Routing& r, const MoeConfig&) { r.offsets[0] = -1; }},
-    {"offsets_first_int_min", MoeLayout::contiguous, false, "expert_offsets", [](Routing& r, const MoeConfig&) { r.offsets[0] = INT_MIN; }},
+     [](Routing& r, const MoeConfig& c) {
+       r.offsets[static_cast<std::size_t>(c.experts)] = r.offsets[static_cast<std::size_t>(c.experts) - 1] - 5;
+     }},
+    {"offsets_first_negative", MoeLayout::contiguous, false, "expert_offsets",
+     [](Routing& r, const MoeConfig&) { r.offsets[0] = -1; }},
+    {"offsets_first_int_min", MoeLayout::contiguous, false, "expert_offsets",
+     [](Routing& r, const MoeConfig&) { r.offsets[0] = INT_MIN; }},
     {"offsets_end_past_capacity", MoeLayout::contiguous, false, "expert_offsets",
      [](Routing& r, const MoeConfig& c) { r.offsets[static_cast<std::size_t>(c.experts)] = c.capacity + 1; }},
     {"offsets_end_int_max", MoeLayout::contiguous, false, "expert_offsets",
@@ -566,15 +599,18 @@ const BadCase kBadCases[] = {
      [](Routing& r, const MoeConfig&) {
        for (std::size_t e = 2; e < r.offsets.size(); ++e) r.offsets[e] += 100000;
      }},
-    {"offsets_int_max_then_back", MoeLayout::contiguous, false, "expert_offsets", [](Routing& r, const MoeConfig&) { r.offsets[1] = INT_MAX; }},
+    {"offsets_int_max_then_back", MoeLayout::contiguous, false, "expert_offsets",
+     [](Routing& r, const MoeConfig&) { r.offsets[1] = INT_MAX; }},
     {"offsets_decreasing_with_gather", MoeLayout::contiguous, true, "expert_offsets",
      [](Routing& r, const MoeConfig&) { r.offsets[2] = r.offsets[1] - 3; }},
-    {"counts_negative", MoeLayout::masked, false, "expert_counts", [](Routing& r, const MoeConfig&) { r.counts[3] = -1; }},
+    {"counts_negative", MoeLayout::masked, false, "expert_counts",
+     [](Routing& r, const MoeConfig&) { r.counts[3] = -1; }},
     {"counts_past_capacity", MoeLayout::masked, false, "expert_counts",
      [](Routing& r, const MoeConfig& c) { r.counts[0] = c.capacity + 1; }},
     {"counts_int_max", MoeLayout::masked, false, "expert_counts",
      [](Routing& r, const MoeConfig& c) { r.counts[static_cast<std::size_t>(c.experts) - 1] = INT_MAX; }},
-    {"counts_int_min", MoeLayout::masked, false, "expert_counts", [](Routing& r, const MoeConfig&) { r.counts[5] = INT_MIN; }},
+    {"counts_int_min", MoeLayout::masked, false, "expert_counts",
+     [](Routing& r, const MoeConfig&) { r.counts[5] = INT_MIN; }},
     {"gather_negative", MoeLayout::contiguous, true, "gather_index",
      [](Routing& r, const MoeConfig&) { r.gather[static_cast<std::size_t>(first_row(r, 2))] = -1; }},
     {"gather_num_tokens", MoeLayout::contiguous, true, "gather_index",
@@ -607,8 +643,10 @@ void expect_bad_run(const MoeGemm& plan, const MoeWeightSet& ws, const MoeBuffer
   const MoeConfig& cfg = ws.config();
   buffers.upload(bad, stream);
   buffers.reset_c(Poison::nan, stream);
-  if (launch) launch();
-  else plan.run(buffers.args(), stream);
+  if (launch)
+    launch();
+  else
+    plan.run(buffers.args(), stream);
   const std::vector<std::uint8_t> got = buffers.download_c(stream);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   if (std::string(argument) != "gather_index") {
@@ -620,7 +658,8 @@ void expect_bad_run(const MoeGemm& plan, const MoeWeightSet& ws, const MoeBuffer
     MoeInputs clean = bad;  // the reference needs valid indices: the bad rows are skipped anyway
     std::vector<char> skip(static_cast<std::size_t>(cfg.rows()), 0);
     for (std::size_t r = 0; r < clean.routing.gather.size(); ++r)
-      if (clean.routing.gather[r] < 0 || clean.routing.gather[r] >= cfg.a_rows()) skip[r] = 1, clean.routing.gather[r] = 0;
+      if (clean.routing.gather[r] < 0 || clean.routing.gather[r] >= cfg.a_rows())
+        skip[r] = 1, clean.routing.gather[r] = 0;
     EXPECT_TRUE(check_c(ws, buffers, bad, got, expected_c(ws, buffers, clean, Poison::nan), &skip));
   }
   EXPECT_TRUE(buffers.inputs_unchanged(bad, stream));
@@ -633,7 +672,9 @@ class MoeBadRouting : public ::testing::TestWithParam<BadCase> {};
 TEST_P(MoeBadRouting, NothingWrittenErrorNamedThenRecovers) {
   REQUIRE_FAST_KERNEL();
   const BadCase& c = GetParam();
-  const MoeConfig cfg = bad_case_config(c, 5000 + static_cast<std::uint64_t>(&c - kBadCases));
+  std::uint64_t index = 0;  // (GetParam() is gtest's copy: find the case by name)
+  while (index < std::size(kBadCases) && std::string(kBadCases[index].name) != c.name) ++index;
+  const MoeConfig cfg = bad_case_config(c, 5000 + index);
   SCOPED_TRACE(cfg.describe());
   const MoeWeightSet ws(cfg);
   const MoeGemm plan(ws.weights(), ws.options());
@@ -668,7 +709,7 @@ TEST(MoeBadRoutingSequence, ErrorKeptUntilCheckThenCleared) {
   const MoeInputs good = make_inputs(ws, rng, make_routing(cfg, rng, RoutingKind::uniform));
   MoeRunOptions options;
   buffers.upload(good, stream);
-  for (int i = 0; i < 2; ++i) {  // valid runs after the bad one are right (run_and_check's own
+  for (int i = 0; i < 2; ++i) {               // valid runs after the bad one are right (run_and_check's own
     buffers.reset_c(Poison::finite, stream);  // check() would throw: run them by hand)
     plan.run(buffers.args(), stream);
     EXPECT_TRUE(check_c(ws, buffers, good, buffers.download_c(stream), expected_c(ws, buffers, good, Poison::finite)));
@@ -691,7 +732,8 @@ TEST(MoeBadRoutingSequence, BadRoutingInAGraphReplay) {
     const Graph graph(plan, buffers.args(), stream);
     std::mt19937_64 rng(cfg.seed);
     for (int i = 0; i < 3; ++i) {
-      MoeInputs in = make_inputs(ws, rng, i == 1 ? bad_case_routing(cfg, rng) : make_routing(cfg, rng, RoutingKind::balanced));
+      MoeInputs in =
+          make_inputs(ws, rng, i == 1 ? bad_case_routing(cfg, rng) : make_routing(cfg, rng, RoutingKind::balanced));
       if (i == 1) {
         c->corrupt(in.routing, cfg);
         expect_bad_run(plan, ws, buffers, in, c->argument, stream, [&] { graph.launch(stream); });
@@ -733,12 +775,13 @@ TEST(MoeRunArgs, ContiguousBadArgumentsNamed) {
   rejected("a", [](MoeArgs& a) { a.a = nullptr; });
   rejected("a", [&](MoeArgs& a) { a.a = buffers.device_a() + 8; });
   rejected("lda", [](MoeArgs& a) { a.lda = 0; });
-  rejected("lda", [](MoeArgs& a) { a.lda = 48; });   // < K/2 = 64
-  rejected("lda", [](MoeArgs& a) { a.lda = 72; });   // not a multiple of 16
+  rejected("lda", [](MoeArgs& a) { a.lda = 48; });  // < K/2 = 64
+  rejected("lda", [](MoeArgs& a) { a.lda = 72; });  // not a multiple of 16
   rejected("a_scales", [](MoeArgs& a) { a.a_scales = nullptr; });
   rejected("expert_offsets", [](MoeArgs& a) { a.expert_offsets = nullptr; });
   rejected("expert_offsets", [&](MoeArgs& a) {
-    a.expert_offsets = reinterpret_cast<const int*>(reinterpret_cast<const std::uint8_t*>(buffers.device_offsets()) + 2);
+    a.expert_offsets =
+        reinterpret_cast<const int*>(reinterpret_cast<const std::uint8_t*>(buffers.device_offsets()) + 2);
   });
   rejected("expert_counts", [&](MoeArgs& a) { a.expert_counts = buffers.device_counts(); });
   rejected("gather_index", [&](MoeArgs& a) {
@@ -775,7 +818,7 @@ TEST(MoeRunArgs, MaskedAndW4A16BadArgumentsNamed) {
   rejected("expert_offsets", [&](MoeArgs& a) { a.expert_offsets = buffers.device_offsets(); });
   rejected("gather_index", [&](MoeArgs& a) { a.gather_index = buffers.device_gather(), a.num_tokens = 10; });
   rejected("a_scales", [&](MoeArgs& a) { a.a_scales = buffers.device_a(); });  // bf16 activations have none
-  rejected("lda", [](MoeArgs& a) { a.lda = 128; });  // one FP4 row, half a bf16 row (K = 128)
+  rejected("lda", [](MoeArgs& a) { a.lda = 128; });                            // one FP4 row, half a bf16 row (K = 128)
   EXPECT_TRUE(run_and_check(plan, ws, buffers, in));
 }
 
@@ -815,9 +858,8 @@ TEST(MoePlanArgs, BadArgumentsNamed) {
   rejected("options.capacity", [](MoeWeights&, MoeOptions& o) { o.capacity = 0; });
   rejected("options.capacity", [](MoeWeights&, MoeOptions& o) { o.capacity = -5; });
   rejected("options.capacity", [](MoeWeights&, MoeOptions& o) { o.capacity = 1 << 30; });  // rows x k-blocks >= 2^31
-  rejected("options.capacity", [](MoeWeights& w, MoeOptions& o) {
-    w.experts = 512, o.layout = MoeLayout::masked, o.capacity = 1 << 22;
-  });
+  rejected("options.capacity",
+           [](MoeWeights& w, MoeOptions& o) { w.experts = 512, o.layout = MoeLayout::masked, o.capacity = 1 << 22; });
   rejected("options.activation", [](MoeWeights&, MoeOptions& o) { o.activation = MoeActivation::bf16; });  // nvfp4
   rejected("options.format", [](MoeWeights&, MoeOptions& o) { o.format = static_cast<Format>(7); });
   rejected("options.scale_layout", [](MoeWeights&, MoeOptions& o) { o.scale_layout = static_cast<ScaleLayout>(7); });
@@ -827,7 +869,8 @@ TEST(MoePlanArgs, BadArgumentsNamed) {
   rejected("weights.w", [](MoeWeights& w, MoeOptions&) { w.w = nullptr; });
   rejected("weights.w", [](MoeWeights& w, MoeOptions&) { w.w = static_cast<const std::uint8_t*>(w.w) + 8; });
   rejected("weights.scales", [](MoeWeights& w, MoeOptions&) { w.scales = nullptr; });
-  rejected("weights.scales", [](MoeWeights& w, MoeOptions&) { w.scales = static_cast<const std::uint8_t*>(w.scales) + 4; });
+  rejected("weights.scales",
+           [](MoeWeights& w, MoeOptions&) { w.scales = static_cast<const std::uint8_t*>(w.scales) + 4; });
   rejected("weights.ldw", [](MoeWeights& w, MoeOptions&) { w.ldw = 48; });  // < K/2
   rejected("weights.ldw", [](MoeWeights& w, MoeOptions&) { w.ldw = 72; });  // not a multiple of 16
   rejected("weights.expert_stride", [](MoeWeights& w, MoeOptions&) { w.expert_stride = 64 * 64 - 16; });
@@ -836,7 +879,8 @@ TEST(MoePlanArgs, BadArgumentsNamed) {
     w.scale_expert_stride = static_cast<std::int64_t>(formats::blocked_scale_bytes(64, 8)) - 16;
   });
   rejected("weights.scale_expert_stride", [](MoeWeights& w, MoeOptions&) {
-    w.scale_expert_stride = static_cast<std::int64_t>(formats::blocked_scale_bytes(64, 8)) + 4;  // blocked: 16-byte steps
+    w.scale_expert_stride =
+        static_cast<std::int64_t>(formats::blocked_scale_bytes(64, 8)) + 4;  // blocked: 16-byte steps
   });
   rejected("weights.scale_expert_stride", [](MoeWeights& w, MoeOptions& o) {
     o.scale_layout = ScaleLayout::linear, w.scale_expert_stride = 64 * 8 - 1;
@@ -867,14 +911,15 @@ TEST(MoePlanArgs, BuffersTooSmallForTheExperts) {
     const MoeWeightSet ws(cfg);
     const int E = cfg.experts;
     const std::int64_t w_bytes = (E - 1) * ws.expert_stride + (cfg.n - 1) * ws.ldw + cfg.k / 2;
-    const std::int64_t s_bytes = (E - 1) * ws.scale_stride +
-                                 static_cast<std::int64_t>(formats::scale_bytes(layout, cfg.n, ws.cols));
+    const std::int64_t s_bytes =
+        (E - 1) * ws.scale_stride + static_cast<std::int64_t>(formats::scale_bytes(layout, cfg.n, ws.cols));
     ASSERT_EQ(w_bytes % 16, 0);
     ASSERT_EQ(s_bytes % 16, 0);
     {  // exact sizes at the very end of their allocations: accepted
       const TailBuffer w(static_cast<std::size_t>(w_bytes)), s(static_cast<std::size_t>(s_bytes)), a(sizeof(float) * E);
       FP4GEMM_TEST_CUDA(cudaMemcpy(w.get(), ws.w.data(), static_cast<std::size_t>(w_bytes), cudaMemcpyHostToDevice));
-      FP4GEMM_TEST_CUDA(cudaMemcpy(s.get(), ws.scales.data(), static_cast<std::size_t>(s_bytes), cudaMemcpyHostToDevice));
+      FP4GEMM_TEST_CUDA(
+          cudaMemcpy(s.get(), ws.scales.data(), static_cast<std::size_t>(s_bytes), cudaMemcpyHostToDevice));
       FP4GEMM_TEST_CUDA(cudaMemcpy(a.get(), ws.device_alphas.data(), sizeof(float) * E, cudaMemcpyHostToDevice));
       MoeWeights mw = ws.weights();
       mw.w = w.get(), mw.scales = s.get(), mw.alpha_device = reinterpret_cast<const float*>(a.get());
@@ -917,7 +962,8 @@ TEST(MoePlanArgs, W4A16NeedsMxfp4Weights) {
 
 TEST(MoeGemmObject, MovedFromThrowsPlan) {
   REQUIRE_FAST_KERNEL();
-  const MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, 3, 64, 64, 32, 7001);
+  const MoeConfig cfg =
+      base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, 3, 64, 64, 32, 7001);
   const MoeWeightSet ws(cfg);
   const MoeBuffers buffers(ws);
   const Stream stream;
@@ -1001,7 +1047,8 @@ TEST(MoeSanitizer, EveryModeSmall) {
     cfg.alpha = AlphaMode::device;
     cfg.out_type = static_cast<OutType>(i % 3);
     expect_routings(cfg, [&](std::mt19937_64& rng) {
-      return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::full), make_routing(cfg, rng, RoutingKind::shifted),
+      return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::full),
+                                  make_routing(cfg, rng, RoutingKind::shifted),
                                   make_routing(cfg, rng, RoutingKind::one_expert)};
     });
   }
@@ -1019,11 +1066,14 @@ TEST(MoeSanitizer, GraphReplaysWithABadRoutingBetween) {
   std::mt19937_64 rng(cfg.seed);
   for (int i = 0; i < 12; ++i) {
     const bool bad = i == 4 || i == 8;
-    MoeInputs in = make_inputs(ws, rng, bad ? routing_from_counts(cfg, rng, {30, 0, 20, 10}, 0, "fixed")
-                                            : make_routing(cfg, rng, static_cast<RoutingKind>(i % kRoutingKinds)));
+    MoeInputs in = make_inputs(ws, rng,
+                               bad ? routing_from_counts(cfg, rng, {30, 0, 20, 10}, 0, "fixed")
+                                   : make_routing(cfg, rng, static_cast<RoutingKind>(i % kRoutingKinds)));
     if (bad) {
-      if (i == 4) in.routing.offsets.back() = INT_MAX;
-      else in.routing.gather[0] = INT_MIN, in.routing.gather[59] = 60;
+      if (i == 4)
+        in.routing.offsets.back() = INT_MAX;
+      else
+        in.routing.gather[0] = INT_MIN, in.routing.gather[59] = 60;
       expect_bad_run(plan, ws, buffers, in, i == 4 ? "expert_offsets" : "gather_index", stream,
                      [&] { graph.launch(stream); });
       continue;

@@ -36,7 +36,8 @@ constexpr double kHostBudget = 3.0e6;  // MACs per configuration: the simulation
     if (kind == RoutingKind::full && std::any_of(r.counts.begin(), r.counts.end(), [&](int c) { return c != cap; }))
       return fail("full: a count below capacity");
     if (kind == RoutingKind::empty && nonempty != 0) return fail("empty: rows");
-    if (kind == RoutingKind::one_expert && (nonempty != 1 || *std::max_element(r.counts.begin(), r.counts.end()) != cap))
+    if (kind == RoutingKind::one_expert &&
+        (nonempty != 1 || *std::max_element(r.counts.begin(), r.counts.end()) != cap))
       return fail("one expert: not exactly one full slot");
   } else {
     if (r.offsets.size() != static_cast<std::size_t>(E) + 1 || !r.counts.empty()) return fail("shape");
@@ -63,7 +64,8 @@ constexpr double kHostBudget = 3.0e6;  // MACs per configuration: the simulation
       for (int e = 0; e < E; ++e) {  // an expert sees a token at most once
         std::set<int> seen;
         for (int row = r.offsets[e]; row < r.offsets[e + 1]; ++row)
-          if (!seen.insert(r.gather[static_cast<std::size_t>(row)]).second) return fail("topk: a token twice in one expert");
+          if (!seen.insert(r.gather[static_cast<std::size_t>(row)]).second)
+            return fail("topk: a token twice in one expert");
       }
   }
   const std::vector<int> owner = row_owners(cfg, r);
@@ -108,7 +110,8 @@ TEST(MoeHarness, RandomConfigsCoverTheSpace) {
     masked += c.layout == MoeLayout::masked, gather += c.gather, bf16 += c.activation == MoeActivation::bf16;
     big_capacity += c.layout == MoeLayout::contiguous && c.capacity >= 4096;
     full += c.values == Values::full, device_alpha += c.alpha == AlphaMode::device;
-    ++formats[static_cast<int>(c.format)], ++layouts[static_cast<int>(c.scale_layout)], ++outs[static_cast<int>(c.out_type)];
+    ++formats[static_cast<int>(c.format)], ++layouts[static_cast<int>(c.scale_layout)],
+        ++outs[static_cast<int>(c.out_type)];
     EXPECT_LE(static_cast<double>(c.rows()) * c.n * c.k, 2.0e7) << c.describe();
     EXPECT_TRUE(c.activation == MoeActivation::fp4 || c.format == Format::mxfp4) << c.describe();
   }
@@ -133,8 +136,9 @@ std::vector<float> activations(const MoeWeightSet& ws, const MoeInputs& in, int 
   const int vec = scale_block_size(cfg.format);
   for (int k = 0; k < cfg.k; ++k) {
     if (cfg.activation == MoeActivation::fp4) {
-      v[static_cast<std::size_t>(k)] = formats::e2m1_to_float(formats::get_nibble(row, k)) *
-                                       formats::scale_to_float(cfg.format, in.a_scales[static_cast<std::size_t>(src * ws.cols + k / vec)]);
+      v[static_cast<std::size_t>(k)] =
+          formats::e2m1_to_float(formats::get_nibble(row, k)) *
+          formats::scale_to_float(cfg.format, in.a_scales[static_cast<std::size_t>(src * ws.cols + k / vec)]);
     } else {
       std::uint16_t bits;
       std::memcpy(&bits, row + 2 * k, 2);
@@ -190,9 +194,15 @@ std::vector<std::uint8_t> simulate_fp32_kernel(const MoeWeightSet& ws, const Moe
       std::uint8_t* dst = out.data() + buffers.c_offset() + (static_cast<std::size_t>(r) * ws.ldc + n) * elem;
       std::uint16_t h;
       switch (cfg.out_type) {
-        case OutType::f16: h = reference::float_to_half_bits(v), std::memcpy(dst, &h, 2); break;
-        case OutType::bf16: h = reference::float_to_bf16_bits(v), std::memcpy(dst, &h, 2); break;
-        case OutType::f32: std::memcpy(dst, &v, 4); break;
+        case OutType::f16:
+          h = reference::float_to_half_bits(v), std::memcpy(dst, &h, 2);
+          break;
+        case OutType::bf16:
+          h = reference::float_to_bf16_bits(v), std::memcpy(dst, &h, 2);
+          break;
+        case OutType::f32:
+          std::memcpy(dst, &v, 4);
+          break;
       }
     }
   }
@@ -208,11 +218,13 @@ TEST(MoeHarness, SimulatedFp32KernelPassesTheChecker) {
     const MoeBuffers buffers(ws, false);
     std::mt19937_64 rng(seed);
     for (int j = 0; j < 2; ++j) {
-      const MoeInputs in = make_inputs(ws, rng, make_routing(cfg, rng, static_cast<RoutingKind>((seed + j) % kRoutingKinds)));
+      const MoeInputs in =
+          make_inputs(ws, rng, make_routing(cfg, rng, static_cast<RoutingKind>((seed + j) % kRoutingKinds)));
       const Poison poison = j == 0 ? Poison::nan : Poison::finite;
       const std::vector<std::uint8_t> expected = expected_c(ws, buffers, in, poison, 1);
       ASSERT_TRUE(check_c(ws, buffers, in, expected, expected));  // the reference passes itself
-      for (const Accumulate mode : {Accumulate::nearest_forward, Accumulate::toward_zero_reverse, Accumulate::blocks_of_16})
+      for (const Accumulate mode :
+           {Accumulate::nearest_forward, Accumulate::toward_zero_reverse, Accumulate::blocks_of_16})
         EXPECT_TRUE(check_c(ws, buffers, in, simulate_fp32_kernel(ws, buffers, in, poison, mode), expected))
             << "accumulation " << static_cast<int>(mode) << ", routing " << in.routing.describe();
       (cfg.values == Values::gpumode ? exact : full) += 1;
@@ -251,13 +263,15 @@ TEST(MoeHarness, CheckerCatchesFaults) {
     ASSERT_GT(ws.ldc, cfg.n);
     std::mt19937_64 rng(seed);
     const std::vector<int> counts{10, 0, 20, 7, 3};
-    const MoeInputs in = make_inputs(ws, rng, routing_from_counts(cfg, rng, counts, c.layout == MoeLayout::masked ? 0 : 5, "fixed"));
+    const MoeInputs in =
+        make_inputs(ws, rng, routing_from_counts(cfg, rng, counts, c.layout == MoeLayout::masked ? 0 : 5, "fixed"));
     const std::vector<std::uint8_t> expected = expected_c(ws, buffers, in, Poison::finite, 1);
     ASSERT_TRUE(check_c(ws, buffers, in, expected, expected));
     const std::size_t elem = out_type_size(cfg.out_type), c0 = buffers.c_offset();
     const auto cell = [&](int row, int col) { return c0 + (static_cast<std::size_t>(row) * ws.ldc + col) * elem; };
     const std::vector<int> owner = row_owners(cfg, in.routing);
-    const int owned = static_cast<int>(std::find_if(owner.begin(), owner.end(), [](int e) { return e >= 0; }) - owner.begin());
+    const int owned =
+        static_cast<int>(std::find_if(owner.begin(), owner.end(), [](int e) { return e >= 0; }) - owner.begin());
     const int unowned = static_cast<int>(std::find(owner.begin(), owner.end(), -1) - owner.begin());
     ASSERT_LT(owned, cfg.rows());
     ASSERT_LT(unowned, cfg.rows());
@@ -298,12 +312,14 @@ TEST(MoeHarness, CheckerCatchesFaults) {
       for (int r = owned; r < cfg.rows() && !done; ++r) {
         const int e = owner[static_cast<std::size_t>(r)];
         if (e < 0) continue;
-        const std::vector<float> a = activations(ws, in, cfg.gather ? in.routing.gather[static_cast<std::size_t>(r)] : r);
+        const std::vector<float> a =
+            activations(ws, in, cfg.gather ? in.routing.gather[static_cast<std::size_t>(r)] : r);
         const std::vector<float>& w = ws.dequantised(e);
         for (int n = 0; n < cfg.n && !done; ++n) {
           double x = 0, s = 0;
           for (int k = 0; k < cfg.k; ++k) {
-            const double p = static_cast<double>(a[static_cast<std::size_t>(k)]) * w[static_cast<std::size_t>(n) * cfg.k + k];
+            const double p =
+                static_cast<double>(a[static_cast<std::size_t>(k)]) * w[static_cast<std::size_t>(n) * cfg.k + k];
             x += p, s += std::fabs(p);
           }
           const double alpha = in.alphas[static_cast<std::size_t>(e)];

@@ -59,7 +59,8 @@ struct HostMoe {
     std::vector<int> o(static_cast<std::size_t>(rows), -1);
     for (int e = 0; e < p.experts; ++e) {
       const int begin = counts.empty() ? offsets[static_cast<std::size_t>(e)] : e * p.capacity;
-      const int end = counts.empty() ? offsets[static_cast<std::size_t>(e) + 1] : begin + counts[static_cast<std::size_t>(e)];
+      const int end =
+          counts.empty() ? offsets[static_cast<std::size_t>(e) + 1] : begin + counts[static_cast<std::size_t>(e)];
       for (int r = begin; r < end; ++r) o[static_cast<std::size_t>(r)] = e;
     }
     return o;
@@ -159,19 +160,22 @@ void make_problem(HostMoe& h, const RandomOptions& o, std::uint64_t seed) {
     const std::vector<std::uint8_t> rows = test::random_packed(rng, o.values, N, K, p.ldw);
     std::memcpy(h.w.data() + e * p.w_expert_stride, rows.data(), rows.size());
     std::vector<std::uint8_t> lin = test::random_scales(rng, o.format, o.values, N, h.cols);
-    if (o.nan && chance(rng, 0.3)) lin[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(lin.size()) - 1))] = 0xFF;
+    if (o.nan && chance(rng, 0.3))
+      lin[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(lin.size()) - 1))] = 0xFF;
     std::vector<std::uint8_t> dev = lin;
     if (o.w_layout == ScaleLayout::blocked) {
       dev.assign(formats::blocked_scale_bytes(N, h.cols), 0xFF);  // padding rows / columns: NaN codes
       for (int r = 0; r < N; ++r)
-        for (std::int64_t c = 0; c < h.cols; ++c) dev[formats::blocked_offset(r, c, h.cols)] = lin[static_cast<std::size_t>(r * h.cols + c)];
+        for (std::int64_t c = 0; c < h.cols; ++c)
+          dev[formats::blocked_offset(r, c, h.cols)] = lin[static_cast<std::size_t>(r * h.cols + c)];
     }
     std::memcpy(h.w_scales.data() + e * p.w_scale_expert_stride, dev.data(), dev.size());
   }
   if (o.alpha)
     for (int e = 0; e < E; ++e)
-      h.alpha.push_back(o.values == Values::gpumode ? std::ldexp(1.0f, uniform(rng, -2, 2)) * ((rng() & 1) ? -1.0f : 1.0f)
-                                                    : static_cast<float>(std::uniform_real_distribution<double>(-3, 3)(rng)));
+      h.alpha.push_back(o.values == Values::gpumode
+                            ? std::ldexp(1.0f, uniform(rng, -2, 2)) * ((rng() & 1) ? -1.0f : 1.0f)
+                            : static_cast<float>(std::uniform_real_distribution<double>(-3, 3)(rng)));
 
   // C: [rows, N] with row stride ldc >= N; every byte starts as garbage (kept as the image).
   p.ldc = N + uniform(rng, 0, 3);
@@ -181,9 +185,9 @@ void make_problem(HostMoe& h, const RandomOptions& o, std::uint64_t seed) {
   h.bind();
   std::ostringstream os;
   os << "seed " << seed << ": " << to_string(o.format) << "/" << to_string(o.w_layout) << (o.bf16 ? " bf16" : " fp4")
-     << " acts -> " << to_string(o.out_type) << " " << test::to_string(o.values) << (o.masked ? " masked" : " contiguous")
-     << (o.gather ? "+gather" : "") << (o.alpha ? " alpha" : "") << (o.nan ? " nan" : "") << " E=" << E << " N=" << N
-     << " K=" << K << " rows=" << h.rows;
+     << " acts -> " << to_string(o.out_type) << " " << test::to_string(o.values)
+     << (o.masked ? " masked" : " contiguous") << (o.gather ? "+gather" : "") << (o.alpha ? " alpha" : "")
+     << (o.nan ? " nan" : "") << " E=" << E << " N=" << N << " K=" << K << " rows=" << h.rows;
   h.what = os.str();
 }
 
@@ -223,19 +227,22 @@ void make_problem(HostMoe& h, const RandomOptions& o, std::uint64_t seed) {
       const std::size_t at = (static_cast<std::size_t>(r) * p.ldc + n) * elem;
       if (e < 0 || n >= N) {  // must be untouched
         if (std::memcmp(h.c.data() + at, h.c_image.data() + at, elem) != 0 && bad++ < 8)
-          report << "\n  row " << r << " col " << n << (e < 0 ? " (no expert owns the row)" : " (row padding)") << " was written";
+          report << "\n  row " << r << " col " << n << (e < 0 ? " (no expert owns the row)" : " (row padding)")
+                 << " was written";
         continue;
       }
       const int src = h.gather.empty() ? r : h.gather[static_cast<std::size_t>(r)];
       double dot = 0, abs_sum = 0;
       for (int k = 0; k < K; ++k) {
-        const double prod = static_cast<double>(a[static_cast<std::size_t>(src) * K + k]) * w[static_cast<std::size_t>(e)][static_cast<std::size_t>(n) * K + k];
+        const double prod = static_cast<double>(a[static_cast<std::size_t>(src) * K + k]) *
+                            w[static_cast<std::size_t>(e)][static_cast<std::size_t>(n) * K + k];
         dot += prod;
         abs_sum += std::fabs(prod);
       }
       const double alpha = h.alpha.empty() ? 1.0 : h.alpha[static_cast<std::size_t>(e)];
       const double x = dot * alpha;
-      const std::uint32_t got_bits = test::load_output_bits(h.c.data(), p.out_type, static_cast<std::int64_t>(r) * p.ldc + n);
+      const std::uint32_t got_bits =
+          test::load_output_bits(h.c.data(), p.out_type, static_cast<std::int64_t>(r) * p.ldc + n);
       const double got = test::output_bits_to_double(got_bits, p.out_type);
       nonzero += got != 0;
       bool ok;
@@ -244,8 +251,12 @@ void make_problem(HostMoe& h, const RandomOptions& o, std::uint64_t seed) {
       } else {
         std::uint32_t want_bits = 0;
         switch (p.out_type) {
-          case OutType::f16: want_bits = reference::float_to_half_bits(x); break;
-          case OutType::bf16: want_bits = reference::float_to_bf16_bits(x); break;
+          case OutType::f16:
+            want_bits = reference::float_to_half_bits(x);
+            break;
+          case OutType::bf16:
+            want_bits = reference::float_to_bf16_bits(x);
+            break;
           case OutType::f32: {
             const float f = static_cast<float>(x);
             std::memcpy(&want_bits, &f, 4);
@@ -255,12 +266,15 @@ void make_problem(HostMoe& h, const RandomOptions& o, std::uint64_t seed) {
         ok = got_bits == want_bits || (got == 0 && x == 0);
         if (!ok && h.values == Values::full) {  // float64 summation order: K * 2^-52 relative to sum |ab|
           const double slack = K * std::ldexp(abs_sum * std::fabs(alpha), -52);
-          ok = std::isinf(got) ? std::signbit(got) == std::signbit(x) && std::fabs(x) + slack >= test::output_overflow(p.out_type)
-                               : std::fabs(got - x) <= slack + test::output_half_ulp(p.out_type, std::max(std::fabs(got), std::fabs(x)));
+          ok = std::isinf(got)
+                   ? std::signbit(got) == std::signbit(x) && std::fabs(x) + slack >= test::output_overflow(p.out_type)
+                   : std::fabs(got - x) <=
+                         slack + test::output_half_ulp(p.out_type, std::max(std::fabs(got), std::fabs(x)));
         }
       }
       if (!ok && bad++ < 8)
-        report << "\n  row " << r << " (expert " << e << ", A row " << src << ") col " << n << ": got " << got << ", naive " << x;
+        report << "\n  row " << r << " (expert " << e << ", A row " << src << ") col " << n << ": got " << got
+               << ", naive " << x;
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess() << nonzero;
@@ -342,7 +356,8 @@ TEST(MoeReference, BlockedAndLinearWeightScalesAgree) {
     blk.p.w_scale_expert_stride = blocked;
     blk.w_scales.assign(static_cast<std::size_t>(p.experts * blocked), 0);
     for (int e = 0; e < p.experts; ++e)
-      formats::linear_to_blocked(p.w_scales + e * p.w_scale_expert_stride, p.n, lin.cols, blk.w_scales.data() + e * blocked);
+      formats::linear_to_blocked(p.w_scales + e * p.w_scale_expert_stride, p.n, lin.cols,
+                                 blk.w_scales.data() + e * blocked);
     blk.c = lin.c_image, blk.c_image = lin.c_image;
     blk.bind();
     reference::moe_gemm(blk.p);
@@ -357,8 +372,10 @@ TEST(MoeReference, HandWorkedValuesAndAlpha) {
     const int K = 64, N = 3, E = 3, rows = 10;
     const int cols = K / scale_block_size(format);
     const std::uint8_t one = format == Format::nvfp4 ? 0x38 : 127, two = format == Format::nvfp4 ? 0x40 : 128;
-    std::vector<std::uint8_t> a(static_cast<std::size_t>(rows) * K / 2, 0x22), sa(static_cast<std::size_t>(rows) * cols, one);
-    std::vector<std::uint8_t> w(static_cast<std::size_t>(E) * N * K / 2, 0x11), sw(static_cast<std::size_t>(E) * N * cols, two);
+    std::vector<std::uint8_t> a(static_cast<std::size_t>(rows) * K / 2, 0x22),
+        sa(static_cast<std::size_t>(rows) * cols, one);
+    std::vector<std::uint8_t> w(static_cast<std::size_t>(E) * N * K / 2, 0x11),
+        sw(static_cast<std::size_t>(E) * N * cols, two);
     const std::vector<int> offsets{1, 4, 4, 9};  // expert 0: rows 1..3, expert 1: none, expert 2: 4..8
     const std::vector<float> alpha{1.0f, 5.0f, -0.5f};
     std::vector<float> c(static_cast<std::size_t>(rows) * N, -7.0f);

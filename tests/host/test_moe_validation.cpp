@@ -64,7 +64,8 @@ TEST(MoePlanValidation, EachBadFieldNamed) {
   bad("options.capacity", [](MoeWeights&, MoeOptions& o) { o.capacity = 0; });
   bad("options.capacity", [](MoeWeights&, MoeOptions& o) { o.capacity = -1; });
   bad("options.capacity", [](MoeWeights&, MoeOptions& o) { o.capacity = 1 << 30; });
-  bad("options.capacity", [](MoeWeights& w, MoeOptions& o) { w.experts = 512, o.layout = MoeLayout::masked, o.capacity = 1 << 22; });
+  bad("options.capacity",
+      [](MoeWeights& w, MoeOptions& o) { w.experts = 512, o.layout = MoeLayout::masked, o.capacity = 1 << 22; });
   bad("options.activation", [](MoeWeights&, MoeOptions& o) { o.activation = MoeActivation::bf16; });  // nvfp4 weights
   bad("options.format", [](MoeWeights&, MoeOptions& o) { o.format = static_cast<Format>(5); });
   bad("options.scale_layout", [](MoeWeights&, MoeOptions& o) { o.scale_layout = static_cast<ScaleLayout>(5); });
@@ -87,10 +88,12 @@ TEST(MoePlanValidation, EachBadFieldNamed) {
   bad("weights.scale_expert_stride", [](MoeWeights& w, MoeOptions&) {
     w.scale_expert_stride = static_cast<std::int64_t>(formats::blocked_scale_bytes(64, 8)) + 8;
   });
-  bad("weights.scale_expert_stride", [](MoeWeights& w, MoeOptions& o) { o.scale_layout = ScaleLayout::linear, w.scale_expert_stride = 511; });
+  bad("weights.scale_expert_stride",
+      [](MoeWeights& w, MoeOptions& o) { o.scale_layout = ScaleLayout::linear, w.scale_expert_stride = 511; });
   bad("weights.alpha", [](MoeWeights& w, MoeOptions&) { w.alpha = std::numeric_limits<float>::quiet_NaN(); });
   bad("weights.alpha", [](MoeWeights& w, MoeOptions&) { w.alpha = -INFINITY; });
-  bad("weights.alpha_device", [](MoeWeights& w, MoeOptions&) { w.alpha_device = static_cast<const float*>(fake(0x300002)); });
+  bad("weights.alpha_device",
+      [](MoeWeights& w, MoeOptions&) { w.alpha_device = static_cast<const float*>(fake(0x300002)); });
 }
 
 // What must pass validation: W4A16 with MXFP4 weights, a NaN host alpha beside a device alpha,
@@ -106,7 +109,8 @@ TEST(MoePlanValidation, AcceptedCombinations) {
   accepted([](MoeWeights& w, MoeOptions&) {
     w.alpha_device = static_cast<const float*>(fake(0x300000)), w.alpha = std::numeric_limits<float>::quiet_NaN();
   });
-  accepted([](MoeWeights& w, MoeOptions& o) { o.scale_layout = ScaleLayout::linear, w.scale_expert_stride = 64 * 8 + 3; });
+  accepted(
+      [](MoeWeights& w, MoeOptions& o) { o.scale_layout = ScaleLayout::linear, w.scale_expert_stride = 64 * 8 + 3; });
   accepted([](MoeWeights& w, MoeOptions&) { w.experts = 512; });
   accepted([](MoeWeights& w, MoeOptions&) { w.experts = 1, w.n = 1, w.k = 32; });
   accepted([](MoeWeights&, MoeOptions& o) { o.layout = MoeLayout::masked, o.capacity = 1; });
