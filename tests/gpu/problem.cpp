@@ -56,7 +56,7 @@ bool chance(std::mt19937_64& rng, double p) {
 }
 
 // Random bytes, eight per draw.
-void fill_random(std::mt19937_64& rng, std::uint8_t* dst, std::size_t bytes) {
+void random_bytes(std::mt19937_64& rng, std::uint8_t* dst, std::size_t bytes) {
   std::size_t i = 0;
   for (; i + 8 <= bytes; i += 8) {
     const std::uint64_t r = rng();
@@ -88,7 +88,7 @@ float group_alpha(const ProblemConfig& cfg, std::size_t g) {
 std::vector<std::uint8_t> make_packed(std::mt19937_64& rng, Values values, int rows, int k,
                                       std::int64_t ld) {
   std::vector<std::uint8_t> out(static_cast<std::size_t>(rows) * static_cast<std::size_t>(ld));
-  fill_random(rng, out.data(), out.size());
+  random_bytes(rng, out.data(), out.size());
   if (values == Values::gpumode) {
     // Keep magnitude codes 0..3 ({0, 0.5, 1, 1.5}) and the sign bit of both nibbles.
     for (int r = 0; r < rows; ++r) {
@@ -246,6 +246,32 @@ ExactValue exact_value(const Problem& p, const GroupData& d, int row, int col) {
 }
 
 }  // namespace
+
+// ---- data helpers shared with other suites ---------------------------------------------------
+
+void fill_random(std::mt19937_64& rng, std::uint8_t* dst, std::size_t bytes) { random_bytes(rng, dst, bytes); }
+
+std::vector<std::uint8_t> random_packed(std::mt19937_64& rng, Values values, int rows, int k, std::int64_t ld) {
+  return make_packed(rng, values, rows, k, ld);
+}
+
+std::vector<std::uint8_t> random_scales(std::mt19937_64& rng, Format format, Values values, int rows,
+                                        std::int64_t cols) {
+  ProblemConfig cfg;
+  cfg.format = format;
+  cfg.values = values;
+  return make_scales(rng, cfg, rows, cols);
+}
+
+std::uint32_t load_output_bits(const std::uint8_t* base, OutType type, std::int64_t index) {
+  return load_bits(base, type, index);
+}
+
+double output_bits_to_double(std::uint32_t bits, OutType type) { return bits_to_double(bits, type); }
+
+double output_half_ulp(OutType type, double v) { return half_ulp(grid(type), v); }
+double output_min_step(OutType type) { return grid(type).min_step; }
+double output_overflow(OutType type) { return grid(type).overflow; }
 
 // ---- configuration --------------------------------------------------------------------------
 
@@ -495,7 +521,7 @@ DeviceProblem::DeviceProblem(const Problem& problem)
     pos += guard_bytes_;
   }
   image_.resize(round_up(pos + 256, 256));
-  fill_random(rng, image_.data(), image_.size());  // guards, gaps: garbage
+  random_bytes(rng, image_.data(), image_.size());  // guards, gaps: garbage
   for (std::size_t g = 0; g < problem.groups.size(); ++g) {
     const GroupData& d = problem.groups[g];
     if (d.null_pointers) continue;

@@ -128,6 +128,27 @@ struct Problem {
 
 Problem make_problem(const ProblemConfig& config);
 
+// ---- data helpers shared with other suites (the MoE tier, tests/gpu/moe_problem.cpp) ----------
+
+// Random bytes, eight per draw of `rng`.
+void fill_random(std::mt19937_64& rng, std::uint8_t* dst, std::size_t bytes);
+// `rows` packed e2m1 rows of K elements with row stride `ld` bytes in `values` mode (bytes past
+// K/2 in a row are garbage); what make_problem generates for A and B.
+std::vector<std::uint8_t> random_packed(std::mt19937_64& rng, Values values, int rows, int k, std::int64_t ld);
+// Linear [rows, cols] scale codes of `format` in `values` mode; what make_problem generates.
+std::vector<std::uint8_t> random_scales(std::mt19937_64& rng, Format format, Values values, int rows,
+                                        std::int64_t cols);
+
+// Output elements: the bits of element `index` of a buffer of `type`, and their value.
+std::uint32_t load_output_bits(const std::uint8_t* base, OutType type, std::int64_t index);
+double output_bits_to_double(std::uint32_t bits, OutType type);
+// Half the spacing of `type`'s grid at magnitude |v| (finite; subnormal spacing below the
+// smallest normal), the spacing of its subnormals, and the magnitude from which values round to
+// infinity.
+double output_half_ulp(OutType type, double v);
+double output_min_step(OutType type);
+double output_overflow(OutType type);
+
 // ---- random problems ------------------------------------------------------------------------
 
 struct RandomLimits {

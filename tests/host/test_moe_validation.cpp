@@ -1,0 +1,120 @@
+// Host tier: MoeGemm's plan-time argument checks, which run before anything touches a device (so
+// they are tested everywhere; the GPU tier repeats them with real buffers, adds the device-buffer
+// extents and the run-time MoeArgs checks). Each case breaks one field of an otherwise valid
+// description and expects fp4gemm::Error naming that field.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "fp4gemm/formats.hpp"
+#include "fp4gemm/moe.hpp"
+
+namespace fp4gemm {
+namespace {
+
+// Aligned addresses nothing is read from (validation comes first; on a machine with a GPU the
+// device-buffer check then names weights.w).
+const void* fake(std::uintptr_t address) { return reinterpret_cast<const void*>(address); }
+
+struct Valid {
+  MoeWeights w;
+  MoeOptions o;
+  Valid() {
+    w.experts = 4, w.n = 64, w.k = 128;
+    w.w = fake(0x100000);
+    w.scales = fake(0x200000);
+    o.capacity = 64;
+  }
+};
+
+std::string plan_error(const MoeWeights& w, const MoeOptions& o) {
+  try {
+    MoeGemm plan(w, o);
+  } catch (const Error& e) {
+    return e.argument();
+  }
+  return "(nothing thrown)";
+}
+
+TEST(MoePlanValidation, ValidDescriptionPassesValidation) {
+  const Valid v;
+  // Past validation the plan needs a device (none here) or real device buffers (these are fake).
+  const std::string arg = plan_error(v.w, v.o);
+  EXPECT_TRUE(arg == "device" || arg == "options.device" || arg == "weights.w") << arg;
+}
+
+TEST(MoePlanValidation, EachBadFieldNamed) {
+  const auto bad = [](const char* argument, const std::function<void(MoeWeights&, MoeOptions&)>& edit) {
+    Valid v;
+    edit(v.w, v.o);
+    EXPECT_EQ(plan_error(v.w, v.o), argument);
+  };
+  bad("weights.experts", [](MoeWeights& w, MoeOptions&) { w.experts = 0; });
+  bad("weights.experts", [](MoeWeights& w, MoeOptions&) { w.experts = 513; });
+  bad("weights.experts", [](MoeWeights& w, MoeOptions&) { w.experts = std::numeric_limits<int>::min(); });
+  bad("weights.n", [](MoeWeights& w, MoeOptions&) { w.n = 0; });
+  bad("weights.n", [](MoeWeights& w, MoeOptions&) { w.n = -1; });
+  bad("weights.k", [](MoeWeights& w, MoeOptions&) { w.k = 0; });
+  bad("weights.k", [](MoeWeights& w, MoeOptions&) { w.k = 24; });
+  bad("weights.k", [](MoeWeights& w, MoeOptions& o) { o.format = Format::mxfp4, w.k = 48; });
+  bad("options.capacity", [](MoeWeights&, MoeOptions& o) { o.capacity = 0; });
+  bad("options.capacity", [](MoeWeights&, MoeOptions& o) { o.capacity = -1; });
+  bad("options.capacity", [](MoeWeights&, MoeOptions& o) { o.capacity = 1 << 30; });
+  bad("options.capacity",
+      [](MoeWeights& w, MoeOptions& o) { w.experts = 512, o.layout = MoeLayout::masked, o.capacity = 1 << 22; });
+  bad("options.activation", [](MoeWeights&, MoeOptions& o) { o.activation = MoeActivation::bf16; });  // nvfp4 weights
+  bad("options.format", [](MoeWeights&, MoeOptions& o) { o.format = static_cast<Format>(5); });
+  bad("options.scale_layout", [](MoeWeights&, MoeOptions& o) { o.scale_layout = static_cast<ScaleLayout>(5); });
+  bad("options.out_type", [](MoeWeights&, MoeOptions& o) { o.out_type = static_cast<OutType>(5); });
+  bad("options.activation", [](MoeWeights&, MoeOptions& o) { o.activation = static_cast<MoeActivation>(5); });
+  bad("options.layout", [](MoeWeights&, MoeOptions& o) { o.layout = static_cast<MoeLayout>(5); });
+  bad("weights.w", [](MoeWeights& w, MoeOptions&) { w.w = nullptr; });
+  bad("weights.w", [](MoeWeights& w, MoeOptions&) { w.w = fake(0x100008); });
+  bad("weights.scales", [](MoeWeights& w, MoeOptions&) { w.scales = nullptr; });
+  bad("weights.scales", [](MoeWeights& w, MoeOptions&) { w.scales = fake(0x200001); });
+  bad("weights.ldw", [](MoeWeights& w, MoeOptions&) { w.ldw = 48; });
+  bad("weights.ldw", [](MoeWeights& w, MoeOptions&) { w.ldw = 72; });
+  bad("weights.ldw", [](MoeWeights& w, MoeOptions&) { w.k = 16; });  // default ldw K/2 = 8: not a multiple of 16
+  bad("weights.expert_stride", [](MoeWeights& w, MoeOptions&) { w.expert_stride = 64 * 64 - 16; });
+  bad("weights.expert_stride", [](MoeWeights& w, MoeOptions&) { w.expert_stride = 64 * 64 + 8; });
+  bad("weights.expert_stride", [](MoeWeights& w, MoeOptions&) { w.ldw = 80, w.expert_stride = 64 * 64; });  // < N * ldw
+  bad("weights.scale_expert_stride", [](MoeWeights& w, MoeOptions&) {
+    w.scale_expert_stride = static_cast<std::int64_t>(formats::blocked_scale_bytes(64, 8)) - 16;
+  });
+  bad("weights.scale_expert_stride", [](MoeWeights& w, MoeOptions&) {
+    w.scale_expert_stride = static_cast<std::int64_t>(formats::blocked_scale_bytes(64, 8)) + 8;
+  });
+  bad("weights.scale_expert_stride",
+      [](MoeWeights& w, MoeOptions& o) { o.scale_layout = ScaleLayout::linear, w.scale_expert_stride = 511; });
+  bad("weights.alpha", [](MoeWeights& w, MoeOptions&) { w.alpha = std::numeric_limits<float>::quiet_NaN(); });
+  bad("weights.alpha", [](MoeWeights& w, MoeOptions&) { w.alpha = -INFINITY; });
+  bad("weights.alpha_device",
+      [](MoeWeights& w, MoeOptions&) { w.alpha_device = static_cast<const float*>(fake(0x300002)); });
+}
+
+// What must pass validation: W4A16 with MXFP4 weights, a NaN host alpha beside a device alpha,
+// linear scales with a stride that is not a multiple of 16, the defaults (0) for the strides.
+TEST(MoePlanValidation, AcceptedCombinations) {
+  const auto accepted = [](const std::function<void(MoeWeights&, MoeOptions&)>& edit) {
+    Valid v;
+    edit(v.w, v.o);
+    const std::string arg = plan_error(v.w, v.o);
+    EXPECT_TRUE(arg == "device" || arg == "options.device" || arg == "weights.w") << arg;
+  };
+  accepted([](MoeWeights&, MoeOptions& o) { o.format = Format::mxfp4, o.activation = MoeActivation::bf16; });
+  accepted([](MoeWeights& w, MoeOptions&) {
+    w.alpha_device = static_cast<const float*>(fake(0x300000)), w.alpha = std::numeric_limits<float>::quiet_NaN();
+  });
+  accepted(
+      [](MoeWeights& w, MoeOptions& o) { o.scale_layout = ScaleLayout::linear, w.scale_expert_stride = 64 * 8 + 3; });
+  accepted([](MoeWeights& w, MoeOptions&) { w.experts = 512; });
+  accepted([](MoeWeights& w, MoeOptions&) { w.experts = 1, w.n = 1, w.k = 32; });
+  accepted([](MoeWeights&, MoeOptions& o) { o.layout = MoeLayout::masked, o.capacity = 1; });
+}
+
+}  // namespace
+}  // namespace fp4gemm
