@@ -50,7 +50,13 @@ void moe_gemm(const MoeHostProblem& p, int threads) {
   const std::int64_t vec = scale_block_size(p.format), cols = p.k / vec;
   auto src_row = [&](std::int64_t r) -> std::int64_t {
     const std::int64_t s = p.gather != nullptr ? p.gather[r] : r;
-    if (s < 0 || s >= p.a_rows) throw Error("gather_index", -1, "index " + std::to_string(s) + " out of range");
+    if (s < 0 || s >= p.a_rows) {
+      if (p.gather != nullptr)
+        throw Error("gather_index", -1, "gather_index[" + std::to_string(r) + "] = " + std::to_string(s) +
+                                            " is outside [0, " + std::to_string(p.a_rows) + ")");
+      throw Error("expert_offsets", -1, "row " + std::to_string(r) + " is past the " + std::to_string(p.a_rows) +
+                                            " rows of A");
+    }
     return s;
   };
   for (int e = 0; e < p.experts; ++e) {

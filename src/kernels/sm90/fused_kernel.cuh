@@ -245,10 +245,12 @@ struct PrepassArgs {
   // (CTA range -> piece -> tile -> group -> tensor map) hits L2 instead of DRAM.
   const std::uint8_t* meta;
   int meta_lines;  // 128-byte lines
-  // Routed (MoE) activations, device data read at run time (kRouted modes only): rows at and past
-  // *valid_rows (null: all rows) are skipped; with `gather`, row m reads source row gather[m],
-  // which must lie in [0, gather_rows) (else error bit kMoeBadGather and the row is skipped).
-  const int* valid_rows;
+  // Routed (MoE) activations, device data read at run time (kRouted modes only): only rows
+  // [*first_row, *end_row) are read (null: from 0 / to the group's rows; clamped to them); with
+  // `gather`, row m reads source row gather[m], which must lie in [0, gather_rows) (else error bit
+  // kMoeBadGather and the row is skipped).
+  const int* first_row;
+  const int* end_row;
   const int* gather;
   int gather_rows;
   int* error;  // MoeErrorWord
@@ -259,21 +261,22 @@ static_assert(sizeof(PrepassArgs) <= 4096, "kernel parameters beyond 4 KB");
 // rows or of bf16 rows (W4A16: the pre-pass only reorders them into wgmma K order).
 enum class PrepassSource { grouped_fp4, routed_fp4, routed_bf16 };
 
-// The device error word of an MoE plan: bits of what was wrong, and the first expert / row seen.
+// The device error word of an MoE plan: the bits of everything that was wrong, and the place of
+// the first report (its kind, the offset / count index or the row, the bad value).
 struct MoeErrorWord {
   int bits;
-  int expert;  // first bad expert (offsets / counts), or -1
-  int row;     // first row with a bad gather index, or -1
-  int value;   // the bad value (offset, count or index)
+  int kind;   // the bit of the first report, 0 while there is none
+  int index;  // expert_offsets / expert_counts index, or gather_index row
+  int value;  // the bad value (offset, count or gather index)
 };
 constexpr int kMoeBadOffsets = 1, kMoeOverCapacity = 2, kMoeBadCount = 4, kMoeBadGather = 8;
 
-__device__ __forceinline__ void moe_report(int* error, int bit, int expert, int row, int value) {
+__device__ __forceinline__ void moe_report(int* error, int bit, int index, int value) {
   MoeErrorWord* e = reinterpret_cast<MoeErrorWord*>(error);
-  if ((atomicOr(&e->bits, bit) & bit) == 0) {  // the first report of this kind names its place
-    if (expert >= 0) atomicExch(&e->expert, expert);
-    if (row >= 0) atomicExch(&e->row, row);
-    atomicExch(&e->value, value);
+  atomicOr(&e->bits, bit);
+  if (atomicCAS(&e->kind, 0, bit) == 0) {  // the first report names its place (read after the grid ends)
+    e->index = index;
+    e->value = value;
   }
 }
 
@@ -305,7 +308,7 @@ __device__ __forceinline__ void prepass_unit(const PrepassArgs& args, const Prep
     if (valid && args.gather != nullptr) {
       src_m = __ldg(args.gather + m);
       if (src_m < 0 || src_m >= args.gather_rows) {
-        if (kb == 0) moe_report(args.error, kMoeBadGather, -1, m, src_m);
+        if (kb == 0) moe_report(args.error, kMoeBadGather, m, src_m);
         valid = false;
       }
     }
@@ -460,13 +463,15 @@ __global__ void __launch_bounds__(256) dequant_activations(const __grid_constant
       prepass_unit<F, S>(args, g, blockIdx.x * blockDim.x + threadIdx.x, g.m, buf, lane);
     }
   } else {
-    // One routed stack, rows [0, *valid_rows) (device data; the plan's rows when null) in a
-    // grid-stride loop: a plan sized for a large capacity costs little on a decode step.
+    // One routed stack, rows [*first_row, *end_row) (device data) in a grid-stride loop: a plan
+    // sized for a large capacity costs little on a decode step.
     const PrepassGroup& g = args.inline_groups[0];
-    const int rows = args.valid_rows != nullptr ? max(0, min(g.m, __ldg(args.valid_rows))) : g.m;
-    const int units = rows * ((g.k + 63) / 64);  // < 2^31 (checked by the MoE plan)
+    const int end = args.end_row != nullptr ? max(0, min(g.m, __ldg(args.end_row))) : g.m;
+    const int first = args.first_row != nullptr ? max(0, min(end, __ldg(args.first_row))) : 0;
+    const int kblocks = (g.k + 63) / 64;
+    const int units = (end - first) * kblocks;  // < 2^31 (checked by the MoE plan)
     for (int base = blockIdx.x * blockDim.x; base < units; base += gridDim.x * blockDim.x)  // block-uniform
-      prepass_unit<F, S>(args, g, base + threadIdx.x, rows, buf, lane);
+      prepass_unit<F, S>(args, g, first * kblocks + base + threadIdx.x, end, buf, lane);
   }
   FP4GEMM_TRACE_DO(__syncwarp(); if (lane == 0) atomicMax(&g_prepass_ns[1], globaltimer());)
 }

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
       rows = a.counts[e];
       base = e * a.capacity;
       if (rows < 0 || rows > a.capacity) {
-        moe_report(a.error, kMoeBadCount, e, -1, rows);
+        moe_report(a.error, kMoeBadCount, e, rows);
         bad = true;
       }
     } else {
@@ -122,11 +122,11 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
       const int next = a.offsets[e + 1];
       rows = next - base;
       if ((e == 0 && base < 0) || next < base) {
-        moe_report(a.error, kMoeBadOffsets, e == 0 && base < 0 ? 0 : e + 1, -1, e == 0 && base < 0 ? base : next);
+        moe_report(a.error, kMoeBadOffsets, e == 0 && base < 0 ? 0 : e + 1, e == 0 && base < 0 ? base : next);
         bad = true;
       }
       if (e == a.experts - 1 && next > a.capacity) {
-        moe_report(a.error, kMoeOverCapacity, a.experts, -1, next);
+        moe_report(a.error, kMoeOverCapacity, a.experts, next);
         bad = true;
       }
     }
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
   }
   __syncthreads();
   if (total_tiles > a.max_tiles) {  // cannot happen for a routing that passed step 1 (plan sizing)
-    if (threadIdx.x == 0) moe_report(a.error, kMoeOverCapacity, a.experts, -1, total_tiles);
+    if (threadIdx.x == 0) moe_report(a.error, kMoeOverCapacity, a.experts, total_tiles);
     for (int i = threadIdx.x; i <= a.num_ctas; i += blockDim.x) a.cta_begin[i] = 0;
     return;
   }
@@ -511,8 +511,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
                      "plan");
 
   p.error = p.allocate<int>(sizeof(MoeErrorWord), "plan workspace");
-  const MoeErrorWord clean{0, -1, -1, 0};
-  FP4GEMM_CUDA_CHECK(cudaMemcpy(p.error, &clean, sizeof clean, cudaMemcpyHostToDevice), "plan");
+  FP4GEMM_CUDA_CHECK(cudaMemset(p.error, 0, sizeof(MoeErrorWord)), "plan");
 
   MoeScheduleArgs& sa = p.schedule;
   sa.experts = w.experts;
@@ -615,7 +614,9 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   pa.inline_groups[0].a = static_cast<const std::uint8_t*>(args.a);
   pa.inline_groups[0].sfa = static_cast<const std::uint8_t*>(args.a_scales);
   pa.inline_groups[0].lda = args.lda;
-  pa.valid_rows = p.options.layout == MoeLayout::contiguous ? args.expert_offsets + p.weights.experts : nullptr;
+  // Contiguous: only the routed rows [offsets[0], offsets[E]) are read (and their gather indices).
+  pa.first_row = p.options.layout == MoeLayout::contiguous ? args.expert_offsets : nullptr;
+  pa.end_row = p.options.layout == MoeLayout::contiguous ? args.expert_offsets + p.weights.experts : nullptr;
   pa.gather = args.gather_index;
   pa.gather_rows = args.num_tokens;
 
@@ -642,29 +643,43 @@ void MoeGemm::check(cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   DeviceGuard guard(p.device.index);
   MoeErrorWord word{};
-  FP4GEMM_CUDA_CHECK(cudaMemcpyAsync(&word, p.error, sizeof word, cudaMemcpyDeviceToHost, stream), "check");
+  {
+    // Read and clear in stream order, after every run enqueued before (on any stream: the runs are
+    // serialised by `done`).
+    std::lock_guard lock(p.run_mutex);
+    FP4GEMM_CUDA_CHECK(cudaStreamWaitEvent(stream, p.done, 0), "check");
+    FP4GEMM_CUDA_CHECK(cudaMemcpyAsync(&word, p.error, sizeof word, cudaMemcpyDeviceToHost, stream), "check");
+    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(p.error, 0, sizeof word, stream), "check");
+    FP4GEMM_CUDA_CHECK(cudaEventRecord(p.done, stream), "check");
+  }
   FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(stream), "check");
   if (word.bits == 0) return;
-  const MoeErrorWord clean{0, -1, -1, 0};
-  FP4GEMM_CUDA_CHECK(cudaMemcpy(p.error, &clean, sizeof clean, cudaMemcpyHostToDevice), "check");
   const int E = p.weights.experts;
-  if (word.bits & kMoeBadOffsets)
-    throw Error("expert_offsets", word.expert,
-                "a run saw expert_offsets[" + std::to_string(word.expert) + "] = " + std::to_string(word.value) +
-                    (word.expert == 0 ? " < 0" : ", less than expert_offsets[" + std::to_string(word.expert - 1) + "]") +
-                    ": offsets must be non-decreasing from >= 0; that run computed nothing");
-  if (word.bits & kMoeOverCapacity)
-    throw Error("expert_offsets", E,
-                "a run saw expert_offsets[" + std::to_string(E) + "] = " + std::to_string(word.value) +
-                    ", more rows than the plan's capacity " + std::to_string(p.options.capacity) +
-                    "; that run computed nothing");
-  if (word.bits & kMoeBadCount)
-    throw Error("expert_counts", word.expert,
-                "a run saw expert_counts[" + std::to_string(word.expert) + "] = " + std::to_string(word.value) +
-                    ", outside [0, " + std::to_string(p.options.capacity) + "]; that run computed nothing");
-  throw Error("gather_index", -1,
-              "a run saw gather_index[" + std::to_string(word.row) + "] = " + std::to_string(word.value) +
-                  ", outside [0, num_tokens); that row's output is undefined (nothing was read out of bounds)");
+  std::string also;
+  for (int bit : {kMoeBadOffsets, kMoeOverCapacity, kMoeBadCount, kMoeBadGather})
+    if ((word.bits & bit) && bit != word.kind)
+      also += bit == kMoeBadGather ? "; also a gather index out of range"
+                                   : bit == kMoeBadCount ? "; also a count out of range" : "; also bad offsets";
+  const std::string i = std::to_string(word.index), v = std::to_string(word.value);
+  switch (word.kind) {
+    case kMoeBadOffsets:
+      throw Error("expert_offsets", word.index,
+                  "a run saw expert_offsets[" + i + "] = " + v +
+                      (word.index == 0 ? " < 0" : ", less than expert_offsets[" + std::to_string(word.index - 1) + "]") +
+                      ": offsets must be non-decreasing from >= 0; that run computed nothing" + also);
+    case kMoeOverCapacity:
+      throw Error("expert_offsets", E,
+                  "a run saw expert_offsets[" + std::to_string(E) + "] = " + v + ", more rows than the plan's capacity " +
+                      std::to_string(p.options.capacity) + "; that run computed nothing" + also);
+    case kMoeBadCount:
+      throw Error("expert_counts", word.index,
+                  "a run saw expert_counts[" + i + "] = " + v + ", outside [0, " + std::to_string(p.options.capacity) +
+                      "]; that run computed nothing" + also);
+    default:
+      throw Error("gather_index", -1,
+                  "a run saw gather_index[" + i + "] = " + v +
+                      ", outside [0, num_tokens); that row's output is undefined (nothing was read out of bounds)" + also);
+  }
 }
 
 std::string MoeGemm::describe() const {
