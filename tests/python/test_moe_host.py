@@ -10,7 +10,7 @@ import pytest
 
 import fp4gemm
 from fp4gemm import moe
-from fp4gemm.testing import as_float64, random_moe, random_topk, round_to
+from fp4gemm.testing import as_float64, random_moe, random_topk
 
 from test_reference import assert_matches
 
