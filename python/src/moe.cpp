@@ -171,8 +171,13 @@ MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_sca
   if (r.alpha_array) check_extent(r.alpha, "alpha", 4 * std::int64_t{mw.experts}, "read", "");
   // Linear scales are converted to the blocked layout once, when the plan is built: a plan cached on
   // their address must not outlive an in-place change of them (torch counts those in _version).
-  if (o.scale_layout == ScaleLayout::linear && r.scales.framework == Framework::torch)
-    r.scales_version = nb::cast<std::uint64_t>(w_scales.attr("_version"));
+  // (Inference tensors have no version counter: reading it raises, and they cannot change in place.)
+  if (o.scale_layout == ScaleLayout::linear && r.scales.framework == Framework::torch) {
+    PyObject* version = PyObject_GetAttrString(w_scales.ptr(), "_version");
+    if (version != nullptr) r.scales_version = PyLong_AsUnsignedLongLong(version);
+    Py_XDECREF(version);
+    PyErr_Clear();
+  }
   return r;
 }
 
