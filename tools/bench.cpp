@@ -1,4 +1,5 @@
-// `fp4gemm bench`: the seed and dense suites (SPEC 4) with floors and peers, table + JSON.
+// `fp4gemm bench`: the seed and dense suites (SPEC 4) with floors and peers, table + JSON; the moe
+// suite is moe_bench.cpp.
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -29,7 +30,7 @@ std::vector<SuiteCase> suite_cases(const std::string& suite) {
     cases.push_back({"dense", {"dense1", {8192}, 8192, 1024, 1}});  // --mnkl 8192,8192,1024,1
     cases.push_back({"dense", {"dense2", {2048}, 2048, 512, 1}});   // --mnkl 2048,2048,512,1
   }
-  if (cases.empty()) throw Error("--suite", -1, "unknown suite '" + suite + "' (expected seed, dense or all)");
+  if (cases.empty()) throw Error("--suite", -1, "unknown suite '" + suite + "' (expected seed, dense, all or moe)");
   return cases;
 }
 
@@ -144,6 +145,8 @@ CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const C
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
+  if (o.suite == "moe") return run_moe_suite(o);
+  if (!o.act.empty()) throw Error("--act", -1, "applies to the moe suite only (the other suites are W4A4 in --format)");
   const RunSettings s = resolve_settings(o);
   const auto cases = select_cases(o, s.data.format);
   const DeviceInfo device = require_device();

@@ -14,17 +14,35 @@ struct CheckReport {
   std::int64_t tolerance_failures = 0;  // |out - ref| > 1e-3 + 1e-3 |ref|
   std::int64_t nan_mismatches = 0;      // NaN in one of out / ref only
   std::int64_t bit_mismatches = 0;      // elements whose bits differ from the reference's
-  std::int64_t outside_writes = 0;      // poisoned padding columns (N <= col < ldc) that changed
+  std::int64_t outside_writes = 0;      // poisoned elements outside C (padding columns, unrouted rows) that changed
+  std::int64_t bound_failures = 0;      // (fp32_bound) elements outside SPEC 3's FP32 bound
   double max_abs = 0, max_rel = 0;
   // GPU MODE values ({0, +-0.5, +-1, +-1.5} x {1, 2}) make every sum exact: bits must match.
   bool require_bit_identical = true;
+  // Full-range data: cancellation makes the GPU MODE rule unreachable for any FP32-accumulating
+  // kernel; the contract is SPEC 3's FP32 bound instead (tolerance failures are then reported only).
+  bool fp32_bound = false;
 
   bool pass() const {
-    return tolerance_failures == 0 && nan_mismatches == 0 && outside_writes == 0 &&
-           (!require_bit_identical || bit_mismatches == 0);
+    const bool values_ok = fp32_bound ? bound_failures == 0 : tolerance_failures == 0;
+    return values_ok && nan_mismatches == 0 && outside_writes == 0 && (!require_bit_identical || bit_mismatches == 0);
   }
   std::string summary() const;
 };
+
+// The bytes of a device buffer (as requested, without the padding), copied to the host.
+std::vector<std::uint8_t> download(const DeviceBuffer& buffer);
+
+// Compares rows [0, rows) of a device output `out` with the reference `ref` (both row-major, row
+// stride ldc elements of `type`): the n columns per SPEC 3, and the padding columns [n, ldc), which
+// must still hold the 0xFF poison. With `fp32_bound` (the report's mode), `exact` holds the
+// reference in float64 (row stride n) and `slack` 2 K 2^-24 sum_k |a_k b_k| per element: an
+// element passes when |out - exact| <= u |exact| + slack (u: the output type's unit roundoff), or
+// when both overflow to the same infinity.
+void compare_rows(const std::uint8_t* out, const std::uint8_t* ref, std::int64_t rows, int n, std::int64_t ldc,
+                  OutType type, CheckReport& r, const double* exact = nullptr, const double* slack = nullptr);
+// Rows whose every byte must still be the 0xFF poison (rows no expert owns).
+void count_outside_writes(const std::uint8_t* out, std::int64_t rows, std::int64_t ldc, OutType type, CheckReport& r);
 
 // Copies the inputs and the current outputs of `data` to the host, runs
 // reference::grouped_gemm (float64 accumulation) and compares every element of every group.

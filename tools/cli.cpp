@@ -16,8 +16,6 @@
 
 namespace fp4gemm::cli {
 
-namespace {
-
 Format parse_format(const std::string& s) {
   if (s == "nvfp4") return Format::nvfp4;
   if (s == "mxfp4") return Format::mxfp4;
@@ -43,6 +41,8 @@ Backend parse_backend(const std::string& s) {
   if (s == "reference") return Backend::reference;
   throw Error("--backend", -1, "unknown backend '" + s + "' (expected auto, fast or reference)");
 }
+
+namespace {
 
 // One integer of a comma-separated list, whole token only.
 long long parse_integer(const std::string& token, const char* option) {

@@ -32,6 +32,7 @@ struct CommonOptions {
 
 struct BenchOptions : CommonOptions {
   std::string suite = "seed";
+  std::string act;  // moe suite: nvfp4 | mxfp4 | bf16; empty: W4A4 in --format
   std::string cases;  // "1,3": 1-based indices into the selected suite; empty: all
   bool no_peers = false;
   int settle_ms = 500;  // idle time before each case's timing (see bench.cpp)
@@ -52,6 +53,21 @@ struct InfoOptions {
   std::string json;
 };
 
+// `fp4gemm moe`: one MoE layer GEMM with a random top-k routing (its own --layout: the row layout).
+struct MoeCommandOptions {
+  int experts = 0, n = 0, k = 0, tokens = 0, topk = 1;
+  std::string act = "nvfp4";       // nvfp4 | mxfp4 (W4A4) | bf16 (W4A16 on mxfp4 weights)
+  std::string scales = "blocked";  // weight scale layout
+  std::string out = "bf16";
+  std::string layout = "contiguous";
+  std::string routing = "uniform";
+  std::string values = "full";  // full | gpumode
+  bool check = false, dynamic = false;
+  int iters = 100, warmup = 10;
+  std::uint64_t seed = 1111;
+  std::string json;
+};
+
 // ---- resolved settings ------------------------------------------------------------------------
 struct RunSettings {
   DataSettings data;
@@ -64,6 +80,11 @@ struct RunSettings {
 // Maps the option strings to enums and checks the counts (fp4gemm::Error naming the option);
 // reads the tuning knobs from the environment (fp4gemm::Error naming the variable).
 RunSettings resolve_settings(const CommonOptions& o);
+// The option strings of --format, --layout, --out, --backend (fp4gemm::Error naming the option).
+Format parse_format(const std::string& s);
+ScaleLayout parse_layout(const std::string& s);
+OutType parse_out(const std::string& s);
+Backend parse_backend(const std::string& s);
 
 // "80,176,128" -> values; each must be an integer in [min_value, INT_MAX]. Throws fp4gemm::Error
 // naming `option` on an empty list, a non-integer or a value out of range.
@@ -104,10 +125,20 @@ std::string strip_prefix(const std::string& what);
 // "2026-11-22T10:00:00Z"
 std::string utc_now();
 
+// ---- MoE --------------------------------------------------------------------------------------------
+// --act (nvfp4 / mxfp4: W4A4 in that format; bf16: W4A16 on mxfp4 weights), --scales, --out,
+// --layout (contiguous / masked), --routing, --values into the problem settings.
+struct MoeSettings;
+MoeSettings moe_settings(const std::string& act, const std::string& scales, const std::string& out,
+                         const std::string& layout, const std::string& routing, const std::string& values,
+                         std::uint64_t seed);
+
 // ---- commands -----------------------------------------------------------------------------------
 int run_info(const InfoOptions& o);
 int run_bench(const BenchOptions& o);
 int run_grouped(const GroupedOptions& o);
 int run_gemm(const GemmOptions& o);
+int run_moe(const MoeCommandOptions& o);
+int run_moe_suite(const BenchOptions& o);  // bench --suite moe (moe_bench.cpp)
 
 }  // namespace fp4gemm::cli

@@ -63,6 +63,28 @@ __global__ void fill_scales_kernel(uint4* out, std::size_t vectors, std::uint64_
   }
 }
 
+// Every byte from the hash: `lo + (byte * span >> 8)`, span = 0 keeping the raw byte.
+__global__ void fill_bytes_kernel(uint4* out, std::size_t vectors, std::uint64_t seed, std::uint32_t lo,
+                                  std::uint32_t span) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors;
+       i += stride) {
+    std::uint32_t words[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const std::uint64_t h = mix64(seed + (i * 2 + w / 2) * kGolden) >> (32 * (w % 2));
+      std::uint32_t word = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const std::uint32_t b = (h >> (8 * j)) & 0xFFu;
+        word |= (span == 0 ? b : lo + ((b * span) >> 8)) << (8 * j);
+      }
+      words[w] = word;
+    }
+    out[i] = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+}
+
 __global__ void fill_bf16_kernel(__nv_bfloat16* out, std::size_t count, std::uint64_t seed) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
@@ -72,6 +94,18 @@ __global__ void fill_bf16_kernel(__nv_bfloat16* out, std::size_t count, std::uin
     float x = 2.0f * u - 1.0f;
     if (x == 0.0f) x = 0.25f;
     out[i] = __float2bfloat16_rn(x);
+  }
+}
+
+// GPU MODE's values as bf16 (W4A16 activations): {0, +-0.5, +-1, +-1.5}, exact partial sums.
+__global__ void fill_bf16_gpu_mode_kernel(std::uint16_t* out, std::size_t count, std::uint64_t seed) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const std::uint32_t code = e2m1_code_from_byte(mix64(seed + i * kGolden) & 0xFFu);
+    const std::uint32_t magnitude = code & 7u;  // 0..3: 0, 0.5, 1, 1.5
+    const std::uint16_t bits = magnitude == 0 ? 0 : magnitude == 1 ? 0x3F00 : magnitude == 2 ? 0x3F80 : 0x3FC0;
+    out[i] = static_cast<std::uint16_t>(bits | ((code & 8u) ? 0x8000u : 0u));
   }
 }
 
@@ -106,6 +140,29 @@ void fill_scales_gpu_mode(void* p, std::size_t bytes, Format format, std::uint64
   const std::uint32_t high = format == Format::nvfp4 ? 0x40u : 128u;
   fill_scales_kernel<<<grid_for(vectors), kFillThreads, 0, stream>>>(static_cast<uint4*>(p), vectors,
                                                                     seed, low, high);
+  CLI_CUDA_CHECK(cudaGetLastError(), "data");
+}
+
+void fill_bytes_random(void* p, std::size_t bytes, std::uint64_t seed, cudaStream_t stream) {
+  const std::size_t vectors = bytes / 16;
+  if (vectors == 0) return;
+  fill_bytes_kernel<<<grid_for(vectors), kFillThreads, 0, stream>>>(static_cast<uint4*>(p), vectors, seed, 0, 0);
+  CLI_CUDA_CHECK(cudaGetLastError(), "data");
+}
+
+void fill_scales_random(void* p, std::size_t bytes, Format format, std::uint64_t seed, cudaStream_t stream) {
+  const std::size_t vectors = bytes / 16;
+  if (vectors == 0) return;
+  // E4M3 normal codes 0x08..0x7E (0x7F is NaN); UE8M0 117..137.
+  const std::uint32_t lo = format == Format::nvfp4 ? 0x08u : 117u;
+  const std::uint32_t span = format == Format::nvfp4 ? 0x7Fu - 0x08u : 21u;
+  fill_bytes_kernel<<<grid_for(vectors), kFillThreads, 0, stream>>>(static_cast<uint4*>(p), vectors, seed, lo, span);
+  CLI_CUDA_CHECK(cudaGetLastError(), "data");
+}
+
+void fill_bf16_gpu_mode(void* p, std::size_t count, std::uint64_t seed, cudaStream_t stream) {
+  if (count == 0) return;
+  fill_bf16_gpu_mode_kernel<<<grid_for(count), kFillThreads, 0, stream>>>(static_cast<std::uint16_t*>(p), count, seed);
   CLI_CUDA_CHECK(cudaGetLastError(), "data");
 }
 

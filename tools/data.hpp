@@ -69,6 +69,13 @@ std::int64_t output_row_elems(int n);
 void fill_e2m1_gpu_mode(void* p, std::size_t bytes, std::uint64_t seed, cudaStream_t stream);
 void fill_scales_gpu_mode(void* p, std::size_t bytes, Format format, std::uint64_t seed,
                           cudaStream_t stream);
+// Realistic data (SPEC 4: tensor-core power depends on the data): every byte random (all 16 e2m1
+// nibbles), and scales spread over the normal range (E4M3 codes 0x08..0x7E: 2^-6..448; UE8M0
+// 127 +- 10: 2^-10..2^10).
+void fill_bytes_random(void* p, std::size_t bytes, std::uint64_t seed, cudaStream_t stream);
+void fill_scales_random(void* p, std::size_t bytes, Format format, std::uint64_t seed, cudaStream_t stream);
+// `count` bf16 values from GPU MODE's {0, +-0.5, +-1, +-1.5} (W4A16 activations with exact sums).
+void fill_bf16_gpu_mode(void* p, std::size_t count, std::uint64_t seed, cudaStream_t stream);
 // `count` random non-zero bf16 values in [-1, 1] (for the cuBLAS ceiling).
 void fill_bf16_random(void* p, std::size_t count, std::uint64_t seed, cudaStream_t stream);
 

@@ -1,4 +1,4 @@
-// fp4gemm command-line tool: `info`, `bench`, `grouped`, `gemm` (CLI11 subcommands).
+// fp4gemm command-line tool: `info`, `bench`, `grouped`, `gemm`, `moe` (CLI11 subcommands).
 #include <CLI/CLI.hpp>
 
 #include <exception>
@@ -26,8 +26,12 @@ void add_data_options(CLI::App* cmd, CommonOptions& o) {
 
 CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   CLI::App* cmd = app.add_subcommand("bench", "benchmark suites (SPEC 4) with floors and peers; table on stdout");
-  cmd->add_option("--suite", o.suite, "seed (4 GPU MODE cases), dense (--mnkl 8192,8192,1024,1 and 2048,2048,512,1) or all")
-      ->check(CLI::IsMember({"seed", "dense", "all"}))->capture_default_str();
+  cmd->add_option("--suite", o.suite,
+                  "seed (4 GPU MODE cases), dense (--mnkl 8192,8192,1024,1 and 2048,2048,512,1), all (both), or moe "
+                  "(MoE layer shapes of four models at 1..16384 tokens)")
+      ->check(CLI::IsMember({"seed", "dense", "all", "moe"}))->capture_default_str();
+  cmd->add_option("--act", o.act, "moe suite: activations nvfp4 / mxfp4 (W4A4) or bf16 (W4A16); default: --format")
+      ->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
   cmd->add_option("--cases", o.cases, "comma-separated 1-based case numbers within the suite, e.g. 1,3");
   cmd->add_flag("--no-peers", o.no_peers, "skip the peers (dequant+cuBLAS, cuBLAS bf16, per-group streams)");
   cmd->add_option("--settle-ms", o.settle_ms,
@@ -57,6 +61,35 @@ CLI::App* add_gemm(CLI::App& app, GemmOptions& o) {
   return cmd;
 }
 
+CLI::App* add_moe(CLI::App& app, MoeCommandOptions& o) {
+  CLI::App* cmd = app.add_subcommand("moe", "time one MoE layer GEMM (device-driven routing) on a random top-k routing");
+  cmd->add_option("--experts", o.experts, "experts E (1..512)")->required();
+  cmd->add_option("--n", o.n, "N: output columns of every expert (rows of its weight)")->required();
+  cmd->add_option("--k", o.k, "K (a multiple of 16 for nvfp4, 32 for mxfp4 / bf16)")->required();
+  cmd->add_option("--tokens", o.tokens, "tokens T; each is routed to --topk experts")->required();
+  cmd->add_option("--topk", o.topk, "experts per token")->capture_default_str();
+  cmd->add_option("--act", o.act, "activations: nvfp4 / mxfp4 (W4A4 in that format) or bf16 (W4A16, mxfp4 weights)")
+      ->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}))->capture_default_str();
+  cmd->add_option("--routing", o.routing, "routing distribution: uniform, skewed (Zipf-like), balanced, one-hot")
+      ->check(CLI::IsMember({"uniform", "skewed", "balanced", "one-hot"}))->capture_default_str();
+  cmd->add_option("--layout", o.layout, "row layout: contiguous (offsets + gather index) or masked ([E, capacity] slots)")
+      ->check(CLI::IsMember({"contiguous", "masked"}))->capture_default_str();
+  cmd->add_option("--scales", o.scales, "layout of the weight scales: blocked (fast path) or linear (converted at plan time)")
+      ->check(CLI::IsMember({"blocked", "linear"}))->capture_default_str();
+  cmd->add_option("--out", o.out, "output type")->check(CLI::IsMember({"f16", "bf16", "f32"}))->capture_default_str();
+  cmd->add_option("--values", o.values, "data: full (random nibbles, scales over the normal range) or gpumode "
+                                        "({0, +-0.5, +-1, +-1.5} x {1, 2}: --check must be bit-identical)")
+      ->check(CLI::IsMember({"full", "gpumode"}))->capture_default_str();
+  cmd->add_flag("--check", o.check, "compare with reference::moe_gemm (bit-identical on gpumode values, else SPEC 3's FP32 bound)");
+  cmd->add_flag("--dynamic", o.dynamic, "also time a loop of --iters steps, each uploading a new routing and running");
+  cmd->add_option("--iters", o.iters, "timed repetitions (median reported); steps of --dynamic")
+      ->check(CLI::Range(1, 1000000))->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "untimed warm-up repetitions")->check(CLI::Range(0, 1000000))->capture_default_str();
+  cmd->add_option("--seed", o.seed, "seed of the data and the routing")->capture_default_str();
+  cmd->add_option("--json", o.json, "also write every number to this JSON file");
+  return cmd;
+}
+
 // One line on stderr for every failure; "fp4gemm: " once.
 int report_failure(const std::string& what) {
   std::cerr << "fp4gemm: " << strip_prefix(what) << std::endl;
@@ -73,11 +106,13 @@ int main(int argc, char** argv) {
   BenchOptions bench_options;
   GroupedOptions grouped_options;
   GemmOptions gemm_options;
+  MoeCommandOptions moe_options;
   CLI::App* info = app.add_subcommand("info", "device, kernels and the measured ceilings of this GPU");
   info->add_option("--json", info_options.json, "also write the numbers to this JSON file");
   CLI::App* bench = add_bench(app, bench_options);
   CLI::App* grouped = add_grouped(app, grouped_options);
   CLI::App* gemm = add_gemm(app, gemm_options);
+  CLI::App* moe = add_moe(app, moe_options);
 
   try {
     app.parse(argc, argv);
@@ -92,6 +127,7 @@ int main(int argc, char** argv) {
     if (bench->parsed()) return run_bench(bench_options);
     if (grouped->parsed()) return run_grouped(grouped_options);
     if (gemm->parsed()) return run_gemm(gemm_options);
+    if (moe->parsed()) return run_moe(moe_options);
     return report_failure("no command given (try --help)");
   } catch (const NoDeviceError& e) {
     return report_failure(e.what());

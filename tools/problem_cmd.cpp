@@ -36,18 +36,6 @@ Json problem_json(const char* command, const ProblemShape& shape, const DeviceIn
   return doc;
 }
 
-Json check_json(const CheckReport& c) {
-  return Json{{"elements", c.elements},
-              {"max_abs_error", c.max_abs},
-              {"max_rel_error", c.max_rel},
-              {"tolerance_failures", c.tolerance_failures},
-              {"nan_mismatches", c.nan_mismatches},
-              {"bit_mismatches", c.bit_mismatches},
-              {"outside_writes", c.outside_writes},
-              {"require_bit_identical", c.require_bit_identical},
-              {"pass", c.pass()}};
-}
-
 // Shared by both commands: data, plan (with fallback), optional check, timing, report.
 int run_problem(const char* command, const ProblemShape& shape, const RunSettings& s, bool check) {
   const DeviceInfo device = require_device();

@@ -188,6 +188,20 @@ Json settings_json(const RunSettings& s) {
               {"tuning_environment", tuning_json()}};
 }
 
+Json check_json(const CheckReport& c) {
+  return Json{{"elements", c.elements},
+              {"max_abs_error", c.max_abs},
+              {"max_rel_error", c.max_rel},
+              {"tolerance_failures", c.tolerance_failures},
+              {"nan_mismatches", c.nan_mismatches},
+              {"bit_mismatches", c.bit_mismatches},
+              {"outside_writes", c.outside_writes},
+              {"require_bit_identical", c.require_bit_identical},
+              {"fp32_bound", c.fp32_bound},
+              {"bound_failures", c.bound_failures},
+              {"pass", c.pass()}};
+}
+
 Json stats_json(const TimingStats& t) {
   return Json{{"median", t.median_us}, {"min", t.min_us}, {"mean", t.mean_us}, {"max", t.max_us}, {"reps", t.reps}};
 }

@@ -65,6 +65,7 @@ Json device_json(const DeviceInfo& device);
 Json ceilings_json(const Ceilings& ceilings);
 Json settings_json(const RunSettings& settings);
 Json stats_json(const TimingStats& t);
+Json check_json(const CheckReport& c);
 Json case_json(const CaseResult& r);
 // Writes `doc` (indented) to `path`; throws fp4gemm::Error naming --json when it cannot.
 void write_json(const std::string& path, const Json& doc);

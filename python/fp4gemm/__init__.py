@@ -6,7 +6,8 @@ UE8M0 per 32 for MXFP4). Arrays come from any DLPack producer: CUDA tensors from
 or JAX run on the GPU; NumPy arrays run the exact CPU reference.
 
 Main entry points: :func:`grouped_gemm`, :class:`GroupedGemm`, :mod:`fp4gemm.gpumode`,
-:mod:`fp4gemm.ops` (torch custom op, registered when torch is importable), the format helpers
+:mod:`fp4gemm.moe` (the device-driven MoE grouped GEMM: expert offsets on the device),
+:mod:`fp4gemm.ops` (torch custom ops, registered when torch is importable), the format helpers
 (:func:`quantize`, :func:`dequantize`, :func:`linear_to_blocked`, ...) and
 ``python -m fp4gemm.bench``.
 """
@@ -31,6 +32,7 @@ from ._fp4gemm import (  # noqa: F401  (re-exported)
     set_plan_cache_max_bytes,
 )
 from . import gpumode  # noqa: F401  (no torch import at module level)
+from . import moe  # noqa: F401  (no torch import at module level)
 from .api import grouped_gemm, reference_grouped_gemm  # noqa: F401
 from .formats import (  # noqa: F401
     blocked_to_linear,

@@ -48,6 +48,27 @@ def _numpy_dtype(name: str):
     return np.dtype(name)
 
 
+def empty_like_framework(like: Any, shape: tuple, out_dtype: Any = "float16", argument: str = "c"):
+    """An empty array of `shape` and out_dtype on the framework (torch, NumPy, CuPy) and device of
+    `like`. bfloat16 without a native type is raw uint16 bits (NumPy without ml_dtypes, CuPy)."""
+    name = out_dtype_name(out_dtype)
+    module = type(like).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, name), device=like.device)
+    if module == "numpy":
+        import numpy as np
+
+        return np.empty(shape, dtype=_numpy_dtype(name))
+    if module == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(like.device.id):
+            return cupy.empty(shape, dtype="uint16" if name == "bfloat16" else name)
+    raise _argument_error(argument, f"cannot allocate outputs for {type(like).__name__} arrays; pass {argument}")
+
+
 def allocate_outputs(a: Sequence[Any], b: Sequence[Any], out_dtype: Any = "float16") -> list:
     """Empty outputs [M_g, N_g] (or [M_g, N_g, 1] when A_g is 3-D) on the framework and device of a[0]."""
     name = out_dtype_name(out_dtype)
@@ -55,29 +76,12 @@ def allocate_outputs(a: Sequence[Any], b: Sequence[Any], out_dtype: Any = "float
         raise _argument_error("b", f"has {len(b)} entries but a has {len(a)}; every list needs one entry per group")
     if len(a) == 0:
         return []
-    first = a[0]
-    module = type(first).__module__.split(".")[0]
 
     def shape(x, y):
         s = (x.shape[0], y.shape[0])
         return s + (1,) if len(x.shape) == 3 else s
 
-    if module == "torch":
-        import torch
-
-        dtype = getattr(torch, name)
-        return [torch.empty(shape(x, y), dtype=dtype, device=x.device) for x, y in zip(a, b)]
-    if module == "numpy":
-        import numpy as np
-
-        dtype = _numpy_dtype(name)
-        return [np.empty(shape(x, y), dtype=dtype) for x, y in zip(a, b)]
-    if module == "cupy":
-        import cupy
-
-        dtype = "uint16" if name == "bfloat16" else name  # CuPy has no bfloat16: raw bits
-        return [cupy.empty(shape(x, y), dtype=dtype) for x, y in zip(a, b)]
-    raise _argument_error("c", f"cannot allocate outputs for {type(first).__name__} arrays; pass c")
+    return [empty_like_framework(a[0], shape(x, y), name) for x, y in zip(a, b)]
 
 
 def grouped_gemm(

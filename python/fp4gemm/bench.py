@@ -14,6 +14,9 @@ Then the plan-build time on a cache miss and the host overhead per call with 8 g
 cached; aim < 10 us) for each entry point. --fresh-data also times fp4gemm on fresh copies of the
 inputs in every repetition (as GPU MODE's newer harness clones its data), so every call misses
 the plan cache. --json FILE writes everything, GPU name included.
+
+--moe runs the MoE suite instead (fp4gemm.moe_bench: SPEC 4's model shapes at 1..16384 tokens,
+fp4gemm.moe against torch._grouped_mm bf16 and the dynamic-routing loop of both).
 """
 
 from __future__ import annotations
@@ -285,6 +288,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="also time fp4gemm on fresh copies of the inputs every repetition (plan-cache misses)")
     ap.add_argument("--overhead-only", action="store_true", help="only measure the host overhead")
     ap.add_argument("--json", metavar="FILE", default=None, help="also write the results to FILE")
+    ap.add_argument("--moe", action="store_true",
+                    help="run the MoE suite instead (fp4gemm.moe vs torch._grouped_mm bf16, dynamic-routing loop; "
+                         "see fp4gemm.moe_bench)")
+    ap.add_argument("--moe-cases", default="", help="--moe: 1-based cases of the 56 (model, GEMM, tokens); default all")
+    ap.add_argument("--act", default="nvfp4", choices=["nvfp4", "mxfp4", "bf16"],
+                    help="--moe: W4A4 in nvfp4 / mxfp4, or W4A16 (bf16 activations, mxfp4 weights)")
+    ap.add_argument("--steps", type=int, default=50, help="--moe: steps of the dynamic-routing loop")
     args = ap.parse_args(argv)
 
     cases = [int(x) for x in args.cases.split(",") if x.strip()]
@@ -310,6 +320,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "torch": torch.__version__, "torch_cuda": torch.version.cuda, "python": sys.version.split()[0],
               "method": {"inputs": args.inputs, "reps": args.reps, "l2_flush": True, "host_overhead_included": True,
                          "time_per_call": "span of the back-to-back inputs / inputs"}}
+    if args.moe:
+        from fp4gemm import moe_bench
+
+        moe_cases = [int(x) for x in args.moe_cases.split(",") if x.strip()]
+        if any(c < 1 or c > len(moe_bench.suite()) for c in moe_cases):
+            ap.error(f"--moe-cases: each case must be in 1..{len(moe_bench.suite())}")
+        fmt = "mxfp4" if args.act == "bf16" else args.act
+        result["moe"] = moe_bench.run(moe_cases, args.act, fmt, args.reps, args.steps, not args.no_peers)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(result, fh, indent=2, default=str)
+            print(f"\nwrote {args.json}")
+        return 0
     if not args.overhead_only:
         rows = bench_cases(cases, args.inputs, args.reps, args.backend, not args.no_peers, args.fresh_data)
         result["cases"] = rows

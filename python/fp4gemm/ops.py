@@ -1,9 +1,10 @@
-"""torch custom ops: ``torch.ops.fp4gemm.grouped_gemm`` and ``torch.ops.fp4gemm.grouped_gemm_out``.
+"""torch custom ops: ``torch.ops.fp4gemm.grouped_gemm`` / ``grouped_gemm_out`` and
+``torch.ops.fp4gemm.moe_grouped_gemm`` / ``moe_grouped_gemm_out`` (fp4gemm.moe).
 
 Registered through torch.library with fake (meta) implementations, so they trace under
 ``torch.compile(fullgraph=True)`` and can be captured in CUDA graphs (the binding builds plans
 outside the graph — also when first seen during a capture — and keeps plans used by a captured
-graph alive). Both run on the stream torch considers current.
+graph alive). All run on the stream torch considers current.
 
     c = fp4gemm.ops.grouped_gemm(a, b, sfa, sfb, scale_layout="blocked")      # allocates C
     fp4gemm.ops.grouped_gemm_out(a, b, sfa, sfb, c, scale_layout="blocked")   # writes C
@@ -11,6 +12,11 @@ graph alive). Both run on the stream torch considers current.
 Packed FP4 may be uint8 or float4_e2m1fn_x2, scales uint8 / float8_e4m3fn / float8_e8m0fnu.
 `alpha` is a list of floats (baked into the graph) or, via `alpha_tensor`, a float32 CUDA
 tensor of one value per group read at run time.
+
+    out = fp4gemm.ops.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index)
+
+takes the routing as device tensors, so one compiled graph / captured CUDA graph serves every
+routing (see fp4gemm.moe).
 """
 
 # No `from __future__ import annotations`: torch.library infers the op schemas from live annotations.
@@ -130,3 +136,111 @@ def grouped_gemm_out(
         al = al * len(a)
     torch.ops.fp4gemm.grouped_gemm_out(list(a), list(b), list(sfa), list(sfb), list(c), al, alpha_tensor, format,
                                        scale_layout, backend or "")
+
+
+# ---- MoE grouped GEMM (fp4gemm.moe) ----------------------------------------------------------------
+#
+# The routing (expert_offsets, gather_index) is a tensor argument read by the kernels on the device,
+# so a compiled graph or a captured CUDA graph serves every routing: only the number of rows (the
+# output's shape) is static. The plan is cached on the weights (fp4gemm.moe.grouped_gemm).
+
+
+def _moe_rows(a: Tensor, gather_index: Optional[Tensor]) -> int:
+    return gather_index.shape[0] if gather_index is not None else a.shape[0]
+
+
+@torch.library.custom_op("fp4gemm::moe_grouped_gemm", mutates_args=())
+def _moe_grouped_gemm(
+    a: Tensor,
+    a_scales: Optional[Tensor],
+    w: Tensor,
+    w_scales: Tensor,
+    expert_offsets: Tensor,
+    gather_index: Optional[Tensor],
+    alpha: Optional[float],
+    alpha_tensor: Optional[Tensor],
+    format: str,
+    scale_layout: str,
+    out_dtype: torch.dtype,
+) -> Tensor:
+    out = torch.empty((_moe_rows(a, gather_index), w.shape[1]), dtype=out_dtype, device=a.device)
+    _C.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, _alpha_arg(alpha, alpha_tensor),
+                        format or None, scale_layout, out_dtype, None, None, 0)
+    return out
+
+
+@_moe_grouped_gemm.register_fake
+def _moe_grouped_gemm_fake(a, a_scales, w, w_scales, expert_offsets, gather_index, alpha, alpha_tensor, format,
+                           scale_layout, out_dtype):
+    if a.dim() != 2 or w.dim() != 3:
+        raise _C.ArgumentError(f"fp4gemm: a / w: expected a [rows, K/2 or K] and w [E, N, K/2], got {a.dim()}-D "
+                               f"and {w.dim()}-D")
+    return a.new_empty((_moe_rows(a, gather_index), w.shape[1]), dtype=out_dtype)
+
+
+@torch.library.custom_op("fp4gemm::moe_grouped_gemm_out", mutates_args=("out",))
+def _moe_grouped_gemm_out(
+    a: Tensor,
+    a_scales: Optional[Tensor],
+    w: Tensor,
+    w_scales: Tensor,
+    expert_offsets: Tensor,
+    gather_index: Optional[Tensor],
+    out: Tensor,
+    alpha: Optional[float],
+    alpha_tensor: Optional[Tensor],
+    format: str,
+    scale_layout: str,
+) -> None:
+    _C.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, _alpha_arg(alpha, alpha_tensor),
+                        format or None, scale_layout, out.dtype, None, None, 0)
+
+
+@_moe_grouped_gemm_out.register_fake
+def _moe_grouped_gemm_out_fake(a, a_scales, w, w_scales, expert_offsets, gather_index, out, alpha, alpha_tensor,
+                               format, scale_layout):
+    return None
+
+
+def _moe_alpha(alpha):
+    """(alpha, alpha_tensor) of a number or a per-expert float32 tensor."""
+    if alpha is None or isinstance(alpha, (int, float)):
+        return (None if alpha is None else float(alpha)), None
+    return None, alpha
+
+
+def moe_grouped_gemm(
+    a: Tensor,
+    a_scales: Optional[Tensor],
+    w: Tensor,
+    w_scales: Tensor,
+    expert_offsets: Tensor,
+    gather_index: Optional[Tensor] = None,
+    alpha=None,
+    format: Optional[str] = None,
+    scale_layout: str = "blocked",
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> Tensor:
+    """torch.ops.fp4gemm.moe_grouped_gemm with defaults; returns a new ``out [rows, N]`` (rows past
+    expert_offsets[E] uninitialised). See fp4gemm.moe.grouped_gemm."""
+    al, al_t = _moe_alpha(alpha)
+    return torch.ops.fp4gemm.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, al, al_t,
+                                              format or "", scale_layout, out_dtype)
+
+
+def moe_grouped_gemm_out(
+    a: Tensor,
+    a_scales: Optional[Tensor],
+    w: Tensor,
+    w_scales: Tensor,
+    expert_offsets: Tensor,
+    out: Tensor,
+    gather_index: Optional[Tensor] = None,
+    alpha=None,
+    format: Optional[str] = None,
+    scale_layout: str = "blocked",
+) -> None:
+    """torch.ops.fp4gemm.moe_grouped_gemm_out with defaults; writes the routed rows of ``out``."""
+    al, al_t = _moe_alpha(alpha)
+    torch.ops.fp4gemm.moe_grouped_gemm_out(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al, al_t,
+                                           format or "", scale_layout)

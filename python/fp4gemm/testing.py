@@ -125,3 +125,143 @@ def round_to(x: np.ndarray, out_dtype: str = "float16") -> np.ndarray:
         q = np.ldexp(np.rint(np.ldexp(x, 8 - e)), e - 8)
         bf16_max = float.fromhex("0x1.fep127")
         return np.where(np.isfinite(x) & (np.abs(q) > bf16_max), np.copysign(np.inf, x), q)
+
+
+# ---- MoE (fp4gemm.moe) ---------------------------------------------------------------------------
+
+ROUTINGS = ("uniform", "skewed", "balanced", "one-hot", "most-empty")
+
+
+def random_topk(rng: np.random.Generator, tokens: int, experts: int, topk: int, routing: str = "uniform") -> np.ndarray:
+    """[tokens, topk] distinct expert ids per token. uniform: random experts; skewed: Zipf-like
+    popularity (a few experts get most rows); balanced: round robin (equal counts); one-hot: every
+    token picks experts 0..topk-1 (all rows to one expert when topk = 1); most-empty: ids drawn
+    from the first max(topk, E/16) experts only."""
+    if not 1 <= topk <= experts:
+        raise ValueError(f"topk must be in [1, experts], got {topk} for {experts} experts")
+    if routing == "balanced":
+        return ((np.arange(tokens)[:, None] * topk + np.arange(topk)[None, :]) % experts).astype(np.int64)
+    if routing == "one-hot":
+        return np.tile(np.arange(topk, dtype=np.int64), (tokens, 1))
+    pool = experts
+    p = None
+    if routing == "skewed":
+        w = 1.0 / np.arange(1, experts + 1) ** 1.2
+        p = rng.permutation(w / w.sum())
+    elif routing == "most-empty":
+        pool = max(topk, experts // 16)
+    elif routing != "uniform":
+        raise ValueError(f"routing must be one of {ROUTINGS}, got {routing!r}")
+    return np.stack([rng.choice(pool, topk, replace=False, p=p) for _ in range(tokens)]).astype(np.int64)
+
+
+@dataclass
+class MoeData:
+    """Host arrays of one MoE problem in the layouts fp4gemm.moe takes.
+
+    contiguous: a holds the `tokens` unsorted token rows, gather[r] the token of sorted row r and
+    offsets the expert boundaries (routed rows = tokens * topk = capacity). masked: a is
+    [E, capacity, ...] and counts [E] the rows each expert slot holds (gather / offsets None)."""
+
+    w: np.ndarray                  # uint8 [E, N, K/2]
+    w_scales: np.ndarray           # [E, N, K/vec] (linear) or [E, blocked bytes] (blocked)
+    w_scales_linear: np.ndarray    # [E, N, K/vec]
+    a: np.ndarray                  # FP4 uint8 [T, K/2] / bf16 [T, K] (ml_dtypes); masked: [E, cap, ...]
+    a_scales: Optional[np.ndarray]  # linear, rows like a; None for bf16 activations
+    format: str = "nvfp4"
+    scale_layout: str = "blocked"
+    activation: str = "fp4"
+    layout: str = "contiguous"
+    capacity: int = 0
+    offsets: Optional[np.ndarray] = None  # int32 [E+1]
+    gather: Optional[np.ndarray] = None   # int32 [rows]
+    counts: Optional[np.ndarray] = None   # int32 [E]
+
+    @property
+    def experts(self) -> int:
+        return self.w.shape[0]
+
+    def output(self, out_dtype: str = "bfloat16") -> np.ndarray:
+        """An output prefilled with NaN (raw 0xFFFF for raw bf16), so unwritten rows show."""
+        dtype = _numpy_dtype(out_dtype_name(out_dtype))
+        fill = 0xFFFF if dtype == np.uint16 else np.nan
+        n = self.w.shape[1]
+        shape = (self.experts, self.capacity, n) if self.layout == "masked" else (self.capacity, n)
+        return np.full(shape, fill, dtype=dtype)
+
+    def reference(self, alpha=None) -> np.ndarray:
+        """float64 [rows, N] (masked: [E * capacity, N]), NaN in rows no expert owns:
+        alpha[e] * dq(A[src(r)]) @ dq(W[e]).T, dequantised with fp4gemm.dequantize and multiplied by
+        NumPy, independently of the C++ reference's loop."""
+        e_count, n = self.experts, self.w.shape[1]
+        if self.activation == "fp4":
+            a2 = self.a.reshape(-1, self.a.shape[-1])
+            da = formats.dequantize(a2, self.a_scales.reshape(a2.shape[0], -1), self.format).astype(np.float64)
+        else:
+            da = self.a.reshape(-1, self.a.shape[-1]).astype(np.float64)
+        rows = e_count * self.capacity if self.layout == "masked" else self.capacity
+        out = np.full((rows, n), np.nan)
+        for e in range(e_count):
+            if self.layout == "masked":
+                lo, hi = e * self.capacity, e * self.capacity + int(self.counts[e])
+            else:
+                lo, hi = int(self.offsets[e]), int(self.offsets[e + 1])
+            if hi == lo:
+                continue
+            src = self.gather[lo:hi] if self.gather is not None else np.arange(lo, hi)
+            dw = formats.dequantize(self.w[e], self.w_scales_linear[e], self.format).astype(np.float64)
+            scale = 1.0 if alpha is None else float(np.float32(alpha[e] if np.ndim(alpha) else alpha))
+            out[lo:hi] = (da[src] @ dw.T) * scale
+        return out
+
+
+def _random_bf16(rng: np.random.Generator, shape, values: str) -> np.ndarray:
+    import ml_dtypes
+
+    if values == "gpumode":  # {0, +-0.5, +-1, +-1.5}: every partial sum exact
+        x = rng.integers(-3, 4, size=shape).astype(np.float32) * 0.5
+    else:
+        x = (rng.standard_normal(shape) * np.exp2(rng.integers(-8, 8, size=shape))).astype(np.float32)
+    return x.astype(ml_dtypes.bfloat16)
+
+
+def random_moe(experts: int, n: int, k: int, tokens: int, topk: int, format: str = "nvfp4",
+               scale_layout: str = "blocked", activation: str = "fp4", layout: str = "contiguous",
+               routing: str = "uniform", values: str = "gpumode", seed: int = 0,
+               counts: Optional[Sequence[int]] = None, capacity: Optional[int] = None) -> MoeData:
+    """A random MoE problem: weights, activations and a top-k routing of `tokens` tokens.
+
+    contiguous: the routing is aligned (fp4gemm.moe.align_routing) into offsets and a gather index;
+    capacity = tokens * topk. masked: `counts` rows per expert (random in [0, capacity] when None;
+    capacity defaults to tokens), `tokens` and `topk` unused. values: 'gpumode' (exact sums) or
+    'full' (all nibbles, wide scale ranges). bf16 activations need ml_dtypes.
+    """
+    from .moe import align_routing
+
+    rng = np.random.default_rng(seed)
+    vec = formats.scale_block_size(format)
+    w = np.stack([_random_packed(rng, n, k, values) for _ in range(experts)])
+    ws_lin = np.stack([_random_scales(rng, n, k // vec, format, values) for _ in range(experts)])
+    if scale_layout == "linear":
+        ws = ws_lin
+    else:
+        ws = np.stack([formats.linear_to_blocked(s) for s in ws_lin])
+    if layout == "masked":
+        cap = capacity if capacity is not None else tokens
+        cnt = (np.asarray(counts, dtype=np.int32) if counts is not None
+               else rng.integers(0, cap + 1, size=experts).astype(np.int32))
+        a_rows, extra = experts * cap, dict(counts=cnt, capacity=cap)
+    else:
+        ids = random_topk(rng, tokens, experts, topk, routing)
+        offsets, gather, _ = align_routing(ids, experts)
+        a_rows, extra = tokens, dict(offsets=offsets, gather=gather, capacity=tokens * topk)
+    if activation == "fp4":
+        a = _random_packed(rng, a_rows, k, values)
+        a_scales = _random_scales(rng, a_rows, k // vec, format, values)
+    else:
+        a, a_scales = _random_bf16(rng, (a_rows, k), values), None
+    if layout == "masked":
+        a = a.reshape(experts, extra["capacity"], -1)
+        a_scales = None if a_scales is None else a_scales.reshape(experts, extra["capacity"], -1)
+    return MoeData(w=w, w_scales=ws, w_scales_linear=ws_lin, a=a, a_scales=a_scales, format=format,
+                   scale_layout=scale_layout, activation=activation, layout=layout, **extra)

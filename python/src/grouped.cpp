@@ -198,6 +198,20 @@ Backend parse_backend(nb::handle h, Backend fallback) {
   throw Error("backend", -1, "must be 'auto', 'fast' or 'reference', got " + repr_text(h));
 }
 
+MoeActivation parse_moe_activation(nb::handle h) {
+  const std::string s = option_text(h);
+  if (s == "fp4" || s == "nvfp4" || s == "mxfp4" || s == "w4a4") return MoeActivation::fp4;
+  if (s == "bf16" || s == "bfloat16" || s == "w4a16") return MoeActivation::bf16;
+  throw Error("activation", -1, "must be 'fp4' (W4A4: packed e2m1 + scales) or 'bf16' (W4A16), got " + repr_text(h));
+}
+
+MoeLayout parse_moe_layout(nb::handle h) {
+  const std::string s = option_text(h);
+  if (s == "contiguous") return MoeLayout::contiguous;
+  if (s == "masked") return MoeLayout::masked;
+  throw Error("layout", -1, "must be 'contiguous' or 'masked', got " + repr_text(h));
+}
+
 // ---- Binding ------------------------------------------------------------------------------------------
 
 Binding& Binding::get() {
@@ -353,19 +367,7 @@ Prepared Binding::prepare(const CallOptions& options, const CallArgs& args, nb::
 
 PlanPtr Binding::make_plan(const Prepared& p, bool capturing) {
   const Options o = library_options(p);
-  nb::gil_scoped_release release;
-  // Plan set-up allocates and copies; inside a capture that is only legal in relaxed mode (the
-  // set-up is not part of the graph, only the later run() is).
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
-  try {
-    auto plan = std::make_shared<const Plan>(std::span<const GroupDesc>(p.groups), o);
-    if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
-    return plan;
-  } catch (...) {
-    if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
-    throw;
-  }
+  return build_outside_capture(capturing, [&] { return std::make_shared<const Plan>(std::span<const GroupDesc>(p.groups), o); });
 }
 
 void Binding::run(const PlanPtr& plan, cudaStream_t stream, bool capturing) {

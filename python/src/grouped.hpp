@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fp4gemm/moe.hpp"
 #include "groups.hpp"
 #include "plan_cache.hpp"
 #include "tensor_view.hpp"
@@ -103,11 +104,31 @@ class Binding {
   std::uint64_t hits_ = 0, misses_ = 0, memo_hits_ = 0;
 };
 
+// Runs `build` (plan set-up: allocations, copies) with the GIL released. Inside a stream capture
+// that set-up is only legal in relaxed capture mode (it is not part of the graph, only the later
+// run() is), so the thread's mode is switched for the call and restored, also on an exception.
+template <class F>
+auto build_outside_capture(bool capturing, F&& build) {
+  nb::gil_scoped_release release;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+  try {
+    auto plan = build();
+    if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+    return plan;
+  } catch (...) {
+    if (capturing) cudaThreadExchangeStreamCaptureMode(&mode);
+    throw;
+  }
+}
+
 // Options parsing shared with the module (ValueError on unknown names).
 Format parse_format(nb::handle h);
 ScaleLayout parse_layout(nb::handle h);
 OutType parse_out(nb::handle h);
 Backend parse_backend(nb::handle h, Backend fallback);
+MoeActivation parse_moe_activation(nb::handle h);  // 'fp4' (also 'nvfp4' / 'mxfp4') or 'bf16'
+MoeLayout parse_moe_layout(nb::handle h);          // 'contiguous' or 'masked'
 
 // fp4gemm.GroupedGemm: a plan bound to its arrays, run with little host work. The plan points
 // into the arrays' memory, so the arrays and, for torch tensors, their storages are kept alive

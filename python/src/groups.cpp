@@ -1,10 +1,9 @@
 // Group assembly and binding-level validation.
 #include "groups.hpp"
 
-#include <algorithm>
-#include <cstdio>
 #include <string>
 
+#include "checks.hpp"
 #include "fp4gemm/formats.hpp"
 
 namespace fp4gemm::python {
@@ -12,53 +11,6 @@ namespace fp4gemm::python {
 namespace {
 
 std::string name(const char* what, int g) { return std::string(what) + "[" + std::to_string(g) + "]"; }
-
-struct Matrix {
-  std::int64_t rows = 0, cols = 0, ld = 0;  // ld in elements
-};
-
-// A 2-D [rows, cols] array, or 3-D with a trailing batch dimension of 1 (GPU MODE's `l`),
-// contiguous along cols.
-Matrix read_matrix(const TensorView& t, const char* what, int g) {
-  const std::string arg = name(what, g);
-  if (t.ndim == 3 && t.shape[2] != 1)
-    throw Error(arg, g, "has a batch dimension l = " + std::to_string(t.shape[2]) +
-                            " (shape " + t.shape_text() + "); only l = 1 is supported, pass each batch as a group");
-  if (t.ndim != 2 && t.ndim != 3)
-    throw Error(arg, g, "must be 2-D [rows, cols] (or 3-D with a trailing dimension of 1), got shape " + t.shape_text());
-  Matrix m{t.shape[0], t.shape[1], 0};
-  // With no or a single row the row stride is meaningless (frameworks report anything, 0 for
-  // empty arrays); use a dense one, rounded up to what fp4gemm requires of strides.
-  const std::int64_t align = std::max<std::int64_t>(16 / t.itemsize, 8);  // 16 bytes, and ldc % 8 == 0
-  m.ld = (m.cols + align - 1) / align * align;
-  if (m.rows == 0 || m.cols == 0) return m;
-  if (t.strides[0] < 0 || t.strides[1] < 0)
-    throw Error(arg, g, "has negative strides " + t.strides_text());
-  if (m.cols > 1 && t.strides[1] != 1)
-    throw Error(arg, g, "must be contiguous along its last dimension, got strides " + t.strides_text() +
-                            " for shape " + t.shape_text());
-  if (m.rows > 1) {
-    // Rows must not overlap (a broadcast / as_strided view with a row stride below the row
-    // length): the GEMM reads each row as cols contiguous elements and writes C rows in parallel.
-    if (t.strides[0] < m.cols)
-      throw Error(arg, g, "has overlapping rows: row stride " + std::to_string(t.strides[0]) + " < " +
-                              std::to_string(m.cols) + " elements per row (strides " + t.strides_text() +
-                              " for shape " + t.shape_text() + ")");
-    m.ld = t.strides[0];
-  }
-  return m;
-}
-
-bool is_row_major_dense(const TensorView& t) {
-  if (t.numel() == 0) return true;
-  std::int64_t expect = 1;
-  for (int i = t.ndim - 1; i >= 0; --i) {
-    if (t.shape[i] == 1) continue;
-    if (t.strides[i] != expect) return false;
-    expect *= t.shape[i];
-  }
-  return true;
-}
 
 // GPU MODE's "reordered" view: shape (32, 4, rest_rows, 4, rest_cols[, l=1]) over a dense
 // buffer in the blocked layout. Checks each stride against SPEC §2's offset formula.
@@ -77,11 +29,7 @@ bool is_gpumode_blocked_view(const TensorView& t, std::int64_t rows, std::int64_
 void check_scales(const TensorView& t, const char* what, int g, std::int64_t rows, std::int64_t cols,
                   const CallOptions& o) {
   const std::string arg = name(what, g);
-  const bool byte_like = t.dtype == DType::byte || (o.format == Format::nvfp4 && t.dtype == DType::e4m3) ||
-                         (o.format == Format::mxfp4 && t.dtype == DType::ue8m0);
-  if (!byte_like)
-    throw Error(arg, g, std::string("has dtype ") + to_string(t.dtype) + "; " + to_string(o.format) +
-                            " scales must be uint8 or " + (o.format == Format::nvfp4 ? "float8_e4m3fn" : "float8_e8m0fnu"));
+  check_scale_dtype(t, arg, g, o.format);
   const std::int64_t bytes = static_cast<std::int64_t>(formats::scale_bytes(o.layout, rows, cols));
   if (o.layout == ScaleLayout::blocked && is_gpumode_blocked_view(t, rows, cols)) return;
   const std::string expected =
@@ -101,39 +49,6 @@ void check_scales(const TensorView& t, const char* what, int g, std::int64_t row
     throw Error(arg, g, "must be dense and row-major (strides " + t.strides_text() + " for shape " + t.shape_text() + ")");
 }
 
-std::string hex(std::uintptr_t p) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(p));
-  return buf;
-}
-
-// Bytes from the first to the last byte of `rows` rows of `row_bytes` with stride `stride_bytes`
-// (the extent fp4gemm's validation uses, validate.cpp); -1 when it overflows.
-std::int64_t strided_bytes(std::int64_t rows, std::int64_t stride_bytes, std::int64_t row_bytes) {
-  std::int64_t extent = 0;
-  if (__builtin_mul_overflow(rows - 1, stride_bytes, &extent) || __builtin_add_overflow(extent, row_bytes, &extent))
-    return -1;
-  return extent;
-}
-
-// The kernel touches `bytes` bytes from t.ptr; they must lie in the allocation the array lives in
-// where the binding can see it (a torch storage resized under its views, a NumPy as_strided view
-// past its buffer: a shape check alone cannot tell).
-void check_in_allocation(const TensorView& t, const char* what, int g, std::int64_t bytes, const char* verb,
-                         const std::string& detail) {
-  if (!t.has_alloc) return;
-  const std::uintptr_t begin = t.ptr;
-  std::uintptr_t end = 0;
-  const bool wraps = bytes < 0 || __builtin_add_overflow(begin, static_cast<std::uintptr_t>(bytes), &end);
-  if (!wraps && begin >= t.alloc_begin && end <= t.alloc_end) return;
-  const std::string range = wraps ? "from " + hex(begin) + " more bytes than the address space holds"
-                                  : "[" + hex(begin) + ", " + hex(end) + ")";
-  throw Error(name(what, g), g,
-              std::string("the kernel would ") + verb + " bytes " + range + detail + " but the " +
-                  (t.framework == Framework::torch ? "tensor's storage" : "buffer the array lives in") + " is [" +
-                  hex(t.alloc_begin) + ", " + hex(t.alloc_end) + "): the array reaches past its memory");
-}
-
 // Every [begin, end) the kernel will touch for a group with M, N, K > 0: A and B rows (lda, ldb),
 // both scale tensors (the blocked layout pads rows to 128 and scale columns to 4), C rows (ldc).
 void check_allocations(int g, const GroupViews& v, const GroupDesc& d, const CallOptions& o) {
@@ -142,16 +57,16 @@ void check_allocations(int g, const GroupViews& v, const GroupDesc& d, const Cal
   const std::string scale_note = o.layout == ScaleLayout::blocked ? " (blocked layout, padded to 128 rows and a "
                                                                     "multiple of 4 scale columns)"
                                                                   : "";
-  check_in_allocation(v.a, "a", g, strided_bytes(d.m, d.lda, d.k / 2), "read", " (lda = " + std::to_string(d.lda) + ")");
-  check_in_allocation(v.b, "b", g, strided_bytes(d.n, d.ldb, d.k / 2), "read", " (ldb = " + std::to_string(d.ldb) + ")");
-  check_in_allocation(v.sfa, "sfa", g, static_cast<std::int64_t>(formats::scale_bytes(o.layout, d.m, cols)), "read",
+  check_in_allocation(v.a, name("a", g), g, strided_bytes(d.m, d.lda, d.k / 2), "read", " (lda = " + std::to_string(d.lda) + ")");
+  check_in_allocation(v.b, name("b", g), g, strided_bytes(d.n, d.ldb, d.k / 2), "read", " (ldb = " + std::to_string(d.ldb) + ")");
+  check_in_allocation(v.sfa, name("sfa", g), g, static_cast<std::int64_t>(formats::scale_bytes(o.layout, d.m, cols)), "read",
                       scale_note);
-  check_in_allocation(v.sfb, "sfb", g, static_cast<std::int64_t>(formats::scale_bytes(o.layout, d.n, cols)), "read",
+  check_in_allocation(v.sfb, name("sfb", g), g, static_cast<std::int64_t>(formats::scale_bytes(o.layout, d.n, cols)), "read",
                       scale_note);
   const std::int64_t elem = v.c.itemsize;
   std::int64_t ldc_bytes = 0;
   const bool overflow = __builtin_mul_overflow(d.ldc, elem, &ldc_bytes);
-  check_in_allocation(v.c, "c", g, overflow ? -1 : strided_bytes(d.m, ldc_bytes, d.n * elem), "write",
+  check_in_allocation(v.c, name("c", g), g, overflow ? -1 : strided_bytes(d.m, ldc_bytes, d.n * elem), "write",
                       " (ldc = " + std::to_string(d.ldc) + " elements)");
 }
 
@@ -162,8 +77,8 @@ GroupDesc describe_group(int g, const GroupViews& v, const CallOptions& o) {
     if (t->dtype != DType::byte && t->dtype != DType::fp4x2)
       throw Error(name(what, g), g, std::string("has dtype ") + to_string(t->dtype) +
                                         "; packed FP4 must be uint8 (or float4_e2m1fn_x2), two values per byte");
-  const Matrix a = read_matrix(v.a, "a", g);
-  const Matrix b = read_matrix(v.b, "b", g);
+  const Matrix a = read_matrix(v.a, name("a", g), g, true);
+  const Matrix b = read_matrix(v.b, name("b", g), g, true);
   if (a.cols != b.cols)
     throw Error(name("b", g), g, "has K/2 = " + std::to_string(b.cols) + " bytes per row but a[" + std::to_string(g) +
                                      "] has " + std::to_string(a.cols) + " (A is [M, K/2], B is [N, K/2])");
@@ -183,7 +98,7 @@ GroupDesc describe_group(int g, const GroupViews& v, const CallOptions& o) {
   const bool c_ok = v.c.dtype == want || (o.out != OutType::f32 && v.c.dtype == DType::raw16);
   if (!c_ok)
     throw Error(name("c", g), g, std::string("has dtype ") + to_string(v.c.dtype) + " but out_dtype is " + to_string(want));
-  const Matrix c = read_matrix(v.c, "c", g);
+  const Matrix c = read_matrix(v.c, name("c", g), g, true);
   if (c.rows != m || c.cols != n)
     throw Error(name("c", g), g, "has shape " + v.c.shape_text() + "; expected [" + std::to_string(m) + ", " +
                                      std::to_string(n) + "] (M from a, N from b)");

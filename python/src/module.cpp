@@ -6,6 +6,7 @@
 
 #include "fp4gemm/fp4gemm.hpp"
 #include "grouped.hpp"
+#include "moe.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -18,6 +19,8 @@ namespace {
 
 using fp4gemm::python::Binding;
 using fp4gemm::python::BoundGemm;
+using fp4gemm::python::MoeBinding;
+using fp4gemm::python::MoeGemmObject;
 
 PyObject* g_argument_error = nullptr;  // fp4gemm.ArgumentError(ValueError)
 PyObject* g_device_error = nullptr;    // fp4gemm.DeviceError(RuntimeError)
@@ -107,11 +110,58 @@ NB_MODULE(_fp4gemm, m) {
       .def_prop_ro("outputs", &BoundGemm::outputs)
       .def("describe", &BoundGemm::describe);
 
+  nb::class_<MoeGemmObject>(m, "MoeGemm",
+                            "The MoE grouped GEMM planned once for a weight set (use fp4gemm.moe.MoeGemm, which "
+                            "allocates outputs).")
+      .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, int,
+                    nb::handle>(),
+           "w"_a, "w_scales"_a, "format"_a = nb::none(), "scale_layout"_a = "blocked", "out_dtype"_a = "bfloat16",
+           "activation"_a = "fp4", "layout"_a = "contiguous", "capacity"_a, "alpha"_a = nb::none())
+      .def("run", &MoeGemmObject::run, "a"_a, "a_scales"_a = nb::none(), "expert_offsets"_a = nb::none(),
+           "expert_counts"_a = nb::none(), "gather_index"_a = nb::none(), "out"_a, "stream"_a = nb::none(),
+           "threads"_a = 0, "Enqueue one run into `out` (host arrays: run the CPU reference now).")
+      .def("check", &MoeGemmObject::check, "stream"_a = nb::none(),
+           "Synchronise `stream`, then raise ArgumentError naming expert_offsets / expert_counts / gather_index if a "
+           "run since the last check saw bad routing data.")
+      .def("describe", &MoeGemmObject::describe)
+      .def_prop_ro("experts", [](const MoeGemmObject& g) { return g.weights().experts; })
+      .def_prop_ro("n", [](const MoeGemmObject& g) { return g.weights().n; })
+      .def_prop_ro("k", [](const MoeGemmObject& g) { return g.weights().k; })
+      .def_prop_ro("capacity", [](const MoeGemmObject& g) { return g.options().capacity; })
+      .def_prop_ro("rows", &MoeGemmObject::rows)
+      .def_prop_ro("format", [](const MoeGemmObject& g) { return std::string(fp4gemm::to_string(g.options().format)); })
+      .def_prop_ro("scale_layout",
+                   [](const MoeGemmObject& g) { return std::string(fp4gemm::to_string(g.options().scale_layout)); })
+      .def_prop_ro("out_dtype", [](const MoeGemmObject& g) {
+        const fp4gemm::OutType t = g.options().out_type;
+        return std::string(t == fp4gemm::OutType::f16 ? "float16" : t == fp4gemm::OutType::bf16 ? "bfloat16" : "float32");
+      })
+      .def_prop_ro("activation",
+                   [](const MoeGemmObject& g) { return std::string(fp4gemm::to_string(g.options().activation)); })
+      .def_prop_ro("layout", [](const MoeGemmObject& g) { return std::string(fp4gemm::to_string(g.options().layout)); })
+      .def_prop_ro("on_host", &MoeGemmObject::on_host)
+      .def_prop_ro("device_bytes", &MoeGemmObject::device_bytes);
+
+  m.def("moe_grouped_gemm",
+        [](nb::handle a, nb::handle a_scales, nb::handle w, nb::handle w_scales, nb::handle expert_offsets,
+           nb::handle gather_index, nb::handle out, nb::handle alpha, nb::handle format, nb::handle scale_layout,
+           nb::handle out_dtype, nb::handle activation, nb::handle stream, int threads) {
+          MoeBinding::get().grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, alpha, format,
+                                         scale_layout, out_dtype, activation, stream, threads);
+        },
+        "a"_a, "a_scales"_a.none(), "w"_a, "w_scales"_a, "expert_offsets"_a, "gather_index"_a.none(), "out"_a,
+        "alpha"_a = nb::none(), "format"_a = nb::none(), "scale_layout"_a = "blocked", "out_dtype"_a = "bfloat16",
+        "activation"_a = nb::none(), "stream"_a = nb::none(), "threads"_a = 0,
+        "MoE grouped GEMM into a preallocated `out` (see fp4gemm.moe.grouped_gemm).");
+  m.def("moe_check", [](nb::handle stream) { MoeBinding::get().check(stream); }, "stream"_a = nb::none(),
+        "Check every cached MoE plan for bad routing data seen by its runs (synchronises).");
+
   m.def("device_count", &fp4gemm::device_count, "Number of usable CUDA devices (0 without a GPU or driver).");
   m.def("device_info", &device_info, "device"_a = -1, "Name, compute capability, SMs, L2, fast-kernel support.");
 
   m.def("plan_cache_info", []() {
     const auto s = Binding::get().stats();
+    const auto moe = MoeBinding::get().stats();
     nb::dict r;
     r["plans"] = s.plans;
     r["memo"] = s.memo;
@@ -122,16 +172,29 @@ NB_MODULE(_fp4gemm, m) {
     r["hits"] = s.hits;
     r["misses"] = s.misses;
     r["memo_hits"] = s.memo_hits;
+    r["moe_plans"] = moe.plans;
+    r["moe_pinned"] = moe.pinned;
+    r["moe_bytes"] = moe.bytes;
+    r["moe_hits"] = moe.hits;
+    r["moe_misses"] = moe.misses;
     return r;
-  }, "Sizes, device bytes held and hit counts of the plan cache.");
-  m.def("clear_plan_cache", [](bool pinned) { Binding::get().clear_cache(pinned); }, "pinned"_a = false,
+  }, "Sizes, device bytes held and hit counts of the plan caches (grouped GEMM; moe_*: fp4gemm.moe.grouped_gemm).");
+  m.def("clear_plan_cache", [](bool pinned) {
+    Binding::get().clear_cache(pinned);
+    MoeBinding::get().clear_cache(pinned);
+  }, "pinned"_a = false,
         "Drop cached plans (and, with pinned=True, the plans captured in CUDA graphs: only when those graphs are gone).");
-  m.def("set_plan_cache_capacity", [](std::size_t n) { Binding::get().set_capacity(n); }, "capacity"_a,
-        "Maximum number of cached plans (LRU; default 64).");
-  m.def("set_plan_cache_max_bytes", [](std::size_t n) { Binding::get().set_max_bytes(n); }, "max_bytes"_a,
-        "Maximum device memory (bytes) the cached plans may hold together (LRU; default 1 GiB). The most "
-        "recently used plan stays cached even when it alone is larger; plans pinned by CUDA graphs are not "
-        "counted.");
+  m.def("set_plan_cache_capacity", [](std::size_t n) {
+    Binding::get().set_capacity(n);
+    MoeBinding::get().set_capacity(n);
+  }, "capacity"_a, "Maximum number of cached plans (LRU; default 64), for each of the two caches.");
+  m.def("set_plan_cache_max_bytes", [](std::size_t n) {
+    Binding::get().set_max_bytes(n);
+    MoeBinding::get().set_max_bytes(n);
+  }, "max_bytes"_a,
+        "Maximum device memory (bytes) the cached plans may hold together (LRU; default 1 GiB), for each of the two "
+        "caches. The most recently used plan stays cached even when it alone is larger; plans pinned by CUDA "
+        "graphs are not counted.");
   m.def("set_default_backend", [](nb::handle b) {
     Binding::get().set_default_backend(fp4gemm::python::parse_backend(b, fp4gemm::Backend::automatic));
   }, "backend"_a, "Backend used when a call passes backend=None: 'auto', 'fast' or 'reference'.");

@@ -17,9 +17,10 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
   return h;
 }
 
-// ---- PlanCache ----------------------------------------------------------------------------------
+// ---- PlanCacheOf ----------------------------------------------------------------------------------
 
-PlanPtr PlanCache::find(const std::vector<std::uint64_t>& key, std::uint64_t hash) {
+template <class P>
+auto PlanCacheOf<P>::find(const std::vector<std::uint64_t>& key, std::uint64_t hash) -> Ptr {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->hash != hash || it->key != key) continue;
     if (it != entries_.begin()) entries_.splice(entries_.begin(), entries_, it);
@@ -28,9 +29,10 @@ PlanPtr PlanCache::find(const std::vector<std::uint64_t>& key, std::uint64_t has
   return nullptr;
 }
 
-PlanPtr PlanCache::insert(std::vector<std::uint64_t> key, std::uint64_t hash, PlanPtr plan, bool may_evict,
-                          std::vector<PlanPtr>& evicted) {
-  if (PlanPtr existing = find(key, hash)) {
+template <class P>
+auto PlanCacheOf<P>::insert(std::vector<std::uint64_t> key, std::uint64_t hash, Ptr plan, bool may_evict,
+                            std::vector<Ptr>& evicted) -> Ptr {
+  if (Ptr existing = find(key, hash)) {
     evicted.push_back(std::move(plan));  // built twice concurrently: keep the one already cached
     return existing;
   }
@@ -41,7 +43,8 @@ PlanPtr PlanCache::insert(std::vector<std::uint64_t> key, std::uint64_t hash, Pl
   return plan;
 }
 
-bool PlanCache::touch(const PlanPtr& plan) {
+template <class P>
+bool PlanCacheOf<P>::touch(const Ptr& plan) {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (it->plan != plan) continue;
     if (it != entries_.begin()) entries_.splice(entries_.begin(), entries_, it);
@@ -50,7 +53,8 @@ bool PlanCache::touch(const PlanPtr& plan) {
   return false;
 }
 
-void PlanCache::evict_to_limits(std::vector<PlanPtr>& evicted) {
+template <class P>
+void PlanCacheOf<P>::evict_to_limits(std::vector<Ptr>& evicted) {
   while (entries_.size() > 1 && (entries_.size() > capacity_ || bytes_ > max_bytes_)) {
     bytes_ -= entries_.back().bytes;
     evicted.push_back(std::move(entries_.back().plan));
@@ -58,11 +62,21 @@ void PlanCache::evict_to_limits(std::vector<PlanPtr>& evicted) {
   }
 }
 
-void PlanCache::pin(const PlanPtr& plan) {
+template <class P>
+void PlanCacheOf<P>::pin(const Ptr& plan) {
   if (std::find(pinned_.begin(), pinned_.end(), plan) == pinned_.end()) pinned_.push_back(plan);
 }
 
-void PlanCache::clear(bool pinned, std::vector<PlanPtr>& evicted) {
+template <class P>
+auto PlanCacheOf<P>::all() const -> std::vector<Ptr> {
+  std::vector<Ptr> out = pinned_;
+  for (const Entry& e : entries_)
+    if (std::find(pinned_.begin(), pinned_.end(), e.plan) == pinned_.end()) out.push_back(e.plan);
+  return out;
+}
+
+template <class P>
+void PlanCacheOf<P>::clear(bool pinned, std::vector<Ptr>& evicted) {
   for (Entry& e : entries_) evicted.push_back(std::move(e.plan));
   entries_.clear();
   bytes_ = 0;
@@ -72,11 +86,15 @@ void PlanCache::clear(bool pinned, std::vector<PlanPtr>& evicted) {
   }
 }
 
-void PlanCache::set_limits(std::size_t capacity, std::size_t max_bytes, std::vector<PlanPtr>& evicted) {
+template <class P>
+void PlanCacheOf<P>::set_limits(std::size_t capacity, std::size_t max_bytes, std::vector<Ptr>& evicted) {
   capacity_ = capacity;
   max_bytes_ = max_bytes;
   evict_to_limits(evicted);
 }
+
+template class PlanCacheOf<Plan>;
+template class PlanCacheOf<MoeGemm>;
 
 // ---- CallMemo -----------------------------------------------------------------------------------
 

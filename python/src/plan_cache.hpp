@@ -3,7 +3,9 @@
 //  * PlanCache: plans keyed on everything a plan is bound to — per group M, N, K, the five
 //    pointers, lda/ldb/ldc, alpha (value or device pointer) — plus format, scale layout, output
 //    type, backend and device. A hit skips validation and set-up entirely. It is bounded by a
-//    count and by the device memory its plans hold (Plan::device_bytes()).
+//    count and by the device memory its plans hold (Plan::device_bytes()). The same class
+//    (PlanCacheOf<MoeGemm>) caches the MoE plans of fp4gemm.moe.grouped_gemm, keyed on the
+//    weights and options (moe.cpp).
 //  * CallMemo: in front of it, for torch tensors only: the identities of the argument objects
 //    (held through weak references) together with the state each tensor was planned with
 //    (data_ptr(), shape, strides, dtype: TorchStates). A hit re-reads only that
@@ -14,7 +16,7 @@
 // keeps reading the plan's device workspace, so they must outlive it (clear_plan_cache(pinned=
 // True) drops them). Nothing is evicted during a capture (freeing device memory synchronises).
 //
-// Neither class locks: Binding guards both with one mutex (see grouped.hpp). Evicting methods
+// Neither class locks: Binding guards both with one mutex (see grouped.hpp), MoeBinding its own. Evicting methods
 // hand the evicted entries back, so that the caller destroys them after unlocking.
 #pragma once
 
@@ -24,11 +26,10 @@
 #include <vector>
 
 #include "fp4gemm/fp4gemm.hpp"
+#include "fp4gemm/moe.hpp"
 #include "tensor_view.hpp"
 
 namespace fp4gemm::python {
-
-using PlanPtr = std::shared_ptr<const Plan>;
 
 struct CacheStats {
   std::size_t plans = 0, memo = 0, pinned = 0, capacity = 0;
@@ -39,21 +40,26 @@ struct CacheStats {
 // Hash of a word sequence (splitmix64 steps).
 std::uint64_t hash_words(const std::vector<std::uint64_t>& words);
 
-class PlanCache {
+// A plan type with device_bytes(): fp4gemm::Plan (grouped GEMM) or fp4gemm::MoeGemm.
+template <class P>
+class PlanCacheOf {
  public:
-  PlanCache(std::size_t capacity, std::size_t max_bytes) : capacity_(capacity), max_bytes_(max_bytes) {}
+  using Ptr = std::shared_ptr<const P>;
 
-  PlanPtr find(const std::vector<std::uint64_t>& key, std::uint64_t hash);
+  PlanCacheOf(std::size_t capacity, std::size_t max_bytes) : capacity_(capacity), max_bytes_(max_bytes) {}
+
+  Ptr find(const std::vector<std::uint64_t>& key, std::uint64_t hash);
   // Inserts `plan` under `key` unless an entry for `key` exists already (another thread built the
   // same plan meanwhile): returns the plan now cached for `key`. Evicted plans go to `evicted`.
-  PlanPtr insert(std::vector<std::uint64_t> key, std::uint64_t hash, PlanPtr plan, bool may_evict,
-                 std::vector<PlanPtr>& evicted);
+  Ptr insert(std::vector<std::uint64_t> key, std::uint64_t hash, Ptr plan, bool may_evict, std::vector<Ptr>& evicted);
   // Marks `plan` most recently used; false when it is no longer cached.
-  bool touch(const PlanPtr& plan);
-  void pin(const PlanPtr& plan);
+  bool touch(const Ptr& plan);
+  void pin(const Ptr& plan);
+  // Every plan held (cached or pinned), each once.
+  std::vector<Ptr> all() const;
 
-  void clear(bool pinned, std::vector<PlanPtr>& evicted);
-  void set_limits(std::size_t capacity, std::size_t max_bytes, std::vector<PlanPtr>& evicted);
+  void clear(bool pinned, std::vector<Ptr>& evicted);
+  void set_limits(std::size_t capacity, std::size_t max_bytes, std::vector<Ptr>& evicted);
   std::size_t capacity() const { return capacity_; }
   std::size_t max_bytes() const { return max_bytes_; }
   std::size_t bytes() const { return bytes_; }
@@ -62,20 +68,28 @@ class PlanCache {
   // Drops least recently used plans while over either bound, but never the most recent one: the
   // call that just built or used it needs it, and a cache that cannot keep one large plan would
   // rebuild it on every call.
-  void evict_to_limits(std::vector<PlanPtr>& evicted);
+  void evict_to_limits(std::vector<Ptr>& evicted);
 
  private:
   struct Entry {
     std::uint64_t hash;
     std::vector<std::uint64_t> key;
-    PlanPtr plan;
+    Ptr plan;
     std::size_t bytes;
   };
   std::list<Entry> entries_;  // most recent first
-  std::vector<PlanPtr> pinned_;
+  std::vector<Ptr> pinned_;
   std::size_t capacity_, max_bytes_;
   std::size_t bytes_ = 0;
 };
+
+extern template class PlanCacheOf<Plan>;
+extern template class PlanCacheOf<MoeGemm>;
+
+using PlanCache = PlanCacheOf<Plan>;
+using PlanPtr = PlanCache::Ptr;
+using MoePlanCache = PlanCacheOf<MoeGemm>;
+using MoePlanPtr = MoePlanCache::Ptr;
 
 // One memoised call: signature words (options, alpha values, object addresses), and per object a
 // weak reference and the state it was planned with. Immutable once inserted: readers keep a

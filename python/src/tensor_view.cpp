@@ -83,6 +83,7 @@ DType dtype_from_dlpack(nb::dlpack::dtype t) {
   const int bits = t.bits * t.lanes;
   switch (t.code) {
     case kDLInt:
+      return bits == 8 ? DType::byte : bits == 16 ? DType::raw16 : bits == 32 ? DType::i32 : DType::other;
     case kDLUInt:
       return bits == 8 ? DType::byte : bits == 16 ? DType::raw16 : DType::other;
     case kDLFloat:
@@ -175,6 +176,7 @@ const char* to_string(DType t) {
     case DType::bf16: return "bfloat16";
     case DType::f32: return "float32";
     case DType::raw16: return "int16/uint16";
+    case DType::i32: return "int32";
     case DType::other: return "an unsupported dtype";
   }
   return "?";
@@ -236,6 +238,7 @@ bool TensorReader::torch_loaded() {
   torch_.f32 = dt("float32");
   torch_.i16 = dt("int16");
   torch_.u16 = dt("uint16");
+  torch_.i32 = dt("int32");
   torch_.dtype_refs.append(nb::borrow(reinterpret_cast<PyObject*>(torch_.tensor_type)));
   torch_.loaded = true;
   return true;
@@ -261,6 +264,7 @@ DType TensorReader::torch_dtype(nb::handle obj) {
   if (dt == t.bf16) return DType::bf16;
   if (dt == t.f32) return DType::f32;
   if (dt == t.i16 || dt == t.u16) return DType::raw16;
+  if (dt == t.i32) return DType::i32;
   return DType::other;
 }
 
@@ -304,7 +308,9 @@ TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int 
     throw Error(arg, group, "reports " + std::to_string(v.ndim) + " dimensions but a stride() of another length");
 
   v.dtype = torch_dtype(obj);
-  v.itemsize = (v.dtype == DType::f32) ? 4 : (v.dtype == DType::f16 || v.dtype == DType::bf16 || v.dtype == DType::raw16) ? 2 : 1;
+  v.itemsize = (v.dtype == DType::f32 || v.dtype == DType::i32)                                    ? 4
+               : (v.dtype == DType::f16 || v.dtype == DType::bf16 || v.dtype == DType::raw16) ? 2
+                                                                                              : 1;
 
   if (get_attr(obj, n.is_cuda).ptr() == Py_True) {
     v.cuda = true;

@@ -46,7 +46,7 @@ TEST(Cli, HelpWorksWithoutGpu) {
   REQUIRE_CLI();
   const CliResult r = run_cli("--help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (const char* command : {"info", "bench", "grouped", "gemm"})
+  for (const char* command : {"info", "bench", "grouped", "gemm", "moe"})
     EXPECT_NE(r.output.find(command), std::string::npos) << command << " missing from:\n" << r.output;
 }
 
@@ -64,6 +64,14 @@ TEST(Cli, SubcommandHelpListsOptions) {
   const CliResult grouped = run_cli("grouped --help");
   EXPECT_EQ(grouped.exit_code, 0);
   EXPECT_NE(grouped.output.find("--m "), std::string::npos);
+  const CliResult moe = run_cli("moe --help");
+  EXPECT_EQ(moe.exit_code, 0);
+  for (const char* option : {"--experts", "--n", "--k", "--tokens", "--topk", "--act", "--routing", "--layout",
+                             "--scales", "--out", "--values", "--check", "--dynamic", "--iters", "--warmup", "--seed",
+                             "--json", "uniform", "skewed", "balanced", "one-hot", "contiguous", "masked"})
+    EXPECT_NE(moe.output.find(option), std::string::npos) << option;
+  EXPECT_NE(bench.output.find("moe"), std::string::npos);
+  EXPECT_NE(bench.output.find("--act"), std::string::npos);
 }
 
 TEST(Cli, VersionWorksWithoutGpu) {
@@ -116,6 +124,32 @@ TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
       {"bench --settle-ms -5", {"--settle-ms"}},
       {"bench --settle-ms 20000", {"--settle-ms"}},
       {"bench --bogus", {"--bogus"}},
+      {"bench --suite moe --cases 57", {"--cases", "57", "56"}},
+      {"bench --suite moe --act fp8", {"--act", "fp8"}},
+      {"bench --suite seed --act bf16", {"--act", "moe suite"}},
+      {"moe --n 64 --k 64 --tokens 4", {"--experts"}},
+      {"moe --experts 8 --k 64 --tokens 4", {"--n"}},
+      {"moe --experts 8 --n 64 --tokens 4", {"--k"}},
+      {"moe --experts 8 --n 64 --k 64", {"--tokens"}},
+      {"moe --experts 0 --n 64 --k 64 --tokens 4", {"--experts", "1..512"}},
+      {"moe --experts 513 --n 64 --k 64 --tokens 4", {"--experts", "513"}},
+      {"moe --experts x --n 64 --k 64 --tokens 4", {"--experts"}},
+      {"moe --experts 8 --n 0 --k 64 --tokens 4", {"--n"}},
+      {"moe --experts 8 --n 64 --k 100 --tokens 4", {"--k", "multiple", "16"}},
+      {"moe --experts 8 --n 64 --k 48 --tokens 4 --act bf16", {"--k", "mxfp4", "32"}},
+      {"moe --experts 8 --n 64 --k 48 --tokens 4 --act mxfp4", {"--k", "mxfp4", "32"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 0", {"--tokens"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens -3", {"--tokens", "-3"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 4 --topk 9", {"--topk", "9"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 4 --topk 0", {"--topk"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 1073741824 --topk 8", {"--tokens", "2^31"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 4 --act fp8", {"--act", "fp8"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 4 --routing zipf", {"--routing", "zipf"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 4 --layout ragged", {"--layout", "ragged"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 4 --scales swizzled", {"--scales"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 4 --out f8", {"--out"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 4 --values random", {"--values"}},
+      {"moe --experts 8 --n 64 --k 64 --tokens 4 --iters 0", {"--iters"}},
   };
   for (const Case& c : cases) {
     const CliResult r = run_cli(c.args);
@@ -159,7 +193,10 @@ TEST(Cli, GpuCommandsWithoutGpuGiveOneClearLine) {
   if (fp4gemm::device_count() != 0) GTEST_SKIP() << "a GPU is present; the no-GPU messages cannot be seen here";
   const std::string expected = "fp4gemm: no CUDA device is available (no GPU or no driver)\n";
   for (const char* args : {"info", "bench", "bench --suite dense --cases 2 --no-peers", "grouped --m 80,176 --n 4096 --k 7168",
-                           "grouped --m 80 --n 256 --k 256 --check", "gemm --mnkl 2048,2048,512,1"}) {
+                           "grouped --m 80 --n 256 --k 256 --check", "gemm --mnkl 2048,2048,512,1",
+                           "moe --experts 128 --n 1536 --k 2048 --tokens 256 --topk 8",
+                           "moe --experts 8 --n 256 --k 256 --tokens 16 --topk 2 --act bf16 --layout masked --check --dynamic",
+                           "bench --suite moe --cases 1,2"}) {
     const CliResult r = run_cli(args);
     EXPECT_NE(r.exit_code, 0) << args;
     EXPECT_EQ(r.output, expected) << args;

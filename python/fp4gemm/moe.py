@@ -1,0 +1,189 @@
+"""fp4gemm.moe: the device-driven grouped GEMM of a Mixture-of-Experts layer.
+
+Expert weights are stacked ``W [E, N, K/2]`` (packed e2m1) with per-expert scales; the routing —
+how many rows each expert gets — is *device data* read at run time (``expert_offsets`` int32
+``[E+1]``), so one plan serves every routing, a call never synchronises, and a CUDA graph captured
+once can be replayed with a new routing every time. Row r of the output is expert e's product
+for ``expert_offsets[e] <= r < expert_offsets[e+1]``:
+
+    out[r] = alpha[e] * dq(A[src(r)]) @ dq(W[e]).T      src(r) = gather_index[r] (or r)
+
+Activations are FP4 (W4A4: packed e2m1 ``[rows, K/2]`` + linear scales ``[rows, K/vec]``, the
+weights' format) or bf16 (W4A16: ``[rows, K]``, MXFP4 weights). Entry points:
+
+* :class:`MoeGemm` — plan once per weight set, ``run()`` many times (also the masked layout);
+* :func:`grouped_gemm` — one call, plans cached on the weights;
+* :func:`align_routing` — top-k expert ids -> (expert_offsets, gather_index, order), NumPy or torch
+  (on the device, graph-capturable);
+* :func:`check` — raise if a run of a cached plan saw bad routing data;
+* ``torch.ops.fp4gemm.moe_grouped_gemm`` (:mod:`fp4gemm.ops`) — the torch custom op.
+
+NumPy arrays run the exact CPU reference (``reference::moe_gemm``) after the same validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+from . import _fp4gemm as _C
+from .api import empty_like_framework
+
+__all__ = ["MoeGemm", "align_routing", "check", "grouped_gemm"]
+
+
+class MoeGemm:
+    """The MoE grouped GEMM planned once for one weight set.
+
+    w: packed e2m1 weights ``[E, N, K/2]`` (uint8 or torch.float4_e2m1fn_x2), K-contiguous; row
+        and expert strides are read from the array (row stride a multiple of 16 bytes).
+    w_scales: the weights' scales (uint8, or float8_e4m3fn for nvfp4 / float8_e8m0fnu for mxfp4):
+        ``scale_layout="linear"``: ``[E, N, K/vec]``; ``"blocked"`` (the fast path; cuBLASLt /
+        torch._scaled_mm layout per expert): ``[E, pad128(N) * pad4(K/vec)]`` or
+        ``[E, pad128(N), pad4(K/vec)]``. Dense within an expert. Linear scales are converted to
+        the blocked layout once, here: later in-place changes of them are not seen.
+    format: 'nvfp4' or 'mxfp4'; None: mxfp4 for bf16 activations, else nvfp4.
+    out_dtype: 'bfloat16' (default), 'float16' or 'float32' (names, torch or NumPy dtypes).
+    activation: 'fp4' (W4A4, the weights' format) or 'bf16' (W4A16, MXFP4 weights).
+    layout: 'contiguous' — expert e owns rows ``[expert_offsets[e], expert_offsets[e+1])`` of
+        ``a`` (or of ``gather_index``) and ``out``, ``capacity`` = the most rows a run routes;
+        'masked' — expert e owns rows ``e * capacity + [0, expert_counts[e])`` of
+        ``a [E, capacity, ...]`` and ``out [E, capacity, N]`` (DeepGEMM's low-latency layout).
+    capacity: see layout.
+    alpha: None, a number, or a float32 array of E values (on the weights' device, read at run
+        time: it may change between runs and graph replays).
+
+    CUDA arrays build a plan (TMA descriptors, workspace) on the weights' device; host (NumPy)
+    weights make an object whose runs compute the exact CPU reference with the same checks. The
+    weight arrays are kept alive; a torch weight whose address, shape, strides or dtype changed
+    is refused at run time.
+    """
+
+    def __init__(self, w: Any, w_scales: Any, *, format: Optional[str] = None, scale_layout: str = "blocked",
+                 out_dtype: Any = "bfloat16", activation: str = "fp4", layout: str = "contiguous",
+                 capacity: int, alpha: Any = None):
+        self._plan = _C.MoeGemm(w, w_scales, format, scale_layout, out_dtype, activation, layout, capacity, alpha)
+        self._like = w  # outputs are allocated on its framework and device
+
+    def run(self, a: Any, a_scales: Any = None, expert_offsets: Any = None, expert_counts: Any = None,
+            gather_index: Any = None, out: Any = None, stream: Any = None):
+        """Computes the routed rows into ``out`` (allocated when None: :meth:`output_shape`) and
+        returns it. Only rows that some expert owns are written; the others keep what they held.
+
+        a: FP4 ``[rows, K/2]`` (or bf16 ``[rows, K]``); masked: ``[E, capacity, ...]``. Without
+            a gather index it needs at least ``self.rows`` rows (a run may read up to
+            ``expert_offsets[E] <= capacity``).
+        a_scales: linear ``[rows, K/vec]``, dense (FP4 activations only).
+        expert_offsets: int32 ``[E+1]`` on the device (contiguous layout): non-decreasing from
+            ``>= 0``, ``expert_offsets[E] <= capacity``.
+        expert_counts: int32 ``[E]`` on the device (masked layout), each in ``[0, capacity]``.
+        gather_index: optional int32 ``[>= capacity]`` (contiguous): row r reads row
+            ``gather_index[r]`` of ``a``, which then holds the unsorted tokens.
+        stream: None (the framework's current stream), an int ``cudaStream_t`` or a stream object.
+
+        Never synchronises. Bad routing data is caught on the device (nothing is read or written
+        out of bounds, no output is written) and reported by :meth:`check`. Host (NumPy) arrays
+        run the CPU reference at once and raise routing errors at once.
+        """
+        if out is None:
+            out = self.empty_output()
+        self._plan.run(a, a_scales, expert_offsets, expert_counts, gather_index, out, stream)
+        return out
+
+    __call__ = run
+
+    def check(self, stream: Any = None) -> None:
+        """Synchronises ``stream``, then raises ArgumentError naming ``expert_offsets``,
+        ``expert_counts`` or ``gather_index`` if a run since the last check saw bad routing data
+        (and clears that state)."""
+        self._plan.check(stream)
+
+    def output_shape(self) -> Tuple[int, ...]:
+        """``(rows, N)`` (contiguous) or ``(E, capacity, N)`` (masked)."""
+        p = self._plan
+        return (p.experts, p.capacity, p.n) if p.layout == "masked" else (p.rows, p.n)
+
+    def empty_output(self):
+        """An uninitialised output of :meth:`output_shape` on the weights' framework and device."""
+        return empty_like_framework(self._like, self.output_shape(), self._plan.out_dtype, "out")
+
+    def describe(self) -> str:
+        return self._plan.describe()
+
+    def __repr__(self) -> str:
+        return f"fp4gemm.moe.MoeGemm({self.describe()})"
+
+    experts = property(lambda self: self._plan.experts)
+    n = property(lambda self: self._plan.n)
+    k = property(lambda self: self._plan.k)
+    capacity = property(lambda self: self._plan.capacity)
+    rows = property(lambda self: self._plan.rows, doc="rows of a and out a run may touch")
+    format = property(lambda self: self._plan.format)
+    scale_layout = property(lambda self: self._plan.scale_layout)
+    out_dtype = property(lambda self: self._plan.out_dtype)
+    activation = property(lambda self: self._plan.activation)
+    layout = property(lambda self: self._plan.layout)
+    on_host = property(lambda self: self._plan.on_host, doc="True for host (NumPy) weights: the CPU reference")
+    device_bytes = property(lambda self: self._plan.device_bytes, doc="device memory the plan holds")
+
+
+def grouped_gemm(a: Any, a_scales: Any, w: Any, w_scales: Any, expert_offsets: Any, *, gather_index: Any = None,
+                 out: Any = None, alpha: Any = None, format: Optional[str] = None, scale_layout: str = "blocked",
+                 out_dtype: Any = "bfloat16", activation: Optional[str] = None, stream: Any = None):
+    """The MoE grouped GEMM (contiguous layout) in one call; returns ``out [rows, N]``.
+
+    rows = ``len(gather_index)`` when given (row r reads token ``gather_index[r]`` of ``a``), else
+    the rows of ``a`` (already sorted by expert). Arguments as for :class:`MoeGemm` and its
+    ``run``; ``activation`` None follows ``a``'s dtype (bfloat16: W4A16, else FP4) and
+    ``format`` None follows the activation. ``out`` is allocated when None; rows past
+    ``expert_offsets[E]`` are not written.
+
+    The plan is cached (LRU, shared bounds with the grouped GEMM: :func:`fp4gemm.plan_cache_info`)
+    on everything it is bound to: the weights' addresses, shapes and strides, alpha (value or
+    array address), the options, the device and the number of rows. A repeated call only enqueues
+    the kernels. Linear weight scales are converted when the plan is built: after changing them in
+    place (other than through torch, whose in-place ops are noticed), call
+    :func:`fp4gemm.clear_plan_cache` — or pass blocked scales, which are read at every run.
+    Bad routing data is reported by :func:`check`.
+    """
+    if out is None:
+        rows = gather_index.shape[0] if gather_index is not None else a.shape[0]
+        out = empty_like_framework(a, (rows, w.shape[1]), out_dtype, "out")
+    _C.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, alpha, format, scale_layout,
+                        out_dtype, activation, stream, 0)
+    return out
+
+
+def check(stream: Any = None) -> None:
+    """Synchronises and raises ArgumentError naming ``expert_offsets`` or ``gather_index`` if a run
+    of a plan cached by :func:`grouped_gemm` (or the torch op) saw bad routing data since the last
+    check. On a bad routing nothing was read or written out of bounds and that run wrote no output
+    (a bad gather index: that row's output is undefined)."""
+    _C.moe_check(stream)
+
+
+def align_routing(topk_ids: Any, experts: int):
+    """Top-k routing -> the contiguous layout's arrays.
+
+    topk_ids: ``[T, k]`` integer expert ids (NumPy or torch; a torch CUDA tensor stays on the
+    device, without synchronising: graph-capturable). Returns ``(expert_offsets, gather_index,
+    order)``: int32 ``[E+1]``, int32 ``[T*k]`` (row r of the sorted rows reads token
+    ``gather_index[r]``) and int64 ``[T*k]`` with ``order[r] = t*k + j`` (the (token, slot) of row
+    r, for the combine). Rows are sorted by expert, then by token (stable); an id outside
+    ``[0, E)`` owns no row (its rows lie before ``expert_offsets[0]`` or past ``expert_offsets[E]``).
+    """
+    k = topk_ids.shape[1] if len(topk_ids.shape) == 2 else 1
+    # offsets[e] = number of ids below e: a binary search of every e in the sorted ids (no scatter,
+    # so an id outside [0, E) cannot fault on the device; it owns no row).
+    if type(topk_ids).__module__.split(".")[0] == "torch":
+        import torch
+
+        ids, order = torch.sort(topk_ids.reshape(-1), stable=True)
+        bounds = torch.arange(experts + 1, dtype=ids.dtype, device=ids.device)
+        offsets = torch.searchsorted(ids, bounds).to(torch.int32)
+        return offsets, (order // k).to(torch.int32), order
+    import numpy as np
+
+    flat = np.asarray(topk_ids).reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    offsets = np.searchsorted(flat[order], np.arange(experts + 1), side="left").astype(np.int32)
+    return offsets, (order // k).astype(np.int32), order.astype(np.int64)

@@ -1,0 +1,170 @@
+"""python -m fp4gemm.bench --moe: SPEC 4's MoE suite with the torch peers in the same run.
+
+For each model GEMM (gate-up and down of DeepSeek-V3, Qwen3-30B-A3B, gpt-oss-120b, Mixtral-8x7B)
+and token count, on realistic data (random nibbles, scales over the normal range) and a uniform
+top-k routing:
+  * fp4gemm.moe.grouped_gemm (W4A4 in --format, or W4A16 with --act bf16), gather fused: CUDA events,
+    L2 flushed before each repetition;
+  * torch._grouped_mm bf16 on the weights dequantised in advance, activations already gathered into
+    expert order, device offsets (the peer at its best), timed the same way;
+  * the dynamic-routing loop of both: every step a new top-k routing (device tensors drawn before
+    the loop), aligned on the device (fp4gemm.moe.align_routing), gathered and multiplied; wall time
+    per step over back-to-back steps, nothing synchronised in between.
+The C++ tool's `fp4gemm bench --suite moe` times fp4gemm alone with the measured floors.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, List, Optional, Sequence
+
+import torch
+
+import fp4gemm
+from fp4gemm import moe, ops, torch_utils
+
+# (model, experts, top-k, [(gemm, N, K), ...]) as in SPEC 4 and tools/moe_bench.cpp.
+MODELS = [
+    ("deepseek-v3", 256, 8, [("gate-up", 4096, 7168), ("down", 7168, 2048)]),
+    ("qwen3-30b-a3b", 128, 8, [("gate-up", 1536, 2048), ("down", 2048, 768)]),
+    ("gpt-oss-120b", 128, 4, [("gate-up", 5760, 2880), ("down", 2880, 2880)]),
+    ("mixtral-8x7b", 8, 2, [("gate-up", 28672, 4096), ("down", 4096, 14336)]),
+]
+TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
+_DEVICE = "cuda"
+
+
+def suite() -> List[dict]:
+    return [dict(model=m, gemm=g, experts=e, topk=k, n=n, kdim=kd, tokens=t)
+            for m, e, k, gemms in MODELS for g, n, kd in gemms for t in TOKENS]
+
+
+def _scales(shape, fmt: str, gen) -> torch.Tensor:
+    # E4M3 normal codes 0x08..0x7E (2^-6..448), UE8M0 117..137 (2^-10..2^10).
+    lo, hi = (0x08, 0x7F) if fmt == "nvfp4" else (117, 138)
+    return torch.randint(lo, hi, shape, dtype=torch.uint8, device=_DEVICE, generator=gen)
+
+
+def _topk(tokens: int, experts: int, k: int, gen) -> torch.Tensor:
+    return torch.rand(tokens, experts, device=_DEVICE, generator=gen).topk(k, dim=1).indices
+
+
+def _events_us(fn: Callable, reps: int, flush: torch.Tensor) -> List[float]:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for r in range(reps):
+        flush.fill_(r & 0xFF)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end) * 1e3)
+    return out
+
+
+def _wall_us_per_step(step: Callable[[int], None], steps: int) -> float:
+    for s in range(3):
+        step(s)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for s in range(steps):
+        step(s)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e6 / steps
+
+
+def bench_case(c: dict, act: str, fmt: str, reps: int, steps: int, peers: bool, flush: torch.Tensor,
+               seed: int = 1111) -> dict:
+    gen = torch.Generator(device=_DEVICE).manual_seed(seed)
+    e, n, k, t, topk = c["experts"], c["n"], c["kdim"], c["tokens"], c["topk"]
+    vec = 16 if fmt == "nvfp4" else 32
+    w = torch.randint(0, 256, (e, n, k // 2), dtype=torch.uint8, device=_DEVICE, generator=gen)
+    ws_lin = _scales((e, n, k // vec), fmt, gen)
+    ws = torch.stack([torch_utils.linear_to_blocked(ws_lin[i]) for i in range(e)])
+    if act == "bf16":
+        a, sa = (torch.rand(t, k, device=_DEVICE, generator=gen) * 2 - 1).to(torch.bfloat16), None
+    else:
+        a = torch.randint(0, 256, (t, k // 2), dtype=torch.uint8, device=_DEVICE, generator=gen)
+        sa = _scales((t, k // vec), fmt, gen)
+    pool = [_topk(t, e, topk, gen) for _ in range(8)]
+    offsets, gather, _ = moe.align_routing(pool[0], e)
+    out = torch.empty(t * topk, n, dtype=torch.bfloat16, device=_DEVICE)
+    row = dict(c, rows=t * topk, act=act, format=fmt)
+    run = lambda: moe.grouped_gemm(a, sa, w, ws, offsets, gather_index=gather, out=out, format=fmt)  # noqa: E731
+    us = _events_us(run, reps, flush)
+    row["fp4gemm_us"] = statistics.median(us)
+    row["fp4gemm_tflops"] = 2 * t * topk * n * k / row["fp4gemm_us"] / 1e6
+
+    def dyn_fp4gemm(s):
+        off, gat, _ = moe.align_routing(pool[s % len(pool)], e)
+        ops.moe_grouped_gemm_out(a, sa, w, ws, off, out, gat, format=fmt)
+
+    row["fp4gemm_dynamic_us_per_step"] = _wall_us_per_step(dyn_fp4gemm, steps)
+    moe.check()
+    if peers:
+        run()  # `out` again for the timed routing (the dynamic loop left another one there)
+        row.update(_peer_grouped_mm(a, sa, w, ws_lin, fmt, act, pool, offsets, gather, reps, steps, flush, out))
+    return row
+
+
+def _peer_grouped_mm(a, sa, w, ws_lin, fmt, act, pool, offsets, gather, reps, steps, flush, ours) -> dict:
+    if not hasattr(torch, "_grouped_mm"):
+        return {"grouped_mm_status": f"n/a: torch._grouped_mm does not exist in torch {torch.__version__}"}
+    e, n = w.shape[0], w.shape[1]
+    need = e * n * w.shape[2] * 2 * 2 + a.shape[0] * w.shape[2] * 8 * 4  # bf16 weights, activations
+    free, _ = torch.cuda.mem_get_info()
+    if need > free * 0.9:
+        return {"grouped_mm_status": f"n/a: the bf16 weights need {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"}
+    try:
+        wb = torch.stack([torch_utils.dequantize(w[i], ws_lin[i], fmt).to(torch.bfloat16) for i in range(e)])
+        ab = a if act == "bf16" else torch_utils.dequantize(a, sa, fmt).to(torch.bfloat16)
+        a_sorted = ab[gather.long()]
+        mm = lambda x, off: torch._grouped_mm(x, wb.transpose(-2, -1), offs=off[1:], out_dtype=torch.bfloat16)  # noqa: E731
+        ref = mm(a_sorted, offsets)
+        torch.cuda.synchronize()
+        diff = (ref.float() - ours.float()).abs().max().item()
+        scale = ref.float().abs().max().item()
+        r = {"grouped_mm_status": "ok",
+             "grouped_mm_us": statistics.median(_events_us(lambda: mm(a_sorted, offsets), reps, flush)),
+             "grouped_mm_agrees": bool(diff <= 2**-6 * scale + 1e-3)}
+
+        def dyn(s):
+            off, gat, _ = moe.align_routing(pool[s % len(pool)], e)
+            mm(ab[gat.long()], off)
+
+        r["grouped_mm_dynamic_us_per_step"] = _wall_us_per_step(dyn, steps)
+        return r
+    except Exception as ex:  # noqa: BLE001  (the peer may be unsupported on this GPU / torch)
+        return {"grouped_mm_status": f"n/a: {type(ex).__name__}: {str(ex).splitlines()[0][:160]}"}
+    finally:
+        torch.cuda.empty_cache()
+
+
+def run(cases: Optional[Sequence[int]], act: str, fmt: str, reps: int, steps: int, peers: bool) -> List[dict]:
+    all_cases = suite()
+    picked = [all_cases[i - 1] for i in cases] if cases else all_cases
+    flush = torch_utils.l2_flush_buffer()
+    rows = []
+    print(f"\nMoE suite: {'W4A16 (bf16 x mxfp4)' if act == 'bf16' else f'W4A4 {fmt}'}, uniform top-k routing, "
+          f"median of {reps} reps (L2 flushed), dynamic loop {steps} steps; us")
+    print(f"{'model gemm':<24} {'T':>6} {'rows':>7} {'fp4gemm':>10} {'TFLOP/s':>8} {'_grouped_mm':>12} "
+          f"{'speed-up':>8} {'dyn fp4gemm':>12} {'dyn torch':>10}")
+    for c in picked:
+        r = bench_case(c, act, fmt, reps, steps, peers, flush)
+        rows.append(r)
+        gm = r.get("grouped_mm_us")
+        gm_text = f"{gm:12.1f}" if gm is not None else f"{'n/a':>12}"
+        sp = f"{gm / r['fp4gemm_us']:7.2f}x" if gm is not None else f"{'':>8}"
+        dt = r.get("grouped_mm_dynamic_us_per_step")
+        dt_text = f"{dt:10.1f}" if dt is not None else f"{'n/a':>10}"
+        print(f"{c['model'] + ' ' + c['gemm']:<24} {c['tokens']:>6} {r['rows']:>7} {r['fp4gemm_us']:10.1f} "
+              f"{r['fp4gemm_tflops']:8.1f} {gm_text} {sp} {r['fp4gemm_dynamic_us_per_step']:12.1f} {dt_text}"
+              + ("" if r.get("grouped_mm_agrees", True) else "  ! peer disagrees"))
+        if peers and r["grouped_mm_status"] != "ok":
+            print(f"  _grouped_mm: {r['grouped_mm_status']}")
+        torch.cuda.empty_cache()
+    fp4gemm.clear_plan_cache()
+    return rows

@@ -1,0 +1,96 @@
+// The Python-facing MoE grouped GEMM (fp4gemm.moe): MoeGemm bound once to its weights, the cached
+// moe_grouped_gemm call, and the host (NumPy) path that runs reference::moe_gemm with the device
+// path's validation.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fp4gemm/moe.hpp"
+#include "plan_cache.hpp"
+#include "tensor_view.hpp"
+
+namespace fp4gemm::python {
+
+// The weights of a plan as read from (w, w_scales, alpha): the library's description (defaults
+// resolved by detail::validate_moe) and what the binding needs beside it.
+struct MoeWeightsRead {
+  MoeWeights weights;
+  TensorView w, scales, alpha;  // alpha: when given as an array
+  bool alpha_array = false;
+  bool cuda = false;
+  int device = -1;
+  Framework framework = Framework::other;
+  std::uint64_t scales_version = 0;  // torch's _version of w_scales (0 otherwise), see plan_key
+};
+
+// One run's arrays as read (absent ones have ndim 0 and ptr 0).
+struct MoeRunViews {
+  TensorView a, a_scales, offsets, counts, gather, out;
+  bool has_a_scales = false, has_offsets = false, has_counts = false, has_gather = false;
+};
+
+// One run, checked against its plan: the library's arguments and the rows of `a`.
+struct MoeRun {
+  MoeArgs args;
+  int a_rows = 0;
+};
+
+// fp4gemm._fp4gemm.MoeGemm: a plan bound to its weights (device arrays), or — for host (NumPy)
+// weights — the same validation around the CPU reference. The weight arrays (and torch storages)
+// are kept alive; run() refuses torch weights whose address, shape, strides or dtype changed.
+class MoeGemmObject {
+ public:
+  MoeGemmObject(nb::handle w, nb::handle w_scales, nb::handle format, nb::handle scale_layout, nb::handle out_dtype,
+                nb::handle activation, nb::handle layout, int capacity, nb::handle alpha);
+  void run(nb::handle a, nb::handle a_scales, nb::handle expert_offsets, nb::handle expert_counts,
+           nb::handle gather_index, nb::handle out, nb::handle stream, int threads);
+  void check(nb::handle stream) const;
+  std::string describe() const;
+  const MoeOptions& options() const { return options_; }
+  const MoeWeights& weights() const { return weights_.weights; }
+  int rows() const;
+  bool on_host() const { return !weights_.cuda; }
+  std::size_t device_bytes() const { return plan_ ? plan_->device_bytes() : 0; }
+
+ private:
+  MoeOptions options_;
+  MoeWeightsRead weights_;  // views point into refs_ (kept alive)
+  MoePlanPtr plan_;         // null on the host
+  nb::list refs_, storages_;
+  std::vector<std::pair<nb::handle, const char*>> watched_;  // torch weights, borrowed from refs_
+  TorchStates states_;
+};
+
+// Holds the MoE plan cache of moe_grouped_gemm; guarded by its own mutex (see Binding).
+class MoeBinding {
+ public:
+  static MoeBinding& get();
+
+  // fp4gemm.moe.grouped_gemm minus output allocation: the contiguous layout, capacity = the rows of
+  // `out` routed by this call (gather_index's length, else the rows of a).
+  void grouped_gemm(nb::handle a, nb::handle a_scales, nb::handle w, nb::handle w_scales, nb::handle expert_offsets,
+                    nb::handle gather_index, nb::handle out, nb::handle alpha, nb::handle format,
+                    nb::handle scale_layout, nb::handle out_dtype, nb::handle activation, nb::handle stream,
+                    int threads);
+  // Checks every MoE plan held (cached or pinned) for bad routing data (synchronises `stream`).
+  void check(nb::handle stream);
+
+  CacheStats stats() const;
+  void clear_cache(bool pinned);
+  // The same bounds as the grouped GEMM's plan cache (set together by the module's setters).
+  void set_capacity(std::size_t capacity);
+  void set_max_bytes(std::size_t max_bytes);
+  void pin(const MoePlanPtr& plan);
+
+ private:
+  MoeBinding();
+  mutable std::mutex mutex_;
+  MoePlanCache plans_;
+  std::uint64_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace fp4gemm::python

@@ -1,0 +1,133 @@
+// Host-side validation of the MoE GEMM (see moe_validate.hpp).
+#include "host/core/moe_validate.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "fp4gemm/formats.hpp"
+
+namespace fp4gemm::detail {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& argument, const std::string& message) { throw Error(argument, -1, message); }
+
+bool aligned(const void* p, std::uintptr_t n) { return reinterpret_cast<std::uintptr_t>(p) % n == 0; }
+
+}  // namespace
+
+std::int64_t moe_rows(int experts, const MoeOptions& o) {
+  return o.layout == MoeLayout::masked ? std::int64_t{o.capacity} * experts : o.capacity;
+}
+
+MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
+  MoeWeights w = weights;
+  if (o.format != Format::nvfp4 && o.format != Format::mxfp4) fail("options.format", "unknown format");
+  if (o.scale_layout != ScaleLayout::linear && o.scale_layout != ScaleLayout::blocked)
+    fail("options.scale_layout", "unknown scale layout");
+  if (o.out_type != OutType::f16 && o.out_type != OutType::bf16 && o.out_type != OutType::f32)
+    fail("options.out_type", "unknown output type");
+  if (o.activation != MoeActivation::fp4 && o.activation != MoeActivation::bf16)
+    fail("options.activation", "unknown activation type");
+  if (o.layout != MoeLayout::contiguous && o.layout != MoeLayout::masked) fail("options.layout", "unknown layout");
+  if (o.activation == MoeActivation::bf16 && o.format != Format::mxfp4)
+    fail("options.activation",
+         "bf16 activations (W4A16) need mxfp4 weights: the kernel dequantises nvfp4 weights to f16, and bf16 "
+         "activations are not exact in f16; quantise the activations to nvfp4 (W4A4) instead");
+  if (w.experts < 1 || w.experts > kMaxMoeExperts)
+    fail("weights.experts", "must be 1.." + std::to_string(kMaxMoeExperts) + " (got " + std::to_string(w.experts) + ")");
+  if (w.n < 1) fail("weights.n", "N must be >= 1 (got " + std::to_string(w.n) + ")");
+  const int vec = scale_block_size(o.format);
+  if (w.k < 1 || w.k % vec != 0)
+    fail("weights.k", "K = " + std::to_string(w.k) + " must be a positive multiple of the " + to_string(o.format) +
+                          " scale block (" + std::to_string(vec) + ")");
+  if (o.capacity < 1) fail("options.capacity", "must be >= 1 (got " + std::to_string(o.capacity) + ")");
+  const std::int64_t rows = moe_rows(w.experts, o);
+  const std::int64_t kblocks = (w.k + 63) / 64;
+  if (rows * kblocks >= (std::int64_t{1} << 31) - 256)
+    fail("options.capacity", "rows x k-blocks (" + std::to_string(rows) + " x " + std::to_string(kblocks) +
+                                 ") must stay below 2^31 for the activation pre-pass");
+  if (!std::isfinite(w.alpha) && w.alpha_device == nullptr) fail("weights.alpha", "alpha must be finite");
+  if (w.alpha_device != nullptr && !aligned(w.alpha_device, 4))
+    fail("weights.alpha_device", "pointer is not 4-byte aligned");
+  w.ldw = w.ldw != 0 ? w.ldw : w.k / 2;
+  if (w.ldw < w.k / 2 || w.ldw % 16 != 0)
+    fail("weights.ldw", "row stride " + std::to_string(w.ldw) + " bytes must be >= K/2 = " + std::to_string(w.k / 2) +
+                            " and a multiple of 16");
+  if (w.w == nullptr || !aligned(w.w, 16)) fail("weights.w", "must be a 16-byte aligned device pointer");
+  if (w.scales == nullptr || !aligned(w.scales, 16)) fail("weights.scales", "must be a 16-byte aligned device pointer");
+  w.expert_stride = w.expert_stride != 0 ? w.expert_stride : std::int64_t{w.n} * w.ldw;
+  if (w.expert_stride < std::int64_t{w.n} * w.ldw || w.expert_stride % 16 != 0)
+    fail("weights.expert_stride", "must be >= N * ldw = " + std::to_string(std::int64_t{w.n} * w.ldw) +
+                                      " bytes and a multiple of 16");
+  const std::int64_t dense = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, w.n, w.k / vec));
+  w.scale_expert_stride = w.scale_expert_stride != 0 ? w.scale_expert_stride : dense;
+  if (w.scale_expert_stride < dense)
+    fail("weights.scale_expert_stride", "must be >= one expert's " + std::string(to_string(o.scale_layout)) +
+                                            " scales (" + std::to_string(dense) + " bytes)");
+  if (o.scale_layout == ScaleLayout::blocked && w.scale_expert_stride % 16 != 0)
+    fail("weights.scale_expert_stride", "blocked scales are read in 512-byte atoms: the stride must be a multiple of 16");
+  return w;
+}
+
+void check_moe_args(const MoeWeights& w, const MoeOptions& o, const MoeArgs& a) {
+  if (a.a == nullptr || !aligned(a.a, 16)) fail("a", "must be a 16-byte aligned device pointer");
+  const std::int64_t row_bytes = o.activation == MoeActivation::fp4 ? w.k / 2 : std::int64_t{w.k} * 2;
+  if (a.lda < row_bytes || a.lda % 16 != 0)
+    fail("lda", "row stride " + std::to_string(a.lda) + " bytes must be >= " + std::to_string(row_bytes) +
+                    " (one row of A) and a multiple of 16");
+  if (o.activation == MoeActivation::fp4) {
+    if (a.a_scales == nullptr) fail("a_scales", "FP4 activations need their scales");
+  } else if (a.a_scales != nullptr) {
+    fail("a_scales", "bf16 activations have no scales: pass null");
+  }
+  if (o.layout == MoeLayout::contiguous) {
+    if (a.expert_offsets == nullptr || !aligned(a.expert_offsets, 4))
+      fail("expert_offsets", "the contiguous layout needs int32 device offsets [experts + 1]");
+    if (a.expert_counts != nullptr) fail("expert_counts", "only the masked layout takes counts");
+    if (a.gather_index != nullptr && (!aligned(a.gather_index, 4) || a.num_tokens < 1))
+      fail(a.num_tokens < 1 ? "num_tokens" : "gather_index",
+           "a gather index needs num_tokens >= 1 (the rows of a) and 4-byte alignment");
+  } else {
+    if (a.expert_counts == nullptr || !aligned(a.expert_counts, 4))
+      fail("expert_counts", "the masked layout needs int32 device counts [experts]");
+    if (a.expert_offsets != nullptr) fail("expert_offsets", "the masked layout takes counts, not offsets");
+    if (a.gather_index != nullptr) fail("gather_index", "the masked layout does not gather");
+  }
+  if (a.c == nullptr || !aligned(a.c, 16)) fail("c", "must be a 16-byte aligned device pointer");
+  if (a.ldc < w.n || a.ldc % 8 != 0)
+    fail("ldc", "row stride " + std::to_string(a.ldc) + " elements must be >= N = " + std::to_string(w.n) +
+                    " and a multiple of 8");
+}
+
+void check_moe_routing(int experts, const MoeOptions& o, const int* offsets, const int* counts, const int* gather,
+                       int num_tokens) {
+  if (o.layout == MoeLayout::masked) {
+    for (int e = 0; e < experts; ++e)
+      if (counts[e] < 0 || counts[e] > o.capacity)
+        throw Error("expert_counts", e, "expert_counts[" + std::to_string(e) + "] = " + std::to_string(counts[e]) +
+                                            " is outside [0, " + std::to_string(o.capacity) + "] (the capacity)");
+    return;
+  }
+  if (offsets[0] < 0)
+    throw Error("expert_offsets", 0, "expert_offsets[0] = " + std::to_string(offsets[0]) +
+                                         " < 0: offsets must be non-decreasing from >= 0");
+  for (int e = 1; e <= experts; ++e)
+    if (offsets[e] < offsets[e - 1])
+      throw Error("expert_offsets", e, "expert_offsets[" + std::to_string(e) + "] = " + std::to_string(offsets[e]) +
+                                           ", less than expert_offsets[" + std::to_string(e - 1) + "] = " +
+                                           std::to_string(offsets[e - 1]) + ": offsets must be non-decreasing");
+  if (offsets[experts] > o.capacity)
+    throw Error("expert_offsets", experts, "expert_offsets[" + std::to_string(experts) + "] = " +
+                                               std::to_string(offsets[experts]) + ", more rows than the capacity " +
+                                               std::to_string(o.capacity));
+  if (gather == nullptr) return;
+  // The device pre-pass reads gather_index[r] for every r < offsets[E] (rows before offsets[0]
+  // included), so the host path checks the same rows.
+  for (int r = 0; r < offsets[experts]; ++r)
+    if (gather[r] < 0 || gather[r] >= num_tokens)
+      throw Error("gather_index", -1, "gather_index[" + std::to_string(r) + "] = " + std::to_string(gather[r]) +
+                                          " is outside [0, num_tokens = " + std::to_string(num_tokens) + ")");
+}
+
+}  // namespace fp4gemm::detail
