@@ -73,9 +73,10 @@ struct MoeArgs {
 
 // Plan once per weight set; run with a new routing every time. `run` allocates nothing, never
 // synchronises, and is capturable in a CUDA graph that can be replayed with different offsets.
-// Bad routing data (offsets decreasing or past capacity, counts out of range, gather indices out
-// of range) is caught on the device: nothing is read or written out of bounds, no output is
-// written for a bad routing, and an error word is set; `check()` (a synchronising call) throws
+// Bad routing data is caught on the device: nothing is read or written out of bounds; offsets
+// decreasing or past capacity and counts out of range make the run write no output; a gather index
+// out of range leaves that row's output undefined (the other rows are computed); in every case an
+// error word is set; `check()` (a synchronising call) throws
 // fp4gemm::Error naming the argument ("expert_offsets", "expert_counts", "gather_index") and
 // clears it. Runs of one plan are serialised like Plan's.
 class MoeGemm {

@@ -251,6 +251,8 @@ struct PrepassArgs {
   // kMoeBadGather and the row is skipped).
   const int* first_row;
   const int* end_row;
+  const int* slot_counts;  // masked layout: row m is used iff m % slot_rows < slot_counts[m / slot_rows]
+  int slot_rows;
   const int* gather;
   int gather_rows;
   int* error;  // MoeErrorWord
@@ -305,6 +307,7 @@ __device__ __forceinline__ void prepass_unit(const PrepassArgs& args, const Prep
   bool valid = m < row_limit;
   int src_m = m;  // the row of g.a (and its scales) that becomes workspace row m
   if constexpr (S != PrepassSource::grouped_fp4) {
+    if (valid && args.slot_counts != nullptr) valid = m % args.slot_rows < __ldg(args.slot_counts + m / args.slot_rows);
     if (valid && args.gather != nullptr) {
       src_m = __ldg(args.gather + m);
       if (src_m < 0 || src_m >= args.gather_rows) {

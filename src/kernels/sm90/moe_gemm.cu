@@ -18,6 +18,7 @@
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
 #include "host/core/cuda_check.hpp"
+#include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
 #include "host/tensor_map.hpp"
 #include "kernels/sm90/fused_kernel.cuh"
@@ -34,8 +35,8 @@ namespace detail::sm90 {
 // ---------------------------------------------------------------------------------------------
 
 constexpr int kSchedulerThreads = 512;
-constexpr int kMaxMoeExperts = kSchedulerThreads;  // one scheduler thread per expert (and ~45 KB of
-                                                   // shared memory for their prefixes)
+using detail::kMaxMoeExperts;  // one scheduler thread per expert (and ~45 KB of shared memory for their prefixes)
+static_assert(kMaxMoeExperts == kSchedulerThreads, "one scheduler thread per expert");
 constexpr int kClasses = SchedulePolicy::kWidthClasses;
 
 struct MoeScheduleArgs {
@@ -340,78 +341,25 @@ class DeviceGuard {  // restores the caller's current device
 
 [[noreturn]] void fail(const std::string& argument, const std::string& message) { throw Error(argument, -1, message); }
 
-void validate(const MoeWeights& w, const MoeOptions& o) {
-  if (o.format != Format::nvfp4 && o.format != Format::mxfp4) fail("options.format", "unknown format");
-  if (o.scale_layout != ScaleLayout::linear && o.scale_layout != ScaleLayout::blocked)
-    fail("options.scale_layout", "unknown scale layout");
-  if (o.out_type != OutType::f16 && o.out_type != OutType::bf16 && o.out_type != OutType::f32)
-    fail("options.out_type", "unknown output type");
-  if (o.activation != MoeActivation::fp4 && o.activation != MoeActivation::bf16)
-    fail("options.activation", "unknown activation type");
-  if (o.layout != MoeLayout::contiguous && o.layout != MoeLayout::masked) fail("options.layout", "unknown layout");
-  if (o.activation == MoeActivation::bf16 && o.format != Format::mxfp4)
-    fail("options.activation",
-         "bf16 activations (W4A16) need mxfp4 weights: the kernel dequantises nvfp4 weights to f16, and bf16 "
-         "activations are not exact in f16; quantise the activations to nvfp4 (W4A4) instead");
-  if (w.experts < 1 || w.experts > kMaxMoeExperts)
-    fail("weights.experts", "must be 1.." + std::to_string(kMaxMoeExperts) + " (got " + std::to_string(w.experts) + ")");
-  if (w.n < 1) fail("weights.n", "N must be >= 1 (got " + std::to_string(w.n) + ")");
-  const int vec = scale_block_size(o.format);
-  if (w.k < 1 || w.k % vec != 0)
-    fail("weights.k", "K = " + std::to_string(w.k) + " must be a positive multiple of the " + to_string(o.format) +
-                          " scale block (" + std::to_string(vec) + ")");
-  if (o.capacity < 1) fail("options.capacity", "must be >= 1 (got " + std::to_string(o.capacity) + ")");
-  const std::int64_t rows = o.layout == MoeLayout::masked ? std::int64_t{o.capacity} * w.experts : o.capacity;
-  const std::int64_t kblocks = (w.k + 63) / 64;
-  if (rows * kblocks >= (std::int64_t{1} << 31) - 256)
-    fail("options.capacity", "rows x k-blocks (" + std::to_string(rows) + " x " + std::to_string(kblocks) +
-                                 ") must stay below 2^31 for the activation pre-pass");
-  if (!std::isfinite(w.alpha) && w.alpha_device == nullptr) fail("weights.alpha", "alpha must be finite");
-  if (w.alpha_device != nullptr && reinterpret_cast<std::uintptr_t>(w.alpha_device) % 4 != 0)
-    fail("weights.alpha_device", "pointer is not 4-byte aligned");
-  const std::int64_t ldw = w.ldw != 0 ? w.ldw : w.k / 2;
-  if (ldw < w.k / 2 || ldw % 16 != 0)
-    fail("weights.ldw", "row stride " + std::to_string(ldw) + " bytes must be >= K/2 = " + std::to_string(w.k / 2) +
-                            " and a multiple of 16");
-  if (w.w == nullptr || reinterpret_cast<std::uintptr_t>(w.w) % 16 != 0)
-    fail("weights.w", "must be a 16-byte aligned device pointer");
-  if (w.scales == nullptr || reinterpret_cast<std::uintptr_t>(w.scales) % 16 != 0)
-    fail("weights.scales", "must be a 16-byte aligned device pointer");
-  const std::int64_t expert_stride = w.expert_stride != 0 ? w.expert_stride : std::int64_t{w.n} * ldw;
-  if (expert_stride < std::int64_t{w.n} * ldw || expert_stride % 16 != 0)
-    fail("weights.expert_stride", "must be >= N * ldw = " + std::to_string(std::int64_t{w.n} * ldw) +
-                                      " bytes and a multiple of 16");
-  const std::int64_t dense = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, w.n, w.k / vec));
-  const std::int64_t scale_stride = w.scale_expert_stride != 0 ? w.scale_expert_stride : dense;
-  if (scale_stride < dense)
-    fail("weights.scale_expert_stride", "must be >= one expert's " + std::string(to_string(o.scale_layout)) +
-                                            " scales (" + std::to_string(dense) + " bytes)");
-  if (o.scale_layout == ScaleLayout::blocked && scale_stride % 16 != 0)
-    fail("weights.scale_expert_stride", "blocked scales are read in 512-byte atoms: the stride must be a multiple of 16");
-}
-
 }  // namespace
 
 MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
-  validate(weights, options);
+  const MoeWeights resolved = detail::validate_moe(weights, options);
   if (device_count() == 0) throw Error("device", -1, "no CUDA device is available (no GPU or no driver)");
   p.device = device_info(options.device);
   if (!p.device.has_fast_kernel)
     throw Error("options.device", -1, "no fast kernel for " + p.device.name + ": fp4gemm's MoE GEMM needs sm_90 (H100/H200)");
   DeviceGuard guard(p.device.index);
-  p.weights = weights;
+  p.weights = resolved;
   p.options = options;
   p.options.device = p.device.index;
   MoeWeights& w = p.weights;
   const MoeOptions& o = p.options;
   const int vec = p.vec = scale_block_size(o.format);
   const int cols = w.k / vec;
-  w.ldw = w.ldw != 0 ? w.ldw : w.k / 2;
-  w.expert_stride = w.expert_stride != 0 ? w.expert_stride : std::int64_t{w.n} * w.ldw;
   const std::int64_t dense_scales = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, w.n, cols));
-  w.scale_expert_stride = w.scale_expert_stride != 0 ? w.scale_expert_stride : dense_scales;
-  p.rows = o.layout == MoeLayout::masked ? o.capacity * w.experts : o.capacity;
+  p.rows = static_cast<int>(detail::moe_rows(w.experts, o));
 
   // The weights and their scales must lie inside device allocations of this device.
   detail::check_device_buffer("weights.w", -1, w.w, (w.experts - 1) * w.expert_stride + (w.n - 1) * w.ldw + w.k / 2,
@@ -431,10 +379,14 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
     for (int e = 0; e < w.experts; ++e)
       jobs[e] = ScaleConversion{sblk + e * w.scale_expert_stride, dst + e * blocked_bytes, w.n, cols};
     const ScaleConversion* d_jobs = p.upload(jobs, "plan");
-    FP4GEMM_CUDA_CHECK(o.format == Format::nvfp4 ? convert_expert_scales<Format::nvfp4>(d_jobs, w.experts, w.n, cols, nullptr)
-                                                : convert_expert_scales<Format::mxfp4>(d_jobs, w.experts, w.n, cols, nullptr),
-                       "plan");
-    FP4GEMM_CUDA_CHECK(cudaDeviceSynchronize(), "plan");
+    // On a private stream: a plan may be built while another stream is being captured.
+    cudaStream_t s = nullptr;
+    FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "plan");
+    const cudaError_t e = o.format == Format::nvfp4 ? convert_expert_scales<Format::nvfp4>(d_jobs, w.experts, w.n, cols, s)
+                                                    : convert_expert_scales<Format::mxfp4>(d_jobs, w.experts, w.n, cols, s);
+    const cudaError_t sync = e == cudaSuccess ? cudaStreamSynchronize(s) : e;
+    cudaStreamDestroy(s);
+    FP4GEMM_CUDA_CHECK(sync, "plan");
     sblk = dst, sblk_stride = blocked_bytes;
   }
 
@@ -559,44 +511,11 @@ const MoeGemm::Impl& checked(const std::unique_ptr<MoeGemm::Impl>& impl) {
   return *impl;
 }
 
-void check_args(const MoeGemm::Impl& p, const MoeArgs& a) {
-  const MoeOptions& o = p.options;
-  const MoeWeights& w = p.weights;
-  auto aligned = [](const void* ptr, std::uintptr_t n) { return reinterpret_cast<std::uintptr_t>(ptr) % n == 0; };
-  if (a.a == nullptr || !aligned(a.a, 16)) fail("a", "must be a 16-byte aligned device pointer");
-  const std::int64_t row_bytes = o.activation == MoeActivation::fp4 ? w.k / 2 : std::int64_t{w.k} * 2;
-  if (a.lda < row_bytes || a.lda % 16 != 0)
-    fail("lda", "row stride " + std::to_string(a.lda) + " bytes must be >= " + std::to_string(row_bytes) +
-                    " (one row of A) and a multiple of 16");
-  if (o.activation == MoeActivation::fp4) {
-    if (a.a_scales == nullptr) fail("a_scales", "FP4 activations need their scales");
-  } else if (a.a_scales != nullptr) {
-    fail("a_scales", "bf16 activations have no scales: pass null");
-  }
-  if (o.layout == MoeLayout::contiguous) {
-    if (a.expert_offsets == nullptr || !aligned(a.expert_offsets, 4))
-      fail("expert_offsets", "the contiguous layout needs int32 device offsets [experts + 1]");
-    if (a.expert_counts != nullptr) fail("expert_counts", "only the masked layout takes counts");
-    if (a.gather_index != nullptr && (!aligned(a.gather_index, 4) || a.num_tokens < 1))
-      fail(a.num_tokens < 1 ? "num_tokens" : "gather_index",
-           "a gather index needs num_tokens >= 1 (the rows of a) and 4-byte alignment");
-  } else {
-    if (a.expert_counts == nullptr || !aligned(a.expert_counts, 4))
-      fail("expert_counts", "the masked layout needs int32 device counts [experts]");
-    if (a.expert_offsets != nullptr) fail("expert_offsets", "the masked layout takes counts, not offsets");
-    if (a.gather_index != nullptr) fail("gather_index", "the masked layout does not gather");
-  }
-  if (a.c == nullptr || !aligned(a.c, 16)) fail("c", "must be a 16-byte aligned device pointer");
-  if (a.ldc < w.n || a.ldc % 8 != 0)
-    fail("ldc", "row stride " + std::to_string(a.ldc) + " elements must be >= N = " + std::to_string(w.n) +
-                    " and a multiple of 8");
-}
-
 }  // namespace
 
 void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   const Impl& p = checked(impl_);
-  check_args(p, args);
+  detail::check_moe_args(p.weights, p.options, args);
   DeviceGuard guard(p.device.index);
   if (const cudaError_t pending = cudaGetLastError(); pending != cudaSuccess)
     throw Error("run", -1, std::string("a CUDA error from an earlier call (not fp4gemm's) was pending: ") +
@@ -617,6 +536,8 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   // Contiguous: only the routed rows [offsets[0], offsets[E]) are read (and their gather indices).
   pa.first_row = p.options.layout == MoeLayout::contiguous ? args.expert_offsets : nullptr;
   pa.end_row = p.options.layout == MoeLayout::contiguous ? args.expert_offsets + p.weights.experts : nullptr;
+  pa.slot_counts = args.expert_counts;  // masked: only each expert's counted rows
+  pa.slot_rows = p.options.capacity;
   pa.gather = args.gather_index;
   pa.gather_rows = args.num_tokens;
 
