@@ -6,7 +6,6 @@
 // builds them on the device from the expert offsets of the run (moe_schedule below). Everything the
 // routing does not change (weight maps, scales, activation workspace and its maps, grid, buffers
 // sized for the largest routing) is set up once here.
-#include <cub/block/block_scan.cuh>
 #include <cuda.h>
 
 #include <algorithm>
@@ -59,52 +58,49 @@ struct MoeScheduleArgs {
   int* error;  // MoeErrorWord
 };
 
-struct ClassCounts {
-  int v[kClasses];
-};
-struct AddClassCounts {
-  __device__ ClassCounts operator()(const ClassCounts& a, const ClassCounts& b) const {
-    ClassCounts r;
-#pragma unroll
-    for (int c = 0; c < kClasses; ++c) r.v[c] = a.v[c] + b.v[c];
-    return r;
-  }
-};
-
 // An expert's token tiles (token_tiles in host/core/schedule.cpp, the same rule): `count` tiles of
 // `size` tokens (a multiple of 8), the last one `last` tokens.
+// With their width classes (0-based; -1: none) and tile counts (token tiles x row blocks): the
+// count - 1 full token tiles, and the last one.
 struct ExpertTiles {
   int base, rows, count, size, last;
+  int class_full, class_last, tiles_full, tiles_last;
 };
-
-__device__ __forceinline__ ExpertTiles expert_tiles(int base, int rows) {
-  ExpertTiles t{base, rows, 0, 0, 0};
-  if (rows <= 0) return t;
-  constexpr int kMax = SchedulePolicy::kMaxTokens;
-  t.count = (rows + kMax - 1) / kMax;
-  t.size = ((rows + t.count - 1) / t.count + 7) / 8 * 8;
-  t.last = rows - (t.count - 1) * t.size;
-  return t;
-}
 
 __device__ __forceinline__ int row_blocks(int ntok, int n, int narrow_rows) {
   const int rows = tile_rows(ntok, narrow_rows);
   return (n + rows - 1) / rows;
 }
 
-// One block of kSchedulerThreads. Thread e reads expert e's rows and validates them; a block scan
-// gives each expert its place in every width-class bucket (tiles of one class run on CTAs of that
+__device__ __forceinline__ ExpertTiles expert_tiles(int base, int rows, int n, int narrow_rows) {
+  ExpertTiles t{base, rows, 0, 0, 0, -1, -1, 0, 0};
+  if (rows <= 0) return t;
+  constexpr int kMax = SchedulePolicy::kMaxTokens;
+  t.count = (rows + kMax - 1) / kMax;
+  t.size = ((rows + t.count - 1) / t.count + 7) / 8 * 8;
+  t.last = rows - (t.count - 1) * t.size;
+  if (t.count > 1) t.class_full = width_class(t.size) - 1, t.tiles_full = (t.count - 1) * row_blocks(t.size, n, narrow_rows);
+  t.class_last = width_class(t.last) - 1, t.tiles_last = row_blocks(t.last, n, narrow_rows);
+  return t;
+}
+
+__device__ __forceinline__ int tiles_of_class(const ExpertTiles& t, int c) {
+  return (t.class_full == c ? t.tiles_full : 0) + (t.class_last == c ? t.tiles_last : 0);
+}
+
+// One block of kSchedulerThreads. Thread e reads expert e's rows and validates them; warp c scans
+// class c's tile counts over the experts, giving each expert its place in every width-class bucket (tiles of one class run on CTAs of that
 // class: device/schedule.hpp); thread 0 shares the CTAs among the classes by cost; all threads
 // write the tiles (whole tiles, one piece each: no split-K, so no hand-offs) and each CTA's range
 // and first-piece record. A bad routing leaves every CTA without work and sets the error word.
 __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_constant__ MoeScheduleArgs a) {
-  using Scan = cub::BlockScan<ClassCounts, kSchedulerThreads, cub::BLOCK_SCAN_WARP_SCANS>;
-  __shared__ typename Scan::TempStorage scan_storage;
+  static_assert(kSchedulerThreads == 32 * kClasses, "one warp per width class");
   __shared__ ExpertTiles experts[kMaxMoeExperts];
   // prefix[c][e]: tiles of class c before expert e's (class-major: the binary searches of a warp
   // read one class row, not 64-byte strided structs that share two banks).
   __shared__ int prefix[kClasses][kMaxMoeExperts + 1];
-  __shared__ int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], total_tiles;
+  __shared__ int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], class_tiles[kClasses],
+      total_tiles;
   const int e = threadIdx.x;
 
   // 1. This expert's rows, validated.
@@ -136,28 +132,37 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
     for (int i = threadIdx.x; i <= a.num_ctas; i += blockDim.x) a.cta_begin[i] = 0;
     return;
   }
-  const ExpertTiles et = expert_tiles(base, bad ? 0 : rows);
+  if (e < a.experts) experts[e] = expert_tiles(base, rows, a.n, a.narrow_rows);
+  __syncthreads();
 
-  // 2. Tiles per width class: the full token tiles and the last one, times their row blocks.
-  ClassCounts mine{};
-  if (et.count > 0) {
-    if (et.count > 1) mine.v[width_class(et.size) - 1] += (et.count - 1) * row_blocks(et.size, a.n, a.narrow_rows);
-    mine.v[width_class(et.last) - 1] += row_blocks(et.last, a.n, a.narrow_rows);
-  }
-  ClassCounts before, totals;
-  Scan(scan_storage).ExclusiveScan(mine, before, ClassCounts{}, AddClassCounts{}, totals);
-  if (e < a.experts) {
-    experts[e] = et;
+  // 2. Warp c: the exclusive prefix of class c's tile counts over the experts (lane l sums a run
+  //    of ceil(E / 32) experts, one warp scan, then the run's prefixes). A short dependent chain:
+  //    a block scan of 16-class vectors made this kernel ~1500 instructions per warp (20 us).
+  {
+    const int c = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int run = (a.experts + 31) / 32, first = lane * run, last = min(a.experts, first + run);
+    int sum = 0;
+    for (int x = first; x < last; ++x) sum += tiles_of_class(experts[x], c);
+    int incl = sum;
 #pragma unroll
-    for (int c = 0; c < kClasses; ++c) prefix[c][e] = before.v[c];
+    for (int o = 1; o < 32; o *= 2) {
+      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    int at = incl - sum;
+    for (int x = first; x < last; ++x) {
+      prefix[c][x] = at;
+      at += tiles_of_class(experts[x], c);
+    }
+    if (lane == 31) prefix[c][a.experts] = class_tiles[c] = incl;
   }
-  if (e < kClasses) prefix[e][a.experts] = totals.v[e];
+  __syncthreads();
 
   // 3. CTAs per class in proportion to the class's cost, at least one per class with tiles: warp 0,
   //    lane c for class c; the CTAs the floors leave over go to the largest remainders.
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x, c = lane < kClasses ? lane : 0;
-    const int tiles = lane < kClasses ? totals.v[c] : 0;
+    const int tiles = lane < kClasses ? class_tiles[c] : 0;
     const int tokens = 16 * (c + 1);
     const bool narrow_tile = tile_rows(tokens, a.narrow_rows) == 256;
     const float cost = static_cast<float>(tiles) *
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
   // 4. The tiles, bucket by bucket: expert-major, then row block, then token tile (the token tiles
   //    of one weight row block are adjacent, so their weight reads are close in time).
   for (int c = 0; c < kClasses; ++c) {
-    const int count = totals.v[c];
+    const int count = class_tiles[c];
     for (int t = threadIdx.x; t < count; t += blockDim.x) {
       int lo = 0, hi = a.experts - 1;  // the last expert whose prefix in class c is <= t
       while (lo < hi) {
@@ -215,11 +220,10 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
       }
       const ExpertTiles x = experts[lo];
       const int local = t - prefix[c][lo];
-      const int class_full = x.count > 1 ? width_class(x.size) - 1 : -1, class_last = width_class(x.last) - 1;
       int rb, j;
-      if (class_full == c && class_last == c) {
+      if (x.class_full == c && x.class_last == c) {
         rb = local / x.count, j = local % x.count;
-      } else if (class_full == c) {
+      } else if (x.class_full == c) {
         rb = local / (x.count - 1), j = local % (x.count - 1);
       } else {
         rb = local, j = x.count - 1;
@@ -244,7 +248,7 @@ __global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_c
     while (c < kClasses - 1 && cta >= cta_base[c + 1]) ++c;
     int begin = total_tiles, end = total_tiles, n16 = 1;
     if (cta < cta_base[kClasses]) {
-      const std::int64_t k = cta - cta_base[c], n = ctas_of[c], count = totals.v[c];
+      const std::int64_t k = cta - cta_base[c], n = ctas_of[c], count = class_tiles[c];
       begin = bucket_base[c] + static_cast<int>(count * k / n);
       end = bucket_base[c] + static_cast<int>(count * (k + 1) / n);
       n16 = c + 1;
