@@ -1,4 +1,4 @@
-// Plan: validation, one-time set-up and dispatch to the fused kernel or the reference kernel.
+// Plan: validation, one-time set-up and dispatch to a kernel of the registry (host/kernel_registry).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -10,9 +10,9 @@
 #include "fp4gemm/formats.hpp"
 #include "host/core/cuda_check.hpp"
 #include "host/core/validate.hpp"
-#include "host/group_params.hpp"
-#include "kernels/sm90/fused_grouped_gemm.hpp"
-#include "reference/gpu_reference.hpp"
+#include "device/group_params.hpp"
+#include "host/device_guard.hpp"
+#include "host/kernel_registry.hpp"
 
 namespace fp4gemm {
 
@@ -22,10 +22,10 @@ struct Plan::Impl {
   Options options;
   DeviceInfo device;
   std::vector<GroupDesc> groups;
-  Backend backend = Backend::reference;  // resolved
+  const detail::KernelEntry* kernel = nullptr;
   GroupParams* d_groups = nullptr;
   int max_m = 0, max_n = 0;
-  detail::sm90::FastPlanPtr fast;
+  std::unique_ptr<detail::KernelPlan> kernel_plan;
   double flops = 0, min_bytes = 0;
   // Runs of one plan share its workspace (activations, partials, tile flags), so they are
   // serialised on the device: each run waits for the previous one's `done` event, whatever stream
@@ -35,7 +35,7 @@ struct Plan::Impl {
   mutable std::mutex run_mutex;
 
   ~Impl() {
-    fast.reset();
+    kernel_plan.reset();
     if (d_groups) cudaFree(d_groups);
     if (done) cudaEventDestroy(done);
   }
@@ -43,20 +43,7 @@ struct Plan::Impl {
 
 namespace {
 
-class DeviceGuard {  // restores the caller's current device
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) FP4GEMM_CUDA_CHECK(cudaSetDevice(device), "options.device");
-  }
-  ~DeviceGuard() {
-    int now = -1;
-    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = -1;
-};
+using detail::DeviceGuard;
 
 // A moved-from Plan holds no Impl.
 const Plan::Impl& checked(const std::unique_ptr<Plan::Impl>& impl) {
@@ -106,21 +93,7 @@ Plan::Plan(std::span<const GroupDesc> groups, const Options& options)
   detail::validate_groups(groups, p.options, /*check_pointers=*/true);
   p.groups.assign(groups.begin(), groups.end());
 
-  switch (options.backend) {
-    case Backend::reference:
-      p.backend = Backend::reference;
-      break;
-    case Backend::automatic:
-    case Backend::fast:
-      if (!p.device.has_fast_kernel)
-        throw Error("options.backend", -1,
-                    "no fast kernel for " + p.device.name + " (sm_" + std::to_string(p.device.sm_major) +
-                        std::to_string(p.device.sm_minor) +
-                        "); fp4gemm's fused kernel needs sm_90 (H100/H200). Pass "
-                        "Backend::reference to run the (slow) reference kernel.");
-      p.backend = Backend::fast;
-      break;
-  }
+  p.kernel = &detail::select_kernel(options.backend, p.device);
 
   std::vector<GroupParams> params(groups.size());
   for (std::size_t i = 0; i < groups.size(); ++i) {
@@ -144,8 +117,7 @@ Plan::Plan(std::span<const GroupDesc> groups, const Options& options)
                                   cudaMemcpyHostToDevice),
                        "plan");
   }
-  if (p.backend == Backend::fast)
-    p.fast = detail::sm90::make_fast_plan(groups, p.options, p.device, p.d_groups);
+  p.kernel_plan = p.kernel->build(detail::KernelContext{groups, p.options, p.device, p.d_groups, p.max_m, p.max_n});
   FP4GEMM_CUDA_CHECK(cudaEventCreateWithFlags(&p.done, cudaEventDisableTiming), "plan");
 }
 
@@ -163,20 +135,13 @@ void Plan::run(cudaStream_t stream) const {
   std::lock_guard lock(p.run_mutex);
   FP4GEMM_CUDA_CHECK(cudaStreamWaitEvent(stream, p.done, capturing ? cudaEventWaitExternal : cudaEventWaitDefault),
                      "run");
-  if (p.backend == Backend::fast) {
-    detail::sm90::run_fast_plan(*p.fast, stream);
-  } else {
-    FP4GEMM_CUDA_CHECK(detail::launch_reference_gemm(p.d_groups, static_cast<int>(p.groups.size()), p.max_m,
-                                                     p.max_n, p.options.format, p.options.scale_layout,
-                                                     p.options.out_type, stream),
-                       "run");
-  }
+  p.kernel_plan->run(stream);
   FP4GEMM_CUDA_CHECK(
       cudaEventRecordWithFlags(p.done, stream, capturing ? cudaEventRecordExternal : cudaEventRecordDefault), "run");
 }
 
 std::string Plan::kernel_name() const {
-  return checked(impl_).backend == Backend::fast ? "sm90_fused_swapab" : "reference";
+  return checked(impl_).kernel->name;
 }
 
 std::string Plan::describe() const {
@@ -185,7 +150,7 @@ std::string Plan::describe() const {
   os << kernel_name() << " on " << p.device.name << ": " << p.groups.size() << " groups, "
      << to_string(p.options.format) << "/" << to_string(p.options.scale_layout) << " -> "
      << to_string(p.options.out_type);
-  if (p.fast) os << "; " << detail::sm90::describe_fast_plan(*p.fast);
+  if (const std::string config = p.kernel_plan->describe(); !config.empty()) os << "; " << config;
   return os.str();
 }
 
@@ -195,7 +160,7 @@ double Plan::flops() const { return checked(impl_).flops; }
 double Plan::min_bytes() const { return checked(impl_).min_bytes; }
 std::size_t Plan::device_bytes() const {
   const Impl& p = checked(impl_);
-  return p.groups.size() * sizeof(GroupParams) + (p.fast ? detail::sm90::fast_plan_device_bytes(*p.fast) : 0);
+  return p.groups.size() * sizeof(GroupParams) + p.kernel_plan->device_bytes();
 }
 
 void grouped_gemm(std::span<const GroupDesc> groups, const Options& options, cudaStream_t stream) {

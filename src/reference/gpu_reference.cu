@@ -7,6 +7,8 @@
 #include "formats/scale_layout.hpp"
 #include "reference/gpu_reference.hpp"
 
+#include "host/core/cuda_check.hpp"
+
 namespace fp4gemm::detail {
 namespace {
 
@@ -80,6 +82,34 @@ cudaError_t launch_reference_gemm(const GroupParams* d_groups, int num_groups, i
                   std::min<unsigned>(num_groups, kMaxGridYZ));
   reference_gemm_kernel<<<grid, block, 0, stream>>>(d_groups, num_groups, format, layout, out_type);
   return cudaGetLastError();
+}
+
+namespace {
+
+class ReferencePlan final : public KernelPlan {
+ public:
+  explicit ReferencePlan(const KernelContext& c)
+      : groups_(c.d_groups), count_(static_cast<int>(c.groups.size())), max_m_(c.max_m), max_n_(c.max_n),
+        format_(c.options.format), layout_(c.options.scale_layout), out_(c.options.out_type) {}
+  void run(cudaStream_t stream) const override {
+    const cudaError_t e = launch_reference_gemm(groups_, count_, max_m_, max_n_, format_, layout_, out_, stream);
+    if (e != cudaSuccess) throw_cuda(e, "reference_gemm_kernel launch", "run");
+  }
+  std::string describe() const override { return ""; }
+  std::size_t device_bytes() const override { return 0; }  // reads the plan's group table only
+
+ private:
+  const GroupParams* groups_;
+  int count_, max_m_, max_n_;
+  Format format_;
+  ScaleLayout layout_;
+  OutType out_;
+};
+
+}  // namespace
+
+std::unique_ptr<KernelPlan> make_reference_plan(const KernelContext& context) {
+  return std::make_unique<ReferencePlan>(context);
 }
 
 }  // namespace fp4gemm::detail

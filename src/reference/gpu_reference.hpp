@@ -4,7 +4,8 @@
 #include <cuda_runtime_api.h>
 
 #include "fp4gemm/fp4gemm.hpp"
-#include "host/group_params.hpp"
+#include "device/group_params.hpp"
+#include "host/kernel_registry.hpp"
 
 namespace fp4gemm::detail {
 
@@ -12,5 +13,8 @@ namespace fp4gemm::detail {
 // the launch's error.
 cudaError_t launch_reference_gemm(const GroupParams* d_groups, int num_groups, int max_m, int max_n,
                                   Format format, ScaleLayout layout, OutType out_type, cudaStream_t stream);
+
+// The reference kernel as a registry entry (one thread per output element over the plan's table).
+std::unique_ptr<KernelPlan> make_reference_plan(const KernelContext& context);
 
 }  // namespace fp4gemm::detail

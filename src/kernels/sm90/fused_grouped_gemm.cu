@@ -71,7 +71,7 @@ SchedulePolicy schedule_policy(const Tuning& t) {
 
 }  // namespace
 
-struct FastPlan {
+struct FastPlan final : KernelPlan {
   Format format;
   ScaleLayout layout;
   OutType out_type;
@@ -89,29 +89,33 @@ struct FastPlan {
   dim3 prepass_grid{0, 0, 1};  // x: (token row, k-block) units of the largest group / 256; y: groups
   bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (Tuning::pdl)
   std::vector<void*> allocations;
-  std::size_t device_bytes = 0;  // sum of the allocations' sizes
+  std::size_t device_bytes_ = 0;  // sum of the allocations' sizes
 
-  ~FastPlan() {
+  ~FastPlan() override {
     for (void* ptr : allocations) cudaFree(ptr);
   }
+  void run(cudaStream_t stream) const override;
+  std::string describe() const override;
+  std::size_t device_bytes() const override { return device_bytes_; }
   // Device memory owned (and freed) by the plan.
   template <typename T>
   T* allocate(std::size_t bytes, const char* what) {
     void* ptr = nullptr;
     FP4GEMM_CUDA_CHECK(cudaMalloc(&ptr, bytes), what);
     allocations.push_back(ptr);
-    device_bytes += bytes;
+    device_bytes_ += bytes;
     return static_cast<T*>(ptr);
   }
 };
 
-void FastPlanDeleter::operator()(FastPlan* p) const noexcept { delete p; }
-
-FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& options,
-                           const DeviceInfo& device, const GroupParams* d_groups) {
+std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   using C = KernelConfig;
+  const std::span<const GroupDesc> groups = context.groups;
+  const Options& options = context.options;
+  const DeviceInfo& device = context.device;
+  const GroupParams* d_groups = context.d_groups;
   const Tuning& tuning = options.tuning;  // measurement and test knobs; defaults: production
-  FastPlanPtr plan(new FastPlan);
+  auto plan = std::make_unique<FastPlan>();
   FastPlan& fp = *plan;
   fp.format = options.format;
   fp.layout = options.scale_layout;
@@ -330,7 +334,8 @@ FastPlanPtr make_fast_plan(std::span<const GroupDesc> groups, const Options& opt
   return plan;
 }
 
-void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
+void FastPlan::run(cudaStream_t stream) const {
+  const FastPlan& fp = *this;
   const Schedule& s = fp.schedule;
   if (s.tiles.empty()) return;
   const cudaError_t err =
@@ -342,9 +347,8 @@ void run_fast_plan(const FastPlan& fp, cudaStream_t stream) {
   FP4GEMM_CUDA_CHECK(err, "run");
 }
 
-std::size_t fast_plan_device_bytes(const FastPlan& fp) { return fp.device_bytes; }
-
-std::string describe_fast_plan(const FastPlan& fp) {
+std::string FastPlan::describe() const {
+  const FastPlan& fp = *this;
   using C = KernelConfig;
   std::ostringstream os;
   os << "tiles " << fp.schedule.tiles.size() << " (" << fp.schedule.narrow_rows << " weight rows x <=128 tokens or 128 x <="

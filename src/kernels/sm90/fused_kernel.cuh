@@ -28,7 +28,7 @@
 #include "device/ptx/wgmma_rs.cuh"
 #include "device/schedule.hpp"
 #include "formats/scale_layout.hpp"
-#include "host/group_params.hpp"
+#include "device/group_params.hpp"
 #include "fp4gemm/fp4gemm.hpp"
 
 namespace fp4gemm::detail::sm90 {

@@ -19,6 +19,7 @@
 #include "host/core/cuda_check.hpp"
 #include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
+#include "host/device_guard.hpp"
 #include "host/tensor_map.hpp"
 #include "kernels/sm90/fused_kernel.cuh"
 
@@ -328,20 +329,7 @@ namespace {
 
 using KC = detail::sm90::KernelConfig;
 
-class DeviceGuard {  // restores the caller's current device
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) FP4GEMM_CUDA_CHECK(cudaSetDevice(device), "options.device");
-  }
-  ~DeviceGuard() {
-    int now = -1;
-    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = -1;
-};
+using detail::DeviceGuard;
 
 [[noreturn]] void fail(const std::string& argument, const std::string& message) { throw Error(argument, -1, message); }
 

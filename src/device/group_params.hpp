@@ -1,4 +1,5 @@
-// Device-visible per-group arguments, copied to the plan's workspace once at plan time.
+// Device-visible per-group arguments (the pointer-array plan: one per group; the MoE plan: one per
+// expert), copied to the plan's workspace once at plan time.
 #pragma once
 
 #include <cstdint>

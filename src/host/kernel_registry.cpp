@@ -1,0 +1,35 @@
+// The kernel registry (kernel_registry.hpp).
+#include "host/kernel_registry.hpp"
+
+#include <string>
+
+#include "kernels/sm90/fused_grouped_gemm.hpp"
+#include "reference/gpu_reference.hpp"
+
+namespace fp4gemm::detail {
+namespace {
+
+bool is_sm90(const DeviceInfo& device) { return device.has_fast_kernel; }
+bool any_gpu(const DeviceInfo&) { return true; }
+
+constexpr KernelEntry kKernels[] = {
+    {"sm90_fused_swapab", Backend::fast, is_sm90, sm90::make_fused_plan},
+    {"reference", Backend::reference, any_gpu, make_reference_plan},
+};
+
+}  // namespace
+
+std::span<const KernelEntry> kernels() { return kKernels; }
+
+const KernelEntry& select_kernel(Backend requested, const DeviceInfo& device) {
+  const Backend wanted = requested == Backend::reference ? Backend::reference : Backend::fast;
+  for (const KernelEntry& k : kKernels)
+    if (k.backend == wanted && k.runs_on(device)) return k;
+  throw Error("options.backend", -1,
+              "no fast kernel for " + device.name + " (sm_" + std::to_string(device.sm_major) +
+                  std::to_string(device.sm_minor) +
+                  "); fp4gemm's fused kernel needs sm_90 (H100/H200). Pass Backend::reference to run the (slow) "
+                  "reference kernel.");
+}
+
+}  // namespace fp4gemm::detail
