@@ -1,0 +1,318 @@
+// The fused kernel's consumer side: one work piece per call -- weights dequantised from shared memory
+// into wgmma A registers, the k-block loop over the ring, the split-K hand-off, the epilogue.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "device/dequant.cuh"
+#include "device/epilogue.cuh"
+#include "device/kernel_config.cuh"
+#include "device/params.cuh"
+#include "device/ptx/ptx.cuh"
+#include "device/ptx/wgmma_rs.cuh"
+#include "device/trace.cuh"
+
+namespace fp4gemm::detail::sm90 {
+
+// ---------------------------------------------------------------------------------------------
+// Scales
+// ---------------------------------------------------------------------------------------------
+
+
+// The scale multipliers of rows r and r + 8 as half2 pairs (both halves equal) of the weights'
+// operand type, from their codes packed as code0 | code1 << 8. NVFP4: both E4M3 codes in one
+// conversion, times 2^7 in f16 (exact: <= 57344). MXFP4: UE8M0 2^(code-127) as bf16, exponent
+// field = code; 0 -> 2^-127 (subnormal); 0xFF -> NaN.
+template <Format F>
+__device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t& s0, std::uint32_t& s1) {
+  if constexpr (F == Format::nvfp4) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+    const __half2 p = __hmul2(__half2(r), __float2half2_rn(kNvfp4AccScale));
+    const __half2 p0 = __low2half2(p), p1 = __high2half2(p);
+    s0 = *reinterpret_cast<const std::uint32_t*>(&p0);
+    s1 = *reinterpret_cast<const std::uint32_t*>(&p1);
+  } else {
+    auto pair = [](unsigned code) {
+      const std::uint32_t bits = code == 0 ? 0x0040u : (code == 0xFFu ? 0x7FC0u : (code << 7));
+      return bits | (bits << 16);
+    };
+    s0 = pair(codes & 0xFFu);
+    s1 = pair(codes >> 8);
+  }
+}
+
+// Dequantises this thread's 16 weights of one row (8 bytes) into 8 A-operand registers:
+// out[s] feeds k-step s slots {2t, 2t+1}, out[4 + s] slots {2t+8, 2t+9}.
+template <Format F>
+__device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
+  if constexpr (F == Format::nvfp4) {
+    const __half2 s = *reinterpret_cast<const __half2*>(&scale2);
+    auto cvt = [&](std::uint32_t raw) {
+      const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&raw), s);
+      return *reinterpret_cast<const std::uint32_t*>(&r);
+    };
+    std::uint32_t lo[4], hi[4];  // wgmma_k_source_nvfp4: lower slots from q.x, upper from q.y
+    e2m1_quad_f16_raw(q.x, lo);
+    e2m1_quad_f16_raw(q.y, hi);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[i] = cvt(lo[i]);
+      out[4 + i] = cvt(hi[i]);
+    }
+  } else {
+    const __nv_bfloat162 s = *reinterpret_cast<const __nv_bfloat162*>(&scale2);
+    const __nv_bfloat162 two126 = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
+    auto cvt = [&](std::uint32_t raw) {
+      const __nv_bfloat162 r = __hmul2(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw), two126), s);
+      return *reinterpret_cast<const std::uint32_t*>(&r);
+    };
+    out[0] = cvt(e2m1_pair_bf16_raw<0>(q.x));
+    out[1] = cvt(e2m1_pair_bf16_raw<1>(q.x));
+    out[2] = cvt(e2m1_pair_bf16_raw<2>(q.x));
+    out[3] = cvt(e2m1_pair_bf16_raw<3>(q.x));
+    out[4] = cvt(e2m1_pair_bf16_raw<0>(q.y));
+    out[5] = cvt(e2m1_pair_bf16_raw<1>(q.y));
+    out[6] = cvt(e2m1_pair_bf16_raw<2>(q.y));
+    out[7] = cvt(e2m1_pair_bf16_raw<3>(q.y));
+  }
+}
+
+template <Format F, int N8, int A>
+__device__ __forceinline__ void wgmma_rs(float (&d)[A], const std::uint32_t (&a)[4],
+                                         std::uint64_t desc, int scale_d) {
+  if constexpr (F == Format::nvfp4) ptx::wgmma_rs_f16<N8, A>(d, a, desc, scale_d);
+  else ptx::wgmma_rs_bf16<N8, A>(d, a, desc, scale_d);
+}
+
+// Per-thread state of a consumer that survives from piece to piece (the ring position).
+struct ConsumerState {
+  int cw, ctid, lane, t, row_in_tile;
+  std::uint8_t* s_smem;  // the ring's weight-scale stages
+  int stages, act_stage_bytes;  // the CTA's ring geometry
+  int stage = 0;
+  std::uint32_t phase = 0;
+  FP4GEMM_TRACE_DO(unsigned long long* trace = nullptr;)  // shared-memory row of the recording thread, else null
+};
+
+// Keeps the compiler from moving accumulator reads/writes across wgmma fences, for every half.
+template <int H, int A>
+__device__ __forceinline__ void fence_acc(float (&acc)[H][A]) {
+#pragma unroll
+  for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
+}
+
+// One work piece (a k-block range of one tile) for a consumer warpgroup: mainloop, split-K
+// hand-off and epilogue. N8 = tile tokens / 8, rounded up; the tile has H = 1 or 2 halves of 128
+// weight rows, and the warpgroup owns rows h * 128 + cw * 64 + [0, 64) of half h (whose scales
+// are the stage's atom h).
+template <Format F, int N8, int H>
+__device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
+                                              const TileDesc& tile, std::uint8_t* act_smem,
+                                              std::uint8_t* w_smem, std::uint64_t* full,
+                                              std::uint64_t* empty, std::uint8_t* epi_smem, OutType out_type) {
+  using C = KernelConfig;
+  constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
+  constexpr int kAcc = 4 * N8;
+  static_assert(H * kAcc <= C::kAccRegs, "accumulators beyond the register budget");
+  const int stages = st.stages;
+  const GroupParams g = p.groups[tile.group];
+  const int t = st.t;
+  const int cols = g.k / kVec;
+  constexpr int kColsPerKb = 64 / kVec;
+
+  float acc[H][kAcc];
+  // Per k-block one commit group of every half (kKblockGroups): two sets of A-operand registers
+  // [k-block parity][half][register: 4 k-steps x {lo, hi} slots][row r / r+8]; k-block kb is
+  // dequantised into set kb % 2 while the group of k-block kb - 1 still runs, and a set is
+  // rewritten only after wgmma_wait<1> has retired the group that read it. Two halves of 112 or
+  // 128 tokens have no registers for two sets of both halves: there each half is its own group
+  // and has its own set (v6 order: retire, dequantise, issue, half by half).
+  constexpr bool kKblockGroups = H == 1 || H * kAcc <= 96;
+  constexpr int kSets = kKblockGroups ? 2 : 1;
+  std::uint32_t a[kSets][H][8][2];
+
+  // Weight scales come with the stage (the producer loads them). Blocked atom (SPEC 2): row r's
+  // byte for column c is at (r % 32) * 16 + (r / 32) * 4 + c % 4; row r + 8 is 128 bytes further
+  // (r % 32 is < 24 for every consumer row r). NVFP4: this thread's column is 4 kb + t, so c % 4 =
+  // t; MXFP4 (one atom spans two k-blocks): 2 kb + t / 2, so c % 4 = 2 (kb % 2) + t / 2.
+  const int tcol = F == Format::nvfp4 ? t : t / 2;  // scale column of this thread within the k-block
+  const int s_off = (st.row_in_tile % 32) * 16 + (st.row_in_tile / 32) * 4 + tcol;
+  // Columns past K read as scale 0 (the padding of a user's blocked buffer may hold anything,
+  // NaN codes included): k-block kb has this thread's column iff kb * kColsPerKb < col_end.
+  const int col_end = cols - tcol;
+  // Arrives on the `empty` barrier of the stage before the current one (its groups are done).
+  // Every consumer thread arrives, after its own retiring wait, so each thread's LDS of the stage
+  // is ordered before the producer's refill by its own arrive (as CUTLASS's consumer release
+  // does). v9-v11 arrived once per warpgroup, relying on the wgmma being a warpgroup operation;
+  // racecheck flagged the stage refills that this leaves unordered for the other threads once a
+  // test CTA reused its ring's stages (docs/PERF.md v12).
+  auto release_previous_stage = [&] { ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]); };
+  // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
+  auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2]) {
+    const std::uint8_t* wrow =
+        w_smem + (st.stage * H + h) * C::kHalfWeightBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
+    const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
+    const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
+    const std::uint8_t* srow = st.s_smem + (st.stage * H + h) * C::kScaleAtomBytes + s_off +
+                               (F == Format::nvfp4 ? 0 : 2 * (kb & 1));
+    const unsigned codes = srow[0] | (static_cast<unsigned>(srow[128]) << 8);
+    std::uint32_t s0, s1;
+    weight_scale_pairs<F>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
+    std::uint32_t d0[8], d1[8];
+    dequant_row<F>(q0, s0, d0);
+    dequant_row<F>(q1, s1, d1);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      buf[i][0] = d0[i];
+      buf[i][1] = d1[i];
+    }
+  };
+  // The stage's activation descriptor for k-step 0; k-step s adds 32 bytes (2 in the 16-byte
+  // address field, which cannot carry: shared addresses are < 2^18).
+  const std::uint32_t act_smem0 = ptx::smem_addr(act_smem);
+  // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf` as one commit group.
+  auto issue = [&](int kb, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
+    const std::uint64_t desc0 = ptx::smem_desc_sw128(act_smem0 + st.stage * st.act_stage_bytes);
+    fence_acc(acc);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int h = h0; h < h1; ++h) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        // Fragment: a0 (row r, slots 2t..), a1 (row r+8), a2 (row r, slots 2t+8..), a3.
+        const std::uint32_t frag[4] = {buf[h][s][0], buf[h][s][1], buf[h][4 + s][0], buf[h][4 + s][1]};
+        wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (kb > piece.kb_begin || s > 0) ? 1 : 0);
+      }
+    }
+    ptx::wgmma_commit();
+  };
+  FP4GEMM_TRACE_DO(const long long t_piece = clock64();)
+  auto wait_full = [&] {
+    FP4GEMM_TRACE_DO(const long long t0 = clock64();)
+    ptx::mbarrier_wait(&full[st.stage], st.phase);
+    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceBarrier, clock64() - t0);
+                     if (st.trace && st.trace[kTraceFirstNs] == 0) st.trace[kTraceFirstNs] = globaltimer();)
+  };
+  auto next_stage = [&] {
+    if (++st.stage == stages) {
+      st.stage = 0;
+      st.phase ^= 1;
+    }
+  };
+  // Retires every commit group but the newest (wgmma_wait<1>), fencing the accumulators.
+  auto retire_older_groups = [&] {
+    fence_acc(acc);
+    ptx::wgmma_wait<1>();
+    fence_acc(acc);
+  };
+
+  if constexpr (kKblockGroups) {
+    // Per k-block: wait for the stage, dequantise every half into the free register set, issue
+    // them as one commit group, then retire the previous k-block's group and release its stage.
+    // (With one group per half and the retiring wait before each half's dequantisation, ptxas
+    // spread the next half's dequantisation between the current half's wgmmas: PERF.md v8.)
+    for (int kb0 = piece.kb_begin; kb0 < piece.kb_end; kb0 += 2) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {  // unrolled so the A register sets have fixed names
+        const int kb = kb0 + u;
+        if (kb < piece.kb_end) {
+          wait_full();
+#pragma unroll
+          for (int h = 0; h < H; ++h) dequant_half(kb, h, a[u][h]);
+          issue(kb, 0, H, a[u]);
+          retire_older_groups();  // the previous k-block's group is done: release its stage
+          if (kb > piece.kb_begin) release_previous_stage();
+          next_stage();
+        }
+      }
+    }
+  } else {
+    for (int kb = piece.kb_begin; kb < piece.kb_end; ++kb) {
+      wait_full();
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        // Retire the group that last read half h's registers (the other half's group may still
+        // run); for the last half this completes every group of the previous k-block.
+        retire_older_groups();
+        if (h == H - 1 && kb > piece.kb_begin) release_previous_stage();
+        dequant_half(kb, h, a[0][h]);
+        issue(kb, h, h + 1, a[0]);
+      }
+      next_stage();
+    }
+  }
+  ptx::wgmma_wait<0>();
+  fence_acc(acc);
+  release_previous_stage();
+  FP4GEMM_TRACE_DO(long long t_mark = clock64(); FP4GEMM_TRACE_ADD(st.trace, kTraceMainloop, t_mark - t_piece);
+                   FP4GEMM_TRACE_ADD(st.trace, kTraceKblocks, piece.kb_end - piece.kb_begin);
+                   FP4GEMM_TRACE_ADD(st.trace, kTracePieces, 1);
+                   FP4GEMM_TRACE_ADD(st.trace, kTraceTokenKblocks, (piece.kb_end - piece.kb_begin) * 8 * N8 * H);)
+
+  // ---- split-K hand-off (see device/schedule.hpp) ----
+  // Partials: accumulators 4i..4i+3 of half h as one float4 at [(h * kAcc / 4 + i)][thread], so a
+  // warp stores or loads 512 contiguous bytes per instruction (v4-v11: one float per thread and
+  // instruction, 4x the instructions).
+  static_assert(kAcc % 4 == 0, "float4 partials");
+  if (piece.slot >= 0) {
+    float4* part = reinterpret_cast<float4*>(p.partials + static_cast<std::int64_t>(piece.slot) * C::kPartialFloats);
+#pragma unroll
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+      for (int i = 0; i < kAcc; i += 4)
+        __stcg(part + (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid,
+               make_float4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]));
+    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
+    if (st.ctid == 0) {
+      __threadfence();
+      ptx::red_release_gpu_add(p.flags + piece.tile, 1);
+    }
+    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceHandoff, clock64() - t_mark);)
+    return;
+  }
+  if (tile.writers > 0) {
+    if (st.ctid == 0) {
+      while (ptx::ld_acquire_gpu(p.flags + piece.tile) < tile.writers) __nanosleep(64);
+    }
+    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
+    for (int w = 0; w < tile.writers; ++w) {  // fixed order: deterministic sums
+      const float4* part =
+          reinterpret_cast<const float4*>(p.partials + static_cast<std::int64_t>(tile.first_slot + w) * C::kPartialFloats);
+#pragma unroll
+      for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int i = 0; i < kAcc; i += 4) {
+          const float4 v = __ldcg(part + (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid);
+          acc[h][i] += v.x, acc[h][i + 1] += v.y, acc[h][i + 2] += v.z, acc[h][i + 3] += v.w;
+        }
+    }
+    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
+    if (st.ctid == 0) p.flags[piece.tile] = 0;  // ready for the next run
+  }
+  FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceHandoff, clock64() - t_mark); t_mark = clock64();)
+
+  // ---- epilogue: C[m][n] = alpha * acc (transposed back from the swap-AB tile) ----
+  float mul = g.alpha_device ? *g.alpha_device : g.alpha;
+  if constexpr (F == Format::nvfp4) mul *= kNvfp4AccScale;
+  std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
+  const CUtensorMap* cmap = p.c_maps != nullptr && p.c_tma[tile.group] ? p.c_maps + 2 * tile.group : nullptr;
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+    const int n_wg = tile.row0 + h * 128 + st.cw * 64;  // first weight row (n) of this half
+    if (n_wg >= g.n) break;                            // (warpgroup-uniform) rows past N
+    switch (out_type) {
+      case OutType::f16: store_tile_smem<__half, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi, cmap); break;
+      case OutType::bf16: store_tile_smem<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi, cmap); break;
+      case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
+    }
+  }
+  FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceEpilogue, clock64() - t_mark);)
+}
+
+}  // namespace fp4gemm::detail::sm90

@@ -1,0 +1,77 @@
+// The fused kernel's parameters: the work list it reads (device/schedule.hpp), the producers'
+// per-piece record, and FusedParams (written by a plan: host-built for the pointer-array plan,
+// device-built for the MoE plan).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "device/group_params.hpp"
+#include "device/kernel_config.cuh"
+#include "device/schedule.hpp"
+#include "fp4gemm/fp4gemm.hpp"
+
+namespace fp4gemm::detail::sm90 {
+
+// The producer warps' view of one work piece. The plan writes one for each CTA's first piece
+// (v13): one 64-byte load instead of the chain piece -> tile -> group -> scale pointers / weight
+// map, whose dependent misses set the time of the ring's first fill (docs/PERF.md v13). Later
+// pieces are read through the chain (records for every piece cost dense1 2.6 %).
+struct ProducerPiece {
+  const CUtensorMap* wmap;   // the tile's weight map (box of its `loaded` halves)
+  const std::uint8_t* sblk;  // the group's blocked weight scales, or null
+  const std::uint8_t* slin;  // the group's linear weight scales when the producer gathers them, or null
+  int row0, act_row0;        // the tile's first weight row and first activation-workspace row
+  int kb_begin, kb_end;      // the piece's k-blocks
+  int rows, cols;            // the group's N and weight-scale columns (K / 16 or K / 32)
+  int loaded;                // halves loaded: the class's, or 1 where the second half lies past N
+  int pad_[3];
+};
+static_assert(sizeof(ProducerPiece) == 64, "one 64-byte record per piece");
+
+// One piece's record, built alike by the plan (each CTA's first piece) and by the producers (the
+// later ones). `group_maps` are the group's two weight maps (box 128 / 256 rows); halves of a tile
+// wholly past N are not loaded (their accumulators are never stored; a user's blocked scales have
+// only ceil(N/128) atom rows), and the map's box is the `loaded` halves.
+__host__ __device__ __forceinline__ ProducerPiece make_producer_piece(const WorkPiece& piece, const TileDesc& tile,
+                                                                      int n, int cols, int halves,
+                                                                      const CUtensorMap* group_maps,
+                                                                      const std::uint8_t* sblk,
+                                                                      const std::uint8_t* slin) {
+  const int loaded = tile.row0 + 128 < n ? halves : 1;
+  return ProducerPiece{group_maps + (loaded - 1), sblk, slin, tile.row0, tile.act_row0, piece.kb_begin, piece.kb_end,
+                       n, cols, loaded, {0, 0, 0}};
+}
+
+struct FusedParams {
+  const GroupParams* groups;
+  const TileDesc* tiles;
+  const WorkPiece* pieces;
+  const ProducerPiece* first_pieces;  // per CTA: its first piece (CTAs without pieces: unused)
+  const int* cta_begin;
+  const int* cta_class;            // per CTA: its width class (Schedule::cta_class)
+  const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows), 64-byte aligned, in global memory
+  const CUtensorMap* act_maps;     // per width class n16: the activation workspace, box 16 * n16 rows x 64 k
+  // Two per group over C (box 64 n x 64 tokens, 64 n x 8 tokens; 128-byte swizzle) for the
+  // TMA-store epilogue of 16-bit outputs, or null (f32 output, or the plan keeps the warps'
+  // stores); c_tma[group] = 1 where the group's maps are valid (N a multiple of 8).
+  const CUtensorMap* c_maps;
+  const std::uint8_t* c_tma;
+  const std::uint8_t* const* scale_blocked;  // per group: the weight scales in blocked layout
+  // Per group: the user's linear weight scales when the producer gathers them itself (rows of a
+  // multiple of 4 bytes), else null (then scale_blocked holds a per-run blocked copy).
+  const std::uint8_t* const* scale_linear;
+  float* partials;
+  int* flags;                      // one hand-off counter per tile, 0 between runs
+  int ring_bytes;  // dynamic shared memory for the ring (the CTA sizes its stages to its width class)
+  int narrow_rows;  // weight rows of the <= 128-token tiles (Schedule::narrow_rows: 256 or 128)
+  int early_kblocks;  // k-blocks of weights (at most the ring) issued before waiting for the pre-pass
+  ScaleLayout layout;
+};
+
+}  // namespace fp4gemm::detail::sm90
