@@ -83,7 +83,7 @@ struct FastPlan final : KernelPlan {
   int max_m = 0;
   int max_kblocks = 0;
   std::size_t smem_bytes = 0;
-  const ScaleConversion* d_conversions = nullptr;  // linear scales TMA cannot read (see make_fast_plan)
+  const ScaleConversion* d_conversions = nullptr;  // linear scales TMA cannot read (see make_fused_plan)
   int num_conversions = 0;
   dim3 conversion_grid{0, 0, 1};
   dim3 prepass_grid{0, 0, 1};  // x: (token row, k-block) units of the largest group / 256; y: groups
@@ -304,7 +304,7 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   // the table in global memory; Tuning::meta_prefetch = false leaves the metadata out of L2.
   if (!tuning.prepass_inline) pa.inline_count = 0;
   pa.groups = at(o_pre, prepass_groups);
-  // One thread per (token row, k-block) of the largest group; make_fast_plan checked that the
+  // One thread per (token row, k-block) of the largest group; make_fused_plan checked that the
   // count fits an int.
   const std::int64_t units = static_cast<std::int64_t>(fp.max_m) * fp.max_kblocks;
   fp.prepass_grid = dim3(static_cast<unsigned>((units + 255) / 256),
