@@ -29,6 +29,61 @@ struct HostGroup {
 void grouped_gemm(std::span<const HostGroup> groups, Format format, ScaleLayout layout,
                   OutType out_type, int threads = 0);
 
+// ---- dual GEMM with a gated activation (SwiGLU; issue 21, GPU MODE nvfp4_dual_gemm) ----------
+
+// One group of the dual GEMM: A [M, K] shared by the gate weight B1 [N, K] and the up weight
+// B2 [N, K] (same layouts as HostGroup; the shape is shared by construction, the strides and
+// buffers are per operand). alpha1 / alpha2 are the per-tensor global scales of the two products.
+struct DualHostGroup {
+  int m = 0, n = 0, k = 0;
+  const std::uint8_t* a = nullptr;
+  std::int64_t lda = 0;  // bytes
+  const std::uint8_t* b1 = nullptr;  // gate
+  std::int64_t ldb1 = 0;             // bytes
+  const std::uint8_t* b2 = nullptr;  // up
+  std::int64_t ldb2 = 0;             // bytes
+  const std::uint8_t* sfa = nullptr;
+  const std::uint8_t* sfb1 = nullptr;
+  const std::uint8_t* sfb2 = nullptr;
+  void* c = nullptr;     // output [M, N], out_type elements, row stride ldc
+  std::int64_t ldc = 0;  // elements
+  float alpha1 = 1.0f, alpha2 = 1.0f;
+};
+
+enum class Activation {
+  silu,       // silu(g) * u, silu(g) = g / (1 + exp(-g))
+  swigluoai,  // gpt-oss: g' = min(g, limit), u' = clamp(u, -limit, limit),
+              // g' * sigmoid(alpha * g') * (u' + 1), sigmoid(x) = 1 / (1 + exp(-x))
+};
+
+struct DualActivation {
+  Activation kind = Activation::silu;
+  // swigluoai only (gpt-oss's values); alpha must be finite, limit > 0 (+inf: no clamping).
+  double swiglu_alpha = 1.702;
+  double swiglu_limit = 7.0;
+};
+
+// For each group: g = alpha1 * (dq(A) dq(B1)^T), u = alpha2 * (dq(A) dq(B2)^T), then
+// C = act(g, u), rounded once (nearest even) to the output type.
+// - alpha multiplies each product BEFORE the activation, as a per-tensor global scale (NVFP4's
+//   weight_scale_2 * input_scale) must: it is part of the value the activation sees.
+// - "Exact": each product is computed exactly as grouped_gemm computes it (exact dequantisation,
+//   exact block sums, float64 additions in K order; the same code path), times alpha in float64.
+//   The activation is evaluated in float64 by the formulas above (std::exp), then rounded once:
+//   the result is the correctly rounded value of act(g, u) up to float64's own error (a few
+//   2^-53 relative), so it can differ from it only when that value lies within ~1e-15 relative
+//   of a rounding boundary of the output type. On GPU MODE's data (values {0, +-0.5, +-1, +-1.5},
+//   scales {1, 2}) g and u are exact in FP32 too, so an FP32 kernel sees the same g and u.
+// - g and u are always finite or NaN in float64 (|products| stay far below 2^1024 for every
+//   scale code and float alpha), so the output is NaN exactly where g or u is NaN, i.e. where a
+//   NaN scale contributes to either product (the clamps of swigluoai keep NaN); an output past
+//   the largest finite value of the output type rounds to +-inf.
+// - The output buffer may not alias the inputs. Only C[0:M, 0:N] is written. Memory: two float64
+//   M x N buffers per group. Errors (fp4gemm::Error) name "groups[i].<field>" (b1, ldb2, sfb2,
+//   ...) or "activation.swiglu_alpha" / "activation.swiglu_limit".
+void dual_gemm(std::span<const DualHostGroup> groups, Format format, ScaleLayout layout,
+               OutType out_type, const DualActivation& activation = {}, int threads = 0);
+
 // The MoE grouped GEMM (fp4gemm::MoeGemm) on host data. Expert e owns rows [offsets[e],
 // offsets[e+1]) (contiguous) or e * capacity + [0, counts[e]) (masked) of C; row r of C reads row
 // src(r) of A (gather[r] when given, else r). FP4 activations: A packed e2m1 [*, K/2] (row stride

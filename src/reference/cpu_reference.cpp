@@ -1,5 +1,6 @@
 // Exact CPU reference for the grouped GEMM: exact block sums, float64 accumulation, one rounding.
 #include "fp4gemm/reference.hpp"
+#include "reference/cpu_product.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -112,6 +113,10 @@ UnpackedB unpack_b(const HostGroup& g, Format format, ScaleLayout layout, int th
   return u;
 }
 
+}  // namespace
+
+namespace detail {
+
 void store(void* c, OutType type, std::int64_t index, double value) {
   switch (type) {
     case OutType::f16: static_cast<std::uint16_t*>(c)[index] = float_to_half_bits(value); break;
@@ -120,8 +125,8 @@ void store(void* c, OutType type, std::int64_t index, double value) {
   }
 }
 
-void validate(const HostGroup& g, int index, Format format) {
-  const auto arg = [&](const char* field) { return "groups[" + std::to_string(index) + "]." + field; };
+void validate(const HostGroup& g, int index, Format format, const std::string& b) {
+  const auto arg = [&](const std::string& field) { return "groups[" + std::to_string(index) + "]." + field; };
   const int vec = scale_block_size(format);
   if (g.m < 0) throw Error(arg("m"), index, "must be >= 0");
   if (g.n < 0) throw Error(arg("n"), index, "must be >= 0");
@@ -132,20 +137,22 @@ void validate(const HostGroup& g, int index, Format format) {
   if (g.ldc < g.n) throw Error(arg("ldc"), index, "must be >= n");
   if (g.k == 0) return;
   if (g.a == nullptr) throw Error(arg("a"), index, "is null");
-  if (g.b == nullptr) throw Error(arg("b"), index, "is null");
+  if (g.b == nullptr) throw Error(arg(b), index, "is null");
   if (g.sfa == nullptr) throw Error(arg("sfa"), index, "is null");
-  if (g.sfb == nullptr) throw Error(arg("sfb"), index, "is null");
+  if (g.sfb == nullptr) throw Error(arg("sf" + b), index, "is null");
   if (g.lda < g.k / 2) throw Error(arg("lda"), index, "must be >= k/2");
-  if (g.ldb < g.k / 2) throw Error(arg("ldb"), index, "must be >= k/2");
+  if (g.ldb < g.k / 2) throw Error(arg("ld" + b), index, "must be >= k/2");
 }
 
-template <int kVec>
-void run_group(const HostGroup& g, Format format, ScaleLayout layout, OutType out_type,
-               int threads) {
+namespace {
+
+// Calls emit(row, col, sum) once for every element of C[0:M, 0:N], sum being the exact products
+// added in float64 in K order (no alpha): the one code path behind every CPU reference product.
+template <int kVec, class Emit>
+void for_each_sum(const HostGroup& g, Format format, ScaleLayout layout, int threads, const Emit& emit) {
   const std::int64_t n = g.n, cols = g.k / kVec;
   const UnpackedA a = unpack_a(g, format, layout, threads);
   const UnpackedB b = unpack_b(g, format, layout, threads);
-  const double alpha = g.alpha;
   const std::int64_t tiles_m = (g.m + kTileM - 1) / kTileM, tiles_n = (n + kTileN - 1) / kTileN;
   parallel_for(tiles_m * tiles_n, threads, [&](std::int64_t task) {
     const std::int64_t m0 = (task / tiles_n) * kTileM, rows = std::min<std::int64_t>(kTileM, g.m - m0);
@@ -172,8 +179,23 @@ void run_group(const HostGroup& g, Format format, ScaleLayout layout, OutType ou
       }
     }
     for (std::int64_t t = 0; t < rows; ++t)
-      for (std::int64_t j = 0; j < width; ++j) store(g.c, out_type, (m0 + t) * g.ldc + n0 + j, acc[t][j] * alpha);
+      for (std::int64_t j = 0; j < width; ++j) emit(m0 + t, n0 + j, acc[t][j]);
   });
+}
+
+template <class Emit>
+void for_each_sum(const HostGroup& g, Format format, ScaleLayout layout, int threads, const Emit& emit) {
+  if (format == Format::nvfp4)
+    for_each_sum<16>(g, format, layout, threads, emit);
+  else
+    for_each_sum<32>(g, format, layout, threads, emit);
+}
+
+}  // namespace
+
+void exact_products(const HostGroup& g, Format format, ScaleLayout layout, int threads, double* out) {
+  for_each_sum(g, format, layout, threads,
+               [&](std::int64_t row, std::int64_t col, double sum) { out[row * g.n + col] = sum; });
 }
 
 int resolve_threads(int threads) {
@@ -182,18 +204,18 @@ int resolve_threads(int threads) {
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
 
-}  // namespace
+}  // namespace detail
 
 void grouped_gemm(std::span<const HostGroup> groups, Format format, ScaleLayout layout,
                   OutType out_type, int threads) {
-  for (std::size_t i = 0; i < groups.size(); ++i) validate(groups[i], static_cast<int>(i), format);
-  threads = resolve_threads(threads);
+  for (std::size_t i = 0; i < groups.size(); ++i) detail::validate(groups[i], static_cast<int>(i), format);
+  threads = detail::resolve_threads(threads);
   for (const HostGroup& g : groups) {
     if (g.m == 0 || g.n == 0) continue;
-    if (format == Format::nvfp4)
-      run_group<16>(g, format, layout, out_type, threads);
-    else
-      run_group<32>(g, format, layout, out_type, threads);
+    const double alpha = g.alpha;
+    detail::for_each_sum(g, format, layout, threads, [&](std::int64_t row, std::int64_t col, double sum) {
+      detail::store(g.c, out_type, row * g.ldc + col, sum * alpha);
+    });
   }
 }
 
