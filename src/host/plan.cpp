@@ -86,6 +86,7 @@ Plan::Plan(std::span<const GroupDesc> groups, const Options& options)
                        "plan");
   }
   p.kernel_plan = p.kernel->build(detail::KernelContext{groups, p.options, p.device, p.d_groups, p.max_m, p.max_n});
+  p.runs.create();
 }
 
 Plan::~Plan() = default;

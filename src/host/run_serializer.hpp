@@ -18,7 +18,8 @@ bool check_run_preconditions(int device, cudaStream_t stream);
 
 class RunSerializer {
  public:
-  RunSerializer() { FP4GEMM_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "plan"); }
+  RunSerializer() = default;  // no CUDA call: a plan validates its arguments first, then calls create()
+  void create() { FP4GEMM_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "plan"); }
   ~RunSerializer() {
     if (done_) cudaEventDestroy(done_);
   }

@@ -487,6 +487,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   pa.layout = ScaleLayout::linear;  // activation scales
   pa.error = p.error;
   p.prepass_grid = dim3(static_cast<unsigned>(4 * num_ctas), 1, 1);  // grid-stride over the rows in use
+  p.runs.create();
 }
 
 MoeGemm::~MoeGemm() = default;
