@@ -2,7 +2,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <mutex>
 #include <sstream>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "device/group_params.hpp"
 #include "host/device_guard.hpp"
 #include "host/kernel_registry.hpp"
+#include "host/run_serializer.hpp"
 
 namespace fp4gemm {
 
@@ -27,17 +27,12 @@ struct Plan::Impl {
   int max_m = 0, max_n = 0;
   std::unique_ptr<detail::KernelPlan> kernel_plan;
   double flops = 0, min_bytes = 0;
-  // Runs of one plan share its workspace (activations, partials, tile flags), so they are
-  // serialised on the device: each run waits for the previous one's `done` event, whatever stream
-  // either was enqueued on; `run_mutex` makes the wait-launch-record sequence atomic across host
-  // threads.
-  mutable cudaEvent_t done = nullptr;
-  mutable std::mutex run_mutex;
+  // Runs of one plan share its workspace (activations, partials, tile flags): never overlapping.
+  detail::RunSerializer runs;
 
   ~Impl() {
     kernel_plan.reset();
     if (d_groups) cudaFree(d_groups);
-    if (done) cudaEventDestroy(done);
   }
 };
 
@@ -49,33 +44,6 @@ using detail::DeviceGuard;
 const Plan::Impl& checked(const std::unique_ptr<Plan::Impl>& impl) {
   if (!impl) throw Error("plan", -1, "this Plan was moved from and holds nothing; use the Plan it was moved to");
   return *impl;
-}
-
-// The caller's CUDA state before fp4gemm enqueues anything: an error already pending is
-// reported as the caller's, not as a failure of this launch; a stream of another device is named.
-// Returns whether `stream` is being captured into a graph.
-bool check_run_preconditions(int device, cudaStream_t stream) {
-  if (const cudaError_t pending = cudaGetLastError(); pending != cudaSuccess)
-    throw Error("run", -1, std::string("a CUDA error from an earlier call (not fp4gemm's) was pending: ") +
-                               cudaGetErrorName(pending) + " (" + cudaGetErrorString(pending) +
-                               "); fp4gemm launched nothing");
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (const cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw Error("stream", -1, std::string("not a usable CUDA stream: ") + cudaGetErrorName(e) + " (" +
-                                  cudaGetErrorString(e) + ")");
-  }
-  if (capture != cudaStreamCaptureStatusNone) return true;  // (cudaStreamGetDevice would end a capture)
-  int stream_device = -1;
-  if (const cudaError_t e = cudaStreamGetDevice(stream, &stream_device); e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw Error("stream", -1, std::string("not a usable CUDA stream: ") + cudaGetErrorName(e) + " (" +
-                                  cudaGetErrorString(e) + ")");
-  }
-  if (stream_device != device)
-    throw Error("stream", -1, "the stream belongs to device " + std::to_string(stream_device) +
-                                  ", but the plan was built for device " + std::to_string(device));
-  return false;
 }
 
 }  // namespace
@@ -118,7 +86,7 @@ Plan::Plan(std::span<const GroupDesc> groups, const Options& options)
                        "plan");
   }
   p.kernel_plan = p.kernel->build(detail::KernelContext{groups, p.options, p.device, p.d_groups, p.max_m, p.max_n});
-  FP4GEMM_CUDA_CHECK(cudaEventCreateWithFlags(&p.done, cudaEventDisableTiming), "plan");
+  p.runs.create();
 }
 
 Plan::~Plan() = default;
@@ -129,15 +97,7 @@ void Plan::run(cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   if (p.max_m == 0 || p.max_n == 0) return;  // nothing to compute
   DeviceGuard guard(p.device.index);
-  // While the stream is being captured, the wait and the record become external-event nodes, so
-  // replays of the graph serialise with every other run of this plan too.
-  const bool capturing = check_run_preconditions(p.device.index, stream);
-  std::lock_guard lock(p.run_mutex);
-  FP4GEMM_CUDA_CHECK(cudaStreamWaitEvent(stream, p.done, capturing ? cudaEventWaitExternal : cudaEventWaitDefault),
-                     "run");
-  p.kernel_plan->run(stream);
-  FP4GEMM_CUDA_CHECK(
-      cudaEventRecordWithFlags(p.done, stream, capturing ? cudaEventRecordExternal : cudaEventRecordDefault), "run");
+  p.runs.run(p.device.index, stream, [&](cudaStream_t s) { p.kernel_plan->run(s); });
 }
 
 std::string Plan::kernel_name() const {

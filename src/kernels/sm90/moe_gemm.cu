@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <sstream>
 #include <vector>
 
@@ -20,6 +19,7 @@
 #include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
 #include "host/device_guard.hpp"
+#include "host/run_serializer.hpp"
 #include "host/tensor_map.hpp"
 #include "kernels/sm90/fused_kernel.cuh"
 
@@ -302,8 +302,7 @@ struct MoeGemm::Impl {
   MoeScheduleArgs schedule{};
   std::size_t smem_bytes = 0;
   int* error = nullptr;  // MoeErrorWord
-  mutable cudaEvent_t done = nullptr;
-  mutable std::mutex run_mutex;
+  detail::RunSerializer runs;  // runs share the workspace and the work list: never overlapping
 
   template <typename T>
   T* allocate(std::size_t bytes, const char* what) {
@@ -321,7 +320,6 @@ struct MoeGemm::Impl {
   }
   ~Impl() {
     for (void* p : allocations) cudaFree(p);
-    if (done) cudaEventDestroy(done);
   }
 };
 
@@ -489,7 +487,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   pa.layout = ScaleLayout::linear;  // activation scales
   pa.error = p.error;
   p.prepass_grid = dim3(static_cast<unsigned>(4 * num_ctas), 1, 1);  // grid-stride over the rows in use
-  FP4GEMM_CUDA_CHECK(cudaEventCreateWithFlags(&p.done, cudaEventDisableTiming), "plan");
+  p.runs.create();
 }
 
 MoeGemm::~MoeGemm() = default;
@@ -509,13 +507,6 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   detail::check_moe_args(p.weights, p.options, args);
   DeviceGuard guard(p.device.index);
-  if (const cudaError_t pending = cudaGetLastError(); pending != cudaSuccess)
-    throw Error("run", -1, std::string("a CUDA error from an earlier call (not fp4gemm's) was pending: ") +
-                               cudaGetErrorName(pending) + "; fp4gemm launched nothing");
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  FP4GEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "stream");
-  const bool capturing = capture != cudaStreamCaptureStatusNone;
-
   MoeScheduleArgs sa = p.schedule;
   sa.offsets = args.expert_offsets;
   sa.counts = args.expert_counts;
@@ -533,38 +524,33 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   pa.gather = args.gather_index;
   pa.gather_rows = args.num_tokens;
 
-  std::lock_guard lock(p.run_mutex);
-  FP4GEMM_CUDA_CHECK(cudaStreamWaitEvent(stream, p.done, capturing ? cudaEventWaitExternal : cudaEventWaitDefault), "run");
-  moe_schedule<<<1, kSchedulerThreads, 0, stream>>>(sa);
-  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
-  const Format f = p.options.format;
-  const cudaError_t err =
-      p.options.activation == MoeActivation::bf16
-          ? launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(p.params, p.options.out_type, p.schedule.num_ctas,
-                                                                     p.smem_bytes, pa, p.prepass_grid, true, stream)
-      : f == Format::nvfp4
-          ? launch_routed<Format::nvfp4, PrepassSource::routed_fp4>(p.params, p.options.out_type, p.schedule.num_ctas,
-                                                                    p.smem_bytes, pa, p.prepass_grid, true, stream)
-          : launch_routed<Format::mxfp4, PrepassSource::routed_fp4>(p.params, p.options.out_type, p.schedule.num_ctas,
-                                                                    p.smem_bytes, pa, p.prepass_grid, true, stream);
-  FP4GEMM_CUDA_CHECK(err, "run");
-  FP4GEMM_CUDA_CHECK(cudaEventRecordWithFlags(p.done, stream, capturing ? cudaEventRecordExternal : cudaEventRecordDefault),
-                     "run");
+  p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
+    moe_schedule<<<1, kSchedulerThreads, 0, s>>>(sa);
+    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
+    const Format f = p.options.format;
+    const int ctas = p.schedule.num_ctas;
+    const cudaError_t err =
+        p.options.activation == MoeActivation::bf16
+            ? launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(p.params, p.options.out_type, ctas, p.smem_bytes,
+                                                                       pa, p.prepass_grid, true, s)
+        : f == Format::nvfp4
+            ? launch_routed<Format::nvfp4, PrepassSource::routed_fp4>(p.params, p.options.out_type, ctas, p.smem_bytes,
+                                                                      pa, p.prepass_grid, true, s)
+            : launch_routed<Format::mxfp4, PrepassSource::routed_fp4>(p.params, p.options.out_type, ctas, p.smem_bytes,
+                                                                      pa, p.prepass_grid, true, s);
+    FP4GEMM_CUDA_CHECK(err, "run");
+  });
 }
 
 void MoeGemm::check(cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   DeviceGuard guard(p.device.index);
   MoeErrorWord word{};
-  {
-    // Read and clear in stream order, after every run enqueued before (on any stream: the runs are
-    // serialised by `done`).
-    std::lock_guard lock(p.run_mutex);
-    FP4GEMM_CUDA_CHECK(cudaStreamWaitEvent(stream, p.done, 0), "check");
-    FP4GEMM_CUDA_CHECK(cudaMemcpyAsync(&word, p.error, sizeof word, cudaMemcpyDeviceToHost, stream), "check");
-    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(p.error, 0, sizeof word, stream), "check");
-    FP4GEMM_CUDA_CHECK(cudaEventRecord(p.done, stream), "check");
-  }
+  // Read and clear in stream order, after every run enqueued before (on any stream).
+  p.runs.after_runs(stream, [&](cudaStream_t s) {
+    FP4GEMM_CUDA_CHECK(cudaMemcpyAsync(&word, p.error, sizeof word, cudaMemcpyDeviceToHost, s), "check");
+    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(p.error, 0, sizeof word, s), "check");
+  });
   FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(stream), "check");
   if (word.bits == 0) return;
   const int E = p.weights.experts;
