@@ -121,7 +121,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   constexpr int kAcc = 4 * N8;
   static_assert(H * kAcc <= C::kAccRegs, "accumulators beyond the register budget");
   const int stages = st.stages;
-  const GroupParams g = p.groups[tile.group];
+  GroupParams g = p.groups[tile.group];
+  if (p.moe.experts > 0) g.c = p.moe.c, g.ldc = p.moe.ldc;  // the MoE plan's experts share the run's C
   const int t = st.t;
   const int cols = g.k / kVec;
   constexpr int kColsPerKb = 64 / kVec;

@@ -48,6 +48,25 @@ __host__ __device__ __forceinline__ ProducerPiece make_producer_piece(const Work
                        n, cols, loaded, {0, 0, 0}};
 }
 
+// The MoE plan's device schedule (device/moe_schedule.cuh): what every CTA needs to cut the run's
+// routing into its tiles. experts == 0: the plan built the work list on the host.
+struct MoeScheduleParams {
+  const int* offsets;  // contiguous: [E + 1]
+  const int* counts;   // masked: [E]
+  int experts, capacity, masked;
+  int n, cols, kblocks, narrow_rows, num_ctas, max_tiles;
+  float wide_fixed, wide_per_token, narrow_fixed, narrow_per_token;
+  TileDesc* tiles;  // = FusedParams::tiles / pieces / first_pieces, writable
+  WorkPiece* pieces;
+  ProducerPiece* first_pieces;
+  const CUtensorMap* weight_maps;  // two per expert
+  const std::uint8_t* scales;      // blocked, expert e at scales + e * scale_stride
+  std::int64_t scale_stride;
+  void* c;  // the run's output (every expert writes its rows of one C)
+  std::int64_t ldc;
+  int* error;  // MoeErrorWord
+};
+
 struct FusedParams {
   const GroupParams* groups;
   const TileDesc* tiles;
@@ -72,6 +91,7 @@ struct FusedParams {
   int narrow_rows;  // weight rows of the <= 128-token tiles (Schedule::narrow_rows: 256 or 128)
   int early_kblocks;  // k-blocks of weights (at most the ring) issued before waiting for the pre-pass
   ScaleLayout layout;
+  MoeScheduleParams moe;  // experts > 0: the CTAs build the work list from the run's routing
 };
 
 }  // namespace fp4gemm::detail::sm90

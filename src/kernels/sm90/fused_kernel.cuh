@@ -29,6 +29,7 @@
 
 #include "device/kernel_config.cuh"
 #include "device/mainloop.cuh"
+#include "device/moe_schedule.cuh"
 #include "device/params.cuh"
 #include "device/prepass.cuh"
 #include "device/ptx/ptx.cuh"
@@ -37,7 +38,10 @@
 
 namespace fp4gemm::detail::sm90 {
 
-template <Format F>
+// kMoe: the MoE plan's kernel, whose CTAs build their work list from the run's routing
+// (p.moe); else the work list is the plan's (p.cta_begin ...). Two instantiations, so that the
+// schedule's prologue cannot change the pointer-array kernel's register allocation.
+template <Format F, bool kMoe>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     fused_grouped_gemm(const __grid_constant__ FusedParams p, OutType out_type) {
   using C = KernelConfig;
@@ -51,13 +55,20 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const bool producer = threadIdx.x >= C::kConsumerThreads;
   const CUtensorMap* first_wmap = nullptr;
   int first_kb0 = 0, first_kbs = 0, first_row0 = 0, first_loaded = 0;
-  if (threadIdx.x == C::kConsumerThreads) {
+  int begin, end, n16;
+  if constexpr (kMoe) {
+    // The MoE plan: this CTA's share of the run's routing, computed here (device/moe_schedule.cuh)
+    // while the pre-pass runs, in the ring's memory (nothing is loaded into it yet).
+    moe_schedule_cta<C::kThreads>(p.moe, *reinterpret_cast<MoeScheduleScratch*>(smem), begin, end, n16);
+  } else {
+    begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
+    n16 = p.cta_class[blockIdx.x];  // (loaded beside the range: the ring's geometry needs it)
+  }
+  if (threadIdx.x == C::kConsumerThreads) {  // (a CTA without work never uses it)
     const ProducerPiece& r = p.first_pieces[blockIdx.x];
     first_wmap = r.wmap, first_kb0 = r.kb_begin, first_kbs = r.kb_end - r.kb_begin, first_row0 = r.row0,
     first_loaded = r.loaded;
   }
-  const int begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
-  const int n16 = p.cta_class[blockIdx.x];  // (loaded beside the range: the ring's geometry needs it)
   if (begin == end) {
     FP4GEMM_TRACE_DO(if (threadIdx.x < kTraceRoles * kTraceCounters && blockIdx.x < kTraceCtas)
                        g_trace[blockIdx.x][threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
@@ -282,7 +293,8 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   config.attrs = attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, fused_grouped_gemm<F>, params, out_type);
+  return params.moe.experts > 0 ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, true>, params, out_type)
+                               : cudaLaunchKernelEx(&config, fused_grouped_gemm<F, false>, params, out_type);
 }
 
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
@@ -320,7 +332,10 @@ cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_c
 
 template <Format F>
 cudaError_t set_fused_smem(std::size_t smem_bytes) {
-  return cudaFuncSetAttribute(fused_grouped_gemm<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const cudaError_t e = cudaFuncSetAttribute(fused_grouped_gemm<F, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem_bytes));
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(fused_grouped_gemm<F, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(smem_bytes));
 }
 

@@ -1,9 +1,9 @@
-// The device-driven MoE grouped GEMM: plan (weights bound once), the device scheduler that turns
-// the routing into the fused kernel's work list at run time, and the launch.
+// The device-driven MoE grouped GEMM: plan (weights bound once) and the launch.
 //
-// The fused kernel (fused_kernel.cuh) reads its work as tiles, pieces and per-CTA ranges from
-// device memory; the pointer-array plan builds them on the host (host/core/schedule.cpp), this plan
-// builds them on the device from the expert offsets of the run (moe_schedule below). Everything the
+// The fused kernel (fused_kernel.cuh) reads its work as tiles, pieces and per-CTA ranges; the
+// pointer-array plan builds them on the host (host/core/schedule.cpp), this plan's kernel builds
+// them itself from the expert offsets of the run: every CTA computes its own range in its
+// prologue (device/moe_schedule.cuh), while the activation pre-pass runs. Everything the
 // routing does not change (weight maps, scales, activation workspace and its maps, grid, buffers
 // sized for the largest routing) is set up once here.
 #include <cuda.h>
@@ -30,241 +30,7 @@ const char* to_string(MoeLayout l) { return l == MoeLayout::contiguous ? "contig
 
 namespace detail::sm90 {
 
-// ---------------------------------------------------------------------------------------------
-// Device scheduler
-// ---------------------------------------------------------------------------------------------
-
-constexpr int kSchedulerThreads = 512;
-using detail::kMaxMoeExperts;  // one scheduler thread per expert (and ~45 KB of shared memory for their prefixes)
-static_assert(kMaxMoeExperts == kSchedulerThreads, "one scheduler thread per expert");
-constexpr int kClasses = SchedulePolicy::kWidthClasses;
-
-struct MoeScheduleArgs {
-  const int* offsets;  // contiguous: [E + 1]
-  const int* counts;   // masked: [E]
-  int experts, capacity, masked;
-  int n, cols, kblocks, narrow_rows, num_ctas, max_tiles;
-  float wide_fixed, wide_per_token, narrow_fixed, narrow_per_token;
-  TileDesc* tiles;
-  WorkPiece* pieces;
-  int* cta_begin;
-  int* cta_class;
-  ProducerPiece* first_pieces;
-  GroupParams* groups;
-  const CUtensorMap* weight_maps;  // two per expert
-  const std::uint8_t* scales;      // blocked, expert e at scales + e * scale_stride
-  std::int64_t scale_stride;
-  void* c;
-  std::int64_t ldc;
-  int* error;  // MoeErrorWord
-};
-
-// An expert's token tiles (token_tiles in host/core/schedule.cpp, the same rule): `count` tiles of
-// `size` tokens (a multiple of 8), the last one `last` tokens.
-// With their width classes (0-based; -1: none) and tile counts (token tiles x row blocks): the
-// count - 1 full token tiles, and the last one.
-struct ExpertTiles {
-  int base, rows, count, size, last;
-  int class_full, class_last, tiles_full, tiles_last;
-};
-
-__device__ __forceinline__ int row_blocks(int ntok, int n, int narrow_rows) {
-  const int rows = tile_rows(ntok, narrow_rows);
-  return (n + rows - 1) / rows;
-}
-
-__device__ __forceinline__ ExpertTiles expert_tiles(int base, int rows, int n, int narrow_rows) {
-  ExpertTiles t{base, rows, 0, 0, 0, -1, -1, 0, 0};
-  if (rows <= 0) return t;
-  constexpr int kMax = SchedulePolicy::kMaxTokens;
-  t.count = (rows + kMax - 1) / kMax;
-  t.size = ((rows + t.count - 1) / t.count + 7) / 8 * 8;
-  t.last = rows - (t.count - 1) * t.size;
-  if (t.count > 1) t.class_full = width_class(t.size) - 1, t.tiles_full = (t.count - 1) * row_blocks(t.size, n, narrow_rows);
-  t.class_last = width_class(t.last) - 1, t.tiles_last = row_blocks(t.last, n, narrow_rows);
-  return t;
-}
-
-__device__ __forceinline__ int tiles_of_class(const ExpertTiles& t, int c) {
-  return (t.class_full == c ? t.tiles_full : 0) + (t.class_last == c ? t.tiles_last : 0);
-}
-
-// One block of kSchedulerThreads. Thread e reads expert e's rows and validates them; warp c scans
-// class c's tile counts over the experts, giving each expert its place in every width-class bucket (tiles of one class run on CTAs of that
-// class: device/schedule.hpp); thread 0 shares the CTAs among the classes by cost; all threads
-// write the tiles (whole tiles, one piece each: no split-K, so no hand-offs) and each CTA's range
-// and first-piece record. A bad routing leaves every CTA without work and sets the error word.
-__global__ void __launch_bounds__(kSchedulerThreads) moe_schedule(const __grid_constant__ MoeScheduleArgs a) {
-  static_assert(kSchedulerThreads == 32 * kClasses, "one warp per width class");
-  __shared__ ExpertTiles experts[kMaxMoeExperts];
-  // prefix[c][e]: tiles of class c before expert e's (class-major: the binary searches of a warp
-  // read one class row, not 64-byte strided structs that share two banks).
-  __shared__ int prefix[kClasses][kMaxMoeExperts + 1];
-  __shared__ int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], class_tiles[kClasses],
-      total_tiles;
-  const int e = threadIdx.x;
-
-  // 1. This expert's rows, validated.
-  int base = 0, rows = 0;
-  bool bad = false;
-  if (e < a.experts) {
-    if (a.masked) {
-      rows = a.counts[e];
-      base = e * a.capacity;
-      if (rows < 0 || rows > a.capacity) {
-        moe_report(a.error, kMoeBadCount, e, rows);
-        bad = true;
-      }
-    } else {
-      base = a.offsets[e];
-      const int next = a.offsets[e + 1];
-      rows = next - base;
-      if ((e == 0 && base < 0) || next < base) {
-        moe_report(a.error, kMoeBadOffsets, e == 0 && base < 0 ? 0 : e + 1, e == 0 && base < 0 ? base : next);
-        bad = true;
-      }
-      if (e == a.experts - 1 && next > a.capacity) {
-        moe_report(a.error, kMoeOverCapacity, a.experts, next);
-        bad = true;
-      }
-    }
-  }
-  if (__syncthreads_or(bad)) {  // nothing runs; C stays untouched
-    for (int i = threadIdx.x; i <= a.num_ctas; i += blockDim.x) a.cta_begin[i] = 0;
-    return;
-  }
-  if (e < a.experts) experts[e] = expert_tiles(base, rows, a.n, a.narrow_rows);
-  __syncthreads();
-
-  // 2. Warp c: the exclusive prefix of class c's tile counts over the experts (lane l sums a run
-  //    of ceil(E / 32) experts, one warp scan, then the run's prefixes). A short dependent chain:
-  //    a block scan of 16-class vectors made this kernel ~1500 instructions per warp (20 us).
-  {
-    const int c = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int run = (a.experts + 31) / 32, first = lane * run, last = min(a.experts, first + run);
-    int sum = 0;
-    for (int x = first; x < last; ++x) sum += tiles_of_class(experts[x], c);
-    int incl = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o *= 2) {
-      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-      if (lane >= o) incl += v;
-    }
-    int at = incl - sum;
-    for (int x = first; x < last; ++x) {
-      prefix[c][x] = at;
-      at += tiles_of_class(experts[x], c);
-    }
-    if (lane == 31) prefix[c][a.experts] = class_tiles[c] = incl;
-  }
-  __syncthreads();
-
-  // 3. CTAs per class in proportion to the class's cost, at least one per class with tiles: warp 0,
-  //    lane c for class c; the CTAs the floors leave over go to the largest remainders.
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x, c = lane < kClasses ? lane : 0;
-    const int tiles = lane < kClasses ? class_tiles[c] : 0;
-    const int tokens = 16 * (c + 1);
-    const bool narrow_tile = tile_rows(tokens, a.narrow_rows) == 256;
-    const float cost = static_cast<float>(tiles) *
-                       (narrow_tile ? a.narrow_fixed + a.narrow_per_token * tokens : a.wide_fixed + a.wide_per_token * tokens);
-    float total = cost;
-    int present = tiles > 0;
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) {
-      total += __shfl_xor_sync(0xFFFFFFFFu, total, o);
-      present += __shfl_xor_sync(0xFFFFFFFFu, present, o);
-    }
-    const int spare = max(0, a.num_ctas - present);
-    const float share = total > 0 ? spare * (cost / total) : 0.f;
-    int mine = tiles > 0 ? min(tiles, 1 + static_cast<int>(share)) : 0;
-    int sum = mine;
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-    // Largest remainder first (ties by class), among the classes that can take one more CTA.
-    const float rem = mine < tiles ? share - floorf(share) : -1.f;
-    int rank = 0;
-    for (int other = 0; other < kClasses; ++other) {
-      const float r = __shfl_sync(0xFFFFFFFFu, rem, other);
-      rank += r > rem || (r == rem && other < lane);
-    }
-    if (rem >= 0.f && rank < a.num_ctas - sum) ++mine;
-    // Exclusive prefix sums of tiles and CTAs over the classes.
-    int tiles_before = tiles, ctas_before = mine;
-#pragma unroll
-    for (int o = 1; o < 32; o *= 2) {
-      const int t = __shfl_up_sync(0xFFFFFFFFu, tiles_before, o), k = __shfl_up_sync(0xFFFFFFFFu, ctas_before, o);
-      if (lane >= o) tiles_before += t, ctas_before += k;
-    }
-    if (lane < kClasses) {
-      bucket_base[c] = tiles_before - tiles, cta_base[c] = ctas_before - mine, ctas_of[c] = mine;
-    }
-    if (lane == kClasses - 1) bucket_base[kClasses] = total_tiles = tiles_before, cta_base[kClasses] = ctas_before;
-  }
-  __syncthreads();
-  if (total_tiles > a.max_tiles) {  // cannot happen for a routing that passed step 1 (plan sizing)
-    if (threadIdx.x == 0) moe_report(a.error, kMoeOverCapacity, a.experts, total_tiles);
-    for (int i = threadIdx.x; i <= a.num_ctas; i += blockDim.x) a.cta_begin[i] = 0;
-    return;
-  }
-
-  // 4. The tiles, bucket by bucket: expert-major, then row block, then token tile (the token tiles
-  //    of one weight row block are adjacent, so their weight reads are close in time).
-  for (int c = 0; c < kClasses; ++c) {
-    const int count = class_tiles[c];
-    for (int t = threadIdx.x; t < count; t += blockDim.x) {
-      int lo = 0, hi = a.experts - 1;  // the last expert whose prefix in class c is <= t
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (prefix[c][mid] <= t) lo = mid;
-        else hi = mid - 1;
-      }
-      const ExpertTiles x = experts[lo];
-      const int local = t - prefix[c][lo];
-      int rb, j;
-      if (x.class_full == c && x.class_last == c) {
-        rb = local / x.count, j = local % x.count;
-      } else if (x.class_full == c) {
-        rb = local / (x.count - 1), j = local % (x.count - 1);
-      } else {
-        rb = local, j = x.count - 1;
-      }
-      const int ntok = j == x.count - 1 ? x.last : x.size;
-      const int tok0 = x.base + j * x.size;
-      const int index = bucket_base[c] + t;
-      a.tiles[index] = TileDesc{lo, rb * tile_rows(ntok, a.narrow_rows), tok0, ntok, tok0, a.kblocks, 0, -1};
-      a.pieces[index] = WorkPiece{index, 0, a.kblocks, -1};
-    }
-  }
-  for (int x = threadIdx.x; x < a.experts; x += blockDim.x) {
-    a.groups[x].c = a.c;
-    a.groups[x].ldc = a.ldc;
-  }
-  __syncthreads();  // the tiles above are read back below (global writes of this block: visible)
-
-  // 5. Each CTA's range: the CTAs of class c split its bucket evenly (whole tiles of one class cost
-  //    alike); CTAs past the last class get none.
-  for (int cta = threadIdx.x; cta < a.num_ctas; cta += blockDim.x) {
-    int c = 0;
-    while (c < kClasses - 1 && cta >= cta_base[c + 1]) ++c;
-    int begin = total_tiles, end = total_tiles, n16 = 1;
-    if (cta < cta_base[kClasses]) {
-      const std::int64_t k = cta - cta_base[c], n = ctas_of[c], count = class_tiles[c];
-      begin = bucket_base[c] + static_cast<int>(count * k / n);
-      end = bucket_base[c] + static_cast<int>(count * (k + 1) / n);
-      n16 = c + 1;
-    }
-    a.cta_begin[cta] = begin;
-    if (cta == a.num_ctas - 1) a.cta_begin[a.num_ctas] = end;
-    a.cta_class[cta] = n16;
-    if (begin < end) {
-      const TileDesc tile = a.tiles[begin];
-      a.first_pieces[cta] =
-          make_producer_piece(a.pieces[begin], tile, a.n, a.cols, halves_of_class(n16, a.narrow_rows),
-                              a.weight_maps + 2 * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
-    }
-  }
-}
+static_assert(kMoeMaxExperts == detail::kMaxMoeExperts, "the device schedule's scratch holds every expert");
 
 // Linear expert scales -> blocked, once at plan time (the pre-pass's conversion kernel, one job per
 // expert).
@@ -299,8 +65,8 @@ struct MoeGemm::Impl {
   FusedParams params{};
   PrepassArgs prepass{};
   dim3 prepass_grid{1, 1, 1};
-  MoeScheduleArgs schedule{};
   std::size_t smem_bytes = 0;
+  int num_ctas = 0, max_tiles = 0;
   int* error = nullptr;  // MoeErrorWord
   detail::RunSerializer runs;  // runs share the workspace and the work list: never overlapping
 
@@ -423,11 +189,8 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   pr.tiles = p.allocate<TileDesc>(max_tiles * sizeof(TileDesc), "plan workspace");
   pr.pieces = p.allocate<WorkPiece>(max_tiles * sizeof(WorkPiece), "plan workspace");
   pr.first_pieces = p.allocate<ProducerPiece>(num_ctas * sizeof(ProducerPiece), "plan workspace");
-  int* cta_begin = p.allocate<int>((num_ctas + 1) * sizeof(int), "plan workspace");
-  FP4GEMM_CUDA_CHECK(cudaMemset(cta_begin, 0, (num_ctas + 1) * sizeof(int)), "plan");
-  pr.cta_begin = cta_begin;
-  int* cta_class = p.allocate<int>(num_ctas * sizeof(int), "plan workspace");
-  pr.cta_class = cta_class;
+  pr.cta_begin = nullptr;  // the CTAs find their ranges themselves (device/moe_schedule.cuh)
+  pr.cta_class = nullptr;
   pr.weight_maps = d_wmaps;
   pr.act_maps = d_amaps;
   pr.c_maps = nullptr;  // the warps' own stores: TMA boxes would reach into the next expert's rows
@@ -455,7 +218,9 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   p.error = p.allocate<int>(sizeof(MoeErrorWord), "plan workspace");
   FP4GEMM_CUDA_CHECK(cudaMemset(p.error, 0, sizeof(MoeErrorWord)), "plan");
 
-  MoeScheduleArgs& sa = p.schedule;
+  if (static_cast<std::size_t>(pr.ring_bytes) < sizeof(MoeScheduleScratch))
+    throw Error("device", -1, "not enough shared memory for the MoE GEMM's device schedule");
+  MoeScheduleParams& sa = pr.moe;
   sa.experts = w.experts;
   sa.capacity = o.capacity;
   sa.masked = o.layout == MoeLayout::masked;
@@ -469,14 +234,13 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   sa.narrow_fixed = static_cast<float>(policy.narrow_fixed), sa.narrow_per_token = static_cast<float>(policy.narrow_per_token);
   sa.tiles = const_cast<TileDesc*>(pr.tiles);
   sa.pieces = const_cast<WorkPiece*>(pr.pieces);
-  sa.cta_begin = cta_begin;
-  sa.cta_class = cta_class;
   sa.first_pieces = const_cast<ProducerPiece*>(pr.first_pieces);
-  sa.groups = d_groups;
   sa.weight_maps = d_wmaps;
   sa.scales = sblk;
   sa.scale_stride = sblk_stride;
   sa.error = p.error;
+  p.num_ctas = num_ctas;
+  p.max_tiles = static_cast<int>(max_tiles);
 
   PrepassArgs& pa = p.prepass;
   pa.inline_count = 1;
@@ -507,11 +271,11 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   detail::check_moe_args(p.weights, p.options, args);
   DeviceGuard guard(p.device.index);
-  MoeScheduleArgs sa = p.schedule;
-  sa.offsets = args.expert_offsets;
-  sa.counts = args.expert_counts;
-  sa.c = args.c;
-  sa.ldc = args.ldc;
+  FusedParams params = p.params;  // the run's routing and output
+  params.moe.offsets = args.expert_offsets;
+  params.moe.counts = args.expert_counts;
+  params.moe.c = args.c;
+  params.moe.ldc = args.ldc;
   PrepassArgs pa = p.prepass;
   pa.inline_groups[0].a = static_cast<const std::uint8_t*>(args.a);
   pa.inline_groups[0].sfa = static_cast<const std::uint8_t*>(args.a_scales);
@@ -525,18 +289,16 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   pa.gather_rows = args.num_tokens;
 
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
-    moe_schedule<<<1, kSchedulerThreads, 0, s>>>(sa);
-    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
     const Format f = p.options.format;
-    const int ctas = p.schedule.num_ctas;
+    const int ctas = p.num_ctas;
     const cudaError_t err =
         p.options.activation == MoeActivation::bf16
-            ? launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(p.params, p.options.out_type, ctas, p.smem_bytes,
+            ? launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(params, p.options.out_type, ctas, p.smem_bytes,
                                                                        pa, p.prepass_grid, true, s)
         : f == Format::nvfp4
-            ? launch_routed<Format::nvfp4, PrepassSource::routed_fp4>(p.params, p.options.out_type, ctas, p.smem_bytes,
+            ? launch_routed<Format::nvfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
                                                                       pa, p.prepass_grid, true, s)
-            : launch_routed<Format::mxfp4, PrepassSource::routed_fp4>(p.params, p.options.out_type, ctas, p.smem_bytes,
+            : launch_routed<Format::mxfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
                                                                       pa, p.prepass_grid, true, s);
     FP4GEMM_CUDA_CHECK(err, "run");
   });
@@ -588,7 +350,7 @@ std::string MoeGemm::describe() const {
      << p.weights.n << ", K " << p.weights.k << ", " << to_string(p.options.format) << " weights x "
      << (p.options.activation == MoeActivation::fp4 ? to_string(p.options.format) : "bf16") << " activations -> "
      << to_string(p.options.out_type) << ", " << to_string(p.options.layout) << " rows " << p.rows << ", "
-     << p.schedule.num_ctas << " CTAs, up to " << p.schedule.max_tiles << " tiles, narrow tiles "
+     << p.num_ctas << " CTAs, up to " << p.max_tiles << " tiles, narrow tiles "
      << p.params.narrow_rows << " rows";
   return os.str();
 }

@@ -1,0 +1,233 @@
+// The MoE plan's device scheduler, run by every CTA of the fused GEMM in its prologue (v16).
+//
+// Each CTA reads the expert offsets (or masked counts) of the run, cuts every expert's rows into
+// token tiles (host/core/schedule.cpp's rule), buckets the tiles by token-width class, shares the
+// CTAs among the classes by the cost model, and writes the tile and piece records of its own
+// range only (the ranges of different CTAs are disjoint). Every CTA computes the same prefixes
+// from the same offsets, so no CTA waits for another and no separate scheduler launch is needed:
+// the work overlaps the activation pre-pass that the GEMM is a programmatic dependent of
+// (v15 ran this as a one-block kernel before the pre-pass: 11 us on the critical path).
+//
+// A bad routing leaves every CTA without work; CTA 0 sets the error word. C is then untouched.
+#pragma once
+
+#include <cstdint>
+
+#include "device/params.cuh"
+#include "device/prepass.cuh"
+#include "device/schedule.hpp"
+
+namespace fp4gemm::detail::sm90 {
+
+constexpr int kMoeMaxExperts = 512;  // = detail::kMaxMoeExperts (host/core/moe_validate.hpp)
+
+// An expert's token tiles: `count` tiles of `size` tokens (a multiple of 8), the last one `last`
+// tokens, with their width classes (0-based; -1: none) and tile counts (token tiles x row blocks):
+// the count - 1 full token tiles, and the last one.
+struct ExpertTiles {
+  int base, rows, count, size, last;
+  int class_full, class_last, tiles_full, tiles_last;
+};
+
+// Shared scratch of the schedule (in the ring's memory: nothing is loaded before it is done).
+struct MoeScheduleScratch {
+  static constexpr int kClasses = SchedulePolicy::kWidthClasses;
+  ExpertTiles experts[kMoeMaxExperts];
+  int prefix[kClasses][kMoeMaxExperts + 1];  // tiles of class c before expert e's (class-major)
+  int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], class_tiles[kClasses];
+  int total_tiles;
+  int begin, end, n16;  // this CTA's result
+};
+
+__device__ __forceinline__ int moe_row_blocks(int ntok, int n, int narrow_rows) {
+  const int rows = tile_rows(ntok, narrow_rows);
+  return (n + rows - 1) / rows;
+}
+
+__device__ __forceinline__ ExpertTiles moe_expert_tiles(int base, int rows, int n, int narrow_rows) {
+  ExpertTiles t{base, rows, 0, 0, 0, -1, -1, 0, 0};
+  if (rows <= 0) return t;
+  constexpr int kMax = SchedulePolicy::kMaxTokens;
+  t.count = (rows + kMax - 1) / kMax;
+  t.size = ((rows + t.count - 1) / t.count + 7) / 8 * 8;
+  t.last = rows - (t.count - 1) * t.size;
+  if (t.count > 1)
+    t.class_full = width_class(t.size) - 1, t.tiles_full = (t.count - 1) * moe_row_blocks(t.size, n, narrow_rows);
+  t.class_last = width_class(t.last) - 1, t.tiles_last = moe_row_blocks(t.last, n, narrow_rows);
+  return t;
+}
+
+__device__ __forceinline__ int moe_tiles_of_class(const ExpertTiles& t, int c) {
+  return (t.class_full == c ? t.tiles_full : 0) + (t.class_last == c ? t.tiles_last : 0);
+}
+
+// Run by all kThreads threads of the CTA. Writes tiles / pieces [begin, end) and this CTA's first
+// producer record (first_pieces[blockIdx.x]); returns begin == end when the CTA has no work.
+template <int kThreads>
+__device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch& s, int& begin_out, int& end_out,
+                                 int& n16_out) {
+  constexpr int kClasses = MoeScheduleScratch::kClasses;
+  constexpr int kWarps = kThreads / 32;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const bool reporter = blockIdx.x == 0;  // one CTA names the error
+
+  // 1. Every expert's rows, validated.
+  bool bad = false;
+  #pragma unroll 1
+  for (int e = tid; e < a.experts; e += kThreads) {
+    int base = 0, rows = 0;
+    if (a.masked) {
+      rows = a.counts[e];
+      base = e * a.capacity;
+      if (rows < 0 || rows > a.capacity) {
+        if (reporter) moe_report(a.error, kMoeBadCount, e, rows);
+        bad = true;
+      }
+    } else {
+      base = a.offsets[e];
+      const int next = a.offsets[e + 1];
+      rows = next - base;
+      if ((e == 0 && base < 0) || next < base) {
+        if (reporter)
+          moe_report(a.error, kMoeBadOffsets, e == 0 && base < 0 ? 0 : e + 1, e == 0 && base < 0 ? base : next);
+        bad = true;
+      }
+      if (e == a.experts - 1 && next > a.capacity) {
+        if (reporter) moe_report(a.error, kMoeOverCapacity, a.experts, next);
+        bad = true;
+      }
+    }
+    s.experts[e] = moe_expert_tiles(base, bad ? 0 : rows, a.n, a.narrow_rows);
+  }
+  const bool any_bad = __syncthreads_or(bad);  // then nothing runs; C stays untouched
+
+  // 2. Warp c (and c + kWarps): the exclusive prefix of class c's tile counts over the experts
+  //    (lane l sums a run of ceil(E / 32) experts, one warp scan, then the run's prefixes).
+  #pragma unroll 1
+  for (int c = any_bad ? kClasses : warp; c < kClasses; c += kWarps) {
+    const int run = (a.experts + 31) / 32, first = lane * run, last = min(a.experts, first + run);
+    int sum = 0;
+    #pragma unroll 1
+    for (int x = first; x < last; ++x) sum += moe_tiles_of_class(s.experts[x], c);
+    int incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    int at = incl - sum;
+    #pragma unroll 1
+    for (int x = first; x < last; ++x) {
+      s.prefix[c][x] = at;
+      at += moe_tiles_of_class(s.experts[x], c);
+    }
+    if (lane == 31) s.prefix[c][a.experts] = s.class_tiles[c] = incl;
+  }
+  __syncthreads();
+
+  // 3. CTAs per class in proportion to the class's cost, at least one per class with tiles: warp 0,
+  //    lane c for class c; the CTAs the floors leave over go to the largest remainders.
+  if (warp == 0) {
+    const int c = lane < kClasses ? lane : 0;
+    const int tiles = lane < kClasses && !any_bad ? s.class_tiles[c] : 0;
+    const int tokens = 16 * (c + 1);
+    const bool narrow_tile = tile_rows(tokens, a.narrow_rows) == 256;
+    const float cost = static_cast<float>(tiles) *
+                       (narrow_tile ? a.narrow_fixed + a.narrow_per_token * tokens : a.wide_fixed + a.wide_per_token * tokens);
+    float total = cost;
+    int present = tiles > 0;
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+      total += __shfl_xor_sync(0xFFFFFFFFu, total, o);
+      present += __shfl_xor_sync(0xFFFFFFFFu, present, o);
+    }
+    const int spare = max(0, a.num_ctas - present);
+    const float share = total > 0 ? spare * (cost / total) : 0.f;
+    int mine = tiles > 0 ? min(tiles, 1 + static_cast<int>(share)) : 0;
+    int sum = mine;
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+    // Largest remainder first (ties by class), among the classes that can take one more CTA.
+    const float rem = mine < tiles ? share - floorf(share) : -1.f;
+    int rank = 0;
+    #pragma unroll 1
+    for (int other = 0; other < kClasses; ++other) {
+      const float r = __shfl_sync(0xFFFFFFFFu, rem, other);
+      rank += r > rem || (r == rem && other < lane);
+    }
+    if (rem >= 0.f && rank < a.num_ctas - sum) ++mine;
+    // Exclusive prefix sums of tiles and CTAs over the classes.
+    int tiles_before = tiles, ctas_before = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int t = __shfl_up_sync(0xFFFFFFFFu, tiles_before, o), k = __shfl_up_sync(0xFFFFFFFFu, ctas_before, o);
+      if (lane >= o) tiles_before += t, ctas_before += k;
+    }
+    if (lane < kClasses) {
+      s.bucket_base[c] = tiles_before - tiles, s.cta_base[c] = ctas_before - mine, s.ctas_of[c] = mine;
+    }
+    const int total_tiles = __shfl_sync(0xFFFFFFFFu, tiles_before, kClasses - 1);
+    const bool none = any_bad || total_tiles > a.max_tiles;  // (the latter cannot happen for a routing
+                                                             // that passed step 1: plan sizing)
+    if (lane == kClasses - 1) {
+      s.bucket_base[kClasses] = s.total_tiles = tiles_before, s.cta_base[kClasses] = ctas_before;
+      if (!any_bad && none && reporter) moe_report(a.error, kMoeOverCapacity, a.experts, tiles_before);
+    }
+    __syncwarp();  // lane 0 reads the other lanes' entries below
+    // This CTA's class and range: the CTAs of class c split its bucket evenly (whole tiles of one
+    // class cost alike); CTAs past the last class get none.
+    if (lane == 0) {
+      const int cta = blockIdx.x;
+      int c2 = 0;
+      while (c2 < kClasses - 1 && cta >= s.cta_base[c2 + 1]) ++c2;
+      int begin = 0, end = 0, n16 = 1;
+      if (cta < s.cta_base[kClasses] && !none) {
+        const std::int64_t k = cta - s.cta_base[c2], n = s.ctas_of[c2], count = s.class_tiles[c2];
+        begin = s.bucket_base[c2] + static_cast<int>(count * k / n);
+        end = s.bucket_base[c2] + static_cast<int>(count * (k + 1) / n);
+        n16 = c2 + 1;
+      }
+      s.begin = begin, s.end = end, s.n16 = n16;
+    }
+  }
+  __syncthreads();
+  const int begin = s.begin, end = s.end, n16 = s.n16, c = n16 - 1;
+
+  // 4. This CTA's tiles, expert-major within the bucket, then row block, then token tile (the
+  //    token tiles of one weight row block are adjacent, so their weight reads are close in time).
+  #pragma unroll 1
+  for (int index = begin + tid; index < end; index += kThreads) {
+    const int t = index - s.bucket_base[c];
+    int lo = 0, hi = a.experts - 1;  // the last expert whose prefix in class c is <= t
+    #pragma unroll 1
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (s.prefix[c][mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    const ExpertTiles x = s.experts[lo];
+    const int local = t - s.prefix[c][lo];
+    int rb, j;
+    if (x.class_full == c && x.class_last == c) {
+      rb = local / x.count, j = local % x.count;
+    } else if (x.class_full == c) {
+      rb = local / (x.count - 1), j = local % (x.count - 1);
+    } else {
+      rb = local, j = x.count - 1;
+    }
+    const int ntok = j == x.count - 1 ? x.last : x.size;
+    const int tok0 = x.base + j * x.size;
+    const TileDesc tile{lo, rb * tile_rows(ntok, a.narrow_rows), tok0, ntok, tok0, a.kblocks, 0, -1};
+    const WorkPiece piece{index, 0, a.kblocks, -1};
+    a.tiles[index] = tile;
+    a.pieces[index] = piece;
+    if (index == begin)
+      a.first_pieces[blockIdx.x] =
+          make_producer_piece(piece, tile, a.n, a.cols, halves_of_class(n16, a.narrow_rows),
+                              a.weight_maps + 2 * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
+  }
+  __syncthreads();  // the records above are read by this CTA's producers and consumers
+  begin_out = begin, end_out = end, n16_out = n16;
+}
+
+}  // namespace fp4gemm::detail::sm90
