@@ -36,7 +36,7 @@ struct MoeScheduleScratch {
   int prefix[kClasses][kMoeMaxExperts + 1];  // tiles of class c before expert e's (class-major)
   int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], class_tiles[kClasses];
   int total_tiles;
-  int begin, end, n16;  // this CTA's result
+  int begin, end, n16, rank, ctas;  // this CTA's result: its slots, class, and rank among the class's CTAs
 };
 
 __device__ __forceinline__ int moe_row_blocks(int ntok, int n, int narrow_rows) {
@@ -103,11 +103,11 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
 
   // 2. Warp c (and c + kWarps): the exclusive prefix of class c's tile counts over the experts
   //    (lane l sums a run of ceil(E / 32) experts, one warp scan, then the run's prefixes).
-  #pragma unroll 1
+#pragma unroll 1
   for (int c = any_bad ? kClasses : warp; c < kClasses; c += kWarps) {
     const int run = (a.experts + 31) / 32, first = lane * run, last = min(a.experts, first + run);
     int sum = 0;
-    #pragma unroll 1
+  #pragma unroll 1
     for (int x = first; x < last; ++x) sum += moe_tiles_of_class(s.experts[x], c);
     int incl = sum;
 #pragma unroll
@@ -116,7 +116,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       if (lane >= o) incl += v;
     }
     int at = incl - sum;
-    #pragma unroll 1
+  #pragma unroll 1
     for (int x = first; x < last; ++x) {
       s.prefix[c][x] = at;
       at += moe_tiles_of_class(s.experts[x], c);
@@ -150,7 +150,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     // Largest remainder first (ties by class), among the classes that can take one more CTA.
     const float rem = mine < tiles ? share - floorf(share) : -1.f;
     int rank = 0;
-    #pragma unroll 1
+  #pragma unroll 1
     for (int other = 0; other < kClasses; ++other) {
       const float r = __shfl_sync(0xFFFFFFFFu, rem, other);
       rank += r > rem || (r == rem && other < lane);
@@ -180,26 +180,33 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       const int cta = blockIdx.x;
       int c2 = 0;
       while (c2 < kClasses - 1 && cta >= s.cta_base[c2 + 1]) ++c2;
-      int begin = 0, end = 0, n16 = 1;
+      int begin = 0, end = 0, n16 = 1, k = 0, n = 1;
       if (cta < s.cta_base[kClasses] && !none) {
-        const std::int64_t k = cta - s.cta_base[c2], n = s.ctas_of[c2], count = s.class_tiles[c2];
-        begin = s.bucket_base[c2] + static_cast<int>(count * k / n);
-        end = s.bucket_base[c2] + static_cast<int>(count * (k + 1) / n);
+        // CTA k of the class's n takes the bucket's tiles k, k + n, k + 2n, ... (stored at slots
+        // [begin, end) in that order): at any moment the class's CTAs work on about n adjacent
+        // tiles, so one token tile's activations and one expert's weights are read by many CTAs
+        // while they are in L2 (prefill: contiguous ranges had every token tile in flight at once
+        // and re-read the activations from DRAM for each weight row block; v16).
+        k = cta - s.cta_base[c2], n = s.ctas_of[c2];
+        const int count = s.class_tiles[c2], q = count / n, r = count % n;
+        begin = s.bucket_base[c2] + k * q + min(k, r);
+        end = begin + q + (k < r ? 1 : 0);
         n16 = c2 + 1;
       }
-      s.begin = begin, s.end = end, s.n16 = n16;
+      s.begin = begin, s.end = end, s.n16 = n16, s.rank = k, s.ctas = n;
     }
   }
   __syncthreads();
-  const int begin = s.begin, end = s.end, n16 = s.n16, c = n16 - 1;
+  const int begin = s.begin, end = s.end, n16 = s.n16, c = n16 - 1, rank = s.rank, ctas = s.ctas;
 
-  // 4. This CTA's tiles, expert-major within the bucket, then row block, then token tile (the
-  //    token tiles of one weight row block are adjacent, so their weight reads are close in time).
-  #pragma unroll 1
+  // 4. This CTA's tiles. The bucket's order: expert-major, then token tile, then row block (the
+  //    CTAs that run adjacent tiles at once share the token tile's activations and the expert's
+  //    weights through L2).
+#pragma unroll 1
   for (int index = begin + tid; index < end; index += kThreads) {
-    const int t = index - s.bucket_base[c];
+    const int t = rank + (index - begin) * ctas;  // the tile's place in the bucket
     int lo = 0, hi = a.experts - 1;  // the last expert whose prefix in class c is <= t
-    #pragma unroll 1
+  #pragma unroll 1
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
       if (s.prefix[c][mid] <= t) lo = mid;
@@ -207,14 +214,10 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     }
     const ExpertTiles x = s.experts[lo];
     const int local = t - s.prefix[c][lo];
-    int rb, j;
-    if (x.class_full == c && x.class_last == c) {
-      rb = local / x.count, j = local % x.count;
-    } else if (x.class_full == c) {
-      rb = local / (x.count - 1), j = local % (x.count - 1);
-    } else {
-      rb = local, j = x.count - 1;
-    }
+    // The expert's token tiles of class c (the full ones, then the last; tiles of one class have
+    // one height, tile_rows, so the same row-block count), each over its row blocks.
+    const int rbs = x.class_last == c ? x.tiles_last : x.tiles_full / (x.count - 1);
+    const int rb = local % rbs, j = local / rbs + (x.class_full == c ? 0 : x.count - 1);
     const int ntok = j == x.count - 1 ? x.last : x.size;
     const int tok0 = x.base + j * x.size;
     const TileDesc tile{lo, rb * tile_rows(ntok, a.narrow_rows), tok0, ntok, tok0, a.kblocks, 0, -1};

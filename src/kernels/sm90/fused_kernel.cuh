@@ -78,6 +78,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // activation stages are sized to it: narrow tiles get a deeper ring to cover load latency.
   const int act_stage_bytes = n16 * C::kActClassBytes;
   const CUtensorMap* act_map = p.act_maps + (n16 - 1);
+  // (halves from the plan's constant, not a register: ptxas rematerialises the ring's addresses
+  // from it; a halves computed in the prologue made it spill them in the mainloops, v16)
   const int halves = halves_of_class(n16, p.narrow_rows);
   const int stages = min(C::kMaxStages,
                          p.ring_bytes / (act_stage_bytes + halves * (C::kHalfWeightBytes + C::kScaleAtomBytes)));

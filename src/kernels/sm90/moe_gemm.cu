@@ -201,9 +201,13 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   pr.flags = p.allocate<int>(max_tiles * sizeof(int), "plan workspace");
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, max_tiles * sizeof(int)), "plan");
   const SchedulePolicy policy;
-  // Narrow (<= 128-token) tiles take 256 weight rows when the experts' row blocks alone give every
-  // CTA a tile (the pointer-array plan's rule, with one token tile per expert).
-  pr.narrow_rows = std::int64_t{w.experts} * ((w.n + 255) / 256) >= num_ctas ? 256 : 128;
+  // Narrow (<= 128-token) tiles take 256 weight rows when the row blocks of the experts a run can
+  // reach alone give every CTA a tile (the pointer-array plan's rule, with one token tile per
+  // expert): at most `capacity` experts have rows in the contiguous layout, so decode plans
+  // (capacity = tokens x top-k, a few experts) spread each expert's weights over twice the CTAs.
+  // (Fixed per plan: the kernel's ring addresses derive from it as a constant, v16.)
+  const std::int64_t reachable = o.layout == MoeLayout::contiguous ? std::min(w.experts, o.capacity) : w.experts;
+  pr.narrow_rows = reachable * ((w.n + 255) / 256) >= num_ctas ? 256 : 128;
   pr.early_kblocks = KC::kMaxStages;
   pr.layout = ScaleLayout::blocked;
   const std::size_t fixed = 2 * KC::kMaxStages * sizeof(std::uint64_t) + KC::kEpiBytes + 2048;
