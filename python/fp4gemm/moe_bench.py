@@ -9,7 +9,9 @@ top-k routing:
     expert order, device offsets (the peer at its best), timed the same way;
   * the dynamic-routing loop of both: every step a new top-k routing (device tensors drawn before
     the loop), aligned on the device (fp4gemm.moe.align_routing), gathered and multiplied; wall time
-    per step over back-to-back steps, nothing synchronised in between.
+    per step over back-to-back steps, nothing synchronised in between. Eager ("dyn": Python and
+    launch overheads included) and as a CUDA graph captured once and replayed with a new routing
+    copied into its input each step ("graph": how vLLM/SGLang run decode).
 The C++ tool's `fp4gemm bench --suite moe` times fp4gemm alone with the measured floors.
 """
 
@@ -76,6 +78,31 @@ def _wall_us_per_step(step: Callable[[int], None], steps: int) -> float:
     return (time.perf_counter() - t0) * 1e6 / steps
 
 
+def _graph_us_per_step(step: Callable[[torch.Tensor], None], pool: Sequence[torch.Tensor], steps: int) -> float:
+    """The dynamic-routing loop as a CUDA-graph engine runs it (vLLM's decode): `step(ids)` (routing
+    alignment + GEMM) captured once on a static routing buffer; every step copies a new routing into
+    the buffer and replays the graph. Wall time per step over back-to-back steps."""
+    ids = pool[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture (lazy initialisation, plan caches)
+        for _ in range(2):
+            step(ids)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(ids)
+
+    def replay(s: int) -> None:
+        ids.copy_(pool[s % len(pool)])
+        graph.replay()
+
+    try:
+        return _wall_us_per_step(replay, steps)
+    finally:
+        del graph
+
+
 def bench_case(c: dict, act: str, fmt: str, reps: int, steps: int, peers: bool, flush: torch.Tensor,
                seed: int = 1111) -> dict:
     gen = torch.Generator(device=_DEVICE).manual_seed(seed)
@@ -103,6 +130,12 @@ def bench_case(c: dict, act: str, fmt: str, reps: int, steps: int, peers: bool, 
         ops.moe_grouped_gemm_out(a, sa, w, ws, off, out, gat, format=fmt)
 
     row["fp4gemm_dynamic_us_per_step"] = _wall_us_per_step(dyn_fp4gemm, steps)
+
+    def graph_step(ids):
+        off, gat, _ = moe.align_routing(ids, e)
+        ops.moe_grouped_gemm_out(a, sa, w, ws, off, out, gat, format=fmt)
+
+    row["fp4gemm_graph_us_per_step"] = _graph_us_per_step(graph_step, pool, steps)
     moe.check()
     if peers:
         run()  # `out` again for the timed routing (the dynamic loop left another one there)
@@ -136,6 +169,12 @@ def _peer_grouped_mm(a, sa, w, ws_lin, fmt, act, pool, offsets, gather, reps, st
             mm(ab[gat.long()], off)
 
         r["grouped_mm_dynamic_us_per_step"] = _wall_us_per_step(dyn, steps)
+
+        def graph_step(ids):
+            off, gat, _ = moe.align_routing(ids, e)
+            mm(ab[gat.long()], off)
+
+        r["grouped_mm_graph_us_per_step"] = _graph_us_per_step(graph_step, pool, steps)
         return r
     except Exception as ex:  # noqa: BLE001  (the peer may be unsupported on this GPU / torch)
         return {"grouped_mm_status": f"n/a: {type(ex).__name__}: {str(ex).splitlines()[0][:160]}"}
@@ -151,7 +190,7 @@ def run(cases: Optional[Sequence[int]], act: str, fmt: str, reps: int, steps: in
     print(f"\nMoE suite: {'W4A16 (bf16 x mxfp4)' if act == 'bf16' else f'W4A4 {fmt}'}, uniform top-k routing, "
           f"median of {reps} reps (L2 flushed), dynamic loop {steps} steps; us")
     print(f"{'model gemm':<24} {'T':>6} {'rows':>7} {'fp4gemm':>10} {'TFLOP/s':>8} {'_grouped_mm':>12} "
-          f"{'speed-up':>8} {'dyn fp4gemm':>12} {'dyn torch':>10}")
+          f"{'speed-up':>8} {'dyn fp4gemm':>12} {'dyn torch':>10} {'graph fp4gemm':>14} {'graph torch':>12}")
     for c in picked:
         r = bench_case(c, act, fmt, reps, steps, peers, flush)
         rows.append(r)
@@ -160,8 +199,11 @@ def run(cases: Optional[Sequence[int]], act: str, fmt: str, reps: int, steps: in
         sp = f"{gm / r['fp4gemm_us']:7.2f}x" if gm is not None else f"{'':>8}"
         dt = r.get("grouped_mm_dynamic_us_per_step")
         dt_text = f"{dt:10.1f}" if dt is not None else f"{'n/a':>10}"
+        gt = r.get("grouped_mm_graph_us_per_step")
+        gt_text = f"{gt:12.1f}" if gt is not None else f"{'n/a':>12}"
         print(f"{c['model'] + ' ' + c['gemm']:<24} {c['tokens']:>6} {r['rows']:>7} {r['fp4gemm_us']:10.1f} "
-              f"{r['fp4gemm_tflops']:8.1f} {gm_text} {sp} {r['fp4gemm_dynamic_us_per_step']:12.1f} {dt_text}"
+              f"{r['fp4gemm_tflops']:8.1f} {gm_text} {sp} {r['fp4gemm_dynamic_us_per_step']:12.1f} {dt_text} "
+              f"{r['fp4gemm_graph_us_per_step']:14.1f} {gt_text}"
               + ("" if r.get("grouped_mm_agrees", True) else "  ! peer disagrees"))
         if peers and r["grouped_mm_status"] != "ok":
             print(f"  _grouped_mm: {r['grouped_mm_status']}")
