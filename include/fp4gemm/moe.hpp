@@ -106,4 +106,24 @@ class MoeGemm {
   std::unique_ptr<Impl> impl_;
 };
 
+// Top-k routing -> the contiguous layout's arrays, on the device in one kernel (no host
+// synchronisation, no allocation, graph-capturable). `topk_ids` holds `count` = T * k expert ids
+// (int32, or int64 with `ids_int64`), token t's j-th id at index t * k + j, in device memory.
+// Rows are sorted by expert, then by index (stable, deterministic: no order depends on timing):
+//   offsets[e] (int32, e = 0..E) = the number of ids below e;
+//   gather[r]  (int32, count rows) = the token of sorted row r (its index / k);
+//   order[r]   (int64, optional) = the index t * k + j of sorted row r (for the combine).
+// An id outside [0, E) owns no expert's row: its rows lie before offsets[0] (negative ids) or at
+// and after offsets[E] (ids >= E), in index order there too. experts: 1..512 (MoeGemm's limit); count: 0..2^31 - 1. Every pointer must
+// lie in device memory of the current device (checked; fp4gemm::Error names the argument).
+void align_routing(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets,
+                   int* gather, std::int64_t* order = nullptr, cudaStream_t stream = nullptr);
+
+namespace detail {
+// align_routing without the device-pointer checks (callers that know their buffers, such as the
+// Python binding's torch tensors); the scalar arguments are still validated.
+void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets,
+                          int* gather, std::int64_t* order, cudaStream_t stream);
+}  // namespace detail
+
 }  // namespace fp4gemm

@@ -26,6 +26,8 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from . import _fp4gemm as _C
+
+_MAX_EXPERTS = 512  # fp4gemm::align_routing's and MoeGemm's limit
 from .api import empty_like_framework
 
 __all__ = ["MoeGemm", "align_routing", "check", "grouped_gemm"]
@@ -170,13 +172,31 @@ def align_routing(topk_ids: Any, experts: int):
     ``gather_index[r]``) and int64 ``[T*k]`` with ``order[r] = t*k + j`` (the (token, slot) of row
     r, for the combine). Rows are sorted by expert, then by token (stable); an id outside
     ``[0, E)`` owns no row (its rows lie before ``expert_offsets[0]`` or past ``expert_offsets[E]``).
+    A CUDA int32/int64 tensor with E <= 512 is aligned by one fp4gemm kernel (``fp4gemm::align_routing``;
+    under ``torch.compile`` and for larger E, by torch's sort and searchsorted: the same arrays).
     """
     k = topk_ids.shape[1] if len(topk_ids.shape) == 2 else 1
-    # offsets[e] = number of ids below e: a binary search of every e in the sorted ids (no scatter,
-    # so an id outside [0, E) cannot fault on the device; it owns no row).
     if type(topk_ids).__module__.split(".")[0] == "torch":
         import torch
 
+        if (topk_ids.is_cuda and topk_ids.dtype in (torch.int32, torch.int64) and 1 <= experts <= _MAX_EXPERTS
+                and not torch.compiler.is_compiling()):
+            # One kernel (fp4gemm::align_routing: a stable counting sort) instead of six torch ops
+            # (82 us of host time per call on an H200 host). The same arrays as the torch path below.
+            ids = topk_ids.reshape(-1)
+            if not ids.is_contiguous():
+                ids = ids.contiguous()
+            n = ids.numel()
+            offsets = torch.empty(experts + 1, dtype=torch.int32, device=ids.device)
+            gather = torch.empty(n, dtype=torch.int32, device=ids.device)
+            order = torch.empty(n, dtype=torch.int64, device=ids.device)
+            _C.align_routing(ids.data_ptr(), ids.dtype == torch.int64, n, k, experts, offsets.data_ptr(),
+                             gather.data_ptr(), order.data_ptr(), torch.cuda.current_stream(ids.device).cuda_stream,
+                             ids.device.index)
+            return offsets, gather, order
+        # Other devices / dtypes, more experts than the kernel takes, or under torch.compile:
+        # offsets[e] = number of ids below e, a binary search of every e in the sorted ids (no
+        # scatter, so an id outside [0, E) cannot fault on the device; it owns no row).
         ids, order = torch.sort(topk_ids.reshape(-1), stable=True)
         bounds = torch.arange(experts + 1, dtype=ids.dtype, device=ids.device)
         offsets = torch.searchsorted(ids, bounds).to(torch.int32)

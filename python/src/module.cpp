@@ -2,9 +2,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
 #include <string_view>
 
+#include <cuda_runtime.h>
+
 #include "fp4gemm/fp4gemm.hpp"
+#include "fp4gemm/moe.hpp"
 #include "grouped.hpp"
 #include "moe.hpp"
 
@@ -153,6 +157,29 @@ NB_MODULE(_fp4gemm, m) {
         "alpha"_a = nb::none(), "format"_a = nb::none(), "scale_layout"_a = "blocked", "out_dtype"_a = "bfloat16",
         "activation"_a = nb::none(), "stream"_a = nb::none(), "threads"_a = 0,
         "MoE grouped GEMM into a preallocated `out` (see fp4gemm.moe.grouped_gemm).");
+  m.def("align_routing",
+        [](std::uintptr_t ids, bool ids_int64, std::int64_t count, int k, int experts, std::uintptr_t offsets,
+           std::uintptr_t gather, std::uintptr_t order, std::uintptr_t stream, int device) {
+          // The caller (fp4gemm.moe.align_routing) made the outputs with torch on the ids' device and
+          // checked the ids (contiguous int32/int64 CUDA tensor): no pointer checks here (µs each).
+          int current = -1;
+          if (cudaGetDevice(&current) != cudaSuccess) current = -1;
+          if (current != device && cudaSetDevice(device) != cudaSuccess)
+            throw fp4gemm::Error("topk_ids", -1, "cannot make CUDA device " + std::to_string(device) + " current");
+          struct Restore {
+            int device;
+            ~Restore() {
+              if (device >= 0) cudaSetDevice(device);
+            }
+          } restore{current != device ? current : -1};
+          nb::gil_scoped_release release;
+          fp4gemm::detail::launch_align_routing(reinterpret_cast<const void*>(ids), ids_int64, count, k, experts,
+                                                reinterpret_cast<int*>(offsets), reinterpret_cast<int*>(gather),
+                                                reinterpret_cast<std::int64_t*>(order),
+                                                reinterpret_cast<cudaStream_t>(stream));
+        },
+        "ids"_a, "ids_int64"_a, "count"_a, "k"_a, "experts"_a, "offsets"_a, "gather"_a, "order"_a, "stream"_a,
+        "device"_a, "Device routing alignment on raw CUDA pointers (see fp4gemm.moe.align_routing).");
   m.def("moe_check", [](nb::handle stream) { MoeBinding::get().check(stream); }, "stream"_a = nb::none(),
         "Check every cached MoE plan for bad routing data seen by its runs (synchronises).");
 

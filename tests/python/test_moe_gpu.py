@@ -372,3 +372,58 @@ def test_plan_cache_and_host_overhead(backend, capsys):
         for name, us in timings.items():
             print(f"  {name:<32} {us:7.2f}")
     assert timings["MoeGemm.run"] < 200.0  # sanity only
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_align_routing_kernel_matches_numpy(dtype):
+    """align_routing on a CUDA tensor (one fp4gemm kernel) returns the NumPy path's arrays, for
+    routings of every kind, E from 1 to 512 and T * k up to 131072 (outputs are fresh tensors:
+    every element is compared)."""
+    rng = np.random.default_rng(21)
+    cases = [(1, 5, 1), (8, 1, 2), (32, 16, 2), (128, 256, 8), (256, 1000, 8), (512, 300, 4), (256, 16384, 8)]
+    for e, tokens, topk in cases:
+        for routing in ("uniform", "one-hot", "skewed"):
+            ids = random_topk(rng, tokens, e, topk, routing).astype(dtype)
+            got = moe.align_routing(torch.from_numpy(ids).cuda(), e)
+            want = moe.align_routing(ids, e)
+            for g, w, name in zip(got, want, ("offsets", "gather", "order")):
+                assert g.is_cuda, name
+                np.testing.assert_array_equal(g.cpu().numpy(), w, err_msg=f"{name}: E {e}, T {tokens}, {routing}")
+
+
+def test_align_routing_kernel_ids_out_of_range():
+    """Ids outside [0, E) own no row: the offsets and the rows of [offsets[0], offsets[E]) are the
+    NumPy path's; the out-of-range rows lie before and after them (their order among themselves is
+    by index on the device, by value in NumPy)."""
+    rng = np.random.default_rng(22)
+    e, tokens, topk = 16, 200, 4
+    ids = rng.integers(-3, e + 3, size=(tokens, topk)).astype(np.int64)
+    off, gat, order = (x.cpu().numpy() for x in moe.align_routing(torch.from_numpy(ids).cuda(), e))
+    w_off, w_gat, w_order = moe.align_routing(ids, e)
+    np.testing.assert_array_equal(off, w_off)
+    lo, hi = off[0], off[e]
+    np.testing.assert_array_equal(gat[lo:hi], w_gat[lo:hi])
+    np.testing.assert_array_equal(order[lo:hi], w_order[lo:hi])
+    flat = ids.reshape(-1)
+    assert (flat[order[:lo]] < 0).all() and (flat[order[hi:]] >= e).all()
+    assert sorted(order.tolist()) == list(range(flat.size))  # a permutation
+
+
+def test_align_routing_kernel_under_graph_capture():
+    """The kernel path inside a CUDA graph, replayed with new ids."""
+    e, tokens, topk = 64, 33, 8
+    ids = torch.zeros(tokens, topk, dtype=torch.int64, device="cuda")
+    moe.align_routing(ids, e)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        offsets, gather, order = moe.align_routing(ids, e)
+    rng = np.random.default_rng(23)
+    for routing in ("uniform", "skewed", "one-hot") * 3:
+        new = random_topk(rng, tokens, e, topk, routing)
+        ids.copy_(torch.from_numpy(new))
+        gather.fill_(-1)
+        graph.replay()
+        want = moe.align_routing(new, e)
+        for g, w in zip((offsets, gather, order), want):
+            np.testing.assert_array_equal(g.cpu().numpy(), w)

@@ -1,0 +1,141 @@
+// fp4gemm::align_routing: top-k expert ids -> expert offsets, gather index and order, in one
+// single-block kernel (a stable counting sort).
+//
+// 8 warps; warp w owns the contiguous index range [w * n / 8, (w + 1) * n / 8). Buckets: 0 for
+// negative ids, e + 1 for expert e, E + 1 for ids >= E.
+//  1. Each warp counts its range's buckets (shared-memory integer atomics: the counts do not
+//     depend on their order).
+//  2. An exclusive scan over (bucket, warp) in bucket-major order gives each warp's first slot
+//     per bucket; offsets[e] = the first slot of bucket e + 1.
+//  3. Each warp walks its range in order, 32 ids at a time: lanes with equal buckets find each
+//     other (__match_any_sync), take consecutive slots in lane order, and the group's first lane
+//     advances the warp's cursor. Slots therefore follow the index order within each bucket:
+//     stable, and the same on every run.
+// Decode-sized routings (tens of ids) take a few microseconds, dominated by the launch; 131072 ids
+// (16384 tokens x top-8) ~512 steps per warp.
+#include <cub/block/block_scan.cuh>
+
+#include <cstdint>
+#include <string>
+
+#include "fp4gemm/moe.hpp"
+#include "host/core/cuda_check.hpp"
+#include "host/core/moe_validate.hpp"
+#include "host/core/validate.hpp"
+
+namespace fp4gemm {
+
+namespace {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+
+template <typename Id>
+__global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __restrict__ ids, long long n, int k,
+                                                                  int experts, int* __restrict__ offsets,
+                                                                  int* __restrict__ gather,
+                                                                  long long* __restrict__ order) {
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage scan_storage;
+  extern __shared__ int cursor[];  // [kWarps][buckets]: counts, then each warp's next slot
+  const int buckets = experts + 2;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (int i = tid; i < kWarps * buckets; i += kThreads) cursor[i] = 0;
+  __syncthreads();
+
+  const long long per = (n + kWarps - 1) / kWarps;
+  const long long lo = min(n, warp * per), hi = min(n, lo + per);
+  auto bucket_of = [&](long long i) {
+    const long long id = static_cast<long long>(ids[i]);
+    return id < 0 ? 0 : id >= experts ? experts + 1 : static_cast<int>(id) + 1;
+  };
+  int* mine = cursor + warp * buckets;
+  for (long long i = lo + lane; i < hi; i += 32) atomicAdd(&mine[bucket_of(i)], 1);
+  __syncthreads();
+
+  // 2. Thread t scans a run of consecutive buckets (all warps' counts of each).
+  const int run = (buckets + kThreads - 1) / kThreads, b0 = min(buckets, tid * run), b1 = min(buckets, b0 + run);
+  int sum = 0;
+  for (int b = b0; b < b1; ++b)
+    for (int w = 0; w < kWarps; ++w) sum += cursor[w * buckets + b];
+  int at = 0;
+  Scan(scan_storage).ExclusiveSum(sum, at);
+  for (int b = b0; b < b1; ++b) {
+    if (b >= 1) offsets[b - 1] = at;  // offsets[e] = ids below e = first slot of bucket e + 1
+    for (int w = 0; w < kWarps; ++w) {
+      const int c = cursor[w * buckets + b];
+      cursor[w * buckets + b] = at;
+      at += c;
+    }
+  }
+  __syncthreads();
+
+  // 3. Stable placement.
+  for (long long base = lo; base < hi; base += 32) {
+    const long long i = base + lane;
+    const bool valid = i < hi;
+    const int b = valid ? bucket_of(i) : -1;
+    const unsigned group = __match_any_sync(0xFFFFFFFFu, b);
+    const int rank = __popc(group & ((1u << lane) - 1u));
+    const int first = valid ? mine[b] : 0;
+    if (valid) {
+      const int slot = first + rank;
+      gather[slot] = static_cast<int>(i / k);
+      if (order != nullptr) order[slot] = i;
+    }
+    __syncwarp();
+    if (valid && rank == 0) mine[b] = first + __popc(group);
+    __syncwarp();
+  }
+}
+
+void validate_routing_args(const void* topk_ids, std::int64_t count, int k, int experts, const int* offsets,
+                           const int* gather) {
+  if (experts < 1 || experts > detail::kMaxMoeExperts)
+    throw Error("experts", -1, "must be in 1.." + std::to_string(detail::kMaxMoeExperts) + ", got " +
+                                   std::to_string(experts));
+  if (count < 0 || count > INT32_MAX)
+    throw Error("topk_ids", -1, "count must be in 0..2^31 - 1 (gather indices are int32), got " + std::to_string(count));
+  if (k < 1) throw Error("k", -1, "ids per token must be >= 1, got " + std::to_string(k));
+  if (count % k != 0)
+    throw Error("topk_ids", -1, "count " + std::to_string(count) + " is not a multiple of k = " + std::to_string(k) +
+                                    " (T tokens x k ids)");
+  if (offsets == nullptr) throw Error("offsets", -1, "null pointer; it must point to E + 1 int32 in device memory");
+  if (count > 0 && topk_ids == nullptr) throw Error("topk_ids", -1, "null pointer with count > 0");
+  if (count > 0 && gather == nullptr) throw Error("gather", -1, "null pointer with count > 0");
+}
+
+}  // namespace
+
+namespace detail {
+
+void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets,
+                          int* gather, std::int64_t* order, cudaStream_t stream) {
+  validate_routing_args(topk_ids, count, k, experts, offsets, gather);
+  const std::size_t smem = static_cast<std::size_t>(kWarps) * (experts + 2) * sizeof(int);
+  auto* ord = reinterpret_cast<long long*>(order);
+  if (ids_int64)
+    align_routing_kernel<long long><<<1, kThreads, smem, stream>>>(static_cast<const long long*>(topk_ids), count, k,
+                                                                   experts, offsets, gather, ord);
+  else
+    align_routing_kernel<int><<<1, kThreads, smem, stream>>>(static_cast<const int*>(topk_ids), count, k, experts,
+                                                             offsets, gather, ord);
+  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "align_routing");
+}
+
+}  // namespace detail
+
+void align_routing(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets,
+                   int* gather, std::int64_t* order, cudaStream_t stream) {
+  validate_routing_args(topk_ids, count, k, experts, offsets, gather);
+  int device = 0;
+  FP4GEMM_CUDA_CHECK(cudaGetDevice(&device), "align_routing");
+  if (count > 0) {
+    detail::check_device_buffer("topk_ids", -1, topk_ids, count * (ids_int64 ? 8 : 4), device);
+    detail::check_device_buffer("gather", -1, gather, count * 4, device);
+    if (order != nullptr) detail::check_device_buffer("order", -1, order, count * 8, device);
+  }
+  detail::check_device_buffer("offsets", -1, offsets, (std::int64_t{experts} + 1) * 4, device);
+  detail::launch_align_routing(topk_ids, ids_int64, count, k, experts, offsets, gather, order, stream);
+}
+
+}  // namespace fp4gemm
