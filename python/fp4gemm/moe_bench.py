@@ -7,6 +7,9 @@ top-k routing:
     L2 flushed before each repetition;
   * torch._grouped_mm bf16 on the weights dequantised in advance, activations already gathered into
     expert order, device offsets (the peer at its best), timed the same way;
+  * torch._scaled_grouped_mm FP8 (rowwise-scaled e4m3 of the same operands: a speed peer, not
+    exact) and fp4gemm's pointer-array path (the routing read on the host once, one group per
+    active expert; W4A4), timed the same way;
   * the dynamic-routing loop of both: every step a new top-k routing (device tensors drawn before
     the loop), aligned on the device (fp4gemm.moe.align_routing), gathered and multiplied; wall time
     per step over back-to-back steps, nothing synchronised in between. Eager ("dyn": Python and
@@ -35,6 +38,10 @@ MODELS = [
 ]
 TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
 _DEVICE = "cuda"
+
+
+def _num(v, width: int) -> str:
+    return f"{v:{width}.1f}" if v is not None else f"{'n/a':>{width}}"
 
 
 def suite() -> List[dict]:
@@ -175,11 +182,61 @@ def _peer_grouped_mm(a, sa, w, ws_lin, fmt, act, pool, offsets, gather, reps, st
             mm(ab[gat.long()], off)
 
         r["grouped_mm_graph_us_per_step"] = _graph_us_per_step(graph_step, pool, steps)
+        r.update(_peer_scaled_grouped_mm(wb, a_sorted, offsets, reps, flush))
+        if act != "bf16":
+            r.update(_peer_pointer_array(a, sa, w, ws_lin, fmt, offsets, gather, reps, flush))
         return r
     except Exception as ex:  # noqa: BLE001  (the peer may be unsupported on this GPU / torch)
         return {"grouped_mm_status": f"n/a: {type(ex).__name__}: {str(ex).splitlines()[0][:160]}"}
     finally:
         torch.cuda.empty_cache()
+
+
+def _peer_scaled_grouped_mm(wb, a_sorted, offsets, reps, flush) -> dict:
+    """torch._scaled_grouped_mm FP8 (e4m3, rowwise scales: weights per output row, activations
+    per row) on the same rows. Not exact (FP8 rounding of the bf16 operands): a speed peer."""
+    if not hasattr(torch, "_scaled_grouped_mm"):
+        return {"scaled_grouped_mm_status": f"n/a: torch._scaled_grouped_mm does not exist in torch {torch.__version__}"}
+    try:
+        fmax = torch.finfo(torch.float8_e4m3fn).max
+        sb = torch.empty(wb.shape[0], wb.shape[1], dtype=torch.float32, device=wb.device)  # [E, N]
+        wq = torch.empty(wb.shape, dtype=torch.float8_e4m3fn, device=wb.device)
+        for i in range(wb.shape[0]):  # one expert at a time: no FP32 copy of every weight
+            wf = wb[i].float()
+            sb[i] = (wf.abs().amax(dim=1) / fmax).clamp(min=1e-12)
+            wq[i] = (wf / sb[i][:, None]).to(torch.float8_e4m3fn)
+        sa = (a_sorted.float().abs().amax(dim=1) / fmax).clamp(min=1e-12)  # [rows]
+        aq = (a_sorted.float() / sa[:, None]).to(torch.float8_e4m3fn)
+        mm = lambda: torch._scaled_grouped_mm(aq, wq.transpose(-2, -1), sa, sb, offs=offsets[1:],  # noqa: E731
+                                              out_dtype=torch.bfloat16)
+        mm()
+        torch.cuda.synchronize()
+        return {"scaled_grouped_mm_status": "ok", "scaled_grouped_mm_fp8_us": statistics.median(_events_us(mm, reps, flush))}
+    except Exception as ex:  # noqa: BLE001
+        return {"scaled_grouped_mm_status": f"n/a: {type(ex).__name__}: {str(ex).splitlines()[0][:160]}"}
+
+
+def _peer_pointer_array(a, sa, w, ws_lin, fmt, offsets, gather, reps, flush) -> dict:
+    """Today's pointer-array path on the same rows: the routing copied to the host once (outside
+    the timing), the activations gathered into expert order, one group per active expert, linear
+    scales (gathered by the producer), the plan cached: what a user without the MoE GEMM runs."""
+    try:
+        off = offsets.cpu().tolist()
+        a_sorted, sa_sorted = a[gather.long()], sa[gather.long()]
+        groups = [(e, off[e], off[e + 1]) for e in range(len(off) - 1) if off[e + 1] > off[e]]
+        ga = [a_sorted[lo:hi] for _, lo, hi in groups]
+        gsa = [sa_sorted[lo:hi] for _, lo, hi in groups]
+        gb = [w[e] for e, _, _ in groups]
+        gsb = [ws_lin[e] for e, _, _ in groups]
+        gc = [torch.empty(hi - lo, w.shape[1], dtype=torch.bfloat16, device=a.device) for _, lo, hi in groups]
+        call = lambda: fp4gemm.grouped_gemm(ga, gb, gsa, gsb, gc, format=fmt, scale_layout="linear",  # noqa: E731
+                                            out_dtype="bfloat16")
+        call()
+        torch.cuda.synchronize()
+        return {"pointer_array_status": "ok", "pointer_array_us": statistics.median(_events_us(call, reps, flush)),
+                "pointer_array_groups": len(groups)}
+    except Exception as ex:  # noqa: BLE001
+        return {"pointer_array_status": f"n/a: {type(ex).__name__}: {str(ex).splitlines()[0][:160]}"}
 
 
 def run(cases: Optional[Sequence[int]], act: str, fmt: str, reps: int, steps: int, peers: bool) -> List[dict]:
@@ -190,7 +247,8 @@ def run(cases: Optional[Sequence[int]], act: str, fmt: str, reps: int, steps: in
     print(f"\nMoE suite: {'W4A16 (bf16 x mxfp4)' if act == 'bf16' else f'W4A4 {fmt}'}, uniform top-k routing, "
           f"median of {reps} reps (L2 flushed), dynamic loop {steps} steps; us")
     print(f"{'model gemm':<24} {'T':>6} {'rows':>7} {'fp4gemm':>10} {'TFLOP/s':>8} {'_grouped_mm':>12} "
-          f"{'speed-up':>8} {'dyn fp4gemm':>12} {'dyn torch':>10} {'graph fp4gemm':>14} {'graph torch':>12}")
+          f"{'speed-up':>8} {'dyn fp4gemm':>12} {'dyn torch':>10} {'graph fp4gemm':>14} {'graph torch':>12} "
+          f"{'fp8 scaled':>10} {'ptr-array':>10}")
     for c in picked:
         r = bench_case(c, act, fmt, reps, steps, peers, flush)
         rows.append(r)
@@ -203,7 +261,8 @@ def run(cases: Optional[Sequence[int]], act: str, fmt: str, reps: int, steps: in
         gt_text = f"{gt:12.1f}" if gt is not None else f"{'n/a':>12}"
         print(f"{c['model'] + ' ' + c['gemm']:<24} {c['tokens']:>6} {r['rows']:>7} {r['fp4gemm_us']:10.1f} "
               f"{r['fp4gemm_tflops']:8.1f} {gm_text} {sp} {r['fp4gemm_dynamic_us_per_step']:12.1f} {dt_text} "
-              f"{r['fp4gemm_graph_us_per_step']:14.1f} {gt_text}"
+              f"{r['fp4gemm_graph_us_per_step']:14.1f} {gt_text} "
+              f"{_num(r.get('scaled_grouped_mm_fp8_us'), 10)} {_num(r.get('pointer_array_us'), 10)}"
               + ("" if r.get("grouped_mm_agrees", True) else "  ! peer disagrees"))
         if peers and r["grouped_mm_status"] != "ok":
             print(f"  _grouped_mm: {r['grouped_mm_status']}")
