@@ -224,8 +224,10 @@ def _peer_pointer_array(a, sa, w, ws_lin, fmt, offsets, gather, reps, flush) -> 
         off = offsets.cpu().tolist()
         a_sorted, sa_sorted = a[gather.long()], sa[gather.long()]
         groups = [(e, off[e], off[e + 1]) for e in range(len(off) - 1) if off[e + 1] > off[e]]
-        ga = [a_sorted[lo:hi] for _, lo, hi in groups]
-        gsa = [sa_sorted[lo:hi] for _, lo, hi in groups]
+        # Each group's rows in a tensor of its own: slices of one tensor would start at row
+        # lo * K/16 bytes, not 16-byte aligned for K = 2880 (the pointer-array path's rule).
+        ga = [a_sorted[lo:hi].clone() for _, lo, hi in groups]
+        gsa = [sa_sorted[lo:hi].clone() for _, lo, hi in groups]
         gb = [w[e] for e, _, _ in groups]
         gsb = [ws_lin[e] for e, _, _ in groups]
         gc = [torch.empty(hi - lo, w.shape[1], dtype=torch.bfloat16, device=a.device) for _, lo, hi in groups]

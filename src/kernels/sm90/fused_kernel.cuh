@@ -29,7 +29,7 @@
 
 #include "device/kernel_config.cuh"
 #include "device/mainloop.cuh"
-#include "device/moe_schedule.cuh"
+#include "device/scheduler.cuh"
 #include "device/params.cuh"
 #include "device/prepass.cuh"
 #include "device/ptx/ptx.cuh"
@@ -38,10 +38,11 @@
 
 namespace fp4gemm::detail::sm90 {
 
-// kMoe: the MoE plan's kernel, whose CTAs build their work list from the run's routing
-// (p.moe); else the work list is the plan's (p.cta_begin ...). Two instantiations, so that the
-// schedule's prologue cannot change the pointer-array kernel's register allocation.
-template <Format F, bool kMoe>
+// Scheduler: how the CTA finds its pieces (device/scheduler.cuh): HostWorkList (the pointer-array
+// plan's list) or MoeDeviceSchedule (the MoE plan's CTAs cut the run's routing themselves). One
+// instantiation each, so that the MoE schedule's prologue cannot change the pointer-array
+// kernel's register allocation (sharing one kernel made ptxas spill in the MXFP4 mainloops).
+template <Format F, class Scheduler>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     fused_grouped_gemm(const __grid_constant__ FusedParams p, OutType out_type) {
   using C = KernelConfig;
@@ -55,21 +56,15 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const bool producer = threadIdx.x >= C::kConsumerThreads;
   const CUtensorMap* first_wmap = nullptr;
   int first_kb0 = 0, first_kbs = 0, first_row0 = 0, first_loaded = 0;
-  int begin, end, n16;
-  if constexpr (kMoe) {
-    // The MoE plan: this CTA's share of the run's routing, computed here (device/moe_schedule.cuh)
-    // while the pre-pass runs, in the ring's memory (nothing is loaded into it yet).
-    moe_schedule_cta<C::kThreads>(p.moe, *reinterpret_cast<MoeScheduleScratch*>(smem), begin, end, n16);
-  } else {
-    begin = p.cta_begin[blockIdx.x], end = p.cta_begin[blockIdx.x + 1];
-    n16 = p.cta_class[blockIdx.x];  // (loaded beside the range: the ring's geometry needs it)
-  }
+  // (The MoE schedule works in the ring's memory: nothing is loaded into it yet.)
+  const CtaWork work = Scheduler::initial_work(p, smem);
+  const int begin = work.begin, n16 = work.n16;
   if (threadIdx.x == C::kConsumerThreads) {  // (a CTA without work never uses it)
     const ProducerPiece& r = p.first_pieces[blockIdx.x];
     first_wmap = r.wmap, first_kb0 = r.kb_begin, first_kbs = r.kb_end - r.kb_begin, first_row0 = r.row0,
     first_loaded = r.loaded;
   }
-  if (begin == end) {
+  if (work.empty()) {
     FP4GEMM_TRACE_DO(if (threadIdx.x < kTraceRoles * kTraceCounters && blockIdx.x < kTraceCtas)
                        g_trace[blockIdx.x][threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
     return;
@@ -152,7 +147,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       int stage = 0;
       std::uint32_t phase = 0;
       FP4GEMM_TRACE_DO(unsigned long long* trace = pwarp == 0 && lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
-      for (int pi = begin; pi < end; ++pi) {
+      for (int pi = begin; work.is_valid(pi); pi = work.next_work(pi)) {
         if (pi > begin) pp = piece_info(pi);
         const int rows = pp.rows;
         const int loaded = pp.loaded;
@@ -253,7 +248,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   switch (n16 + (halves == 1 && n16 <= 8 ? 16 : 0)) {
 #define FP4GEMM_CASE(key, n16, h)                                                                 \
   case key:                                                                                       \
-    for (int pi = begin; pi < end; ++pi) {                                                        \
+    for (int pi = begin; work.is_valid(pi); pi = work.next_work(pi)) {                            \
       const WorkPiece piece = p.pieces[pi];                                                       \
       const TileDesc tile = p.tiles[piece.tile];                                                  \
       consume_piece<F, 2 * n16, h>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
@@ -295,8 +290,9 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   config.attrs = attr;
   config.numAttrs = 1;
-  return params.moe.experts > 0 ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, true>, params, out_type)
-                               : cudaLaunchKernelEx(&config, fused_grouped_gemm<F, false>, params, out_type);
+  return params.moe.experts > 0
+             ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule>, params, out_type)
+             : cudaLaunchKernelEx(&config, fused_grouped_gemm<F, HostWorkList>, params, out_type);
 }
 
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
@@ -334,10 +330,10 @@ cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_c
 
 template <Format F>
 cudaError_t set_fused_smem(std::size_t smem_bytes) {
-  const cudaError_t e = cudaFuncSetAttribute(fused_grouped_gemm<F, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  const cudaError_t e = cudaFuncSetAttribute(fused_grouped_gemm<F, HostWorkList>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem_bytes));
   if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(fused_grouped_gemm<F, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  return cudaFuncSetAttribute(fused_grouped_gemm<F, MoeDeviceSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(smem_bytes));
 }
 
