@@ -149,6 +149,20 @@ def _moe_rows(a: Tensor, gather_index: Optional[Tensor]) -> int:
     return gather_index.shape[0] if gather_index is not None else a.shape[0]
 
 
+def _moe_grouped_gemm_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, alpha, alpha_tensor, format,
+                           scale_layout, out_dtype):
+    out = torch.empty((_moe_rows(a, gather_index), w.shape[1]), dtype=out_dtype, device=a.device)
+    _C.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, _alpha_arg(alpha, alpha_tensor),
+                        format or None, scale_layout, out_dtype, None, None, 0)
+    return out
+
+
+def _moe_grouped_gemm_out_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, out, alpha, alpha_tensor,
+                               format, scale_layout):
+    _C.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, _alpha_arg(alpha, alpha_tensor),
+                        format or None, scale_layout, out.dtype, None, None, 0)
+
+
 @torch.library.custom_op("fp4gemm::moe_grouped_gemm", mutates_args=())
 def _moe_grouped_gemm(
     a: Tensor,
@@ -163,10 +177,8 @@ def _moe_grouped_gemm(
     scale_layout: str,
     out_dtype: torch.dtype,
 ) -> Tensor:
-    out = torch.empty((_moe_rows(a, gather_index), w.shape[1]), dtype=out_dtype, device=a.device)
-    _C.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, _alpha_arg(alpha, alpha_tensor),
-                        format or None, scale_layout, out_dtype, None, None, 0)
-    return out
+    return _moe_grouped_gemm_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, alpha, alpha_tensor, format,
+                                  scale_layout, out_dtype)
 
 
 @_moe_grouped_gemm.register_fake
@@ -192,14 +204,25 @@ def _moe_grouped_gemm_out(
     format: str,
     scale_layout: str,
 ) -> None:
-    _C.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, _alpha_arg(alpha, alpha_tensor),
-                        format or None, scale_layout, out.dtype, None, None, 0)
+    _moe_grouped_gemm_out_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, out, alpha, alpha_tensor,
+                               format, scale_layout)
 
 
 @_moe_grouped_gemm_out.register_fake
 def _moe_grouped_gemm_out_fake(a, a_scales, w, w_scales, expert_offsets, gather_index, out, alpha, alpha_tensor,
                                format, scale_layout):
     return None
+
+
+def _plain_eager(*tensors) -> bool:
+    """True for an eager call on plain tensors: not under torch.compile, torch.jit tracing, or any
+    tensor subclass (FakeTensor, FunctionalTensor, proxies). The wrappers below then call the
+    op's implementation directly: the dispatcher's custom-op path costs ~20 us of host time per
+    call (H200 host: 35 us through torch.ops.fp4gemm against 15 us direct). Same kernels, same
+    stream, same checks; graph capture works either way."""
+    if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
+        return False
+    return all(t is None or type(t) is torch.Tensor for t in tensors)
 
 
 def _moe_alpha(alpha):
@@ -224,6 +247,9 @@ def moe_grouped_gemm(
     """torch.ops.fp4gemm.moe_grouped_gemm with defaults; returns a new ``out [rows, N]`` (rows past
     expert_offsets[E] uninitialised). See fp4gemm.moe.grouped_gemm."""
     al, al_t = _moe_alpha(alpha)
+    if _plain_eager(a, a_scales, w, w_scales, expert_offsets, gather_index, al_t):
+        return _moe_grouped_gemm_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, al, al_t, format or "",
+                                      scale_layout, out_dtype)
     return torch.ops.fp4gemm.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, al, al_t,
                                               format or "", scale_layout, out_dtype)
 
@@ -242,5 +268,10 @@ def moe_grouped_gemm_out(
 ) -> None:
     """torch.ops.fp4gemm.moe_grouped_gemm_out with defaults; writes the routed rows of ``out``."""
     al, al_t = _moe_alpha(alpha)
+    if _plain_eager(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al_t):
+        _moe_grouped_gemm_out_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al, al_t,
+                                   format or "", scale_layout)
+        torch.autograd.graph.increment_version(out)  # as the op's mutates_args does
+        return
     torch.ops.fp4gemm.moe_grouped_gemm_out(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al, al_t,
                                            format or "", scale_layout)

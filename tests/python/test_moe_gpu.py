@@ -304,6 +304,30 @@ def test_torch_compile_fullgraph_changing_routing(backend):
         assert_bit_exact(((got.double() - 1.0) / 2.0).cpu().numpy(), host_reference(d))
 
 
+def test_wrappers_eager_path_matches_the_dispatcher(backend):
+    """ops.moe_grouped_gemm(_out) call the implementation directly for plain eager tensors (no
+    dispatcher overhead): bitwise the same output as torch.ops.fp4gemm, out's version counter
+    bumped like the op's, and a tensor subclass still goes through the dispatcher."""
+    d = random_moe(8, 64, 128, 12, 2, seed=24)
+    a, sa, w, ws, off, g = (cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather))
+    via_op = torch.ops.fp4gemm.moe_grouped_gemm(a, sa, w, ws, off, g, None, None, "", "blocked", torch.float32)
+    direct = ops.moe_grouped_gemm(a, sa, w, ws, off, g, out_dtype=torch.float32)
+    out = torch.full_like(direct, float("nan"))
+    version = out._version
+    ops.moe_grouped_gemm_out(a, sa, w, ws, off, out, g)
+    assert out._version > version
+    torch.cuda.synchronize()
+    for got in (direct, out):
+        assert torch.equal(got.view(torch.int32), via_op.view(torch.int32))
+    assert_bit_exact(direct.cpu().double().numpy(), host_reference(d))
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert ops._plain_eager(a, sa, w, ws, off, g, None), "plain tensors take the direct path"
+    assert not ops._plain_eager(a.as_subclass(Sub), sa), "a tensor subclass goes through the dispatcher"
+
+
 def test_opcheck(backend):
     d = random_moe(4, 64, 128, 8, 2, seed=16)
     args = [cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather)]
