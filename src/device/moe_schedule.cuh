@@ -15,19 +15,21 @@
 
 #include "device/params.cuh"
 #include "device/prepass.cuh"
+#include "device/moe_tiles.hpp"
 #include "device/schedule.hpp"
 
 namespace fp4gemm::detail::sm90 {
 
 constexpr int kMoeMaxExperts = 512;  // = detail::kMaxMoeExperts (host/core/moe_validate.hpp)
 
-// An expert's token tiles: `count` tiles of `size` tokens (a multiple of 8), the last one `last`
-// tokens, with their width classes (0-based; -1: none) and tile counts (token tiles x row blocks):
-// the count - 1 full token tiles, and the last one.
-struct ExpertTiles {
-  int base, rows, count, size, last;
-  int class_full, class_last, tiles_full, tiles_last;
-};
+using detail::ExpertTiles;
+using detail::moe_expert_tiles;
+using detail::moe_tiles_of_class;
+using detail::SlotRange;
+using detail::TileCoord;
+using detail::moe_cta_slots;
+using detail::moe_bucket_position;
+using detail::moe_tile_coord;
 
 // Shared scratch of the schedule (in the ring's memory: nothing is loaded before it is done).
 struct MoeScheduleScratch {
@@ -38,28 +40,6 @@ struct MoeScheduleScratch {
   int total_tiles;
   int begin, end, n16, rank, ctas;  // this CTA's result: its slots, class, and rank among the class's CTAs
 };
-
-__device__ __forceinline__ int moe_row_blocks(int ntok, int n, int narrow_rows) {
-  const int rows = tile_rows(ntok, narrow_rows);
-  return (n + rows - 1) / rows;
-}
-
-__device__ __forceinline__ ExpertTiles moe_expert_tiles(int base, int rows, int n, int narrow_rows) {
-  ExpertTiles t{base, rows, 0, 0, 0, -1, -1, 0, 0};
-  if (rows <= 0) return t;
-  constexpr int kMax = SchedulePolicy::kMaxTokens;
-  t.count = (rows + kMax - 1) / kMax;
-  t.size = ((rows + t.count - 1) / t.count + 7) / 8 * 8;
-  t.last = rows - (t.count - 1) * t.size;
-  if (t.count > 1)
-    t.class_full = width_class(t.size) - 1, t.tiles_full = (t.count - 1) * moe_row_blocks(t.size, n, narrow_rows);
-  t.class_last = width_class(t.last) - 1, t.tiles_last = moe_row_blocks(t.last, n, narrow_rows);
-  return t;
-}
-
-__device__ __forceinline__ int moe_tiles_of_class(const ExpertTiles& t, int c) {
-  return (t.class_full == c ? t.tiles_full : 0) + (t.class_last == c ? t.tiles_last : 0);
-}
 
 // Run by all kThreads threads of the CTA. Writes tiles / pieces [begin, end) and this CTA's first
 // producer record (first_pieces[blockIdx.x]); returns begin == end when the CTA has no work.
@@ -73,7 +53,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
 
   // 1. Every expert's rows, validated.
   bool bad = false;
-  #pragma unroll 1
+#pragma unroll 1
   for (int e = tid; e < a.experts; e += kThreads) {
     int base = 0, rows = 0;
     if (a.masked) {
@@ -112,7 +92,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   for (int c = any_bad ? kClasses : warp; c < kClasses; c += kWarps) {
     const int run = (a.experts + 31) / 32, first = lane * run, last = min(a.experts, first + run);
     int sum = 0;
-  #pragma unroll 1
+#pragma unroll 1
     for (int x = first; x < last; ++x) sum += moe_tiles_of_class(s.experts[x], c);
     int incl = sum;
 #pragma unroll
@@ -121,7 +101,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       if (lane >= o) incl += v;
     }
     int at = incl - sum;
-  #pragma unroll 1
+#pragma unroll 1
     for (int x = first; x < last; ++x) {
       s.prefix[c][x] = at;
       at += moe_tiles_of_class(s.experts[x], c);
@@ -155,7 +135,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     // Largest remainder first (ties by class), among the classes that can take one more CTA.
     const float rem = mine < tiles ? share - floorf(share) : -1.f;
     int rank = 0;
-  #pragma unroll 1
+#pragma unroll 1
     for (int other = 0; other < kClasses; ++other) {
       const float r = __shfl_sync(0xFFFFFFFFu, rem, other);
       rank += r > rem || (r == rem && other < lane);
@@ -188,22 +168,13 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       int begin = 0, end = 0, n16 = 1, k = 0, n = 1;
       if (cta < s.cta_base[kClasses] && !none) {
         k = cta - s.cta_base[c2], n = s.ctas_of[c2];
-        const int count = s.class_tiles[c2];
-        if (interleave) {
-          // CTA k of the class's n takes the bucket's tiles k, k + n, k + 2n, ... (stored at slots
-          // [begin, end) in that order): at any moment the CTAs run about n adjacent tiles, so a
-          // token tile's activations and an expert's weights are read by many CTAs while they
-          // are in L2 (contiguous ranges had every token tile of every expert in flight and
-          // re-read the activations from DRAM for each row block: (d) 1776 -> 1421 us, v16).
-          const int q = count / n, r = count % n;
-          begin = s.bucket_base[c2] + k * q + min(k, r);
-          end = begin + q + (k < r ? 1 : 0);
-        } else {
-          // One token tile per expert: contiguous ranges (interleaved ones were 10 % slower on
-          // triton_kernels' shapes (a) and (c), v16).
-          begin = s.bucket_base[c2] + static_cast<int>(std::int64_t{count} * k / n);
-          end = s.bucket_base[c2] + static_cast<int>(std::int64_t{count} * (k + 1) / n);
-        }
+        const SlotRange r = moe_cta_slots(s.bucket_base[c2], s.class_tiles[c2], k, n, interleave);
+        begin = r.begin, end = r.end;
+        // (interleave, prefill: CTA k runs the bucket's tiles k, k + n, ..., so the CTAs running at
+        // once share a token tile's activations and an expert's weights in L2 -- contiguous
+        // ranges had every token tile of every expert in flight and re-read the activations from
+        // DRAM for each row block: (d) 1776 -> 1421 us; one token tile per expert keeps
+        // contiguous ranges, interleaving cost 10 % on (a) and (c), v16)
         n16 = c2 + 1;
       }
       s.begin = begin, s.end = end, s.n16 = n16, s.rank = k, s.ctas = n;
@@ -217,9 +188,9 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   //    weights through L2).
 #pragma unroll 1
   for (int index = begin + tid; index < end; index += kThreads) {
-    const int t = interleave ? rank + (index - begin) * ctas : index - s.bucket_base[c];  // place in the bucket
+    const int t = moe_bucket_position(index, SlotRange{begin, end}, s.bucket_base[c], rank, ctas, interleave);
     int lo = 0, hi = a.experts - 1;  // the last expert whose prefix in class c is <= t
-  #pragma unroll 1
+#pragma unroll 1
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
       if (s.prefix[c][mid] <= t) lo = mid;
@@ -227,13 +198,8 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     }
     const ExpertTiles x = s.experts[lo];
     const int local = t - s.prefix[c][lo];
-    // The expert's token tiles of class c (the full ones, then the last; tiles of one class have
-    // one height, tile_rows, so the same row-block count), each over its row blocks.
-    const int rbs = x.class_last == c ? x.tiles_last : x.tiles_full / (x.count - 1);
-    const int rb = local % rbs, j = local / rbs + (x.class_full == c ? 0 : x.count - 1);
-    const int ntok = j == x.count - 1 ? x.last : x.size;
-    const int tok0 = x.base + j * x.size;
-    const TileDesc tile{lo, rb * tile_rows(ntok, a.narrow_rows), tok0, ntok, tok0, a.kblocks, 0, -1};
+    const TileCoord tc = moe_tile_coord(x, c, local);
+    const TileDesc tile{lo, tc.row_block * tile_rows(tc.ntok, a.narrow_rows), tc.tok0, tc.ntok, tc.tok0, a.kblocks, 0, -1};
     const WorkPiece piece{index, 0, a.kblocks, -1};
     a.tiles[index] = tile;
     a.pieces[index] = piece;
