@@ -1,6 +1,6 @@
 // Host-side validation of the MoE GEMM (fp4gemm::MoeGemm): the weights and options a plan is
 // built from, one run's arguments, and — for host data (the CPU reference path) — the routing the
-// device scheduler and pre-pass would check at run time. In fp4gemm_core (no CUDA calls), so that
+// device schedule and pre-pass would check at run time. In fp4gemm_core (no CUDA calls), so that
 // the Python binding's host (NumPy) path accepts exactly what the device path accepts, with the
 // same messages.
 #pragma once
@@ -11,7 +11,8 @@
 
 namespace fp4gemm::detail {
 
-// The device scheduler runs one thread per expert in one block of 512 threads.
+// The device schedule (device/moe_schedule.cuh) keeps every expert's tiles and per-class prefixes
+// in shared memory: up to 512 experts (also fp4gemm::align_routing's limit).
 inline constexpr int kMaxMoeExperts = 512;
 
 // Checks `w` and `o` as MoeGemm's constructor does (everything but the device-memory checks) and

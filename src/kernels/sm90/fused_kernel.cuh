@@ -317,8 +317,9 @@ cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ct
   return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
 }
 
-// The routed (MoE) path: the device scheduler has written the work list (moe_schedule.cu); the
-// pre-pass reads the routed rows, then the same GEMM runs.
+// The routed (MoE) path: the pre-pass reads the routed rows, then the same GEMM runs with the
+// MoeDeviceSchedule scheduler (its CTAs cut the run's routing into their work list in their
+// prologue, device/moe_schedule.cuh).
 template <Format F, PrepassSource S>
 cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
                           const PrepassArgs& prepass, dim3 pre_grid, bool pdl, cudaStream_t stream) {
