@@ -48,6 +48,14 @@ if [ ${#py_missing[@]} -gt 0 ]; then
     { echo "[deps] ERROR: pip could not install: $(echo $pkgs)" >&2; exit 1; }
 fi
 
+# Optional: safetensors, for the checkpoint-file tests (tests/python/test_checkpoints.py; without it
+# they skip, saying so).
+if ! python3 -c "import safetensors" 2>/dev/null; then
+  echo "[deps] installing safetensors (optional: the checkpoint-file tests)"
+  with_progress "pip install safetensors" build/deps-pip-safetensors.log python3 -m pip install safetensors ||
+    echo "[deps] note: pip could not install safetensors; the checkpoint-file tests will be skipped" >&2
+fi
+
 if ! command -v nvcc >/dev/null; then
   for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do [ -x "$d/nvcc" ] && export PATH="$d:$PATH" && break; done
 fi

@@ -26,11 +26,12 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from . import _fp4gemm as _C
+from .api import empty_like_framework
+from .experts import ExpertWeights  # noqa: F401  (checkpoint loaders: from_modelopt, from_mxfp4)
 
 _MAX_EXPERTS = 512  # fp4gemm::align_routing's and MoeGemm's limit
-from .api import empty_like_framework
 
-__all__ = ["MoeGemm", "align_routing", "check", "grouped_gemm"]
+__all__ = ["ExpertWeights", "MoeGemm", "align_routing", "check", "grouped_gemm"]
 
 
 class MoeGemm:
