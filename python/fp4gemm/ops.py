@@ -149,18 +149,18 @@ def _moe_rows(a: Tensor, gather_index: Optional[Tensor]) -> int:
     return gather_index.shape[0] if gather_index is not None else a.shape[0]
 
 
-def _moe_grouped_gemm_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, alpha, alpha_tensor, format,
-                           scale_layout, out_dtype):
-    out = torch.empty((_moe_rows(a, gather_index), w.shape[1]), dtype=out_dtype, device=a.device)
-    _C.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, _alpha_arg(alpha, alpha_tensor),
-                        format or None, scale_layout, out_dtype, None, None, 0)
-    return out
-
-
 def _moe_grouped_gemm_out_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, out, alpha, alpha_tensor,
                                format, scale_layout):
     _C.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, out, _alpha_arg(alpha, alpha_tensor),
                         format or None, scale_layout, out.dtype, None, None, 0)
+
+
+def _moe_grouped_gemm_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, alpha, alpha_tensor, format,
+                           scale_layout, out_dtype):
+    out = torch.empty((_moe_rows(a, gather_index), w.shape[1]), dtype=out_dtype, device=a.device)
+    _moe_grouped_gemm_out_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, out, alpha, alpha_tensor,
+                               format, scale_layout)
+    return out
 
 
 @torch.library.custom_op("fp4gemm::moe_grouped_gemm", mutates_args=())
@@ -247,11 +247,9 @@ def moe_grouped_gemm(
     """torch.ops.fp4gemm.moe_grouped_gemm with defaults; returns a new ``out [rows, N]`` (rows past
     expert_offsets[E] uninitialised). See fp4gemm.moe.grouped_gemm."""
     al, al_t = _moe_alpha(alpha)
-    if _plain_eager(a, a_scales, w, w_scales, expert_offsets, gather_index, al_t):
-        return _moe_grouped_gemm_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, al, al_t, format or "",
-                                      scale_layout, out_dtype)
-    return torch.ops.fp4gemm.moe_grouped_gemm(a, a_scales, w, w_scales, expert_offsets, gather_index, al, al_t,
-                                              format or "", scale_layout, out_dtype)
+    eager = _plain_eager(a, a_scales, w, w_scales, expert_offsets, gather_index, al_t)
+    op = _moe_grouped_gemm_impl if eager else torch.ops.fp4gemm.moe_grouped_gemm
+    return op(a, a_scales, w, w_scales, expert_offsets, gather_index, al, al_t, format or "", scale_layout, out_dtype)
 
 
 def moe_grouped_gemm_out(
@@ -268,10 +266,8 @@ def moe_grouped_gemm_out(
 ) -> None:
     """torch.ops.fp4gemm.moe_grouped_gemm_out with defaults; writes the routed rows of ``out``."""
     al, al_t = _moe_alpha(alpha)
-    if _plain_eager(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al_t):
-        _moe_grouped_gemm_out_impl(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al, al_t,
-                                   format or "", scale_layout)
+    eager = _plain_eager(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al_t)
+    op = _moe_grouped_gemm_out_impl if eager else torch.ops.fp4gemm.moe_grouped_gemm_out
+    op(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al, al_t, format or "", scale_layout)
+    if eager:
         torch.autograd.graph.increment_version(out)  # as the op's mutates_args does
-        return
-    torch.ops.fp4gemm.moe_grouped_gemm_out(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al, al_t,
-                                           format or "", scale_layout)

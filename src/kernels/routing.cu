@@ -104,13 +104,9 @@ void validate_routing_args(const void* topk_ids, std::int64_t count, int k, int 
   if (count > 0 && gather == nullptr) throw Error("gather", -1, "null pointer with count > 0");
 }
 
-}  // namespace
-
-namespace detail {
-
-void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets,
-                          int* gather, std::int64_t* order, cudaStream_t stream) {
-  validate_routing_args(topk_ids, count, k, experts, offsets, gather);
+// The launch, arguments already validated.
+void launch(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets, int* gather,
+            std::int64_t* order, cudaStream_t stream) {
   const std::size_t smem = static_cast<std::size_t>(kWarps) * (experts + 2) * sizeof(int);
   auto* ord = reinterpret_cast<long long*>(order);
   if (ids_int64)
@@ -120,6 +116,16 @@ void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t cou
     align_routing_kernel<int><<<1, kThreads, smem, stream>>>(static_cast<const int*>(topk_ids), count, k, experts,
                                                              offsets, gather, ord);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "align_routing");
+}
+
+}  // namespace
+
+namespace detail {
+
+void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets,
+                          int* gather, std::int64_t* order, cudaStream_t stream) {
+  validate_routing_args(topk_ids, count, k, experts, offsets, gather);
+  launch(topk_ids, ids_int64, count, k, experts, offsets, gather, order, stream);
 }
 
 }  // namespace detail
@@ -135,7 +141,7 @@ void align_routing(const void* topk_ids, bool ids_int64, std::int64_t count, int
     if (order != nullptr) detail::check_device_buffer("order", -1, order, count * 8, device);
   }
   detail::check_device_buffer("offsets", -1, offsets, (std::int64_t{experts} + 1) * 4, device);
-  detail::launch_align_routing(topk_ids, ids_int64, count, k, experts, offsets, gather, order, stream);
+  launch(topk_ids, ids_int64, count, k, experts, offsets, gather, order, stream);
 }
 
 }  // namespace fp4gemm

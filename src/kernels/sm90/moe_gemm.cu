@@ -66,7 +66,6 @@ struct MoeGemm::Impl {
   PrepassArgs prepass{};
   dim3 prepass_grid{1, 1, 1};
   std::size_t smem_bytes = 0;
-  int num_ctas = 0, max_tiles = 0;
   int* error = nullptr;  // MoeErrorWord
   detail::RunSerializer runs;  // runs share the workspace and the work list: never overlapping
 
@@ -243,8 +242,6 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   sa.scales = sblk;
   sa.scale_stride = sblk_stride;
   sa.error = p.error;
-  p.num_ctas = num_ctas;
-  p.max_tiles = static_cast<int>(max_tiles);
 
   PrepassArgs& pa = p.prepass;
   pa.inline_count = 1;
@@ -294,7 +291,7 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
 
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
     const Format f = p.options.format;
-    const int ctas = p.num_ctas;
+    const int ctas = p.params.moe.num_ctas;
     const cudaError_t err =
         p.options.activation == MoeActivation::bf16
             ? launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(params, p.options.out_type, ctas, p.smem_bytes,
@@ -354,7 +351,7 @@ std::string MoeGemm::describe() const {
      << p.weights.n << ", K " << p.weights.k << ", " << to_string(p.options.format) << " weights x "
      << (p.options.activation == MoeActivation::fp4 ? to_string(p.options.format) : "bf16") << " activations -> "
      << to_string(p.options.out_type) << ", " << to_string(p.options.layout) << " rows " << p.rows << ", "
-     << p.num_ctas << " CTAs, up to " << p.max_tiles << " tiles, narrow tiles "
+     << p.params.moe.num_ctas << " CTAs, up to " << p.params.moe.max_tiles << " tiles, narrow tiles "
      << p.params.narrow_rows << " rows";
   return os.str();
 }
