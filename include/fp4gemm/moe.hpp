@@ -19,13 +19,34 @@ enum class MoeActivation { fp4, bf16 };
 // masked (DeepGEMM's low-latency layout): expert e owns rows [e * max_m, e * max_m + counts[e]).
 enum class MoeLayout { contiguous, masked };
 
+// The epilogue: the plain product, or a gated linear unit over two products of the same rows
+// (SwiGLU, SPEC §2): C[:, i] = act(alpha * gate_i, alpha_up * up_i) with
+//   silu:      silu(g) * u, silu(g) = g / (1 + exp(-g))
+//   swigluoai: gpt-oss's, g' = min(g, limit), u' = clamp(u, -limit, limit),
+//              g' * sigmoid(swiglu_alpha * g') * (u' + 1)
+// evaluated in FP32 from the FP32 accumulators and rounded once to the output type.
+enum class MoeEpilogue { none, silu, swigluoai };
+// Where a GLU's gate and up rows are (W's rows per expert; I = MoeWeights::n, the output width):
+//   stacked:     W has 2I rows, gate rows 0..I-1, up rows I..2I-1 (vLLM's w13)
+//   interleaved: W has 2I rows, gate row 2i, up row 2i+1 (gpt-oss's gate_up_proj)
+//   separate:    W holds the I gate rows, MoeWeights::w_up the I up rows (GPU MODE's b1 / b2;
+//                same row and expert strides, scales in the same layout and strides)
+enum class GateUpLayout { stacked, interleaved, separate };
+
 const char* to_string(MoeActivation a);
 const char* to_string(MoeLayout l);
+const char* to_string(MoeEpilogue e);
+const char* to_string(GateUpLayout g);
 
 // The expert weights, bound at plan time. W[e] is [N, K] packed e2m1 (K-contiguous, row stride
 // `ldw` bytes, expert e at w + e * expert_stride bytes); its scales are `scales` + e *
 // scale_expert_stride bytes in options.scale_layout ([N, K/vec] linear rows, or the blocked
 // layout of N rows; blocked is the fast path, linear ones are converted once at plan time).
+//
+// With a GLU epilogue (MoeOptions::epilogue), n is the output width I and W holds 2I rows per
+// expert (or I in w and I in w_up, GateUpLayout::separate); their scales likewise. The plan then
+// keeps its own blocked copy of the scales with the rows in the kernel's gate/up order (1/8 of
+// the weight bytes for NVFP4); the weights themselves are read in place.
 struct MoeWeights {
   int experts = 0, n = 0, k = 0;
   const void* w = nullptr;
@@ -36,6 +57,13 @@ struct MoeWeights {
   // Per-expert alpha: a device array of E floats read at run time, or null (then `alpha`).
   const float* alpha_device = nullptr;
   float alpha = 1.0f;
+  // GLU only: the up rows' alpha (NVFP4 checkpoints scale gate and up separately): a device array
+  // of E floats, or the scalar alpha_up; NaN (the default) uses the gate's alpha for both.
+  const float* alpha_up_device = nullptr;
+  float alpha_up = __builtin_nanf("");
+  // GateUpLayout::separate: the up weights and their scales (strides as w's and scales').
+  const void* w_up = nullptr;
+  const void* scales_up = nullptr;
 };
 
 struct MoeOptions {
@@ -48,6 +76,9 @@ struct MoeOptions {
   // masked: rows per expert slot (max_m); A and C have experts * capacity rows.
   int capacity = 0;
   int device = -1;
+  MoeEpilogue epilogue = MoeEpilogue::none;
+  GateUpLayout gate_up = GateUpLayout::stacked;  // GLU only
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // swigluoai only (gpt-oss's values); limit > 0
 };
 
 // One run's data, all device pointers (none is read on the host).

@@ -114,8 +114,25 @@ struct MoeHostProblem {
   void* c = nullptr;
   std::int64_t ldc = 0;
   OutType out_type = OutType::bf16;
+  // GLU epilogue (MoeGemm with MoeOptions::epilogue): n is the output width I; W holds the gate
+  // and up rows as `gate_up` says (0 stacked: 2I rows, gate first; 1 interleaved: gate 2i, up
+  // 2i + 1; 2 separate: I rows in w and I in w_up, same strides, scales in w_up_scales), and
+  // C[:, i] = act(alpha[e] * gate_i, alpha_up[e] * up_i) (alpha_up null: alpha), from the exact
+  // products. glu_fp32 = false: the activation in float64 (DualActivation's formulas), rounded
+  // once. glu_fp32 = true: the kernel's epilogue, i.e. each product times its alpha rounded to
+  // FP32 and the activation evaluated in FP32 by the kernel's own code (src/device/glu.hpp) --
+  // what the kernel must give bit for bit wherever its FP32 accumulators are exact (GPU MODE data).
+  const DualActivation* glu = nullptr;
+  int gate_up = 0;
+  const std::uint8_t* w_up = nullptr;
+  const std::uint8_t* w_up_scales = nullptr;
+  const float* alpha_up = nullptr;
+  bool glu_fp32 = false;
 };
 void moe_gemm(const MoeHostProblem& problem, int threads = 0);
+
+// act(g, u) of a DualActivation in float64 (the dual GEMM reference's formulas).
+double activate(const DualActivation& act, double g, double u);
 
 // Output element conversions used by the reference and the checks (round to nearest even).
 std::uint16_t float_to_half_bits(double x);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "device/glu.hpp"
 #include "device/group_params.hpp"
 #include "device/kernel_config.cuh"
 #include "device/ptx/ptx.cuh"
@@ -139,6 +140,50 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const Gro
             reinterpret_cast<std::uint16_t*>(dst)[i] = bits;
           }
         }
+      }
+    }
+  }
+}
+
+// ---- GLU epilogue (MoE GLU plans: params.cuh, MoeScheduleParams::glu) --------------------------
+
+struct GluArgs {
+  int kind, swap, width;  // width: I, the output columns
+  float alpha, limit;     // swigluoai
+  float mul_first, mul_second;  // alphas of the map's first / second 8 rows of each 16
+};
+
+// One warpgroup half of a GLU tile: the thread's accumulators of rows r (gate) and r + 8 (up) give
+// output column n_wg / 2 + warp * 8 + lane / 4 for tokens 2t, 2t + 1 of each 8-token step j.
+// 16-bit outputs: lanes q and q ^ 1 (lane / 4) swap one value so that each stores two adjacent
+// columns of one token as one 4-byte word (I is a multiple of 8: a column group is all in or out).
+template <typename T, int N8, int A>
+__device__ __forceinline__ void store_tile_glu(const float (&acc)[A], const GroupParams& g, const TileDesc& tile,
+                                               int n_wg, int lane, const GluArgs& a, int warp) {
+  const int q = lane / 4, t = lane % 4;
+  const int col = n_wg / 2 + warp * 8 + q;
+  const bool col_ok = col < a.width;
+  const int m_end = tile.tok0 + tile.ntok;
+#pragma unroll
+  for (int j = 0; j < N8; ++j) {
+    float o[2];
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+      const float first = acc[4 * j + v] * a.mul_first, second = acc[4 * j + 2 + v] * a.mul_second;
+      o[v] = glu_activate(a.kind, a.swap ? second : first, a.swap ? first : second, a.alpha, a.limit);
+    }
+    const int m0 = tile.tok0 + 8 * j + 2 * t;
+    if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+      for (int v = 0; v < 2; ++v)
+        if (col_ok && m0 + v < m_end) static_cast<float*>(g.c)[static_cast<std::int64_t>(m0 + v) * g.ldc + col] = o[v];
+    } else {
+      const bool even = (q & 1) == 0;
+      const float recv = __shfl_xor_sync(0xFFFFFFFFu, even ? o[1] : o[0], 4);
+      const int m = even ? m0 : m0 + 1;
+      if (col_ok && m < m_end) {
+        const std::uint32_t word = even ? pack2<T>(o[0], recv) : pack2<T>(recv, o[1]);
+        *reinterpret_cast<std::uint32_t*>(static_cast<T*>(g.c) + static_cast<std::int64_t>(m) * g.ldc + (col & ~1)) = word;
       }
     }
   }

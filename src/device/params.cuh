@@ -65,6 +65,16 @@ struct MoeScheduleParams {
   void* c;  // the run's output (every expert writes its rows of one C)
   std::int64_t ldc;
   int* error;  // MoeErrorWord
+  // GLU epilogue (MoeEpilogue: 0 none, 1 silu, 2 swigluoai). The weights' 2I rows are read through
+  // 4-D maps (k bytes, 8 rows, gate|up, 8-row blocks) so that every 16 rows of a tile are 8 gate
+  // rows and their 8 up rows: a thread's accumulators of rows r and r + 8 are the gate and up of
+  // output column (row0 + 16 b) / 2 + r % 8 (the plan's scale copy has the same row order).
+  int glu;
+  int glu_swap;    // the map's first half holds the up rows (separate weights, w_up below w)
+  int glu_width;   // I, the output columns
+  float swiglu_alpha, swiglu_limit;
+  const float* alpha_up_device;  // per expert, or null (then alpha_up)
+  float alpha_up;
 };
 
 struct FusedParams {

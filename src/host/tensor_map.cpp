@@ -44,4 +44,21 @@ CUtensorMap make_map_2d(const void* base, CUtensorMapDataType type, std::uint64_
   return map;
 }
 
+CUtensorMap make_map(const void* base, CUtensorMapDataType type, int rank, const std::uint64_t* dims,
+                     const std::uint64_t* strides_bytes, const std::uint32_t* box, CUtensorMapSwizzle swizzle,
+                     const char* what, int group) {
+  CUtensorMap map;
+  cuuint64_t d[5];
+  cuuint64_t st[4];
+  cuuint32_t b[5], es[5];
+  for (int i = 0; i < rank; ++i) d[i] = dims[i], b[i] = box[i], es[i] = 1;
+  for (int i = 0; i + 1 < rank; ++i) st[i] = strides_bytes[i];
+  const CUresult r = tensor_map_encoder()(&map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, st, b,
+                                          es, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(what, group, "cuTensorMapEncodeTiled failed (error " + std::to_string(static_cast<int>(r)) + ")");
+  return map;
+}
+
 }  // namespace fp4gemm::detail

@@ -21,6 +21,8 @@ HostGroup product_group(const DualHostGroup& d, const std::uint8_t* b, std::int6
   return g;
 }
 
+}  // namespace
+
 // The clamps are written as comparisons that are false for NaN, so NaN passes through them
 // (as torch.clamp does) instead of being replaced by a bound.
 double activate(const DualActivation& act, double g, double u) {
@@ -36,6 +38,8 @@ double activate(const DualActivation& act, double g, double u) {
   }
   return std::nan("");
 }
+
+namespace {
 
 void validate_activation(const DualActivation& act) {
   if (act.kind != Activation::silu && act.kind != Activation::swigluoai)

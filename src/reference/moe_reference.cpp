@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "fp4gemm/formats.hpp"
+#include "device/glu.hpp"
 #include "fp4gemm/reference.hpp"
+#include "reference/cpu_product.hpp"
 
 namespace fp4gemm::reference {
 namespace {
@@ -43,6 +45,97 @@ void store(void* c, OutType type, std::int64_t i, double v) {
   }
 }
 
+// Exact products of rows [base, base + rows) (A rows through src_row) with the `n` weight rows
+// wrow(i) (packed rows of ldw... given as one packed [n, K/2] matrix and linear scales [n, cols]):
+// out[r * n + i], float64.
+template <typename SrcRow>
+void expert_products(const MoeHostProblem& p, std::int64_t base, int rows, const SrcRow& src_row,
+                     const std::vector<std::uint8_t>& wq, const std::vector<std::uint8_t>& ws_lin, int n, int threads,
+                     std::vector<double>& out) {
+  const std::int64_t vec = scale_block_size(p.format), cols = p.k / vec;
+  out.assign(static_cast<std::size_t>(rows) * n, 0.0);
+  if (!p.bf16_activations) {
+    std::vector<std::uint8_t> a(static_cast<std::size_t>(rows) * (p.k / 2)), sa(static_cast<std::size_t>(rows) * cols);
+    for (int i = 0; i < rows; ++i) {
+      const std::int64_t s = src_row(base + i);
+      std::memcpy(&a[static_cast<std::size_t>(i) * (p.k / 2)], p.a + s * p.lda, p.k / 2);
+      std::memcpy(&sa[static_cast<std::size_t>(i) * cols], p.a_scales + s * cols, cols);
+    }
+    HostGroup g;
+    g.m = rows, g.n = n, g.k = p.k;
+    g.a = a.data(), g.lda = p.k / 2, g.b = wq.data(), g.ldb = p.k / 2, g.sfa = sa.data(), g.sfb = ws_lin.data();
+    detail::exact_products(g, p.format, ScaleLayout::linear, threads, out.data());
+    return;
+  }
+  std::vector<double> wd(static_cast<std::size_t>(n) * p.k);
+  for (int r = 0; r < n; ++r)
+    for (std::int64_t k = 0; k < p.k; ++k)
+      wd[static_cast<std::size_t>(r) * p.k + k] =
+          static_cast<double>(formats::e2m1_to_float(formats::get_nibble(wq.data() + r * (p.k / 2), k))) *
+          formats::scale_to_float(p.format, ws_lin[static_cast<std::size_t>(r * cols + k / vec)]);
+  for (int i = 0; i < rows; ++i) {
+    const auto* arow = reinterpret_cast<const std::uint16_t*>(p.a + src_row(base + i) * p.lda);
+    for (int r = 0; r < n; ++r) {
+      double acc = 0;
+      const double* wr = &wd[static_cast<std::size_t>(r) * p.k];
+      for (std::int64_t k = 0; k < p.k; ++k) acc += bf16_value(arow[k]) * wr[k];
+      out[static_cast<std::size_t>(i) * n + r] = acc;
+    }
+  }
+}
+
+// One expert of a GLU problem (see MoeHostProblem::glu).
+template <typename SrcRow>
+void glu_expert(const MoeHostProblem& p, int e, std::int64_t base, int rows, const SrcRow& src_row, int threads) {
+  const int I = p.n;
+  const std::int64_t vec = scale_block_size(p.format), cols = p.k / vec, kb = p.k / 2;
+  const bool separate = p.gate_up == 2;
+  const int wrows = separate ? I : 2 * I;
+  // Linear scales of the expert's weight rows (and of w_up's).
+  auto linear_scales = [&](const std::uint8_t* src) {
+    std::vector<std::uint8_t> lin(static_cast<std::size_t>(wrows) * cols);
+    if (p.w_layout == ScaleLayout::blocked) formats::blocked_to_linear(src, wrows, cols, lin.data());
+    else std::memcpy(lin.data(), src, lin.size());
+    return lin;
+  };
+  const std::vector<std::uint8_t> s_main = linear_scales(p.w_scales + e * p.w_scale_expert_stride);
+  const std::vector<std::uint8_t> s_up = separate ? linear_scales(p.w_up_scales + e * p.w_scale_expert_stride)
+                                                  : std::vector<std::uint8_t>{};
+  const std::uint8_t* w_main = p.w + e * p.w_expert_stride;
+  const std::uint8_t* w_upp = separate ? p.w_up + e * p.w_expert_stride : nullptr;
+  std::vector<std::uint8_t> gq(static_cast<std::size_t>(I) * kb), uq(gq.size()), gs(static_cast<std::size_t>(I) * cols),
+      us(gs.size());
+  for (int i = 0; i < I; ++i) {
+    const int grow = p.gate_up == 1 ? 2 * i : i;
+    const int urow = p.gate_up == 0 ? I + i : p.gate_up == 1 ? 2 * i + 1 : i;
+    std::memcpy(&gq[static_cast<std::size_t>(i) * kb], w_main + grow * p.ldw, kb);
+    std::memcpy(&uq[static_cast<std::size_t>(i) * kb], (separate ? w_upp : w_main) + urow * p.ldw, kb);
+    std::memcpy(&gs[static_cast<std::size_t>(i) * cols], &s_main[static_cast<std::size_t>(grow) * cols], cols);
+    std::memcpy(&us[static_cast<std::size_t>(i) * cols], &(separate ? s_up : s_main)[static_cast<std::size_t>(urow) * cols],
+                cols);
+  }
+  std::vector<double> gate, up;
+  expert_products(p, base, rows, src_row, gq, gs, I, threads, gate);
+  expert_products(p, base, rows, src_row, uq, us, I, threads, up);
+  const float alpha = p.alpha != nullptr ? p.alpha[e] : 1.0f;
+  const float alpha_up = p.alpha_up != nullptr ? p.alpha_up[e] : alpha;
+  const DualActivation& act = *p.glu;
+  const int kind = act.kind == Activation::silu ? fp4gemm::detail::kGluSilu : fp4gemm::detail::kGluSwigluOai;
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < I; ++i) {
+      const std::size_t at = static_cast<std::size_t>(r) * I + i;
+      double v;
+      if (p.glu_fp32) {
+        const float g = static_cast<float>(gate[at]) * alpha, u = static_cast<float>(up[at]) * alpha_up;
+        v = fp4gemm::detail::glu_activate(kind, g, u, static_cast<float>(act.swiglu_alpha),
+                                          static_cast<float>(act.swiglu_limit));
+      } else {
+        v = activate(act, static_cast<double>(alpha) * gate[at], static_cast<double>(alpha_up) * up[at]);
+      }
+      store(p.c, p.out_type, (base + r) * p.ldc + i, v);
+    }
+}
+
 }  // namespace
 
 void moe_gemm(const MoeHostProblem& p, int threads) {
@@ -65,6 +158,10 @@ void moe_gemm(const MoeHostProblem& p, int threads) {
     const std::uint8_t* w = p.w + e * p.w_expert_stride;
     const std::uint8_t* ws = p.w_scales + e * p.w_scale_expert_stride;
     const double alpha = p.alpha != nullptr ? p.alpha[e] : 1.0;
+    if (p.glu != nullptr) {
+      glu_expert(p, e, x.base, x.rows, src_row, threads);
+      continue;
+    }
     if (!p.bf16_activations) {
       // The expert's rows of A, gathered, as one group of the grouped reference.
       std::vector<std::uint8_t> a(static_cast<std::size_t>(x.rows) * (p.k / 2)), sa(static_cast<std::size_t>(x.rows) * cols);

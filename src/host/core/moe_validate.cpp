@@ -20,6 +20,10 @@ std::int64_t moe_rows(int experts, const MoeOptions& o) {
   return o.layout == MoeLayout::masked ? std::int64_t{o.capacity} * experts : o.capacity;
 }
 
+int moe_weight_rows(const MoeWeights& w, const MoeOptions& o) {
+  return o.epilogue != MoeEpilogue::none && o.gate_up != GateUpLayout::separate ? 2 * w.n : w.n;
+}
+
 MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
   MoeWeights w = weights;
   if (o.format != Format::nvfp4 && o.format != Format::mxfp4) fail("options.format", "unknown format");
@@ -37,6 +41,41 @@ MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
   if (w.experts < 1 || w.experts > kMaxMoeExperts)
     fail("weights.experts", "must be 1.." + std::to_string(kMaxMoeExperts) + " (got " + std::to_string(w.experts) + ")");
   if (w.n < 1) fail("weights.n", "N must be >= 1 (got " + std::to_string(w.n) + ")");
+  const bool glu = o.epilogue != MoeEpilogue::none;
+  if (o.epilogue != MoeEpilogue::none && o.epilogue != MoeEpilogue::silu && o.epilogue != MoeEpilogue::swigluoai)
+    fail("options.epilogue", "unknown epilogue");
+  if (glu) {
+    if (o.gate_up != GateUpLayout::stacked && o.gate_up != GateUpLayout::interleaved &&
+        o.gate_up != GateUpLayout::separate)
+      fail("options.gate_up", "unknown gate/up layout");
+    if (w.n % 8 != 0)
+      fail("weights.n", "a GLU's output width I = " + std::to_string(w.n) +
+                            " must be a multiple of 8 (the kernel pairs 8 gate rows with their 8 up rows)");
+    if (std::int64_t{w.n} * 2 > (std::int64_t{1} << 30)) fail("weights.n", "too many rows");
+    if (o.epilogue == MoeEpilogue::swigluoai) {
+      if (!std::isfinite(o.swiglu_alpha)) fail("options.swiglu_alpha", "must be finite");
+      if (!(o.swiglu_limit > 0)) fail("options.swiglu_limit", "must be > 0 (+inf: no clamping)");
+    }
+    if (w.alpha_up_device != nullptr && !aligned(w.alpha_up_device, 4))
+      fail("weights.alpha_up_device", "pointer is not 4-byte aligned");
+    if (w.alpha_up_device == nullptr && std::isinf(w.alpha_up))
+      fail("weights.alpha_up", "alpha_up must be finite (NaN: the gate's alpha)");
+  } else if (w.alpha_up_device != nullptr || !std::isnan(w.alpha_up)) {
+    fail(w.alpha_up_device != nullptr ? "weights.alpha_up_device" : "weights.alpha_up",
+         "only a GLU epilogue (options.epilogue silu / swigluoai) has an up alpha");
+  }
+  const bool separate = glu && o.gate_up == GateUpLayout::separate;
+  if (separate) {
+    if (w.w_up == nullptr || !aligned(w.w_up, 16))
+      fail("weights.w_up", "separate gate/up weights need a 16-byte aligned device pointer to the up rows");
+    if (w.scales_up == nullptr || !aligned(w.scales_up, 16))
+      fail("weights.scales_up", "separate gate/up weights need a 16-byte aligned device pointer to the up scales");
+    if (w.w_up == w.w) fail("weights.w_up", "the up rows must not be the gate rows");
+  } else if (w.w_up != nullptr || w.scales_up != nullptr) {
+    fail(w.w_up != nullptr ? "weights.w_up" : "weights.scales_up",
+         "only a GLU epilogue with gate_up = separate takes separate up weights");
+  }
+  const int wrows = moe_weight_rows(w, o);
   const int vec = scale_block_size(o.format);
   if (w.k < 1 || w.k % vec != 0)
     fail("weights.k", "K = " + std::to_string(w.k) + " must be a positive multiple of the " + to_string(o.format) +
@@ -56,11 +95,11 @@ MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
                             " and a multiple of 16");
   if (w.w == nullptr || !aligned(w.w, 16)) fail("weights.w", "must be a 16-byte aligned device pointer");
   if (w.scales == nullptr || !aligned(w.scales, 16)) fail("weights.scales", "must be a 16-byte aligned device pointer");
-  w.expert_stride = w.expert_stride != 0 ? w.expert_stride : std::int64_t{w.n} * w.ldw;
-  if (w.expert_stride < std::int64_t{w.n} * w.ldw || w.expert_stride % 16 != 0)
-    fail("weights.expert_stride", "must be >= N * ldw = " + std::to_string(std::int64_t{w.n} * w.ldw) +
-                                      " bytes and a multiple of 16");
-  const std::int64_t dense = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, w.n, w.k / vec));
+  w.expert_stride = w.expert_stride != 0 ? w.expert_stride : std::int64_t{wrows} * w.ldw;
+  if (w.expert_stride < std::int64_t{wrows} * w.ldw || w.expert_stride % 16 != 0)
+    fail("weights.expert_stride", std::string("must be >= ") + (wrows != w.n ? "2N" : "N") + " * ldw = " +
+                                      std::to_string(std::int64_t{wrows} * w.ldw) + " bytes and a multiple of 16");
+  const std::int64_t dense = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, wrows, w.k / vec));
   w.scale_expert_stride = w.scale_expert_stride != 0 ? w.scale_expert_stride : dense;
   if (w.scale_expert_stride < dense)
     fail("weights.scale_expert_stride", "must be >= one expert's " + std::string(to_string(o.scale_layout)) +

@@ -20,6 +20,10 @@ inline constexpr int kMaxMoeExperts = 512;
 // one expert's dense scales in o.scale_layout). Throws fp4gemm::Error naming the field.
 MoeWeights validate_moe(const MoeWeights& w, const MoeOptions& o);
 
+// Weight rows per expert in MoeWeights::w: N, or 2N for a GLU's stacked / interleaved gate and
+// up (GateUpLayout::separate: N in w and N in w_up).
+int moe_weight_rows(const MoeWeights& w, const MoeOptions& o);
+
 // Rows of A and C a plan serves: capacity (contiguous) or experts * capacity (masked).
 std::int64_t moe_rows(int experts, const MoeOptions& o);
 

@@ -38,6 +38,21 @@
 
 namespace fp4gemm::detail::sm90 {
 
+// The weights of k-block kb, rows [row0, row0 + box) of a tile, into the stage. GLU plans (MoE
+// only) read them through 4-D maps whose 16-row blocks pair 8 gate rows with their 8 up rows
+// (params.cuh, MoeScheduleParams::glu).
+template <class Scheduler>
+__device__ __forceinline__ void load_weights(const FusedParams& p, std::uint8_t* dst, const CUtensorMap* map,
+                                             std::uint64_t* bar, int kb, int row0) {
+  if constexpr (Scheduler::kRoutedOutput) {
+    if (p.moe.glu != 0) {
+      ptx::tma_load_4d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), 0, 0, row0 / 16);
+      return;
+    }
+  }
+  ptx::tma_load_2d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), row0);
+}
+
 // Scheduler: how the CTA finds its pieces (device/scheduler.cuh): HostWorkList (the pointer-array
 // plan's list) or MoeDeviceSchedule (the MoE plan's CTAs cut the run's routing themselves). One
 // instantiation each, so that the MoE schedule's prologue cannot change the pointer-array
@@ -106,8 +121,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     const int early = min(min(stages, p.early_kblocks), first_kbs);
     for (int kb = first_kb0; pre_issued < early; ++kb) {
       ptx::mbarrier_expect_tx(&full[pre_issued], first_loaded * C::kHalfWeightBytes);
-      ptx::tma_load_2d(w_smem + pre_issued * halves * C::kHalfWeightBytes, first_wmap, &full[pre_issued],
-                       kb * (C::kBlockK / 2), first_row0);
+      load_weights<Scheduler>(p, w_smem + pre_issued * halves * C::kHalfWeightBytes, first_wmap, &full[pre_issued], kb,
+                              first_row0);
       ++pre_issued;
     }
   }
@@ -176,8 +191,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             const bool weights_issued = issued < pre_issued;
             ptx::mbarrier_arrive_expect_tx(&full[stage], weights_issued ? static_cast<std::uint32_t>(act_stage_bytes) : bytes);
             if (!weights_issued)
-            ptx::tma_load_2d(w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb * (C::kBlockK / 2),
-                             pp.row0);
+              load_weights<Scheduler>(p, w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb, pp.row0);
             ptx::tma_load_2d(act_smem + stage * act_stage_bytes, act_map, &full[stage], kb * C::kBlockK,
                              pp.act_row0);
           }
@@ -251,7 +265,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     for (int pi = begin; work.is_valid(pi); pi = work.next_work(pi)) {                            \
       const WorkPiece piece = p.pieces[pi];                                                       \
       const TileDesc tile = p.tiles[piece.tile];                                                  \
-      consume_piece<F, 2 * n16, h>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
+      consume_piece<F, 2 * n16, h, Scheduler::kRoutedOutput>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
     }                                                                                             \
     break;
     FP4GEMM_CASE(1, 1, 2) FP4GEMM_CASE(2, 2, 2) FP4GEMM_CASE(3, 3, 2) FP4GEMM_CASE(4, 4, 2)

@@ -21,12 +21,19 @@
 #include "host/device_guard.hpp"
 #include "host/run_serializer.hpp"
 #include "host/tensor_map.hpp"
+#include "formats/scale_layout.hpp"
 #include "kernels/sm90/fused_kernel.cuh"
 
 namespace fp4gemm {
 
 const char* to_string(MoeActivation a) { return a == MoeActivation::fp4 ? "fp4" : "bf16"; }
 const char* to_string(MoeLayout l) { return l == MoeLayout::contiguous ? "contiguous" : "masked"; }
+const char* to_string(MoeEpilogue e) {
+  return e == MoeEpilogue::none ? "none" : e == MoeEpilogue::silu ? "silu" : "swigluoai";
+}
+const char* to_string(GateUpLayout g) {
+  return g == GateUpLayout::stacked ? "stacked" : g == GateUpLayout::interleaved ? "interleaved" : "separate";
+}
 
 namespace detail::sm90 {
 
@@ -40,6 +47,42 @@ cudaError_t convert_expert_scales(const ScaleConversion* jobs, int experts, int 
   const dim3 grid(static_cast<unsigned>((words + 255) / 256), std::min(experts, PrepassArgs::kMaxGridY));
   scales_to_blocked<F><<<grid, 256, 0, stream>>>(jobs, experts);
   return cudaGetLastError();
+}
+
+// A GLU plan's weight scales: blocked, rows in the kernel's order (16-row blocks of 8 gate rows
+// and their 8 up rows: kernel row p is output column 8 (p / 16) + p % 8 of half (p % 16) / 8),
+// from the user's layout. `first` / `second`: the scales of the map's first and second halves
+// (stacked / interleaved: both the expert's one buffer, rows picked by `gate_up`).
+struct GluScaleJob {
+  const std::uint8_t* first;
+  const std::uint8_t* second;
+  std::int64_t expert_stride;  // bytes, both sources
+  std::uint8_t* dst;
+  std::int64_t dst_expert_stride;
+  int width, cols, src_rows;  // I, scale columns, rows of one source matrix
+  int gate_up;                // GateUpLayout
+  ScaleLayout layout;         // of the sources
+};
+
+__global__ void __launch_bounds__(256) glu_scales_to_blocked(GluScaleJob j) {
+  const int e = blockIdx.y;
+  const int padded_rows = (2 * j.width + 127) / 128 * 128, padded_cols = (j.cols + 3) / 4 * 4;
+  const std::int64_t total = static_cast<std::int64_t>(padded_rows) * padded_cols;
+  for (std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < total;
+       u += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const int p = static_cast<int>(u / padded_cols), c = static_cast<int>(u % padded_cols);
+    const int half = (p % 16) / 8, i = 8 * (p / 16) + p % 8;
+    std::uint8_t v = 0;
+    if (i < j.width && c < j.cols) {
+      const std::uint8_t* src = (half == 0 || j.gate_up != static_cast<int>(GateUpLayout::separate) ? j.first : j.second) +
+                                e * j.expert_stride;
+      const int row = j.gate_up == static_cast<int>(GateUpLayout::stacked)       ? half * j.width + i
+                      : j.gate_up == static_cast<int>(GateUpLayout::interleaved) ? 2 * i + half
+                                                                                 : i;
+      v = src[formats::detail::scale_offset<int>(j.layout, row, c, j.cols)];
+    }
+    j.dst[e * j.dst_expert_stride + formats::detail::blocked_offset<int>(p, c, j.cols)] = v;
+  }
 }
 
 }  // namespace detail::sm90
@@ -113,32 +156,73 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   const MoeOptions& o = p.options;
   const int vec = p.vec = scale_block_size(o.format);
   const int cols = w.k / vec;
-  const std::int64_t dense_scales = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, w.n, cols));
+  const bool glu = o.epilogue != MoeEpilogue::none;
+  const bool separate = glu && o.gate_up == GateUpLayout::separate;
+  const int wrows = detail::moe_weight_rows(w, o);          // rows of W per expert (and of w_up)
+  const int krows = glu ? 2 * w.n : w.n;                     // the kernel's weight rows per expert
+  const std::int64_t dense_scales = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, wrows, cols));
   p.rows = static_cast<int>(detail::moe_rows(w.experts, o));
 
   // The weights and their scales must lie inside device allocations of this device.
-  detail::check_device_buffer("weights.w", -1, w.w, (w.experts - 1) * w.expert_stride + (w.n - 1) * w.ldw + w.k / 2,
-                              p.device.index);
-  detail::check_device_buffer("weights.scales", -1, w.scales, (w.experts - 1) * w.scale_expert_stride + dense_scales,
-                              p.device.index, std::string(to_string(o.scale_layout)) + " scales of every expert");
+  const std::int64_t w_extent = (w.experts - 1) * w.expert_stride + (wrows - 1) * w.ldw + w.k / 2;
+  const std::int64_t s_extent = (w.experts - 1) * w.scale_expert_stride + dense_scales;
+  const std::string s_what = std::string(to_string(o.scale_layout)) + " scales of every expert";
+  detail::check_device_buffer("weights.w", -1, w.w, w_extent, p.device.index);
+  detail::check_device_buffer("weights.scales", -1, w.scales, s_extent, p.device.index, s_what);
+  if (separate) {
+    detail::check_device_buffer("weights.w_up", -1, w.w_up, w_extent, p.device.index);
+    detail::check_device_buffer("weights.scales_up", -1, w.scales_up, s_extent, p.device.index, s_what);
+  }
   if (w.alpha_device != nullptr)
     detail::check_device_buffer("weights.alpha_device", -1, w.alpha_device, 4 * std::int64_t{w.experts}, p.device.index);
+  if (w.alpha_up_device != nullptr)
+    detail::check_device_buffer("weights.alpha_up_device", -1, w.alpha_up_device, 4 * std::int64_t{w.experts},
+                                p.device.index);
 
-  // Weight scales, blocked: the user's, or converted once from linear into the plan's buffer.
-  const std::int64_t blocked_bytes = static_cast<std::int64_t>(formats::blocked_scale_bytes(w.n, cols));
+  // Separate gate and up weights are one 4-D map whose gate|up dimension strides from the lower
+  // buffer to the higher one: `swap` when the up rows are the lower.
+  const auto* w_gate = static_cast<const std::uint8_t*>(w.w);
+  const auto* w_up = static_cast<const std::uint8_t*>(w.w_up);
+  const bool swap = separate && w_up < w_gate;
+  std::int64_t half_stride = 0;  // bytes from the map's first 8 rows to their partners
+  if (glu) {
+    half_stride = o.gate_up == GateUpLayout::stacked ? std::int64_t{w.n} * w.ldw
+                  : o.gate_up == GateUpLayout::interleaved ? w.ldw
+                                                            : (swap ? w_gate - w_up : w_up - w_gate);
+    if (half_stride % 16 != 0 || half_stride >= (std::int64_t{1} << 40))
+      fail("weights.w_up", "separate gate and up weights must lie a multiple of 16 bytes (< 2^40) apart (got " +
+                               std::to_string(half_stride) + ")");
+  }
+
+  // Weight scales, blocked: the user's, or converted once into the plan's buffer (from linear; and
+  // always for a GLU, whose kernel rows interleave gate and up in 8-row blocks).
+  const std::int64_t blocked_bytes = static_cast<std::int64_t>(formats::blocked_scale_bytes(krows, cols));
   const std::uint8_t* sblk = static_cast<const std::uint8_t*>(w.scales);
   std::int64_t sblk_stride = w.scale_expert_stride;
-  if (o.scale_layout == ScaleLayout::linear) {
+  if (o.scale_layout == ScaleLayout::linear || glu) {
     std::uint8_t* dst = p.allocate<std::uint8_t>(blocked_bytes * w.experts, "plan workspace");
-    std::vector<ScaleConversion> jobs(w.experts);
-    for (int e = 0; e < w.experts; ++e)
-      jobs[e] = ScaleConversion{sblk + e * w.scale_expert_stride, dst + e * blocked_bytes, w.n, cols};
-    const ScaleConversion* d_jobs = p.upload(jobs, "plan");
     // On a private stream: a plan may be built while another stream is being captured.
     cudaStream_t s = nullptr;
     FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "plan");
-    const cudaError_t e = o.format == Format::nvfp4 ? convert_expert_scales<Format::nvfp4>(d_jobs, w.experts, w.n, cols, s)
-                                                    : convert_expert_scales<Format::mxfp4>(d_jobs, w.experts, w.n, cols, s);
+    cudaError_t e = cudaSuccess;
+    if (glu) {
+      const auto* s_gate = static_cast<const std::uint8_t*>(w.scales);
+      const auto* s_up = static_cast<const std::uint8_t*>(w.scales_up);
+      GluScaleJob job{swap ? s_up : s_gate, swap ? s_gate : s_up, w.scale_expert_stride, dst, blocked_bytes,
+                      w.n, cols, wrows, static_cast<int>(o.gate_up), o.scale_layout};
+      const std::int64_t bytes = blocked_bytes;
+      const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>((bytes + 255) / 256, 1024)),
+                      static_cast<unsigned>(w.experts));
+      glu_scales_to_blocked<<<grid, 256, 0, s>>>(job);
+      e = cudaGetLastError();
+    } else {
+      std::vector<ScaleConversion> jobs(w.experts);
+      for (int x = 0; x < w.experts; ++x)
+        jobs[x] = ScaleConversion{sblk + x * w.scale_expert_stride, dst + x * blocked_bytes, w.n, cols};
+      const ScaleConversion* d_jobs = p.upload(jobs, "plan");
+      e = o.format == Format::nvfp4 ? convert_expert_scales<Format::nvfp4>(d_jobs, w.experts, w.n, cols, s)
+                                    : convert_expert_scales<Format::mxfp4>(d_jobs, w.experts, w.n, cols, s);
+    }
     const cudaError_t sync = e == cudaSuccess ? cudaStreamSynchronize(s) : e;
     cudaStreamDestroy(s);
     FP4GEMM_CUDA_CHECK(sync, "plan");
@@ -151,13 +235,28 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   std::vector<GroupParams> groups(w.experts);
   std::vector<const std::uint8_t*> scale_blocked(w.experts), scale_linear(w.experts, nullptr);
   for (int e = 0; e < w.experts; ++e) {
-    const auto* we = static_cast<const std::uint8_t*>(w.w) + e * w.expert_stride;
-    for (int h = 0; h < 2; ++h)
-      wmaps[2 * e + h] = detail::make_map_2d(we, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(w.k) / 2, w.n,
-                                             w.ldw, KC::kBlockK / 2, KC::kWeightBoxRows * (h + 1),
-                                             CU_TENSOR_MAP_SWIZZLE_NONE, "weights.w", e);
+    const auto* we = (swap ? w_up : w_gate) + e * w.expert_stride;
+    for (int h = 0; h < 2; ++h) {
+      const std::uint32_t box_rows = KC::kWeightBoxRows * (h + 1);
+      if (!glu) {
+        wmaps[2 * e + h] = detail::make_map_2d(we, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(w.k) / 2,
+                                               w.n, w.ldw, KC::kBlockK / 2, box_rows, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                               "weights.w", e);
+        continue;
+      }
+      // (k bytes, 8 rows, first|second half, 8-row blocks): a box of 16-row blocks lands as
+      // [block][half][row][k], i.e. 8 gate rows then their 8 up rows.
+      const bool inter = o.gate_up == GateUpLayout::interleaved;
+      const std::uint64_t dims[4] = {static_cast<std::uint64_t>(w.k) / 2, 8, 2, static_cast<std::uint64_t>(w.n) / 8};
+      const std::uint64_t strides[3] = {static_cast<std::uint64_t>(inter ? 2 * w.ldw : w.ldw),
+                                        static_cast<std::uint64_t>(half_stride),
+                                        static_cast<std::uint64_t>((inter ? 16 : 8) * w.ldw)};
+      const std::uint32_t box[4] = {KC::kBlockK / 2, 8, 2, box_rows / 16};
+      wmaps[2 * e + h] = detail::make_map(we, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, dims, strides, box,
+                                          CU_TENSOR_MAP_SWIZZLE_NONE, "weights.w", e);
+    }
     scale_blocked[e] = sblk + e * sblk_stride;
-    groups[e] = GroupParams{0, w.n, w.k, 0, nullptr, 0, we, w.ldw, nullptr, scale_blocked[e], nullptr, 0,
+    groups[e] = GroupParams{0, krows, w.k, 0, nullptr, 0, we, w.ldw, nullptr, scale_blocked[e], nullptr, 0,
                             w.alpha_device != nullptr ? w.alpha_device + e : nullptr, w.alpha, 0};
   }
   const int kblocks = (w.k + KC::kBlockK - 1) / KC::kBlockK;
@@ -178,7 +277,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   const std::int64_t token_tiles = o.layout == MoeLayout::masked
                                        ? std::int64_t{w.experts} * ((o.capacity + 255) / 256)
                                        : w.experts + (std::int64_t{o.capacity} + 255) / 256;
-  const std::int64_t max_tiles = token_tiles * ((w.n + 127) / 128);
+  const std::int64_t max_tiles = token_tiles * ((krows + 127) / 128);
   if (max_tiles > (std::int64_t{1} << 30)) fail("options.capacity", "too many tiles for one plan");
   auto* d_wmaps = p.upload(wmaps, "plan");
   auto* d_amaps = p.upload(amaps, "plan");
@@ -206,7 +305,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   // (capacity = tokens x top-k, a few experts) spread each expert's weights over twice the CTAs.
   // (Fixed per plan: the kernel's ring addresses derive from it as a constant, v16.)
   const std::int64_t reachable = o.layout == MoeLayout::contiguous ? std::min(w.experts, o.capacity) : w.experts;
-  pr.narrow_rows = reachable * ((w.n + 255) / 256) >= num_ctas ? 256 : 128;
+  pr.narrow_rows = reachable * ((krows + 255) / 256) >= num_ctas ? 256 : 128;
   pr.early_kblocks = KC::kMaxStages;
   pr.layout = ScaleLayout::blocked;
   const std::size_t fixed = 2 * KC::kMaxStages * sizeof(std::uint64_t) + KC::kEpiBytes + 2048;
@@ -227,7 +326,16 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   sa.experts = w.experts;
   sa.capacity = o.capacity;
   sa.masked = o.layout == MoeLayout::masked;
-  sa.n = w.n;
+  sa.n = krows;
+  sa.glu = static_cast<int>(o.epilogue);  // = detail::GluKind
+  sa.glu_swap = swap ? 1 : 0;
+  sa.glu_width = w.n;
+  sa.swiglu_alpha = o.swiglu_alpha;
+  sa.swiglu_limit = o.swiglu_limit;
+  // The up rows' alpha: their own, or (NaN, the default) the gate's.
+  const bool own_up = w.alpha_up_device != nullptr || !std::isnan(w.alpha_up);
+  sa.alpha_up_device = own_up ? w.alpha_up_device : w.alpha_device;
+  sa.alpha_up = own_up ? w.alpha_up : w.alpha;
   sa.cols = cols;
   sa.kblocks = kblocks;
   sa.narrow_rows = pr.narrow_rows;
@@ -350,7 +458,11 @@ std::string MoeGemm::describe() const {
   os << "sm90_fused_swapab (device-scheduled MoE) on " << p.device.name << ": " << p.weights.experts << " experts, N "
      << p.weights.n << ", K " << p.weights.k << ", " << to_string(p.options.format) << " weights x "
      << (p.options.activation == MoeActivation::fp4 ? to_string(p.options.format) : "bf16") << " activations -> "
-     << to_string(p.options.out_type) << ", " << to_string(p.options.layout) << " rows " << p.rows << ", "
+     << to_string(p.options.out_type)
+     << (p.options.epilogue != MoeEpilogue::none
+             ? std::string(", ") + to_string(p.options.epilogue) + " GLU (" + to_string(p.options.gate_up) + " gate/up)"
+             : std::string())
+     << ", " << to_string(p.options.layout) << " rows " << p.rows << ", "
      << p.params.moe.num_ctas << " CTAs, up to " << p.params.moe.max_tiles << " tiles, narrow tiles "
      << p.params.narrow_rows << " rows";
   return os.str();
