@@ -68,6 +68,25 @@ struct MoeCommandOptions {
   std::string json;
 };
 
+// `fp4gemm layer`: the whole expert layer (fp4gemm::MoeLayer) on a random top-k routing.
+struct LayerCommandOptions {
+  int experts = 0, hidden = 0, inter = 0, tokens = 0, topk = 8;
+  std::string act = "nvfp4";        // nvfp4 | mxfp4 (W4A4) | bf16 (W4A16 on mxfp4 weights)
+  std::string activation = "silu";  // silu | swigluoai
+  int iters = 100, warmup = 10;
+  std::uint64_t seed = 1111;
+  std::string json;
+};
+
+// `fp4gemm quantize`: the GPU activation quantiser on a bf16 [rows, k] matrix vs a device copy.
+struct QuantizeCommandOptions {
+  std::int64_t rows = 4096, k = 7168;
+  std::string format = "nvfp4";
+  std::string scales = "linear";
+  int iters = 100, warmup = 10;
+  std::string json;
+};
+
 // ---- resolved settings ------------------------------------------------------------------------
 struct RunSettings {
   DataSettings data;
@@ -139,6 +158,8 @@ int run_bench(const BenchOptions& o);
 int run_grouped(const GroupedOptions& o);
 int run_gemm(const GemmOptions& o);
 int run_moe(const MoeCommandOptions& o);
+int run_layer(const LayerCommandOptions& o);
+int run_quantize(const QuantizeCommandOptions& o);
 int run_moe_suite(const BenchOptions& o);  // bench --suite moe (moe_bench.cpp)
 
 }  // namespace fp4gemm::cli

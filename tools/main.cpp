@@ -90,6 +90,37 @@ CLI::App* add_moe(CLI::App& app, MoeCommandOptions& o) {
   return cmd;
 }
 
+CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
+  CLI::App* cmd = app.add_subcommand("layer", "time the whole MoE expert layer (routing, quantisation, GEMM1 + SwiGLU, GEMM2, top-k combine) on a random top-k routing");
+  cmd->add_option("--experts", o.experts, "experts E (1..512)")->required();
+  cmd->add_option("--hidden", o.hidden, "hidden size H (a multiple of 32)")->required();
+  cmd->add_option("--inter", o.inter, "intermediate size I per expert (a multiple of 32; w13 has 2I rows)")->required();
+  cmd->add_option("--tokens", o.tokens, "tokens T")->required();
+  cmd->add_option("--topk", o.topk, "experts per token")->capture_default_str();
+  cmd->add_option("--act", o.act, "activations: nvfp4 / mxfp4 (W4A4) or bf16 (W4A16, mxfp4 weights)")
+      ->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}))->capture_default_str();
+  cmd->add_option("--activation", o.activation, "silu (w13 stacked gate then up) or swigluoai (gpt-oss, interleaved)")
+      ->check(CLI::IsMember({"silu", "swigluoai"}))->capture_default_str();
+  cmd->add_option("--iters", o.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 1000000))->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "untimed warm-up repetitions")->check(CLI::Range(0, 1000000))->capture_default_str();
+  cmd->add_option("--seed", o.seed, "seed of the data and the routing")->capture_default_str();
+  cmd->add_option("--json", o.json, "also write every number to this JSON file");
+  return cmd;
+}
+
+CLI::App* add_quantize(CLI::App& app, QuantizeCommandOptions& o) {
+  CLI::App* cmd = app.add_subcommand("quantize", "time the GPU activation quantiser (bf16 -> nvfp4 / mxfp4) against a device copy");
+  cmd->add_option("--rows", o.rows, "rows T")->capture_default_str();
+  cmd->add_option("--k", o.k, "columns K (a multiple of 16 / 32)")->capture_default_str();
+  cmd->add_option("--format", o.format, "nvfp4 or mxfp4")->check(CLI::IsMember({"nvfp4", "mxfp4"}))->capture_default_str();
+  cmd->add_option("--scales", o.scales, "scale layout written: linear or blocked")
+      ->check(CLI::IsMember({"linear", "blocked"}))->capture_default_str();
+  cmd->add_option("--iters", o.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 1000000))->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "untimed warm-up repetitions")->check(CLI::Range(0, 1000000))->capture_default_str();
+  cmd->add_option("--json", o.json, "also write every number to this JSON file");
+  return cmd;
+}
+
 // One line on stderr for every failure; "fp4gemm: " once.
 int report_failure(const std::string& what) {
   std::cerr << "fp4gemm: " << strip_prefix(what) << std::endl;
@@ -107,12 +138,16 @@ int main(int argc, char** argv) {
   GroupedOptions grouped_options;
   GemmOptions gemm_options;
   MoeCommandOptions moe_options;
+  LayerCommandOptions layer_options;
+  QuantizeCommandOptions quantize_options;
   CLI::App* info = app.add_subcommand("info", "device, kernels and the measured ceilings of this GPU");
   info->add_option("--json", info_options.json, "also write the numbers to this JSON file");
   CLI::App* bench = add_bench(app, bench_options);
   CLI::App* grouped = add_grouped(app, grouped_options);
   CLI::App* gemm = add_gemm(app, gemm_options);
   CLI::App* moe = add_moe(app, moe_options);
+  CLI::App* layer = add_layer(app, layer_options);
+  CLI::App* quantize = add_quantize(app, quantize_options);
 
   try {
     app.parse(argc, argv);
@@ -128,6 +163,8 @@ int main(int argc, char** argv) {
     if (grouped->parsed()) return run_grouped(grouped_options);
     if (gemm->parsed()) return run_gemm(gemm_options);
     if (moe->parsed()) return run_moe(moe_options);
+    if (layer->parsed()) return run_layer(layer_options);
+    if (quantize->parsed()) return run_quantize(quantize_options);
     return report_failure("no command given (try --help)");
   } catch (const NoDeviceError& e) {
     return report_failure(e.what());

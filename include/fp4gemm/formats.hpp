@@ -41,11 +41,21 @@ void blocked_to_linear(const std::uint8_t* blocked, std::int64_t rows, std::int6
 
 // ---- quantiser (reference quality, host) -----------------------------------------------------
 // x: [rows, k] floats with row stride ldx (elements). Writes packed e2m1 [rows, k/2] (row stride
-// k/2 bytes) and linear scales [rows, k/vec]. Per block: amax -> scale (NVFP4: amax/6 rounded to
-// E4M3; MXFP4: 2^(floor(log2 amax) - 2), OCP MX), then each x/scale rounded to nearest even e2m1,
-// saturating. k must be a multiple of the block size.
+// k/2 bytes) and linear scales [rows, k/vec]. k must be a multiple of the block size. Per block
+// (the rule the GPU quantiser, fp4gemm::quantize_activations, follows bit for bit):
+//  - NVFP4, with the per-tensor FP32 global scale gs (> 0, finite; NVIDIA's recipe, ModelOpt's
+//    input_scale: a value is e2m1 * S * gs): S = E4M3(fl(fl(amax / 6) / gs)) (FP32 divisions,
+//    then round to nearest even E4M3, saturating at 448); each element is x / fl(S * gs) rounded
+//    to nearest even e2m1 (the exact quotient's rounding), saturating at 6. With gs = 1 this is
+//    E4M3(amax / 6) and x / S.
+//  - MXFP4 (OCP MX): S = 2^(floor(log2 amax) - 2) (UE8M0 code clamped to 0..254; amax = 0: code 0,
+//    amax = inf: 0xFE); each element x / S rounded to nearest even e2m1, saturating. gs must be 1.
+//  - Special values: a block with a NaN gets the NaN scale code (0x7F / 0xFF) and all nibbles 0;
+//    S = 0 (NVFP4 blocks below E4M3's smallest subnormal / 2) gives nibbles 0; an infinite element
+//    gives +-6 (and the block the largest scale); -0 and negatives rounding to zero keep the sign
+//    (nibble 0x8).
 void quantize(Format f, const float* x, std::int64_t rows, std::int64_t k, std::int64_t ldx,
-              std::uint8_t* packed, std::uint8_t* scales_linear);
+              std::uint8_t* packed, std::uint8_t* scales_linear, float global_scale = 1.0f);
 // Inverse: packed rows with stride ld (bytes), scales in `layout`; writes [rows, k] floats.
 void dequantize(Format f, ScaleLayout layout, const std::uint8_t* packed, std::int64_t rows,
                 std::int64_t k, std::int64_t ld, const std::uint8_t* scales, float* out);

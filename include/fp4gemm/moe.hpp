@@ -155,6 +155,10 @@ namespace detail {
 // Python binding's torch tensors); the scalar arguments are still validated.
 void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets,
                           int* gather, std::int64_t* order, cudaStream_t stream);
+// The same with row_of[i] (int32, count) = the sorted row of index i = t * k + j (the inverse of
+// `order`; the expert layer's combine reads it), instead of `order`.
+void launch_align_routing_rows(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
+                               int* offsets, int* gather, int* row_of, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace fp4gemm

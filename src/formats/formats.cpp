@@ -152,8 +152,14 @@ void blocked_to_linear(const std::uint8_t* blocked, std::int64_t rows, std::int6
 //  * NaN anywhere in a block gives the NaN scale code (0x7F / 0xFF) and elements 0 where x/NaN,
 //    so dequantisation yields NaN for the whole block.
 void quantize(Format f, const float* x, std::int64_t rows, std::int64_t k, std::int64_t ldx,
-              std::uint8_t* packed, std::uint8_t* scales_linear) {
+              std::uint8_t* packed, std::uint8_t* scales_linear, float global_scale) {
   check_k(f, k, "k");
+  if (!(global_scale > 0.0f) || std::isinf(global_scale))
+    throw Error("global_scale", -1, "must be finite and > 0 (got " + std::to_string(global_scale) + ")");
+  if (f != Format::nvfp4 && global_scale != 1.0f)
+    throw Error("global_scale", -1, "only nvfp4 has a global scale (mxfp4's scales are powers of two)");
+  // (volatile: the FP32 roundings are part of the rule, not to be folded into double ones)
+  const volatile float gs = global_scale;
   const int vec = scale_block_size(f);
   const std::int64_t cols = k / vec, packed_ld = k / 2;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -171,7 +177,9 @@ void quantize(Format f, const float* x, std::int64_t rows, std::int64_t k, std::
       if (has_nan) {
         code = f == Format::nvfp4 ? 0x7F : 0xFF;
       } else if (f == Format::nvfp4) {
-        code = encode_e4m3(amax / 6.0);
+        const volatile float sixth = static_cast<float>(amax) / 6.0f;  // amax is a float: exact
+        const volatile float s = sixth / gs;
+        code = encode_e4m3(s);
       } else if (std::isinf(amax)) {
         code = 0xFE;
       } else if (amax > 0.0) {
@@ -181,9 +189,12 @@ void quantize(Format f, const float* x, std::int64_t rows, std::int64_t k, std::
       }
       scales_linear[r * cols + b] = code;
       const double scale = scale_to_float(f, code);
+      // The divisor fl(S * gs) (= S for gs = 1 and for MXFP4); the double quotient of two floats
+      // never rounds onto an e2m1 tie it is not exactly on, so this is the exact quotient's rounding.
+      const volatile float divisor = static_cast<float>(scale) * gs;
       for (int i = 0; i < vec; ++i) {
         const std::int64_t kk = b * vec + i;
-        const std::uint8_t nibble = (scale == 0.0) ? 0 : encode_e2m1(static_cast<double>(xb[i]) / scale);
+        const std::uint8_t nibble = (scale == 0.0) ? 0 : encode_e2m1(static_cast<double>(xb[i]) / divisor);
         set_nibble(pr, kk, nibble);
       }
     }

@@ -33,7 +33,8 @@ template <typename Id>
 __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __restrict__ ids, long long n, int k,
                                                                   int experts, int* __restrict__ offsets,
                                                                   int* __restrict__ gather,
-                                                                  long long* __restrict__ order) {
+                                                                  long long* __restrict__ order,
+                                                                  int* __restrict__ row_of) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   extern __shared__ int cursor[];  // [kWarps][buckets]: counts, then each warp's next slot
@@ -81,6 +82,7 @@ __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __res
       const int slot = first + rank;
       gather[slot] = static_cast<int>(i / k);
       if (order != nullptr) order[slot] = i;
+      if (row_of != nullptr) row_of[i] = slot;
     }
     __syncwarp();
     if (valid && rank == 0) mine[b] = first + __popc(group);
@@ -106,15 +108,15 @@ void validate_routing_args(const void* topk_ids, std::int64_t count, int k, int 
 
 // The launch, arguments already validated.
 void launch(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets, int* gather,
-            std::int64_t* order, cudaStream_t stream) {
+            std::int64_t* order, cudaStream_t stream, int* row_of = nullptr) {
   const std::size_t smem = static_cast<std::size_t>(kWarps) * (experts + 2) * sizeof(int);
   auto* ord = reinterpret_cast<long long*>(order);
   if (ids_int64)
     align_routing_kernel<long long><<<1, kThreads, smem, stream>>>(static_cast<const long long*>(topk_ids), count, k,
-                                                                   experts, offsets, gather, ord);
+                                                                   experts, offsets, gather, ord, row_of);
   else
     align_routing_kernel<int><<<1, kThreads, smem, stream>>>(static_cast<const int*>(topk_ids), count, k, experts,
-                                                             offsets, gather, ord);
+                                                             offsets, gather, ord, row_of);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "align_routing");
 }
 
@@ -126,6 +128,12 @@ void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t cou
                           int* gather, std::int64_t* order, cudaStream_t stream) {
   validate_routing_args(topk_ids, count, k, experts, offsets, gather);
   launch(topk_ids, ids_int64, count, k, experts, offsets, gather, order, stream);
+}
+
+void launch_align_routing_rows(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
+                               int* offsets, int* gather, int* row_of, cudaStream_t stream) {
+  validate_routing_args(topk_ids, count, k, experts, offsets, gather);
+  launch(topk_ids, ids_int64, count, k, experts, offsets, gather, nullptr, stream, row_of);
 }
 
 }  // namespace detail

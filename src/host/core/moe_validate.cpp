@@ -2,7 +2,9 @@
 #include "host/core/moe_validate.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "fp4gemm/formats.hpp"
 
@@ -167,6 +169,71 @@ void check_moe_routing(int experts, const MoeOptions& o, const int* offsets, con
     if (gather[r] < 0 || gather[r] >= num_tokens)
       throw Error("gather_index", -1, "gather_index[" + std::to_string(r) + "] = " + std::to_string(gather[r]) +
                                           " is outside [0, num_tokens = " + std::to_string(num_tokens) + ")");
+}
+
+}  // namespace fp4gemm::detail
+
+namespace fp4gemm::detail {
+
+void validate_moe_layer(const MoeLayerWeights& w, const MoeLayerOptions& o) {
+  if (o.format != Format::nvfp4 && o.format != Format::mxfp4) fail("options.format", "unknown format");
+  if (o.activations != MoeActivation::fp4 && o.activations != MoeActivation::bf16)
+    fail("options.activations", "unknown activation type");
+  if (o.activations == MoeActivation::bf16 && o.format != Format::mxfp4)
+    fail("options.activations", "bf16 activations (W4A16) need mxfp4 weights; quantise to nvfp4 (W4A4) instead");
+  if (o.scale_layout != ScaleLayout::linear && o.scale_layout != ScaleLayout::blocked)
+    fail("options.scale_layout", "unknown scale layout");
+  if (o.activation != MoeEpilogue::silu && o.activation != MoeEpilogue::swigluoai)
+    fail("options.activation", "the expert layer's activation must be silu or swigluoai");
+  if (o.gate_up != GateUpLayout::stacked && o.gate_up != GateUpLayout::interleaved)
+    fail("options.gate_up", "the expert layer takes w13 with gate and up stacked or interleaved");
+  if (w.experts < 1 || w.experts > kMaxMoeExperts)
+    fail("weights.experts", "must be in 1.." + std::to_string(kMaxMoeExperts) + ", got " + std::to_string(w.experts));
+  // 32 covers both formats' scale blocks and 16-byte rows of packed FP4 activations
+  if (w.hidden < 32 || w.hidden % 32 != 0)
+    fail("weights.hidden", "H = " + std::to_string(w.hidden) + " must be a positive multiple of 32");
+  if (w.inter < 32 || w.inter % 32 != 0)
+    fail("weights.inter", "I = " + std::to_string(w.inter) + " must be a positive multiple of 32");
+  if (w.w13 == nullptr) fail("weights.w13", "null pointer");
+  if (w.w13_scales == nullptr) fail("weights.w13_scales", "null pointer");
+  if (w.w2 == nullptr) fail("weights.w2", "null pointer");
+  if (w.w2_scales == nullptr) fail("weights.w2_scales", "null pointer");
+  if (o.max_tokens < 1) fail("options.max_tokens", "must be >= 1, got " + std::to_string(o.max_tokens));
+  if (o.topk < 1 || o.topk > w.experts)
+    fail("options.topk", "must be in 1..experts = " + std::to_string(w.experts) + ", got " + std::to_string(o.topk));
+  if (std::int64_t{o.max_tokens} * o.topk > (std::int64_t{1} << 30))
+    fail("options.max_tokens", "max_tokens x topk must be <= 2^30, got " +
+                                   std::to_string(std::int64_t{o.max_tokens} * o.topk));
+  for (auto [name, v] : {std::pair<const char*, float>{"options.a1_scale", o.a1_scale}, {"options.a2_scale", o.a2_scale}}) {
+    if (!(v > 0.0f) || std::isinf(v)) fail(name, "must be finite and > 0, got " + std::to_string(v));
+    if (v != 1.0f && (o.format == Format::mxfp4 || o.activations == MoeActivation::bf16))
+      fail(name, "only nvfp4 activations (W4A4) have a global scale: must be 1");
+  }
+  if (o.activation == MoeEpilogue::swigluoai && !(o.swiglu_limit > 0.0f))
+    fail("options.swiglu_limit", "must be > 0, got " + std::to_string(o.swiglu_limit));
+  if (o.activation == MoeEpilogue::swigluoai && !std::isfinite(o.swiglu_alpha))
+    fail("options.swiglu_alpha", "must be finite");
+}
+
+void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, const MoeLayerArgs& a) {
+  if (a.tokens < 0 || a.tokens > o.max_tokens)
+    fail("tokens", "T = " + std::to_string(a.tokens) + " must be in 0..max_tokens = " + std::to_string(o.max_tokens) +
+                       " (the plan's workspace)");
+  const std::int64_t ldh = a.ld_hidden == 0 ? w.hidden : a.ld_hidden, ldo = a.ld_out == 0 ? w.hidden : a.ld_out;
+  if (ldh < w.hidden || ldh % 8 != 0)
+    fail("ld_hidden", "row stride " + std::to_string(ldh) + " elements must be >= H = " + std::to_string(w.hidden) +
+                          " and a multiple of 8");
+  if (ldo < w.hidden || ldo % 8 != 0)
+    fail("ld_out", "row stride " + std::to_string(ldo) + " elements must be >= H = " + std::to_string(w.hidden) +
+                       " and a multiple of 8");
+  if (a.tokens == 0) return;
+  if (a.hidden == nullptr || !aligned(a.hidden, 16)) fail("hidden", "must be a 16-byte aligned device pointer");
+  if (a.topk_ids == nullptr || !aligned(a.topk_ids, a.ids_int64 ? 8 : 4))
+    fail("topk_ids", std::string("must be an aligned device pointer to [T, topk] ") + (a.ids_int64 ? "int64" : "int32"));
+  if (a.topk_weights == nullptr || !aligned(a.topk_weights, a.weights_bf16 ? 2 : 4))
+    fail("topk_weights", std::string("must be an aligned device pointer to [T, topk] ") +
+                             (a.weights_bf16 ? "bf16" : "float32"));
+  if (a.out == nullptr || !aligned(a.out, 16)) fail("out", "must be a 16-byte aligned device pointer");
 }
 
 }  // namespace fp4gemm::detail

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "fp4gemm/moe.hpp"
+#include "fp4gemm/moe_layer.hpp"
 
 namespace fp4gemm::detail {
 
@@ -37,5 +38,12 @@ void check_moe_args(const MoeWeights& w, const MoeOptions& o, const MoeArgs& a);
 // fp4gemm::Error naming expert_offsets / expert_counts / gather_index.
 void check_moe_routing(int experts, const MoeOptions& o, const int* offsets, const int* counts, const int* gather,
                        int num_tokens);
+
+// ---- the expert layer (fp4gemm::MoeLayer, moe_layer.hpp) ----
+// Checks a layer's weights and options as MoeLayer's constructor does (everything but the device
+// memory checks); throws fp4gemm::Error naming the field ("weights.inter", "options.a1_scale", ...).
+void validate_moe_layer(const MoeLayerWeights& w, const MoeLayerOptions& o);
+// Checks one run's host arguments as MoeLayer::run does.
+void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, const MoeLayerArgs& a);
 
 }  // namespace fp4gemm::detail

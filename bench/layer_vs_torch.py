@@ -1,0 +1,121 @@
+"""The MoE expert layer: fp4gemm's (the `fp4gemm layer` CLI, fp4gemm::MoeLayer) against the same
+layer in torch bf16, in one run on one GPU.
+
+torch bf16 layer (weights dequantised in advance, bf16 [E, 2I, H] and [E, H, I]):
+    sort the top-k ids (torch.sort, stable) -> offsets (bincount + cumsum, on the device)
+    x[token_of_row] -> torch._grouped_mm(x, w13^T, offs) -> silu(gate) * up
+    -> torch._grouped_mm(., w2^T, offs) -> * topk_weight -> index_add_ into [T, H] (FP32), -> bf16
+Both are timed with CUDA events around the whole layer, L2 flushed before each repetition, the
+routing fixed (uniform top-k, distinct experts per token), data random.
+
+Usage: python3 bench/layer_vs_torch.py --cli build/device/tools/fp4gemm [--json out.json]
+"""
+import argparse
+import json
+import re
+import subprocess
+import sys
+
+import torch
+
+MODELS = {  # name: (experts, hidden, inter, topk, activation)
+    "DeepSeek-V3": (256, 7168, 2048, 8, "silu"),
+    "Qwen3-30B-A3B": (128, 2048, 768, 8, "silu"),
+    "gpt-oss-120b": (128, 2880, 2880, 4, "swigluoai"),
+    "Mixtral-8x7B": (8, 4096, 14336, 2, "silu"),
+}
+TOKENS = (1, 8, 32, 128, 256, 1024, 4096)
+
+
+def time_us(fn, iters=30, warmup=5):
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def torch_layer(x, ids, weights, w13, w2, activation):
+    T, k = ids.shape
+    E, two_i, H = w13.shape
+    I = two_i // 2
+    flat = ids.reshape(-1)
+    order = torch.sort(flat, stable=True).indices
+    counts = torch.bincount(flat, minlength=E)
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    rows = x[order // k]
+    h = torch._grouped_mm(rows, w13.transpose(1, 2), offs=offs)
+    if activation == "silu":
+        g, u = h[:, :I], h[:, I:]
+        a = torch.nn.functional.silu(g) * u
+    else:  # gpt-oss: interleaved gate / up
+        g, u = h[:, 0::2].clamp(max=7.0), h[:, 1::2].clamp(-7.0, 7.0)
+        a = g * torch.sigmoid(1.702 * g) * (u + 1)
+    y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
+    y = y.float() * weights.reshape(-1)[order, None]
+    out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
+    out.index_add_(0, order // k, y)
+    return out.to(torch.bfloat16)
+
+
+def fp4gemm_layer_us(cli, E, H, I, T, k, act, activation):
+    cmd = [cli, "layer", "--experts", str(E), "--hidden", str(H), "--inter", str(I), "--tokens", str(T),
+           "--topk", str(k), "--act", act, "--activation", activation, "--iters", "30", "--warmup", "5"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip()}")
+    m = re.search(r"^time: ([0-9.]+) us", out.stdout, re.M)
+    return float(m.group(1)) if m else float("nan"), out.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--acts", default="nvfp4,bf16")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    gpu = torch.cuda.get_device_name()
+    print(f"MoE layer on {gpu}: fp4gemm (CLI) vs torch bf16 (_grouped_mm + silu*mul + index_add), us (median)")
+    results = []
+    for name in args.models.split(","):
+        E, H, I, k, activation = MODELS[name]
+        torch.manual_seed(0)
+        w13 = (torch.randn(E, 2 * I, H, device="cuda") * 0.02).to(torch.bfloat16)
+        w2 = (torch.randn(E, H, I, device="cuda") * 0.02).to(torch.bfloat16)
+        for T in map(int, args.tokens.split(",")):
+            x = torch.randn(T, H, device="cuda").to(torch.bfloat16)
+            ids = torch.stack([torch.randperm(E, device="cuda")[:k] for _ in range(T)]).to(torch.int32)
+            wts = torch.rand(T, k, device="cuda")
+            try:
+                t_torch = time_us(lambda: torch_layer(x, ids, wts, w13, w2, activation))
+            except Exception as e:  # noqa: BLE001 -- reported, not hidden
+                print(f"  torch failed on {name} T={T}: {e}", file=sys.stderr)
+                t_torch = float("nan")
+            row = {"model": name, "tokens": T, "torch_bf16_us": t_torch}
+            for act in args.acts.split(","):
+                t, _ = fp4gemm_layer_us(args.cli, E, H, I, T, k, act, activation)
+                row[f"fp4gemm_{act}_us"] = t
+            results.append(row)
+            parts = "  ".join(f"{a} {row[f'fp4gemm_{a}_us']:9.1f} ({t_torch / row[f'fp4gemm_{a}_us']:4.2f}x)"
+                              for a in args.acts.split(","))
+            print(f"{name:14s} T={T:5d}  torch bf16 {t_torch:9.1f}  fp4gemm {parts}", flush=True)
+        del w13, w2
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpu": gpu, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

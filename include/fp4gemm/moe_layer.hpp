@@ -1,0 +1,92 @@
+// fp4gemm MoE expert layer: out[t] = sum_j w[t, j] * down_e(act(gate_e(x_t), up_e(x_t))) over token
+// t's top-k experts e = ids[t, j] (SPEC §2 "Expert layer"; vLLM's fused_experts), all on the GPU:
+//
+//   1. align_routing: top-k ids -> expert offsets, sorted row -> token, (t, j) -> sorted row
+//   2. W4A4: the tokens quantised (quantize_activations, global scale a1_scale); W4A16: none
+//   3. GEMM1 (MoeGemm, GLU epilogue): gathered rows x w13 -> silu / swigluoai -> bf16 [T*k, I]
+//   4. W4A4: that intermediate quantised (a2_scale)
+//   5. GEMM2 (MoeGemm): -> bf16 [T*k, H], rows in expert order
+//   6. combine: out[t] = sum_j w[t, j] * y[row(t, j)], FP32 in j order, rounded once to bf16
+//
+// Deterministic (no atomics; every order is fixed), no host synchronisation and no allocation in
+// run(), capturable in a CUDA graph and replayable with new routings. Ids outside [0, E) contribute
+// nothing (their rows are not computed).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fp4gemm/moe.hpp"
+
+namespace fp4gemm {
+
+struct MoeLayerWeights {
+  int experts = 0, hidden = 0, inter = 0;  // E, H, I
+  // w13 [E, 2I, H/2] packed e2m1 (gate and up rows as MoeLayerOptions::gate_up says; row stride
+  // H/2), its scales [E, 2I, H/vec] in MoeLayerOptions::scale_layout; w2 [E, H, I/2] and its
+  // scales [E, H, I/vec]. Contiguous per expert (default strides).
+  const void* w13 = nullptr;
+  const void* w13_scales = nullptr;
+  const void* w2 = nullptr;
+  const void* w2_scales = nullptr;
+  // Per-expert global weight scales (ModelOpt's weight_scale_2), device arrays of E floats, or
+  // null (1). w13_alpha_up: the up rows' (null: w13_alpha's).
+  const float* w13_alpha = nullptr;
+  const float* w13_alpha_up = nullptr;
+  const float* w2_alpha = nullptr;
+};
+
+struct MoeLayerOptions {
+  Format format = Format::nvfp4;                // weights (and activations, W4A4)
+  MoeActivation activations = MoeActivation::fp4;  // fp4: W4A4; bf16: W4A16 (mxfp4 weights)
+  ScaleLayout scale_layout = ScaleLayout::blocked;
+  MoeEpilogue activation = MoeEpilogue::silu;   // silu or swigluoai
+  GateUpLayout gate_up = GateUpLayout::stacked;  // stacked (vLLM w13) or interleaved (gpt-oss)
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+  // W4A4 NVFP4: the activations' global scales (ModelOpt's input_scale of w13 and w2); they fold
+  // into the GEMMs' alphas. 1 for MXFP4.
+  float a1_scale = 1.0f, a2_scale = 1.0f;
+  int max_tokens = 0;  // T per run at most; sizes the workspace
+  int topk = 0;
+  int device = -1;
+};
+
+struct MoeLayerArgs {
+  const void* hidden = nullptr;  // bf16 [T, H], row stride ld_hidden elements
+  std::int64_t ld_hidden = 0;    // 0: H
+  const void* topk_ids = nullptr;  // [T, topk] int32 (or int64 with ids_int64)
+  bool ids_int64 = false;
+  const void* topk_weights = nullptr;  // [T, topk] float32 (or bf16 with weights_bf16)
+  bool weights_bf16 = false;
+  int tokens = 0;       // T, 0..max_tokens
+  void* out = nullptr;  // bf16 [T, H], row stride ld_out elements
+  std::int64_t ld_out = 0;  // 0: H
+};
+
+class MoeLayer {
+ public:
+  MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& options);
+  ~MoeLayer();
+  MoeLayer(MoeLayer&&) noexcept;
+  MoeLayer& operator=(MoeLayer&&) noexcept;
+  MoeLayer(const MoeLayer&) = delete;
+  MoeLayer& operator=(const MoeLayer&) = delete;
+
+  void run(const MoeLayerArgs& args, cudaStream_t stream = nullptr) const;
+  // Synchronises `stream`; throws fp4gemm::Error if a run since the last check saw bad routing
+  // data (the GEMMs' device checks, see MoeGemm::check).
+  void check(cudaStream_t stream = nullptr) const;
+  std::string describe() const;
+  std::size_t device_bytes() const;
+  const MoeLayerOptions& options() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp4gemm

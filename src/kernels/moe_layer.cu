@@ -1,0 +1,295 @@
+// fp4gemm::MoeLayer: the whole MoE expert layer around two device-driven MoE GEMMs (see
+// moe_layer.hpp for the steps). Everything the layer needs is sized at plan time from max_tokens;
+// run() only enqueues kernels: align_routing, (W4A4) quantize, GEMM1 (gather + GLU), (W4A4)
+// quantize, GEMM2, combine -- 4 launches for W4A16, 6 for W4A4 (each MoE GEMM launches its
+// pre-pass and the GEMM: +2 each).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fp4gemm/formats.hpp"
+#include "fp4gemm/moe_layer.hpp"
+#include "fp4gemm/quantize.hpp"
+#include "host/core/cuda_check.hpp"
+#include "host/core/moe_validate.hpp"
+#include "host/core/validate.hpp"
+#include "host/device_guard.hpp"
+#include "host/run_serializer.hpp"
+
+namespace fp4gemm {
+
+namespace {
+
+// out[e] = in[e] * s (FP32, rounded once): a checkpoint's per-expert weight scale with the
+// activations' global scale folded in.
+__global__ void scale_array(const float* __restrict__ in, float s, float* __restrict__ out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __fmul_rn(in[i], s);
+}
+
+// The top-k combine: out[t, h] = sum_j w[t, j] * y[row_of[t * k + j], h] over j = 0..k-1 in
+// order, skipping ids outside [0, E), each step one FP32 fma (acc = fma(w, y, acc), from acc =
+// 0), rounded once to bf16. A thread owns 8 columns of one token: 16-byte loads and stores.
+template <typename Id, typename Wt>
+__global__ void __launch_bounds__(256) combine_kernel(const __nv_bfloat16* __restrict__ y, int hidden,
+                                                      const int* __restrict__ row_of, const Id* __restrict__ ids,
+                                                      const Wt* __restrict__ weights, int k, int experts, int tokens,
+                                                      __nv_bfloat16* __restrict__ out, long long ld_out) {
+  const int chunks = hidden / 8;
+  const long long total = static_cast<long long>(tokens) * chunks;
+  for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const int t = static_cast<int>(idx / chunks), c = static_cast<int>(idx % chunks);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int j = 0; j < k; ++j) {
+      const long long i = static_cast<long long>(t) * k + j;
+      const long long id = static_cast<long long>(ids[i]);
+      if (id < 0 || id >= experts) continue;
+      const float w = static_cast<float>(weights[i]);
+      const uint4 v = *reinterpret_cast<const uint4*>(y + static_cast<long long>(row_of[i]) * hidden + 8 * c);
+      const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = __bfloat1622float2(p[q]);
+        acc[2 * q] = fmaf(w, f.x, acc[2 * q]);
+        acc[2 * q + 1] = fmaf(w, f.y, acc[2 * q + 1]);
+      }
+    }
+    uint4 o;
+    __nv_bfloat162* po = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) po[q] = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
+    *reinterpret_cast<uint4*>(out + t * ld_out + 8 * c) = o;
+  }
+}
+
+}  // namespace
+
+struct MoeLayer::Impl {
+  MoeLayerWeights weights;
+  MoeLayerOptions options;
+  DeviceInfo device;
+  std::vector<void*> allocations;
+  std::size_t device_bytes = 0;
+  std::unique_ptr<MoeGemm> gemm1, gemm2;
+  int capacity = 0;  // max_tokens x topk: rows of the sorted intermediates
+  int* offsets = nullptr;  // [E + 1]
+  int* gather = nullptr;   // [capacity]
+  int* row_of = nullptr;   // [capacity]
+  std::uint8_t *x_packed = nullptr, *x_scales = nullptr;  // W4A4: quantised tokens [max_tokens, H]
+  __nv_bfloat16* inter = nullptr;                         // [capacity, I]
+  std::uint8_t *i_packed = nullptr, *i_scales = nullptr;  // W4A4: quantised intermediate
+  __nv_bfloat16* y = nullptr;                             // [capacity, H]
+  detail::RunSerializer runs;
+
+  template <typename T>
+  T* allocate(std::size_t bytes, const char* what) {
+    void* p = nullptr;
+    FP4GEMM_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 16)), what);
+    allocations.push_back(p);
+    device_bytes += bytes;
+    return static_cast<T*>(p);
+  }
+  // A per-expert alpha array times a global activation scale, in a plan-owned array (null: none).
+  const float* folded(const float* alpha, float s, cudaStream_t stream) {
+    if (alpha == nullptr || s == 1.0f) return alpha;
+    auto* out = allocate<float>(sizeof(float) * weights.experts, "plan workspace");
+    scale_array<<<(weights.experts + 255) / 256, 256, 0, stream>>>(alpha, s, out, weights.experts);
+    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "plan");
+    return out;
+  }
+  ~Impl() {
+    gemm1.reset();
+    gemm2.reset();
+    for (void* p : allocations) cudaFree(p);
+  }
+};
+
+MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& options) : impl_(std::make_unique<Impl>()) {
+  Impl& p = *impl_;
+  detail::validate_moe_layer(weights, options);
+  if (device_count() == 0) throw Error("device", -1, "no CUDA device is available (no GPU or no driver)");
+  p.device = device_info(options.device);
+  if (!p.device.has_fast_kernel)
+    throw Error("options.device", -1, "no fast kernel for " + p.device.name + ": fp4gemm's MoE layer needs sm_90 (H100/H200)");
+  detail::DeviceGuard guard(p.device.index);
+  p.weights = weights;
+  p.options = options;
+  p.options.device = p.device.index;
+  const MoeLayerWeights& w = p.weights;
+  const MoeLayerOptions& o = p.options;
+  const int E = w.experts, H = w.hidden, I = w.inter, vec = scale_block_size(o.format);
+  const bool w4a4 = o.activations == MoeActivation::fp4;
+  p.capacity = o.max_tokens * o.topk;
+  for (auto [name, a] : {std::pair<const char*, const float*>{"weights.w13_alpha", w.w13_alpha},
+                         {"weights.w13_alpha_up", w.w13_alpha_up},
+                         {"weights.w2_alpha", w.w2_alpha}})
+    if (a != nullptr) detail::check_device_buffer(name, -1, a, 4 * std::int64_t{E}, p.device.index);
+
+  cudaStream_t s = nullptr;  // a private stream: a plan may be built while another stream is captured
+  FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "plan");
+  struct StreamOwner {
+    cudaStream_t s;
+    ~StreamOwner() { cudaStreamDestroy(s); }
+  } owner{s};
+
+  p.offsets = p.allocate<int>(sizeof(int) * (E + 1), "plan workspace");
+  p.gather = p.allocate<int>(sizeof(int) * p.capacity, "plan workspace");
+  p.row_of = p.allocate<int>(sizeof(int) * p.capacity, "plan workspace");
+  p.inter = p.allocate<__nv_bfloat16>(std::size_t{2} * p.capacity * I, "plan workspace");
+  p.y = p.allocate<__nv_bfloat16>(std::size_t{2} * p.capacity * H, "plan workspace");
+  // Rows that no expert computes in a run (ids outside [0, E)) are still quantised between the
+  // GEMMs (the quantiser takes a host row count): keep them defined.
+  FP4GEMM_CUDA_CHECK(cudaMemsetAsync(p.inter, 0, std::size_t{2} * p.capacity * I, s), "plan");
+  if (w4a4) {
+    p.x_packed = p.allocate<std::uint8_t>(std::size_t{1} * o.max_tokens * H / 2, "plan workspace");
+    p.x_scales = p.allocate<std::uint8_t>(std::size_t{1} * o.max_tokens * (H / vec), "plan workspace");
+    p.i_packed = p.allocate<std::uint8_t>(std::size_t{1} * p.capacity * I / 2, "plan workspace");
+    p.i_scales = p.allocate<std::uint8_t>(std::size_t{1} * p.capacity * (I / vec), "plan workspace");
+  }
+
+  // GEMM1: gathered tokens x w13 -> act(gate, up), alphas with a1_scale folded in.
+  const float a1 = w4a4 ? o.a1_scale : 1.0f, a2 = w4a4 ? o.a2_scale : 1.0f;
+  MoeWeights w1;
+  w1.experts = E, w1.n = I, w1.k = H;
+  w1.w = w.w13, w1.scales = w.w13_scales;
+  w1.alpha_device = p.folded(w.w13_alpha, a1, s);
+  w1.alpha = w.w13_alpha == nullptr ? a1 : 1.0f;
+  if (w.w13_alpha_up != nullptr) w1.alpha_up_device = p.folded(w.w13_alpha_up, a1, s);
+  MoeOptions o1;
+  o1.format = o.format, o1.scale_layout = o.scale_layout, o1.out_type = OutType::bf16;
+  o1.activation = o.activations, o1.layout = MoeLayout::contiguous, o1.capacity = p.capacity;
+  o1.device = p.device.index;
+  o1.epilogue = o.activation, o1.gate_up = o.gate_up;
+  o1.swiglu_alpha = o.swiglu_alpha, o1.swiglu_limit = o.swiglu_limit;
+  // GEMM2: the intermediate x w2, alphas with a2_scale folded in.
+  MoeWeights w2;
+  w2.experts = E, w2.n = H, w2.k = I;
+  w2.w = w.w2, w2.scales = w.w2_scales;
+  w2.alpha_device = p.folded(w.w2_alpha, a2, s);
+  w2.alpha = w.w2_alpha == nullptr ? a2 : 1.0f;
+  MoeOptions o2 = o1;
+  o2.epilogue = MoeEpilogue::none;
+  FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(s), "plan");
+  try {
+    p.gemm1 = std::make_unique<MoeGemm>(w1, o1);
+    p.gemm2 = std::make_unique<MoeGemm>(w2, o2);
+  } catch (const Error& e) {  // name the layer's fields, not the GEMMs'
+    std::string arg = e.argument();
+    const bool first = !p.gemm1;
+    if (arg == "weights.w") arg = first ? "weights.w13" : "weights.w2";
+    else if (arg == "weights.scales") arg = first ? "weights.w13_scales" : "weights.w2_scales";
+    throw Error(arg, e.group(), std::string(first ? "GEMM1 (w13): " : "GEMM2 (w2): ") + e.what());
+  }
+  p.runs.create();
+}
+
+MoeLayer::~MoeLayer() = default;
+MoeLayer::MoeLayer(MoeLayer&&) noexcept = default;
+MoeLayer& MoeLayer::operator=(MoeLayer&&) noexcept = default;
+
+namespace {
+
+const MoeLayer::Impl& checked(const std::unique_ptr<MoeLayer::Impl>& impl) {
+  if (!impl) throw Error("plan", -1, "this MoeLayer was moved from and holds nothing");
+  return *impl;
+}
+
+}  // namespace
+
+void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  const MoeLayerWeights& w = p.weights;
+  const MoeLayerOptions& o = p.options;
+  detail::check_moe_layer_args(w, o, args);
+  if (args.tokens == 0) return;
+  detail::DeviceGuard guard(p.device.index);
+  const int E = w.experts, H = w.hidden, I = w.inter, T = args.tokens, k = o.topk;
+  const std::int64_t ldh = args.ld_hidden == 0 ? H : args.ld_hidden, ldo = args.ld_out == 0 ? H : args.ld_out;
+  const std::int64_t rows = std::int64_t{T} * k;
+  const bool w4a4 = o.activations == MoeActivation::fp4;
+
+  p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
+    detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, p.row_of, s);
+    MoeArgs g1;
+    if (w4a4) {
+      QuantizeArgs q;
+      q.format = o.format, q.input = InputType::bf16;
+      q.x = args.hidden, q.ldx = ldh, q.rows = T, q.k = H;
+      q.packed = p.x_packed, q.scales = p.x_scales, q.scale_layout = ScaleLayout::linear;
+      q.global_scale = o.format == Format::nvfp4 ? o.a1_scale : 1.0f;
+      detail::launch_quantize(q, s);
+      g1.a = p.x_packed, g1.lda = H / 2, g1.a_scales = p.x_scales;
+    } else {
+      g1.a = args.hidden, g1.lda = ldh * 2;
+    }
+    g1.expert_offsets = p.offsets, g1.gather_index = p.gather, g1.num_tokens = T;
+    g1.c = p.inter, g1.ldc = I;
+    p.gemm1->run(g1, s);
+
+    MoeArgs g2;
+    if (w4a4) {
+      QuantizeArgs q;
+      q.format = o.format, q.input = InputType::bf16;
+      q.x = p.inter, q.ldx = I, q.rows = rows, q.k = I;
+      q.packed = p.i_packed, q.scales = p.i_scales, q.scale_layout = ScaleLayout::linear;
+      q.global_scale = o.format == Format::nvfp4 ? o.a2_scale : 1.0f;
+      detail::launch_quantize(q, s);
+      g2.a = p.i_packed, g2.lda = I / 2, g2.a_scales = p.i_scales;
+    } else {
+      g2.a = p.inter, g2.lda = std::int64_t{I} * 2;
+    }
+    g2.expert_offsets = p.offsets;
+    g2.c = p.y, g2.ldc = H;
+    p.gemm2->run(g2, s);
+
+    const long long total = static_cast<long long>(T) * (H / 8);
+    const unsigned grid = static_cast<unsigned>(std::min<long long>((total + 255) / 256, 16LL * p.device.multiprocessors));
+    auto* out = static_cast<__nv_bfloat16*>(args.out);
+    auto go = [&](auto id_tag, auto wt_tag) {
+      using Id = decltype(id_tag);
+      using Wt = decltype(wt_tag);
+      combine_kernel<Id, Wt><<<grid, 256, 0, s>>>(p.y, H, p.row_of, static_cast<const Id*>(args.topk_ids),
+                                                  static_cast<const Wt*>(args.topk_weights), k, E, T, out, ldo);
+    };
+    if (args.ids_int64) {
+      if (args.weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
+    } else {
+      if (args.weights_bf16) go(0, __nv_bfloat16{}); else go(0, 0.0f);
+    }
+    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
+  });
+}
+
+void MoeLayer::check(cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  p.runs.after_runs(stream, [](cudaStream_t) {});
+  p.gemm1->check(stream);
+  p.gemm2->check(stream);
+}
+
+std::string MoeLayer::describe() const {
+  const Impl& p = checked(impl_);
+  const MoeLayerOptions& o = p.options;
+  std::ostringstream os;
+  os << "MoE layer on " << p.device.name << ": " << p.weights.experts << " experts, top-" << o.topk << ", H "
+     << p.weights.hidden << ", I " << p.weights.inter << ", " << to_string(o.format) << " weights x "
+     << (o.activations == MoeActivation::fp4 ? to_string(o.format) : "bf16") << " activations, "
+     << to_string(o.activation) << " (" << to_string(o.gate_up) << " w13), up to " << o.max_tokens
+     << " tokens; workspace " << (p.device_bytes + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
+     << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();
+  return os.str();
+}
+
+std::size_t MoeLayer::device_bytes() const {
+  const Impl& p = checked(impl_);
+  return p.device_bytes + p.gemm1->device_bytes() + p.gemm2->device_bytes();
+}
+
+const MoeLayerOptions& MoeLayer::options() const { return checked(impl_).options; }
+
+}  // namespace fp4gemm
