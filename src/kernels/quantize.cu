@@ -3,10 +3,15 @@
 //
 // One thread per scale block (16 / 32 elements): two or four 16-byte loads of a 32- / 64-byte
 // contiguous run (a warp reads 1-2 KB contiguous), amax, the scale code, 16 / 32 nibbles stored
-// as one 8- / 16-byte word, one scale byte (linear, or at its blocked-atom offset). The element
-// rounding takes the exact quotient's round-to-nearest-even: v = fl(|x| / d) is compared with
-// the e2m1 ties, and where v lands exactly on a tie the FMA remainder |x| - v d (exact for a
-// correctly rounded quotient) says whether the true quotient is above, below or on it.
+// as 8-byte words, one scale byte (linear, or at its blocked-atom offset). The element rounding
+// is the exact quotient's round-to-nearest-even, without a division: x / d rounds to code >= c
+// exactly when |x| >= t d (or >, for ties that go down to the even code) for the midpoints t.
+// Three ways to decide that, by the block's divisor d:
+//  - every t d exact in FP32 (MXFP4; NVFP4 with a power-of-two global scale): compare |x| with 7
+//    precomputed thresholds (3 comparisons, a branch-free search);
+//  - otherwise (a calibrated NVFP4 global scale): the sign of one FMA |x| - t d per midpoint;
+//  - d near FP32's under- or overflow: the correctly rounded quotient, ties settled by its FMA
+//    remainder (e2m1_code below).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -77,7 +82,11 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, std:
   const float gs = F == Format::nvfp4 && a.global_scale_device != nullptr ? *a.global_scale_device : a.global_scale;
   for (std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; u < total;
        u += static_cast<std::int64_t>(gridDim.x) * kThreads) {
-    const std::int64_t row = u / blocks_per_row, b = u % blocks_per_row;
+    // (32-bit division when the matrix allows: a 64-bit one costs tens of instructions)
+    const bool small = total < (std::int64_t{1} << 31);
+    const std::int64_t row = small ? static_cast<std::int64_t>(static_cast<std::uint32_t>(u) / static_cast<std::uint32_t>(blocks_per_row))
+                                   : u / blocks_per_row;
+    const std::int64_t b = u - row * blocks_per_row;
     const T* src = static_cast<const T*>(a.x) + row * a.ldx + b * kVec;
     float x[kVec];
 #pragma unroll
@@ -118,20 +127,54 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, std:
       scale = code == 0xFF ? __int_as_float(0x7FC00000) : code == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(code) << 23);
       divisor = scale;
     }
-    std::uint32_t words[kVec / 8];
+    // Nibbles. A scale of 0 or NaN gives all-zero nibbles (formats.hpp's rule).
+    std::uint32_t words[kVec / 8] = {};
+    const bool zero = !(scale > 0.0f);
+    // x / d >= t_i  <=>  |x| >= t_i d, exactly. Fast path: every t_i d exact in FP32 (always for
+    // MXFP4 and for NVFP4 with a power-of-two global scale) and d far from underflow: compare
+    // |x| with thresholds, ties to even folded in (a "greater than" threshold t is ">= the next
+    // float"); the code is a 3-step branch-free search over the 7 sorted thresholds.
+    constexpr float kT[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    float th[7];
+    bool exact = divisor >= 0x1p-120f && divisor < 0x1p120f;
 #pragma unroll
-    for (int w = 0; w < kVec / 8; ++w) {
-      std::uint32_t word = 0;
+    for (int i = 0; i < 7; ++i) {
+      th[i] = __fmul_rn(kT[i], divisor);
+      exact &= fmaf(kT[i], divisor, -th[i]) == 0.0f;
+      // codes 1, 3, 5, 7 are odd: a tie rounds down, so |x| must be strictly above
+      if (i % 2 == 0) th[i] = __int_as_float(__float_as_int(th[i]) + 1);
+    }
+    if (!zero && exact) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const std::uint32_t nib = scale == 0.0f ? 0u : e2m1_code(x[8 * w + i], divisor);
-        word |= nib << (4 * i);
+      for (int i = 0; i < kVec; ++i) {
+        const float v = fabsf(x[i]);
+        std::uint32_t c = v >= th[3] ? 4u : 0u;
+        c += v >= (c ? th[5] : th[1]) ? 2u : 0u;
+        c += v >= (c == 0 ? th[0] : c == 2 ? th[2] : c == 4 ? th[4] : th[6]) ? 1u : 0u;
+        words[i / 8] |= ((signbit(x[i]) ? 8u : 0u) | c) << (4 * (i % 8));
       }
-      words[w] = word;
+    } else if (!zero && divisor >= 0x1p-120f && divisor < 0x1p120f) {
+      // t_i d inexact (NVFP4 with a calibrated global scale): the sign of |x| - t_i d from one
+      // FMA is exact (a nonzero difference is a multiple of 2^-149, so it cannot round to 0).
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        const float v = fabsf(x[i]);
+        std::uint32_t c = 0;
+#pragma unroll
+        for (int t = 0; t < 7; ++t) {
+          const float r = fmaf(-kT[t], divisor, v);
+          c += (t % 2 == 0 ? r > 0.0f : r >= 0.0f) ? 1u : 0u;
+        }
+        words[i / 8] |= ((signbit(x[i]) ? 8u : 0u) | c) << (4 * (i % 8));
+      }
+    } else if (!zero) {  // d near under- or overflow: the exact quotient's rounding via the division
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) words[i / 8] |= e2m1_code(x[i], divisor) << (4 * (i % 8));
     }
     std::uint8_t* dst = static_cast<std::uint8_t*>(a.packed) + row * a.ld_packed + b * (kVec / 2);
-    if constexpr (kVec == 16) *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
-    else *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+    // 8-byte stores: ld_packed need only be a multiple of 8.
+    *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
+    if constexpr (kVec == 32) *reinterpret_cast<uint2*>(dst + 8) = make_uint2(words[2], words[3]);
     auto* sc = static_cast<std::uint8_t*>(a.scales);
     if (a.scale_layout == ScaleLayout::linear) sc[row * blocks_per_row + b] = static_cast<std::uint8_t>(code);
     else sc[formats::detail::blocked_offset<std::int64_t>(row, b, blocks_per_row)] = static_cast<std::uint8_t>(code);

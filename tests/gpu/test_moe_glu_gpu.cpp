@@ -153,9 +153,10 @@ std::vector<int> make_offsets(const GluCase& c, std::mt19937_64& rng, int kind) 
   std::uint8_t* dw_up = separate ? d_w.get() + (c.up_below ? 0 : w_bytes + gap) : nullptr;
   FP4GEMM_TEST_CUDA(cudaMemcpy(dw_gate, w.data(), w_bytes, cudaMemcpyHostToDevice));
   if (separate) FP4GEMM_TEST_CUDA(cudaMemcpy(dw_up, w_up.data(), w_bytes, cudaMemcpyHostToDevice));
-  DeviceBuffer d_s(s_main.size() + s_up.size() + 16);
+  const std::size_t up_at = (s_main.size() + 15) / 16 * 16;  // the up scales: 16-byte aligned, as required
+  DeviceBuffer d_s(up_at + s_up.size() + 16);
   FP4GEMM_TEST_CUDA(cudaMemcpy(d_s.get(), s_main.data(), s_main.size(), cudaMemcpyHostToDevice));
-  if (separate) FP4GEMM_TEST_CUDA(cudaMemcpy(d_s.get() + s_main.size(), s_up.data(), s_up.size(), cudaMemcpyHostToDevice));
+  if (separate) FP4GEMM_TEST_CUDA(cudaMemcpy(d_s.get() + up_at, s_up.data(), s_up.size(), cudaMemcpyHostToDevice));
   DeviceBuffer d_alpha(8 * E);
   FP4GEMM_TEST_CUDA(cudaMemcpy(d_alpha.get(), alpha.data(), 4 * E, cudaMemcpyHostToDevice));
   FP4GEMM_TEST_CUDA(cudaMemcpy(d_alpha.get() + 4 * E, alpha_up.data(), 4 * E, cudaMemcpyHostToDevice));
@@ -166,7 +167,7 @@ std::vector<int> make_offsets(const GluCase& c, std::mt19937_64& rng, int kind) 
   mw.scales = d_s.get(), mw.scale_expert_stride = scale_stride;
   mw.alpha_device = reinterpret_cast<const float*>(d_alpha.get());
   if (c.alpha_up) mw.alpha_up_device = reinterpret_cast<const float*>(d_alpha.get() + 4 * E);
-  if (separate) mw.w_up = dw_up, mw.scales_up = d_s.get() + s_main.size();
+  if (separate) mw.w_up = dw_up, mw.scales_up = d_s.get() + up_at;
   MoeOptions mo;
   mo.format = c.format, mo.scale_layout = c.scale_layout, mo.out_type = c.out, mo.activation = c.act;
   mo.capacity = c.capacity, mo.epilogue = c.epilogue, mo.gate_up = c.gate_up;
