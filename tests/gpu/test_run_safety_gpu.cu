@@ -93,10 +93,20 @@ TEST(RunSafety, ScalesShorterThanTheLayoutRejected) {
   descs[0].sfb = buffer.get() + arena - linear_bytes;
   for (Backend backend : {Backend::fast, Backend::reference})
     expect_error([&] { Plan plan(descs, device.options(backend)); }, "groups[0].sfb", "bytes short");
-  // A pointer past every allocation's end is named too.
+  // A pointer past the allocation's end is named too: it lies in no allocation, or (when the
+  // driver placed another allocation right behind the arena, seen on an H200) in one too short.
   descs = device.descs();
   descs[1].a = buffer.get() + arena;
-  expect_error([&] { Plan plan(descs, device.options(Backend::fast)); }, "groups[1].a", "not in any device allocation");
+  try {
+    Plan plan(descs, device.options(Backend::fast));
+    ADD_FAILURE() << "a pointer past the arena's end accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.argument(), "groups[1].a") << what;
+    EXPECT_TRUE(what.find("not in any device allocation") != std::string::npos ||
+                what.find("bytes short") != std::string::npos)
+        << what;
+  }
   // Exactly the blocked size at the end of the allocation is accepted and right.
   descs = device.descs();
   const std::vector<std::uint8_t>& sfb = problem.groups[0].sfb;
