@@ -131,6 +131,37 @@ struct MoeHostProblem {
 };
 void moe_gemm(const MoeHostProblem& problem, int threads = 0);
 
+// The expert layer (fp4gemm::MoeLayer) on the host, step by step as the device runs it, each step
+// exact and rounded as the device rounds: the stable routing sort; W4A4: the tokens quantised by
+// formats::quantize (global scale a1_scale), W4A16: the bf16 tokens as given; GEMM1 with the FP32
+// GLU epilogue (moe_gemm's glu_fp32) and alphas fl(w13_alpha[e] * a1_scale) -> bf16; W4A4: the
+// intermediate quantised (a2_scale); GEMM2, alpha fl(w2_alpha[e] * a2_scale), exact products
+// rounded once to bf16; the combine: acc = fma(w[t, j], y, acc) in FP32 over j in order, ids
+// outside [0, E) skipped, rounded once to bf16. The device's FP32 sums differ from these exact
+// ones only where they are inexact (never on GPU MODE data for GEMM1; GEMM2's within SPEC §3).
+struct MoeLayerHostProblem {
+  int experts = 0, hidden = 0, inter = 0, topk = 0, tokens = 0;
+  Format format = Format::nvfp4;
+  bool bf16_activations = false;   // W4A16 (mxfp4 weights)
+  DualActivation act{};            // silu or swigluoai
+  int gate_up = 0;                 // 0: w13 stacked (gate rows, then up), 1: interleaved
+  const std::uint8_t* w13 = nullptr;         // [E, 2I, H/2], dense
+  const std::uint8_t* w13_scales = nullptr;  // linear [E, 2I, H/vec]
+  const std::uint8_t* w2 = nullptr;          // [E, H, I/2], dense
+  const std::uint8_t* w2_scales = nullptr;   // linear [E, H, I/vec]
+  const float* w13_alpha = nullptr;          // [E] or null (1)
+  const float* w13_alpha_up = nullptr;       // [E] or null (w13_alpha)
+  const float* w2_alpha = nullptr;           // [E] or null (1)
+  float a1_scale = 1.0f, a2_scale = 1.0f;
+  const std::uint16_t* x = nullptr;          // the hidden states, bf16 bits [T, ld_x]
+  std::int64_t ld_x = 0;
+  const std::int64_t* topk_ids = nullptr;    // [T, topk]
+  const float* topk_weights = nullptr;       // [T, topk]
+  std::uint16_t* out = nullptr;              // bf16 bits [T, ld_out]
+  std::int64_t ld_out = 0;
+};
+void moe_layer(const MoeLayerHostProblem& problem, int threads = 0);
+
 // act(g, u) of a DualActivation in float64 (the dual GEMM reference's formulas).
 double activate(const DualActivation& act, double g, double u);
 

@@ -84,15 +84,41 @@ def unpack_fp4(packed: Any) -> np.ndarray:
     return out
 
 
-def quantize(x: Any, format: str = "nvfp4", scale_layout: str = "linear") -> Tuple[np.ndarray, np.ndarray]:
-    """Quantise float32 [rows, K] to (packed uint8 [rows, K/2], scales).
+def quantize(x: Any, format: str = "nvfp4", scale_layout: str = "linear", global_scale: float = 1.0,
+             stream: Any = None) -> Tuple[Any, Any]:
+    """Quantise [rows, K] values to (packed uint8 [rows, K/2], scales).
 
-    Per block of 16 (nvfp4) / 32 (mxfp4): amax -> scale (nvfp4: amax/6 rounded to E4M3; mxfp4:
-    2^(floor(log2 amax) - 2)), values rounded to nearest even e2m1, saturating. Scales are
-    [rows, K/vec] (linear) or flat in the blocked layout.
+    Per block of 16 (nvfp4) / 32 (mxfp4): nvfp4 S = E4M3(fl(fl(amax/6) / global_scale)) and
+    elements x / fl(S * global_scale) rounded to nearest even e2m1, saturating (NVIDIA's recipe:
+    the values are e2m1 * S * global_scale, the global scale folds into the GEMM's alpha);
+    mxfp4 S = 2^(floor(log2 amax) - 2) (OCP; global_scale must be 1). Special values: formats.hpp.
+    Scales are [rows, K/vec] (linear) or flat in the blocked layout.
+
+    A torch CUDA tensor (bfloat16, float16 or float32) is quantised on its device by one kernel
+    (fp4gemm::quantize_activations, bit for bit this rule), on ``stream`` (default: the current
+    one), without synchronising; the results are torch uint8 tensors. Anything else: NumPy, here.
     """
+    if type(x).__module__.split(".")[0] == "torch" and x.is_cuda:
+        import torch
+
+        if x.dim() != 2:
+            from .api import _argument_error
+
+            raise _argument_error("x", f"must be 2-D [rows, K], got shape {tuple(x.shape)}")
+        vec = 16 if format == "nvfp4" else 32
+        rows, k = x.shape
+        packed = torch.empty((rows, k // 2), dtype=torch.uint8, device=x.device)
+        if scale_layout == "linear":
+            scales = torch.empty((rows, k // vec), dtype=torch.uint8, device=x.device)
+        else:
+            scales = torch.empty(((rows + 127) // 128 * 128) * ((k // vec + 3) // 4 * 4), dtype=torch.uint8,
+                                 device=x.device)
+        s = stream if stream is not None else torch.cuda.current_stream(x.device).cuda_stream
+        _C.quantize_activations(x, packed, scales, format, "linear" if scale_layout == "linear" else "blocked",
+                                float(global_scale), int(s))
+        return packed, scales
     x = _f32(x)
-    packed, scales = _C.quantize(x, format)
+    packed, scales = _C.quantize(x, format, float(global_scale))
     if scale_layout != "linear":
         if scale_layout not in ("blocked", "swizzled", "reordered"):
             raise _C.ArgumentError(f"fp4gemm: scale_layout: must be 'linear' or 'blocked', got {scale_layout!r}")

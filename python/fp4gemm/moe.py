@@ -16,7 +16,10 @@ weights' format) or bf16 (W4A16: ``[rows, K]``, MXFP4 weights). Entry points:
 * :func:`align_routing` — top-k expert ids -> (expert_offsets, gather_index, order), NumPy or torch
   (on the device, graph-capturable);
 * :func:`check` — raise if a run of a cached plan saw bad routing data;
-* ``torch.ops.fp4gemm.moe_grouped_gemm`` (:mod:`fp4gemm.ops`) — the torch custom op.
+* ``torch.ops.fp4gemm.moe_grouped_gemm`` (:mod:`fp4gemm.ops`) — the torch custom op;
+* :class:`MoeLayer` / :func:`fused_experts` — the whole expert layer (vLLM's ``fused_experts``):
+  routing, activation quantisation, GEMM1 + SwiGLU, GEMM2, top-k combine, all on the device
+  (``torch.ops.fp4gemm.fused_experts`` is its custom op).
 
 NumPy arrays run the exact CPU reference (``reference::moe_gemm``) after the same validation.
 """
@@ -26,12 +29,12 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from . import _fp4gemm as _C
-from .api import empty_like_framework
+from .api import _argument_error, empty_like_framework
 from .experts import ExpertWeights  # noqa: F401  (checkpoint loaders: from_modelopt, from_mxfp4)
 
 _MAX_EXPERTS = 512  # fp4gemm::align_routing's and MoeGemm's limit
 
-__all__ = ["ExpertWeights", "MoeGemm", "align_routing", "check", "grouped_gemm"]
+__all__ = ["ExpertWeights", "MoeGemm", "MoeLayer", "align_routing", "check", "fused_experts", "grouped_gemm"]
 
 
 class MoeGemm:
@@ -208,3 +211,126 @@ def align_routing(topk_ids: Any, experts: int):
     order = np.argsort(flat, kind="stable")
     offsets = np.searchsorted(flat[order], np.arange(experts + 1), side="left").astype(np.int32)
     return offsets, (order // k).astype(np.int32), order.astype(np.int64)
+
+
+_ACT_FORMATS = {"nvfp4": ("fp4", "nvfp4"), "mxfp4": ("fp4", "mxfp4"), "bf16": ("bf16", "mxfp4")}
+
+
+def _act_format(act_format: str):
+    if act_format not in _ACT_FORMATS:
+        raise _argument_error("act_format", f"{act_format!r} is not one of 'nvfp4', 'mxfp4', 'bf16'")
+    return _ACT_FORMATS[act_format]
+
+
+class MoeLayer:
+    """The whole MoE expert layer planned once for a weight set (``fp4gemm::MoeLayer``):
+
+        out[t] = sum_j topk_weights[t, j] * down_e(act(gate_e(x_t), up_e(x_t))),  e = topk_ids[t, j]
+
+    w13: packed e2m1 ``[E, 2I, H/2]`` (uint8 or float4_e2m1fn_x2): gate rows then up rows
+        (``gate_up="stacked"``, vLLM's w13) or alternating (``"interleaved"``, gpt-oss).
+    w13_scales / w2_scales: ``scale_layout="blocked"`` (the fast path; per expert the cuBLASLt
+        layout, ``[E, bytes]``) or ``"linear"`` (``[E, rows, K/vec]``, converted once here).
+    w2: packed e2m1 ``[E, H, I/2]``.
+    w13_alpha, w13_alpha_up, w2_alpha: None or float32 ``[E]`` (ModelOpt's ``weight_scale_2``;
+        read here, at plan time: they fold with the activation scales).
+    act_format: 'nvfp4' (W4A4, NVFP4 weights), 'mxfp4' (W4A4, MXFP4) or 'bf16' (W4A16, MXFP4).
+    activation: 'silu' or 'swigluoai' (gpt-oss: ``swiglu_alpha``, ``swiglu_limit``).
+    a1_scale, a2_scale: NVFP4 W4A4 only: the activations' global scales (ModelOpt's ``input_scale``
+        of w13 and w2).
+    max_tokens, topk: the most tokens a run takes (sizes the workspace) and experts per token.
+
+    CUDA arrays plan on their device; NumPy arrays run ``reference::moe_layer`` (the same steps on
+    the host, exact then rounded as the device rounds) after the same checks.
+    """
+
+    def __init__(self, w13: Any, w13_scales: Any, w2: Any, w2_scales: Any, *, max_tokens: int, topk: int,
+                 act_format: str = "nvfp4", activation: str = "silu", gate_up: Optional[str] = None,
+                 scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
+                 a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = 1.702,
+                 swiglu_limit: float = 7.0):
+        acts, fmt = _act_format(act_format)
+        if gate_up is None:
+            gate_up = "interleaved" if activation == "swigluoai" else "stacked"
+        self._layer = _C.MoeLayer(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, fmt, acts,
+                                  scale_layout, activation, gate_up, float(swiglu_alpha), float(swiglu_limit),
+                                  float(a1_scale), float(a2_scale), int(max_tokens), int(topk))
+        self._like = w13
+
+    def run(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None, stream: Any = None):
+        """hidden_states bf16 ``[T, H]`` (T <= max_tokens), topk_ids int32/int64 ``[T, topk]``,
+        topk_weights float32/bf16 ``[T, topk]`` -> out bf16 ``[T, H]`` (allocated when None).
+        Never synchronises; ids outside ``[0, E)`` contribute nothing."""
+        if out is None:
+            out = empty_like_framework(hidden_states, (hidden_states.shape[0], self.hidden), "bfloat16", "out")
+        self._layer.run(hidden_states, topk_ids, topk_weights, out, stream)
+        return out
+
+    __call__ = run
+
+    def check(self, stream: Any = None) -> None:
+        """Synchronises, then raises if a run since the last check saw bad routing data."""
+        self._layer.check(stream)
+
+    def describe(self) -> str:
+        return self._layer.describe()
+
+    def __repr__(self) -> str:
+        return f"fp4gemm.moe.MoeLayer({self.describe()})"
+
+    experts = property(lambda self: self._layer.experts)
+    hidden = property(lambda self: self._layer.hidden)
+    inter = property(lambda self: self._layer.inter)
+    topk = property(lambda self: self._layer.topk)
+    max_tokens = property(lambda self: self._layer.max_tokens)
+    on_host = property(lambda self: self._layer.on_host)
+    device_bytes = property(lambda self: self._layer.device_bytes)
+
+
+def _address(x: Any):
+    if x is None or isinstance(x, (int, float)):
+        return x
+    if hasattr(x, "data_ptr"):
+        return (x.data_ptr(), tuple(x.shape), str(x.dtype), str(getattr(x, "device", "")))
+    iface = getattr(x, "__array_interface__", None) or getattr(x, "__cuda_array_interface__", None)
+    if iface is not None:
+        return (iface["data"][0], tuple(iface["shape"]), str(iface.get("typestr")))
+    return ("id", id(x))
+
+
+_layers: dict = {}
+_retired: list = []  # superseded plans, kept alive: a CUDA graph may still replay them
+
+
+def clear_layer_cache() -> None:
+    """Frees every layer plan :func:`fused_experts` cached (do not replay graphs captured with them)."""
+    _layers.clear()
+    _retired.clear()
+
+
+def fused_experts(hidden_states: Any, w13: Any, w13_scale: Any, w2: Any, w2_scale: Any, topk_weights: Any,
+                  topk_ids: Any, *, activation: str = "silu", act_format: str = "nvfp4", gate_up: Optional[str] = None,
+                  scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
+                  a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = 1.702,
+                  swiglu_limit: float = 7.0, out: Any = None, stream: Any = None):
+    """The MoE expert layer in one call (vLLM's ``fused_experts``); returns bf16 ``[T, H]``.
+
+    Arguments as for :class:`MoeLayer` and its ``run``. The layer plan is cached on the weights'
+    addresses and the options; its workspace is sized for the largest T seen (doubling when a call
+    needs more, so a warm-up call with the largest T before capturing a CUDA graph avoids a plan
+    being built during capture). Superseded plans stay alive until :func:`clear_layer_cache`."""
+    t = hidden_states.shape[0]
+    topk = topk_ids.shape[1]
+    key = (tuple(_address(x) for x in (w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha)), topk,
+           activation, act_format, gate_up, scale_layout, float(a1_scale), float(a2_scale), float(swiglu_alpha),
+           float(swiglu_limit))
+    layer = _layers.get(key)
+    if layer is None or layer.max_tokens < t:
+        if layer is not None:
+            _retired.append(layer)
+        layer = MoeLayer(w13, w13_scale, w2, w2_scale, max_tokens=max(t, 2 * layer.max_tokens if layer else t, 1),
+                         topk=topk, act_format=act_format, activation=activation, gate_up=gate_up,
+                         scale_layout=scale_layout, w13_alpha=w13_alpha, w13_alpha_up=w13_alpha_up, w2_alpha=w2_alpha,
+                         a1_scale=a1_scale, a2_scale=a2_scale, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
+        _layers[key] = layer
+    return layer.run(hidden_states, topk_ids, topk_weights, out=out, stream=stream)

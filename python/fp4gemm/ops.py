@@ -271,3 +271,75 @@ def moe_grouped_gemm_out(
     op(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al, al_t, format or "", scale_layout)
     if eager:
         torch.autograd.graph.increment_version(out)  # as the op's mutates_args does
+
+
+# ---- the whole expert layer ---------------------------------------------------------------------
+
+
+def _fused_experts_impl(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha,
+                        w13_alpha_up, w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale):
+    from . import moe as _moe
+
+    return _moe.fused_experts(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids,
+                              activation=activation, act_format=act_format, gate_up=gate_up or None,
+                              scale_layout=scale_layout, w13_alpha=w13_alpha, w13_alpha_up=w13_alpha_up,
+                              w2_alpha=w2_alpha, a1_scale=a1_scale, a2_scale=a2_scale)
+
+
+@torch.library.custom_op("fp4gemm::fused_experts", mutates_args=())
+def _fused_experts(
+    hidden_states: Tensor,
+    w13: Tensor,
+    w13_scale: Tensor,
+    w2: Tensor,
+    w2_scale: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    w13_alpha: Optional[Tensor],
+    w13_alpha_up: Optional[Tensor],
+    w2_alpha: Optional[Tensor],
+    activation: str,
+    act_format: str,
+    gate_up: str,
+    scale_layout: str,
+    a1_scale: float,
+    a2_scale: float,
+) -> Tensor:
+    return _fused_experts_impl(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha,
+                               w13_alpha_up, w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale,
+                               a2_scale)
+
+
+@_fused_experts.register_fake
+def _fused_experts_fake(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
+                        w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale):
+    if hidden_states.dim() != 2 or w13.dim() != 3:
+        raise _C.ArgumentError("fp4gemm: hidden_states / w13: expected [T, H] and [E, 2I, H/2]")
+    return hidden_states.new_empty(hidden_states.shape, dtype=torch.bfloat16)
+
+
+def fused_experts(
+    hidden_states: Tensor,
+    w13: Tensor,
+    w13_scale: Tensor,
+    w2: Tensor,
+    w2_scale: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    activation: str = "silu",
+    act_format: str = "nvfp4",
+    gate_up: Optional[str] = None,
+    scale_layout: str = "blocked",
+    w13_alpha: Optional[Tensor] = None,
+    w13_alpha_up: Optional[Tensor] = None,
+    w2_alpha: Optional[Tensor] = None,
+    a1_scale: float = 1.0,
+    a2_scale: float = 1.0,
+) -> Tensor:
+    """torch.ops.fp4gemm.fused_experts with defaults (plain eager tensors call the implementation
+    directly); see fp4gemm.moe.fused_experts."""
+    eager = _plain_eager(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
+                         w2_alpha)
+    op = _fused_experts_impl if eager else torch.ops.fp4gemm.fused_experts
+    return op(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up, w2_alpha,
+              activation, act_format, gate_up or "", scale_layout, float(a1_scale), float(a2_scale))

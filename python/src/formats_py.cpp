@@ -34,7 +34,7 @@ std::vector<std::size_t> shape_of(const A& a) {
   return s;
 }
 
-std::pair<NpOut<std::uint8_t>, NpOut<std::uint8_t>> quantize(const F32In& x, nb::handle format) {
+std::pair<NpOut<std::uint8_t>, NpOut<std::uint8_t>> quantize(const F32In& x, nb::handle format, float global_scale) {
   const Format f = parse_format(format);
   if (x.ndim() != 2) throw Error("x", -1, "must be 2-D [rows, K], got " + std::to_string(x.ndim()) + "-D");
   const auto rows = static_cast<std::int64_t>(x.shape(0)), k = static_cast<std::int64_t>(x.shape(1));
@@ -46,7 +46,7 @@ std::pair<NpOut<std::uint8_t>, NpOut<std::uint8_t>> quantize(const F32In& x, nb:
   auto scales = new_array<std::uint8_t>({static_cast<std::size_t>(rows), static_cast<std::size_t>(k / vec)});
   {
     nb::gil_scoped_release release;
-    formats::quantize(f, x.data(), rows, k, k, packed.data(), scales.data());
+    formats::quantize(f, x.data(), rows, k, k, packed.data(), scales.data(), global_scale);
   }
   return {packed, scales};
 }
@@ -106,7 +106,7 @@ NpOut<Out> map_elements(const In& in, Fn fn) {
 }  // namespace
 
 void bind_formats(nb::module_& m) {
-  m.def("quantize", &quantize, nb::arg("x"), nb::arg("format"),
+  m.def("quantize", &quantize, nb::arg("x"), nb::arg("format"), nb::arg("global_scale") = 1.0f,
         "Quantise float32 [rows, K] to (packed uint8 [rows, K/2], linear scales uint8 [rows, K/vec]).");
   m.def("dequantize", &dequantize, nb::arg("packed"), nb::arg("scales"), nb::arg("format"), nb::arg("scale_layout"),
         nb::arg("k") = -1, "Exact dequantisation of packed FP4 rows to float32 [rows, K].");

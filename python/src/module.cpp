@@ -11,6 +11,7 @@
 #include "fp4gemm/moe.hpp"
 #include "grouped.hpp"
 #include "moe.hpp"
+#include "moe_layer.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -25,6 +26,7 @@ using fp4gemm::python::Binding;
 using fp4gemm::python::BoundGemm;
 using fp4gemm::python::MoeBinding;
 using fp4gemm::python::MoeGemmObject;
+using fp4gemm::python::MoeLayerObject;
 
 PyObject* g_argument_error = nullptr;  // fp4gemm.ArgumentError(ValueError)
 PyObject* g_device_error = nullptr;    // fp4gemm.DeviceError(RuntimeError)
@@ -146,6 +148,49 @@ NB_MODULE(_fp4gemm, m) {
       .def_prop_ro("on_host", &MoeGemmObject::on_host)
       .def_prop_ro("device_bytes", &MoeGemmObject::device_bytes);
 
+  nb::class_<MoeLayerObject>(m, "MoeLayer",
+                             "The whole MoE expert layer planned once for a weight set (use fp4gemm.moe.MoeLayer).")
+      .def("__init__",
+           [](MoeLayerObject* self, nb::handle w13, nb::handle w13_scales, nb::handle w2, nb::handle w2_scales,
+              nb::handle w13_alpha, nb::handle w13_alpha_up, nb::handle w2_alpha, nb::handle format,
+              nb::handle act_format, nb::handle scale_layout, const std::string& activation,
+              const std::string& gate_up, float swiglu_alpha, float swiglu_limit, float a1_scale, float a2_scale,
+              int max_tokens, int topk) {
+             fp4gemm::MoeLayerOptions o;
+             const fp4gemm::MoeActivation acts = fp4gemm::python::parse_moe_activation(act_format);
+             o.activations = acts;
+             o.format = format.is_none() ? (acts == fp4gemm::MoeActivation::bf16 ? fp4gemm::Format::mxfp4
+                                                                                 : fp4gemm::Format::nvfp4)
+                                         : fp4gemm::python::parse_format(format);
+             o.scale_layout = fp4gemm::python::parse_layout(scale_layout);
+             if (activation == "silu") o.activation = fp4gemm::MoeEpilogue::silu;
+             else if (activation == "swigluoai") o.activation = fp4gemm::MoeEpilogue::swigluoai;
+             else throw fp4gemm::Error("activation", -1, "'" + activation + "' is not one of 'silu', 'swigluoai'");
+             if (gate_up == "stacked") o.gate_up = fp4gemm::GateUpLayout::stacked;
+             else if (gate_up == "interleaved") o.gate_up = fp4gemm::GateUpLayout::interleaved;
+             else throw fp4gemm::Error("gate_up", -1, "'" + gate_up + "' is not one of 'stacked', 'interleaved'");
+             o.swiglu_alpha = swiglu_alpha, o.swiglu_limit = swiglu_limit;
+             o.a1_scale = a1_scale, o.a2_scale = a2_scale, o.max_tokens = max_tokens, o.topk = topk;
+             new (self) MoeLayerObject(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, o);
+           },
+           "w13"_a, "w13_scales"_a, "w2"_a, "w2_scales"_a, "w13_alpha"_a = nb::none(), "w13_alpha_up"_a = nb::none(),
+           "w2_alpha"_a = nb::none(), "format"_a = nb::none(), "act_format"_a = "fp4", "scale_layout"_a = "blocked",
+           "activation"_a = "silu", "gate_up"_a = "stacked", "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f,
+           "a1_scale"_a = 1.0f, "a2_scale"_a = 1.0f, "max_tokens"_a, "topk"_a)
+      .def("run", &MoeLayerObject::run, "hidden_states"_a, "topk_ids"_a, "topk_weights"_a, "out"_a,
+           "stream"_a = nb::none(), "threads"_a = 0, "Enqueue the layer into `out` (host arrays: run the reference now).")
+      .def("check", &MoeLayerObject::check, "stream"_a = nb::none(),
+           "Synchronise `stream`, then raise if a run since the last check saw bad routing data.")
+      .def("describe", &MoeLayerObject::describe)
+      .def_prop_ro("experts", [](const MoeLayerObject& l) { return l.weights().experts; })
+      .def_prop_ro("hidden", [](const MoeLayerObject& l) { return l.weights().hidden; })
+      .def_prop_ro("inter", [](const MoeLayerObject& l) { return l.weights().inter; })
+      .def_prop_ro("topk", [](const MoeLayerObject& l) { return l.options().topk; })
+      .def_prop_ro("max_tokens", [](const MoeLayerObject& l) { return l.options().max_tokens; })
+      .def_prop_ro("on_host", &MoeLayerObject::on_host)
+      .def_prop_ro("device_bytes", &MoeLayerObject::device_bytes);
+
+
   m.def("moe_grouped_gemm",
         [](nb::handle a, nb::handle a_scales, nb::handle w, nb::handle w_scales, nb::handle expert_offsets,
            nb::handle gather_index, nb::handle out, nb::handle alpha, nb::handle format, nb::handle scale_layout,
@@ -180,6 +225,9 @@ NB_MODULE(_fp4gemm, m) {
         },
         "ids"_a, "ids_int64"_a, "count"_a, "k"_a, "experts"_a, "offsets"_a, "gather"_a, "order"_a, "stream"_a,
         "device"_a, "Device routing alignment on raw CUDA pointers (see fp4gemm.moe.align_routing).");
+  m.def("quantize_activations", &fp4gemm::python::quantize_on_device, "x"_a, "packed"_a, "scales"_a, "format"_a,
+        "scale_layout"_a, "global_scale"_a, "stream"_a,
+        "fp4gemm::quantize_activations on CUDA arrays into packed / scales (use fp4gemm.quantize).");
   m.def("moe_check", [](nb::handle stream) { MoeBinding::get().check(stream); }, "stream"_a = nb::none(),
         "Check every cached MoE plan for bad routing data seen by its runs (synchronises).");
 

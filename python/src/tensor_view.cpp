@@ -83,7 +83,7 @@ DType dtype_from_dlpack(nb::dlpack::dtype t) {
   const int bits = t.bits * t.lanes;
   switch (t.code) {
     case kDLInt:
-      return bits == 8 ? DType::byte : bits == 16 ? DType::raw16 : bits == 32 ? DType::i32 : DType::other;
+      return bits == 8 ? DType::byte : bits == 16 ? DType::raw16 : bits == 32 ? DType::i32 : bits == 64 ? DType::i64 : DType::other;
     case kDLUInt:
       return bits == 8 ? DType::byte : bits == 16 ? DType::raw16 : DType::other;
     case kDLFloat:
@@ -177,6 +177,7 @@ const char* to_string(DType t) {
     case DType::f32: return "float32";
     case DType::raw16: return "int16/uint16";
     case DType::i32: return "int32";
+    case DType::i64: return "int64";
     case DType::other: return "an unsupported dtype";
   }
   return "?";
@@ -239,6 +240,7 @@ bool TensorReader::torch_loaded() {
   torch_.i16 = dt("int16");
   torch_.u16 = dt("uint16");
   torch_.i32 = dt("int32");
+  torch_.i64 = dt("int64");
   torch_.dtype_refs.append(nb::borrow(reinterpret_cast<PyObject*>(torch_.tensor_type)));
   torch_.loaded = true;
   return true;
@@ -265,6 +267,7 @@ DType TensorReader::torch_dtype(nb::handle obj) {
   if (dt == t.f32) return DType::f32;
   if (dt == t.i16 || dt == t.u16) return DType::raw16;
   if (dt == t.i32) return DType::i32;
+  if (dt == t.i64) return DType::i64;
   return DType::other;
 }
 
@@ -308,7 +311,8 @@ TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int 
     throw Error(arg, group, "reports " + std::to_string(v.ndim) + " dimensions but a stride() of another length");
 
   v.dtype = torch_dtype(obj);
-  v.itemsize = (v.dtype == DType::f32 || v.dtype == DType::i32)                                    ? 4
+  v.itemsize = v.dtype == DType::i64                                                               ? 8
+               : (v.dtype == DType::f32 || v.dtype == DType::i32)                                  ? 4
                : (v.dtype == DType::f16 || v.dtype == DType::bf16 || v.dtype == DType::raw16) ? 2
                                                                                               : 1;
 

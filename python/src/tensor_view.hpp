@@ -22,7 +22,7 @@ namespace nb = nanobind;
 // Element types the binding distinguishes. `byte` is any 8-bit integer (raw codes), `raw16` any
 // 16-bit integer (raw output bits), `i32` a signed 32-bit integer (MoE routing: offsets, counts,
 // gather indices).
-enum class DType : std::uint8_t { byte, fp4x2, e4m3, ue8m0, f16, bf16, f32, raw16, i32, other };
+enum class DType : std::uint8_t { byte, fp4x2, e4m3, ue8m0, f16, bf16, f32, raw16, i32, i64, other };
 const char* to_string(DType t);
 
 enum class Framework : std::uint8_t { torch, cupy, numpy, other };
@@ -83,7 +83,7 @@ class TensorReader {
     nb::object raw_stream;  // torch._C._cuda_getCurrentRawStream
     // dtype objects, compared by identity
     PyObject *u8 = nullptr, *i8 = nullptr, *f4x2 = nullptr, *e4m3 = nullptr, *e8m0 = nullptr,
-             *f16 = nullptr, *bf16 = nullptr, *f32 = nullptr, *i16 = nullptr, *u16 = nullptr, *i32 = nullptr;
+             *f16 = nullptr, *bf16 = nullptr, *f32 = nullptr, *i16 = nullptr, *u16 = nullptr, *i32 = nullptr, *i64 = nullptr;
     nb::list dtype_refs;  // keeps the dtype objects alive
   } torch_;
 };

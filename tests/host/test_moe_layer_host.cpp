@@ -6,9 +6,14 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <random>
+#include <vector>
 #include <string>
 
+#include "device/glu.hpp"
+#include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe_layer.hpp"
+#include "fp4gemm/reference.hpp"
 #include "host/core/moe_validate.hpp"
 
 namespace fp4gemm {
@@ -99,6 +104,115 @@ TEST(MoeLayerValidation, EachBadRunFieldNamed) {
   EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.out = nullptr; }), "out");
   // No tokens: nothing to run, the pointers are not needed.
   EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.tokens = 0, a.hidden = nullptr, a.out = nullptr; }), "(nothing thrown)");
+}
+
+
+// reference::moe_layer (routing sort, moe_gemm with gather and GLU, quantisers, combine) against a
+// naive per-token float64 composition of the same steps: no sorting, no gather, dequantised
+// weights. GPU MODE weights and tokens keep every sum exact, so the two must agree bit for bit;
+// ids outside [0, E) and repeated experts included.
+TEST(MoeLayerReference, MatchesANaivePerTokenComposition) {
+  struct Mode {
+    Format f;
+    bool bf16;
+    reference::Activation act;
+    int gate_up;
+  };
+  for (const Mode m : {Mode{Format::nvfp4, false, reference::Activation::silu, 0},
+                       Mode{Format::mxfp4, false, reference::Activation::swigluoai, 1},
+                       Mode{Format::mxfp4, true, reference::Activation::silu, 1}}) {
+    const int E = 5, H = 64, I = 32, k = 3, T = 7, vec = scale_block_size(m.f);
+    std::mt19937_64 rng(77 + static_cast<int>(m.f) + (m.bf16 ? 10 : 0));
+    auto packed = [&](std::size_t bytes) {
+      std::vector<std::uint8_t> v(bytes);
+      static const std::uint8_t kNib[7] = {0x0, 0x1, 0x9, 0x2, 0xA, 0x3, 0xB};  // 0, +-0.5, +-1, +-1.5
+      for (auto& b : v) b = static_cast<std::uint8_t>(kNib[rng() % 7] | (kNib[rng() % 7] << 4));
+      return v;
+    };
+    auto scales = [&](std::size_t n) {
+      std::vector<std::uint8_t> v(n);
+      for (auto& b : v) b = m.f == Format::nvfp4 ? (rng() % 2 ? 0x38 : 0x40) : (rng() % 2 ? 127 : 128);
+      return v;
+    };
+    const auto w13 = packed(std::size_t{E} * 2 * I * H / 2), w2 = packed(std::size_t{E} * H * I / 2);
+    const auto s13 = scales(std::size_t{E} * 2 * I * H / vec), s2 = scales(std::size_t{E} * H * I / vec);
+    std::vector<float> a13(E), a13u(E), a2(E);
+    for (int e = 0; e < E; ++e) a13[e] = std::ldexp(1.0f, static_cast<int>(rng() % 3) - 1), a13u[e] = 0.5f,
+                                a2[e] = 0.75f + 0.125f * e;
+    const float a1 = m.bf16 || m.f == Format::mxfp4 ? 1.0f : 0.5f, a2s = m.bf16 || m.f == Format::mxfp4 ? 1.0f : 0.3f;
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(T) * H), out(static_cast<std::size_t>(T) * H, 0xFFFF),
+        naive(x.size());
+    static const float kVal[7] = {0, 0.5f, -0.5f, 1, -1, 1.5f, -1.5f};
+    for (auto& v : x) v = reference::float_to_bf16_bits(kVal[rng() % 7]);
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(T) * k);
+    std::vector<float> wts(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      ids[i] = i % 11 == 4 ? -1 : i % 13 == 6 ? E : static_cast<std::int64_t>(rng() % E), wts[i] = 0.1f * (1 + rng() % 9);
+    reference::MoeLayerHostProblem p;
+    p.experts = E, p.hidden = H, p.inter = I, p.topk = k, p.tokens = T, p.format = m.f, p.bf16_activations = m.bf16;
+    p.act = reference::DualActivation{m.act}, p.gate_up = m.gate_up;
+    p.w13 = w13.data(), p.w13_scales = s13.data(), p.w2 = w2.data(), p.w2_scales = s2.data();
+    p.w13_alpha = a13.data(), p.w13_alpha_up = a13u.data(), p.w2_alpha = a2.data(), p.a1_scale = a1, p.a2_scale = a2s;
+    p.x = x.data(), p.ld_x = H, p.topk_ids = ids.data(), p.topk_weights = wts.data();
+    p.out = out.data(), p.ld_out = H;
+    reference::moe_layer(p);
+
+    // The naive composition.
+    std::vector<float> xf(x.size()), xq(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) xf[i] = static_cast<float>(reference::bf16_bits_to_double(x[i]));
+    if (m.bf16) {
+      xq = xf;
+    } else {
+      std::vector<std::uint8_t> qp(x.size() / 2), qs(x.size() / vec);
+      formats::quantize(m.f, xf.data(), T, H, H, qp.data(), qs.data(), a1);
+      formats::dequantize(m.f, ScaleLayout::linear, qp.data(), T, H, H / 2, qs.data(), xq.data());
+    }
+    auto dq = [&](const std::vector<std::uint8_t>& w, const std::vector<std::uint8_t>& s, int e, int rows, int kk) {
+      std::vector<float> d(static_cast<std::size_t>(rows) * kk);
+      formats::dequantize(m.f, ScaleLayout::linear, w.data() + static_cast<std::size_t>(e) * rows * kk / 2, rows, kk,
+                          kk / 2, s.data() + static_cast<std::size_t>(e) * rows * (kk / vec), d.data());
+      return d;
+    };
+    for (int t = 0; t < T; ++t) {
+      std::vector<float> acc(H, 0.0f);
+      for (int j = 0; j < k; ++j) {
+        const std::int64_t e = ids[static_cast<std::size_t>(t) * k + j];
+        if (e < 0 || e >= E) continue;
+        const auto d13 = dq(w13, s13, static_cast<int>(e), 2 * I, H), d2 = dq(w2, s2, static_cast<int>(e), H, I);
+        std::vector<float> mid(I);
+        for (int i = 0; i < I; ++i) {
+          const int gr = m.gate_up ? 2 * i : i, ur = m.gate_up ? 2 * i + 1 : I + i;
+          double g = 0, u = 0;
+          for (int h = 0; h < H; ++h)
+            g += double{xq[t * H + h]} * d13[gr * H + h], u += double{xq[t * H + h]} * d13[ur * H + h];
+          const float gf = static_cast<float>(g) * (a13[e] * a1), uf = static_cast<float>(u) * (a13u[e] * a1);
+          const float v = detail::glu_activate(m.act == reference::Activation::silu ? detail::kGluSilu : detail::kGluSwigluOai,
+                                               gf, uf, 1.702f, 7.0f);
+          mid[i] = static_cast<float>(reference::bf16_bits_to_double(reference::float_to_bf16_bits(v)));
+        }
+        if (!m.bf16) {
+          std::vector<std::uint8_t> qp(I / 2), qs(I / vec);
+          formats::quantize(m.f, mid.data(), 1, I, I, qp.data(), qs.data(), a2s);
+          formats::dequantize(m.f, ScaleLayout::linear, qp.data(), 1, I, I / 2, qs.data(), mid.data());
+        }
+        for (int h = 0; h < H; ++h) {
+          double y = 0;
+          for (int i = 0; i < I; ++i) y += double{mid[i]} * d2[h * I + i];
+          const double ya = y * (a2[e] * a2s);
+          const float yb = static_cast<float>(reference::bf16_bits_to_double(reference::float_to_bf16_bits(ya)));
+          acc[h] = std::fma(wts[static_cast<std::size_t>(t) * k + j], yb, acc[h]);
+        }
+      }
+      for (int h = 0; h < H; ++h) naive[t * H + h] = reference::float_to_bf16_bits(acc[h]);
+    }
+    int bad = 0;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (out[i] != naive[i] && bad++ < 5)
+        ADD_FAILURE() << "mode " << to_string(m.f) << (m.bf16 ? " W4A16" : " W4A4") << ": out[" << i / H << ", "
+                      << i % H << "] = " << reference::bf16_bits_to_double(out[i]) << ", naive "
+                      << reference::bf16_bits_to_double(naive[i]);
+    EXPECT_EQ(bad, 0);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,275 @@
+// fp4gemm.moe.MoeLayer for Python: the whole expert layer (fp4gemm::MoeLayer) over DLPack arrays;
+// host (NumPy) arrays run reference::moe_layer after the same checks.
+#include "moe_layer.hpp"
+
+#include <cstring>
+
+#include "checks.hpp"
+#include "fp4gemm/formats.hpp"
+#include "fp4gemm/quantize.hpp"
+#include "fp4gemm/reference.hpp"
+#include "grouped.hpp"
+#include "host/core/moe_validate.hpp"
+
+namespace fp4gemm::python {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& arg, const std::string& message) { throw Error(arg, -1, message); }
+
+std::string shape3(std::int64_t a, std::int64_t b, std::int64_t c) {
+  return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
+}
+
+// Packed e2m1 weights [E, rows, cols/2], dense.
+void check_weight(const TensorView& t, const char* arg, std::int64_t e, std::int64_t rows, std::int64_t k) {
+  if (t.dtype != DType::byte && t.dtype != DType::fp4x2)
+    fail(arg, std::string("has dtype ") + to_string(t.dtype) + "; packed FP4 weights must be uint8 (or float4_e2m1fn_x2)");
+  if (t.ndim != 3 || t.shape[0] != e || t.shape[1] != rows || t.shape[2] != k / 2)
+    fail(arg, "has shape " + t.shape_text() + "; expected " + shape3(e, rows, k / 2));
+  if (!is_row_major_dense(t)) fail(arg, "must be dense and row-major, got strides " + t.strides_text());
+}
+
+// Scales of [E, rows, k] weights: linear [E, rows, k/vec] or blocked [E, bytes] / [E, pad128(rows),
+// pad4(k/vec)], dense.
+void check_scales(const TensorView& t, const char* arg, std::int64_t e, std::int64_t rows, std::int64_t k,
+                  const MoeLayerOptions& o) {
+  check_scale_dtype(t, arg, -1, o.format);
+  const std::int64_t cols = k / scale_block_size(o.format);
+  const std::int64_t blocked = static_cast<std::int64_t>(formats::blocked_scale_bytes(rows, cols));
+  const bool ok = o.scale_layout == ScaleLayout::linear
+                      ? t.ndim == 3 && t.shape[0] == e && t.shape[1] == rows && t.shape[2] == cols
+                      : t.ndim >= 2 && t.shape[0] == e && t.numel() == e * blocked;
+  if (!ok)
+    fail(arg, "has shape " + t.shape_text() + "; expected " +
+                  (o.scale_layout == ScaleLayout::linear
+                       ? shape3(e, rows, cols) + " (linear)"
+                       : "[" + std::to_string(e) + ", " + std::to_string(blocked) + "] (blocked: " +
+                             std::to_string(formats::padded_rows(rows)) + " x " +
+                             std::to_string(formats::padded_scale_cols(cols)) + " per expert)"));
+  if (!is_row_major_dense(t)) fail(arg, "must be dense and row-major, got strides " + t.strides_text());
+}
+
+}  // namespace
+
+MoeLayerObject::MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle w2, nb::handle w2_scales,
+                               nb::handle w13_alpha, nb::handle w13_alpha_up, nb::handle w2_alpha,
+                               const MoeLayerOptions& options) {
+  options_ = options;
+  Binding& bind = Binding::get();
+  TensorReader& reader = bind.reader();
+  Keepalive keep;
+  const TensorView v13 = reader.read(w13, "w13", -1, false, keep);
+  const TensorView v13s = reader.read(w13_scales, "w13_scales", -1, false, keep);
+  const TensorView v2 = reader.read(w2, "w2", -1, false, keep);
+  const TensorView v2s = reader.read(w2_scales, "w2_scales", -1, false, keep);
+  if (v13.ndim != 3) fail("w13", "must be 3-D [experts, 2 * inter, hidden / 2], got shape " + v13.shape_text());
+  if (v2.ndim != 3) fail("w2", "must be 3-D [experts, hidden, inter / 2], got shape " + v2.shape_text());
+  MoeLayerWeights& w = weights_;
+  w.experts = static_cast<int>(v13.shape[0]);
+  w.hidden = static_cast<int>(2 * v13.shape[2]);
+  w.inter = static_cast<int>(v13.shape[1] / 2);
+  if (v13.shape[1] % 2 != 0) fail("w13", "has " + std::to_string(v13.shape[1]) + " rows per expert; gate and up need 2 * inter");
+  check_weight(v13, "w13", w.experts, 2 * std::int64_t{w.inter}, w.hidden);
+  check_weight(v2, "w2", w.experts, w.hidden, 2 * v2.shape[2]);
+  if (2 * v2.shape[2] != w.inter)
+    fail("w2", "has shape " + v2.shape_text() + "; expected " + shape3(w.experts, w.hidden, w.inter / 2) +
+                   " (inter from w13: " + std::to_string(w.inter) + ")");
+  check_scales(v13s, "w13_scales", w.experts, 2 * std::int64_t{w.inter}, w.hidden, options_);
+  check_scales(v2s, "w2_scales", w.experts, w.hidden, w.inter, options_);
+  cuda_ = v13.cuda;
+  device_ = v13.device;
+  framework_ = v13.framework;
+  for (const auto& [v, name] : {std::pair{&v13s, "w13_scales"}, std::pair{&v2, "w2"}, std::pair{&v2s, "w2_scales"}})
+    if (v->cuda != cuda_ || (cuda_ && v->device != device_))
+      fail(name, "is on " + v->device_text() + " but w13 is on " + v13.device_text() +
+                     "; all arrays of a layer must live on one device");
+  w.w13 = reinterpret_cast<const void*>(v13.ptr), w.w13_scales = reinterpret_cast<const void*>(v13s.ptr);
+  w.w2 = reinterpret_cast<const void*>(v2.ptr), w.w2_scales = reinterpret_cast<const void*>(v2s.ptr);
+  const float** alpha_slots[3] = {&w.w13_alpha, &w.w13_alpha_up, &w.w2_alpha};
+  const char* alpha_names[3] = {"w13_alpha", "w13_alpha_up", "w2_alpha"};
+  nb::handle alphas[3] = {w13_alpha, w13_alpha_up, w2_alpha};
+  for (int i = 0; i < 3; ++i) {
+    if (alphas[i].is_none()) continue;
+    const TensorView a = reader.read(alphas[i], alpha_names[i], -1, false, keep);
+    if (a.dtype != DType::f32 || a.ndim != 1 || a.shape[0] != w.experts || (w.experts > 1 && a.strides[0] != 1))
+      fail(alpha_names[i], "must be a float32 array of one value per expert [" + std::to_string(w.experts) +
+                               "] with unit stride, got " + to_string(a.dtype) + " of shape " + a.shape_text());
+    if (a.cuda != cuda_ || (cuda_ && a.device != device_))
+      fail(alpha_names[i], "is on " + a.device_text() + " but w13 is on " + v13.device_text());
+    *alpha_slots[i] = reinterpret_cast<const float*>(a.ptr);
+    refs_.append(nb::borrow(alphas[i]));
+  }
+  for (nb::handle h : {w13, w13_scales, w2, w2_scales}) refs_.append(nb::borrow(h));
+  detail::validate_moe_layer(w, options_);
+  if (cuda_) {
+    options_.device = device_;
+    const cudaStream_t s = bind.resolve_stream(nb::none(), v13.framework, device_);
+    layer_ = build_outside_capture(Binding::is_capturing(s), [&] { return std::make_shared<const MoeLayer>(w, options_); });
+    return;
+  }
+  // Host: linear scales for the reference (blocked ones converted per expert).
+  auto linear = [&](const TensorView& v, std::int64_t rows, std::int64_t k) {
+    const std::int64_t cols = k / scale_block_size(options_.format);
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(w.experts * rows * cols));
+    const auto* src = reinterpret_cast<const std::uint8_t*>(v.ptr);
+    if (options_.scale_layout == ScaleLayout::linear) {
+      std::memcpy(out.data(), src, out.size());
+    } else {
+      const std::size_t blocked = formats::blocked_scale_bytes(rows, cols);
+      for (int e = 0; e < w.experts; ++e)
+        formats::blocked_to_linear(src + e * blocked, rows, cols, out.data() + static_cast<std::size_t>(e) * rows * cols);
+    }
+    return out;
+  };
+  host_w13_scales_ = linear(v13s, 2 * std::int64_t{w.inter}, w.hidden);
+  host_w2_scales_ = linear(v2s, w.hidden, w.inter);
+}
+
+void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out,
+                         nb::handle stream, int threads) {
+  TensorReader& reader = Binding::get().reader();
+  Keepalive keep;
+  const TensorView x = reader.read(hidden, "hidden_states", -1, false, keep);
+  const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep);
+  const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep);
+  const TensorView y = reader.read(out, "out", -1, true, keep);
+  const MoeLayerWeights& w = weights_;
+  const int k = options_.topk;
+  for (const auto& [v, name] : {std::pair{&x, "hidden_states"}, std::pair{&ids, "topk_ids"},
+                                std::pair{&wt, "topk_weights"}, std::pair{&y, "out"}})
+    if (v->cuda != cuda_ || (cuda_ && v->device != device_))
+      fail(name, "is on " + v->device_text() + " but the layer's weights are on " +
+                     (cuda_ ? "cuda:" + std::to_string(device_) : std::string("cpu")));
+  if (x.dtype != DType::bf16 && x.dtype != DType::raw16)
+    fail("hidden_states", std::string("has dtype ") + to_string(x.dtype) + "; expected bfloat16");
+  if (x.ndim != 2 || x.shape[1] != w.hidden)
+    fail("hidden_states", "has shape " + x.shape_text() + "; expected [T, " + std::to_string(w.hidden) + "]");
+  const std::int64_t T = x.shape[0];
+  if (x.strides[1] != 1 && w.hidden > 1) fail("hidden_states", "must be contiguous along the hidden dimension");
+  const bool ids64 = ids.dtype == DType::i64;
+  if (ids.dtype != DType::i32 && !ids64)
+    fail("topk_ids", std::string("has dtype ") + to_string(ids.dtype) + "; expected int32 or int64");
+  if (ids.ndim != 2 || ids.shape[0] != T || ids.shape[1] != k || !is_row_major_dense(ids))
+    fail("topk_ids", "must be a dense [T, topk] = [" + std::to_string(T) + ", " + std::to_string(k) +
+                         "] array, got shape " + ids.shape_text() + " strides " + ids.strides_text());
+  const bool wbf16 = wt.dtype == DType::bf16;
+  if (wt.dtype != DType::f32 && !wbf16)
+    fail("topk_weights", std::string("has dtype ") + to_string(wt.dtype) + "; expected float32 or bfloat16");
+  if (wt.ndim != 2 || wt.shape[0] != T || wt.shape[1] != k || !is_row_major_dense(wt))
+    fail("topk_weights", "must be a dense [T, topk] = [" + std::to_string(T) + ", " + std::to_string(k) +
+                             "] array, got shape " + wt.shape_text());
+  if (y.dtype != DType::bf16 && y.dtype != DType::raw16)
+    fail("out", std::string("has dtype ") + to_string(y.dtype) + "; expected bfloat16");
+  if (y.ndim != 2 || y.shape[0] != T || y.shape[1] != w.hidden || (w.hidden > 1 && y.strides[1] != 1))
+    fail("out", "has shape " + y.shape_text() + "; expected [T, " + std::to_string(w.hidden) + "], contiguous rows");
+  if (T > options_.max_tokens)
+    fail("hidden_states", std::to_string(T) + " tokens; this layer was planned for at most " +
+                              std::to_string(options_.max_tokens) + " (max_tokens)");
+  MoeLayerArgs a;
+  a.hidden = reinterpret_cast<const void*>(x.ptr), a.ld_hidden = T > 1 ? x.strides[0] : w.hidden;
+  a.topk_ids = reinterpret_cast<const void*>(ids.ptr), a.ids_int64 = ids64;
+  a.topk_weights = reinterpret_cast<const void*>(wt.ptr), a.weights_bf16 = wbf16;
+  a.tokens = static_cast<int>(T);
+  a.out = reinterpret_cast<void*>(y.ptr), a.ld_out = T > 1 ? y.strides[0] : w.hidden;
+  detail::check_moe_layer_args(w, options_, a);
+  if (layer_) {
+    const cudaStream_t s = Binding::get().resolve_stream(stream, x.framework, device_);
+    layer_->run(a, s);
+    return;
+  }
+  // Host: the reference composition.
+  const std::int64_t n = T * k;
+  std::vector<std::int64_t> id64(static_cast<std::size_t>(n));
+  std::vector<float> wf(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (ids64) std::memcpy(&id64[i], reinterpret_cast<const std::uint8_t*>(ids.ptr) + 8 * i, 8);
+    else id64[i] = reinterpret_cast<const std::int32_t*>(ids.ptr)[i];
+    if (wbf16) {
+      std::uint16_t b;
+      std::memcpy(&b, reinterpret_cast<const std::uint8_t*>(wt.ptr) + 2 * i, 2);
+      wf[i] = static_cast<float>(reference::bf16_bits_to_double(b));
+    } else {
+      wf[i] = reinterpret_cast<const float*>(wt.ptr)[i];
+    }
+  }
+  reference::MoeLayerHostProblem p;
+  p.experts = w.experts, p.hidden = w.hidden, p.inter = w.inter, p.topk = k, p.tokens = static_cast<int>(T);
+  p.format = options_.format, p.bf16_activations = options_.activations == MoeActivation::bf16;
+  p.act = reference::DualActivation{options_.activation == MoeEpilogue::silu ? reference::Activation::silu
+                                                                            : reference::Activation::swigluoai,
+                                    options_.swiglu_alpha, options_.swiglu_limit};
+  p.gate_up = options_.gate_up == GateUpLayout::stacked ? 0 : 1;
+  p.w13 = static_cast<const std::uint8_t*>(w.w13), p.w13_scales = host_w13_scales_.data();
+  p.w2 = static_cast<const std::uint8_t*>(w.w2), p.w2_scales = host_w2_scales_.data();
+  p.w13_alpha = w.w13_alpha, p.w13_alpha_up = w.w13_alpha_up, p.w2_alpha = w.w2_alpha;
+  p.a1_scale = options_.a1_scale, p.a2_scale = options_.a2_scale;
+  p.x = reinterpret_cast<const std::uint16_t*>(x.ptr), p.ld_x = a.ld_hidden;
+  p.topk_ids = id64.data(), p.topk_weights = wf.data();
+  p.out = reinterpret_cast<std::uint16_t*>(y.ptr), p.ld_out = a.ld_out;
+  nb::gil_scoped_release release;
+  reference::moe_layer(p, threads);
+}
+
+void MoeLayerObject::check(nb::handle stream) const {
+  if (!layer_) return;
+  const cudaStream_t s = Binding::get().resolve_stream(stream, framework_, device_);
+  nb::gil_scoped_release release;
+  layer_->check(s);
+}
+
+std::string MoeLayerObject::describe() const {
+  if (layer_) return layer_->describe();
+  const MoeLayerWeights& w = weights_;
+  return "CPU reference (host arrays): MoE layer, " + std::to_string(w.experts) + " experts, top-" +
+         std::to_string(options_.topk) + ", H " + std::to_string(w.hidden) + ", I " + std::to_string(w.inter) + ", " +
+         to_string(options_.format) + " weights x " +
+         (options_.activations == MoeActivation::fp4 ? to_string(options_.format) : "bf16") + " activations, " +
+         to_string(options_.activation);
+}
+
+
+void quantize_on_device(nb::handle x, nb::handle packed, nb::handle scales, nb::handle format, nb::handle layout,
+                        float global_scale, std::uintptr_t stream) {
+  TensorReader& reader = Binding::get().reader();
+  Keepalive keep;
+  const TensorView vx = reader.read(x, "x", -1, false, keep);
+  const TensorView vp = reader.read(packed, "packed", -1, true, keep);
+  const TensorView vs = reader.read(scales, "scales", -1, true, keep);
+  QuantizeArgs a;
+  a.format = parse_format(format);
+  a.scale_layout = parse_layout(layout);
+  if (!vx.cuda) fail("x", "must be a CUDA array (host arrays: fp4gemm.quantize quantises NumPy arrays)");
+  for (const auto& [v, name] : {std::pair{&vp, "packed"}, std::pair{&vs, "scales"}})
+    if (!v->cuda || v->device != vx.device) fail(name, "is on " + v->device_text() + " but x is on " + vx.device_text());
+  a.input = vx.dtype == DType::bf16 ? InputType::bf16 : vx.dtype == DType::f16 ? InputType::f16
+            : vx.dtype == DType::f32 ? InputType::f32 : (fail("x", std::string("has dtype ") + to_string(vx.dtype) +
+                                                                    "; expected bfloat16, float16 or float32"),
+                                                        InputType::f32);
+  if (vx.ndim != 2 || (vx.shape[1] > 1 && vx.strides[1] != 1))
+    fail("x", "must be 2-D [rows, K] and contiguous along K, got shape " + vx.shape_text());
+  a.x = reinterpret_cast<const void*>(vx.ptr), a.rows = vx.shape[0], a.k = vx.shape[1];
+  a.ldx = vx.shape[0] > 1 ? vx.strides[0] : vx.shape[1];
+  const int vec = scale_block_size(a.format);
+  if (vp.dtype != DType::byte || vp.ndim != 2 || vp.shape[0] != a.rows || vp.shape[1] != a.k / 2 || !is_row_major_dense(vp))
+    fail("packed", "must be a dense uint8 [rows, K/2] array, got shape " + vp.shape_text());
+  a.packed = reinterpret_cast<void*>(vp.ptr), a.ld_packed = a.k / 2;
+  const std::int64_t want = static_cast<std::int64_t>(formats::scale_bytes(a.scale_layout, a.rows, a.k / vec));
+  if ((vs.dtype != DType::byte && vs.dtype != DType::e4m3 && vs.dtype != DType::ue8m0) || vs.numel() != want ||
+      !is_row_major_dense(vs))
+    fail("scales", "must be a dense uint8 array of " + std::to_string(want) + " bytes, got shape " + vs.shape_text());
+  a.scales = reinterpret_cast<void*>(vs.ptr);
+  a.global_scale = global_scale;
+  int previous = -1;
+  cudaGetDevice(&previous);
+  if (previous != vx.device) cudaSetDevice(vx.device);
+  try {
+    detail::launch_quantize(a, reinterpret_cast<cudaStream_t>(stream));
+  } catch (...) {
+    if (previous >= 0 && previous != vx.device) cudaSetDevice(previous);
+    throw;
+  }
+  if (previous >= 0 && previous != vx.device) cudaSetDevice(previous);
+}
+
+}  // namespace fp4gemm::python

@@ -1,0 +1,166 @@
+"""GPU tier for the whole expert layer (torch + CUDA): fp4gemm.moe.MoeLayer / fused_experts against
+the host reference composition (the NumPy path: reference::moe_layer) on the same weights; the
+torch op in a CUDA graph replayed with a new routing each time and under
+torch.compile(fullgraph=True); the GPU quantiser (fp4gemm.quantize on CUDA tensors) against the
+host one, bit for bit; determinism; host overhead per call (printed, not asserted)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the GPU tier needs torch and a CUDA device)")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+import fp4gemm  # noqa: E402
+from fp4gemm import moe, ops  # noqa: E402
+
+from test_moe_layer_host import BF16, _blocked, _problem  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fast_kernel_only(backend):
+    if backend != "auto":
+        pytest.skip(f"the MoE layer runs only the fast kernel (sm_90); this tier runs backend {backend!r}")
+
+
+def cuda(x):
+    if x.dtype == BF16:
+        return torch.from_numpy(np.ascontiguousarray(x).view(np.int16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(np.ascontiguousarray(x)).cuda()
+
+
+def host(t):
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).cpu().numpy().view(BF16)
+    return t.cpu().numpy()
+
+
+def _rel(got, want):
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+
+
+def _layers(p, **kw):
+    """The same layer on the host (reference) and on the GPU (blocked scales there)."""
+    k = p["ids"].shape[1]
+    common = dict(topk=k, act_format=p["act"], gate_up=p["gate_up"], **kw)
+    href = moe.MoeLayer(p["w13"], p["s13"], p["w2"], p["s2"], max_tokens=64, scale_layout="linear", **common)
+    dev = moe.MoeLayer(cuda(p["w13"]), cuda(_blocked(p["s13"])), cuda(p["w2"]), cuda(_blocked(p["s2"])), max_tokens=64,
+                       scale_layout="blocked", **common)
+    return href, dev
+
+
+@pytest.mark.parametrize("fmt,act,activation,gate_up", [("nvfp4", "nvfp4", "silu", "stacked"),
+                                                        ("mxfp4", "mxfp4", "swigluoai", "interleaved"),
+                                                        ("mxfp4", "bf16", "silu", "stacked")])
+def test_layer_matches_the_host_composition(fmt, act, activation, gate_up):
+    p = _problem(fmt, act, e=16, h=256, i=128, k=4, t=40, seed=21, gate_up=gate_up)
+    kw = dict(activation=activation)
+    if act == "nvfp4":
+        kw.update(a1_scale=0.5, a2_scale=0.125)
+    href, dev = _layers(p, **kw)
+    want = href.run(p["x"], p["ids"], p["wts"])
+    out = torch.full((40, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+    got = dev.run(cuda(p["x"]), cuda(p["ids"]), cuda(p["wts"]), out=out)
+    again = dev.run(cuda(p["x"]), cuda(p["ids"]), cuda(p["wts"]))
+    torch.cuda.synchronize()
+    dev.check()
+    assert not torch.isnan(got).any()
+    assert torch.equal(got.view(torch.int16), again.view(torch.int16)), "two runs differ"
+    # GEMM1 is exact on these values (the intermediate is the reference's bit for bit); GEMM2's
+    # FP32 sums and the bf16 rounding of its output differ from the exact ones by ulps.
+    g = host(got).astype(np.float32)
+    w = want.astype(np.float32)
+    assert _rel(g, w) < 2.0**-7, _rel(g, w)
+    assert np.mean(g == w) > 0.5
+
+
+def test_fused_experts_graph_replayed_with_new_routings():
+    p = _problem("nvfp4", "nvfp4", e=32, h=128, i=64, k=4, t=24, seed=23)
+    w13, s13, w2, s2 = cuda(p["w13"]), cuda(_blocked(p["s13"])), cuda(p["w2"]), cuda(_blocked(p["s2"]))
+    x, ids, wts = cuda(p["x"]), cuda(p["ids"]), cuda(p["wts"])
+    href = moe.MoeLayer(p["w13"], p["s13"], p["w2"], p["s2"], max_tokens=24, topk=4, scale_layout="linear",
+                        a1_scale=0.5)
+    moe.clear_layer_cache()
+    ops.fused_experts(x, w13, s13, w2, s2, wts, ids, a1_scale=0.5)  # warm-up: builds the plan
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ops.fused_experts(x, w13, s13, w2, s2, wts, ids, a1_scale=0.5)
+    rng = np.random.default_rng(5)
+    for i in range(100):
+        new = _problem("nvfp4", "nvfp4", e=32, h=128, i=64, k=4, t=24, seed=1000 + i)
+        ids_np = new["ids"].copy()
+        if i % 3 == 0:
+            ids_np[:, 0] = rng.integers(0, 2)  # a hot expert
+        x.copy_(cuda(new["x"]))
+        ids.copy_(cuda(ids_np))
+        wts.copy_(cuda(new["wts"]))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = href.run(new["x"], ids_np, new["wts"]).astype(np.float32)
+        got = host(out).astype(np.float32)
+        assert _rel(got, want) < 2.0**-7, (i, _rel(got, want))
+
+
+def test_fused_experts_under_torch_compile():
+    p = _problem("mxfp4", "bf16", e=8, h=128, i=64, k=2, t=16, seed=25)
+    w13, s13, w2, s2 = cuda(p["w13"]), cuda(_blocked(p["s13"])), cuda(p["w2"]), cuda(_blocked(p["s2"]))
+
+    def fn(x, ids, wts):
+        return ops.fused_experts(x, w13, s13, w2, s2, wts, ids, act_format="bf16").float() * 2.0
+
+    compiled = torch.compile(fn, fullgraph=True)
+    for seed in range(4):
+        new = _problem("mxfp4", "bf16", e=8, h=128, i=64, k=2, t=16, seed=100 + seed)
+        args = (cuda(new["x"]), cuda(new["ids"]), cuda(new["wts"]))
+        eager = fn(*args)
+        got = compiled(*args)
+        torch.cuda.synchronize()
+        assert torch.equal(got, eager)
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("layout", ["linear", "blocked"])
+def test_gpu_quantiser_matches_the_host_one(fmt, dtype, layout):
+    rng = np.random.default_rng(31)
+    x = (rng.standard_normal((300, 512)) * np.exp2(rng.integers(-8, 8, (300, 1)))).astype(np.float32)
+    x[3, :16] = 0.0
+    x[5, 7] = np.inf
+    tx = torch.from_numpy(x).to(getattr(torch, dtype)).cuda()
+    xr = tx.float().cpu().numpy()  # the values the GPU sees
+    gs = 0.0123 if fmt == "nvfp4" else 1.0
+    p, s = fp4gemm.quantize(tx, fmt, scale_layout=layout, global_scale=gs)
+    hp, hs = fp4gemm.quantize(xr, fmt, scale_layout=layout, global_scale=gs)
+    torch.cuda.synchronize()
+    assert np.array_equal(p.cpu().numpy(), hp)
+    assert np.array_equal(s.cpu().numpy().reshape(-1), np.asarray(hs).reshape(-1))
+
+
+def test_host_overhead_per_call_printed():
+    p = _problem("nvfp4", "nvfp4", e=16, h=256, i=128, k=4, t=8, seed=41)
+    w13, s13, w2, s2 = cuda(p["w13"]), cuda(_blocked(p["s13"])), cuda(p["w2"]), cuda(_blocked(p["s2"]))
+    x, ids, wts = cuda(p["x"]), cuda(p["ids"]), cuda(p["wts"])
+    out = torch.empty_like(x)
+    layer = moe.MoeLayer(w13, s13, w2, s2, max_tokens=8, topk=4)
+    for fn, name in [(lambda: layer.run(x, ids, wts, out=out), "MoeLayer.run"),
+                     (lambda: ops.fused_experts(x, w13, s13, w2, s2, wts, ids), "ops.fused_experts"),
+                     (lambda: torch.ops.fp4gemm.fused_experts(x, w13, s13, w2, s2, wts, ids, None, None, None, "silu",
+                                                              "nvfp4", "", "blocked", 1.0, 1.0),
+                      "torch.ops.fp4gemm.fused_experts")]:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        n = 200
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host_us = (time.perf_counter() - t0) / n * 1e6
+        torch.cuda.synchronize()
+        print(f"\n[host overhead] {name}: {host_us:.1f} us per call (enqueue only)")
