@@ -101,3 +101,117 @@ SEED_CASES = [
     dict(m=[192, 320], n=[3072] * 2, k=[4096] * 2, g=2, seed=1111),
     dict(m=[128, 384], n=[4096] * 2, k=[1536] * 2, g=2, seed=1111),
 ]
+
+
+# ---- nvfp4_dual_gemm: C = silu(A B1^T) * (A B2^T) -------------------------------------------------
+# Input: the 10-tuple (a, b1, b2, sfa, sfb1, sfb2, sfa_permuted, sfb1_permuted, sfb2_permuted, c):
+# a [m, k/2, l], b1 / b2 [n, k/2, l] (float4_e2m1fn_x2), sfa [m, k/16, l] / sfb* [n, k/16, l]
+# (float8_e4m3fn, linear), the same scales "permuted" (the blocked layout as a (32, 4, rest_m, 4,
+# rest_k, l) view), c [m, n, l] float16. Each batch index runs fp4gemm's MoE GEMM with one expert,
+# the gate (b1) and up (b2) rows read in place as a separate-layout GLU (one fused kernel: A read
+# and dequantised once, both products in FP32, SiLU and the product in FP32, rounded once).
+
+
+def _linear_from_permuted(p, rows, cols):
+    """The linear [rows, cols] scales of one batch of GPU MODE's permuted blocked view (32, 4,
+    rest_m, 4, rest_k): element (r, c) sits at [r % 32, (r % 128) // 32, r // 128, c % 4, c // 4]."""
+    rm, rk = p.shape[2], p.shape[4]
+    return p.permute(2, 1, 0, 4, 3).reshape(rm * 128, rk * 4)[:rows, :cols]
+
+
+_dual_plans: dict = {}
+
+
+def _dual_plan(b1, b2, m, n, k, device):
+    """A cached single-expert GLU plan bound to b1 / b2's addresses, with persistent linear-scale
+    buffers that every call refills (the plan converts them at every run: rescale_each_run)."""
+    import torch
+
+    from . import moe
+
+    key = (b1.data_ptr(), b2.data_ptr(), tuple(b1.stride()), m, n, k, str(device))
+    entry = _dual_plans.get(key)
+    if entry is None:
+        s1 = torch.empty((1, n, k // 16), dtype=torch.uint8, device=device)
+        s2 = torch.empty((1, n, k // 16), dtype=torch.uint8, device=device)
+        sa = torch.empty((m, k // 16), dtype=torch.uint8, device=device)
+        offsets = torch.tensor([0, m], dtype=torch.int32, device=device)
+        plan = moe.MoeGemm(b1.unsqueeze(0), s1, format="nvfp4", scale_layout="linear", out_dtype="float16",
+                           capacity=m, epilogue="silu", gate_up="separate", w_up=b2.unsqueeze(0), w_up_scales=s2,
+                           rescale_each_run=True)
+        entry = _dual_plans[key] = (plan, s1, s2, sa, offsets)
+        if len(_dual_plans) > 64:
+            _dual_plans.pop(next(iter(_dual_plans)))
+    return entry
+
+
+def dual_gemm_custom_kernel(data):
+    """GPU MODE ``nvfp4_dual_gemm`` drop-in: writes ``c = silu(a @ b1.T) * (a @ b2.T)`` (float16)
+    per batch index and returns c. Bit for bit fp4gemm's reference with the FP32 epilogue
+    (``reference::moe_gemm`` glu_fp32: SiLU from the exact FP32 sums) on GPU MODE's values."""
+    a, b1, b2, _sfa, _sfb1, _sfb2, sfa_p, sfb1_p, sfb2_p, c = data
+    m, half_k, l = a.shape
+    n, k = b1.shape[0], 2 * half_k
+    if tuple(b2.shape) != tuple(b1.shape) or tuple(c.shape) != (m, n, l):
+        raise _argument_error("data", f"shapes a {tuple(a.shape)}, b1 {tuple(b1.shape)}, b2 {tuple(b2.shape)}, "
+                                      f"c {tuple(c.shape)} do not form a dual GEMM (m, n, k = {m}, {n}, {k})")
+    import torch
+
+    u8 = torch.uint8
+    for i in range(l):
+        w1, w2 = b1[:, :, i].view(u8), b2[:, :, i].view(u8)
+        plan, s1, s2, sa, offsets = _dual_plan(w1, w2, m, n, k, a.device)
+        s1[0].copy_(_linear_from_permuted(sfb1_p[..., i].view(u8), n, k // 16))
+        s2[0].copy_(_linear_from_permuted(sfb2_p[..., i].view(u8), n, k // 16))
+        sa.copy_(_linear_from_permuted(sfa_p[..., i].view(u8), m, k // 16))
+        plan.run(a[:, :, i].view(u8), sa, expert_offsets=offsets, out=c[:, :, i])
+    return c
+
+
+def dual_generate_input(m, n, k, l=1, seed=1111, device="cuda"):
+    """A GPU MODE-shaped dual-GEMM input with GPU MODE's values (e2m1 {0, +-0.5, +-1, +-1.5}, scales
+    {1, 2}; our own generator, the task's layouts): every FP32 sum is exact."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    nib = torch.tensor([0x0, 0x1, 0x9, 0x2, 0xA, 0x3, 0xB], dtype=torch.uint8)
+
+    def packed(rows):
+        lo = nib[torch.randint(0, 7, (l, rows, k // 2), generator=g)]
+        hi = nib[torch.randint(0, 7, (l, rows, k // 2), generator=g)]
+        return (lo | (hi << 4)).permute(1, 2, 0).to(device)
+
+    def scales(rows):
+        lin = torch.tensor([0x38, 0x40], dtype=torch.uint8)[torch.randint(0, 2, (l, rows, k // 16), generator=g)]
+        rm, rk = (rows + 127) // 128, (k // 16 + 3) // 4
+        pad = torch.zeros((l, rm * 128, rk * 4), dtype=torch.uint8)
+        pad[:, :rows, :k // 16] = lin
+        # blocked: [l, rm, rk, 32, 4, 4] with (r % 32, (r % 128) // 32, c % 4) inside an atom
+        blk = pad.view(l, rm, 4, 32, rk, 4).permute(0, 1, 4, 3, 2, 5).contiguous()
+        permuted = blk.permute(3, 4, 1, 5, 2, 0).to(device)  # (32, 4, rm, 4, rk, l)
+        return lin.permute(1, 2, 0).contiguous(), permuted
+
+    a, b1, b2 = packed(m), packed(n), packed(n)
+    (sfa, sfa_p), (sfb1, sfb1_p), (sfb2, sfb2_p) = scales(m), scales(n), scales(n)
+    c = torch.empty((l, m, n), dtype=torch.float16, device=device).permute(1, 2, 0)
+    return a, b1, b2, sfa, sfb1, sfb2, sfa_p, sfb1_p, sfb2_p, c
+
+
+def dual_ref_kernel(data):
+    """float64 reference: dequantise exactly, silu(a b1^T) * (a b2^T), rounded once to float16."""
+    import numpy as np
+    import torch
+
+    from .formats import dequantize
+
+    a, b1, b2, sfa, sfb1, sfb2, _, _, _, c = data
+    out = torch.empty(c.shape, dtype=torch.float16)
+    for i in range(a.shape[2]):
+        def dq(p, s):
+            return dequantize(p[:, :, i].view(torch.uint8).cpu().numpy(), s[:, :, i].view(torch.uint8).cpu().numpy(),
+                              "nvfp4").astype(np.float64)
+
+        x, w1, w2 = dq(a, sfa), dq(b1, sfb1), dq(b2, sfb2)
+        g, u = x @ w1.T, x @ w2.T
+        out[:, :, i] = torch.from_numpy(g / (1.0 + np.exp(-g)) * u).to(torch.float16)
+    return out

@@ -57,6 +57,15 @@ class MoeGemm:
     capacity: see layout.
     alpha: None, a number, or a float32 array of E values (on the weights' device, read at run
         time: it may change between runs and graph replays).
+    epilogue: 'none', or a gated linear unit over gate and up rows of the same tokens: 'silu'
+        (``silu(alpha * gate) * (alpha_up * up)``) or 'swigluoai' (gpt-oss: clamped, ``swiglu_alpha``,
+        ``swiglu_limit``), in FP32, rounded once. The output then has I columns, and w holds
+        ``[E, 2I, K/2]`` with gate_up 'stacked' (gate rows, then up rows: vLLM's w13) or
+        'interleaved' (gpt-oss), or ``[E, I, K/2]`` with gate_up 'separate' and the up rows in
+        ``w_up`` (same shape and strides; scales in ``w_up_scales``: GPU MODE's b1 / b2).
+    alpha_up: the up rows' alpha (number or float32 [E]); None: alpha's.
+    rescale_each_run: the plan's copy of the weight scales (linear ones, or any GLU's) is made
+        again at every run instead of once here (for scale buffers reused with new contents).
 
     CUDA arrays build a plan (TMA descriptors, workspace) on the weights' device; host (NumPy)
     weights make an object whose runs compute the exact CPU reference with the same checks. The
@@ -66,8 +75,12 @@ class MoeGemm:
 
     def __init__(self, w: Any, w_scales: Any, *, format: Optional[str] = None, scale_layout: str = "blocked",
                  out_dtype: Any = "bfloat16", activation: str = "fp4", layout: str = "contiguous",
-                 capacity: int, alpha: Any = None):
-        self._plan = _C.MoeGemm(w, w_scales, format, scale_layout, out_dtype, activation, layout, capacity, alpha)
+                 capacity: int, alpha: Any = None, epilogue: str = "none", gate_up: str = "stacked",
+                 w_up: Any = None, w_up_scales: Any = None, alpha_up: Any = None, swiglu_alpha: float = 1.702,
+                 swiglu_limit: float = 7.0, rescale_each_run: bool = False):
+        self._plan = _C.MoeGemm(w, w_scales, format, scale_layout, out_dtype, activation, layout, capacity, alpha,
+                                epilogue, gate_up, w_up, w_up_scales, alpha_up, float(swiglu_alpha),
+                                float(swiglu_limit), bool(rescale_each_run))
         self._like = w  # outputs are allocated on its framework and device
 
     def run(self, a: Any, a_scales: Any = None, expert_offsets: Any = None, expert_counts: Any = None,

@@ -120,9 +120,13 @@ NB_MODULE(_fp4gemm, m) {
                             "The MoE grouped GEMM planned once for a weight set (use fp4gemm.moe.MoeGemm, which "
                             "allocates outputs).")
       .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, int,
-                    nb::handle>(),
+                    nb::handle, const std::string&, const std::string&, nb::handle, nb::handle, nb::handle, float,
+                    float, bool>(),
            "w"_a, "w_scales"_a, "format"_a = nb::none(), "scale_layout"_a = "blocked", "out_dtype"_a = "bfloat16",
-           "activation"_a = "fp4", "layout"_a = "contiguous", "capacity"_a, "alpha"_a = nb::none())
+           "activation"_a = "fp4", "layout"_a = "contiguous", "capacity"_a, "alpha"_a = nb::none(),
+           "epilogue"_a = "none", "gate_up"_a = "stacked", "w_up"_a = nb::none(), "w_up_scales"_a = nb::none(),
+           "alpha_up"_a = nb::none(), "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f,
+           "rescale_each_run"_a = false)
       .def("run", &MoeGemmObject::run, "a"_a, "a_scales"_a = nb::none(), "expert_offsets"_a = nb::none(),
            "expert_counts"_a = nb::none(), "gather_index"_a = nb::none(), "out"_a, "stream"_a = nb::none(),
            "threads"_a = 0, "Enqueue one run into `out` (host arrays: run the CPU reference now).")

@@ -2,6 +2,7 @@
 // and the host (NumPy) path that runs reference::moe_gemm.
 #include "moe.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 
@@ -79,34 +80,35 @@ void read_w(const TensorView& t, MoeWeights& w) {
 
 // w_scales: per expert [N, K/vec] (linear) or the blocked layout's bytes of N rows (flat, or
 // [pad128(N), pad4(K/vec)]), dense within an expert; the expert stride is taken from the view.
-void read_w_scales(const TensorView& t, const MoeOptions& o, MoeWeights& w) {
-  check_scale_dtype(t, "w_scales", -1, o.format);
+void read_w_scales(const TensorView& t, const MoeOptions& o, MoeWeights& w, const char* arg = "w_scales") {
+  check_scale_dtype(t, arg, -1, o.format);
+  const std::int64_t rows = detail::moe_weight_rows(w, o);  // N, or 2N for a GLU's gate and up
   const std::int64_t cols = w.k / scale_block_size(o.format);
-  const std::int64_t bytes = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, w.n, cols));
+  const std::int64_t bytes = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, rows, cols));
   const std::string expected =
       o.scale_layout == ScaleLayout::linear
-          ? dims({w.experts, w.n, cols}) + " (linear layout: [experts, N, K/" +
+          ? dims({w.experts, rows, cols}) + " (linear layout: [experts, N, K/" +
                 std::to_string(scale_block_size(o.format)) + "])"
           : dims({w.experts, bytes}) + " or " +
-                dims({w.experts, formats::padded_rows(w.n), formats::padded_scale_cols(cols)}) +
+                dims({w.experts, formats::padded_rows(rows), formats::padded_scale_cols(cols)}) +
                 " (blocked layout: N padded to 128 rows, K/vec to 4 columns, per expert)";
   if (t.ndim < 2 || t.shape[0] != w.experts)
-    throw Error("w_scales", -1, "has shape " + t.shape_text() + "; expected " + expected);
+    throw Error(arg, -1, "has shape " + t.shape_text() + "; expected " + expected);
   std::int64_t per_expert = 1;
   for (int i = 1; i < t.ndim; ++i) per_expert *= t.shape[i];
-  const bool shape_ok = o.scale_layout == ScaleLayout::linear ? t.ndim == 3 && t.shape[1] == w.n && t.shape[2] == cols
+  const bool shape_ok = o.scale_layout == ScaleLayout::linear ? t.ndim == 3 && t.shape[1] == rows && t.shape[2] == cols
                                                               : per_expert == bytes;
-  if (!shape_ok) throw Error("w_scales", -1, "has shape " + t.shape_text() + "; expected " + expected);
+  if (!shape_ok) throw Error(arg, -1, "has shape " + t.shape_text() + "; expected " + expected);
   TensorView one = t;  // one expert: dense row-major
   one.ndim = t.ndim - 1;
   for (int i = 0; i < one.ndim; ++i) one.shape[i] = t.shape[i + 1], one.strides[i] = t.strides[i + 1];
   if (!is_row_major_dense(one) || t.strides[0] < 0)
-    throw Error("w_scales", -1, "must be dense and row-major within each expert (strides " + t.strides_text() +
+    throw Error(arg, -1, "must be dense and row-major within each expert (strides " + t.strides_text() +
                                     " for shape " + t.shape_text() + ")");
-  w.scales = reinterpret_cast<const void*>(t.ptr);
+  (std::string(arg) == "w_scales" ? w.scales : w.scales_up) = reinterpret_cast<const void*>(t.ptr);
   w.scale_expert_stride = w.experts > 1 ? t.strides[0] : bytes;
   if (w.experts > 1 && t.strides[0] < bytes)
-    throw Error("w_scales", -1, "has overlapping experts (strides " + t.strides_text() + " for shape " +
+    throw Error(arg, -1, "has overlapping experts (strides " + t.strides_text() + " for shape " +
                                     t.shape_text() + ")");
 }
 
@@ -115,14 +117,14 @@ bool is_vector(const TensorView& t, std::int64_t count) {
   return t.ndim == 1 && t.shape[0] == count && (count <= 1 || t.strides[0] == 1);
 }
 
-std::int64_t weight_bytes(const MoeWeights& w) {
-  return (w.experts - 1) * w.expert_stride + (w.n - 1) * w.ldw + w.k / 2;
+std::int64_t weight_bytes(const MoeWeights& w, const MoeOptions& o) {
+  return (w.experts - 1) * w.expert_stride + (detail::moe_weight_rows(w, o) - 1) * w.ldw + w.k / 2;
 }
 
 std::int64_t weight_scale_bytes(const MoeWeights& w, const MoeOptions& o) {
   const std::int64_t cols = w.k / scale_block_size(o.format);
   return (w.experts - 1) * w.scale_expert_stride +
-         static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, w.n, cols));
+         static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, detail::moe_weight_rows(w, o), cols));
 }
 
 // Device memory behind a CUDA array the binding cannot see the allocation of (DLPack producers
@@ -134,7 +136,8 @@ void check_extent(const TensorView& t, const char* arg, std::int64_t bytes, cons
 }
 
 MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_scales, nb::handle alpha,
-                            const MoeOptions& o, Keepalive& keep) {
+                            const MoeOptions& o, Keepalive& keep, nb::handle w_up = nb::none(),
+                            nb::handle w_up_scales = nb::none(), nb::handle alpha_up = nb::none()) {
   MoeWeightsRead r;
   r.w = reader.read(w, "w", -1, false, keep);
   r.scales = reader.read(w_scales, "w_scales", -1, false, keep);
@@ -146,7 +149,53 @@ MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_sca
                                     "; all arrays of a call must live on one device");
   MoeWeights& mw = r.weights;
   read_w(r.w, mw);
+  const bool glu = o.epilogue != MoeEpilogue::none, separate = glu && o.gate_up == GateUpLayout::separate;
+  if (glu && !separate) {  // w holds gate and up: 2I rows, the output width I
+    if (mw.n % 2 != 0)
+      throw Error("w", -1, "has " + std::to_string(mw.n) + " rows per expert; a GLU with " + to_string(o.gate_up) +
+                               " gate and up rows needs 2 * I");
+    mw.n /= 2;
+  }
   read_w_scales(r.scales, o, mw);
+  if (separate) {
+    if (w_up.is_none() || w_up_scales.is_none())
+      throw Error(w_up.is_none() ? "w_up" : "w_up_scales", -1, "gate_up='separate' needs the up weights and their scales");
+    r.w_up = reader.read(w_up, "w_up", -1, false, keep);
+    r.scales_up = reader.read(w_up_scales, "w_up_scales", -1, false, keep);
+    MoeWeights up;
+    read_w(r.w_up, up);
+    if (up.experts != mw.experts || up.n != mw.n || up.k != mw.k || up.ldw != mw.ldw || up.expert_stride != mw.expert_stride)
+      throw Error("w_up", -1, "must have w's shape and strides (" + r.w.shape_text() + ", strides " + r.w.strides_text() +
+                                  "), got " + r.w_up.shape_text() + ", strides " + r.w_up.strides_text());
+    const std::int64_t stride = mw.scale_expert_stride;
+    read_w_scales(r.scales_up, o, mw, "w_up_scales");
+    if (mw.scale_expert_stride != stride)
+      throw Error("w_up_scales", -1, "must have w_scales' expert stride");
+    mw.w_up = reinterpret_cast<const void*>(r.w_up.ptr);
+    r.has_up = true;
+    for (const TensorView* v : {&r.w_up, &r.scales_up})
+      if (v->cuda != r.cuda || (r.cuda && v->device != r.device))
+        throw Error(v == &r.w_up ? "w_up" : "w_up_scales", -1, "is on " + v->device_text() + " but w is on " +
+                                                                   r.w.device_text());
+  } else if (!w_up.is_none() || !w_up_scales.is_none()) {
+    throw Error(!w_up.is_none() ? "w_up" : "w_up_scales", -1, "only gate_up='separate' takes separate up weights");
+  }
+  if (!alpha_up.is_none()) {
+    if (PyFloat_Check(alpha_up.ptr()) || PyLong_Check(alpha_up.ptr())) {
+      mw.alpha_up = static_cast<float>(PyFloat_AsDouble(alpha_up.ptr()));
+      if (PyErr_Occurred()) throw nb::python_error();
+    } else {
+      r.alpha_up = reader.read(alpha_up, "alpha_up", -1, false, keep);
+      r.alpha_up_array = true;
+      if (r.alpha_up.dtype != DType::f32 || !is_vector(r.alpha_up, mw.experts))
+        throw Error("alpha_up", -1, "must be a number or a float32 array of one value per expert [" +
+                                        std::to_string(mw.experts) + "], got " + std::string(to_string(r.alpha_up.dtype)) +
+                                        " of shape " + r.alpha_up.shape_text());
+      if (r.alpha_up.cuda != r.cuda || (r.cuda && r.alpha_up.device != r.device))
+        throw Error("alpha_up", -1, "is on " + r.alpha_up.device_text() + " but w is on " + r.w.device_text());
+      if (r.cuda) mw.alpha_up_device = reinterpret_cast<const float*>(r.alpha_up.ptr);
+    }
+  }
   if (!alpha.is_none()) {
     if (PyFloat_Check(alpha.ptr()) || PyLong_Check(alpha.ptr())) {
       mw.alpha = static_cast<float>(PyFloat_AsDouble(alpha.ptr()));
@@ -165,10 +214,15 @@ MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_sca
     }
   }
   mw = detail::validate_moe(mw, o);
-  check_extent(r.w, "w", weight_bytes(mw), "read", "");
+  check_extent(r.w, "w", weight_bytes(mw, o), "read", "");
   check_extent(r.scales, "w_scales", weight_scale_bytes(mw, o), "read",
                std::string(" (") + to_string(o.scale_layout) + " scales of every expert)");
   if (r.alpha_array) check_extent(r.alpha, "alpha", 4 * std::int64_t{mw.experts}, "read", "");
+  if (r.has_up) {
+    check_extent(r.w_up, "w_up", weight_bytes(mw, o), "read", "");
+    check_extent(r.scales_up, "w_up_scales", weight_scale_bytes(mw, o), "read", "");
+  }
+  if (r.alpha_up_array) check_extent(r.alpha_up, "alpha_up", 4 * std::int64_t{mw.experts}, "read", "");
   // Linear scales are converted to the blocked layout once, when the plan is built: a plan cached on
   // their address must not outlive an in-place change of them (torch counts those in _version).
   // (Inference tensors have no version counter: reading it raises, and they cannot change in place.)
@@ -350,7 +404,7 @@ MoeRun check_run(const MoeRunViews& v, const MoeWeightsRead& wr, const MoeOption
   check_extent(v.out, "out", c_bytes, "write", " (ldc = " + std::to_string(c.ld) + " elements)");
 
   // The output may overlap no input (the kernel reads inputs while other CTAs write C).
-  inputs.push_back(range_of(wr.w, weight_bytes(w), "w"));
+  inputs.push_back(range_of(wr.w, weight_bytes(w, o), "w"));
   inputs.push_back(range_of(wr.scales, weight_scale_bytes(w, o), "w_scales"));
   if (wr.alpha_array) inputs.push_back(range_of(wr.alpha, 4 * std::int64_t{experts}, "alpha"));
   const ByteRange out_range = range_of(v.out, c_bytes, "out");
@@ -390,6 +444,27 @@ void run_host(const MoeWeightsRead& wr, const MoeOptions& o, const MoeRun& run, 
   p.c = a.c;
   p.ldc = a.ldc;
   p.out_type = o.out_type;
+  // GLU: the kernel's FP32 epilogue (bit for bit the device's where the sums are exact).
+  const reference::DualActivation act{o.epilogue == MoeEpilogue::swigluoai ? reference::Activation::swigluoai
+                                                                          : reference::Activation::silu,
+                                      o.swiglu_alpha, o.swiglu_limit};
+  std::vector<float> alpha_up;
+  if (o.epilogue != MoeEpilogue::none) {
+    p.glu = &act;
+    p.glu_fp32 = true;
+    p.gate_up = static_cast<int>(o.gate_up);
+    if (wr.has_up) {
+      p.w_up = static_cast<const std::uint8_t*>(w.w_up);
+      p.w_up_scales = static_cast<const std::uint8_t*>(w.scales_up);
+    }
+    if (wr.alpha_up_array) {
+      const auto* q = reinterpret_cast<const float*>(wr.alpha_up.ptr);
+      alpha_up.assign(q, q + w.experts);
+    } else if (!std::isnan(w.alpha_up)) {
+      alpha_up.assign(w.experts, w.alpha_up);
+    }
+    p.alpha_up = alpha_up.empty() ? nullptr : alpha_up.data();
+  }
   nb::gil_scoped_release release;
   reference::moe_gemm(p, threads);
 }
@@ -437,12 +512,24 @@ std::vector<std::uint64_t> plan_key(const MoeWeightsRead& wr, const MoeOptions& 
 
 MoeGemmObject::MoeGemmObject(nb::handle w, nb::handle w_scales, nb::handle format, nb::handle scale_layout,
                              nb::handle out_dtype, nb::handle activation, nb::handle layout, int capacity,
-                             nb::handle alpha) {
+                             nb::handle alpha, const std::string& epilogue, const std::string& gate_up,
+                             nb::handle w_up, nb::handle w_up_scales, nb::handle alpha_up, float swiglu_alpha,
+                             float swiglu_limit, bool rescale_each_run) {
   options_ = parse_moe_options(format, scale_layout, out_dtype, parse_moe_activation(activation), layout, capacity);
+  if (epilogue == "none") options_.epilogue = MoeEpilogue::none;
+  else if (epilogue == "silu") options_.epilogue = MoeEpilogue::silu;
+  else if (epilogue == "swigluoai") options_.epilogue = MoeEpilogue::swigluoai;
+  else throw Error("epilogue", -1, "'" + epilogue + "' is not one of 'none', 'silu', 'swigluoai'");
+  if (gate_up == "stacked") options_.gate_up = GateUpLayout::stacked;
+  else if (gate_up == "interleaved") options_.gate_up = GateUpLayout::interleaved;
+  else if (gate_up == "separate") options_.gate_up = GateUpLayout::separate;
+  else throw Error("gate_up", -1, "'" + gate_up + "' is not one of 'stacked', 'interleaved', 'separate'");
+  options_.swiglu_alpha = swiglu_alpha, options_.swiglu_limit = swiglu_limit;
+  options_.rescale_each_run = rescale_each_run;
   Binding& bind = Binding::get();
   TensorReader& reader = bind.reader();
   Keepalive keep;
-  weights_ = read_weights(reader, w, w_scales, alpha, options_, keep);
+  weights_ = read_weights(reader, w, w_scales, alpha, options_, keep, w_up, w_up_scales, alpha_up);
   options_.device = weights_.device;
   auto keep_alive = [&](nb::handle o, const TensorView& view, const char* name) {
     refs_.append(nb::borrow(o));
@@ -454,6 +541,11 @@ MoeGemmObject::MoeGemmObject(nb::handle w, nb::handle w_scales, nb::handle forma
   keep_alive(w, weights_.w, "w");
   keep_alive(w_scales, weights_.scales, "w_scales");
   if (weights_.alpha_array) keep_alive(alpha, weights_.alpha, "alpha");
+  if (weights_.has_up) {
+    keep_alive(w_up, weights_.w_up, "w_up");
+    keep_alive(w_up_scales, weights_.scales_up, "w_up_scales");
+  }
+  if (weights_.alpha_up_array) keep_alive(alpha_up, weights_.alpha_up, "alpha_up");
   if (weights_.cuda) {
     const cudaStream_t s = bind.resolve_stream(nb::none(), weights_.framework, weights_.device);
     plan_ = build_plan(weights_, options_, Binding::is_capturing(s));

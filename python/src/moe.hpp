@@ -21,6 +21,9 @@ struct MoeWeightsRead {
   MoeWeights weights;
   TensorView w, scales, alpha;  // alpha: when given as an array
   bool alpha_array = false;
+  // GLU (MoeOptions::epilogue): the separate up weights and scales, the up rows' alpha.
+  TensorView w_up, scales_up, alpha_up;
+  bool has_up = false, alpha_up_array = false;
   bool cuda = false;
   int device = -1;
   Framework framework = Framework::other;
@@ -45,7 +48,10 @@ struct MoeRun {
 class MoeGemmObject {
  public:
   MoeGemmObject(nb::handle w, nb::handle w_scales, nb::handle format, nb::handle scale_layout, nb::handle out_dtype,
-                nb::handle activation, nb::handle layout, int capacity, nb::handle alpha);
+                nb::handle activation, nb::handle layout, int capacity, nb::handle alpha,
+                const std::string& epilogue = "none", const std::string& gate_up = "stacked",
+                nb::handle w_up = nb::none(), nb::handle w_up_scales = nb::none(), nb::handle alpha_up = nb::none(),
+                float swiglu_alpha = 1.702f, float swiglu_limit = 7.0f, bool rescale_each_run = false);
   void run(nb::handle a, nb::handle a_scales, nb::handle expert_offsets, nb::handle expert_counts,
            nb::handle gather_index, nb::handle out, nb::handle stream, int threads);
   void check(nb::handle stream) const;

@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -111,6 +112,9 @@ struct MoeGemm::Impl {
   std::size_t smem_bytes = 0;
   int* error = nullptr;  // MoeErrorWord
   detail::RunSerializer runs;  // runs share the workspace and the work list: never overlapping
+  // The weight-scale conversion into the plan's blocked copy (null when the user's blocked scales
+  // are read directly): run at plan time, and at every run with MoeOptions::rescale_each_run.
+  std::function<cudaError_t(cudaStream_t)> convert_scales;
 
   template <typename T>
   T* allocate(std::size_t bytes, const char* what) {
@@ -204,25 +208,30 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
     // On a private stream: a plan may be built while another stream is being captured.
     cudaStream_t s = nullptr;
     FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "plan");
-    cudaError_t e = cudaSuccess;
     if (glu) {
       const auto* s_gate = static_cast<const std::uint8_t*>(w.scales);
       const auto* s_up = static_cast<const std::uint8_t*>(w.scales_up);
-      GluScaleJob job{swap ? s_up : s_gate, swap ? s_gate : s_up, w.scale_expert_stride, dst, blocked_bytes,
-                      w.n, cols, wrows, static_cast<int>(o.gate_up), o.scale_layout};
-      const std::int64_t bytes = blocked_bytes;
-      const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>((bytes + 255) / 256, 1024)),
+      const GluScaleJob job{swap ? s_up : s_gate, swap ? s_gate : s_up, w.scale_expert_stride, dst, blocked_bytes,
+                            w.n, cols, wrows, static_cast<int>(o.gate_up), o.scale_layout};
+      const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>((blocked_bytes + 255) / 256, 1024)),
                       static_cast<unsigned>(w.experts));
-      glu_scales_to_blocked<<<grid, 256, 0, s>>>(job);
-      e = cudaGetLastError();
+      p.convert_scales = [job, grid](cudaStream_t st) {
+        glu_scales_to_blocked<<<grid, 256, 0, st>>>(job);
+        return cudaGetLastError();
+      };
     } else {
       std::vector<ScaleConversion> jobs(w.experts);
       for (int x = 0; x < w.experts; ++x)
         jobs[x] = ScaleConversion{sblk + x * w.scale_expert_stride, dst + x * blocked_bytes, w.n, cols};
       const ScaleConversion* d_jobs = p.upload(jobs, "plan");
-      e = o.format == Format::nvfp4 ? convert_expert_scales<Format::nvfp4>(d_jobs, w.experts, w.n, cols, s)
-                                    : convert_expert_scales<Format::mxfp4>(d_jobs, w.experts, w.n, cols, s);
+      const int experts = w.experts, n = w.n;
+      const Format f = o.format;
+      p.convert_scales = [d_jobs, experts, n, cols, f](cudaStream_t st) {
+        return f == Format::nvfp4 ? convert_expert_scales<Format::nvfp4>(d_jobs, experts, n, cols, st)
+                                  : convert_expert_scales<Format::mxfp4>(d_jobs, experts, n, cols, st);
+      };
     }
+    const cudaError_t e = p.convert_scales(s);
     const cudaError_t sync = e == cudaSuccess ? cudaStreamSynchronize(s) : e;
     cudaStreamDestroy(s);
     FP4GEMM_CUDA_CHECK(sync, "plan");
@@ -398,6 +407,7 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   pa.gather_rows = args.num_tokens;
 
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
+    if (p.options.rescale_each_run && p.convert_scales) FP4GEMM_CUDA_CHECK(p.convert_scales(s), "run");
     const Format f = p.options.format;
     const int ctas = p.params.moe.num_ctas;
     const cudaError_t err =

@@ -1,0 +1,86 @@
+"""Host tier: the MoE GEMM's GLU epilogue through Python (fp4gemm.moe.MoeGemm with epilogue='silu' /
+'swigluoai' on NumPy arrays: reference::moe_gemm with the kernel's FP32 epilogue) against an
+independent NumPy float64 dual GEMM (GPU MODE's nvfp4_dual_gemm: C = silu(A B1^T) * (A B2^T)); the
+three gate/up layouts give the same bits; argument errors name the GLU fields."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fp4gemm
+from fp4gemm import moe
+
+_NIBBLES = np.array([0x0, 0x1, 0x9, 0x2, 0xA, 0x3, 0xB], np.uint8)
+
+
+def _fp4(rng, shape):
+    return (_NIBBLES[rng.integers(0, 7, shape)] | (_NIBBLES[rng.integers(0, 7, shape)] << 4)).astype(np.uint8)
+
+
+def _case(m=24, n=40, k=128, seed=0):
+    rng = np.random.default_rng(seed)
+    a, b1, b2 = _fp4(rng, (m, k // 2)), _fp4(rng, (n, k // 2)), _fp4(rng, (n, k // 2))
+    sc = lambda rows: np.array([0x38, 0x40], np.uint8)[rng.integers(0, 2, (rows, k // 16))]  # noqa: E731
+    return a, sc(m), b1, sc(n), b2, sc(n)
+
+
+def _dual(a, sa, b1, s1, b2, s2, act="silu"):
+    x = fp4gemm.dequantize(a, sa).astype(np.float64)
+    g = x @ fp4gemm.dequantize(b1, s1).astype(np.float64).T
+    u = x @ fp4gemm.dequantize(b2, s2).astype(np.float64).T
+    if act == "silu":
+        return g / (1 + np.exp(-g)) * u
+    g, u = np.minimum(g, 7.0), np.clip(u, -7.0, 7.0)
+    return g / (1 + np.exp(-1.702 * g)) * (u + 1)
+
+
+def _run(a, sa, b1, s1, b2, s2, gate_up, act="silu", out_dtype="float32"):
+    m, n = a.shape[0], b1.shape[0]
+    offsets = np.array([0, m], np.int32)
+    if gate_up == "separate":
+        w, ws, kw = b1[None], s1[None], dict(w_up=b2[None], w_up_scales=s2[None])
+    elif gate_up == "stacked":
+        w, ws, kw = np.concatenate([b1, b2])[None], np.concatenate([s1, s2])[None], {}
+    else:
+        w = np.stack([b1, b2], axis=1).reshape(2 * n, -1)[None]
+        ws = np.stack([s1, s2], axis=1).reshape(2 * n, -1)[None]
+        kw = {}
+    g = moe.MoeGemm(w, ws, format="nvfp4", scale_layout="linear", out_dtype=out_dtype, capacity=m, epilogue=act,
+                    gate_up=gate_up, **kw)
+    assert g.n == n
+    out = np.full((m, n), np.nan, np.float32 if out_dtype == "float32" else np.float16)
+    return g.run(a, sa, expert_offsets=offsets, out=out)
+
+
+@pytest.mark.parametrize("act", ["silu", "swigluoai"])
+def test_glu_matches_a_numpy_dual_gemm_and_layouts_agree(act):
+    a, sa, b1, s1, b2, s2 = _case(seed=1)
+    want = _dual(a, sa, b1, s1, b2, s2, act)
+    outs = {gu: _run(a, sa, b1, s1, b2, s2, gu, act) for gu in ("separate", "stacked", "interleaved")}
+    for gu, got in outs.items():
+        # The FP32 epilogue (its own exp, <= 1.4 ulp) against float64: a few FP32 ulps.
+        assert np.all(np.abs(got - want) <= 1e-5 * np.abs(want) + 1e-30), gu
+        assert np.array_equal(got.view(np.uint32), outs["separate"].view(np.uint32)), gu
+    f16 = _run(a, sa, b1, s1, b2, s2, "separate", act, out_dtype="float16").astype(np.float64)
+    assert np.all(np.abs(f16 - want) <= 1e-3 + 1e-3 * np.abs(want))  # GPU MODE's rule
+
+
+def test_glu_argument_errors_named():
+    a, sa, b1, s1, b2, s2 = _case()
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        moe.MoeGemm(b1[None], s1[None], scale_layout="linear", capacity=8, epilogue="silu", gate_up="separate")
+    assert e.value.argument == "w_up"
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        moe.MoeGemm(b1[None], s1[None], scale_layout="linear", capacity=8, epilogue="silu", gate_up="separate",
+                    w_up=b2[None, :-1], w_up_scales=s2[None])
+    assert e.value.argument == "w_up"
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        moe.MoeGemm(b1[None, :-1], s1[None, :-1], scale_layout="linear", capacity=8, epilogue="silu")  # 39 rows
+    assert e.value.argument == "w"
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        moe.MoeGemm(b1[None], s1[None], scale_layout="linear", capacity=8, epilogue="gelu")
+    assert e.value.argument == "epilogue"
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        moe.MoeGemm(b1[None], s1[None], scale_layout="linear", capacity=8, w_up=b2[None], w_up_scales=s2[None])
+    assert e.value.argument == "w_up"
