@@ -122,24 +122,41 @@ def _linear_from_permuted(p, rows, cols):
 _dual_plans: dict = {}
 
 
-def _dual_plan(b1, b2, m, n, k, device):
-    """A cached single-expert GLU plan bound to b1 / b2's addresses, with persistent linear-scale
-    buffers that every call refills (the plan converts them at every run: rescale_each_run)."""
+def _blocked_flat(p):
+    """One batch of a permuted blocked view (32, 4, rest_m, 4, rest_k) as the flat [1, bytes] blocked
+    scales it is in memory -- when its strides say so (GPU MODE builds it as a view of the blocked
+    bytes); None otherwise."""
+    import torch
+
+    rm, rk = p.shape[2], p.shape[4]
+    if tuple(p.stride()) != (16, 4, rk * 512, 1, 512):
+        return None
+    return torch.as_strided(p, (1, rm * rk * 512), (rm * rk * 512, 1))
+
+
+def _dual_plan(b1, b2, s1, s2, m, n, k, device):
+    """A cached single-expert GLU plan bound to the weights' and their scales' addresses (s1 / s2:
+    flat blocked views, read in place, or None: persistent linear buffers refilled at every call).
+    The plan redoes its copy of the scales at every run (rescale_each_run): a harness that refills
+    the same tensors gets fresh results."""
     import torch
 
     from . import moe
 
-    key = (b1.data_ptr(), b2.data_ptr(), tuple(b1.stride()), m, n, k, str(device))
+    blocked = s1 is not None and s2 is not None
+    key = (b1.data_ptr(), b2.data_ptr(), tuple(b1.stride()), m, n, k, str(device),
+           (s1.data_ptr(), s2.data_ptr()) if blocked else None)
     entry = _dual_plans.get(key)
     if entry is None:
-        s1 = torch.empty((1, n, k // 16), dtype=torch.uint8, device=device)
-        s2 = torch.empty((1, n, k // 16), dtype=torch.uint8, device=device)
+        if not blocked:
+            s1 = torch.empty((1, n, k // 16), dtype=torch.uint8, device=device)
+            s2 = torch.empty((1, n, k // 16), dtype=torch.uint8, device=device)
         sa = torch.empty((m, k // 16), dtype=torch.uint8, device=device)
         offsets = torch.tensor([0, m], dtype=torch.int32, device=device)
-        plan = moe.MoeGemm(b1.unsqueeze(0), s1, format="nvfp4", scale_layout="linear", out_dtype="float16",
-                           capacity=m, epilogue="silu", gate_up="separate", w_up=b2.unsqueeze(0), w_up_scales=s2,
-                           rescale_each_run=True)
-        entry = _dual_plans[key] = (plan, s1, s2, sa, offsets)
+        plan = moe.MoeGemm(b1.unsqueeze(0), s1, format="nvfp4", scale_layout="blocked" if blocked else "linear",
+                           out_dtype="float16", capacity=m, epilogue="silu", gate_up="separate",
+                           w_up=b2.unsqueeze(0), w_up_scales=s2, rescale_each_run=True)
+        entry = _dual_plans[key] = (plan, None if blocked else s1, None if blocked else s2, sa, offsets)
         if len(_dual_plans) > 64:
             _dual_plans.pop(next(iter(_dual_plans)))
     return entry
@@ -160,9 +177,12 @@ def dual_gemm_custom_kernel(data):
     u8 = torch.uint8
     for i in range(l):
         w1, w2 = b1[:, :, i].view(u8), b2[:, :, i].view(u8)
-        plan, s1, s2, sa, offsets = _dual_plan(w1, w2, m, n, k, a.device)
-        s1[0].copy_(_linear_from_permuted(sfb1_p[..., i].view(u8), n, k // 16))
-        s2[0].copy_(_linear_from_permuted(sfb2_p[..., i].view(u8), n, k // 16))
+        p1, p2 = sfb1_p[..., i].view(u8), sfb2_p[..., i].view(u8)
+        f1, f2 = _blocked_flat(p1), _blocked_flat(p2)
+        plan, s1, s2, sa, offsets = _dual_plan(w1, w2, f1, f2, m, n, k, a.device)
+        if s1 is not None:  # scales not in blocked memory order: refill the plan's linear buffers
+            s1[0].copy_(_linear_from_permuted(p1, n, k // 16))
+            s2[0].copy_(_linear_from_permuted(p2, n, k // 16))
         sa.copy_(_linear_from_permuted(sfa_p[..., i].view(u8), m, k // 16))
         plan.run(a[:, :, i].view(u8), sa, expert_offsets=offsets, out=c[:, :, i])
     return c
@@ -189,7 +209,7 @@ def dual_generate_input(m, n, k, l=1, seed=1111, device="cuda"):
         # blocked: [l, rm, rk, 32, 4, 4] with (r % 32, (r % 128) // 32, c % 4) inside an atom
         blk = pad.view(l, rm, 4, 32, rk, 4).permute(0, 1, 4, 3, 2, 5).contiguous()
         permuted = blk.permute(3, 4, 1, 5, 2, 0).to(device)  # (32, 4, rm, 4, rk, l)
-        return lin.permute(1, 2, 0).contiguous(), permuted
+        return lin.permute(1, 2, 0), permuted  # [rows, k/16, l], each batch contiguous
 
     a, b1, b2 = packed(m), packed(n), packed(n)
     (sfa, sfa_p), (sfb1, sfb1_p), (sfb2, sfb2_p) = scales(m), scales(n), scales(n)

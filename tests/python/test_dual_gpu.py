@@ -23,7 +23,7 @@ def _fast_kernel_only(backend):
 
 def _host_glu(data, i):
     """The NumPy path of MoeGemm's separate-layout GLU on batch i (reference::moe_gemm, glu_fp32)."""
-    a, b1, b2, sfa, sfb1, sfb2 = (t[:, :, i].view(torch.uint8).cpu().numpy() for t in data[:6])
+    a, b1, b2, sfa, sfb1, sfb2 = (np.ascontiguousarray(t[:, :, i].view(torch.uint8).cpu().numpy()) for t in data[:6])
     m, n = a.shape[0], b1.shape[0]
     g = moe.MoeGemm(b1[None], sfb1[None], format="nvfp4", scale_layout="linear", out_dtype="float16", capacity=m,
                     epilogue="silu", gate_up="separate", w_up=b2[None], w_up_scales=sfb2[None])
@@ -52,5 +52,8 @@ def test_benchmark_shape_within_gpumode_rule_and_refilled_inputs():
         torch.cuda.synchronize()
         ref = gpumode.dual_ref_kernel(data).double().numpy()
         got = c.cpu().double().numpy()
-        assert np.all(np.abs(got - ref) <= 1e-3 + 1e-3 * np.abs(ref)), seed
+        # GPU MODE's rule; outputs beyond float16's range are inf in both (equal infinities pass)
+        with np.errstate(invalid="ignore"):
+            ok = (got == ref) | (np.abs(got - ref) <= 1e-3 + 1e-3 * np.abs(ref))
+        assert ok.all(), (seed, int((~ok).sum()))
         assert np.array_equal(c[:, :, 0].cpu().numpy().view(np.uint16), _host_glu(data, 0).view(np.uint16)), seed
