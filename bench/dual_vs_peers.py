@@ -10,27 +10,12 @@ import json
 
 import torch
 
+from bench_timing import time_us
+
 from fp4gemm import gpumode, moe
 from fp4gemm.formats import dequantize
 
 SHAPES = [(256, 4096, 7168), (512, 4096, 7168), (256, 3072, 4096), (512, 3072, 7168)]
-
-
-def time_us(fn, iters=50, warmup=5):
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(iters):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1000)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def main():
@@ -45,12 +30,12 @@ def main():
     rows = []
     for m, n, k in SHAPES:
         data = gpumode.dual_generate_input(m, n, k, l=1, seed=1)
-        fused = time_us(lambda: gpumode.dual_gemm_custom_kernel(data))
+        fused = time_us(lambda: gpumode.dual_gemm_custom_kernel(data), iters=50)
         # The same as a CUDA graph: the GPU time without the Python calls' host gaps.
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             gpumode.dual_gemm_custom_kernel(data)
-        fused_graph = time_us(graph.replay)
+        fused_graph = time_us(graph.replay, iters=50)
         a, b1, b2, sfa, sfb1, sfb2 = (d[:, :, 0] for d in data[:6])
         u8 = torch.uint8
         off = torch.tensor([0, m], dtype=torch.int32, device="cuda")
@@ -66,14 +51,14 @@ def main():
             r2 = g2.run(av, sa, expert_offsets=off)
             return (torch.nn.functional.silu(r1) * r2).half()
 
-        t_unfused = time_us(unfused)
+        t_unfused = time_us(unfused, iters=50)
 
         def dq(p, s):
             return torch.from_numpy(dequantize(p.view(u8).cpu().numpy(), s.view(u8).cpu().numpy(), "nvfp4")).to(
                 device="cuda", dtype=torch.bfloat16)
 
         xa, w1, w2 = dq(a, sfa), dq(b1, sfb1), dq(b2, sfb2)
-        t_bf16 = time_us(lambda: (torch.nn.functional.silu(xa @ w1.T) * (xa @ w2.T)).half())
+        t_bf16 = time_us(lambda: (torch.nn.functional.silu(xa @ w1.T) * (xa @ w2.T)).half(), iters=50)
         floor = 4 * m * n * k / rate * 1e6
         row = dict(m=m, n=n, k=k, fused_us=fused, fused_graph_us=fused_graph, unfused_us=t_unfused,
                    torch_bf16_us=t_bf16, floor_us=floor)

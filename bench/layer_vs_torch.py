@@ -18,6 +18,8 @@ import sys
 
 import torch
 
+from bench_timing import time_us
+
 MODELS = {  # name: (experts, hidden, inter, topk, activation)
     "DeepSeek-V3": (256, 7168, 2048, 8, "silu"),
     "Qwen3-30B-A3B": (128, 2048, 768, 8, "silu"),
@@ -25,23 +27,6 @@ MODELS = {  # name: (experts, hidden, inter, topk, activation)
     "Mixtral-8x7B": (8, 4096, 14336, 2, "silu"),
 }
 TOKENS = (1, 8, 32, 128, 256, 1024, 4096)
-
-
-def time_us(fn, iters=30, warmup=5):
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000)
-    times.sort()
-    return times[len(times) // 2]
 
 
 def torch_layer(x, ids, weights, w13, w2, activation):

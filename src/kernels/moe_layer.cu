@@ -18,6 +18,7 @@
 #include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
 #include "host/device_guard.hpp"
+#include "host/pimpl.hpp"
 #include "host/run_serializer.hpp"
 
 namespace fp4gemm {
@@ -194,10 +195,7 @@ MoeLayer& MoeLayer::operator=(MoeLayer&&) noexcept = default;
 
 namespace {
 
-const MoeLayer::Impl& checked(const std::unique_ptr<MoeLayer::Impl>& impl) {
-  if (!impl) throw Error("plan", -1, "this MoeLayer was moved from and holds nothing");
-  return *impl;
-}
+const MoeLayer::Impl& checked(const std::unique_ptr<MoeLayer::Impl>& impl) { return detail::checked_impl(impl, "MoeLayer"); }
 
 }  // namespace
 
@@ -215,34 +213,30 @@ void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
 
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
     detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, p.row_of, s);
-    MoeArgs g1;
-    if (w4a4) {
+    // A GEMM's activations: bf16 rows as given (W4A16), or those rows quantised into the plan's
+    // buffers with global scale gs (W4A4).
+    auto activations = [&](MoeArgs& g, const void* x, std::int64_t ldx, std::int64_t n_rows, int cols,
+                           std::uint8_t* packed, std::uint8_t* scales, float gs) {
+      if (!w4a4) {
+        g.a = x, g.lda = ldx * 2;
+        return;
+      }
       QuantizeArgs q;
       q.format = o.format, q.input = InputType::bf16;
-      q.x = args.hidden, q.ldx = ldh, q.rows = T, q.k = H;
-      q.packed = p.x_packed, q.scales = p.x_scales, q.scale_layout = ScaleLayout::linear;
-      q.global_scale = o.format == Format::nvfp4 ? o.a1_scale : 1.0f;
+      q.x = x, q.ldx = ldx, q.rows = n_rows, q.k = cols;
+      q.packed = packed, q.scales = scales, q.scale_layout = ScaleLayout::linear;
+      q.global_scale = o.format == Format::nvfp4 ? gs : 1.0f;
       detail::launch_quantize(q, s);
-      g1.a = p.x_packed, g1.lda = H / 2, g1.a_scales = p.x_scales;
-    } else {
-      g1.a = args.hidden, g1.lda = ldh * 2;
-    }
+      g.a = packed, g.lda = cols / 2, g.a_scales = scales;
+    };
+    MoeArgs g1;
+    activations(g1, args.hidden, ldh, T, H, p.x_packed, p.x_scales, o.a1_scale);
     g1.expert_offsets = p.offsets, g1.gather_index = p.gather, g1.num_tokens = T;
     g1.c = p.inter, g1.ldc = I;
     p.gemm1->run(g1, s);
 
     MoeArgs g2;
-    if (w4a4) {
-      QuantizeArgs q;
-      q.format = o.format, q.input = InputType::bf16;
-      q.x = p.inter, q.ldx = I, q.rows = rows, q.k = I;
-      q.packed = p.i_packed, q.scales = p.i_scales, q.scale_layout = ScaleLayout::linear;
-      q.global_scale = o.format == Format::nvfp4 ? o.a2_scale : 1.0f;
-      detail::launch_quantize(q, s);
-      g2.a = p.i_packed, g2.lda = I / 2, g2.a_scales = p.i_scales;
-    } else {
-      g2.a = p.inter, g2.lda = std::int64_t{I} * 2;
-    }
+    activations(g2, p.inter, I, rows, I, p.i_packed, p.i_scales, o.a2_scale);
     g2.expert_offsets = p.offsets;
     g2.c = p.y, g2.ldc = H;
     p.gemm2->run(g2, s);

@@ -20,6 +20,7 @@
 #include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
 #include "host/device_guard.hpp"
+#include "host/pimpl.hpp"
 #include "host/run_serializer.hpp"
 #include "host/tensor_map.hpp"
 #include "formats/scale_layout.hpp"
@@ -378,10 +379,7 @@ MoeGemm& MoeGemm::operator=(MoeGemm&&) noexcept = default;
 
 namespace {
 
-const MoeGemm::Impl& checked(const std::unique_ptr<MoeGemm::Impl>& impl) {
-  if (!impl) throw Error("plan", -1, "this MoeGemm was moved from and holds nothing");
-  return *impl;
-}
+const MoeGemm::Impl& checked(const std::unique_ptr<MoeGemm::Impl>& impl) { return detail::checked_impl(impl, "MoeGemm"); }
 
 }  // namespace
 
