@@ -72,6 +72,15 @@ TEST(Cli, SubcommandHelpListsOptions) {
     EXPECT_NE(moe.output.find(option), std::string::npos) << option;
   EXPECT_NE(bench.output.find("moe"), std::string::npos);
   EXPECT_NE(bench.output.find("--act"), std::string::npos);
+  const CliResult layer = run_cli("layer --help");
+  EXPECT_EQ(layer.exit_code, 0);
+  for (const char* option : {"--experts", "--hidden", "--inter", "--tokens", "--topk", "--act", "--activation",
+                             "--iters", "--warmup", "--seed", "--json", "swigluoai"})
+    EXPECT_NE(layer.output.find(option), std::string::npos) << option;
+  const CliResult quantize = run_cli("quantize --help");
+  EXPECT_EQ(quantize.exit_code, 0);
+  for (const char* option : {"--rows", "--k", "--format", "--scales", "--iters", "--json"})
+    EXPECT_NE(quantize.output.find(option), std::string::npos) << option;
 }
 
 TEST(Cli, VersionWorksWithoutGpu) {
@@ -150,6 +159,22 @@ TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
       {"moe --experts 8 --n 64 --k 64 --tokens 4 --out f8", {"--out"}},
       {"moe --experts 8 --n 64 --k 64 --tokens 4 --values random", {"--values"}},
       {"moe --experts 8 --n 64 --k 64 --tokens 4 --iters 0", {"--iters"}},
+      {"layer --hidden 64 --inter 32 --tokens 4", {"--experts"}},
+      {"layer --experts 8 --inter 32 --tokens 4", {"--hidden"}},
+      {"layer --experts 8 --hidden 64 --tokens 4", {"--inter"}},
+      {"layer --experts 8 --hidden 64 --inter 32", {"--tokens"}},
+      {"layer --experts 600 --hidden 64 --inter 32 --tokens 4", {"--experts", "1..512"}},
+      {"layer --experts 8 --hidden 48 --inter 32 --tokens 4", {"--hidden", "32"}},
+      {"layer --experts 8 --hidden 64 --inter 40 --tokens 4", {"--inter", "32"}},
+      {"layer --experts 8 --hidden 64 --inter 32 --tokens 0", {"--tokens"}},
+      {"layer --experts 8 --hidden 64 --inter 32 --tokens 4 --topk 9", {"--topk"}},
+      {"layer --experts 8 --hidden 64 --inter 32 --tokens 4 --act fp8", {"--act", "fp8"}},
+      {"layer --experts 8 --hidden 64 --inter 32 --tokens 4 --activation gelu", {"--activation", "gelu"}},
+      {"quantize --format fp8", {"--format", "fp8"}},
+      {"quantize --rows 0", {"--rows"}},
+      {"quantize --k 24", {"--k", "16"}},
+      {"quantize --k 48 --format mxfp4", {"--k", "32"}},
+      {"quantize --scales swizzled", {"--scales"}},
   };
   for (const Case& c : cases) {
     const CliResult r = run_cli(c.args);
@@ -196,7 +221,10 @@ TEST(Cli, GpuCommandsWithoutGpuGiveOneClearLine) {
                            "grouped --m 80 --n 256 --k 256 --check", "gemm --mnkl 2048,2048,512,1",
                            "moe --experts 128 --n 1536 --k 2048 --tokens 256 --topk 8",
                            "moe --experts 8 --n 256 --k 256 --tokens 16 --topk 2 --act bf16 --layout masked --check --dynamic",
-                           "bench --suite moe --cases 1,2"}) {
+                           "bench --suite moe --cases 1,2",
+                           "layer --experts 128 --hidden 2048 --inter 768 --tokens 16 --topk 8",
+                           "layer --experts 8 --hidden 256 --inter 128 --tokens 4 --topk 2 --act bf16 --activation swigluoai",
+                           "quantize", "quantize --rows 128 --k 256 --format mxfp4 --scales blocked"}) {
     const CliResult r = run_cli(args);
     EXPECT_NE(r.exit_code, 0) << args;
     EXPECT_EQ(r.output, expected) << args;
