@@ -162,6 +162,12 @@ struct MoeLayerHostProblem {
 };
 void moe_layer(const MoeLayerHostProblem& problem, int threads = 0);
 
+// The layer's combine alone (also expert parallelism's last step): out[t, h] = bf16(acc) with
+// acc = fma(w[t, j], y[t * k + j, h], acc) over j = 0..k-1 in order, from 0, skipping ids outside
+// [0, experts). y: bf16 bits [T * k, ld_y], one row per (token, slot); out: bf16 bits [T, ld_out].
+void moe_combine(const std::uint16_t* y, std::int64_t ld_y, const float* weights, const std::int64_t* ids, int tokens,
+                 int k, int experts, int hidden, std::uint16_t* out, std::int64_t ld_out);
+
 // act(g, u) of a DualActivation in float64 (the dual GEMM reference's formulas).
 double activate(const DualActivation& act, double g, double u);
 

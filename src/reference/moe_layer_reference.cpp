@@ -79,17 +79,25 @@ void moe_layer(const MoeLayerHostProblem& p, int threads) {
   g2.w_scales = p.w2_scales, g2.w_layout = ScaleLayout::linear, g2.w_scale_expert_stride = std::int64_t{H} * (I / vec);
   g2.alpha = alpha2.data(), g2.offsets = offsets.data(), g2.c = y.data(), g2.ldc = H, g2.out_type = OutType::bf16;
   if (rows > 0) moe_gemm(g2, threads);
-  // 6. The combine.
-  for (int t = 0; t < T; ++t)
-    for (int h = 0; h < H; ++h) {
+  // 6. The combine, over rows in (token, slot) order.
+  std::vector<std::uint16_t> y_pairs(static_cast<std::size_t>(n) * H, 0);
+  for (std::int64_t i = 0; i < n; ++i)
+    if (row_of[i] >= 0)
+      std::copy_n(y.begin() + static_cast<std::ptrdiff_t>(row_of[i]) * H, H, y_pairs.begin() + i * H);
+  moe_combine(y_pairs.data(), H, p.topk_weights, p.topk_ids, T, k, E, H, p.out, p.ld_out);
+}
+
+void moe_combine(const std::uint16_t* y, std::int64_t ld_y, const float* weights, const std::int64_t* ids, int tokens,
+                 int k, int experts, int hidden, std::uint16_t* out, std::int64_t ld_out) {
+  for (int t = 0; t < tokens; ++t)
+    for (int h = 0; h < hidden; ++h) {
       float acc = 0.0f;
       for (int j = 0; j < k; ++j) {
         const std::int64_t i = std::int64_t{t} * k + j;
-        if (row_of[i] < 0) continue;
-        const float v = static_cast<float>(bf16_bits_to_double(y[static_cast<std::size_t>(row_of[i]) * H + h]));
-        acc = std::fma(p.topk_weights[i], v, acc);
+        if (ids[i] < 0 || ids[i] >= experts) continue;
+        acc = std::fma(weights[i], static_cast<float>(bf16_bits_to_double(y[i * ld_y + h])), acc);
       }
-      p.out[t * p.ld_out + h] = float_to_bf16_bits(acc);
+      out[t * ld_out + h] = float_to_bf16_bits(acc);
     }
 }
 

@@ -1,0 +1,103 @@
+"""Host tier: expert parallelism (fp4gemm.ep) with W ranks as threads of this process (NumPy arrays,
+the layer's host reference path for the local experts): every rank's output equals the
+single-process layer's on the same tokens, bit for bit, for world sizes 1, 2 and 4, W4A4 (NVFP4,
+global scales, per-expert alphas) and W4A16; ids outside the experts included; the dispatch is
+deterministic. The torch.distributed (gloo) version of the same check is in test_ep_torch.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fp4gemm
+from fp4gemm import ep, moe
+
+from test_moe_layer_host import BF16, _weights
+
+
+def _global(fmt, e=8, h=64, i=32, seed=0):
+    rng = np.random.default_rng(seed)
+    w13, s13 = _weights(rng, e, 2 * i, h, fmt)
+    w2, s2 = _weights(rng, e, h, i, fmt)
+    alphas = (np.linspace(0.5, 2, e).astype(np.float32), np.linspace(2, 0.5, e).astype(np.float32),
+              np.full(e, 0.75, np.float32))
+    return w13, s13, w2, s2, alphas
+
+
+def _tokens(rng, t, h, e, k):
+    x = (rng.standard_normal((t, h)) * 0.5).astype(BF16)
+    ids = np.stack([rng.permutation(e)[:k] for _ in range(t)]).astype(np.int32)
+    if t > 2:
+        ids[1, 0] = -1
+        ids[2, k - 1] = e  # outside the experts: contributes nothing
+    wts = rng.uniform(0.05, 1, (t, k)).astype(np.float32)
+    return x, ids, wts
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("act", ["nvfp4", "bf16"])
+def test_equals_the_single_process_layer_bit_for_bit(world, act):
+    fmt = "nvfp4" if act == "nvfp4" else "mxfp4"
+    e, h, i, k = 8, 64, 32, 3
+    w13, s13, w2, s2, (a13, a13u, a2) = _global(fmt, e, h, i, seed=world)
+    kw = dict(act_format=act, scale_layout="linear")
+    if act == "nvfp4":
+        kw.update(a1_scale=0.05, a2_scale=0.02)
+    single = moe.MoeLayer(w13, s13, w2, s2, max_tokens=16, topk=k, w13_alpha=a13, w13_alpha_up=a13u, w2_alpha=a2,
+                          **kw)
+    rng = np.random.default_rng(7 + world)
+    tokens = [_tokens(rng, t, h, e, k) for t in (5, 9, 1, 16)[:world]]
+    group = ep.ThreadGroup(world)
+    local = e // world
+
+    def step(comm, rank_tokens):
+        r = comm.rank
+        sl = slice(r * local, (r + 1) * local)
+        layer = ep.ExpertParallel(w13[sl], s13[sl], w2[sl], s2[sl], experts=e, comm=comm, max_tokens=16, topk=k,
+                                  w13_alpha=a13[sl], w13_alpha_up=a13u[sl], w2_alpha=a2[sl], **kw)
+        outs = [layer(*rank_tokens) for _ in range(2)]  # twice: deterministic
+        return outs, layer.last_bytes
+
+    results = group.run(step, tokens)
+    for r, ((first, second), sent) in enumerate(results):
+        want = single.run(*tokens[r])
+        assert np.array_equal(first.view(np.uint16), want.view(np.uint16)), r
+        assert np.array_equal(second.view(np.uint16), first.view(np.uint16)), r
+        assert np.any(want.astype(np.float32))
+        x, ids, _ = tokens[r]
+        assert sent == int(((ids >= 0) & (ids < e)).sum()) * h * 2  # bf16 rows, one per valid pair
+
+
+def test_combine_matches_the_layer_and_skips_foreign_ids():
+    rng = np.random.default_rng(3)
+    t, k, h, e = 4, 2, 16, 4
+    y = rng.standard_normal((t * k, h)).astype(BF16)
+    ids = np.array([[0, 1], [2, -1], [4, 3], [1, 1]], np.int32)
+    w = rng.uniform(0, 1, (t, k)).astype(np.float32)
+    got = ep.combine(y, w, ids, e)
+    yf = y.astype(np.float32).reshape(t, k, h)
+    for tt in range(t):
+        acc = np.zeros(h, np.float64)
+        for j in range(k):
+            if 0 <= ids[tt, j] < e:
+                acc += np.float64(w[tt, j]) * yf[tt, j]
+        # one or two fp32 fmas from 0: exact in float64 then rounded to fp32 for k = 2 (the first is a
+        # product, exact in fp32 only up to rounding: compare within one fp32 + one bf16 rounding)
+        assert np.allclose(got[tt].astype(np.float64), acc, rtol=2.0**-7, atol=1e-30)
+    assert not np.any(got[1].astype(np.float32) != (np.float32(w[1, 0]) * yf[1, 0]).astype(BF16).astype(np.float32))
+
+
+def test_bad_arguments_named():
+    w13, s13, w2, s2, _ = _global("mxfp4")
+    group = ep.ThreadGroup(3)
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        ep.ExpertParallel(w13[:2], s13[:2], w2[:2], s2[:2], experts=8, comm=group.comm(0), max_tokens=4, topk=2,
+                          act_format="bf16", scale_layout="linear")
+    assert err.value.argument == "experts"
+    group = ep.ThreadGroup(2)
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        ep.ExpertParallel(w13[:3], s13[:3], w2[:3], s2[:3], experts=8, comm=group.comm(0), max_tokens=4, topk=2,
+                          act_format="bf16", scale_layout="linear")
+    assert err.value.argument == "w13"
+    with pytest.raises(fp4gemm.ArgumentError):
+        ep.ThreadGroup(0)
