@@ -57,6 +57,11 @@ struct MoeLayerOptions {
 struct MoeLayerArgs {
   const void* hidden = nullptr;  // bf16 [T, H], row stride ld_hidden elements
   std::int64_t ld_hidden = 0;    // 0: H
+  // W4A4 only, instead of `hidden`: the tokens already quantised as step 2 would (packed e2m1
+  // [T, H/2] dense, linear scales [T, H/vec] dense, global scale a1_scale) -- e.g. rows that
+  // travelled as NVFP4 in an expert-parallel dispatch.
+  const void* hidden_packed = nullptr;
+  const void* hidden_scales = nullptr;
   const void* topk_ids = nullptr;  // [T, topk] int32 (or int64 with ids_int64)
   bool ids_int64 = false;
   const void* topk_weights = nullptr;  // [T, topk] float32 (or bf16 with weights_bf16)

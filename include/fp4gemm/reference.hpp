@@ -155,6 +155,9 @@ struct MoeLayerHostProblem {
   float a1_scale = 1.0f, a2_scale = 1.0f;
   const std::uint16_t* x = nullptr;          // the hidden states, bf16 bits [T, ld_x]
   std::int64_t ld_x = 0;
+  // W4A4 alternative to x: the tokens already quantised (packed [T, H/2], linear scales [T, H/vec]).
+  const std::uint8_t* x_packed = nullptr;
+  const std::uint8_t* x_scales = nullptr;
   const std::int64_t* topk_ids = nullptr;    // [T, topk]
   const float* topk_weights = nullptr;       // [T, topk]
   std::uint16_t* out = nullptr;              // bf16 bits [T, ld_out]

@@ -17,10 +17,11 @@ rank's own tokens:
 The collectives go through a small communicator interface (``split_counts`` and ``all_to_all``):
 :class:`TorchComm` runs them on ``torch.distributed`` (``all_to_all_single``; gloo on CPU tensors,
 NCCL on CUDA tensors), :class:`ThreadGroup` runs W ranks as threads of one process (NumPy arrays;
-the host tests use it). Activations travel as bf16 rows (2 bytes per value).
+the host tests use it). With a W4A4 layer the rows travel quantised (NVFP4: packed e2m1 + E4M3
+scales, 4.5 bits per value, quantised at the source exactly as the layer would, so the result is
+still bit-identical); W4A16 sends bf16 rows.
 
-Not yet: NVFP4 dispatch (4.5 bits per value; the local layer would need to take pre-quantised
-rows), CUDA-graph capture of the step (NCCL's all-to-all with host-known split sizes needs the
+Not yet: CUDA-graph capture of the step (NCCL's all-to-all with host-known split sizes needs the
 counts on the host: one synchronisation per step), and a run on two GPUs.
 """
 
@@ -191,12 +192,14 @@ class ExpertParallel:
     :class:`fp4gemm.moe.MoeLayer`. experts: E, the global count (ids are global). comm: a
     communicator (:class:`TorchComm`, or :meth:`ThreadGroup.comm`). max_tokens: the most tokens one
     rank brings to a step; the local layer is planned for every pair of every rank reaching this
-    rank (``world * max_tokens * topk`` rows). Other keyword arguments (act_format, activation,
+    rank (``world * max_tokens * topk`` rows). dispatch: 'auto' (W4A4 layers send the rows as FP4:
+    packed e2m1 + scales, 4.5 bits per NVFP4 value, quantised at the source exactly as the layer
+    would; W4A16 sends bf16), 'fp4' or 'bf16'. Other keyword arguments (act_format, activation,
     a1_scale, ...) go to the local layer.
     """
 
     def __init__(self, w13: Any, w13_scales: Any, w2: Any, w2_scales: Any, *, experts: int, comm: Any,
-                 max_tokens: int, topk: int, **layer_kwargs):
+                 max_tokens: int, topk: int, dispatch: str = "auto", **layer_kwargs):
         self.comm, self.world, self.rank = comm, comm.world, comm.rank
         if experts % self.world != 0:
             raise _argument_error("experts", f"E = {experts} is not divisible by the world size {self.world}")
@@ -205,6 +208,15 @@ class ExpertParallel:
             raise _argument_error("w13", f"holds {w13.shape[0]} experts; rank {self.rank} of {self.world} holds "
                                          f"E / W = {self.local}")
         self.topk, self.max_tokens = topk, max_tokens
+        act = layer_kwargs.get("act_format", "nvfp4")
+        if dispatch not in ("auto", "fp4", "bf16"):
+            raise _argument_error("dispatch", f"{dispatch!r} is not one of 'auto', 'fp4', 'bf16'")
+        if dispatch == "fp4" and act == "bf16":
+            raise _argument_error("dispatch", "FP4 dispatch needs FP4 activations (act_format nvfp4 / mxfp4)")
+        # W4A4: rows travel quantised as the layer would quantise them (bit-identical results).
+        self.fp4 = act != "bf16" and dispatch != "bf16"
+        self.format = "nvfp4" if act == "nvfp4" else "mxfp4"
+        self.a1 = float(layer_kwargs.get("a1_scale", 1.0))
         self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens * topk, topk=1,
                                   **layer_kwargs)
         self.last_bytes = 0  # activation bytes this rank sent in the last step's dispatch
@@ -225,31 +237,39 @@ class ExpertParallel:
         send_counts = np.bincount(dest[pairs], minlength=self.world).astype(np.int64)
         local_ids = (ids[pairs] - dest[pairs] * self.local).astype(np.int32)
         recv_counts = self.comm.split_counts(send_counts)
+        h = hidden_states.shape[1]
+        src = hidden_states
+        if self.fp4:  # each token quantised once, as the layer's step 2 would
+            packed, scales = self._quantize(hidden_states)
         if torch_in:
             import torch
 
             idx = torch.as_tensor(pairs // k, device=hidden_states.device)
-            send_x = hidden_states.index_select(0, idx)
+            send = [packed.index_select(0, idx), scales.index_select(0, idx)] if self.fp4 else [src.index_select(0, idx)]
             send_e = torch.as_tensor(local_ids, device=hidden_states.device)
         else:
-            send_x = np.ascontiguousarray(hidden_states[pairs // k])
+            send = [np.ascontiguousarray(packed[pairs // k]), np.ascontiguousarray(scales[pairs // k])] if self.fp4 \
+                else [np.ascontiguousarray(src[pairs // k])]
             send_e = local_ids
-        self.last_bytes = int(send_x.shape[0]) * int(send_x.shape[1]) * 2
-        recv_x = self.comm.all_to_all(send_x, send_counts, recv_counts)
+        self.last_bytes = sum(int(a.shape[0]) * int(a.shape[1]) * (1 if self.fp4 else 2) for a in send)
+        recv = [self.comm.all_to_all(a, send_counts, recv_counts) for a in send]
         recv_e = self.comm.all_to_all(send_e, send_counts, recv_counts)
         rows = int(np.sum(recv_counts))
-        h = hidden_states.shape[1]
         if rows:
             if torch_in:
                 import torch
 
-                ones = torch.ones((rows, 1), dtype=torch.float32, device=recv_x.device)
-                y = self.layer.run(recv_x.contiguous(), recv_e.reshape(rows, 1).contiguous(), ones)
+                ones = torch.ones((rows, 1), dtype=torch.float32, device=recv_e.device)
+                e1 = recv_e.reshape(rows, 1).contiguous()
+                y = (self.layer.run(None, e1, ones, hidden_fp4=(recv[0].contiguous(), recv[1].contiguous())) if self.fp4
+                     else self.layer.run(recv[0].contiguous(), e1, ones))
             else:
-                y = self.layer.run(np.ascontiguousarray(recv_x), np.ascontiguousarray(recv_e.reshape(rows, 1)),
-                                   np.ones((rows, 1), np.float32))
+                ones = np.ones((rows, 1), np.float32)
+                e1 = np.ascontiguousarray(recv_e.reshape(rows, 1))
+                y = (self.layer.run(None, e1, ones, hidden_fp4=(np.ascontiguousarray(recv[0]), np.ascontiguousarray(recv[1])))
+                     if self.fp4 else self.layer.run(np.ascontiguousarray(recv[0]), e1, ones))
         else:
-            y = recv_x[:0]
+            y = hidden_states[:0]
         y_back = self.comm.all_to_all(y, recv_counts, send_counts)
         if torch_in:
             import torch
@@ -263,3 +283,17 @@ class ExpertParallel:
         return combine(y_pairs, topk_weights, topk_ids, self.experts)
 
     __call__ = forward
+
+    def _quantize(self, x):
+        """The tokens as the layer quantises them (fp4gemm.quantize: the same rule on the host and the
+        GPU): packed uint8 [T, H/2] and linear scales [T, H/vec] on x's framework and device."""
+        from .formats import quantize
+
+        if _is_torch(x) and not x.is_cuda:
+            import torch
+
+            p, s = quantize(x.float().numpy(), self.format, global_scale=self.a1 if self.format == "nvfp4" else 1.0)
+            return torch.from_numpy(p), torch.from_numpy(s)
+        if not _is_torch(x):
+            x = np.asarray(x, dtype=np.float32)
+        return quantize(x, self.format, global_scale=self.a1 if self.format == "nvfp4" else 1.0)

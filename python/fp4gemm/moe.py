@@ -270,13 +270,20 @@ class MoeLayer:
                                   float(a1_scale), float(a2_scale), int(max_tokens), int(topk))
         self._like = w13
 
-    def run(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None, stream: Any = None):
+    def run(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None, stream: Any = None,
+            hidden_fp4: Any = None):
         """hidden_states bf16 ``[T, H]`` (T <= max_tokens), topk_ids int32/int64 ``[T, topk]``,
         topk_weights float32/bf16 ``[T, topk]`` -> out bf16 ``[T, H]`` (allocated when None).
-        Never synchronises; ids outside ``[0, E)`` contribute nothing."""
+        Never synchronises; ids outside ``[0, E)`` contribute nothing.
+
+        hidden_fp4: W4A4 only, instead of hidden_states (pass None there): ``(packed, scales)``, the
+        tokens already quantised as the layer would (``fp4gemm.quantize(x, format,
+        global_scale=a1_scale)``: packed uint8 ``[T, H/2]``, linear scales ``[T, H/vec]``)."""
+        like = hidden_states if hidden_fp4 is None else hidden_fp4[0]
         if out is None:
-            out = empty_like_framework(hidden_states, (hidden_states.shape[0], self.hidden), "bfloat16", "out")
-        self._layer.run(hidden_states, topk_ids, topk_weights, out, stream)
+            out = empty_like_framework(like, (like.shape[0], self.hidden), "bfloat16", "out")
+        packed, scales = (None, None) if hidden_fp4 is None else hidden_fp4
+        self._layer.run(hidden_states, topk_ids, topk_weights, out, stream, 0, packed, scales)
         return out
 
     __call__ = run

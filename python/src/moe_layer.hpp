@@ -22,7 +22,7 @@ class MoeLayerObject {
                  nb::handle w13_alpha_up, nb::handle w2_alpha, const MoeLayerOptions& options);
   // hidden bf16 [T, H]; topk_ids int32/int64 [T, topk]; topk_weights f32/bf16 [T, topk]; out bf16 [T, H].
   void run(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out, nb::handle stream,
-           int threads);
+           int threads, nb::handle hidden_packed, nb::handle hidden_scales);
   void check(nb::handle stream) const;
   std::string describe() const;
   const MoeLayerOptions& options() const { return options_; }
@@ -31,6 +31,10 @@ class MoeLayerObject {
   std::size_t device_bytes() const { return layer_ ? layer_->device_bytes() : 0; }
 
  private:
+  void run_prequantised(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out,
+                        nb::handle stream, int threads, nb::handle hidden_packed, nb::handle hidden_scales);
+  void run_host(const MoeLayerArgs& a, const TensorView& ids, const TensorView& wt, const std::uint16_t* x,
+                const std::uint8_t* x_packed, const std::uint8_t* x_scales, int threads);
   MoeLayerOptions options_;
   MoeLayerWeights weights_;
   bool cuda_ = false;

@@ -230,7 +230,11 @@ void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
       g.a = packed, g.lda = cols / 2, g.a_scales = scales;
     };
     MoeArgs g1;
-    activations(g1, args.hidden, ldh, T, H, p.x_packed, p.x_scales, o.a1_scale);
+    if (args.hidden_packed != nullptr) {  // quantised by the caller (the same rule, a1_scale)
+      g1.a = args.hidden_packed, g1.lda = H / 2, g1.a_scales = args.hidden_scales;
+    } else {
+      activations(g1, args.hidden, ldh, T, H, p.x_packed, p.x_scales, o.a1_scale);
+    }
     g1.expert_offsets = p.offsets, g1.gather_index = p.gather, g1.num_tokens = T;
     g1.c = p.inter, g1.ldc = I;
     p.gemm1->run(g1, s);

@@ -37,7 +37,9 @@ void moe_layer(const MoeLayerHostProblem& p, int threads) {
   MoeHostProblem g1;
   std::vector<std::uint8_t> xp, xs;
   std::vector<std::uint16_t> xb;
-  if (!p.bf16_activations) {
+  if (!p.bf16_activations && p.x_packed != nullptr) {
+    g1.a = p.x_packed, g1.lda = H / 2, g1.a_scales = p.x_scales;
+  } else if (!p.bf16_activations) {
     std::vector<float> xf(static_cast<std::size_t>(T) * H);
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < H; ++h)

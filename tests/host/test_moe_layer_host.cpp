@@ -102,6 +102,19 @@ TEST(MoeLayerValidation, EachBadRunFieldNamed) {
   EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.ids_int64 = true, a.topk_ids = fake(0x2004); }), "topk_ids");
   EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.topk_weights = fake(0x3002); }), "topk_weights");
   EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.out = nullptr; }), "out");
+  // Pre-quantised tokens (W4A4) instead of bf16 hidden states.
+  EXPECT_EQ(run_error([](MoeLayerArgs& a) {
+              a.hidden = nullptr, a.hidden_packed = fake(0x5000), a.hidden_scales = fake(0x6000);
+            }),
+            "(nothing thrown)");
+  EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.hidden_packed = fake(0x5000), a.hidden_scales = fake(0x6000); }),
+            "hidden");  // both
+  EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.hidden = nullptr, a.hidden_packed = fake(0x5000); }), "hidden_scales");
+  EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.hidden = nullptr, a.hidden_scales = fake(0x6000); }), "hidden_packed");
+  EXPECT_EQ(run_error([](MoeLayerArgs& a) {
+              a.hidden = nullptr, a.hidden_packed = fake(0x5008), a.hidden_scales = fake(0x6000);
+            }),
+            "hidden_packed");  // misaligned
   // No tokens: nothing to run, the pointers are not needed.
   EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.tokens = 0, a.hidden = nullptr, a.out = nullptr; }), "(nothing thrown)");
 }

@@ -35,8 +35,8 @@ def _tokens(rng, t, h, e, k):
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
-@pytest.mark.parametrize("act", ["nvfp4", "bf16"])
-def test_equals_the_single_process_layer_bit_for_bit(world, act):
+@pytest.mark.parametrize("act,dispatch", [("nvfp4", "auto"), ("nvfp4", "bf16"), ("mxfp4", "auto"), ("bf16", "auto")])
+def test_equals_the_single_process_layer_bit_for_bit(world, act, dispatch):
     fmt = "nvfp4" if act == "nvfp4" else "mxfp4"
     e, h, i, k = 8, 64, 32, 3
     w13, s13, w2, s2, (a13, a13u, a2) = _global(fmt, e, h, i, seed=world)
@@ -54,7 +54,7 @@ def test_equals_the_single_process_layer_bit_for_bit(world, act):
         r = comm.rank
         sl = slice(r * local, (r + 1) * local)
         layer = ep.ExpertParallel(w13[sl], s13[sl], w2[sl], s2[sl], experts=e, comm=comm, max_tokens=16, topk=k,
-                                  w13_alpha=a13[sl], w13_alpha_up=a13u[sl], w2_alpha=a2[sl], **kw)
+                                  dispatch=dispatch, w13_alpha=a13[sl], w13_alpha_up=a13u[sl], w2_alpha=a2[sl], **kw)
         outs = [layer(*rank_tokens) for _ in range(2)]  # twice: deterministic
         return outs, layer.last_bytes
 
@@ -65,7 +65,10 @@ def test_equals_the_single_process_layer_bit_for_bit(world, act):
         assert np.array_equal(second.view(np.uint16), first.view(np.uint16)), r
         assert np.any(want.astype(np.float32))
         x, ids, _ = tokens[r]
-        assert sent == int(((ids >= 0) & (ids < e)).sum()) * h * 2  # bf16 rows, one per valid pair
+        pairs = int(((ids >= 0) & (ids < e)).sum())  # one row per valid (token, slot) pair
+        vec = 16 if act == "nvfp4" else 32
+        fp4 = act != "bf16" and dispatch != "bf16"
+        assert sent == pairs * (h // 2 + h // vec if fp4 else 2 * h), (sent, pairs)
 
 
 def test_combine_matches_the_layer_and_skips_foreign_ids():
@@ -99,5 +102,9 @@ def test_bad_arguments_named():
         ep.ExpertParallel(w13[:3], s13[:3], w2[:3], s2[:3], experts=8, comm=group.comm(0), max_tokens=4, topk=2,
                           act_format="bf16", scale_layout="linear")
     assert err.value.argument == "w13"
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        ep.ExpertParallel(w13[:4], s13[:4], w2[:4], s2[:4], experts=8, comm=group.comm(0), max_tokens=4, topk=2,
+                          act_format="bf16", scale_layout="linear", dispatch="fp4")
+    assert err.value.argument == "dispatch"
     with pytest.raises(fp4gemm.ArgumentError):
         ep.ThreadGroup(0)

@@ -233,3 +233,22 @@ def test_bad_run_arguments_named():
         moe.MoeLayer(p["w13"], p["s13"], p["w2"], p["s2"], max_tokens=4, topk=2, act_format="bf16",
                      scale_layout="linear")
     assert err.value.argument in ("w13_scales", "options.activations")
+
+
+def test_prequantised_tokens_give_the_same_bits():
+    p = _problem("nvfp4", "nvfp4", seed=13)
+    layer = _layer(p, a1_scale=0.3)
+    want = layer.run(p["x"], p["ids"], p["wts"])
+    packed, scales = fp4gemm.quantize(p["x"].astype(np.float32), "nvfp4", global_scale=0.3)
+    got = layer.run(None, p["ids"], p["wts"], hidden_fp4=(packed, scales))
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        layer.run(p["x"], p["ids"], p["wts"], hidden_fp4=(packed, scales))
+    assert err.value.argument == "hidden_states"
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        layer.run(None, p["ids"], p["wts"], hidden_fp4=(packed[:, :-1], scales))
+    assert err.value.argument == "hidden_packed"
+    w16 = _problem("mxfp4", "bf16", seed=13)
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        _layer(w16).run(None, w16["ids"], w16["wts"], hidden_fp4=(packed, scales))
+    assert err.value.argument == "hidden_packed"

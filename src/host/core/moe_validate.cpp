@@ -227,7 +227,17 @@ void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, co
     fail("ld_out", "row stride " + std::to_string(ldo) + " elements must be >= H = " + std::to_string(w.hidden) +
                        " and a multiple of 8");
   if (a.tokens == 0) return;
-  if (a.hidden == nullptr || !aligned(a.hidden, 16)) fail("hidden", "must be a 16-byte aligned device pointer");
+  const bool prequantised = a.hidden_packed != nullptr || a.hidden_scales != nullptr;
+  if (prequantised) {
+    if (o.activations != MoeActivation::fp4)
+      fail("hidden_packed", "pre-quantised tokens need FP4 activations (W4A4); W4A16 takes bf16 hidden");
+    if (a.hidden != nullptr) fail("hidden", "pass either hidden (bf16) or hidden_packed / hidden_scales, not both");
+    if (a.hidden_packed == nullptr || !aligned(a.hidden_packed, 16))
+      fail("hidden_packed", "must be a 16-byte aligned device pointer to [T, H/2] packed e2m1");
+    if (a.hidden_scales == nullptr) fail("hidden_scales", "null pointer; pre-quantised tokens need their scales");
+  } else if (a.hidden == nullptr || !aligned(a.hidden, 16)) {
+    fail("hidden", "must be a 16-byte aligned device pointer");
+  }
   if (a.topk_ids == nullptr || !aligned(a.topk_ids, a.ids_int64 ? 8 : 4))
     fail("topk_ids", std::string("must be an aligned device pointer to [T, topk] ") + (a.ids_int64 ? "int64" : "int32"));
   if (a.topk_weights == nullptr || !aligned(a.topk_weights, a.weights_bf16 ? 2 : 4))
