@@ -147,7 +147,7 @@ class _ThreadComm:
 
 class TorchComm:
     """torch.distributed as the communicator (``group`` None: the default group). Tensors are sent
-    as they are (bf16 rows as int16 bits for backends without bf16); the split sizes are exchanged
+    as they are (bf16 rows as their bytes, which every backend moves); the split sizes are exchanged
     with an all-to-all of W int64 counts on the tensors' device and read back on the host (one
     synchronisation per step: ``all_to_all_single`` takes host split sizes)."""
 
@@ -175,10 +175,11 @@ class TorchComm:
     def all_to_all(self, send, send_counts, recv_counts):
         import torch
 
-        bits = send.view(torch.int16) if send.dtype == torch.bfloat16 else send
+        # bf16 rows travel as their bytes (every backend moves uint8; gloo has no bf16 / int16)
+        bits = send.contiguous().view(torch.uint8) if send.dtype == torch.bfloat16 else send.contiguous()
         recv = torch.empty((int(np.sum(recv_counts)),) + tuple(bits.shape[1:]), dtype=bits.dtype, device=bits.device)
-        self.dist.all_to_all_single(recv, bits.contiguous(), [int(c) for c in recv_counts],
-                                    [int(c) for c in send_counts], group=self.group)
+        self.dist.all_to_all_single(recv, bits, [int(c) for c in recv_counts], [int(c) for c in send_counts],
+                                    group=self.group)
         return recv.view(torch.bfloat16) if send.dtype == torch.bfloat16 else recv
 
 
