@@ -135,6 +135,29 @@ void check_extent(const TensorView& t, const char* arg, std::int64_t bytes, cons
     detail::check_device_buffer(arg, -1, reinterpret_cast<const void*>(t.ptr), bytes, t.device, note);
 }
 
+// alpha / alpha_up: None, a number (`scalar`), or a float32 array of one value per expert on the
+// weights' device (`view`; `device` points at it for CUDA weights).
+void read_alpha(TensorReader& reader, nb::handle h, const char* name, const MoeWeightsRead& r, Keepalive& keep,
+                float& scalar, const float*& device, TensorView& view, bool& is_array) {
+  if (h.is_none()) return;
+  const int experts = r.weights.experts;
+  if (PyFloat_Check(h.ptr()) || PyLong_Check(h.ptr())) {
+    scalar = static_cast<float>(PyFloat_AsDouble(h.ptr()));
+    if (PyErr_Occurred()) throw nb::python_error();
+    return;
+  }
+  view = reader.read(h, name, -1, false, keep);
+  is_array = true;
+  if (view.dtype != DType::f32 || !is_vector(view, experts))
+    throw Error(name, -1, "must be a number or a float32 array of one value per expert [" + std::to_string(experts) +
+                              "] with unit stride, got " + std::string(to_string(view.dtype)) + " of shape " +
+                              view.shape_text());
+  if (view.cuda != r.cuda || (r.cuda && view.device != r.device))
+    throw Error(name, -1, "is on " + view.device_text() + " but w is on " + r.w.device_text() +
+                              "; all arrays of a call must live on one device");
+  if (r.cuda) device = reinterpret_cast<const float*>(view.ptr);
+}
+
 MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_scales, nb::handle alpha,
                             const MoeOptions& o, Keepalive& keep, nb::handle w_up = nb::none(),
                             nb::handle w_up_scales = nb::none(), nb::handle alpha_up = nb::none()) {
@@ -180,39 +203,8 @@ MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_sca
   } else if (!w_up.is_none() || !w_up_scales.is_none()) {
     throw Error(!w_up.is_none() ? "w_up" : "w_up_scales", -1, "only gate_up='separate' takes separate up weights");
   }
-  if (!alpha_up.is_none()) {
-    if (PyFloat_Check(alpha_up.ptr()) || PyLong_Check(alpha_up.ptr())) {
-      mw.alpha_up = static_cast<float>(PyFloat_AsDouble(alpha_up.ptr()));
-      if (PyErr_Occurred()) throw nb::python_error();
-    } else {
-      r.alpha_up = reader.read(alpha_up, "alpha_up", -1, false, keep);
-      r.alpha_up_array = true;
-      if (r.alpha_up.dtype != DType::f32 || !is_vector(r.alpha_up, mw.experts))
-        throw Error("alpha_up", -1, "must be a number or a float32 array of one value per expert [" +
-                                        std::to_string(mw.experts) + "], got " + std::string(to_string(r.alpha_up.dtype)) +
-                                        " of shape " + r.alpha_up.shape_text());
-      if (r.alpha_up.cuda != r.cuda || (r.cuda && r.alpha_up.device != r.device))
-        throw Error("alpha_up", -1, "is on " + r.alpha_up.device_text() + " but w is on " + r.w.device_text());
-      if (r.cuda) mw.alpha_up_device = reinterpret_cast<const float*>(r.alpha_up.ptr);
-    }
-  }
-  if (!alpha.is_none()) {
-    if (PyFloat_Check(alpha.ptr()) || PyLong_Check(alpha.ptr())) {
-      mw.alpha = static_cast<float>(PyFloat_AsDouble(alpha.ptr()));
-      if (PyErr_Occurred()) throw nb::python_error();
-    } else {
-      r.alpha = reader.read(alpha, "alpha", -1, false, keep);
-      r.alpha_array = true;
-      if (r.alpha.dtype != DType::f32 || !is_vector(r.alpha, mw.experts))
-        throw Error("alpha", -1, "must be a number or a float32 array of one value per expert [" +
-                                     std::to_string(mw.experts) + "] with unit stride, got " +
-                                     std::string(to_string(r.alpha.dtype)) + " of shape " + r.alpha.shape_text());
-      if (r.alpha.cuda != r.cuda || (r.cuda && r.alpha.device != r.device))
-        throw Error("alpha", -1, "is on " + r.alpha.device_text() + " but w is on " + r.w.device_text() +
-                                     "; all arrays of a call must live on one device");
-      if (r.cuda) mw.alpha_device = reinterpret_cast<const float*>(r.alpha.ptr);
-    }
-  }
+  read_alpha(reader, alpha_up, "alpha_up", r, keep, mw.alpha_up, mw.alpha_up_device, r.alpha_up, r.alpha_up_array);
+  read_alpha(reader, alpha, "alpha", r, keep, mw.alpha, mw.alpha_device, r.alpha, r.alpha_array);
   mw = detail::validate_moe(mw, o);
   check_extent(r.w, "w", weight_bytes(mw, o), "read", "");
   check_extent(r.scales, "w_scales", weight_scale_bytes(mw, o), "read",

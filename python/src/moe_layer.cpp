@@ -126,29 +126,61 @@ MoeLayerObject::MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle
   host_w2_scales_ = linear(v2s, w.hidden, w.inter);
 }
 
+// The tokens are bf16 hidden_states [T, H], or (W4A4) hidden_packed [T, H/2] uint8 with linear
+// hidden_scales [T, H/vec], dense: the tokens as step 2 would quantise them.
 void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out,
                          nb::handle stream, int threads, nb::handle hidden_packed, nb::handle hidden_scales) {
   TensorReader& reader = Binding::get().reader();
   Keepalive keep;
+  const MoeLayerWeights& w = weights_;
+  const int k = options_.topk, vec = scale_block_size(options_.format);
+  auto placed = [&](const TensorView& v, const char* name) {
+    if (v.cuda != cuda_ || (cuda_ && v.device != device_))
+      fail(name, "is on " + v.device_text() + " but the layer's weights are on " +
+                     (cuda_ ? "cuda:" + std::to_string(device_) : std::string("cpu")));
+  };
+  MoeLayerArgs a;
+  TensorView x, xs;
+  const char* tokens_arg = "hidden_states";
   const bool pre = !hidden_packed.is_none() || !hidden_scales.is_none();
-  if (pre) return run_prequantised(hidden, topk_ids, topk_weights, out, stream, threads, hidden_packed, hidden_scales);
-  const TensorView x = reader.read(hidden, "hidden_states", -1, false, keep);
+  if (pre) {
+    if (!hidden.is_none()) fail("hidden_states", "pass either hidden_states or hidden_packed / hidden_scales, not both");
+    if (options_.activations != MoeActivation::fp4)
+      fail("hidden_packed", "pre-quantised tokens need FP4 activations (act_format nvfp4 / mxfp4)");
+    if (hidden_packed.is_none() || hidden_scales.is_none())
+      fail(hidden_packed.is_none() ? "hidden_packed" : "hidden_scales", "pre-quantised tokens need both arrays");
+    tokens_arg = "hidden_packed";
+    x = reader.read(hidden_packed, "hidden_packed", -1, false, keep);
+    xs = reader.read(hidden_scales, "hidden_scales", -1, false, keep);
+    placed(x, "hidden_packed");
+    placed(xs, "hidden_scales");
+    if ((x.dtype != DType::byte && x.dtype != DType::fp4x2) || x.ndim != 2 || x.shape[1] != w.hidden / 2 ||
+        !is_row_major_dense(x))
+      fail("hidden_packed", "must be a dense uint8 [T, H/2] = [T, " + std::to_string(w.hidden / 2) + "] array, got " +
+                                to_string(x.dtype) + " of shape " + x.shape_text());
+    check_scale_dtype(xs, "hidden_scales", -1, options_.format);
+    if (xs.ndim != 2 || xs.shape[0] != x.shape[0] || xs.shape[1] != w.hidden / vec || !is_row_major_dense(xs))
+      fail("hidden_scales", "must be dense linear scales [T, H/" + std::to_string(vec) + "] = [" +
+                                std::to_string(x.shape[0]) + ", " + std::to_string(w.hidden / vec) + "], got shape " +
+                                xs.shape_text());
+    a.hidden_packed = reinterpret_cast<const void*>(x.ptr), a.hidden_scales = reinterpret_cast<const void*>(xs.ptr);
+  } else {
+    x = reader.read(hidden, "hidden_states", -1, false, keep);
+    placed(x, "hidden_states");
+    if (x.dtype != DType::bf16 && x.dtype != DType::raw16)
+      fail("hidden_states", std::string("has dtype ") + to_string(x.dtype) + "; expected bfloat16");
+    if (x.ndim != 2 || x.shape[1] != w.hidden)
+      fail("hidden_states", "has shape " + x.shape_text() + "; expected [T, " + std::to_string(w.hidden) + "]");
+    if (x.strides[1] != 1 && w.hidden > 1) fail("hidden_states", "must be contiguous along the hidden dimension");
+    a.hidden = reinterpret_cast<const void*>(x.ptr), a.ld_hidden = x.shape[0] > 1 ? x.strides[0] : w.hidden;
+  }
+  const std::int64_t T = x.shape[0];
   const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep);
   const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep);
   const TensorView y = reader.read(out, "out", -1, true, keep);
-  const MoeLayerWeights& w = weights_;
-  const int k = options_.topk;
-  for (const auto& [v, name] : {std::pair{&x, "hidden_states"}, std::pair{&ids, "topk_ids"},
-                                std::pair{&wt, "topk_weights"}, std::pair{&y, "out"}})
-    if (v->cuda != cuda_ || (cuda_ && v->device != device_))
-      fail(name, "is on " + v->device_text() + " but the layer's weights are on " +
-                     (cuda_ ? "cuda:" + std::to_string(device_) : std::string("cpu")));
-  if (x.dtype != DType::bf16 && x.dtype != DType::raw16)
-    fail("hidden_states", std::string("has dtype ") + to_string(x.dtype) + "; expected bfloat16");
-  if (x.ndim != 2 || x.shape[1] != w.hidden)
-    fail("hidden_states", "has shape " + x.shape_text() + "; expected [T, " + std::to_string(w.hidden) + "]");
-  const std::int64_t T = x.shape[0];
-  if (x.strides[1] != 1 && w.hidden > 1) fail("hidden_states", "must be contiguous along the hidden dimension");
+  placed(ids, "topk_ids");
+  placed(wt, "topk_weights");
+  placed(y, "out");
   const bool ids64 = ids.dtype == DType::i64;
   if (ids.dtype != DType::i32 && !ids64)
     fail("topk_ids", std::string("has dtype ") + to_string(ids.dtype) + "; expected int32 or int64");
@@ -166,10 +198,8 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
   if (y.ndim != 2 || y.shape[0] != T || y.shape[1] != w.hidden || (w.hidden > 1 && y.strides[1] != 1))
     fail("out", "has shape " + y.shape_text() + "; expected [T, " + std::to_string(w.hidden) + "], contiguous rows");
   if (T > options_.max_tokens)
-    fail("hidden_states", std::to_string(T) + " tokens; this layer was planned for at most " +
-                              std::to_string(options_.max_tokens) + " (max_tokens)");
-  MoeLayerArgs a;
-  a.hidden = reinterpret_cast<const void*>(x.ptr), a.ld_hidden = T > 1 ? x.strides[0] : w.hidden;
+    fail(tokens_arg, std::to_string(T) + " tokens; this layer was planned for at most " +
+                         std::to_string(options_.max_tokens) + " (max_tokens)");
   a.topk_ids = reinterpret_cast<const void*>(ids.ptr), a.ids_int64 = ids64;
   a.topk_weights = reinterpret_cast<const void*>(wt.ptr), a.weights_bf16 = wbf16;
   a.tokens = static_cast<int>(T);
@@ -180,7 +210,9 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
     layer_->run(a, s);
     return;
   }
-  run_host(a, ids, wt, reinterpret_cast<const std::uint16_t*>(x.ptr), nullptr, nullptr, threads);
+  run_host(a, ids, wt, pre ? nullptr : reinterpret_cast<const std::uint16_t*>(x.ptr),
+           pre ? reinterpret_cast<const std::uint8_t*>(x.ptr) : nullptr,
+           pre ? reinterpret_cast<const std::uint8_t*>(xs.ptr) : nullptr, threads);
 }
 
 // The host path: reference::moe_layer on the run's arrays (bf16 tokens, or pre-quantised ones).
@@ -220,67 +252,6 @@ void MoeLayerObject::run_host(const MoeLayerArgs& a, const TensorView& ids, cons
   p.out = reinterpret_cast<std::uint16_t*>(a.out), p.ld_out = a.ld_out;
   nb::gil_scoped_release release;
   reference::moe_layer(p, threads);
-}
-
-void MoeLayerObject::run_prequantised(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out,
-                                      nb::handle stream, int threads, nb::handle hidden_packed,
-                                      nb::handle hidden_scales) {
-  if (!hidden.is_none()) fail("hidden_states", "pass either hidden_states or hidden_packed / hidden_scales, not both");
-  if (options_.activations != MoeActivation::fp4)
-    fail("hidden_packed", "pre-quantised tokens need FP4 activations (act_format nvfp4 / mxfp4)");
-  if (hidden_packed.is_none() || hidden_scales.is_none())
-    fail(hidden_packed.is_none() ? "hidden_packed" : "hidden_scales", "pre-quantised tokens need both arrays");
-  TensorReader& reader = Binding::get().reader();
-  Keepalive keep;
-  const TensorView xp = reader.read(hidden_packed, "hidden_packed", -1, false, keep);
-  const TensorView xs = reader.read(hidden_scales, "hidden_scales", -1, false, keep);
-  const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep);
-  const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep);
-  const TensorView y = reader.read(out, "out", -1, true, keep);
-  const MoeLayerWeights& w = weights_;
-  const int k = options_.topk, vec = scale_block_size(options_.format);
-  for (const auto& [v, name] : {std::pair{&xp, "hidden_packed"}, std::pair{&xs, "hidden_scales"},
-                                std::pair{&ids, "topk_ids"}, std::pair{&wt, "topk_weights"}, std::pair{&y, "out"}})
-    if (v->cuda != cuda_ || (cuda_ && v->device != device_))
-      fail(name, "is on " + v->device_text() + " but the layer's weights are on " +
-                     (cuda_ ? "cuda:" + std::to_string(device_) : std::string("cpu")));
-  if ((xp.dtype != DType::byte && xp.dtype != DType::fp4x2) || xp.ndim != 2 || xp.shape[1] != w.hidden / 2 ||
-      !is_row_major_dense(xp))
-    fail("hidden_packed", "must be a dense uint8 [T, H/2] = [T, " + std::to_string(w.hidden / 2) + "] array, got " +
-                              to_string(xp.dtype) + " of shape " + xp.shape_text());
-  const std::int64_t T = xp.shape[0];
-  check_scale_dtype(xs, "hidden_scales", -1, options_.format);
-  if (xs.ndim != 2 || xs.shape[0] != T || xs.shape[1] != w.hidden / vec || !is_row_major_dense(xs))
-    fail("hidden_scales", "must be dense linear scales [T, H/" + std::to_string(vec) + "] = [" + std::to_string(T) +
-                              ", " + std::to_string(w.hidden / vec) + "], got shape " + xs.shape_text());
-  const bool ids64 = ids.dtype == DType::i64;
-  if ((ids.dtype != DType::i32 && !ids64) || ids.ndim != 2 || ids.shape[0] != T || ids.shape[1] != k ||
-      !is_row_major_dense(ids))
-    fail("topk_ids", "must be a dense int32 / int64 [T, topk] array, got shape " + ids.shape_text());
-  const bool wbf16 = wt.dtype == DType::bf16;
-  if ((wt.dtype != DType::f32 && !wbf16) || wt.ndim != 2 || wt.shape[0] != T || wt.shape[1] != k ||
-      !is_row_major_dense(wt))
-    fail("topk_weights", "must be a dense float32 / bfloat16 [T, topk] array, got shape " + wt.shape_text());
-  if ((y.dtype != DType::bf16 && y.dtype != DType::raw16) || y.ndim != 2 || y.shape[0] != T ||
-      y.shape[1] != w.hidden || (w.hidden > 1 && y.strides[1] != 1))
-    fail("out", "has shape " + y.shape_text() + "; expected bfloat16 [T, " + std::to_string(w.hidden) + "]");
-  if (T > options_.max_tokens)
-    fail("hidden_packed", std::to_string(T) + " tokens; this layer was planned for at most " +
-                              std::to_string(options_.max_tokens) + " (max_tokens)");
-  MoeLayerArgs a;
-  a.hidden_packed = reinterpret_cast<const void*>(xp.ptr), a.hidden_scales = reinterpret_cast<const void*>(xs.ptr);
-  a.topk_ids = reinterpret_cast<const void*>(ids.ptr), a.ids_int64 = ids64;
-  a.topk_weights = reinterpret_cast<const void*>(wt.ptr), a.weights_bf16 = wbf16;
-  a.tokens = static_cast<int>(T);
-  a.out = reinterpret_cast<void*>(y.ptr), a.ld_out = T > 1 ? y.strides[0] : w.hidden;
-  detail::check_moe_layer_args(w, options_, a);
-  if (layer_) {
-    const cudaStream_t s = Binding::get().resolve_stream(stream, xp.framework, device_);
-    layer_->run(a, s);
-    return;
-  }
-  run_host(a, ids, wt, nullptr, reinterpret_cast<const std::uint8_t*>(xp.ptr),
-           reinterpret_cast<const std::uint8_t*>(xs.ptr), threads);
 }
 
 void MoeLayerObject::check(nb::handle stream) const {

@@ -31,8 +31,6 @@ class MoeLayerObject {
   std::size_t device_bytes() const { return layer_ ? layer_->device_bytes() : 0; }
 
  private:
-  void run_prequantised(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out,
-                        nb::handle stream, int threads, nb::handle hidden_packed, nb::handle hidden_scales);
   void run_host(const MoeLayerArgs& a, const TensorView& ids, const TensorView& wt, const std::uint16_t* x,
                 const std::uint8_t* x_packed, const std::uint8_t* x_scales, int threads);
   MoeLayerOptions options_;

@@ -57,3 +57,11 @@ def test_benchmark_shape_within_gpumode_rule_and_refilled_inputs():
             ok = (got == ref) | (np.abs(got - ref) <= 1e-3 + 1e-3 * np.abs(ref))
         assert ok.all(), (seed, int((~ok).sum()))
         assert np.array_equal(c[:, :, 0].cpu().numpy().view(np.uint16), _host_glu(data, 0).view(np.uint16)), seed
+
+
+def test_mismatched_shapes_named():
+    data = list(gpumode.dual_generate_input(64, 256, 512, l=1, seed=6))
+    data[2] = data[2][:128]  # b2 with fewer rows than b1
+    with pytest.raises(Exception) as err:
+        gpumode.dual_gemm_custom_kernel(tuple(data))
+    assert getattr(err.value, "argument", None) == "data", str(err.value)

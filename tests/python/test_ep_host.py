@@ -34,27 +34,43 @@ def _tokens(rng, t, h, e, k):
     return x, ids, wts
 
 
+class EpCase:
+    """One expert-parallel check: global weights, the layer options, each rank's tokens, and the
+    single-process layer the ranks must match (shared with test_ep_torch.py)."""
+
+    def __init__(self, world, act, e=8, h=64, i=32, k=3):
+        fmt = "nvfp4" if act == "nvfp4" else "mxfp4"
+        self.e, self.h, self.k, self.local = e, h, k, e // world
+        self.w13, self.s13, self.w2, self.s2, (self.a13, self.a13u, self.a2) = _global(fmt, e, h, i, seed=world)
+        self.kw = dict(act_format=act, scale_layout="linear")
+        if act == "nvfp4":
+            self.kw.update(a1_scale=0.05, a2_scale=0.02)
+        rng = np.random.default_rng(7 + world)
+        self.tokens = [_tokens(rng, t, h, e, k) for t in (5, 9, 1, 16)[:world]]
+
+    def rank_weights(self, rank, convert=lambda a: a):
+        """Rank `rank`'s experts: (w13, s13, w2, s2) and the alpha keyword arguments."""
+        sl = slice(rank * self.local, (rank + 1) * self.local)
+        w = tuple(convert(a[sl]) for a in (self.w13, self.s13, self.w2, self.s2))
+        return w, dict(w13_alpha=convert(self.a13[sl]), w13_alpha_up=convert(self.a13u[sl]), w2_alpha=convert(self.a2[sl]))
+
+    def single(self):
+        return moe.MoeLayer(self.w13, self.s13, self.w2, self.s2, max_tokens=16, topk=self.k, w13_alpha=self.a13,
+                            w13_alpha_up=self.a13u, w2_alpha=self.a2, **self.kw)
+
+
 @pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("act,dispatch", [("nvfp4", "auto"), ("nvfp4", "bf16"), ("mxfp4", "auto"), ("bf16", "auto")])
 def test_equals_the_single_process_layer_bit_for_bit(world, act, dispatch):
-    fmt = "nvfp4" if act == "nvfp4" else "mxfp4"
-    e, h, i, k = 8, 64, 32, 3
-    w13, s13, w2, s2, (a13, a13u, a2) = _global(fmt, e, h, i, seed=world)
-    kw = dict(act_format=act, scale_layout="linear")
-    if act == "nvfp4":
-        kw.update(a1_scale=0.05, a2_scale=0.02)
-    single = moe.MoeLayer(w13, s13, w2, s2, max_tokens=16, topk=k, w13_alpha=a13, w13_alpha_up=a13u, w2_alpha=a2,
-                          **kw)
-    rng = np.random.default_rng(7 + world)
-    tokens = [_tokens(rng, t, h, e, k) for t in (5, 9, 1, 16)[:world]]
+    c = EpCase(world, act)
+    e, h, k, tokens = c.e, c.h, c.k, c.tokens
+    single = c.single()
     group = ep.ThreadGroup(world)
-    local = e // world
 
     def step(comm, rank_tokens):
-        r = comm.rank
-        sl = slice(r * local, (r + 1) * local)
-        layer = ep.ExpertParallel(w13[sl], s13[sl], w2[sl], s2[sl], experts=e, comm=comm, max_tokens=16, topk=k,
-                                  dispatch=dispatch, w13_alpha=a13[sl], w13_alpha_up=a13u[sl], w2_alpha=a2[sl], **kw)
+        weights, alphas = c.rank_weights(comm.rank)
+        layer = ep.ExpertParallel(*weights, experts=e, comm=comm, max_tokens=16, topk=k, dispatch=dispatch, **alphas,
+                                  **c.kw)
         outs = [layer(*rank_tokens) for _ in range(2)]  # twice: deterministic
         return outs, layer.last_bytes
 
@@ -108,3 +124,18 @@ def test_bad_arguments_named():
     assert err.value.argument == "dispatch"
     with pytest.raises(fp4gemm.ArgumentError):
         ep.ThreadGroup(0)
+
+
+def test_combine_bad_arguments_named():
+    rng = np.random.default_rng(5)
+    y = rng.standard_normal((8, 16)).astype(BF16)
+    ids = np.zeros((4, 2), np.int32)
+    w = np.ones((4, 2), np.float32)
+    for args, argument in [((y[:7], w, ids, 4), "y"), ((y, w[:, :1], ids, 4), "topk_weights"),
+                           ((y, w, ids.astype(np.float32), 4), "topk_ids"), ((y.astype(np.float32), w, ids, 4), "y")]:
+        with pytest.raises(fp4gemm.ArgumentError) as err:
+            ep.combine(*args)
+        assert err.value.argument == argument, str(err.value)
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        ep.combine(y, w, ids, 4, out=np.empty((4, 8), BF16))
+    assert err.value.argument == "out"

@@ -31,8 +31,8 @@ def _to_torch(a, device="cpu"):
 def _worker(rank, world, port, backend, act):
     import torch.distributed as dist
 
-    from fp4gemm import ep, moe
-    from test_ep_host import _global, _tokens
+    from fp4gemm import ep
+    from test_ep_host import EpCase
 
     device = f"cuda:{rank}" if backend == "nccl" else "cpu"
     if backend == "nccl":
@@ -40,25 +40,13 @@ def _worker(rank, world, port, backend, act):
         os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # no NVLink multicast (the device tool's advice)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        fmt = "nvfp4" if act == "nvfp4" else "mxfp4"
-        e, h, i, k = 8, 64, 32, 3
-        w13, s13, w2, s2, (a13, a13u, a2) = _global(fmt, e, h, i, seed=world)
-        kw = dict(act_format=act, scale_layout="linear")
-        if act == "nvfp4":
-            kw.update(a1_scale=0.05, a2_scale=0.02)
-        rng = np.random.default_rng(7 + world)
-        tokens = [_tokens(rng, t, h, e, k) for t in (5, 9, 1, 16)[:world]]
-        local = e // world
-        sl = slice(rank * local, (rank + 1) * local)
-        t = lambda a: _to_torch(a, device)  # noqa: E731
-        layer = ep.ExpertParallel(t(w13[sl]), t(s13[sl]), t(w2[sl]), t(s2[sl]), experts=e, comm=ep.TorchComm(),
-                                  max_tokens=16, topk=k, w13_alpha=t(a13[sl]), w13_alpha_up=t(a13u[sl]),
-                                  w2_alpha=t(a2[sl]), **kw)
-        x, ids, wts = tokens[rank]
-        got = layer(t(x), t(ids), t(wts))
-        single = moe.MoeLayer(w13, s13, w2, s2, max_tokens=16, topk=k, w13_alpha=a13, w13_alpha_up=a13u, w2_alpha=a2,
-                              **kw)
-        want = single.run(x, ids, wts)
+        c = EpCase(world, act)
+        weights, alphas = c.rank_weights(rank, lambda a: _to_torch(a, device))
+        layer = ep.ExpertParallel(*weights, experts=c.e, comm=ep.TorchComm(), max_tokens=16, topk=c.k, **alphas,
+                                  **c.kw)
+        x, ids, wts = c.tokens[rank]
+        got = layer(_to_torch(x, device), _to_torch(ids, device), _to_torch(wts, device))
+        want = c.single().run(x, ids, wts)
         got_bits = got.cpu().view(torch.int16).numpy()
         if backend == "gloo":
             assert np.array_equal(got_bits, want.view(np.int16)), f"rank {rank} differs from the single-process layer"
