@@ -12,6 +12,8 @@
 //  - full-range data: within the FP32 products' bound (SPEC §3) carried through the activation
 //    (derivative bounds below), plus the activation's FP32 evaluation, of the float64 value;
 //  - rows no expert owns, guard bands and padding: unchanged.
+// A quarter of the cases plan with rescale_each_run and write new scale bytes in place before each
+// routing after the first: the reference uses the new ones, so a stale plan copy fails.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "fp4gemm/formats.hpp"
@@ -43,6 +46,7 @@ struct GluCase {
   int experts = 8, width = 64, k = 256, capacity = 300;
   bool gather = false;
   bool alpha_up = true;  // own up alphas (else the gate's)
+  bool rescale = false;  // MoeOptions::rescale_each_run, new scale bytes written in place between runs
   std::uint64_t seed = 1;
 
   std::string describe() const {
@@ -50,7 +54,7 @@ struct GluCase {
     os << to_string(format) << (act == MoeActivation::bf16 ? " W4A16" : " W4A4") << " " << to_string(values) << " "
        << to_string(epilogue) << " " << to_string(gate_up) << (up_below ? " (up below)" : "") << " "
        << to_string(scale_layout) << " scales -> " << to_string(out) << ", E " << experts << " I " << width << " K "
-       << k << " capacity " << capacity << (gather ? " gather" : "") << (alpha_up ? " alpha_up" : "") << " seed "
+       << k << " capacity " << capacity << (gather ? " gather" : "") << (alpha_up ? " alpha_up" : "") << (rescale ? " rescale_each_run" : "") << " seed "
        << seed;
     return os.str();
   }
@@ -135,8 +139,9 @@ std::vector<int> make_offsets(const GluCase& c, std::mt19937_64& rng, int kind) 
                                  out.data() + e * blk);
     return std::make_pair(out, lin);
   };
-  const auto [s_main, s_main_lin] = scales_of(wrows);
-  const auto [s_up, s_up_lin] = separate ? scales_of(wrows) : std::make_pair(std::vector<std::uint8_t>{}, std::vector<std::uint8_t>{});
+  std::vector<std::uint8_t> s_main, s_main_lin, s_up, s_up_lin;
+  std::tie(s_main, s_main_lin) = scales_of(wrows);
+  if (separate) std::tie(s_up, s_up_lin) = scales_of(wrows);
   const std::int64_t scale_stride = static_cast<std::int64_t>(formats::scale_bytes(c.scale_layout, wrows, cols));
   // Alphas: powers of two on GPU MODE data (products stay exact), else random.
   std::vector<float> alpha(E), alpha_up(E);
@@ -170,7 +175,7 @@ std::vector<int> make_offsets(const GluCase& c, std::mt19937_64& rng, int kind) 
   if (separate) mw.w_up = dw_up, mw.scales_up = d_s.get() + up_at;
   MoeOptions mo;
   mo.format = c.format, mo.scale_layout = c.scale_layout, mo.out_type = c.out, mo.activation = c.act;
-  mo.capacity = c.capacity, mo.epilogue = c.epilogue, mo.gate_up = c.gate_up;
+  mo.capacity = c.capacity, mo.epilogue = c.epilogue, mo.gate_up = c.gate_up, mo.rescale_each_run = c.rescale;
   const MoeGemm plan(mw, mo);
 
   // Activations (gathered: 1..capacity token rows), C arena.
@@ -193,7 +198,14 @@ std::vector<int> make_offsets(const GluCase& c, std::mt19937_64& rng, int kind) 
   const bool exact = c.values == Values::gpumode;
   std::ostringstream fails;
   int bad = 0;
+  int round = 0;
   for (int kind : {0, 1, 0, 2}) {
+    if (c.rescale && round++ > 0) {  // new scale bytes in the same buffers: the next run must use them
+      std::tie(s_main, s_main_lin) = scales_of(wrows);
+      if (separate) std::tie(s_up, s_up_lin) = scales_of(wrows);
+      FP4GEMM_TEST_CUDA(cudaMemcpy(d_s.get(), s_main.data(), s_main.size(), cudaMemcpyHostToDevice));
+      if (separate) FP4GEMM_TEST_CUDA(cudaMemcpy(d_s.get() + up_at, s_up.data(), s_up.size(), cudaMemcpyHostToDevice));
+    }
     const std::vector<int> offsets = make_offsets(c, rng, kind);
     std::vector<int> gather(c.capacity);
     std::uniform_int_distribution<int> tok(0, a_rows - 1);
@@ -332,6 +344,7 @@ GluCase random_glu_case(std::uint64_t seed) {
   c.capacity = 1 + static_cast<int>(rng() % 700);
   c.gather = rng() % 2;
   c.alpha_up = rng() % 2;
+  c.rescale = rng() % 4 == 0;
   return c;
 }
 

@@ -442,6 +442,52 @@ TEST_P(MoeLayerCases, MatchesTheQuantisedComposition) {
 INSTANTIATE_TEST_SUITE_P(All, MoeLayerCases, ::testing::ValuesIn(layer_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& i) { return "case" + std::to_string(i.index); });
 
+// Pre-quantised tokens (MoeLayerArgs::hidden_packed / hidden_scales, what an expert-parallel
+// dispatch delivers): the host quantiser's bytes in, so the output must be the bf16-input run's
+// byte for byte (the GPU quantiser matches the host rule bit for bit) and within the reference's
+// bound.
+TEST(MoeLayerPrequantised, SameBytesAsTheBf16Input) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (const LayerCase& c : layer_cases()) {
+    if (c.act != MoeActivation::fp4) continue;
+    SCOPED_TRACE(c.describe());
+    const auto L = make_layer(c);
+    std::mt19937_64 rng(c.seed * 13 + 5);
+    const std::int64_t ldh = c.hidden + (c.padded ? 24 : 0), ldo = c.hidden + (c.padded ? 40 : 0);
+    RunBuffers b(c, c.max_tokens, ldh, ldo, rng);
+    const int vec = scale_block_size(c.format);
+    DeviceBuffer d_xp(static_cast<std::size_t>(c.max_tokens) * c.hidden / 2 + 16),
+        d_xs(static_cast<std::size_t>(c.max_tokens) * (c.hidden / vec) + 16);
+    cudaStream_t s = nullptr;
+    FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+    for (const int tokens : {c.max_tokens, 5}) {
+      const Inputs in = make_inputs(c, rng, tokens, Route::random);
+      const Expected x = reference_layer(*L, in);
+      b.upload(c, in, s);
+      L->layer->run(b.args(c, in), s);
+      const std::vector<std::uint8_t> from_bf16 = b.download(s);
+      // The host quantiser on the same tokens, dense rows.
+      std::vector<float> xf(static_cast<std::size_t>(tokens) * c.hidden);
+      for (int t = 0; t < tokens; ++t)
+        for (int h = 0; h < c.hidden; ++h)
+          xf[static_cast<std::size_t>(t) * c.hidden + h] = bf16_value(in.hidden[t * in.ld_hidden + h]);
+      std::vector<std::uint8_t> xp(xf.size() / 2), xs(xf.size() / vec);
+      formats::quantize(c.format, xf.data(), tokens, c.hidden, c.hidden, xp.data(), xs.data(), L->a1);
+      FP4GEMM_TEST_CUDA(cudaMemcpy(d_xp.get(), xp.data(), xp.size(), cudaMemcpyHostToDevice));
+      FP4GEMM_TEST_CUDA(cudaMemcpy(d_xs.get(), xs.data(), xs.size(), cudaMemcpyHostToDevice));
+      b.upload(c, in, s);  // re-poisons the output
+      MoeLayerArgs a = b.args(c, in);
+      a.hidden = nullptr, a.ld_hidden = 0, a.hidden_packed = d_xp.get(), a.hidden_scales = d_xs.get();
+      L->layer->run(a, s);
+      const std::vector<std::uint8_t> got = b.download(s);
+      EXPECT_TRUE(check_output(c, in, b, got, x)) << "pre-quantised tokens, T " << tokens;
+      EXPECT_TRUE(got == from_bf16) << "pre-quantised and bf16 tokens give different bytes, T " << tokens;
+    }
+    EXPECT_NO_THROW(L->layer->check(s));
+    FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+  }
+}
+
 // One graph, captured once, replayed with a new routing, new tokens and new weights every time.
 TEST(MoeLayerGraph, ReplaysWithANewRoutingEachTime) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
