@@ -49,6 +49,12 @@ struct GemmOptions : CommonOptions {
   bool check = false;
 };
 
+// `fp4gemm dual`: the dual GEMM (SwiGLU) with batch L.
+struct DualCommandOptions : GemmOptions {
+  std::string activation = "silu";  // silu | swigluoai
+  std::string values = "gpumode";   // gpumode | full
+};
+
 struct InfoOptions {
   std::string json;
 };
@@ -157,6 +163,7 @@ int run_info(const InfoOptions& o);
 int run_bench(const BenchOptions& o);
 int run_grouped(const GroupedOptions& o);
 int run_gemm(const GemmOptions& o);
+int run_dual(const DualCommandOptions& o);
 int run_moe(const MoeCommandOptions& o);
 int run_layer(const LayerCommandOptions& o);
 int run_quantize(const QuantizeCommandOptions& o);

@@ -1,4 +1,4 @@
-// fp4gemm command-line tool: `info`, `bench`, `grouped`, `gemm`, `moe` (CLI11 subcommands).
+// fp4gemm command-line tool: `info`, `bench`, `grouped`, `gemm`, `dual`, `moe` (CLI11 subcommands).
 #include <CLI/CLI.hpp>
 
 #include <exception>
@@ -57,6 +57,20 @@ CLI::App* add_gemm(CLI::App& app, GemmOptions& o) {
   CLI::App* cmd = app.add_subcommand("gemm", "time a dense GEMM with batch L, run as L groups of (M, N, K)");
   cmd->add_option("--mnkl", o.mnkl, "M,N,K,L")->required();
   cmd->add_flag("--check", o.check, "compare with the exact CPU reference (SPEC 3)");
+  add_data_options(cmd, o);
+  return cmd;
+}
+
+CLI::App* add_dual(CLI::App& app, DualCommandOptions& o) {
+  CLI::App* cmd = app.add_subcommand("dual", "time the dual GEMM C = silu(A B1^T) * (A B2^T) (SwiGLU) with batch L, "
+                                             "against the two plain GEMMs it replaces and the bf16 floor");
+  cmd->add_option("--mnkl", o.mnkl, "M,N,K,L (N a multiple of 8)")->required();
+  cmd->add_option("--activation", o.activation, "silu, or swigluoai (gpt-oss: clamped gate / up, alpha 1.702, limit 7)")
+      ->check(CLI::IsMember({"silu", "swigluoai"}))->capture_default_str();
+  cmd->add_option("--values", o.values, "data: gpumode ({0, +-0.5, +-1, +-1.5} x {1, 2}: --check is bit-exact) or full "
+                                        "(random nibbles, scales over the normal range: realistic power and clocks)")
+      ->check(CLI::IsMember({"gpumode", "full"}))->capture_default_str();
+  cmd->add_flag("--check", o.check, "compare with the host reference's FP32 epilogue, bit for bit (gpumode values)");
   add_data_options(cmd, o);
   return cmd;
 }
@@ -145,6 +159,8 @@ int main(int argc, char** argv) {
   CLI::App* bench = add_bench(app, bench_options);
   CLI::App* grouped = add_grouped(app, grouped_options);
   CLI::App* gemm = add_gemm(app, gemm_options);
+  DualCommandOptions dual_options;
+  CLI::App* dual = add_dual(app, dual_options);
   CLI::App* moe = add_moe(app, moe_options);
   CLI::App* layer = add_layer(app, layer_options);
   CLI::App* quantize = add_quantize(app, quantize_options);
@@ -162,6 +178,7 @@ int main(int argc, char** argv) {
     if (bench->parsed()) return run_bench(bench_options);
     if (grouped->parsed()) return run_grouped(grouped_options);
     if (gemm->parsed()) return run_gemm(gemm_options);
+    if (dual->parsed()) return run_dual(dual_options);
     if (moe->parsed()) return run_moe(moe_options);
     if (layer->parsed()) return run_layer(layer_options);
     if (quantize->parsed()) return run_quantize(quantize_options);

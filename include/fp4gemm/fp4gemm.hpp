@@ -27,6 +27,15 @@ enum class ScaleLayout { linear, blocked };
 
 enum class OutType { f16, bf16, f32 };
 
+// What a plan does with its products (the pointer-array Plan and fp4gemm::MoeGemm alike):
+//   none:      C = alpha * A B^T
+//   silu:      a gated activation over two products ("dual GEMM", SwiGLU): g = alpha * A B^T,
+//              u = alpha_up * A B_up^T, C = silu(g) * u, silu(g) = g / (1 + exp(-g))
+//   swigluoai: gpt-oss's, g' = min(g, limit), u' = clamp(u, -limit, limit),
+//              g' * sigmoid(swiglu_alpha * g') * (u' + 1)
+// evaluated in FP32 from the FP32 accumulators and rounded once to the output type.
+enum class Epilogue { none, silu, swigluoai };
+
 // Which kernel a plan runs. `automatic` picks the fast fused kernel and fails (with a clear
 // error) on a GPU that has none; the reference kernel runs only when asked for.
 enum class Backend { automatic, fast, reference };
@@ -35,6 +44,7 @@ const char* to_string(Format f);
 const char* to_string(ScaleLayout l);
 const char* to_string(OutType t);
 const char* to_string(Backend b);
+const char* to_string(Epilogue e);
 int scale_block_size(Format f);      // 16 or 32 K-elements per scale
 std::size_t out_type_size(OutType t);  // bytes per output element
 
@@ -80,6 +90,14 @@ struct GroupDesc {
   float alpha = 1.0f;
   // Optional device pointer to this group's alpha, read at run time (overrides `alpha`).
   const float* alpha_device = nullptr;
+  // Options::epilogue != none (a dual GEMM, C = act(alpha A B^T, alpha_up A B_up^T)): `b` holds
+  // the gate weights and b_up the up weights, [N, K] each with row stride ldb, a multiple of 16
+  // bytes apart; sfb_up their scales (the plan's layout). N must be a multiple of 8. Ignored
+  // otherwise.
+  const void* b_up = nullptr;
+  const void* sfb_up = nullptr;
+  float alpha_up = 1.0f;
+  const float* alpha_up_device = nullptr;  // optional, overrides alpha_up
 };
 
 struct Options {
@@ -88,6 +106,14 @@ struct Options {
   OutType out_type = OutType::f16;
   Backend backend = Backend::automatic;
   int device = -1;  // -1: the current device
+  // Dual GEMM (GroupDesc::b_up): the gated activation; swigluoai's constants (gpt-oss's values;
+  // limit > 0). The fast kernel only.
+  Epilogue epilogue = Epilogue::none;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+  // Dual GEMMs keep a copy of the weight scales with gate and up rows paired (made at plan time).
+  // true: made again at the start of every run (one small kernel, graph-capturable), for callers
+  // that refill the scale buffers between runs (GPU MODE's harness).
+  bool rescale_each_run = false;
   // Measurement and test knobs (fp4gemm/tuning.hpp); the defaults are the production choices.
   Tuning tuning = {};
 };

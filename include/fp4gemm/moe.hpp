@@ -25,7 +25,7 @@ enum class MoeLayout { contiguous, masked };
 //   swigluoai: gpt-oss's, g' = min(g, limit), u' = clamp(u, -limit, limit),
 //              g' * sigmoid(swiglu_alpha * g') * (u' + 1)
 // evaluated in FP32 from the FP32 accumulators and rounded once to the output type.
-enum class MoeEpilogue { none, silu, swigluoai };
+using MoeEpilogue = Epilogue;  // (fp4gemm.hpp)
 // Where a GLU's gate and up rows are (W's rows per expert; I = MoeWeights::n, the output width):
 //   stacked:     W has 2I rows, gate rows 0..I-1, up rows I..2I-1 (vLLM's w13)
 //   interleaved: W has 2I rows, gate row 2i, up row 2i+1 (gpt-oss's gate_up_proj)
@@ -35,7 +35,6 @@ enum class GateUpLayout { stacked, interleaved, separate };
 
 const char* to_string(MoeActivation a);
 const char* to_string(MoeLayout l);
-const char* to_string(MoeEpilogue e);
 const char* to_string(GateUpLayout g);
 
 // The expert weights, bound at plan time. W[e] is [N, K] packed e2m1 (K-contiguous, row stride

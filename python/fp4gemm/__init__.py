@@ -5,7 +5,8 @@ Group g computes ``C_g[M_g, N_g] = alpha_g * dq(A_g) @ dq(B_g).T`` where A_g, B_
 UE8M0 per 32 for MXFP4). Arrays come from any DLPack producer: CUDA tensors from PyTorch, CuPy
 or JAX run on the GPU; NumPy arrays run the exact CPU reference.
 
-Main entry points: :func:`grouped_gemm`, :class:`GroupedGemm`, :mod:`fp4gemm.gpumode`,
+Main entry points: :func:`grouped_gemm`, :class:`GroupedGemm`, :class:`DualGemm` (the SwiGLU dual
+GEMM), :mod:`fp4gemm.gpumode`,
 :mod:`fp4gemm.moe` (the device-driven MoE grouped GEMM: expert offsets on the device),
 :mod:`fp4gemm.ops` (torch custom ops, registered when torch is importable), the format helpers
 (:func:`quantize`, :func:`dequantize`, :func:`linear_to_blocked`, ...) and
@@ -21,6 +22,7 @@ from . import _fp4gemm as _C
 from ._fp4gemm import (  # noqa: F401  (re-exported)
     ArgumentError,
     DeviceError,
+    DualGemm,
     GroupedGemm,
     clear_plan_cache,
     device_count,
@@ -54,6 +56,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentError",
     "DeviceError",
+    "DualGemm",
     "GroupedGemm",
     "blocked_to_linear",
     "clear_plan_cache",

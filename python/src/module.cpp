@@ -9,6 +9,7 @@
 
 #include "fp4gemm/fp4gemm.hpp"
 #include "fp4gemm/moe.hpp"
+#include "dual.hpp"
 #include "grouped.hpp"
 #include "moe.hpp"
 #include "moe_layer.hpp"
@@ -24,6 +25,7 @@ namespace {
 
 using fp4gemm::python::Binding;
 using fp4gemm::python::BoundGemm;
+using fp4gemm::python::DualGemmObject;
 using fp4gemm::python::MoeBinding;
 using fp4gemm::python::MoeGemmObject;
 using fp4gemm::python::MoeLayerObject;
@@ -115,6 +117,22 @@ NB_MODULE(_fp4gemm, m) {
       .def_prop_ro("num_groups", &BoundGemm::num_groups)
       .def_prop_ro("outputs", &BoundGemm::outputs)
       .def("describe", &BoundGemm::describe);
+
+  nb::class_<DualGemmObject>(m, "DualGemm",
+                              "The dual GEMM C = act(alpha A B1^T, alpha_up A B2^T) per group (SwiGLU: silu, gpt-oss: "
+                              "swigluoai), bound once to its arrays like GroupedGemm (see fp4gemm.DualGemm).")
+      .def(nb::init<nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle,
+                    nb::handle, nb::handle, nb::handle, nb::handle, const std::string&, float, float, bool>(),
+           "a"_a, "b1"_a, "b2"_a, "sfa"_a, "sfb1"_a, "sfb2"_a, "c"_a, "alpha"_a = nb::none(), "alpha_up"_a = nb::none(),
+           "format"_a = "nvfp4", "scale_layout"_a = "linear", "out_dtype"_a = "float16", "activation"_a = "silu",
+           "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "rescale_each_run"_a = false)
+      .def("run", &DualGemmObject::run, "stream"_a = nb::none(), "threads"_a = 0,
+           "Enqueue on `stream` (CUDA arrays), or compute with the CPU reference now (host arrays).")
+      .def("__call__", &DualGemmObject::run, "stream"_a = nb::none(), "threads"_a = 0)
+      .def_prop_ro("flops", &DualGemmObject::flops)
+      .def_prop_ro("num_groups", &DualGemmObject::num_groups)
+      .def_prop_ro("outputs", &DualGemmObject::outputs)
+      .def("describe", &DualGemmObject::describe);
 
   nb::class_<MoeGemmObject>(m, "MoeGemm",
                             "The MoE grouped GEMM planned once for a weight set (use fp4gemm.moe.MoeGemm, which "

@@ -153,39 +153,67 @@ struct GluArgs {
   float mul_first, mul_second;  // alphas of the map's first / second 8 rows of each 16
 };
 
-// One warpgroup half of a GLU tile: the thread's accumulators of rows r (gate) and r + 8 (up) give
-// output column n_wg / 2 + warp * 8 + lane / 4 for tokens 2t, 2t + 1 of each 8-token step j.
-// 16-bit outputs: lanes q and q ^ 1 (lane / 4) swap one value so that each stores two adjacent
-// columns of one token as one 4-byte word (I is a multiple of 8: a column group is all in or out).
+// One warpgroup half of a GLU tile: the thread's accumulators of rows r (gate) and r + 8 (up) are
+// the pair of output column n_wg / 2 + warp * 8 + lane / 4 for tokens 2t, 2t + 1 of each 8-token
+// step j. The pairs (alpha-scaled, FP32) are staged in the warpgroup's epilogue buffer, 64 tokens
+// at a time ([token][32 columns] float2 = 16 KB), and a rolled loop evaluates the activation and
+// stores: 16 threads per token row, two adjacent columns each (I is a multiple of 8). v17's version
+// evaluated the activation in registers, unrolled per j: ~2000 straight-line instructions per
+// width class that ran once per tile, cold in the instruction cache -- the dual GEMM ran at half
+// the plain GEMM's tensor rate (ncu: "no instruction" stalls 11 % -> 25 %, docs/PERF.md v18).
+struct GluDrain {
+  void* c;
+  std::int64_t ldc;  // elements
+  int m0, tokens, col0, width, kind;
+  float alpha, limit;
+};
+
+template <typename T>
+__device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, int wtid) {
+  const int cp = wtid % 16, col = d.col0 + 2 * cp;
+  if (col >= d.width) return;
+#pragma unroll 1
+  for (int r = wtid / 16; r < d.tokens; r += 8) {
+    const float2 x0 = buf[r * 32 + 2 * cp], x1 = buf[r * 32 + 2 * cp + 1];
+    const float o0 = glu_activate(d.kind, x0.x, x0.y, d.alpha, d.limit);
+    const float o1 = glu_activate(d.kind, x1.x, x1.y, d.alpha, d.limit);
+    T* row = static_cast<T*>(d.c) + static_cast<std::int64_t>(d.m0 + r) * d.ldc + col;
+    if constexpr (std::is_same_v<T, float>) {
+      *reinterpret_cast<float2*>(row) = make_float2(o0, o1);  // (col even, ldc a multiple of 8)
+    } else {
+      *reinterpret_cast<std::uint32_t*>(row) = pack2<T>(o0, o1);
+    }
+  }
+}
+
 template <typename T, int N8, int A>
 __device__ __forceinline__ void store_tile_glu(const float (&acc)[A], const GroupParams& g, const TileDesc& tile,
-                                               int n_wg, int lane, const GluArgs& a, int warp) {
+                                               int n_wg, int lane, const GluArgs& a, int warp, int cw, int wtid,
+                                               std::uint8_t* epi) {
+  constexpr int kPassTokens = 64, kJPerPass = kPassTokens / 8;
+  constexpr int kPasses = (8 * N8 + kPassTokens - 1) / kPassTokens;
   const int q = lane / 4, t = lane % 4;
-  const int col = n_wg / 2 + warp * 8 + q;
-  const bool col_ok = col < a.width;
-  const int m_end = tile.tok0 + tile.ntok;
+  float2* buf = reinterpret_cast<float2*>(epi);
+  const float mul_gate = a.swap ? a.mul_second : a.mul_first, mul_up = a.swap ? a.mul_first : a.mul_second;
+  GluDrain d{g.c, g.ldc, 0, 0, n_wg / 2, a.width, a.kind, a.alpha, a.limit};
 #pragma unroll
-  for (int j = 0; j < N8; ++j) {
-    float o[2];
+  for (int pass = 0; pass < kPasses; ++pass) {
+    ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);  // the buffer is free (previous pass drained)
 #pragma unroll
-    for (int v = 0; v < 2; ++v) {
-      const float first = acc[4 * j + v] * a.mul_first, second = acc[4 * j + 2 + v] * a.mul_second;
-      o[v] = glu_activate(a.kind, a.swap ? second : first, a.swap ? first : second, a.alpha, a.limit);
-    }
-    const int m0 = tile.tok0 + 8 * j + 2 * t;
-    if constexpr (std::is_same_v<T, float>) {
+    for (int jj = 0; jj < kJPerPass; ++jj) {
+      const int j = pass * kJPerPass + jj;
+      if (j >= N8) break;
 #pragma unroll
-      for (int v = 0; v < 2; ++v)
-        if (col_ok && m0 + v < m_end) static_cast<float*>(g.c)[static_cast<std::int64_t>(m0 + v) * g.ldc + col] = o[v];
-    } else {
-      const bool even = (q & 1) == 0;
-      const float recv = __shfl_xor_sync(0xFFFFFFFFu, even ? o[1] : o[0], 4);
-      const int m = even ? m0 : m0 + 1;
-      if (col_ok && m < m_end) {
-        const std::uint32_t word = even ? pack2<T>(o[0], recv) : pack2<T>(recv, o[1]);
-        *reinterpret_cast<std::uint32_t*>(static_cast<T*>(g.c) + static_cast<std::int64_t>(m) * g.ldc + (col & ~1)) = word;
+      for (int v = 0; v < 2; ++v) {
+        const float first = acc[4 * j + v], second = acc[4 * j + 2 + v];
+        buf[(8 * jj + 2 * t + v) * 32 + warp * 8 + q] =
+            make_float2((a.swap ? second : first) * mul_gate, (a.swap ? first : second) * mul_up);
       }
     }
+    ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);
+    d.m0 = tile.tok0 + pass * kPassTokens;
+    d.tokens = min(kPassTokens, tile.ntok - pass * kPassTokens);
+    glu_drain<T>(buf, d, wtid);
   }
 }
 

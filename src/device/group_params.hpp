@@ -8,7 +8,10 @@ namespace fp4gemm::detail {
 
 struct GroupParams {
   int m, n, k;
-  int pad_;
+  // Pointer-array dual GEMMs (Options::epilogue): n counts the kernel's weight rows (2N, 8 gate
+  // rows then their 8 up rows per 16, params.cuh); glu_swap = 1 when the weight map's first 8
+  // rows of each 16 are the up rows (b_up below b). The MoE plan keeps these in MoeScheduleParams.
+  int glu_swap;
   const std::uint8_t* a;
   std::int64_t lda;  // bytes
   const std::uint8_t* b;
@@ -19,7 +22,8 @@ struct GroupParams {
   std::int64_t ldc;  // elements
   const float* alpha_device;  // nullable
   float alpha;
-  int pad2_;
+  float alpha_up;                 // dual GEMMs: the up rows' alpha
+  const float* alpha_up_device;   // nullable, overrides alpha_up
 };
 
 }  // namespace fp4gemm::detail

@@ -111,7 +111,7 @@ __device__ __forceinline__ void fence_acc(float (&acc)[H][A]) {
 // hand-off and epilogue. N8 = tile tokens / 8, rounded up; the tile has H = 1 or 2 halves of 128
 // weight rows, and the warpgroup owns rows h * 128 + cw * 64 + [0, 64) of half h (whose scales
 // are the stage's atom h).
-template <Format F, int N8, int H, bool kRouted>
+template <Format F, int N8, int H, bool kRouted, bool kGlu>
 __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
                                               const TileDesc& tile, std::uint8_t* act_smem,
                                               std::uint8_t* w_smem, std::uint64_t* full,
@@ -301,21 +301,31 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // ---- epilogue: C[m][n] = alpha * acc (transposed back from the swap-AB tile) ----
   float mul = g.alpha_device ? *g.alpha_device : g.alpha;
   if constexpr (F == Format::nvfp4) mul *= kNvfp4AccScale;
-  if constexpr (kRouted) {
+  if constexpr (kGlu) {
     if (p.moe.glu != 0) {  // gate / up pairs -> one GLU output column per pair (params.cuh)
       const MoeScheduleParams& m = p.moe;
-      float mul_up = m.alpha_up_device ? m.alpha_up_device[tile.group] : m.alpha_up;  // (tile.group: the expert)
+      // MoE: per expert (tile.group) in the schedule's parameters; pointer-array: per group.
+      float mul_up;
+      int swap, width;
+      if constexpr (kRouted) {
+        mul_up = m.alpha_up_device ? m.alpha_up_device[tile.group] : m.alpha_up;
+        swap = m.glu_swap, width = m.glu_width;
+      } else {
+        mul_up = g.alpha_up_device ? *g.alpha_up_device : g.alpha_up;
+        swap = g.glu_swap, width = g.n / 2;
+      }
       if constexpr (F == Format::nvfp4) mul_up *= kNvfp4AccScale;
-      const GluArgs glu{m.glu, m.glu_swap, m.glu_width, m.swiglu_alpha, m.swiglu_limit,
-                        m.glu_swap ? mul_up : mul, m.glu_swap ? mul : mul_up};
+      const GluArgs glu{m.glu, swap, width, m.swiglu_alpha, m.swiglu_limit, swap ? mul_up : mul, swap ? mul : mul_up};
+      std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
+      const int wtid = st.ctid % 128;
 #pragma unroll
       for (int h = 0; h < H; ++h) {
         const int n_wg = tile.row0 + h * 128 + st.cw * 64;
         if (n_wg >= g.n) break;
         switch (out_type) {
-          case OutType::f16: store_tile_glu<__half, N8>(acc[h], g, tile, n_wg, st.lane, glu, st.ctid % 128 / 32); break;
-          case OutType::bf16: store_tile_glu<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.lane, glu, st.ctid % 128 / 32); break;
-          case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, st.ctid % 128 / 32); break;
+          case OutType::f16: store_tile_glu<__half, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi); break;
+          case OutType::bf16: store_tile_glu<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi); break;
+          case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi); break;
         }
       }
       return;

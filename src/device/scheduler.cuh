@@ -31,14 +31,22 @@ struct CtaWork {
 
 struct HostWorkList {
   static constexpr bool kRoutedOutput = false;  // C per group (GroupParams::c)
+  static constexpr bool kGlu = false;           // no GLU code in the plain pointer-array kernel
   static __device__ __forceinline__ CtaWork initial_work(const FusedParams& p, std::uint8_t*) {
     // (the class is loaded beside the range: the ring's geometry needs it)
     return CtaWork{p.cta_begin[blockIdx.x], p.cta_begin[blockIdx.x + 1], p.cta_class[blockIdx.x]};
   }
 };
 
+// The pointer-array dual GEMM (Options::epilogue): the host's work list, gate / up row pairs and
+// the GLU epilogue (its own instantiation, so the plain kernel's code is untouched).
+struct HostWorkListGlu : HostWorkList {
+  static constexpr bool kGlu = true;
+};
+
 struct MoeDeviceSchedule {
   static constexpr bool kRoutedOutput = true;  // one C for every expert (p.moe.c)
+  static constexpr bool kGlu = true;           // GLU plans at run time (p.moe.glu)
   static __device__ __forceinline__ CtaWork initial_work(const FusedParams& p, std::uint8_t* scratch) {
     CtaWork w;
     moe_schedule_cta<KernelConfig::kThreads>(p.moe, *reinterpret_cast<MoeScheduleScratch*>(scratch), w.begin, w.end,

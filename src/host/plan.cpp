@@ -63,21 +63,25 @@ Plan::Plan(std::span<const GroupDesc> groups, const Options& options)
 
   p.kernel = &detail::select_kernel(options.backend, p.device);
 
+  // Dual GEMMs (Options::epilogue): the kernel sees 2N weight rows through one map from the lower
+  // of b / b_up (device/group_params.hpp), each group twice the products.
+  const bool dual = options.epilogue != Epilogue::none;
   std::vector<GroupParams> params(groups.size());
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const GroupDesc& g = groups[i];
-    params[i] = GroupParams{g.m, g.n, g.k, 0,
+    const bool swap = dual && g.b_up < g.b;
+    params[i] = GroupParams{g.m, dual ? 2 * g.n : g.n, g.k, swap ? 1 : 0,
                             static_cast<const std::uint8_t*>(g.a), g.lda,
-                            static_cast<const std::uint8_t*>(g.b), g.ldb,
+                            static_cast<const std::uint8_t*>(swap ? g.b_up : g.b), g.ldb,
                             static_cast<const std::uint8_t*>(g.sfa), static_cast<const std::uint8_t*>(g.sfb),
-                            g.c, g.ldc, g.alpha_device, g.alpha, 0};
+                            g.c, g.ldc, g.alpha_device, g.alpha, g.alpha_up, dual ? g.alpha_up_device : nullptr};
     p.max_m = std::max(p.max_m, g.m);
     p.max_n = std::max(p.max_n, g.m > 0 ? g.n : 0);
-    const double m = g.m, n = g.n, k = g.k;
+    const double m = g.m, n = g.n, k = g.k, products = dual ? 2 : 1;
     const double vec = scale_block_size(options.format);
-    p.flops += 2.0 * m * n * k;
+    p.flops += 2.0 * m * n * k * products;
     if (g.m > 0)
-      p.min_bytes += (m + n) * k / 2 + (m + n) * k / vec + m * n * out_type_size(options.out_type);
+      p.min_bytes += (m + products * n) * (k / 2 + k / vec) + m * n * out_type_size(options.out_type);
   }
   if (!params.empty()) {
     FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p.d_groups), params.size() * sizeof(GroupParams)), "plan");

@@ -77,6 +77,11 @@ TEST(Cli, SubcommandHelpListsOptions) {
   for (const char* option : {"--experts", "--hidden", "--inter", "--tokens", "--topk", "--act", "--activation",
                              "--iters", "--warmup", "--seed", "--json", "swigluoai"})
     EXPECT_NE(layer.output.find(option), std::string::npos) << option;
+  const CliResult dual = run_cli("dual --help");
+  EXPECT_EQ(dual.exit_code, 0);
+  for (const char* option : {"--mnkl", "--activation", "--values", "--check", "--format", "--layout", "--out", "--iters",
+                             "--json", "swigluoai", "gpumode"})
+    EXPECT_NE(dual.output.find(option), std::string::npos) << option;
   const CliResult quantize = run_cli("quantize --help");
   EXPECT_EQ(quantize.exit_code, 0);
   for (const char* option : {"--rows", "--k", "--format", "--scales", "--iters", "--json"})
@@ -170,6 +175,14 @@ TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
       {"layer --experts 8 --hidden 64 --inter 32 --tokens 4 --topk 9", {"--topk"}},
       {"layer --experts 8 --hidden 64 --inter 32 --tokens 4 --act fp8", {"--act", "fp8"}},
       {"layer --experts 8 --hidden 64 --inter 32 --tokens 4 --activation gelu", {"--activation", "gelu"}},
+      {"dual", {"--mnkl"}},
+      {"dual --mnkl 256,4096,7168", {"--mnkl", "4"}},
+      {"dual --mnkl 256,100,7168,1", {"--mnkl", "multiple of 8"}},
+      {"dual --mnkl 256,4096,7000,1", {"--mnkl", "16"}},
+      {"dual --mnkl 256,4096,7168,1 --activation gelu", {"--activation", "gelu"}},
+      {"dual --mnkl 256,4096,7168,1 --values random", {"--values"}},
+      {"dual --mnkl 256,4096,7168,1 --values full --check", {"--check", "gpumode"}},
+      {"dual --mnkl 256,4096,7168,1 --backend reference", {"--backend", "fast kernel"}},
       {"quantize --format fp8", {"--format", "fp8"}},
       {"quantize --rows 0", {"--rows"}},
       {"quantize --k 24", {"--k", "16"}},

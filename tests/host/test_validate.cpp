@@ -413,3 +413,89 @@ TEST(Validate, ErrorMessageIsReadable) {
 
 }  // namespace
 }  // namespace fp4gemm
+
+namespace fp4gemm {
+namespace {
+
+// Dual GEMMs (Options::epilogue): b_up / sfb_up beside b / sfb in each group's window.
+constexpr std::uintptr_t kOffBUp = 0x600000, kOffSfbUp = 0xB00000;
+
+std::vector<GroupDesc> dual_groups(int count) {
+  std::vector<GroupDesc> groups = make_groups(count);
+  for (int i = 0; i < count; ++i) {
+    const std::uintptr_t base = kBase + static_cast<std::uintptr_t>(i) * kWindow;
+    groups[i].b_up = fake(base + kOffBUp), groups[i].sfb_up = fake(base + kOffSfbUp);
+  }
+  return groups;
+}
+
+Options dual_options(Epilogue e = Epilogue::silu) {
+  Options o;
+  o.epilogue = e;
+  return o;
+}
+
+TEST(ValidateDual, ValidDualPasses) {
+  EXPECT_NO_THROW(validate(dual_groups(3), dual_options()));
+  EXPECT_NO_THROW(validate(dual_groups(2), dual_options(Epilogue::swigluoai)));
+  std::vector<GroupDesc> g = dual_groups(1);
+  std::swap(g[0].b, g[0].b_up);  // up below gate: fine
+  EXPECT_NO_THROW(validate(g, dual_options()));
+  // Plain plans ignore b_up entirely (null, unaligned, anything).
+  g[0].b_up = fake(3), g[0].sfb_up = nullptr;
+  EXPECT_NO_THROW(validate(g));
+}
+
+TEST(ValidateDual, BadDualArgumentsNamed) {
+  auto expect_named = [](std::vector<GroupDesc> g, const Options& o, const std::string& arg, int group,
+                         const std::string& needle) { expect_error(g, o, arg, group, needle); };
+  {
+    auto g = dual_groups(2);
+    g[1].b_up = nullptr;
+    expect_named(g, dual_options(), "groups[1].b_up", 1, "null");
+  }
+  {
+    auto g = dual_groups(2);
+    g[0].sfb_up = fake(addr(g[0].sfb_up) + 4);
+    expect_named(g, dual_options(), "groups[0].sfb_up", 0, "aligned");
+  }
+  {
+    auto g = dual_groups(1);
+    g[0].n = 100, g[0].ldc = 104;
+    expect_named(g, dual_options(), "groups[0].n", 0, "multiple of 8");
+  }
+  {
+    auto g = dual_groups(1);
+    g[0].b_up = g[0].b;
+    expect_named(g, dual_options(), "groups[0].b_up", 0, "distinct");
+  }
+  {
+    auto g = dual_groups(1);
+    g[0].alpha_up = std::numeric_limits<float>::infinity();
+    expect_named(g, dual_options(), "groups[0].alpha_up", 0, "finite");
+    g[0].alpha_up_device = reinterpret_cast<const float*>(fake(kBase + 0xE00002));
+    expect_named(g, dual_options(), "groups[0].alpha_up_device", 0, "4-byte");
+  }
+  {
+    auto g = dual_groups(2);
+    g[1].c = fake(addr(g[1].b_up));  // the output over the up weights
+    expect_named(g, dual_options(), "groups[1].c", 1, "overlaps");
+  }
+  {
+    Options o = dual_options();
+    o.swiglu_limit = 0;
+    expect_named(dual_groups(1), o, "options.swiglu_limit", -1, "> 0");
+    o = dual_options();
+    o.swiglu_alpha = std::numeric_limits<float>::quiet_NaN();
+    expect_named(dual_groups(1), o, "options.swiglu_alpha", -1, "finite");
+    o = dual_options();
+    o.backend = Backend::reference;
+    expect_named(dual_groups(1), o, "options.backend", -1, "fast kernel");
+    o = dual_options();
+    o.epilogue = static_cast<Epilogue>(7);
+    expect_named(dual_groups(1), o, "options.epilogue", -1, "unknown");
+  }
+}
+
+}  // namespace
+}  // namespace fp4gemm

@@ -65,3 +65,60 @@ def test_mismatched_shapes_named():
     with pytest.raises(Exception) as err:
         gpumode.dual_gemm_custom_kernel(tuple(data))
     assert getattr(err.value, "argument", None) == "data", str(err.value)
+
+
+# ---- fp4gemm.DualGemm on CUDA tensors ---------------------------------------------------------------
+
+
+def _groups(shapes, seed):
+    rng = np.random.default_rng(seed)
+    nib = np.array([0x0, 0x1, 0x9, 0x2, 0xA, 0x3, 0xB], np.uint8)
+    fp4 = lambda r, k: (nib[rng.integers(0, 7, (r, k // 2))] | (nib[rng.integers(0, 7, (r, k // 2))] << 4)).astype(np.uint8)  # noqa: E731
+    sc = lambda r, k: np.array([0x38, 0x40], np.uint8)[rng.integers(0, 2, (r, k // 16))]  # noqa: E731
+    return [(fp4(m, k), fp4(n, k), fp4(n, k), sc(m, k), sc(n, k), sc(n, k), np.full((m, n), np.nan, np.float16))
+            for m, n, k in shapes]
+
+
+@pytest.mark.parametrize("act", ["silu", "swigluoai"])
+def test_dual_gemm_cuda_equals_the_host_path_bit_for_bit(act):
+    import fp4gemm
+
+    groups = _groups([(100, 256, 512), (3, 64, 1024), (300, 136, 256)], seed=7)
+    cols = list(zip(*groups))
+    host = fp4gemm.DualGemm(*cols, alpha=[1.0, 0.5, 2.0], alpha_up=[0.25, 1.0, 1.0], activation=act)
+    host.run()
+    dev = [[torch.from_numpy(x).cuda() for x in col] for col in cols]
+    d = fp4gemm.DualGemm(*dev, alpha=[1.0, 0.5, 2.0], alpha_up=[0.25, 1.0, 1.0], activation=act)
+    assert "dual GEMM" in d.describe()
+    d.run()
+    torch.cuda.synchronize()
+    for g, (want, got) in enumerate(zip(cols[6], dev[6])):
+        assert np.array_equal(got.cpu().numpy().view(np.uint16), want.view(np.uint16)), g
+
+
+def test_dual_gemm_graph_replays_new_data_and_watches_tensors():
+    import fp4gemm
+
+    (a, b1, b2, sa, s1, s2, c), = _groups([(64, 128, 512)], seed=8)
+    t = [torch.from_numpy(x).cuda() for x in (a, b1, b2, sa, s1, s2, c)]
+    d = fp4gemm.DualGemm([t[0]], [t[1]], [t[2]], [t[3]], [t[4]], [t[5]], [t[6]], rescale_each_run=True)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        d.run()  # (warm-up outside the capture)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            d.run()
+    for seed in (9, 10):
+        (a2, b12, b22, sa2, s12, s22, _), = _groups([(64, 128, 512)], seed=seed)
+        for dst, src in zip(t[:6], (a2, b12, b22, sa2, s12, s22)):
+            dst.copy_(torch.from_numpy(src))  # new values, scales included, in the same tensors
+        t[6].fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        want = np.full((64, 128), np.nan, np.float16)
+        fp4gemm.DualGemm([a2], [b12], [b22], [sa2], [s12], [s22], [want]).run()
+        assert np.array_equal(t[6].cpu().numpy().view(np.uint16), want.view(np.uint16)), seed
+    t[1].set_(torch.empty_like(t[1]))  # the plan's memory is gone from under it
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        d.run()
+    assert e.value.argument == "b1[0]"

@@ -84,3 +84,66 @@ def test_glu_argument_errors_named():
     with pytest.raises(fp4gemm.ArgumentError) as e:
         moe.MoeGemm(b1[None], s1[None], scale_layout="linear", capacity=8, w_up=b2[None], w_up_scales=s2[None])
     assert e.value.argument == "w_up"
+
+
+# ---- fp4gemm.DualGemm (the pointer-array dual GEMM) on NumPy arrays: the CPU path -----------------
+
+
+@pytest.mark.parametrize("layout", ["linear", "blocked"])
+@pytest.mark.parametrize("act", ["silu", "swigluoai"])
+def test_dual_gemm_groups_match_numpy_and_the_moe_glu(act, layout):
+    cases = [_case(m=24, n=40, k=128, seed=2), _case(m=7, n=16, k=64, seed=3), _case(m=33, n=8, k=256, seed=4)]
+    outs = [np.full((c[0].shape[0], c[2].shape[0]), np.nan, np.float32) for c in cases]
+    blk = (lambda s: fp4gemm.linear_to_blocked(s)) if layout == "blocked" else (lambda s: s)  # noqa: E731
+    alphas, alphas_up = [0.5, 2.0, 1.0], [1.0, 0.25, 4.0]
+    d = fp4gemm.DualGemm([c[0] for c in cases], [c[2] for c in cases], [c[4] for c in cases],
+                         [blk(c[1]) for c in cases], [blk(c[3]) for c in cases], [blk(c[5]) for c in cases], outs,
+                         alpha=alphas, alpha_up=alphas_up, scale_layout=layout, out_dtype="float32", activation=act)
+    assert d.num_groups == 3 and d.flops == sum(4.0 * c[0].shape[0] * c[2].shape[0] * 2 * c[0].shape[1] for c in cases)
+    d.run()
+    for (a, sa, b1, s1, b2, s2), out, al, au in zip(cases, outs, alphas, alphas_up):
+        x = fp4gemm.dequantize(a, sa).astype(np.float64)
+        g = al * (x @ fp4gemm.dequantize(b1, s1).astype(np.float64).T)
+        u = au * (x @ fp4gemm.dequantize(b2, s2).astype(np.float64).T)
+        if act == "silu":
+            want = g / (1 + np.exp(-g)) * u
+        else:
+            gg, uu = np.minimum(g, 7.0), np.clip(u, -7.0, 7.0)
+            want = gg / (1 + np.exp(-1.702 * gg)) * (uu + 1)
+        assert np.all(np.abs(out - want) <= 1e-5 * np.abs(want) + 1e-30)
+    # Bit for bit the MoE GEMM's GLU on the same data (both: the kernel's FP32 epilogue)
+    a, sa, b1, s1, b2, s2 = cases[2]
+    single = np.full_like(outs[2], np.nan)
+    fp4gemm.DualGemm([a], [b1], [b2], [blk(sa)], [blk(s1)], [blk(s2)], [single], scale_layout=layout,
+                     out_dtype="float32", activation=act).run()
+    assert np.array_equal(single.view(np.uint32), _run(a, sa, b1, s1, b2, s2, "separate", act).view(np.uint32))
+
+
+def test_dual_gemm_argument_errors_named():
+    a, sa, b1, s1, b2, s2 = _case(m=8, n=40, k=128)
+    c = np.empty((8, 40), np.float16)
+
+    def make(**kw):
+        args = dict(a=[a], b1=[b1], b2=[b2], sfa=[sa], sfb1=[s1], sfb2=[s2], c=[c])
+        args.update(kw)
+        return fp4gemm.DualGemm(**args)
+
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        make(activation="gelu")
+    assert e.value.argument == "activation"
+    with pytest.raises(fp4gemm.ArgumentError) as e:  # 36 rows: N not a multiple of 8
+        make(b1=[b1[:36]], b2=[b2[:36]], sfb1=[s1[:36]], sfb2=[s2[:36]], c=[c[:, :36]])
+    assert e.value.argument == "groups[0].n", e.value.argument
+    with pytest.raises(fp4gemm.ArgumentError) as e:  # b2 of another row stride than b1
+        wide = np.zeros((40, 80), np.uint8)
+        wide[:, :64] = b2
+        make(b2=[wide[:, :64]])
+    assert e.value.argument == "b2[0]"
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        make(b2=[b2[:32]], sfb2=[s2[:32]])  # up weights with fewer rows than the gate's
+    assert e.value.argument in ("b2[0]", "sfb2[0]"), e.value.argument
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        make(sfb1=[s1[:32]])
+    assert e.value.argument == "sfb1[0]", e.value.argument
+    with pytest.raises(fp4gemm.ArgumentError):
+        make(c=[c, c])  # list lengths differ

@@ -39,6 +39,9 @@ const char* to_string(Backend b) {
   }
   return "?";
 }
+const char* to_string(Epilogue e) {
+  return e == Epilogue::none ? "none" : e == Epilogue::silu ? "silu" : "swigluoai";
+}
 int scale_block_size(Format f) { return f == Format::nvfp4 ? 16 : 32; }
 std::size_t out_type_size(OutType t) { return t == OutType::f32 ? 4 : 2; }
 

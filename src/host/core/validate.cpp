@@ -21,6 +21,11 @@
 //     (cuMemGetAddressRange; virtual-memory chunks mapped side by side, as torch's expandable
 //     segments map them, count as one).
 //     A sub-allocation of a caching allocator is only checked against its whole segment.
+//   - Dual GEMMs (options.epilogue silu / swigluoai): the fast backend; swiglu_alpha finite,
+//     swiglu_limit > 0 (not NaN); per group N a multiple of 8, b_up and sfb_up as b and sfb
+//     (non-null, 16-byte aligned, the same extents: b_up with row stride ldb), b and b_up a
+//     multiple of 16 bytes (< 2^40) apart, alpha_up finite unless alpha_up_device (4-byte
+//     aligned) overrides it; b_up, sfb_up, alpha_up_device are inputs for the overlap rules.
 //   - options.tuning (measurement knobs): every set field in its documented range
 //     (fp4gemm/tuning.hpp), whatever the backend.
 #include "host/core/validate.hpp"
@@ -163,6 +168,20 @@ void validate_options(const Options& options) {
       backend != static_cast<int>(Backend::reference))
     throw Error("options.backend", -1, "unknown backend value " + std::to_string(backend) +
                                            " (expected automatic, fast or reference)");
+  const int epilogue = static_cast<int>(options.epilogue);
+  if (epilogue < 0 || epilogue > static_cast<int>(Epilogue::swigluoai))
+    throw Error("options.epilogue", -1, "unknown epilogue value " + std::to_string(epilogue) +
+                                            " (expected none, silu or swigluoai)");
+  if (options.epilogue != Epilogue::none) {
+    if (options.backend == Backend::reference)
+      throw Error("options.backend", -1, "the reference backend computes plain GEMMs; a dual GEMM (epilogue " +
+                                             std::string(to_string(options.epilogue)) +
+                                             ") runs on the fast kernel (its host reference: reference::dual_gemm)");
+    if (!std::isfinite(options.swiglu_alpha))
+      throw Error("options.swiglu_alpha", -1, "swiglu_alpha must be finite (got " + std::to_string(options.swiglu_alpha) + ")");
+    if (!(options.swiglu_limit > 0))
+      throw Error("options.swiglu_limit", -1, "swiglu_limit must be > 0 (got " + std::to_string(options.swiglu_limit) + ")");
+  }
   if (options.device < -1)
     throw Error("options.device", -1, "device index " + std::to_string(options.device) +
                                           " is invalid (use -1 for the current device)");
@@ -203,6 +222,25 @@ void validate_group(int g, const GroupDesc& d, const Options& options, std::vect
 
   if (d.alpha_device == nullptr && !std::isfinite(d.alpha))
     fail(g, "alpha", "alpha must be finite (got " + std::to_string(d.alpha) + ")");
+  const bool dual = options.epilogue != Epilogue::none;
+  if (dual) {
+    if (d.n > (1 << 29)) fail(g, "n", "a dual GEMM's N must be at most 2^29 (got " + std::to_string(d.n) + ")");
+    if (d.n % 8 != 0)
+      fail(g, "n", "a dual GEMM's N must be a multiple of 8 (gate and up rows pair in blocks of 8; got " +
+                       std::to_string(d.n) + ")");
+    check_pointer(g, "b_up", d.b_up, kPointerAlignment, "the up weights B_up");
+    check_pointer(g, "sfb_up", d.sfb_up, kPointerAlignment, "the scales of B_up");
+    const auto b = reinterpret_cast<std::uintptr_t>(d.b), b_up = reinterpret_cast<std::uintptr_t>(d.b_up);
+    const std::uintptr_t apart = b > b_up ? b - b_up : b_up - b;
+    if (apart == 0 || apart >= static_cast<std::uintptr_t>(kMaxStrideBytes))
+      fail(g, "b_up", "b and b_up must be distinct and less than 2^40 bytes apart (one TMA map reads both; got " +
+                          std::to_string(apart) + " bytes)");
+    if (d.alpha_up_device != nullptr && reinterpret_cast<std::uintptr_t>(d.alpha_up_device) % alignof(float) != 0)
+      fail(g, "alpha_up_device", "pointer " + hex(reinterpret_cast<std::uintptr_t>(d.alpha_up_device)) +
+                                     " is not 4-byte aligned");
+    if (d.alpha_up_device == nullptr && !std::isfinite(d.alpha_up))
+      fail(g, "alpha_up", "alpha_up must be finite (got " + std::to_string(d.alpha_up) + ")");
+  }
 
   // Sizes. M, N, K are ints, so scale sizes (< 2^31 rows x 2^27 columns, padded) fit int64;
   // strided extents are checked.
@@ -215,6 +253,13 @@ void validate_group(int g, const GroupDesc& d, const Options& options, std::vect
                                  static_cast<std::int64_t>(formats::scale_bytes(options.scale_layout, d.n, cols))));
   if (d.alpha_device != nullptr)
     inputs.push_back(strided_range(g, "alpha_device", "alpha_device", d.alpha_device, 1, 0, sizeof(float)));
+  if (dual) {
+    inputs.push_back(strided_range(g, "b_up", "ldb", d.b_up, d.n, d.ldb, d.k / 2));
+    inputs.push_back(strided_range(g, "sfb_up", "sfb_up", d.sfb_up, 1, 0,
+                                   static_cast<std::int64_t>(formats::scale_bytes(options.scale_layout, d.n, cols))));
+    if (d.alpha_up_device != nullptr)
+      inputs.push_back(strided_range(g, "alpha_up_device", "alpha_up_device", d.alpha_up_device, 1, 0, sizeof(float)));
+  }
   // ldc < 2^40 / elem, so ldc * elem cannot overflow; N * elem neither.
   outputs.push_back(strided_range(g, "c", "ldc", d.c, d.m, d.ldc * elem, std::int64_t{d.n} * elem));
 }
@@ -345,7 +390,7 @@ void require_mapped(const std::string& name, int g, std::uintptr_t begin, std::u
 void check_allocation(const Range& r, const Options& options) {
   const std::string field = r.field;
   std::string note;
-  if (field == "sfa" || field == "sfb")
+  if (field == "sfa" || field == "sfb" || field == "sfb_up")
     note = std::string(to_string(options.scale_layout)) + " scales" +
            (options.scale_layout == ScaleLayout::blocked ? ": rows padded to 128, scale columns to 4" : "");
   require_mapped(group_arg(r.group, r.field), r.group, r.begin, r.end, note);
@@ -401,6 +446,12 @@ void validate_groups(std::span<const GroupDesc> groups, const Options& options, 
     require_device_memory(group_arg(g, "sfb"), g, d.sfb, device);
     require_device_memory(group_arg(g, "c"), g, d.c, device);
     if (d.alpha_device != nullptr) require_device_memory(group_arg(g, "alpha_device"), g, d.alpha_device, device);
+    if (options.epilogue != Epilogue::none) {
+      require_device_memory(group_arg(g, "b_up"), g, d.b_up, device);
+      require_device_memory(group_arg(g, "sfb_up"), g, d.sfb_up, device);
+      if (d.alpha_up_device != nullptr)
+        require_device_memory(group_arg(g, "alpha_up_device"), g, d.alpha_up_device, device);
+    }
   }
   for (const Range& r : touched) check_allocation(r, options);
 }

@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "fp4gemm/formats.hpp"
+#include "fp4gemm/moe.hpp"
 #include "host/core/cuda_check.hpp"
 #include "host/tensor_map.hpp"
 #include "kernels/sm90/fused_grouped_gemm.hpp"
 #include "kernels/sm90/fused_kernel.cuh"
+#include "kernels/sm90/glu_scales.hpp"
 
 namespace fp4gemm::detail::sm90 {
 
@@ -87,6 +89,10 @@ struct FastPlan final : KernelPlan {
   int num_conversions = 0;
   dim3 conversion_grid{0, 0, 1};
   dim3 prepass_grid{0, 0, 1};  // x: (token row, k-block) units of the largest group / 256; y: groups
+  // Dual GEMMs: each group's weight scales copied in paired row order (glu_scales.hpp), at plan
+  // time and, with Options::rescale_each_run, before every run.
+  std::vector<GluScaleJob> glu_jobs;
+  bool rescale_each_run = false;
   bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (Tuning::pdl)
   std::vector<void*> allocations;
   std::size_t device_bytes_ = 0;  // sum of the allocations' sizes
@@ -121,10 +127,14 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   fp.layout = options.scale_layout;
   fp.out_type = options.out_type;
   fp.pdl = tuning.pdl;
+  // A dual GEMM's group has 2N kernel rows: 8 gate rows then their 8 up rows per 16, read through
+  // a 4-D map (k bytes, 8 rows, gate|up, 8-row blocks) from the lower of b / b_up.
+  const bool dual = options.epilogue != Epilogue::none;
+  auto krows = [&](const GroupDesc& g) { return dual ? 2 * g.n : g.n; };
 
   std::vector<ScheduleShape> shapes;
   for (const GroupDesc& g : groups) {
-    shapes.push_back({g.m, g.n, g.k});
+    shapes.push_back({g.m, krows(g), g.k});
     fp.max_m = std::max(fp.max_m, g.m);
   }
   // Tuning::max_ctas (test knob): fewer CTAs, so that CTAs take several pieces and reuse their
@@ -167,10 +177,24 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   for (std::size_t i = 0; i < groups.size(); ++i) {
     const GroupDesc& g = groups[i];
     if (g.m <= 0) continue;
-    for (int w = 0; w < 2; ++w)
-      wmaps[2 * i + w] = make_map_2d(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(g.k) / 2, g.n,
-                                     g.ldb, C::kBlockK / 2, C::kWeightBoxRows * (w + 1), CU_TENSOR_MAP_SWIZZLE_NONE,
-                                     "groups[].b", static_cast<int>(i));
+    for (int w = 0; w < 2; ++w) {
+      const std::uint32_t box_rows = C::kWeightBoxRows * (w + 1);
+      if (!dual) {
+        wmaps[2 * i + w] = make_map_2d(g.b, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(g.k) / 2, g.n,
+                                       g.ldb, C::kBlockK / 2, box_rows, CU_TENSOR_MAP_SWIZZLE_NONE, "groups[].b",
+                                       static_cast<int>(i));
+        continue;
+      }
+      const auto* b = static_cast<const std::uint8_t*>(g.b);
+      const auto* b_up = static_cast<const std::uint8_t*>(g.b_up);
+      const std::uint64_t dims[4] = {static_cast<std::uint64_t>(g.k) / 2, 8, 2, static_cast<std::uint64_t>(g.n) / 8};
+      const std::uint64_t strides[3] = {static_cast<std::uint64_t>(g.ldb),
+                                        static_cast<std::uint64_t>(b_up < b ? b - b_up : b_up - b),
+                                        static_cast<std::uint64_t>(8 * g.ldb)};
+      const std::uint32_t box[4] = {C::kBlockK / 2, 8, 2, box_rows / 16};
+      wmaps[2 * i + w] = make_map(std::min(b, b_up), CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, dims, strides, box,
+                                  CU_TENSOR_MAP_SWIZZLE_NONE, "groups[].b", static_cast<int>(i));
+    }
   }
 
   // C maps for the TMA-store epilogue (16-bit outputs): two per group, boxes of 64 n x 64 and
@@ -188,7 +212,7 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   for (int c = 0; c < s.num_ctas; ++c) active_ctas += s.cta_begin[c + 1] > s.cta_begin[c] ? 1 : 0;
   bool tma_store = s.pieces.size() >= 4 * static_cast<std::size_t>(std::max(1, active_ctas));
   if (tuning.tma_store) tma_store = *tuning.tma_store;
-  if (options.out_type == OutType::f32) tma_store = false;
+  if (options.out_type == OutType::f32 || dual) tma_store = false;  // (the GLU epilogue stores itself)
   if (tma_store) {
     cmaps.resize(2 * groups.size());
     c_tma.assign(groups.size(), 0);
@@ -219,7 +243,14 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
     if (g.m <= 0) continue;
     const int cols = g.k / vec;
     const auto* sfb = static_cast<const std::uint8_t*>(g.sfb);
-    if (options.scale_layout == ScaleLayout::blocked) {
+    if (dual) {  // the paired copy (glu_scales.hpp)
+      const auto* sfb_up = static_cast<const std::uint8_t*>(g.sfb_up);
+      const bool swap = g.b_up < g.b;
+      std::uint8_t* dst = fp.allocate<std::uint8_t>(formats::blocked_scale_bytes(2 * g.n, cols), "plan workspace");
+      fp.glu_jobs.push_back(GluScaleJob{swap ? sfb_up : sfb, swap ? sfb : sfb_up, 0, dst, 0, g.n, cols, g.n,
+                                        static_cast<int>(GateUpLayout::separate), options.scale_layout});
+      sblocked[i] = dst;
+    } else if (options.scale_layout == ScaleLayout::blocked) {
       sblocked[i] = sfb;
     } else if (cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(sfb) % 4 == 0 && !force_conversion) {
       slinear[i] = sfb;  // the producer warp gathers 4-byte row pieces with cp.async
@@ -279,7 +310,7 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
         const WorkPiece& piece = s.pieces[pi];
         const TileDesc& tile = s.tiles[piece.tile];
         const GroupDesc& g = groups[tile.group];
-        first[cta] = make_producer_piece(piece, tile, g.n, g.k / vec, halves,
+        first[cta] = make_producer_piece(piece, tile, krows(g), g.k / vec, halves,
                                          reinterpret_cast<const CUtensorMap*>(meta + o_wmaps) + 2 * tile.group,
                                          sblocked[tile.group], slinear[tile.group]);
       }
@@ -327,6 +358,22 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   // knob Tuning::early_weights = false issues every load after the wait, as before v11.
   pr.early_kblocks = tuning.early_weights ? C::kMaxStages : 0;
   pr.layout = options.scale_layout;
+  if (dual) {  // read by the GLU epilogue and the weight loads (the work list stays the host's)
+    pr.moe.glu = static_cast<int>(options.epilogue);  // = detail::GluKind
+    pr.moe.swiglu_alpha = options.swiglu_alpha;
+    pr.moe.swiglu_limit = options.swiglu_limit;
+    fp.rescale_each_run = options.rescale_each_run;
+    // The paired scale copies, once now (on a private stream: a plan may be built while another
+    // stream is being captured).
+    cudaStream_t st = nullptr;
+    FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "plan");
+    cudaError_t e = cudaSuccess;
+    for (const GluScaleJob& job : fp.glu_jobs)
+      if (e == cudaSuccess) e = launch_glu_scales(job, 1, st);
+    const cudaError_t sync = e == cudaSuccess ? cudaStreamSynchronize(st) : e;
+    cudaStreamDestroy(st);
+    FP4GEMM_CUDA_CHECK(sync, "plan");
+  }
 
   FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)
                                                     : set_fused_smem<Format::mxfp4>(fp.smem_bytes),
@@ -338,6 +385,8 @@ void FastPlan::run(cudaStream_t stream) const {
   const FastPlan& fp = *this;
   const Schedule& s = fp.schedule;
   if (s.tiles.empty()) return;
+  if (fp.rescale_each_run)
+    for (const GluScaleJob& job : fp.glu_jobs) FP4GEMM_CUDA_CHECK(launch_glu_scales(job, 1, stream), "run");
   const cudaError_t err =
       fp.format == Format::nvfp4
           ? launch_fused<Format::nvfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.prepass, fp.prepass_grid,
@@ -357,7 +406,10 @@ std::string FastPlan::describe() const {
      << "), ring " << fp.params.ring_bytes / 1024 << " KiB (" << fp.params.ring_bytes / C::kStageBytes << " to "
      << std::min(C::kMaxStages, fp.params.ring_bytes / (2 * (C::kHalfWeightBytes + C::kScaleAtomBytes) + C::kActClassBytes))
      << " stages by tile width), " << fp.smem_bytes / 1024 << " KiB smem"
-     << (fp.params.c_maps != nullptr ? ", TMA-store epilogue" : "");
+     << (fp.params.c_maps != nullptr ? ", TMA-store epilogue" : "")
+     << (fp.params.moe.glu != 0 ? std::string(", dual GEMM with ") + to_string(static_cast<Epilogue>(fp.params.moe.glu)) +
+                                      " epilogue (gate/up row pairs)"
+                                : std::string());
   return os.str();
 }
 

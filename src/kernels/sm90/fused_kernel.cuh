@@ -39,12 +39,12 @@
 namespace fp4gemm::detail::sm90 {
 
 // The weights of k-block kb, rows [row0, row0 + box) of a tile, into the stage. GLU plans (MoE
-// only) read them through 4-D maps whose 16-row blocks pair 8 gate rows with their 8 up rows
+// and dual GEMMs) read them through 4-D maps whose 16-row blocks pair 8 gate rows with their 8 up rows
 // (params.cuh, MoeScheduleParams::glu).
 template <class Scheduler>
 __device__ __forceinline__ void load_weights(const FusedParams& p, std::uint8_t* dst, const CUtensorMap* map,
                                              std::uint64_t* bar, int kb, int row0) {
-  if constexpr (Scheduler::kRoutedOutput) {
+  if constexpr (Scheduler::kGlu) {
     if (p.moe.glu != 0) {
       ptx::tma_load_4d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), 0, 0, row0 / 16);
       return;
@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     for (int pi = begin; work.is_valid(pi); pi = work.next_work(pi)) {                            \
       const WorkPiece piece = p.pieces[pi];                                                       \
       const TileDesc tile = p.tiles[piece.tile];                                                  \
-      consume_piece<F, 2 * n16, h, Scheduler::kRoutedOutput>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
+      consume_piece<F, 2 * n16, h, Scheduler::kRoutedOutput, Scheduler::kGlu>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
     }                                                                                             \
     break;
     FP4GEMM_CASE(1, 1, 2) FP4GEMM_CASE(2, 2, 2) FP4GEMM_CASE(3, 3, 2) FP4GEMM_CASE(4, 4, 2)
@@ -304,9 +304,9 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   config.attrs = attr;
   config.numAttrs = 1;
-  return params.moe.experts > 0
-             ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule>, params, out_type)
-             : cudaLaunchKernelEx(&config, fused_grouped_gemm<F, HostWorkList>, params, out_type);
+  return params.moe.experts > 0 ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule>, params, out_type)
+         : params.moe.glu != 0  ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, HostWorkListGlu>, params, out_type)
+                                : cudaLaunchKernelEx(&config, fused_grouped_gemm<F, HostWorkList>, params, out_type);
 }
 
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
@@ -348,6 +348,10 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
   const cudaError_t e = cudaFuncSetAttribute(fused_grouped_gemm<F, HostWorkList>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(smem_bytes));
   if (e != cudaSuccess) return e;
+  if (const cudaError_t g = cudaFuncSetAttribute(fused_grouped_gemm<F, HostWorkListGlu>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+      g != cudaSuccess)
+    return g;
   return cudaFuncSetAttribute(fused_grouped_gemm<F, MoeDeviceSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(smem_bytes));
 }

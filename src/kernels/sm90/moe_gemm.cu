@@ -25,14 +25,12 @@
 #include "host/tensor_map.hpp"
 #include "formats/scale_layout.hpp"
 #include "kernels/sm90/fused_kernel.cuh"
+#include "kernels/sm90/glu_scales.hpp"
 
 namespace fp4gemm {
 
 const char* to_string(MoeActivation a) { return a == MoeActivation::fp4 ? "fp4" : "bf16"; }
 const char* to_string(MoeLayout l) { return l == MoeLayout::contiguous ? "contiguous" : "masked"; }
-const char* to_string(MoeEpilogue e) {
-  return e == MoeEpilogue::none ? "none" : e == MoeEpilogue::silu ? "silu" : "swigluoai";
-}
 const char* to_string(GateUpLayout g) {
   return g == GateUpLayout::stacked ? "stacked" : g == GateUpLayout::interleaved ? "interleaved" : "separate";
 }
@@ -51,40 +49,42 @@ cudaError_t convert_expert_scales(const ScaleConversion* jobs, int experts, int 
   return cudaGetLastError();
 }
 
-// A GLU plan's weight scales: blocked, rows in the kernel's order (16-row blocks of 8 gate rows
-// and their 8 up rows: kernel row p is output column 8 (p / 16) + p % 8 of half (p % 16) / 8),
-// from the user's layout. `first` / `second`: the scales of the map's first and second halves
-// (stacked / interleaved: both the expert's one buffer, rows picked by `gate_up`).
-struct GluScaleJob {
-  const std::uint8_t* first;
-  const std::uint8_t* second;
-  std::int64_t expert_stride;  // bytes, both sources
-  std::uint8_t* dst;
-  std::int64_t dst_expert_stride;
-  int width, cols, src_rows;  // I, scale columns, rows of one source matrix
-  int gate_up;                // GateUpLayout
-  ScaleLayout layout;         // of the sources
-};
-
+// A GLU plan's weight scales in the kernel's row order (glu_scales.hpp).
+// One thread per 4-byte word of the copy: kernel row p, scale columns 4q..4q+3 (contiguous in the
+// blocked layout; padding columns and rows past 2I are zero). The source's 4 bytes are one word
+// when aligned (blocked sources always; linear ones with rows of a multiple of 4 bytes).
 __global__ void __launch_bounds__(256) glu_scales_to_blocked(GluScaleJob j) {
   const int e = blockIdx.y;
-  const int padded_rows = (2 * j.width + 127) / 128 * 128, padded_cols = (j.cols + 3) / 4 * 4;
-  const std::int64_t total = static_cast<std::int64_t>(padded_rows) * padded_cols;
-  for (std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < total;
-       u += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const int p = static_cast<int>(u / padded_cols), c = static_cast<int>(u % padded_cols);
+  const int padded_rows = (2 * j.width + 127) / 128 * 128, col_words = (j.cols + 3) / 4;
+  const int total = padded_rows * col_words;  // < 2^31: checked by the launch
+  const bool word_rows = j.layout == ScaleLayout::blocked || j.cols % 4 == 0;
+  for (int u = blockIdx.x * blockDim.x + threadIdx.x; u < total; u += gridDim.x * blockDim.x) {
+    const int p = u / col_words, q = u % col_words;
     const int half = (p % 16) / 8, i = 8 * (p / 16) + p % 8;
-    std::uint8_t v = 0;
-    if (i < j.width && c < j.cols) {
+    std::uint32_t v = 0;
+    if (i < j.width) {
       const std::uint8_t* src = (half == 0 || j.gate_up != static_cast<int>(GateUpLayout::separate) ? j.first : j.second) +
                                 e * j.expert_stride;
       const int row = j.gate_up == static_cast<int>(GateUpLayout::stacked)       ? half * j.width + i
                       : j.gate_up == static_cast<int>(GateUpLayout::interleaved) ? 2 * i + half
                                                                                  : i;
-      v = src[formats::detail::scale_offset<int>(j.layout, row, c, j.cols)];
+      const std::uint8_t* at = src + formats::detail::scale_offset<int>(j.layout, row, 4 * q, j.cols);
+      if (word_rows && (reinterpret_cast<std::uintptr_t>(at) & 3) == 0 && 4 * q + 4 <= j.cols) {
+        v = *reinterpret_cast<const std::uint32_t*>(at);
+      } else {
+        for (int b = 0; b < 4 && 4 * q + b < j.cols; ++b) v |= static_cast<std::uint32_t>(at[b]) << (8 * b);
+      }
     }
-    j.dst[e * j.dst_expert_stride + formats::detail::blocked_offset<int>(p, c, j.cols)] = v;
+    *reinterpret_cast<std::uint32_t*>(j.dst + e * j.dst_expert_stride + formats::detail::blocked_offset<int>(p, 4 * q, j.cols)) = v;
   }
+}
+
+cudaError_t launch_glu_scales(const GluScaleJob& job, int experts, cudaStream_t stream) {
+  const std::int64_t words = static_cast<std::int64_t>(formats::blocked_scale_bytes(2 * job.width, job.cols)) / 4;
+  if (words >= (std::int64_t{1} << 31)) return cudaErrorInvalidValue;  // (validation keeps 2I x K/vec far below)
+  const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>((words + 255) / 256, 2048)), static_cast<unsigned>(experts));
+  glu_scales_to_blocked<<<grid, 256, 0, stream>>>(job);
+  return cudaGetLastError();
 }
 
 }  // namespace detail::sm90
@@ -214,12 +214,8 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
       const auto* s_up = static_cast<const std::uint8_t*>(w.scales_up);
       const GluScaleJob job{swap ? s_up : s_gate, swap ? s_gate : s_up, w.scale_expert_stride, dst, blocked_bytes,
                             w.n, cols, wrows, static_cast<int>(o.gate_up), o.scale_layout};
-      const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>((blocked_bytes + 255) / 256, 1024)),
-                      static_cast<unsigned>(w.experts));
-      p.convert_scales = [job, grid](cudaStream_t st) {
-        glu_scales_to_blocked<<<grid, 256, 0, st>>>(job);
-        return cudaGetLastError();
-      };
+      const int experts = w.experts;
+      p.convert_scales = [job, experts](cudaStream_t st) { return launch_glu_scales(job, experts, st); };
     } else {
       std::vector<ScaleConversion> jobs(w.experts);
       for (int x = 0; x < w.experts; ++x)
@@ -267,7 +263,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
     }
     scale_blocked[e] = sblk + e * sblk_stride;
     groups[e] = GroupParams{0, krows, w.k, 0, nullptr, 0, we, w.ldw, nullptr, scale_blocked[e], nullptr, 0,
-                            w.alpha_device != nullptr ? w.alpha_device + e : nullptr, w.alpha, 0};
+                            w.alpha_device != nullptr ? w.alpha_device + e : nullptr, w.alpha, 0.0f, nullptr};
   }
   const int kblocks = (w.k + KC::kBlockK - 1) / KC::kBlockK;
   const int act_cols = kblocks * KC::kBlockK;

@@ -1,0 +1,154 @@
+// fp4gemm.DualGemm (see dual.hpp).
+#include "dual.hpp"
+
+#include <cmath>
+
+#include "fp4gemm/formats.hpp"
+#include "fp4gemm/moe.hpp"
+#include "fp4gemm/reference.hpp"
+#include "host/core/validate.hpp"
+
+namespace fp4gemm::python {
+
+DualGemmObject::DualGemmObject(nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1,
+                               nb::handle sfb2, nb::handle c, nb::handle alpha, nb::handle alpha_up,
+                               nb::handle format, nb::handle scale_layout, nb::handle out_dtype,
+                               const std::string& activation, float swiglu_alpha, float swiglu_limit,
+                               bool rescale_each_run) {
+  Binding& bind = Binding::get();
+  const CallOptions options = bind.parse_options(format, scale_layout, out_dtype, nb::none());
+  if (activation == "silu") options_.epilogue = Epilogue::silu;
+  else if (activation == "swigluoai") options_.epilogue = Epilogue::swigluoai;
+  else throw Error("activation", -1, "'" + activation + "' is not one of 'silu', 'swigluoai'");
+  // The gate and the up product read like two grouped GEMMs over the same a / sfa / c: each pair
+  // of lists gets the grouped GEMM's checks (dtypes, shapes against a and c, strides, devices).
+  // Errors name this call's arguments: the grouped GEMM's "b[g]" / "sfb[g]" / "alpha" become
+  // b1 / sfb1 / alpha (gate) or b2 / sfb2 / alpha_up (up).
+  // (The up product is read after the gate one passed: a mismatch with c there is b2's.)
+  auto renamed = [](const char* b_name, const char* sfb_name, const char* alpha_name, auto&& body) {
+    try {
+      return body();
+    } catch (const Error& e) {
+      std::string arg = e.argument();
+      const std::string what = e.what(), head = "fp4gemm: " + arg;
+      std::string message = what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
+      if (message.rfind(" (group ", 0) == 0) message = message.substr(message.find(')') + 1);
+      if (message.rfind(": ", 0) == 0) message = message.substr(2);
+      if (arg.rfind("b[", 0) == 0) arg = b_name + arg.substr(1);
+      else if (arg.rfind("sfb[", 0) == 0) arg = sfb_name + arg.substr(3);
+      else if (arg == "alpha") arg = alpha_name;
+      else if (arg.rfind("c[", 0) == 0 && std::string(b_name) == "b2") {
+        arg = "b2" + arg.substr(1);
+        message = "the up weights do not match b1 and c (the same N rows and K): " + message;
+      }
+      throw Error(arg, e.group(), message);
+    }
+  };
+  const CallArgs gate = renamed("b1", "sfb1", "alpha", [&] { return bind.gather(a, b1, sfa, sfb1, c); });
+  const CallArgs up = renamed("b2", "sfb2", "alpha_up", [&] { return bind.gather(a, b2, sfa, sfb2, c); });
+  Keepalive keep;
+  const Prepared pg = renamed("b1", "sfb1", "alpha", [&] { return bind.prepare(options, gate, alpha, keep); });
+  const Prepared pu = renamed("b2", "sfb2", "alpha_up", [&] { return bind.prepare(options, up, alpha_up, keep); });
+  options_.format = options.format, options_.scale_layout = options.layout, options_.out_type = options.out;
+  options_.device = pg.placement.device;
+  options_.swiglu_alpha = swiglu_alpha, options_.swiglu_limit = swiglu_limit;
+  options_.rescale_each_run = rescale_each_run;
+  cuda_ = pg.placement.cuda, device_ = pg.placement.device, framework_ = pg.framework;
+  if (pu.placement.cuda != cuda_ || (cuda_ && pu.placement.device != device_))
+    throw Error("b2", -1, "b2 / sfb2 live on " + std::string(pu.placement.cuda ? "cuda:" + std::to_string(pu.placement.device) : "the host") +
+                              ", a / b1 on " + (cuda_ ? "cuda:" + std::to_string(device_) : std::string("the host")));
+  groups_ = pg.groups;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    const GroupDesc& u = pu.groups[g];
+    GroupDesc& d = groups_[g];
+    if (u.ldb != d.ldb)
+      throw Error("b2[" + std::to_string(g) + "]", static_cast<int>(g),
+                  "row stride " + std::to_string(u.ldb) + " bytes differs from b1's (" + std::to_string(d.ldb) +
+                      "); the gate and up weights of a group share one row stride");
+    d.b_up = u.b, d.sfb_up = u.sfb, d.alpha_up = u.alpha, d.alpha_up_device = u.alpha_device;
+  }
+  // What the plan points into stays alive; torch tensors are watched for in-place changes.
+  TensorReader& reader = bind.reader();
+  static const char* kNames[5] = {"a", "b", "sfa", "sfb", "c"};
+  auto watch = [&](const CallArgs& args, const Prepared& p, const char* b_name, const char* sfb_name) {
+    for (std::size_t i = 0; i < args.objects.size(); ++i) {
+      PyObject* o = args.objects[i];
+      refs_.append(nb::borrow(o));
+      if (!reader.is_torch(o)) continue;
+      storages_.append(reader.torch_storage(o));
+      const int field = static_cast<int>(i % 5);
+      const std::string name = field == 1 ? b_name : field == 3 ? sfb_name : kNames[field];
+      watched_.push_back(Watched{o, name + "[" + std::to_string(i / 5) + "]"});
+      states_.add(p.views[i]);
+    }
+  };
+  watch(gate, pg, "b1", "sfb1");
+  watch(up, pu, "b2", "sfb2");
+  for (nb::handle h : {alpha, alpha_up})
+    if (!h.is_none()) refs_.append(nb::borrow(h));  // (device alphas: the plan reads them at run time)
+  c_ = PyList_Check(c.ptr()) || PyTuple_Check(c.ptr()) ? nb::borrow(c) : gate.seqs[4].owner;
+  if (cuda_ && !groups_.empty())
+    plan_ = build_outside_capture(false, [&] { return std::make_shared<const Plan>(std::span<const GroupDesc>(groups_), options_); });
+  else
+    detail::validate_groups(groups_, options_, /*check_pointers=*/false);  // the host path accepts what the device does
+}
+
+void DualGemmObject::run(nb::handle stream, int threads) const {
+  Binding& bind = Binding::get();
+  for (std::size_t j = 0; j < watched_.size(); ++j)
+    if (!states_.unchanged(bind.reader(), j, watched_[j].obj))
+      throw Error(watched_[j].name, -1,
+                  "changed since this DualGemm was built: its data_ptr(), shape, strides or dtype differ (set_(), "
+                  "resize_(), .data = ...). The plan is bound to the old memory and layout; build a new DualGemm");
+  if (plan_) {
+    const cudaStream_t s = bind.resolve_stream(stream, framework_, device_);
+    bind.run(plan_, s, Binding::is_capturing(s));
+    return;
+  }
+  if (cuda_) return;  // no groups
+  // Host arrays: the kernel's own FP32 epilogue on exact products, one expert per group.
+  const reference::DualActivation act{options_.epilogue == Epilogue::silu ? reference::Activation::silu
+                                                                         : reference::Activation::swigluoai,
+                                      options_.swiglu_alpha, options_.swiglu_limit};
+  nb::gil_scoped_release release;
+  for (const GroupDesc& d : groups_) {
+    if (d.m == 0) continue;
+    const int vec = scale_block_size(options_.format), cols = d.k / vec;
+    // The reference reads linear scales.
+    std::vector<std::uint8_t> sa, sb, su;
+    const std::uint8_t *a_s = static_cast<const std::uint8_t*>(d.sfa), *b_s = static_cast<const std::uint8_t*>(d.sfb),
+                       *u_s = static_cast<const std::uint8_t*>(d.sfb_up);
+    if (options_.scale_layout == ScaleLayout::blocked) {
+      auto lin = [&](const std::uint8_t* src, int rows, std::vector<std::uint8_t>& out) {
+        out.resize(static_cast<std::size_t>(rows) * cols);
+        formats::blocked_to_linear(src, rows, cols, out.data());
+        return out.data();
+      };
+      a_s = lin(a_s, d.m, sa), b_s = lin(b_s, d.n, sb), u_s = lin(u_s, d.n, su);
+    }
+    const float al = d.alpha, au = d.alpha_up;  // (host arrays: alphas are host values)
+    const int offsets[2] = {0, d.m};
+    reference::MoeHostProblem rp;
+    rp.experts = 1, rp.n = d.n, rp.k = d.k, rp.format = options_.format;
+    rp.a = static_cast<const std::uint8_t*>(d.a), rp.lda = d.lda, rp.a_scales = a_s, rp.a_rows = d.m;
+    rp.w = static_cast<const std::uint8_t*>(d.b), rp.ldw = d.ldb, rp.w_scales = b_s, rp.w_layout = ScaleLayout::linear;
+    rp.alpha = &al, rp.alpha_up = &au, rp.offsets = offsets, rp.c = d.c, rp.ldc = d.ldc, rp.out_type = options_.out_type;
+    rp.glu = &act, rp.gate_up = static_cast<int>(GateUpLayout::separate), rp.glu_fp32 = true;
+    rp.w_up = static_cast<const std::uint8_t*>(d.b_up), rp.w_up_scales = u_s;
+    reference::moe_gemm(rp, threads);
+  }
+}
+
+std::string DualGemmObject::describe() const {
+  if (plan_) return plan_->describe();
+  return "CPU reference (host arrays): " + std::to_string(groups_.size()) + " dual GEMM groups, " +
+         to_string(options_.format) + " -> " + to_string(options_.out_type) + ", " + to_string(options_.epilogue);
+}
+
+double DualGemmObject::flops() const {
+  double f = 0;
+  for (const GroupDesc& d : groups_) f += 4.0 * d.m * d.n * d.k;
+  return f;
+}
+
+}  // namespace fp4gemm::python

@@ -1,0 +1,47 @@
+// fp4gemm.DualGemm: the pointer-array dual GEMM (C = act(alpha A B1^T, alpha_up A B2^T) per group,
+// SwiGLU / gpt-oss's swigluoai), bound once to its arrays like GroupedGemm.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fp4gemm/fp4gemm.hpp"
+#include "grouped.hpp"
+
+namespace fp4gemm::python {
+
+class DualGemmObject {
+ public:
+  DualGemmObject(nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1, nb::handle sfb2,
+                 nb::handle c, nb::handle alpha, nb::handle alpha_up, nb::handle format, nb::handle scale_layout,
+                 nb::handle out_dtype, const std::string& activation, float swiglu_alpha, float swiglu_limit,
+                 bool rescale_each_run);
+  // CUDA arrays: enqueue on `stream`; host arrays: the CPU reference now (the kernel's FP32
+  // epilogue, reference::moe_gemm's glu_fp32).
+  void run(nb::handle stream, int threads) const;
+  std::string describe() const;
+  double flops() const;
+  int num_groups() const { return static_cast<int>(groups_.size()); }
+  nb::object outputs() const { return c_; }
+
+ private:
+  Options options_;
+  std::vector<GroupDesc> groups_;
+  bool cuda_ = false;
+  int device_ = -1;
+  Framework framework_ = Framework::other;
+  std::shared_ptr<const Plan> plan_;
+  nb::list refs_, storages_;
+  struct Watched {
+    nb::handle obj;
+    std::string name;
+  };
+  std::vector<Watched> watched_;
+  TorchStates states_;
+  nb::object c_;
+};
+
+}  // namespace fp4gemm::python
