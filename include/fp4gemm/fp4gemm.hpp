@@ -110,9 +110,11 @@ struct Options {
   // limit > 0). The fast kernel only.
   Epilogue epilogue = Epilogue::none;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
-  // Dual GEMMs keep a copy of the weight scales with gate and up rows paired (made at plan time).
-  // true: made again at the start of every run (one small kernel, graph-capturable), for callers
-  // that refill the scale buffers between runs (GPU MODE's harness).
+  // Dual GEMMs read the weight scales from a copy with gate and up rows paired, made at plan time
+  // (later changes of the scale bytes are not seen). true: every run reads the scale buffers as
+  // they are then -- the kernel gathers them itself (blocked scales, or linear rows of a multiple
+  // of 4 bytes; ~8 % slower) or the copy is made again before the run (other linear scales) --
+  // for callers that refill the scale buffers between runs (GPU MODE's harness).
   bool rescale_each_run = false;
   // Measurement and test knobs (fp4gemm/tuning.hpp); the defaults are the production choices.
   Tuning tuning = {};

@@ -70,20 +70,22 @@ DualGemmObject::DualGemmObject(nb::handle a, nb::handle b1, nb::handle b2, nb::h
   // What the plan points into stays alive; torch tensors are watched for in-place changes.
   TensorReader& reader = bind.reader();
   static const char* kNames[5] = {"a", "b", "sfa", "sfb", "c"};
-  auto watch = [&](const CallArgs& args, const Prepared& p, const char* b_name, const char* sfb_name) {
+  // (a, sfa and c appear in both lists: watched once, from the gate's.)
+  auto watch = [&](const CallArgs& args, const Prepared& p, const char* b_name, const char* sfb_name, bool weights_only) {
     for (std::size_t i = 0; i < args.objects.size(); ++i) {
+      const int field = static_cast<int>(i % 5);
+      if (weights_only && field != 1 && field != 3) continue;
       PyObject* o = args.objects[i];
       refs_.append(nb::borrow(o));
       if (!reader.is_torch(o)) continue;
       storages_.append(reader.torch_storage(o));
-      const int field = static_cast<int>(i % 5);
       const std::string name = field == 1 ? b_name : field == 3 ? sfb_name : kNames[field];
       watched_.push_back(Watched{o, name + "[" + std::to_string(i / 5) + "]"});
       states_.add(p.views[i]);
     }
   };
-  watch(gate, pg, "b1", "sfb1");
-  watch(up, pu, "b2", "sfb2");
+  watch(gate, pg, "b1", "sfb1", false);
+  watch(up, pu, "b2", "sfb2", true);
   for (nb::handle h : {alpha, alpha_up})
     if (!h.is_none()) refs_.append(nb::borrow(h));  // (device alphas: the plan reads them at run time)
   c_ = PyList_Check(c.ptr()) || PyTuple_Check(c.ptr()) ? nb::borrow(c) : gate.seqs[4].owner;

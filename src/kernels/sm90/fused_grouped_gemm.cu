@@ -243,11 +243,26 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
     if (g.m <= 0) continue;
     const int cols = g.k / vec;
     const auto* sfb = static_cast<const std::uint8_t*>(g.sfb);
-    if (dual) {  // the paired copy (glu_scales.hpp)
+    if (dual) {
+      // A paired blocked copy (glu_scales.hpp) made at plan time: the producer bulk-loads its
+      // atoms (the fastest kernel). With rescale_each_run the producer instead gathers the user's
+      // gate / up scales in the kernel's row order at every k-block (linear rows of a multiple of
+      // 4 bytes, or blocked): scale_linear = the map's first half's, scale_blocked = the second's
+      // -- no per-run copy, a slower kernel (H200, 256 x 4096 x 7168: ~74 vs ~80 us; docs/PERF.md
+      // v18); other layouts copy before every run.
       const auto* sfb_up = static_cast<const std::uint8_t*>(g.sfb_up);
       const bool swap = g.b_up < g.b;
+      const std::uint8_t* first = swap ? sfb_up : sfb;
+      const std::uint8_t* second = swap ? sfb : sfb_up;
+      const bool words = options.scale_layout == ScaleLayout::blocked ||
+                         (cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(first) % 4 == 0 &&
+                          reinterpret_cast<std::uintptr_t>(second) % 4 == 0);
+      if (words && options.rescale_each_run && !force_conversion) {
+        slinear[i] = first, sblocked[i] = second;
+        continue;
+      }
       std::uint8_t* dst = fp.allocate<std::uint8_t>(formats::blocked_scale_bytes(2 * g.n, cols), "plan workspace");
-      fp.glu_jobs.push_back(GluScaleJob{swap ? sfb_up : sfb, swap ? sfb : sfb_up, 0, dst, 0, g.n, cols, g.n,
+      fp.glu_jobs.push_back(GluScaleJob{first, second, 0, dst, 0, g.n, cols, g.n,
                                         static_cast<int>(GateUpLayout::separate), options.scale_layout});
       sblocked[i] = dst;
     } else if (options.scale_layout == ScaleLayout::blocked) {

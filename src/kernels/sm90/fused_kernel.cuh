@@ -34,6 +34,7 @@
 #include "device/prepass.cuh"
 #include "device/ptx/ptx.cuh"
 #include "device/trace.cuh"
+#include "formats/scale_layout.hpp"
 #include "fp4gemm/fp4gemm.hpp"
 
 namespace fp4gemm::detail::sm90 {
@@ -206,6 +207,27 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                                  sblk + (static_cast<std::int64_t>(pp.row0 / 128 + h) * col_blocks + kb * kColsPerKb / 4) *
                                             C::kScaleAtomBytes,
                                  C::kScaleAtomBytes, &full[stage]);
+              }
+            } else if constexpr (Scheduler::kGlu && !Scheduler::kRoutedOutput) {
+              // Dual GEMM: the user's gate / up scales, gathered in the kernel's row order. Kernel
+              // row p = row0 + 128h + 32q + lane is source row (row0 + 128h + 32q) / 2 +
+              // 8 (lane / 16) + lane % 8 of the map's first (lane % 16 < 8: slin) or second half
+              // (sblk); its 4 columns of this k-block are one aligned word in either layout.
+              if (lane == 0) ptx::mbarrier_arrive(&full[stage]);
+              const std::uint8_t* half_src = (lane & 8) ? sblk : slin;
+              const int r_lane = 8 * (lane / 16) + lane % 8, col4 = kb * kColsPerKb / 4 * 4;
+              std::uint8_t* dst = s_stage + lane * 16;
+#pragma unroll 1
+              for (int h = 0; h < halves; ++h) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                  const int srow = (pp.row0 + 128 * h + 32 * q) / 2 + r_lane;
+                  const bool valid = 2 * srow < rows;
+                  const std::int64_t off = p.layout == ScaleLayout::linear
+                                               ? static_cast<std::int64_t>(srow) * cols + col4
+                                               : formats::detail::blocked_offset<int>(srow, col4, cols);
+                  ptx::cp_async_4(dst + h * C::kScaleAtomBytes + 4 * q, valid ? half_src + off : slin, valid);
+                }
               }
             } else {
               if (lane == 0) ptx::mbarrier_arrive(&full[stage]);
