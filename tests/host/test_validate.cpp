@@ -441,6 +441,10 @@ TEST(ValidateDual, ValidDualPasses) {
   std::vector<GroupDesc> g = dual_groups(1);
   std::swap(g[0].b, g[0].b_up);  // up below gate: fine
   EXPECT_NO_THROW(validate(g, dual_options()));
+  // Host arrays (no TMA map): b and b_up may lie any distance apart; plans on the device need < 2^40.
+  std::vector<GroupDesc> far = dual_groups(1);
+  far[0].b_up = fake(addr(far[0].b) + (std::uintptr_t{1} << 44));
+  EXPECT_NO_THROW(validate(far, dual_options()));
   // Plain plans ignore b_up entirely (null, unaligned, anything).
   g[0].b_up = fake(3), g[0].sfb_up = nullptr;
   EXPECT_NO_THROW(validate(g));

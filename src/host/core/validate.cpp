@@ -23,8 +23,8 @@
 //     A sub-allocation of a caching allocator is only checked against its whole segment.
 //   - Dual GEMMs (options.epilogue silu / swigluoai): the fast backend; swiglu_alpha finite,
 //     swiglu_limit > 0 (not NaN); per group N a multiple of 8, b_up and sfb_up as b and sfb
-//     (non-null, 16-byte aligned, the same extents: b_up with row stride ldb), b and b_up a
-//     multiple of 16 bytes (< 2^40) apart, alpha_up finite unless alpha_up_device (4-byte
+//     (non-null, 16-byte aligned, the same extents: b_up with row stride ldb), b and b_up
+//     distinct (and, with check_pointers, less than 2^40 bytes apart: one TMA map reads both), alpha_up finite unless alpha_up_device (4-byte
 //     aligned) overrides it; b_up, sfb_up, alpha_up_device are inputs for the overlap rules.
 //   - options.tuning (measurement knobs): every set field in its documented range
 //     (fp4gemm/tuning.hpp), whatever the backend.
@@ -189,7 +189,7 @@ void validate_options(const Options& options) {
 }
 
 // Shapes, strides, pointers and alpha of one group (M > 0). Appends its buffers to the lists.
-void validate_group(int g, const GroupDesc& d, const Options& options, std::vector<Range>& inputs,
+void validate_group(int g, const GroupDesc& d, const Options& options, bool device, std::vector<Range>& inputs,
                     std::vector<Range>& outputs) {
   if (d.n < 1) fail(g, "n", "N must be >= 1 when M > 0 (got " + std::to_string(d.n) + ")");
   if (d.k < 1) fail(g, "k", "K must be >= 1 when M > 0 (got " + std::to_string(d.k) + ")");
@@ -232,8 +232,9 @@ void validate_group(int g, const GroupDesc& d, const Options& options, std::vect
     check_pointer(g, "sfb_up", d.sfb_up, kPointerAlignment, "the scales of B_up");
     const auto b = reinterpret_cast<std::uintptr_t>(d.b), b_up = reinterpret_cast<std::uintptr_t>(d.b_up);
     const std::uintptr_t apart = b > b_up ? b - b_up : b_up - b;
-    if (apart == 0 || apart >= static_cast<std::uintptr_t>(kMaxStrideBytes))
-      fail(g, "b_up", "b and b_up must be distinct and less than 2^40 bytes apart (one TMA map reads both; got " +
+    if (apart == 0) fail(g, "b_up", "b and b_up must be distinct buffers (the gate and the up weights)");
+    if (device && apart >= static_cast<std::uintptr_t>(kMaxStrideBytes))  // (host arrays: no TMA map)
+      fail(g, "b_up", "b and b_up must lie less than 2^40 bytes apart (one TMA map reads both; got " +
                           std::to_string(apart) + " bytes)");
     if (d.alpha_up_device != nullptr && reinterpret_cast<std::uintptr_t>(d.alpha_up_device) % alignof(float) != 0)
       fail(g, "alpha_up_device", "pointer " + hex(reinterpret_cast<std::uintptr_t>(d.alpha_up_device)) +
@@ -419,7 +420,7 @@ void validate_groups(std::span<const GroupDesc> groups, const Options& options, 
     const GroupDesc& d = groups[i];
     if (d.m < 0) fail(g, "m", "M must be >= 0 (got " + std::to_string(d.m) + ")");
     if (d.m == 0) continue;  // skipped group: nothing is read or written
-    validate_group(g, d, options, inputs, outputs);
+    validate_group(g, d, options, check_pointers, inputs, outputs);
   }
   // In group order, for the allocation checks below (check_overlaps sorts by address).
   std::vector<Range> touched;
