@@ -21,12 +21,6 @@ namespace fp4gemm::cli {
 
 namespace {
 
-std::vector<std::uint8_t> to_host(const DeviceBuffer& b) {
-  std::vector<std::uint8_t> h(b.bytes());
-  if (!h.empty()) CLI_CUDA_CHECK(cudaMemcpy(h.data(), b.get(), h.size(), cudaMemcpyDeviceToHost), "check (download)");
-  return h;
-}
-
 struct DualCheck {
   std::int64_t elements = 0, mismatches = 0;
   std::string first;
@@ -46,9 +40,9 @@ DualCheck check_dual(const ProblemData& gate, const ProblemData& up, const DataS
     const GroupBuffers& u = up.groups()[g];
     if (x.m == 0) continue;
     const int cols = x.k / vec;
-    const std::vector<std::uint8_t> a = to_host(x.a), b = to_host(x.b), bu = to_host(u.b), c = to_host(x.c);
+    const std::vector<std::uint8_t> a = download(x.a), b = download(x.b), bu = download(u.b), c = download(x.c);
     auto linear = [&](const DeviceBuffer& s, int rows) {
-      std::vector<std::uint8_t> h = to_host(s);
+      std::vector<std::uint8_t> h = download(s);
       if (d.layout == ScaleLayout::linear) return h;
       std::vector<std::uint8_t> lin(static_cast<std::size_t>(rows) * cols);
       formats::blocked_to_linear(h.data(), rows, cols, lin.data());

@@ -273,6 +273,15 @@ double output_half_ulp(OutType type, double v) { return half_ulp(grid(type), v);
 double output_min_step(OutType type) { return grid(type).min_step; }
 double output_overflow(OutType type) { return grid(type).overflow; }
 
+GluBound glu_within_bound(OutType type, double got, double G, double U, double mag_g, double mag_u, double x_exact) {
+  const double tol = 1.1 * (std::fabs(U) + 1) * mag_g + std::fabs(G) * mag_u + mag_g * mag_u +
+                     std::ldexp(std::fabs(x_exact) + std::fabs(G) * (std::fabs(U) + 1), -20) +
+                     output_half_ulp(type, std::max(std::isinf(got) ? 0.0 : std::fabs(got), std::fabs(x_exact)));
+  const bool ok = std::isinf(got) ? std::fabs(x_exact) + tol >= output_overflow(type) && std::signbit(got) == std::signbit(x_exact)
+                                  : std::fabs(got - x_exact) <= tol;
+  return {tol, ok};
+}
+
 // ---- configuration --------------------------------------------------------------------------
 
 std::string ProblemConfig::describe() const {

@@ -149,6 +149,17 @@ double output_half_ulp(OutType type, double v);
 double output_min_step(OutType type);
 double output_overflow(OutType type);
 
+// A GLU output (MoE GLU epilogue, dual GEMM) against the float64 value on full-range data: G, U
+// the exact gate / up values (alphas applied), mag_g / mag_u the FP32 error bounds of their sums
+// (SPEC 3), x_exact = act(G, U). The bound carries them through the activation (derivative bounds)
+// plus its FP32 evaluation and the output rounding; an infinite `got` passes when x_exact is within
+// the bound of the type's overflow, with its sign.
+struct GluBound {
+  double tol;
+  bool ok;
+};
+GluBound glu_within_bound(OutType type, double got, double G, double U, double mag_g, double mag_u, double x_exact);
+
 // ---- random problems ------------------------------------------------------------------------
 
 struct RandomLimits {

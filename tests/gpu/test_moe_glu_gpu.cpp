@@ -310,14 +310,10 @@ std::vector<int> make_offsets(const GluCase& c, std::mt19937_64& rng, int kind) 
           mag[up] = 2.0 * K * std::ldexp(s * al, -24) + std::ldexp(std::fabs(val[up]), -24);
         }
         const double G = val[0], U = val[1], x_exact = reference::activate(act, G, U);
-        const double tol = 1.1 * (std::fabs(U) + 1) * mag[0] + std::fabs(G) * mag[1] + mag[0] * mag[1] +
-                           std::ldexp(std::fabs(x_exact) + std::fabs(G) * (std::fabs(U) + 1), -20) +
-                           output_half_ulp(c.out, std::max(std::isinf(gv) ? 0.0 : std::fabs(gv), std::fabs(x_exact)));
-        const bool ok = std::isinf(gv) ? std::fabs(x_exact) + tol >= output_overflow(c.out) && std::signbit(gv) == std::signbit(x_exact)
-                                       : std::fabs(gv - x_exact) <= tol;
-        if (!ok && bad++ < 8)
+        const GluBound b = glu_within_bound(c.out, gv, G, U, mag[0], mag[1], x_exact);
+        if (!b.ok && bad++ < 8)
           fails << "\n  row " << r << " (expert " << e << ") col " << i << ": got " << gv << ", exact " << x_exact
-                << " +- " << tol << " (g " << G << ", u " << U << ")";
+                << " +- " << b.tol << " (g " << G << ", u " << U << ")";
       }
     }
   }

@@ -378,16 +378,12 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
     pr.moe.swiglu_alpha = options.swiglu_alpha;
     pr.moe.swiglu_limit = options.swiglu_limit;
     fp.rescale_each_run = options.rescale_each_run;
-    // The paired scale copies, once now (on a private stream: a plan may be built while another
-    // stream is being captured).
-    cudaStream_t st = nullptr;
-    FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "plan");
-    cudaError_t e = cudaSuccess;
-    for (const GluScaleJob& job : fp.glu_jobs)
-      if (e == cudaSuccess) e = launch_glu_scales(job, 1, st);
-    const cudaError_t sync = e == cudaSuccess ? cudaStreamSynchronize(st) : e;
-    cudaStreamDestroy(st);
-    FP4GEMM_CUDA_CHECK(sync, "plan");
+    // The paired scale copies, once now.
+    detail::run_on_private_stream("plan", [&](cudaStream_t st) {
+      for (const GluScaleJob& job : fp.glu_jobs)
+        if (const cudaError_t e = launch_glu_scales(job, 1, st); e != cudaSuccess) return e;
+      return cudaSuccess;
+    });
   }
 
   FP4GEMM_CUDA_CHECK(options.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(fp.smem_bytes)

@@ -206,9 +206,6 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   std::int64_t sblk_stride = w.scale_expert_stride;
   if (o.scale_layout == ScaleLayout::linear || glu) {
     std::uint8_t* dst = p.allocate<std::uint8_t>(blocked_bytes * w.experts, "plan workspace");
-    // On a private stream: a plan may be built while another stream is being captured.
-    cudaStream_t s = nullptr;
-    FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "plan");
     if (glu) {
       const auto* s_gate = static_cast<const std::uint8_t*>(w.scales);
       const auto* s_up = static_cast<const std::uint8_t*>(w.scales_up);
@@ -228,10 +225,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
                                   : convert_expert_scales<Format::mxfp4>(d_jobs, experts, n, cols, st);
       };
     }
-    const cudaError_t e = p.convert_scales(s);
-    const cudaError_t sync = e == cudaSuccess ? cudaStreamSynchronize(s) : e;
-    cudaStreamDestroy(s);
-    FP4GEMM_CUDA_CHECK(sync, "plan");
+    detail::run_on_private_stream("plan", p.convert_scales);
     sblk = dst, sblk_stride = blocked_bytes;
   }
 
