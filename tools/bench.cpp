@@ -1,5 +1,5 @@
 // `fp4gemm bench`: the seed and dense suites (SPEC 4) with floors and peers, table + JSON; the moe
-// suite is moe_bench.cpp.
+// suite is moe_bench.cpp, the dual suite dual_bench.cpp.
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -30,23 +30,15 @@ std::vector<SuiteCase> suite_cases(const std::string& suite) {
     cases.push_back({"dense", {"dense1", {8192}, 8192, 1024, 1}});  // --mnkl 8192,8192,1024,1
     cases.push_back({"dense", {"dense2", {2048}, 2048, 512, 1}});   // --mnkl 2048,2048,512,1
   }
-  if (cases.empty()) throw Error("--suite", -1, "unknown suite '" + suite + "' (expected seed, dense, all or moe)");
+  if (cases.empty())
+    throw Error("--suite", -1, "unknown suite '" + suite + "' (expected seed, dense, all, moe or dual)");
   return cases;
 }
 
 std::vector<std::pair<int, SuiteCase>> select_cases(const BenchOptions& o, Format format) {
   const std::vector<SuiteCase> all = suite_cases(o.suite);
   std::vector<std::pair<int, SuiteCase>> picked;
-  if (o.cases.empty()) {
-    for (std::size_t i = 0; i < all.size(); ++i) picked.emplace_back(static_cast<int>(i) + 1, all[i]);
-  } else {
-    for (int index : parse_int_list(o.cases, "--cases", 1)) {
-      if (index > static_cast<int>(all.size()))
-        throw Error("--cases", -1, "case " + std::to_string(index) + " does not exist (suite '" + o.suite +
-                                       "' has " + std::to_string(all.size()) + " cases)");
-      picked.emplace_back(index, all[index - 1]);
-    }
-  }
+  for (int index : pick_cases(o.cases, all.size(), o.suite)) picked.emplace_back(index, all[index - 1]);
   for (const auto& p : picked) validate_shape(p.second.shape, format, "--format", "--format", "--format");
   return picked;
 }
@@ -145,34 +137,20 @@ CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const C
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
+  if (!o.values.empty() && o.suite != "dual")
+    throw Error("--values", -1,
+                "applies to the dual suite only (seed and dense use GPU MODE values, moe full-range ones)");
   if (o.suite == "moe") return run_moe_suite(o);
   if (!o.act.empty()) throw Error("--act", -1, "applies to the moe suite only (the other suites are W4A4 in --format)");
+  if (o.suite == "dual") return run_dual_suite(o);
   const RunSettings s = resolve_settings(o);
   const auto cases = select_cases(o, s.data.format);
-  const DeviceInfo device = require_device();
-  require_writable(s.json_path);
-
-  Stream stream;
-  progress("[bench] measuring ceilings (cuBLAS bf16 8192^3, device-to-device copy)...");
-  const Ceilings ceilings = measure_ceilings(stream.get());
-  const L2Flusher flusher(device.l2_bytes);
+  const BenchRun run(s.json_path);
+  const auto& [device, stream, ceilings, flusher] = run;
 
   print_bench_header(std::cout, device, ceilings, s, flusher.bytes(), !o.no_peers, o.settle_ms);
   print_table_head(std::cout);
-  Json doc;
-  doc["tool"] = "fp4gemm bench";
-  doc["version"] = FP4GEMM_VERSION;
-  doc["date"] = utc_now();
-  doc["gpu"] = device_json(device);
-  doc["ceilings"] = ceilings_json(ceilings);
-  Json settings = settings_json(s);
-  settings["suite"] = o.suite;
-  settings["peers"] = !o.no_peers;
-  settings["settle_ms"] = o.settle_ms;
-  settings["l2_flush_bytes"] = flusher.bytes();
-  settings["timing"] = "CUDA events per rep, L2 flushed (cudaMemsetAsync) before each rep outside the events, median";
-  doc["settings"] = settings;
-  doc["cases"] = Json::array();
+  Json doc = bench_document("fp4gemm bench", o.suite, device, ceilings, s, !o.no_peers, o.settle_ms, flusher.bytes());
 
   bool any_fallback = false;
   for (std::size_t i = 0; i < cases.size(); ++i) {

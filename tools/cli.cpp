@@ -75,6 +75,21 @@ std::vector<int> parse_int_list(const std::string& text, const char* option, int
   return values;
 }
 
+std::vector<int> pick_cases(const std::string& cases, std::size_t count, const std::string& suite) {
+  std::vector<int> picked;
+  if (cases.empty()) {
+    for (std::size_t i = 0; i < count; ++i) picked.push_back(static_cast<int>(i) + 1);
+    return picked;
+  }
+  for (int index : parse_int_list(cases, "--cases", 1)) {
+    if (static_cast<std::size_t>(index) > count)
+      throw Error("--cases", -1, "case " + std::to_string(index) + " does not exist (suite '" + suite + "' has " +
+                                     std::to_string(count) + " cases)");
+    picked.push_back(index);
+  }
+  return picked;
+}
+
 RunSettings resolve_settings(const CommonOptions& o) {
   RunSettings s;
   s.data.format = parse_format(o.format);

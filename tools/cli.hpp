@@ -33,6 +33,7 @@ struct CommonOptions {
 struct BenchOptions : CommonOptions {
   std::string suite = "seed";
   std::string act;  // moe suite: nvfp4 | mxfp4 | bf16; empty: W4A4 in --format
+  std::string values;  // dual suite: gpumode | full; empty: gpumode
   std::string cases;  // "1,3": 1-based indices into the selected suite; empty: all
   bool no_peers = false;
   int settle_ms = 500;  // idle time before each case's timing (see bench.cpp)
@@ -115,6 +116,10 @@ Backend parse_backend(const std::string& s);
 // naming `option` on an empty list, a non-integer or a value out of range.
 std::vector<int> parse_int_list(const std::string& text, const char* option, int min_value);
 
+// --cases of a suite of `count` cases: the 1-based case numbers listed ("1,3"; empty: all of them),
+// each checked to exist (fp4gemm::Error naming --cases).
+std::vector<int> pick_cases(const std::string& cases, std::size_t count, const std::string& suite);
+
 // Shapes from the command lines, validated on the host (K a multiple of the scale block, ...).
 ProblemShape grouped_shape(const GroupedOptions& o, Format format);
 ProblemShape gemm_shape(const GemmOptions& o, Format format);
@@ -167,6 +172,7 @@ int run_dual(const DualCommandOptions& o);
 int run_moe(const MoeCommandOptions& o);
 int run_layer(const LayerCommandOptions& o);
 int run_quantize(const QuantizeCommandOptions& o);
-int run_moe_suite(const BenchOptions& o);  // bench --suite moe (moe_bench.cpp)
+int run_moe_suite(const BenchOptions& o);   // bench --suite moe (moe_bench.cpp)
+int run_dual_suite(const BenchOptions& o);  // bench --suite dual (dual_bench.cpp)
 
 }  // namespace fp4gemm::cli

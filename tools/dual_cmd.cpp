@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "cuda_util.hpp"
 #include "data.hpp"
+#include "dual_problem.hpp"
 #include "timing.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
@@ -88,38 +89,13 @@ int run_dual(const DualCommandOptions& o) {
   const Epilogue epilogue = o.activation == "swigluoai" ? Epilogue::swigluoai : Epilogue::silu;
   if (o.check && o.values != "gpumode")
     throw Error("--check", -1, "--check compares bits and needs --values gpumode (exact FP32 sums)");
-  if (s.backend == Backend::reference)
-    throw Error("--backend", -1, "the dual GEMM runs on the fast kernel only (its host reference is --check)");
+  check_dual_backend(s.backend);
   const DeviceInfo device = require_device();
   require_writable(s.json_path);
-  DataSettings up_settings = s.data;
-  up_settings.seed = s.data.seed * 2654435761u + 97;  // B2: its own data
-  const ProblemData gate(shape, s.data), up(shape, up_settings);
   Stream stream;
-  if (o.values == "full") {  // realistic data (tensor-core power depends on it): random nibbles, normal-range scales
-    std::uint64_t seed = s.data.seed;
-    for (const ProblemData* p : {&gate, &up})
-      for (const GroupBuffers& g : p->groups()) {
-        for (const DeviceBuffer* b : {&g.a, &g.b})
-          if (b->bytes() > 0) fill_bytes_random(b->get(), b->padded_bytes(), ++seed, stream.get());
-        for (const DeviceBuffer* b : {&g.sfa, &g.sfb})
-          if (b->bytes() > 0) fill_scales_random(b->get(), b->padded_bytes(), s.data.format, ++seed, stream.get());
-      }
-    CLI_CUDA_CHECK(cudaStreamSynchronize(stream.get()), "data");
-  }
-  std::vector<GroupDesc> descs = gate.descs(), gate_only = gate.descs(), up_only = up.descs();
-  for (std::size_t g = 0; g < descs.size(); ++g) {
-    descs[g].b_up = up.groups()[g].b.get();
-    descs[g].sfb_up = up.groups()[g].sfb.get();
-    up_only[g].a = descs[g].a, up_only[g].sfa = descs[g].sfa;  // the unfused path: both GEMMs read the same A
-  }
-  Options opts;
-  opts.format = s.data.format, opts.scale_layout = s.data.layout, opts.out_type = s.data.out;
-  opts.backend = Backend::fast, opts.tuning = s.tuning, opts.epilogue = epilogue;
-  const Plan plan(descs, opts);
-  Options plain = opts;
-  plain.epilogue = Epilogue::none;
-  const Plan plan_gate(gate_only, plain), plan_up(up_only, plain);  // (outputs: gate's c and up's c)
+  const DualProblem problem(shape, s.data, o.values == "full", epilogue, s.tuning, stream.get());
+  const ProblemData &gate = problem.gate(), &up = problem.up();
+  const Plan& plan = problem.fused();
 
   std::cout << "fp4gemm dual: " << shape.describe() << ", " << to_string(epilogue) << ", " << to_string(s.data.format)
             << " " << to_string(s.data.layout) << " scales -> " << to_string(s.data.out) << ", " << o.values << " data\n";
@@ -138,10 +114,7 @@ int run_dual(const DualCommandOptions& o) {
   const Ceilings ceilings = measure_ceilings(stream.get());
   const L2Flusher flusher(device.l2_bytes);
   const TimingStats t = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { plan.run(st); });
-  const TimingStats tu = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) {
-    plan_gate.run(st);
-    plan_up.run(st);
-  });
+  const TimingStats tu = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { problem.run_plain(st); });
   const double floor_us = plan.flops() / (ceilings.bf16_tflops * 1e12) * 1e6;
   std::cout << time_line(t, plan.flops(), plan.min_bytes()) << "\n";
   std::cout << "bf16 floor " << floor_us << " us (cuBLAS bf16 " << ceilings.bf16_tflops << " TFLOP/s in this run): "

@@ -27,13 +27,18 @@ void add_data_options(CLI::App* cmd, CommonOptions& o) {
 CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   CLI::App* cmd = app.add_subcommand("bench", "benchmark suites (SPEC 4) with floors and peers; table on stdout");
   cmd->add_option("--suite", o.suite,
-                  "seed (4 GPU MODE cases), dense (--mnkl 8192,8192,1024,1 and 2048,2048,512,1), all (both), or moe "
-                  "(MoE layer shapes of four models at 1..16384 tokens)")
-      ->check(CLI::IsMember({"seed", "dense", "all", "moe"}))->capture_default_str();
+                  "seed (4 GPU MODE cases), dense (--mnkl 8192,8192,1024,1 and 2048,2048,512,1), all (both), moe "
+                  "(MoE layer shapes of four models at 1..16384 tokens), or dual (GPU MODE's 4 dual-GEMM shapes: "
+                  "fused vs two fp4gemm GEMMs + silu*mul vs cuBLAS bf16, and the bf16 floor)")
+      ->check(CLI::IsMember({"seed", "dense", "all", "moe", "dual"}))->capture_default_str();
   cmd->add_option("--act", o.act, "moe suite: activations nvfp4 / mxfp4 (W4A4) or bf16 (W4A16); default: --format")
       ->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
+  cmd->add_option("--values", o.values, "dual suite: data gpumode (default; {0, +-0.5, +-1, +-1.5} x {1, 2}) or full "
+                                        "(random nibbles, scales over the normal range)")
+      ->check(CLI::IsMember({"gpumode", "full"}));
   cmd->add_option("--cases", o.cases, "comma-separated 1-based case numbers within the suite, e.g. 1,3");
-  cmd->add_flag("--no-peers", o.no_peers, "skip the peers (dequant+cuBLAS, cuBLAS bf16, per-group streams)");
+  cmd->add_flag("--no-peers", o.no_peers, "skip the peers (dequant+cuBLAS, cuBLAS bf16, per-group streams; dual "
+                                          "suite: cuBLAS bf16)");
   cmd->add_option("--settle-ms", o.settle_ms,
                   "idle milliseconds before timing each case, so it does not inherit the clock/power state of "
                   "the cuBLAS runs before it")

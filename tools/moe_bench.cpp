@@ -58,24 +58,10 @@ int run_moe_suite(const BenchOptions& o) {
                                      "full", rs.data.seed);
   const std::vector<MoeShape> all = moe_suite();
   std::vector<std::pair<int, MoeShape>> cases;
-  if (o.cases.empty()) {
-    for (std::size_t i = 0; i < all.size(); ++i) cases.emplace_back(static_cast<int>(i) + 1, all[i]);
-  } else {
-    for (int index : parse_int_list(o.cases, "--cases", 1)) {
-      if (index > static_cast<int>(all.size()))
-        throw Error("--cases", -1, "case " + std::to_string(index) + " does not exist (suite 'moe' has " +
-                                       std::to_string(all.size()) + " cases)");
-      cases.emplace_back(index, all[index - 1]);
-    }
-  }
+  for (int index : pick_cases(o.cases, all.size(), "moe")) cases.emplace_back(index, all[index - 1]);
   for (const auto& c : cases) validate_moe_shape(c.second, s);
-  const DeviceInfo device = require_device();
-  require_writable(rs.json_path);
-
-  Stream stream;
-  progress("[bench] measuring ceilings (cuBLAS bf16 8192^3, device-to-device copy)...");
-  const Ceilings ceilings = measure_ceilings(stream.get());
-  const L2Flusher flusher(device.l2_bytes);
+  const BenchRun run(rs.json_path);
+  const auto& [device, stream, ceilings, flusher] = run;
   std::cout << "fp4gemm bench --suite moe " << FP4GEMM_VERSION << " on " << device.name << " (" << device.multiprocessors
             << " SMs), " << utc_now() << "\n"
             << "ceilings, measured now: bf16 cuBLAS " << fmt("%.1f", ceilings.bf16_tflops)

@@ -1,10 +1,13 @@
-// Peers: a simple dequantise-to-bf16 kernel, cuBLAS bf16 per group / grouped, per-group streams.
+// Peers: a simple dequantise-to-bf16 kernel, cuBLAS bf16 per group / grouped, per-group streams;
+// the elementwise GLU kernel of the unfused dual GEMM.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
 
+#include "device/glu.hpp"
 #include "formats/scale_layout.hpp"
 #include "peers.hpp"
 
@@ -60,7 +63,75 @@ __global__ void dequantize_kernel(const std::uint8_t* packed, std::int64_t ld, c
 
 constexpr std::size_t kBf16Bytes = 2;
 
+__device__ inline float to_float(__half x) { return __half2float(x); }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float to_float(float x) { return x; }
+template <class T>
+__device__ inline T from_float(float x);
+template <>
+__device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ inline float from_float<float>(float x) { return x; }
+
+// One thread per 8 consecutive elements of a row (16-byte loads and stores; 32 for f32).
+template <class T>
+__global__ void glu_kernel(const T* g, const T* u, T* out, std::int64_t ld, int rows, int n, int kind,
+                           float alpha, float limit) {
+  constexpr int kVec = 8;
+  struct alignas(16) Pack {
+    T v[kVec];
+  };
+  const std::int64_t chunks_per_row = n / kVec;
+  const std::int64_t total = static_cast<std::int64_t>(rows) * chunks_per_row;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    const std::int64_t at = (i / chunks_per_row) * ld + (i % chunks_per_row) * kVec;
+    const Pack gp = *reinterpret_cast<const Pack*>(g + at), up = *reinterpret_cast<const Pack*>(u + at);
+    Pack o;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j)
+      o.v[j] = from_float<T>(detail::glu_activate(kind, to_float(gp.v[j]), to_float(up.v[j]), alpha, limit));
+    *reinterpret_cast<Pack*>(out + at) = o;
+  }
+}
+
+template <class T>
+void launch_glu(const void* g, const void* u, void* out, std::int64_t ld, int rows, int n, int kind, float alpha,
+                float limit, cudaStream_t stream) {
+  const std::int64_t total = static_cast<std::int64_t>(rows) * (n / 8);
+  if (total == 0) return;
+  const std::int64_t blocks = std::clamp<std::int64_t>((total + kDequantThreads - 1) / kDequantThreads, 1, 1 << 20);
+  glu_kernel<T><<<static_cast<unsigned>(blocks), kDequantThreads, 0, stream>>>(
+      static_cast<const T*>(g), static_cast<const T*>(u), static_cast<T*>(out), ld, rows, n, kind, alpha, limit);
+}
+
 }  // namespace
+
+void glu_elementwise(const void* g, const void* u, void* out, std::int64_t ld, int rows, int n, OutType type,
+                     const Options& act, cudaStream_t stream) {
+  if (act.epilogue == Epilogue::none) throw Error("options.epilogue", -1, "the elementwise GLU needs an activation");
+  if (n % 8 != 0 || ld % 8 != 0) throw Error("glu", -1, "the elementwise GLU needs n and ld multiples of 8");
+  const int kind = act.epilogue == Epilogue::silu ? detail::kGluSilu : detail::kGluSwigluOai;
+  const float alpha = act.swiglu_alpha, limit = act.swiglu_limit;
+  switch (type) {
+    case OutType::f16: launch_glu<__half>(g, u, out, ld, rows, n, kind, alpha, limit, stream); break;
+    case OutType::bf16: launch_glu<__nv_bfloat16>(g, u, out, ld, rows, n, kind, alpha, limit, stream); break;
+    case OutType::f32: launch_glu<float>(g, u, out, ld, rows, n, kind, alpha, limit, stream); break;
+  }
+  CLI_CUDA_CHECK(cudaGetLastError(), "glu (elementwise)");
+}
+
+void cublas_bf16_gemm(cublasHandle_t handle, const void* a, const void* b, void* c, int m, int n, int k,
+                      std::int64_t ldc) {
+  const float alpha = 1.0f, beta = 0.0f;
+  CLI_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, b, CUDA_R_16BF, k, a, CUDA_R_16BF,
+                                k, &beta, c, CUDA_R_16BF, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+                   "peers (cublasGemmEx)");
+}
 
 void dequantize_to_bf16(const void* packed, std::int64_t ld, const void* scales, int rows, int k,
                         Format format, ScaleLayout layout, void* out, cudaStream_t stream) {
@@ -132,12 +203,7 @@ void CublasPeers::dequantize_group(std::size_t g, cudaStream_t stream) const {
 
 void CublasPeers::gemm_group(std::size_t g, cublasHandle_t handle) const {
   const GroupBuffers& gb = data_.groups()[g];
-  const float alpha = 1.0f, beta = 0.0f;
-  CLI_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, gb.n, gb.m, gb.k, &alpha,
-                                b_bf16_[g].get(), CUDA_R_16BF, gb.k, a_bf16_[g].get(), CUDA_R_16BF, gb.k,
-                                &beta, c_bf16_[g].get(), CUDA_R_16BF, static_cast<int>(ldc_),
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "peers (cublasGemmEx)");
+  cublas_bf16_gemm(handle, a_bf16_[g].get(), b_bf16_[g].get(), c_bf16_[g].get(), gb.m, gb.n, gb.k, ldc_);
 }
 
 void CublasPeers::dequantize_all(cudaStream_t stream) const {

@@ -21,6 +21,19 @@ namespace fp4gemm::cli {
 void dequantize_to_bf16(const void* packed, std::int64_t ld, const void* scales, int rows, int k,
                         Format format, ScaleLayout layout, void* out, cudaStream_t stream);
 
+// Row-major C[m, n] (row stride ldc elements) = A[m, k] B[n, k]^T: one cublasGemmEx on the handle's
+// stream, bf16 in and out, CUBLAS_COMPUTE_32F; A and B dense (row stride k).
+void cublas_bf16_gemm(cublasHandle_t handle, const void* a, const void* b, void* c, int m, int n, int k,
+                      std::int64_t ldc);
+
+// The elementwise step of an unfused dual GEMM: out = act(g, u) for every element of [rows, n]
+// (row stride ld elements, all three of `type`; n and ld multiples of 8, 16-byte aligned), in
+// FP32 with the fused epilogue's own function (detail::glu_activate): the activation of
+// `act.epilogue` (silu(g) * u, or swigluoai with act.swiglu_alpha / swiglu_limit; not none),
+// rounded once to `type`.
+void glu_elementwise(const void* g, const void* u, void* out, std::int64_t ld, int rows, int n, OutType type,
+                     const Options& act, cudaStream_t stream);
+
 // bf16 copies of every group's A and B, bf16 outputs, and the cuBLAS calls on them. cuBLAS
 // computes row-major C[M, N] = A[M, K] B[N, K]^T as column-major C^T = op_T(B) op_N(A).
 class CublasPeers {

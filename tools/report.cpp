@@ -76,7 +76,21 @@ Json peers_json(const CaseResult& r) {
   return j;
 }
 
+DeviceInfo start_bench(const std::string& json_path) {
+  DeviceInfo device = require_device();
+  require_writable(json_path);
+  return device;
+}
+
+Ceilings measure_bench_ceilings(cudaStream_t stream) {
+  progress("[bench] measuring ceilings (cuBLAS bf16 8192^3, device-to-device copy)...");
+  return measure_ceilings(stream);
+}
+
 }  // namespace
+
+BenchRun::BenchRun(const std::string& json_path)
+    : device(start_bench(json_path)), ceilings(measure_bench_ceilings(stream.get())), flusher(device.l2_bytes) {}
 
 // ---- stdout -------------------------------------------------------------------------------------
 
@@ -186,6 +200,25 @@ Json settings_json(const RunSettings& s) {
               {"warmup", s.timing.warmup},
               {"budget_s_per_measurement", s.timing.budget_s},
               {"tuning_environment", tuning_json()}};
+}
+
+Json bench_document(const std::string& tool, const std::string& suite, const DeviceInfo& device,
+                    const Ceilings& ceilings, const RunSettings& s, bool peers, int settle_ms, std::size_t flush_bytes) {
+  Json doc;
+  doc["tool"] = tool;
+  doc["version"] = FP4GEMM_VERSION;
+  doc["date"] = utc_now();
+  doc["gpu"] = device_json(device);
+  doc["ceilings"] = ceilings_json(ceilings);
+  Json settings = settings_json(s);
+  settings["suite"] = suite;
+  settings["peers"] = peers;
+  settings["settle_ms"] = settle_ms;
+  settings["l2_flush_bytes"] = flush_bytes;
+  settings["timing"] = "CUDA events per rep, L2 flushed (cudaMemsetAsync) before each rep outside the events, median";
+  doc["settings"] = settings;
+  doc["cases"] = Json::array();
+  return doc;
 }
 
 Json check_json(const CheckReport& c) {

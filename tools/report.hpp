@@ -51,6 +51,18 @@ struct CaseResult {
   PeerResults peers;
 };
 
+// What every bench suite sets up once its options are checked: the device (NoDeviceError without
+// one), the --json path checked (empty: none), a stream, the ceilings of this GPU measured now
+// (a progress line on stderr) and the L2 flusher. Use as
+// `const BenchRun run(path); const auto& [device, stream, ceilings, flusher] = run;`.
+struct BenchRun {
+  explicit BenchRun(const std::string& json_path);
+  DeviceInfo device;
+  Stream stream;
+  Ceilings ceilings;
+  L2Flusher flusher;
+};
+
 // ---- stdout -------------------------------------------------------------------------------------
 void print_bench_header(std::ostream& os, const DeviceInfo& device, const Ceilings& ceilings,
                         const RunSettings& settings, std::size_t flush_bytes, bool peers, int settle_ms);
@@ -67,6 +79,10 @@ Json settings_json(const RunSettings& settings);
 Json stats_json(const TimingStats& t);
 Json check_json(const CheckReport& c);
 Json case_json(const CaseResult& r);
+// The start of a bench suite's document: tool, version, date, gpu, ceilings, settings (settings_json
+// with the suite, peers, settle_ms, the L2 flush and the timing method) and an empty "cases" array.
+Json bench_document(const std::string& tool, const std::string& suite, const DeviceInfo& device,
+                    const Ceilings& ceilings, const RunSettings& s, bool peers, int settle_ms, std::size_t flush_bytes);
 // Writes `doc` (indented) to `path`; throws fp4gemm::Error naming --json when it cannot.
 void write_json(const std::string& path, const Json& doc);
 // Fails early (before minutes of benchmarking) when `path` cannot be written; empty: no-op.

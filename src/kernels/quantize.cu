@@ -1,23 +1,30 @@
 // fp4gemm::quantize_activations: the GPU activation quantiser (NVFP4 with a global scale, MXFP4),
 // bit for bit the host rule of fp4gemm::formats::quantize (formats.hpp).
 //
-// One thread per scale block (16 / 32 elements): two or four 16-byte loads of a 32- / 64-byte
-// contiguous run (a warp reads 1-2 KB contiguous), amax, the scale code, 16 / 32 nibbles stored
-// as 8-byte words, one scale byte (linear, or at its blocked-atom offset). The element rounding
-// is the exact quotient's round-to-nearest-even, without a division: x / d rounds to code >= c
-// exactly when |x| >= t d (or >, for ties that go down to the even code) for the midpoints t.
-// Three ways to decide that, by the block's divisor d:
-//  - every t d exact in FP32 (MXFP4; NVFP4 with a power-of-two global scale): compare |x| with 7
-//    precomputed thresholds (3 comparisons, a branch-free search);
-//  - otherwise (a calibrated NVFP4 global scale): the sign of one FMA |x| - t d per midpoint;
-//  - d near FP32's under- or overflow: the correctly rounded quotient, ties settled by its FMA
-//    remainder (e2m1_code below).
+// One thread per scale block (16 / 32 elements), persistent: a grid of whole waves, each thread
+// loads its next block's 32-128 bytes before it quantises the current one (the loads of v17b had
+// nothing in flight while a thread computed, so the kernel was latency-bound at ~35 % issue).
+// Per block: amax (packed bf16x2 / f16x2 max for 16-bit inputs), the scale code, 16 / 32 nibbles
+// stored as 8-byte words, one scale byte (linear, or at its blocked-atom offset).
+//
+// The element rounding is the exact quotient's round-to-nearest-even, without a division: x / d
+// rounds to code >= c exactly when |x| >= t d (or >, for a tie that goes down to the even code)
+// for the 7 midpoints t. Per block the kernel turns each midpoint into the smallest FP32 value
+// T_c that reaches code c -- fl(t d), moved up one ulp when the FMA residual t d - fl(t d) is
+// positive (or zero, for a strict ">") -- so every element is a 3-step search over 7 sorted
+// thresholds whatever d is (a calibrated NVFP4 global scale included). The residual's sign is
+// exact while d lies in [2^-100, 2^100]; outside (blocks near FP32's under- or overflow) the
+// correctly rounded quotient decides, ties settled by its FMA remainder (e2m1_code below).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "formats/scale_layout.hpp"
 #include "fp4gemm/formats.hpp"
@@ -32,15 +39,6 @@ const char* to_string(InputType t) { return t == InputType::bf16 ? "bf16" : t ==
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename T>
-__device__ __forceinline__ float to_f32(T v);
-template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_f32<float>(float v) { return v; }
 
 // E4M3 code of a non-negative float (round to nearest even, saturating at 448 = 0x7E; NaN 0x7F).
 __device__ __forceinline__ std::uint32_t e4m3_code(float s) {
@@ -73,111 +71,228 @@ __device__ __forceinline__ std::uint32_t e2m1_code(float x, float d) {
   return sign | code;
 }
 
+// Per scale code: the block's thresholds. The divisor d of a block depends only on its scale code
+// (and the tensor's global scale), so each CTA tabulates, once, for every code: the 7 thresholds
+// T_c, the smallest input values that reach code c + 1 (16-bit inputs: as the input type, packed
+// twice into a word for a paired compare; f32: as FP32), and whether the fast path applies.
+//
+// T_c from the midpoint t: fl(t d) moved up one ulp when the FMA residual t d - fl(t d) is
+// positive (or zero, where a tie goes down to the even code: codes 1, 3, 5, 7 need |x| strictly
+// above t d); the residual's sign is exact for d in [2^-100, 2^100]. For 16-bit inputs T_c is then
+// rounded up to the type (smallest bf16 / f16 >= T_c): for an input x of that type, x >= T_c
+// exactly when x >= that value.
+constexpr int kTableWords = 8;  // 7 thresholds + flags
+constexpr std::uint32_t kFast = 1, kZero = 2;
+
+template <Format F>
+constexpr int kCodes = F == Format::nvfp4 ? 128 : 256;
+
+template <Format F>
+__device__ __forceinline__ float code_scale(std::uint32_t code) {
+  if constexpr (F == Format::nvfp4) return e4m3_value(code);  // NaN for 0x7F
+  // 2^(code - 127): code 0 is the subnormal 2^-127, 0xFF NaN.
+  return code == 0xFF ? __int_as_float(0x7FC00000) : code == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(code) << 23);
+}
+
+template <Format F>
+__device__ __forceinline__ float code_divisor(std::uint32_t code, float gs) {
+  return F == Format::nvfp4 ? __fmul_rn(code_scale<F>(code), gs) : code_scale<F>(code);
+}
+
 template <Format F, typename T>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, std::int64_t blocks_per_row,
-                                                            std::int64_t total) {
-  constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
-  constexpr int kLoads = kVec * sizeof(T) / 16;  // 16-byte loads per block
-  constexpr int kPerLoad = 16 / sizeof(T);
-  const float gs = F == Format::nvfp4 && a.global_scale_device != nullptr ? *a.global_scale_device : a.global_scale;
-  for (std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x; u < total;
-       u += static_cast<std::int64_t>(gridDim.x) * kThreads) {
-    // (32-bit division when the matrix allows: a 64-bit one costs tens of instructions)
-    const bool small = total < (std::int64_t{1} << 31);
-    const std::int64_t row = small ? static_cast<std::int64_t>(static_cast<std::uint32_t>(u) / static_cast<std::uint32_t>(blocks_per_row))
-                                   : u / blocks_per_row;
-    const std::int64_t b = u - row * blocks_per_row;
-    const T* src = static_cast<const T*>(a.x) + row * a.ldx + b * kVec;
-    float x[kVec];
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) {
-      const uint4 w = __ldg(reinterpret_cast<const uint4*>(src) + l);
-      const T* e = reinterpret_cast<const T*>(&w);
-#pragma unroll
-      for (int i = 0; i < kPerLoad; ++i) x[l * kPerLoad + i] = to_f32<T>(e[i]);
-    }
-    float amax = 0.0f;
-    bool nan = false;
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      nan |= x[i] != x[i];
-      amax = fmaxf(amax, fabsf(x[i]));
-    }
-    std::uint32_t code;
-    float scale, divisor;
-    if constexpr (F == Format::nvfp4) {
-      const float s = __fdiv_rn(__fdiv_rn(amax, 6.0f), gs);
-      code = nan ? 0x7Fu : e4m3_code(s);
-      scale = e4m3_value(code);  // NaN for 0x7F
-      divisor = __fmul_rn(scale, gs);
-    } else {
-      if (nan) {
-        code = 0xFF;
-      } else if (isinf(amax)) {
-        code = 0xFE;
-      } else if (amax > 0.0f) {
-        // floor(log2 amax): the exponent field (subnormals: from the leading bit).
-        const int bits = __float_as_int(amax);
-        const int e = (bits >> 23) != 0 ? (bits >> 23) - 127 : (31 - __clz(bits)) - 149;
-        code = static_cast<std::uint32_t>(min(max(e - 2 + 127, 0), 254));
-      } else {
-        code = 0;
-      }
-      // 2^(code - 127): code 0 is the subnormal 2^-127, 0xFF NaN.
-      scale = code == 0xFF ? __int_as_float(0x7FC00000) : code == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(code) << 23);
-      divisor = scale;
-    }
-    // Nibbles. A scale of 0 or NaN gives all-zero nibbles (formats.hpp's rule).
-    std::uint32_t words[kVec / 8] = {};
-    const bool zero = !(scale > 0.0f);
-    // x / d >= t_i  <=>  |x| >= t_i d, exactly. Fast path: every t_i d exact in FP32 (always for
-    // MXFP4 and for NVFP4 with a power-of-two global scale) and d far from underflow: compare
-    // |x| with thresholds, ties to even folded in (a "greater than" threshold t is ">= the next
-    // float"); the code is a 3-step branch-free search over the 7 sorted thresholds.
+__device__ void build_table(std::uint32_t (*table)[kTableWords], float gs) {
+  for (int code = threadIdx.x; code < kCodes<F>; code += kThreads) {
+    const float scale = code_scale<F>(code), d = code_divisor<F>(code, gs);
+    std::uint32_t* e = table[code];
+    const bool fast = scale > 0.0f && d >= 0x1p-100f && d <= 0x1p100f;
+    e[7] = fast ? kFast : scale > 0.0f ? 0u : kZero;
     constexpr float kT[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-    float th[7];
-    bool exact = divisor >= 0x1p-120f && divisor < 0x1p120f;
 #pragma unroll
-    for (int i = 0; i < 7; ++i) {
-      th[i] = __fmul_rn(kT[i], divisor);
-      exact &= fmaf(kT[i], divisor, -th[i]) == 0.0f;
-      // codes 1, 3, 5, 7 are odd: a tie rounds down, so |x| must be strictly above
-      if (i % 2 == 0) th[i] = __int_as_float(__float_as_int(th[i]) + 1);
+    for (int c = 0; c < 7; ++c) {
+      const float t = __fmul_rn(kT[c], d);
+      const float r = fmaf(kT[c], d, -t);
+      const bool up = r > 0.0f || (c % 2 == 0 && r == 0.0f);
+      const float th = __uint_as_float(__float_as_uint(t) + (up ? 1u : 0u));
+      std::uint32_t w;
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const std::uint32_t h = __bfloat16_as_ushort(__float2bfloat16_ru(th));
+        w = h | h << 16;
+      } else if constexpr (std::is_same_v<T, __half>) {
+        const std::uint32_t h = __half_as_ushort(__float2half_ru(th));
+        w = h | h << 16;
+      } else {
+        w = __float_as_uint(th);
+      }
+      e[c] = fast ? w : 0u;
     }
-    if (!zero && exact) {
+  }
+}
+
+// The grid-stride walk over (row, block): the stride's whole rows and remaining blocks, so a
+// thread steps without a division.
+struct QuantizeWalk {
+  std::int64_t rows = 0, blocks_per_row = 0;
+  std::int64_t stride_rows = 0, stride_blocks = 0;
+};
+
+// A block's raw input: kVec elements of T as 16-byte words.
+template <Format F, typename T>
+struct RawBlock {
+  static constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
+  static constexpr int kLoads = kVec * static_cast<int>(sizeof(T)) / 16;
+  uint4 w[kLoads];
+  __device__ __forceinline__ void load(const T* src) {
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) w[l] = __ldcs(reinterpret_cast<const uint4*>(src) + l);
+  }
+  __device__ __forceinline__ std::uint32_t word(int i) const {  // 32-bit word i of the block
+    const uint4& q = w[i / 4];
+    return i % 4 == 0 ? q.x : i % 4 == 1 ? q.y : i % 4 == 2 ? q.z : q.w;
+  }
+  // Element i as FP32 (exact).
+  __device__ __forceinline__ float element(int i) const {
+    if constexpr (sizeof(T) == 4) {
+      return __uint_as_float(word(i));
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const std::uint32_t v = word(i / 2);
+      return __uint_as_float(i % 2 == 0 ? v << 16 : v & 0xFFFF0000u);
+    } else {
+      const std::uint32_t v = word(i / 2);
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(i % 2 == 0 ? v & 0xFFFFu : v >> 16)));
+    }
+  }
+  // max |x| over the block, NaN if any element is NaN (16-bit inputs: packed max, exact).
+  __device__ __forceinline__ float amax() const {
+    if constexpr (sizeof(T) == 4) {
+      float m = 0.0f;
+      bool nan = false;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
-        const float v = fabsf(x[i]);
-        std::uint32_t c = v >= th[3] ? 4u : 0u;
-        c += v >= (c ? th[5] : th[1]) ? 2u : 0u;
-        c += v >= (c == 0 ? th[0] : c == 2 ? th[2] : c == 4 ? th[4] : th[6]) ? 1u : 0u;
-        words[i / 8] |= ((signbit(x[i]) ? 8u : 0u) | c) << (4 * (i % 8));
+        const float x = element(i);
+        nan |= x != x;
+        m = fmaxf(m, fabsf(x));
       }
-    } else if (!zero && divisor >= 0x1p-120f && divisor < 0x1p120f) {
-      // t_i d inexact (NVFP4 with a calibrated global scale): the sign of |x| - t_i d from one
-      // FMA is exact (a nonzero difference is a multiple of 2^-149, so it cannot round to 0).
+      return nan ? __uint_as_float(0x7FC00000u) : m;
+    } else {
+      using T2 = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+      constexpr int kWords = kVec / 2;
+      T2 m = __habs2(bit_cast<T2>(word(0)));
+#pragma unroll
+      for (int i = 1; i < kWords; ++i) m = __hmax2_nan(m, __habs2(bit_cast<T2>(word(i))));
+      const float lo = __low2float(m), hi = __high2float(m);
+      return lo != lo || hi != hi ? __uint_as_float(0x7FC00000u) : fmaxf(lo, hi);
+    }
+  }
+  template <typename To>
+  static __device__ __forceinline__ To bit_cast(std::uint32_t v) {
+    To r;
+    memcpy(&r, &v, 4);
+    return r;
+  }
+};
+
+// Two elements (one 32-bit word of bf16 / f16) -> their two nibbles in bits 0-3 and 4-7. The 7
+// paired compares give "thermometer" lane masks m_0 >= m_1 >= ... >= m_6; the code's bits are
+// bit 2 = m_3, bit 1 = m_1 & ~m_3 | m_5, bit 0 = m_0 & ~m_1 | m_2 & ~m_3 | m_4 & ~m_5 | m_6.
+template <typename T>
+__device__ __forceinline__ std::uint32_t nibble_pair(std::uint32_t w, const std::uint32_t* th) {
+  using T2 = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+  const T2 a = RawBlock<Format::nvfp4, T>::template bit_cast<T2>(w & 0x7FFF7FFFu);
+  std::uint32_t m[7];
+#pragma unroll
+  for (int c = 0; c < 7; ++c) m[c] = __hge2_mask(a, RawBlock<Format::nvfp4, T>::template bit_cast<T2>(th[c]));
+  const std::uint32_t b2 = m[3];
+  const std::uint32_t b1 = (m[1] & ~m[3]) | m[5];
+  const std::uint32_t b0 = (m[0] & ~m[1]) | (m[2] & ~m[3]) | (m[4] & ~m[5]) | m[6];
+  // per 16-bit lane: code in bits 0-2, the sign (bit 15 of the lane) in bit 3
+  const std::uint32_t r = (b0 & 0x00010001u) | (b1 & 0x00020002u) | (b2 & 0x00040004u) | ((w >> 12) & 0x00080008u);
+  return (r | (r >> 12)) & 0xFFu;
+}
+
+template <Format F, typename T>
+__device__ __forceinline__ void quantize_block(const QuantizeArgs& a, float gs, const std::uint32_t (*table)[kTableWords],
+                                               const RawBlock<F, T>& x, std::int64_t row, std::int64_t b,
+                                               std::int64_t blocks_per_row) {
+  constexpr int kVec = RawBlock<F, T>::kVec;
+  const float amax = x.amax();
+  const bool nan = amax != amax;
+  std::uint32_t code;
+  if constexpr (F == Format::nvfp4) {
+    const float s = __fdiv_rn(__fdiv_rn(amax, 6.0f), gs);
+    code = nan ? 0x7Fu : e4m3_code(s);
+  } else {
+    if (nan) {
+      code = 0xFF;
+    } else if (isinf(amax)) {
+      code = 0xFE;
+    } else if (amax > 0.0f) {
+      // floor(log2 amax): the exponent field (subnormals: from the leading bit).
+      const int bits = __float_as_int(amax);
+      const int e = (bits >> 23) != 0 ? (bits >> 23) - 127 : (31 - __clz(bits)) - 149;
+      code = static_cast<std::uint32_t>(min(max(e - 2 + 127, 0), 254));
+    } else {
+      code = 0;
+    }
+  }
+  const uint4 t0 = *reinterpret_cast<const uint4*>(table[code]);
+  const uint4 t1 = *reinterpret_cast<const uint4*>(table[code] + 4);
+  const std::uint32_t th[7] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z};
+  // Nibbles. A scale of 0 or NaN gives all-zero nibbles (formats.hpp's rule).
+  std::uint32_t words[kVec / 8] = {};
+  if (t1.w & kFast) {
+    if constexpr (sizeof(T) == 2) {
+#pragma unroll
+      for (int j = 0; j < kVec / 2; ++j) words[j / 4] |= nibble_pair<T>(x.word(j), th) << (8 * (j % 4));
+    } else {
+      // A branch-free 3-step search over the sorted FP32 thresholds (3 compares, 4 selects).
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
-        const float v = fabsf(x[i]);
-        std::uint32_t c = 0;
-#pragma unroll
-        for (int t = 0; t < 7; ++t) {
-          const float r = fmaf(-kT[t], divisor, v);
-          c += (t % 2 == 0 ? r > 0.0f : r >= 0.0f) ? 1u : 0u;
-        }
-        words[i / 8] |= ((signbit(x[i]) ? 8u : 0u) | c) << (4 * (i % 8));
+        const float v = fabsf(x.element(i));
+        const bool p2 = v >= __uint_as_float(th[3]);
+        const bool p1 = v >= __uint_as_float(p2 ? th[5] : th[1]);
+        const std::uint32_t lo = p1 ? th[2] : th[0], hi = p1 ? th[6] : th[4];
+        const bool p0 = v >= __uint_as_float(p2 ? hi : lo);
+        const std::uint32_t c = (p2 ? 4u : 0u) | (p1 ? 2u : 0u) | (p0 ? 1u : 0u);
+        words[i / 8] |= (((x.word(i) >> 28) & 8u) | c) << (4 * (i % 8));
       }
-    } else if (!zero) {  // d near under- or overflow: the exact quotient's rounding via the division
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) words[i / 8] |= e2m1_code(x[i], divisor) << (4 * (i % 8));
     }
-    std::uint8_t* dst = static_cast<std::uint8_t*>(a.packed) + row * a.ld_packed + b * (kVec / 2);
-    // 8-byte stores: ld_packed need only be a multiple of 8.
-    *reinterpret_cast<uint2*>(dst) = make_uint2(words[0], words[1]);
-    if constexpr (kVec == 32) *reinterpret_cast<uint2*>(dst + 8) = make_uint2(words[2], words[3]);
-    auto* sc = static_cast<std::uint8_t*>(a.scales);
-    if (a.scale_layout == ScaleLayout::linear) sc[row * blocks_per_row + b] = static_cast<std::uint8_t>(code);
-    else sc[formats::detail::blocked_offset<std::int64_t>(row, b, blocks_per_row)] = static_cast<std::uint8_t>(code);
+  } else if (!(t1.w & kZero)) {  // d near under- or overflow: the exact quotient's rounding via the division
+    const float divisor = code_divisor<F>(code, gs);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) words[i / 8] |= e2m1_code(x.element(i), divisor) << (4 * (i % 8));
+  }
+  std::uint8_t* dst = static_cast<std::uint8_t*>(a.packed) + row * a.ld_packed + b * (kVec / 2);
+  // 8-byte stores: ld_packed need only be a multiple of 8.
+  __stcs(reinterpret_cast<uint2*>(dst), make_uint2(words[0], words[1]));
+  if constexpr (kVec == 32) __stcs(reinterpret_cast<uint2*>(dst + 8), make_uint2(words[2], words[3]));
+  auto* sc = static_cast<std::uint8_t*>(a.scales);
+  if (a.scale_layout == ScaleLayout::linear) sc[row * blocks_per_row + b] = static_cast<std::uint8_t>(code);
+  else sc[formats::detail::blocked_offset<std::int64_t>(row, b, blocks_per_row)] = static_cast<std::uint8_t>(code);
+}
+
+template <Format F, typename T>
+__global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, QuantizeWalk walk) {
+  constexpr int kVec = RawBlock<F, T>::kVec;
+  __shared__ alignas(16) std::uint32_t table[kCodes<F>][kTableWords];
+  const float gs = F == Format::nvfp4 && a.global_scale_device != nullptr ? *a.global_scale_device : a.global_scale;
+  const std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  std::int64_t row = u / walk.blocks_per_row, b = u - row * walk.blocks_per_row;
+  const T* x = static_cast<const T*>(a.x);
+  RawBlock<F, T> cur;
+  if (row < walk.rows) cur.load(x + row * a.ldx + b * kVec);  // in flight while the table is built
+  build_table<F, T>(table, gs);
+  __syncthreads();
+  if (row >= walk.rows) return;
+  for (;;) {
+    std::int64_t next_row = row + walk.stride_rows, next_b = b + walk.stride_blocks;
+    if (next_b >= walk.blocks_per_row) next_b -= walk.blocks_per_row, ++next_row;
+    const bool more = next_row < walk.rows;
+    RawBlock<F, T> next;
+    if (more) next.load(x + next_row * a.ldx + next_b * kVec);  // in flight while this block is quantised
+    quantize_block<F, T>(a, gs, table, cur, row, b, walk.blocks_per_row);
+    if (!more) break;
+    cur = next;
+    row = next_row, b = next_b;
   }
 }
 
@@ -192,6 +307,34 @@ __global__ void __launch_bounds__(kThreads) blocked_padding_kernel(std::uint8_t*
     const std::int64_t r = u / pcols, c = u % pcols;
     if (r >= rows || c >= cols) scales[formats::detail::blocked_offset<std::int64_t>(r, c, cols)] = 0;
   }
+}
+
+// Blocks of quantize_kernel<F, T> resident on all of `device`'s SMs at once (a whole wave),
+// queried once per device and kernel.
+template <Format F, typename T>
+std::int64_t wave_blocks_of(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices] = {};
+  if (device >= 0 && device < kMaxDevices)
+    if (const int v = cache[device].load(std::memory_order_relaxed); v > 0) return v;
+  int sms = 0, per_sm = 0;
+  FP4GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "quantize_activations");
+  FP4GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quantize_kernel<F, T>, kThreads, 0),
+                     "quantize_activations");
+  const int v = std::max(1, sms * std::max(1, per_sm));
+  if (device >= 0 && device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+std::int64_t quantize_wave_blocks(int device, Format f, InputType in) {
+  if (f == Format::nvfp4) {
+    if (in == InputType::bf16) return wave_blocks_of<Format::nvfp4, __nv_bfloat16>(device);
+    if (in == InputType::f16) return wave_blocks_of<Format::nvfp4, __half>(device);
+    return wave_blocks_of<Format::nvfp4, float>(device);
+  }
+  if (in == InputType::bf16) return wave_blocks_of<Format::mxfp4, __nv_bfloat16>(device);
+  if (in == InputType::f16) return wave_blocks_of<Format::mxfp4, __half>(device);
+  return wave_blocks_of<Format::mxfp4, float>(device);
 }
 
 void validate(const QuantizeArgs& a) {
@@ -241,11 +384,20 @@ void launch_quantize(const QuantizeArgs& in, cudaStream_t stream) {
   if (a.rows == 0 || a.k == 0) return;
   const int vec = scale_block_size(a.format);
   const std::int64_t bpr = a.k / vec, total = a.rows * bpr;
-  const unsigned grid = static_cast<unsigned>(std::min<std::int64_t>((total + kThreads - 1) / kThreads, 132 * 16));
+  // Whole waves: as many 256-thread blocks as fit on every SM (the kernels' occupancy, queried
+  // once per device and format x input; fewer when the matrix is small).
+  int device = 0;
+  FP4GEMM_CUDA_CHECK(cudaGetDevice(&device), "quantize_activations");
+  const std::int64_t wave = quantize_wave_blocks(device, a.format, a.input);
+  const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((total + kThreads - 1) / kThreads, wave)));
+  QuantizeWalk walk;
+  walk.rows = a.rows, walk.blocks_per_row = bpr;
+  const std::int64_t stride = static_cast<std::int64_t>(grid) * kThreads;
+  walk.stride_rows = stride / bpr, walk.stride_blocks = stride % bpr;
   auto go = [&](auto fmt_tag, auto type_tag) {
     constexpr Format F = decltype(fmt_tag)::value;
     using T = typename decltype(type_tag)::type;
-    quantize_kernel<F, T><<<grid, kThreads, 0, stream>>>(a, bpr, total);
+    quantize_kernel<F, T><<<grid, kThreads, 0, stream>>>(a, walk);
   };
   using Nv = std::integral_constant<Format, Format::nvfp4>;
   using Mx = std::integral_constant<Format, Format::mxfp4>;

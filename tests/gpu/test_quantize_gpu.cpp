@@ -172,28 +172,29 @@ TEST(QuantizeGpu, EveryByteMatchesTheHostQuantiser) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device: the GPU quantiser cannot run here";
   std::mt19937_64 rng(2026);
   int cases = 0;
-  for (Format f : {Format::nvfp4, Format::mxfp4})
-    for (InputType in : {InputType::bf16, InputType::f16, InputType::f32})
-      for (Data d : {Data::random, Data::ties, Data::specials})
-        for (ScaleLayout l : {ScaleLayout::linear, ScaleLayout::blocked}) {
-          QCase c;
-          c.format = f, c.input = in, c.data = d, c.layout = l;
-          c.rows = 1 + static_cast<int>(rng() % 300);
-          c.k = scale_block_size(f) * (1 + static_cast<int>(rng() % 40));
-          c.ldx_pad = (rng() % 2) * (in == InputType::f32 ? 4 : 8) * static_cast<std::int64_t>(rng() % 3);
-          c.ld_packed_pad = 8 * static_cast<std::int64_t>(rng() % 3);
-          if (f == Format::nvfp4) {
-            // (0.70710677: a calibrated-looking scale, t * d inexact: the kernel's FMA path)
-            static const float kGs[] = {1.0f, 0.75f, 1.5f, 0.125f, 3.0f, 0.70710677f};
-            c.gs = d == Data::random && rng() % 2 ? std::ldexp(0.5f + 0.5f * static_cast<float>(rng() % 1000) / 1000, -static_cast<int>(rng() % 10))
-                                                  : kGs[rng() % 6];
-            c.gs_device = rng() % 2;
+  for (int rep = 0; rep < 4; ++rep)
+    for (Format f : {Format::nvfp4, Format::mxfp4})
+      for (InputType in : {InputType::bf16, InputType::f16, InputType::f32})
+        for (Data d : {Data::random, Data::ties, Data::specials})
+          for (ScaleLayout l : {ScaleLayout::linear, ScaleLayout::blocked}) {
+            QCase c;
+            c.format = f, c.input = in, c.data = d, c.layout = l;
+            c.rows = 1 + static_cast<int>(rng() % 300);
+            c.k = scale_block_size(f) * (1 + static_cast<int>(rng() % 40));
+            c.ldx_pad = (rng() % 2) * (in == InputType::f32 ? 4 : 8) * static_cast<std::int64_t>(rng() % 3);
+            c.ld_packed_pad = 8 * static_cast<std::int64_t>(rng() % 3);
+            if (f == Format::nvfp4) {
+              // (0.70710677: a calibrated-looking scale, t * d inexact: thresholds moved by the FMA residual)
+              static const float kGs[] = {1.0f, 0.75f, 1.5f, 0.125f, 3.0f, 0.70710677f};
+              c.gs = d == Data::random && rng() % 2 ? std::ldexp(0.5f + 0.5f * static_cast<float>(rng() % 1000) / 1000, -static_cast<int>(rng() % 10))
+                                                    : kGs[rng() % 6];
+              c.gs_device = rng() % 2;
+            }
+            c.seed = rng();
+            EXPECT_TRUE(run_case(c));
+            ++cases;
           }
-          c.seed = rng();
-          EXPECT_TRUE(run_case(c));
-          ++cases;
-        }
-  EXPECT_EQ(cases, 36);
+  EXPECT_EQ(cases, 4 * 36);
 }
 
 TEST(QuantizeGpu, LargeActivationMatrix) {
@@ -203,6 +204,23 @@ TEST(QuantizeGpu, LargeActivationMatrix) {
   EXPECT_TRUE(run_case(c));
   c.format = Format::mxfp4, c.gs = 1.0f;
   EXPECT_TRUE(run_case(c));
+}
+
+// Many more scale blocks than one wave of threads, with few blocks per row: each thread walks
+// several rows per step (the persistent kernel's stride wraps rows and blocks).
+TEST(QuantizeGpu, ManyShortRows) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device: the GPU quantiser cannot run here";
+  std::mt19937_64 rng(77);
+  for (Format f : {Format::nvfp4, Format::mxfp4})
+    for (ScaleLayout l : {ScaleLayout::linear, ScaleLayout::blocked})
+      for (int k_blocks : {1, 3, 7}) {
+        QCase c;
+        c.format = f, c.layout = l, c.rows = 100000 / k_blocks + static_cast<int>(rng() % 1000);
+        c.k = scale_block_size(f) * k_blocks;
+        c.gs = f == Format::nvfp4 ? 0.70710677f : 1.0f;
+        c.seed = rng();
+        EXPECT_TRUE(run_case(c));
+      }
 }
 
 TEST(QuantizeGpu, BadArgumentsNamed) {

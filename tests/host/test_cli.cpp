@@ -72,6 +72,8 @@ TEST(Cli, SubcommandHelpListsOptions) {
     EXPECT_NE(moe.output.find(option), std::string::npos) << option;
   EXPECT_NE(bench.output.find("moe"), std::string::npos);
   EXPECT_NE(bench.output.find("--act"), std::string::npos);
+  EXPECT_NE(bench.output.find("dual"), std::string::npos);
+  EXPECT_NE(bench.output.find("--values"), std::string::npos);
   const CliResult layer = run_cli("layer --help");
   EXPECT_EQ(layer.exit_code, 0);
   for (const char* option : {"--experts", "--hidden", "--inter", "--tokens", "--topk", "--act", "--activation",
@@ -141,6 +143,12 @@ TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
       {"bench --suite moe --cases 57", {"--cases", "57", "56"}},
       {"bench --suite moe --act fp8", {"--act", "fp8"}},
       {"bench --suite seed --act bf16", {"--act", "moe suite"}},
+      {"bench --suite dual --cases 5", {"--cases", "5", "4"}},
+      {"bench --suite dual --values random", {"--values", "random"}},
+      {"bench --suite dual --backend reference", {"--backend", "fast kernel"}},
+      {"bench --suite dual --act bf16", {"--act", "moe suite"}},
+      {"bench --suite seed --values full", {"--values", "dual suite"}},
+      {"bench --suite moe --values gpumode", {"--values", "dual suite"}},
       {"moe --n 64 --k 64 --tokens 4", {"--experts"}},
       {"moe --experts 8 --k 64 --tokens 4", {"--n"}},
       {"moe --experts 8 --n 64 --tokens 4", {"--k"}},
@@ -235,6 +243,7 @@ TEST(Cli, GpuCommandsWithoutGpuGiveOneClearLine) {
                            "moe --experts 128 --n 1536 --k 2048 --tokens 256 --topk 8",
                            "moe --experts 8 --n 256 --k 256 --tokens 16 --topk 2 --act bf16 --layout masked --check --dynamic",
                            "bench --suite moe --cases 1,2",
+                           "bench --suite dual", "bench --suite dual --cases 2,4 --values full --no-peers",
                            "layer --experts 128 --hidden 2048 --inter 768 --tokens 16 --topk 8",
                            "layer --experts 8 --hidden 256 --inter 128 --tokens 4 --topk 2 --act bf16 --activation swigluoai",
                            "quantize", "quantize --rows 128 --k 256 --format mxfp4 --scales blocked"}) {
