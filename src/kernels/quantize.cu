@@ -191,26 +191,35 @@ struct RawBlock {
   }
 };
 
-// Two elements (one 32-bit word of bf16 / f16) -> their two nibbles in bits 0-3 and 4-7. The 7
-// paired compares give "thermometer" lane masks m_0 >= m_1 >= ... >= m_6; the code's bits are
-// bit 2 = m_3, bit 1 = m_1 & ~m_3 | m_5, bit 0 = m_0 & ~m_1 | m_2 & ~m_3 | m_4 & ~m_5 | m_6.
+// Two elements (one 32-bit word of bf16 / f16) -> their two nibbles, in bits 0-3 (first element)
+// and 16-19 (second). A branch-free 3-step search on both 16-bit lanes at once: each step is one
+// paired compare (lane masks 0xFFFF / 0) and the next step's thresholds are selected per lane with
+// the mask (one LOP3 each), so the three masks are the code's bits 2, 1, 0.
 template <typename T>
 __device__ __forceinline__ std::uint32_t nibble_pair(std::uint32_t w, const std::uint32_t* th) {
   using T2 = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
-  const T2 a = RawBlock<Format::nvfp4, T>::template bit_cast<T2>(w & 0x7FFF7FFFu);
-  std::uint32_t m[7];
-#pragma unroll
-  for (int c = 0; c < 7; ++c) m[c] = __hge2_mask(a, RawBlock<Format::nvfp4, T>::template bit_cast<T2>(th[c]));
-  const std::uint32_t b2 = m[3];
-  const std::uint32_t b1 = (m[1] & ~m[3]) | m[5];
-  const std::uint32_t b0 = (m[0] & ~m[1]) | (m[2] & ~m[3]) | (m[4] & ~m[5]) | m[6];
+  using Raw = RawBlock<Format::nvfp4, T>;
+  const T2 a = __habs2(Raw::template bit_cast<T2>(w));
+  auto ge = [&](std::uint32_t t) { return __hge2_mask(a, Raw::template bit_cast<T2>(t)); };
+  auto pick = [](std::uint32_t m, std::uint32_t yes, std::uint32_t no) { return (m & yes) | (~m & no); };
+  const std::uint32_t b2 = ge(th[3]);
+  const std::uint32_t b1 = ge(pick(b2, th[5], th[1]));
+  const std::uint32_t b0 = ge(pick(b2, pick(b1, th[6], th[4]), pick(b1, th[2], th[0])));
   // per 16-bit lane: code in bits 0-2, the sign (bit 15 of the lane) in bit 3
-  const std::uint32_t r = (b0 & 0x00010001u) | (b1 & 0x00020002u) | (b2 & 0x00040004u) | ((w >> 12) & 0x00080008u);
-  return (r | (r >> 12)) & 0xFFu;
+  return (b0 & 0x00010001u) | (b1 & 0x00020002u) | (b2 & 0x00040004u) | ((w >> 12) & 0x00080008u);
+}
+
+// Four nibble pairs (elements 2j in bits 0-3, 2j + 1 in bits 16-19 of r[j]) -> one word of 8
+// nibbles in element order: two shift-adds and two byte permutes.
+__device__ __forceinline__ std::uint32_t pack_pairs(const std::uint32_t* r) {
+  const std::uint32_t lo = r[0] + (r[1] << 8), hi = r[2] + (r[3] << 8);  // nibbles in bytes, no carries
+  const std::uint32_t even = __byte_perm(lo, hi, 0x5410), odd = __byte_perm(lo, hi, 0x7632);
+  return even + (odd << 4);
 }
 
 template <Format F, typename T>
-__device__ __forceinline__ void quantize_block(const QuantizeArgs& a, float gs, const std::uint32_t (*table)[kTableWords],
+__device__ __forceinline__ void quantize_block(const QuantizeArgs& a, float gs, float inv6gs,
+                                               const std::uint32_t (*table)[kTableWords],
                                                const RawBlock<F, T>& x, std::int64_t row, std::int64_t b,
                                                std::int64_t blocks_per_row) {
   constexpr int kVec = RawBlock<F, T>::kVec;
@@ -218,8 +227,18 @@ __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, float gs, 
   const bool nan = amax != amax;
   std::uint32_t code;
   if constexpr (F == Format::nvfp4) {
-    const float s = __fdiv_rn(__fdiv_rn(amax, 6.0f), gs);
-    code = nan ? 0x7Fu : e4m3_code(s);
+    // The rule is E4M3(fl(fl(amax / 6) / gs)). amax * inv6gs (inv6gs = fl(1 / fl(6 gs))) is
+    // within 5 roundings (< 2^-21 relative) of that quotient, so when both ends of a 2^-20
+    // relative interval around it round to one code (E4M3 rounding is monotone), so does the
+    // quotient (below FP32's normal range every value is far under E4M3's smallest code, and
+    // overflow saturates both). Otherwise -- amax near a code boundary (rare), or inv6gs = 0: a
+    // global scale too large or too small for the shortcut -- the two correctly rounded
+    // divisions decide.
+    const float q = amax * inv6gs;
+    code = e4m3_code(q * (1.0f - 0x1p-20f));
+    if (!(inv6gs > 0.0f) || code != e4m3_code(q * (1.0f + 0x1p-20f)))
+      code = e4m3_code(__fdiv_rn(__fdiv_rn(amax, 6.0f), gs));
+    if (nan) code = 0x7Fu;
   } else {
     if (nan) {
       code = 0xFF;
@@ -242,7 +261,12 @@ __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, float gs, 
   if (t1.w & kFast) {
     if constexpr (sizeof(T) == 2) {
 #pragma unroll
-      for (int j = 0; j < kVec / 2; ++j) words[j / 4] |= nibble_pair<T>(x.word(j), th) << (8 * (j % 4));
+      for (int q = 0; q < kVec / 8; ++q) {
+        std::uint32_t r[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) r[j] = nibble_pair<T>(x.word(4 * q + j), th);
+        words[q] = pack_pairs(r);
+      }
     } else {
       // A branch-free 3-step search over the sorted FP32 thresholds (3 compares, 4 selects).
 #pragma unroll
@@ -275,6 +299,8 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, Quan
   constexpr int kVec = RawBlock<F, T>::kVec;
   __shared__ alignas(16) std::uint32_t table[kCodes<F>][kTableWords];
   const float gs = F == Format::nvfp4 && a.global_scale_device != nullptr ? *a.global_scale_device : a.global_scale;
+  const float inv6gs_rn = __frcp_rn(__fmul_rn(6.0f, gs));  // (0: no shortcut, quantize_block)
+  const float inv6gs = inv6gs_rn >= 0x1p-120f && inv6gs_rn <= 0x1p120f ? inv6gs_rn : 0.0f;
   const std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   std::int64_t row = u / walk.blocks_per_row, b = u - row * walk.blocks_per_row;
   const T* x = static_cast<const T*>(a.x);
@@ -289,7 +315,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, Quan
     const bool more = next_row < walk.rows;
     RawBlock<F, T> next;
     if (more) next.load(x + next_row * a.ldx + next_b * kVec);  // in flight while this block is quantised
-    quantize_block<F, T>(a, gs, table, cur, row, b, walk.blocks_per_row);
+    quantize_block<F, T>(a, gs, inv6gs, table, cur, row, b, walk.blocks_per_row);
     if (!more) break;
     cur = next;
     row = next_row, b = next_b;

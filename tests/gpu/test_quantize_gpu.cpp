@@ -206,6 +206,22 @@ TEST(QuantizeGpu, LargeActivationMatrix) {
   EXPECT_TRUE(run_case(c));
 }
 
+// NVFP4 global scales at FP32's edges: the kernel's scale-code shortcut (amax * 1/(6 gs)) is off
+// where 6 gs overflows or its reciprocal leaves [2^-120, 2^120], and thresholds near under- or
+// overflow take the division path; the rule is the same everywhere.
+TEST(QuantizeGpu, ExtremeGlobalScales) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device: the GPU quantiser cannot run here";
+  std::mt19937_64 rng(31);
+  for (float gs : {1e38f, 3e37f, 6e36f, 0x1p-118f, 1e-38f, 1e-40f, 0x1p-140f})
+    for (Data d : {Data::random, Data::specials})
+      for (InputType in : {InputType::bf16, InputType::f32}) {
+        QCase c;
+        c.format = Format::nvfp4, c.input = in, c.data = d, c.gs = gs, c.gs_device = rng() % 2;
+        c.rows = 64, c.k = 512, c.seed = rng();
+        EXPECT_TRUE(run_case(c));
+      }
+}
+
 // Many more scale blocks than one wave of threads, with few blocks per row: each thread walks
 // several rows per step (the persistent kernel's stride wraps rows and blocks).
 TEST(QuantizeGpu, ManyShortRows) {
