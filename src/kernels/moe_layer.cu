@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -87,6 +88,28 @@ struct MoeLayer::Impl {
   __nv_bfloat16* y = nullptr;                             // [capacity, H]
   detail::RunSerializer runs;
 
+  // Eager runs as graph replays (MoeLayerOptions::graph_cache), guarded by `runs`' lock.
+  struct GraphKey {
+    const void *hidden, *hidden_packed, *hidden_scales, *ids, *weights, *out;
+    std::int64_t ld_hidden, ld_out;
+    int tokens;
+    bool ids_int64, weights_bf16;
+    bool operator==(const GraphKey&) const = default;
+  };
+  struct CachedGraph {
+    GraphKey key;
+    cudaGraphExec_t exec = nullptr;  // null: seen once, not captured yet
+    std::uint64_t last_use = 0;
+  };
+  mutable std::vector<CachedGraph> graphs;
+  mutable std::uint64_t uses = 0;
+  mutable cudaStream_t capture_stream = nullptr;
+  mutable std::atomic<std::size_t> graph_launches{0};
+  mutable std::size_t graphs_built = 0;
+
+  void enqueue(const MoeLayerArgs& args, cudaStream_t s) const;
+  cudaGraphExec_t cached_graph(const MoeLayerArgs& args) const;
+
   template <typename T>
   T* allocate(std::size_t bytes, const char* what) {
     void* p = nullptr;
@@ -104,6 +127,9 @@ struct MoeLayer::Impl {
     return out;
   }
   ~Impl() {
+    for (const CachedGraph& g : graphs)
+      if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+    if (capture_stream != nullptr) cudaStreamDestroy(capture_stream);
     gemm1.reset();
     gemm2.reset();
     for (void* p : allocations) cudaFree(p);
@@ -199,67 +225,124 @@ const MoeLayer::Impl& checked(const std::unique_ptr<MoeLayer::Impl>& impl) { ret
 
 }  // namespace
 
-void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
-  const Impl& p = checked(impl_);
+// The run's launches on `s`: align_routing, (W4A4) quantize, GEMM1, (W4A4) quantize, GEMM2, combine.
+void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
+  const Impl& p = *this;
   const MoeLayerWeights& w = p.weights;
   const MoeLayerOptions& o = p.options;
-  detail::check_moe_layer_args(w, o, args);
-  if (args.tokens == 0) return;
-  detail::DeviceGuard guard(p.device.index);
   const int E = w.experts, H = w.hidden, I = w.inter, T = args.tokens, k = o.topk;
   const std::int64_t ldh = args.ld_hidden == 0 ? H : args.ld_hidden, ldo = args.ld_out == 0 ? H : args.ld_out;
   const std::int64_t rows = std::int64_t{T} * k;
   const bool w4a4 = o.activations == MoeActivation::fp4;
+  detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, p.row_of, s);
+  // A GEMM's activations: bf16 rows as given (W4A16), or those rows quantised into the plan's
+  // buffers with global scale gs (W4A4).
+  auto activations = [&](MoeArgs& g, const void* x, std::int64_t ldx, std::int64_t n_rows, int cols,
+                         std::uint8_t* packed, std::uint8_t* scales, float gs) {
+    if (!w4a4) {
+      g.a = x, g.lda = ldx * 2;
+      return;
+    }
+    QuantizeArgs q;
+    q.format = o.format, q.input = InputType::bf16;
+    q.x = x, q.ldx = ldx, q.rows = n_rows, q.k = cols;
+    q.packed = packed, q.scales = scales, q.scale_layout = ScaleLayout::linear;
+    q.global_scale = o.format == Format::nvfp4 ? gs : 1.0f;
+    detail::launch_quantize(q, s);
+    g.a = packed, g.lda = cols / 2, g.a_scales = scales;
+  };
+  MoeArgs g1;
+  if (args.hidden_packed != nullptr) {  // quantised by the caller (the same rule, a1_scale)
+    g1.a = args.hidden_packed, g1.lda = H / 2, g1.a_scales = args.hidden_scales;
+  } else {
+    activations(g1, args.hidden, ldh, T, H, p.x_packed, p.x_scales, o.a1_scale);
+  }
+  g1.expert_offsets = p.offsets, g1.gather_index = p.gather, g1.num_tokens = T;
+  g1.c = p.inter, g1.ldc = I;
+  p.gemm1->run(g1, s);
 
+  MoeArgs g2;
+  activations(g2, p.inter, I, rows, I, p.i_packed, p.i_scales, o.a2_scale);
+  g2.expert_offsets = p.offsets;
+  g2.c = p.y, g2.ldc = H;
+  p.gemm2->run(g2, s);
+
+  const long long total = static_cast<long long>(T) * (H / 8);
+  const unsigned grid = static_cast<unsigned>(std::min<long long>((total + 255) / 256, 16LL * p.device.multiprocessors));
+  auto* out = static_cast<__nv_bfloat16*>(args.out);
+  auto go = [&](auto id_tag, auto wt_tag) {
+    using Id = decltype(id_tag);
+    using Wt = decltype(wt_tag);
+    combine_kernel<Id, Wt><<<grid, 256, 0, s>>>(p.y, H, p.row_of, static_cast<const Id*>(args.topk_ids),
+                                                static_cast<const Wt*>(args.topk_weights), k, E, T, out, ldo);
+  };
+  if (args.ids_int64) {
+    if (args.weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
+  } else {
+    if (args.weights_bf16) go(0, __nv_bfloat16{}); else go(0, 0.0f);
+  }
+  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
+}
+
+// The graph for `args`' key (caller holds the run lock), built the second time the key is seen;
+// null: launch directly this time. Least recently used keys are dropped past options.graph_cache.
+cudaGraphExec_t MoeLayer::Impl::cached_graph(const MoeLayerArgs& args) const {
+  const GraphKey key{args.hidden, args.hidden_packed, args.hidden_scales, args.topk_ids, args.topk_weights,
+                     args.out, args.ld_hidden, args.ld_out, args.tokens, args.ids_int64, args.weights_bf16};
+  ++uses;
+  auto it = std::find_if(graphs.begin(), graphs.end(), [&](const CachedGraph& g) { return g.key == key; });
+  if (it == graphs.end()) {  // first sighting: remember it, run directly
+    if (graphs.size() >= static_cast<std::size_t>(options.graph_cache)) {
+      auto lru = std::min_element(graphs.begin(), graphs.end(),
+                                  [](const CachedGraph& x, const CachedGraph& y) { return x.last_use < y.last_use; });
+      if (lru->exec != nullptr) cudaGraphExecDestroy(lru->exec);
+      graphs.erase(lru);
+    }
+    graphs.push_back(CachedGraph{key, nullptr, uses});
+    return nullptr;
+  }
+  it->last_use = uses;
+  if (it->exec != nullptr) return it->exec;
+  // Second sighting: capture the launches on a private stream (nothing runs) and instantiate.
+  if (capture_stream == nullptr)
+    FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking), "run");
+  FP4GEMM_CUDA_CHECK(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal), "run");
+  cudaGraph_t graph = nullptr;
+  try {
+    enqueue(args, capture_stream);
+  } catch (...) {
+    (void)cudaStreamEndCapture(capture_stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  FP4GEMM_CUDA_CHECK(cudaStreamEndCapture(capture_stream, &graph), "run");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  FP4GEMM_CUDA_CHECK(err, "run");
+  it->exec = exec;
+  ++graphs_built;
+  return exec;
+}
+
+void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  detail::check_moe_layer_args(p.weights, p.options, args);
+  if (args.tokens == 0) return;
+  detail::DeviceGuard guard(p.device.index);
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
-    detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, p.row_of, s);
-    // A GEMM's activations: bf16 rows as given (W4A16), or those rows quantised into the plan's
-    // buffers with global scale gs (W4A4).
-    auto activations = [&](MoeArgs& g, const void* x, std::int64_t ldx, std::int64_t n_rows, int cols,
-                           std::uint8_t* packed, std::uint8_t* scales, float gs) {
-      if (!w4a4) {
-        g.a = x, g.lda = ldx * 2;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    FP4GEMM_CUDA_CHECK(cudaStreamIsCapturing(s, &capture), "run");
+    // (inside a caller's capture the launches become the caller's graph nodes)
+    if (p.options.graph_cache > 0 && capture == cudaStreamCaptureStatusNone) {
+      if (const cudaGraphExec_t exec = p.cached_graph(args); exec != nullptr) {
+        FP4GEMM_CUDA_CHECK(cudaGraphLaunch(exec, s), "run");
+        ++p.graph_launches;
         return;
       }
-      QuantizeArgs q;
-      q.format = o.format, q.input = InputType::bf16;
-      q.x = x, q.ldx = ldx, q.rows = n_rows, q.k = cols;
-      q.packed = packed, q.scales = scales, q.scale_layout = ScaleLayout::linear;
-      q.global_scale = o.format == Format::nvfp4 ? gs : 1.0f;
-      detail::launch_quantize(q, s);
-      g.a = packed, g.lda = cols / 2, g.a_scales = scales;
-    };
-    MoeArgs g1;
-    if (args.hidden_packed != nullptr) {  // quantised by the caller (the same rule, a1_scale)
-      g1.a = args.hidden_packed, g1.lda = H / 2, g1.a_scales = args.hidden_scales;
-    } else {
-      activations(g1, args.hidden, ldh, T, H, p.x_packed, p.x_scales, o.a1_scale);
     }
-    g1.expert_offsets = p.offsets, g1.gather_index = p.gather, g1.num_tokens = T;
-    g1.c = p.inter, g1.ldc = I;
-    p.gemm1->run(g1, s);
-
-    MoeArgs g2;
-    activations(g2, p.inter, I, rows, I, p.i_packed, p.i_scales, o.a2_scale);
-    g2.expert_offsets = p.offsets;
-    g2.c = p.y, g2.ldc = H;
-    p.gemm2->run(g2, s);
-
-    const long long total = static_cast<long long>(T) * (H / 8);
-    const unsigned grid = static_cast<unsigned>(std::min<long long>((total + 255) / 256, 16LL * p.device.multiprocessors));
-    auto* out = static_cast<__nv_bfloat16*>(args.out);
-    auto go = [&](auto id_tag, auto wt_tag) {
-      using Id = decltype(id_tag);
-      using Wt = decltype(wt_tag);
-      combine_kernel<Id, Wt><<<grid, 256, 0, s>>>(p.y, H, p.row_of, static_cast<const Id*>(args.topk_ids),
-                                                  static_cast<const Wt*>(args.topk_weights), k, E, T, out, ldo);
-    };
-    if (args.ids_int64) {
-      if (args.weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
-    } else {
-      if (args.weights_bf16) go(0, __nv_bfloat16{}); else go(0, 0.0f);
-    }
-    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
+    p.enqueue(args, s);
   });
 }
 
@@ -278,7 +361,8 @@ std::string MoeLayer::describe() const {
      << p.weights.hidden << ", I " << p.weights.inter << ", " << to_string(o.format) << " weights x "
      << (o.activations == MoeActivation::fp4 ? to_string(o.format) : "bf16") << " activations, "
      << to_string(o.activation) << " (" << to_string(o.gate_up) << " w13), up to " << o.max_tokens
-     << " tokens; workspace " << (p.device_bytes + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
+     << " tokens; eager runs as cached graphs: " << (o.graph_cache > 0 ? std::to_string(o.graph_cache) + " keys" : "off")
+     << "; workspace " << (p.device_bytes + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
      << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();
   return os.str();
 }
@@ -289,5 +373,9 @@ std::size_t MoeLayer::device_bytes() const {
 }
 
 const MoeLayerOptions& MoeLayer::options() const { return checked(impl_).options; }
+
+std::size_t MoeLayer::graph_replays() const {
+  return checked(impl_).graph_launches.load();
+}
 
 }  // namespace fp4gemm

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -58,6 +59,7 @@ struct LayerCase {
   bool ids_int64 = false, weights_bf16 = false, padded = false, alphas = true;
   Values w13_values = Values::gpumode;  // full: realistic w13 (GEMM1 then inexact)
   float a1 = 0, a2 = 0;                 // NVFP4 W4A4 global scales (0: powers of two chosen here)
+  int graph_cache = 8;                  // MoeLayerOptions::graph_cache
   std::uint64_t seed = 1;
   std::string describe() const {
     std::ostringstream os;
@@ -149,6 +151,7 @@ std::unique_ptr<Layer> make_layer(const LayerCase& c) {
   MoeLayerOptions o;
   o.format = c.format, o.activations = c.act, o.scale_layout = c.scale_layout, o.activation = c.activation;
   o.gate_up = c.gate_up, o.a1_scale = L->a1, o.a2_scale = L->a2s, o.max_tokens = c.max_tokens, o.topk = c.topk;
+  o.graph_cache = c.graph_cache;
   L->layer = std::make_unique<MoeLayer>(w, o);
   return L;
 }
@@ -518,6 +521,66 @@ TEST(MoeLayerGraph, ReplaysWithANewRoutingEachTime) {
   FP4GEMM_TEST_CUDA(cudaGraphExecDestroy(exec));
   FP4GEMM_TEST_CUDA(cudaGraphDestroy(graph));
   EXPECT_NO_THROW(L->layer->check(s));
+  FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+}
+
+// Eager runs as cached graphs (MoeLayerOptions::graph_cache): the same bytes as direct launches
+// and as the reference, with new data in the same buffers each run, keys evicted and rebuilt; the
+// replay count says which path ran. Host time per call is printed, not asserted.
+TEST(MoeLayerGraphCache, SameBytesAsDirectLaunches) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  LayerCase c;
+  c.experts = 16, c.topk = 4, c.max_tokens = 32, c.seed = 9300;
+  LayerCase direct_case = c, small_cache = c;
+  direct_case.graph_cache = 0, small_cache.graph_cache = 2;
+  const auto cached = make_layer(c), direct = make_layer(direct_case), small = make_layer(small_cache);
+  std::mt19937_64 rng(c.seed);
+  RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
+  cudaStream_t s = nullptr;
+  FP4GEMM_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto run_and_check = [&](const Layer& L, const Inputs& in) {
+    b.upload(c, in, s);
+    L.layer->run(b.args(c, in), s);
+    std::vector<std::uint8_t> got = b.download(s);
+    EXPECT_TRUE(check_output(c, in, b, got, reference_layer(L, in)));
+    return got;
+  };
+  // One key (T 24, the same buffers), new data and routing every run: run 1 direct, run 2 builds
+  // the graph, runs 2..10 are replays.
+  for (int r = 0; r < 10; ++r) {
+    const Inputs in = make_inputs(c, rng, 24, static_cast<Route>(r % 4));
+    const std::vector<std::uint8_t> want = run_and_check(*direct, in);
+    EXPECT_TRUE(run_and_check(*cached, in) == want) << "run " << r << ": graph replay differs from direct launches";
+  }
+  EXPECT_EQ(cached->layer->graph_replays(), 9u);
+  EXPECT_EQ(direct->layer->graph_replays(), 0u);
+  // Two keys cached: three token counts in turn evict each other (LRU), two alternating hit.
+  for (int r = 0; r < 9; ++r) {
+    const Inputs in = make_inputs(c, rng, 5 + 4 * (r % 3), Route::random);
+    EXPECT_TRUE(run_and_check(*small, in) == run_and_check(*direct, in)) << "cycling keys, run " << r;
+  }
+  EXPECT_EQ(small->layer->graph_replays(), 0u);
+  for (int r = 0; r < 8; ++r) {
+    const Inputs in = make_inputs(c, rng, 5 + 4 * (r % 2), Route::random);
+    EXPECT_TRUE(run_and_check(*small, in) == run_and_check(*direct, in)) << "alternating keys, run " << r;
+  }
+  EXPECT_EQ(small->layer->graph_replays(), 6u);
+  // Host time per call, enqueue only (the stream drains between the two measurements).
+  const Inputs in = make_inputs(c, rng, 8, Route::random);
+  b.upload(c, in, s);
+  for (const Layer* L : {direct.get(), cached.get()}) {
+    const MoeLayerArgs a = b.args(c, in);
+    for (int w = 0; w < 3; ++w) L->layer->run(a, s);
+    FP4GEMM_TEST_CUDA(cudaStreamSynchronize(s));
+    constexpr int kCalls = 50;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) L->layer->run(a, s);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
+    FP4GEMM_TEST_CUDA(cudaStreamSynchronize(s));
+    std::cout << "[host overhead] MoeLayer::run (C++), " << (L == direct.get() ? "direct launches" : "cached graph")
+              << ": " << us << " us per call\n";
+  }
+  for (const auto* L : {cached.get(), direct.get(), small.get()}) EXPECT_NO_THROW(L->layer->check(s));
   FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
 }
 
