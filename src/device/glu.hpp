@@ -21,13 +21,13 @@ enum GluKind : int { kGluNone = 0, kGluSilu = 1, kGluSwigluOai = 2 };
 
 // exp(x) in FP32, ~2 ulp: x = n ln2 + r (Cody-Waite, n = rint(x log2 e)), Cephes' degree-7
 // polynomial for exp(r), times 2^n in two exact power-of-two steps (gradual underflow below
-// 2^-126). NaN -> NaN, x >= 88.72... -> +inf, x < -104 -> 0.
+// 2^-126). NaN -> NaN, x > 88.72... -> +inf, x < -104 -> 0. Branch-free (v19): the polynomial runs
+// on x clamped to [-104, 88.72...] and the three ends are selected after it -- the same value as
+// v18's early returns everywhere, without divergent branches in the epilogue's loop.
 FP4GEMM_GLU_HD float glu_exp(float x) {
-  if (x != x) return x;
-  if (x > 88.72283935546875f) return __builtin_huge_valf();
-  if (x < -104.0f) return 0.0f;
-  const float n = fmaf(x, 1.44269502925872802734375f, 12582912.0f) - 12582912.0f;
-  float r = fmaf(n, -0.693145751953125f, x);
+  const float xc = fminf(fmaxf(x, -104.0f), 88.72283935546875f);  // (NaN -> -104, selected away below)
+  const float n = fmaf(xc, 1.44269502925872802734375f, 12582912.0f) - 12582912.0f;
+  float r = fmaf(n, -0.693145751953125f, xc);
   r = fmaf(n, -1.428606765330187045e-06f, r);
   float p = 1.9875691500e-4f;
   p = fmaf(p, r, 1.3981999507e-3f);
@@ -44,7 +44,18 @@ FP4GEMM_GLU_HD float glu_exp(float x) {
     __builtin_memcpy(&f, &bits, 4);
     return f;
   };
-  return y * pow2(h) * pow2(ni - h);
+  const float v = y * pow2(h) * pow2(ni - h);
+  return x != x ? x : x > 88.72283935546875f ? __builtin_huge_valf() : x < -104.0f ? 0.0f : v;
+}
+
+// g / d for d = 1 + exp(...) >= 1 or NaN: IEEE's quotient. d = +inf (the exponential overflowed,
+// half of all gates on GPU MODE's data) gives g * 0 -- g's signed zero, NaN for g = +-inf, as
+// g / inf does -- without the division, whose out-of-line slow path an infinite divisor takes
+// (v18: 5 % of the dual GEMM's samples).
+FP4GEMM_GLU_HD float glu_div(float g, float d) {
+  const bool inf = d == __builtin_huge_valf();
+  const float q = g / (inf ? 1.0f : d);
+  return inf ? g * 0.0f : q;
 }
 
 // silu: g / (1 + exp(-g)) * u. swigluoai (gpt-oss): g' = min(g, limit), u' = clamp(u, -limit,
@@ -54,9 +65,9 @@ FP4GEMM_GLU_HD float glu_activate(int kind, float g, float u, float alpha, float
   if (kind == kGluSwigluOai) {
     g = g > limit ? limit : g;
     u = u > limit ? limit : (u < -limit ? -limit : u);
-    return g / (1.0f + glu_exp(-(alpha * g))) * (u + 1.0f);
+    return glu_div(g, 1.0f + glu_exp(-(alpha * g))) * (u + 1.0f);
   }
-  return g / (1.0f + glu_exp(-g)) * u;
+  return glu_div(g, 1.0f + glu_exp(-g)) * u;
 }
 
 }  // namespace fp4gemm::detail

@@ -89,6 +89,60 @@ TEST(GluActivation, ExpWithinTwoUlpsAndSpecialValues) {
   EXPECT_NEAR(glu_exp(-100.0f), std::exp(-100.0), 2e-45);
 }
 
+// v18's exp with early returns and the literal IEEE division: v19's branch-free glu_exp and
+// glu_div (an infinite divisor as g * 0) must give the same bits for every input.
+float v18_exp(float x) {
+  if (x != x) return x;
+  if (x > 88.72283935546875f) return std::numeric_limits<float>::infinity();
+  if (x < -104.0f) return 0.0f;
+  return detail::glu_exp(x);  // in range both compute the same polynomial on x
+}
+
+float v18_activate(int kind, float g, float u, float alpha, float limit) {
+  if (kind == detail::kGluSwigluOai) {
+    g = g > limit ? limit : g;
+    u = u > limit ? limit : (u < -limit ? -limit : u);
+    const volatile float d = 1.0f + v18_exp(-(alpha * g));
+    return g / d * (u + 1.0f);
+  }
+  const volatile float d = 1.0f + v18_exp(-g);
+  return g / d * u;
+}
+
+bool same_float(float a, float b) {
+  if (a != a || b != b) return a != a && b != b;
+  std::uint32_t x, y;
+  std::memcpy(&x, &a, 4), std::memcpy(&y, &b, 4);
+  return x == y;
+}
+
+TEST(GluActivation, BranchFreeFormsGiveTheLiteralBits) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> gs = {0.0f, -0.0f, inf, -inf, std::nanf(""), 88.72283935546875f, -88.72283935546875f, 104.0f,
+                           -104.0f, 87.0f, -87.0f, -87.4f, -88.0f, -88.7f, -89.0f, -100.0f, -1e30f, 1e30f, 1e-40f, -1e-40f};
+  std::mt19937_64 rng(11);
+  for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 32); bits += 4093) {  // ~1M patterns over every binade
+    float g;
+    const std::uint32_t b = static_cast<std::uint32_t>(bits);
+    std::memcpy(&g, &b, 4);
+    gs.push_back(g);
+  }
+  std::normal_distribution<float> n(0.0f, 200.0f);
+  for (int i = 0; i < 200000; ++i) gs.push_back(n(rng));
+  const float us[] = {1.0f, -2.5f, 0.0f, inf, -inf, 3e38f};
+  long checked = 0;
+  for (const float g : gs)
+    for (const float u : us)
+      for (int kind : {detail::kGluSilu, detail::kGluSwigluOai}) {
+        const float want = v18_activate(kind, g, u, 1.702f, 7.0f);
+        const float got = detail::glu_activate(kind, g, u, 1.702f, 7.0f);
+        ASSERT_TRUE(same_float(want, got)) << "kind " << kind << " g " << g << " u " << u << ": " << got << " vs " << want;
+        ++checked;
+      }
+  for (const float x : gs) ASSERT_TRUE(same_float(v18_exp(x), detail::glu_exp(x))) << "exp(" << x << ")";
+  EXPECT_GT(checked, 12000000);
+}
+
 TEST(GluActivation, Fp32FormulasMatchFloat64) {
   std::mt19937_64 rng(6);
   std::normal_distribution<float> n(0.0f, 4.0f);
