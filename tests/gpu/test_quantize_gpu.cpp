@@ -229,7 +229,7 @@ TEST(QuantizeGpu, ManyShortRows) {
   std::mt19937_64 rng(77);
   for (Format f : {Format::nvfp4, Format::mxfp4})
     for (ScaleLayout l : {ScaleLayout::linear, ScaleLayout::blocked})
-      for (int k_blocks : {1, 3, 7}) {
+      for (int k_blocks : {1, 3, 4, 7, 8}) {
         QCase c;
         c.format = f, c.layout = l, c.rows = 100000 / k_blocks + static_cast<int>(rng() % 1000);
         c.k = scale_block_size(f) * k_blocks;
