@@ -12,6 +12,7 @@
 #include "cuda_util.hpp"
 #include "data.hpp"
 #include "dual_problem.hpp"
+#include "kernels/sm90/fused_grouped_gemm.hpp"
 #include "timing.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
@@ -114,9 +115,15 @@ int run_dual(const DualCommandOptions& o) {
   const Ceilings ceilings = measure_ceilings(stream.get());
   const L2Flusher flusher(device.l2_bytes);
   const TimingStats t = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { plan.run(st); });
+#ifdef FP4GEMM_TRACE  // diagnostic build: the fused kernel's last launch, per-CTA cycle counters
+  const std::string trace = detail::sm90::trace_report(s.data.format);
+#endif
   const TimingStats tu = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { problem.run_plain(st); });
   const double floor_us = plan.flops() / (ceilings.bf16_tflops * 1e12) * 1e6;
   std::cout << time_line(t, plan.flops(), plan.min_bytes()) << "\n";
+#ifdef FP4GEMM_TRACE
+  std::cout << trace;
+#endif
   std::cout << "bf16 floor " << floor_us << " us (cuBLAS bf16 " << ceilings.bf16_tflops << " TFLOP/s in this run): "
             << floor_us / t.median_us << " of the floor\n";
   std::cout << "unfused (two plain fp4gemm GEMMs, no elementwise kernel): " << tu.median_us << " us, fused is "

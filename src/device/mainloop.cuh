@@ -328,6 +328,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi); break;
         }
       }
+      FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceEpilogue, clock64() - t_mark);)
       return;
     }
   }
