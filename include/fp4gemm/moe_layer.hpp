@@ -8,9 +8,11 @@
 //   5. GEMM2 (MoeGemm): -> bf16 [T*k, H], rows in expert order
 //   6. combine: out[t] = sum_j w[t, j] * y[row(t, j)], FP32 in j order, rounded once to bf16
 //
-// Deterministic (no atomics; every order is fixed), no host synchronisation and no allocation in
-// run(), capturable in a CUDA graph and replayable with new routings. Ids outside [0, E) contribute
-// nothing (their rows are not computed).
+// Deterministic (no atomics; every order is fixed), no host synchronisation and no device
+// allocation in run(), capturable in a CUDA graph and replayable with new routings. Ids outside
+// [0, E) contribute nothing (their rows are not computed). (The eager graph cache below builds a
+// graph -- host-side driver resources, a private capture stream the first time -- when a key is
+// seen the second time; set graph_cache = 0 for runs that must not.)
 #pragma once
 
 #include <cuda_runtime_api.h>
