@@ -105,7 +105,6 @@ struct MoeLayer::Impl {
   mutable std::uint64_t uses = 0;
   mutable cudaStream_t capture_stream = nullptr;
   mutable std::atomic<std::size_t> graph_launches{0};
-  mutable std::size_t graphs_built = 0;
 
   void enqueue(const MoeLayerArgs& args, cudaStream_t s) const;
   cudaGraphExec_t cached_graph(const MoeLayerArgs& args) const;
@@ -322,7 +321,6 @@ cudaGraphExec_t MoeLayer::Impl::cached_graph(const MoeLayerArgs& args) const {
   cudaGraphDestroy(graph);
   FP4GEMM_CUDA_CHECK(err, "run");
   it->exec = exec;
-  ++graphs_built;
   return exec;
 }
 

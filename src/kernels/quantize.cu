@@ -135,6 +135,17 @@ struct QuantizeWalk {
   std::int64_t stride_rows = 0, stride_blocks = 0;
 };
 
+// The packed pair type of a 16-bit input type, and a 32-bit word seen as one.
+template <typename T>
+using Pair = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
+
+template <typename T>
+__device__ __forceinline__ Pair<T> as_pair(std::uint32_t v) {
+  Pair<T> r;
+  memcpy(&r, &v, 4);
+  return r;
+}
+
 // A block's raw input: kVec elements of T as 16-byte words.
 template <Format F, typename T>
 struct RawBlock {
@@ -174,20 +185,12 @@ struct RawBlock {
       }
       return nan ? __uint_as_float(0x7FC00000u) : m;
     } else {
-      using T2 = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
-      constexpr int kWords = kVec / 2;
-      T2 m = __habs2(bit_cast<T2>(word(0)));
+      Pair<T> m = __habs2(as_pair<T>(word(0)));
 #pragma unroll
-      for (int i = 1; i < kWords; ++i) m = __hmax2_nan(m, __habs2(bit_cast<T2>(word(i))));
+      for (int i = 1; i < kVec / 2; ++i) m = __hmax2_nan(m, __habs2(as_pair<T>(word(i))));
       const float lo = __low2float(m), hi = __high2float(m);
       return lo != lo || hi != hi ? __uint_as_float(0x7FC00000u) : fmaxf(lo, hi);
     }
-  }
-  template <typename To>
-  static __device__ __forceinline__ To bit_cast(std::uint32_t v) {
-    To r;
-    memcpy(&r, &v, 4);
-    return r;
   }
 };
 
@@ -197,10 +200,8 @@ struct RawBlock {
 // the mask (one LOP3 each), so the three masks are the code's bits 2, 1, 0.
 template <typename T>
 __device__ __forceinline__ std::uint32_t nibble_pair(std::uint32_t w, const std::uint32_t* th) {
-  using T2 = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, __nv_bfloat162, __half2>;
-  using Raw = RawBlock<Format::nvfp4, T>;
-  const T2 a = __habs2(Raw::template bit_cast<T2>(w));
-  auto ge = [&](std::uint32_t t) { return __hge2_mask(a, Raw::template bit_cast<T2>(t)); };
+  const Pair<T> a = __habs2(as_pair<T>(w));
+  auto ge = [&](std::uint32_t t) { return __hge2_mask(a, as_pair<T>(t)); };
   auto pick = [](std::uint32_t m, std::uint32_t yes, std::uint32_t no) { return (m & yes) | (~m & no); };
   const std::uint32_t b2 = ge(th[3]);
   const std::uint32_t b1 = ge(pick(b2, th[5], th[1]));

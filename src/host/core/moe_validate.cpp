@@ -199,6 +199,8 @@ void validate_moe_layer(const MoeLayerWeights& w, const MoeLayerOptions& o) {
   if (w.w2 == nullptr) fail("weights.w2", "null pointer");
   if (w.w2_scales == nullptr) fail("weights.w2_scales", "null pointer");
   if (o.max_tokens < 1) fail("options.max_tokens", "must be >= 1, got " + std::to_string(o.max_tokens));
+  if (o.graph_cache < 0)
+    fail("options.graph_cache", "must be >= 0 (0: no cached graphs), got " + std::to_string(o.graph_cache));
   if (o.topk < 1 || o.topk > w.experts)
     fail("options.topk", "must be in 1..experts = " + std::to_string(w.experts) + ", got " + std::to_string(o.topk));
   if (std::int64_t{o.max_tokens} * o.topk > (std::int64_t{1} << 30))
