@@ -16,7 +16,7 @@ namespace {
 // Every knob variable, in the order of fp4gemm::Tuning.
 constexpr const char* kKnobs[] = {
     "FP4GEMM_WIDE_COST",     "FP4GEMM_NARROW_COST",    "FP4GEMM_EPILOGUE_COST", "FP4GEMM_CLASS_ROUND",
-    "FP4GEMM_SPLIT_K",       "FP4GEMM_HANDOFF_COST",   "FP4GEMM_OWNER_COST",    "FP4GEMM_BALANCE_HANDOFFS",
+    "FP4GEMM_SPLIT_K",       "FP4GEMM_HANDOFF_COST",   "FP4GEMM_OWNER_COST",    "FP4GEMM_BALANCE_HANDOFFS", "FP4GEMM_SHARE_EPILOGUE",
     "FP4GEMM_TILE_TOKENS",   "FP4GEMM_NARROW_ROWS",    "FP4GEMM_MAX_CTAS",      "FP4GEMM_RING_KB",
     "FP4GEMM_TMA_STORE",     "FP4GEMM_CONVERT_SCALES", "FP4GEMM_PREPASS_INLINE", "FP4GEMM_META_PREFETCH",
     "FP4GEMM_EARLY_WEIGHTS", "FP4GEMM_NO_PDL"};
@@ -83,6 +83,7 @@ Tuning tuning_from_environment() {
   t.handoff_cost = number_knob("FP4GEMM_HANDOFF_COST");
   t.owner_cost = number_knob("FP4GEMM_OWNER_COST");
   t.balance_handoffs = bool_knob("FP4GEMM_BALANCE_HANDOFFS").value_or(t.balance_handoffs);
+  t.share_epilogue = bool_knob("FP4GEMM_SHARE_EPILOGUE").value_or(t.share_epilogue);
   t.tile_tokens = int_knob("FP4GEMM_TILE_TOKENS");
   t.narrow_rows = int_knob("FP4GEMM_NARROW_ROWS");
   t.max_ctas = int_knob("FP4GEMM_MAX_CTAS");

@@ -147,6 +147,8 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[A], const Gro
 
 // ---- GLU epilogue (MoE GLU plans: params.cuh, MoeScheduleParams::glu) --------------------------
 
+constexpr int kGluPassTokens = 64;  // tokens per pass of the GLU epilogue (store_tile_glu)
+
 struct GluArgs {
   int kind, swap, width;  // width: I, the output columns
   float alpha, limit;     // swigluoai
@@ -161,12 +163,27 @@ struct GluArgs {
 // evaluated the activation in registers, unrolled per j: ~2000 straight-line instructions per
 // width class that ran once per tile, cold in the instruction cache -- the dual GEMM ran at half
 // the plain GEMM's tensor rate (ncu: "no instruction" stalls 11 % -> 25 %, docs/PERF.md v18).
+// The drain's loop body is one basic block (v20): both activations' kinds are one formula (glu.hpp,
+// GluParams) and the division is glu_div_fast, so the compiler can interleave the two independent
+// chains; before, the kind's branch and the IEEE division's slow-path branch serialised them.
+// (Tried: a rolled pass loop with one drain copy of 4 activations per iteration -- every
+// accumulator then stays live across the loop and ptxas spilled them; docs/PERF.md v20.)
 struct GluDrain {
   void* c;
   std::int64_t ldc;  // elements
-  int m0, tokens, col0, width, kind;
-  float alpha, limit;
+  int m0, tokens, col0, width;
+  GluParams act;
 };
+
+template <typename T>
+__device__ __forceinline__ void glu_store(const GluDrain& d, int r, int col, float o0, float o1) {
+  T* row = static_cast<T*>(d.c) + static_cast<std::int64_t>(d.m0 + r) * d.ldc + col;
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float2*>(row) = make_float2(o0, o1);  // (col even, ldc a multiple of 8)
+  } else {
+    *reinterpret_cast<std::uint32_t*>(row) = pack2<T>(o0, o1);
+  }
+}
 
 template <typename T>
 __device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, int wtid) {
@@ -174,30 +191,34 @@ __device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, 
   if (col >= d.width) return;
 #pragma unroll 1
   for (int r = wtid / 16; r < d.tokens; r += 8) {
-    const float2 x0 = buf[r * 32 + 2 * cp], x1 = buf[r * 32 + 2 * cp + 1];
-    const float o0 = glu_activate(d.kind, x0.x, x0.y, d.alpha, d.limit);
-    const float o1 = glu_activate(d.kind, x1.x, x1.y, d.alpha, d.limit);
-    T* row = static_cast<T*>(d.c) + static_cast<std::int64_t>(d.m0 + r) * d.ldc + col;
-    if constexpr (std::is_same_v<T, float>) {
-      *reinterpret_cast<float2*>(row) = make_float2(o0, o1);  // (col even, ldc a multiple of 8)
-    } else {
-      *reinterpret_cast<std::uint32_t*>(row) = pack2<T>(o0, o1);
+    const float4 x = *reinterpret_cast<const float4*>(buf + r * 32 + 2 * cp);
+    const GluTerms t0 = glu_terms(x.x, x.y, d.act), t1 = glu_terms(x.z, x.w, d.act);
+    bool ok0, ok1;
+    float o0 = glu_div_fast(t0.g, t0.d, ok0) * t0.u;
+    float o1 = glu_div_fast(t1.g, t1.d, ok1) * t1.u;
+    if (!(ok0 && ok1)) {  // outside the fast division's range (rare): the IEEE division
+      o0 = glu_div(t0.g, t0.d) * t0.u;
+      o1 = glu_div(t1.g, t1.d) * t1.u;
     }
+    glu_store<T>(d, r, col, o0, o1);
   }
 }
 
+// Passes [pass_begin, pass_end) of the tile's 64-token passes (a shared epilogue's share,
+// mainloop.cuh; warpgroup-uniform, so the named barriers stay matched).
 template <typename T, int N8, int A>
 __device__ __forceinline__ void store_tile_glu(const float (&acc)[A], const GroupParams& g, const TileDesc& tile,
                                                int n_wg, int lane, const GluArgs& a, int warp, int cw, int wtid,
-                                               std::uint8_t* epi) {
-  constexpr int kPassTokens = 64, kJPerPass = kPassTokens / 8;
+                                               std::uint8_t* epi, int pass_begin, int pass_end) {
+  constexpr int kPassTokens = kGluPassTokens, kJPerPass = kPassTokens / 8;
   constexpr int kPasses = (8 * N8 + kPassTokens - 1) / kPassTokens;
   const int q = lane / 4, t = lane % 4;
   float2* buf = reinterpret_cast<float2*>(epi);
   const float mul_gate = a.swap ? a.mul_second : a.mul_first, mul_up = a.swap ? a.mul_first : a.mul_second;
-  GluDrain d{g.c, g.ldc, 0, 0, n_wg / 2, a.width, a.kind, a.alpha, a.limit};
+  GluDrain d{g.c, g.ldc, 0, 0, n_wg / 2, a.width, glu_params(a.kind, a.alpha, a.limit)};
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
+    if (pass < pass_begin || pass >= pass_end) continue;
     ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);  // the buffer is free (previous pass drained)
 #pragma unroll
     for (int jj = 0; jj < kJPerPass; ++jj) {

@@ -26,7 +26,10 @@ enum GluKind : int { kGluNone = 0, kGluSilu = 1, kGluSwigluOai = 2 };
 // v18's early returns everywhere, without divergent branches in the epilogue's loop.
 FP4GEMM_GLU_HD float glu_exp(float x) {
   const float xc = fminf(fmaxf(x, -104.0f), 88.72283935546875f);  // (NaN -> -104, selected away below)
-  const float n = fmaf(xc, 1.44269502925872802734375f, 12582912.0f) - 12582912.0f;
+  // t = 1.5 * 2^23 + n holds the integer n in its low mantissa bits (t in [2^23, 2^24): ulp 1), so
+  // n's int is read from t's bits rather than converted (F2I runs on the slow conversion pipe).
+  const float t = fmaf(xc, 1.44269502925872802734375f, 12582912.0f);
+  const float n = t - 12582912.0f;
   float r = fmaf(n, -0.693145751953125f, xc);
   r = fmaf(n, -1.428606765330187045e-06f, r);
   float p = 1.9875691500e-4f;
@@ -37,7 +40,9 @@ FP4GEMM_GLU_HD float glu_exp(float x) {
   p = fmaf(p, r, 5.0000001201e-1f);
   const float z = r * r;
   const float y = fmaf(p, z, r) + 1.0f;
-  const int ni = static_cast<int>(n), h = ni / 2;  // n in [-150, 128]: both halves in [-75, 64]
+  int tb;
+  __builtin_memcpy(&tb, &t, 4);
+  const int ni = tb - 0x4B400000, h = ni / 2;  // n in [-150, 128]: both halves in [-75, 64]
   auto pow2 = [](int e) {
     const unsigned bits = static_cast<unsigned>(e + 127) << 23;
     float f;
@@ -58,16 +63,66 @@ FP4GEMM_GLU_HD float glu_div(float g, float d) {
   return inf ? g * 0.0f : q;
 }
 
-// silu: g / (1 + exp(-g)) * u. swigluoai (gpt-oss): g' = min(g, limit), u' = clamp(u, -limit,
-// limit), g' / (1 + exp(-alpha g')) * (u' + 1). The clamps are comparisons that are false for
-// NaN, so NaN passes through them (as in the float64 reference and torch.clamp).
-FP4GEMM_GLU_HD float glu_activate(int kind, float g, float u, float alpha, float limit) {
-  if (kind == kGluSwigluOai) {
-    g = g > limit ? limit : g;
-    u = u > limit ? limit : (u < -limit ? -limit : u);
-    return glu_div(g, 1.0f + glu_exp(-(alpha * g))) * (u + 1.0f);
-  }
-  return glu_div(g, 1.0f + glu_exp(-g)) * u;
+// Both activations as one formula: g' = min(g, limit), u' = clamp(u, -limit, limit),
+// g' / (1 + exp(-(alpha g'))) * (u' + offset). swigluoai (gpt-oss) is (alpha, limit, 1); silu,
+// g / (1 + exp(-g)) * u, is (1, +inf, -0): the clamps leave every value alone, 1 * g = g, and
+// u + (-0) = u for every u, -0 included -- the same bits as silu's own form, with no branch on the
+// kind inside the epilogue's loop. The clamps are comparisons that are false for NaN, so NaN
+// passes through them (as in the float64 reference and torch.clamp).
+struct GluParams {
+  float alpha, limit, offset;
+};
+
+FP4GEMM_GLU_HD GluParams glu_params(int kind, float alpha, float limit) {
+  if (kind == kGluSwigluOai) return {alpha, limit, 1.0f};
+  return {1.0f, __builtin_huge_valf(), -0.0f};
 }
+
+// The clamped gate, the divisor and the up factor of one pair.
+struct GluTerms {
+  float g, d, u;
+};
+
+FP4GEMM_GLU_HD GluTerms glu_terms(float g, float u, const GluParams& p) {
+  g = g > p.limit ? p.limit : g;
+  // clamp(u, -limit, limit) for limit > 0 (validated), NaN passed through, as selects: the
+  // two-sided conditional compiled to a branch in the epilogue's loop.
+  u = u != u ? u : fminf(fmaxf(u, -p.limit), p.limit);
+  return {g, 1.0f + glu_exp(-(p.alpha * g)), u + p.offset};
+}
+
+FP4GEMM_GLU_HD float glu_apply(float g, float u, const GluParams& p) {
+  const GluTerms t = glu_terms(g, u, p);
+  return glu_div(t.g, t.d) * t.u;
+}
+
+FP4GEMM_GLU_HD float glu_activate(int kind, float g, float u, float alpha, float limit) {
+  return glu_apply(g, u, glu_params(kind, alpha, limit));
+}
+
+#if defined(__CUDACC__)
+// g / d (d = 1 + exp(...): >= 1, +inf or NaN) without a branch, for the epilogue's loop: the
+// reciprocal's Newton step and the residual correction that ptxas emits for an IEEE division
+// (MUFU.RCP, 5 FMAs), whose result is the correctly rounded quotient whenever no intermediate
+// leaves the normal range -- ptxas guards that with FCHK and an out-of-line slow path, a branch
+// that keeps the compiler from interleaving independent activations (v19: ~550 cycles per
+// activation in the GLU epilogue). Here `ok` is set instead, over a range well inside the safe one
+// (|g| and d in [2^-100, 2^100] with |g| >= 2^-60 d, so every intermediate is normal; or a zero
+// result: g = +-0 or d = +inf give g * 0, IEEE's signed zero); the caller redoes the rare rest
+// with the literal division. A GPU test (GluDevice) compares it with the IEEE division.
+__device__ __forceinline__ float glu_div_fast(float g, float d, bool& ok) {
+  float y0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(d));
+  const float e = fmaf(-d, y0, 1.0f);
+  const float y = fmaf(y0, e, y0);
+  const float q0 = __fmul_rn(g, y);
+  const float r = fmaf(-d, q0, g);
+  const float q = fmaf(y, r, q0);
+  const float ag = fabsf(g);
+  const bool zero = d == __builtin_huge_valf() || (g == 0.0f && d == d);  // (0 / NaN is NaN)
+  ok = zero || (ag >= 0x1p-100f && ag <= 0x1p100f && d <= 0x1p100f && ag >= d * 0x1p-60f);
+  return zero ? g * 0.0f : q;
+}
+#endif
 
 }  // namespace fp4gemm::detail

@@ -261,40 +261,78 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // warp stores or loads 512 contiguous bytes per instruction (v4-v11: one float per thread and
   // instruction, 4x the instructions).
   static_assert(kAcc % 4 == 0, "float4 partials");
-  if (piece.slot >= 0) {
-    float4* part = reinterpret_cast<float4*>(p.partials + static_cast<std::int64_t>(piece.slot) * C::kPartialFloats);
+  auto slot_of = [&](int slot) {
+    return reinterpret_cast<float4*>(p.partials + static_cast<std::int64_t>(slot) * C::kPartialFloats);
+  };
+  auto at = [&](int h, int i) { return (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid; };
+  auto publish = [&](float4* part, auto&& stored) {  // the partial, then the tile's counter
 #pragma unroll
     for (int h = 0; h < H; ++h)
 #pragma unroll
       for (int i = 0; i < kAcc; i += 4)
-        __stcg(part + (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid,
-               make_float4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]));
+        if (stored(h, i)) __stcg(part + at(h, i), make_float4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]));
     ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
     if (st.ctid == 0) {
       __threadfence();
       ptx::red_release_gpu_add(p.flags + piece.tile, 1);
     }
-    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceHandoff, clock64() - t_mark);)
-    return;
+  };
+  // A shared GLU epilogue (TileDesc::owner_slot; tiles of one writer): the tile's output is H
+  // halves x `passes` passes of 64 tokens, "units" in that order; the owner finishes the first
+  // half of them and the writer the rest, so each sums only its units' accumulators. Otherwise
+  // the owner finishes all of them.
+  bool shared = false;
+  int passes = 1, u0 = 0, u1 = H;
+  if constexpr (kGlu) {
+    passes = (tile.ntok + kGluPassTokens - 1) / kGluPassTokens;
+    u1 = H * passes;
+    if (tile.owner_slot >= 0 && p.moe.glu != 0) {
+      shared = true;
+      const int parts = tile.writers + 1, part = piece.slot >= 0 ? piece.slot - tile.first_slot + 1 : 0;
+      u0 = part * H * passes / parts, u1 = (part + 1) * H * passes / parts;
+    }
+  }
+  auto own = [&](int h, int i) {
+    const int u = h * passes + i / (4 * kGluPassTokens / 8);
+    return !shared || (u >= u0 && u < u1);
+  };
+  if (piece.slot >= 0) {  // a writer: its partial (a sharing one: of the others' units)
+    publish(slot_of(piece.slot), [&](int h, int i) { return !shared || !own(h, i); });
+    if (!shared) {
+      FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceHandoff, clock64() - t_mark);)
+      return;
+    }
+  } else if (shared) {  // a sharing owner: its partial of the writers' units
+    publish(slot_of(tile.owner_slot), [&](int h, int i) { return !own(h, i); });
   }
   if (tile.writers > 0) {
+    const int published = tile.writers + (shared ? 1 : 0);
     if (st.ctid == 0) {
-      while (ptx::ld_acquire_gpu(p.flags + piece.tile) < tile.writers) __nanosleep(64);
+      while ((ptx::ld_acquire_gpu(p.flags + piece.tile) & 0xFFFF) < published) __nanosleep(64);
     }
     ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
-    for (int w = 0; w < tile.writers; ++w) {  // fixed order: deterministic sums
-      const float4* part =
-          reinterpret_cast<const float4*>(p.partials + static_cast<std::int64_t>(tile.first_slot + w) * C::kPartialFloats);
+    // The owner adds its writers' partials in slot order (deterministic sums); a sharing writer
+    // (the only one) adds the owner's partial to its own: o + w in either order, the same bits.
+    const int sources = piece.slot >= 0 ? 1 : tile.writers;
+    for (int w = 0; w < sources; ++w) {
+      const float4* part = slot_of(piece.slot >= 0 ? tile.owner_slot : tile.first_slot + w);
 #pragma unroll
       for (int h = 0; h < H; ++h)
 #pragma unroll
         for (int i = 0; i < kAcc; i += 4) {
-          const float4 v = __ldcg(part + (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid);
+          if (!own(h, i)) continue;
+          const float4 v = __ldcg(part + at(h, i));
           acc[h][i] += v.x, acc[h][i + 1] += v.y, acc[h][i + 2] += v.z, acc[h][i + 3] += v.w;
         }
     }
     ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
-    if (st.ctid == 0) p.flags[piece.tile] = 0;  // ready for the next run
+    if (st.ctid == 0) {  // ready for the next run: reset by the last participant to finish reading
+      if (!shared) {
+        p.flags[piece.tile] = 0;
+      } else if ((atomicAdd(p.flags + piece.tile, 0x10000) >> 16) == tile.writers) {
+        p.flags[piece.tile] = 0;
+      }
+    }
   }
   FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceHandoff, clock64() - t_mark); t_mark = clock64();)
 
@@ -322,10 +360,11 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       for (int h = 0; h < H; ++h) {
         const int n_wg = tile.row0 + h * 128 + st.cw * 64;
         if (n_wg >= g.n) break;
+        const int pb = min(max(u0 - h * passes, 0), passes), pe = min(max(u1 - h * passes, 0), passes);
         switch (out_type) {
-          case OutType::f16: store_tile_glu<__half, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi); break;
-          case OutType::bf16: store_tile_glu<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi); break;
-          case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi); break;
+          case OutType::f16: store_tile_glu<__half, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
+          case OutType::bf16: store_tile_glu<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
+          case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
         }
       }
       FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceEpilogue, clock64() - t_mark);)

@@ -199,7 +199,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     const ExpertTiles x = s.experts[lo];
     const int local = t - s.prefix[c][lo];
     const TileCoord tc = moe_tile_coord(x, c, local);
-    const TileDesc tile{lo, tc.row_block * tile_rows(tc.ntok, a.narrow_rows), tc.tok0, tc.ntok, tc.tok0, a.kblocks, 0, -1};
+    const TileDesc tile{lo, tc.row_block * tile_rows(tc.ntok, a.narrow_rows), tc.tok0, tc.ntok, tc.tok0, a.kblocks, 0, -1, -1};
     const WorkPiece piece{index, 0, a.kblocks, -1};
     a.tiles[index] = tile;
     a.pieces[index] = piece;

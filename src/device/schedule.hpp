@@ -31,6 +31,10 @@ struct TileDesc {
   int kblocks;     // ceil(K / 64)
   int writers;     // pieces other than the owner (0: the tile is not split)
   int first_slot;  // partial-buffer slot of the first writer; writers use consecutive slots
+  // >= 0: the tile's epilogue is shared (SchedulePolicy::share_epilogue; tiles of one writer):
+  // the owner also writes its partial, to this slot, and finishes the first half of the tile's
+  // output passes, the writer the rest; -1: the owner finishes it.
+  int owner_slot;
 };
 
 struct WorkPiece {
@@ -91,6 +95,12 @@ struct SchedulePolicy {
   // Weight rows of the <= 128-token tiles: 0 = the plan decides (256 when that still leaves a tile
   // per CTA), else 128 or 256 (measurement knob Tuning::narrow_rows).
   int narrow_rows = 0;
+  // Tiles split in two whose writer piece ends its CTA's range share the epilogue between the
+  // owner and the writer (TileDesc::owner_slot) instead of the writer's CTA going idle while
+  // the owner finishes the whole tile. Dual (GLU) plans set it from Tuning::share_epilogue: their
+  // epilogue is ~10x a plain one (docs/PERF.md v19), so an owner's epilogue dominates the tile's
+  // time (v20: a win on one GPU MODE shape only, so off by default).
+  bool share_epilogue = false;
 };
 
 // Weight rows of a tile of `ntok` tokens when narrow tiles take `narrow_rows` (256 or 128; the

@@ -43,6 +43,8 @@ struct DualCase {
   OutType out = OutType::f16;
   std::vector<int> m, n, k;  // per group
   bool up_below = false, alpha_device = false, rescale = false;
+  bool share = true;  // Tuning::share_epilogue
+  bool check = true;  // false: only run (the caller compares the output with a checked run's)
   std::optional<bool> split_k;
   std::optional<int> max_ctas;
   std::uint64_t seed = 1;
@@ -53,7 +55,8 @@ struct DualCase {
     for (std::size_t g = 0; g < m.size(); ++g) os << " " << m[g] << "x" << n[g] << "x" << k[g];
     os << (up_below ? ", b_up below b" : "") << (alpha_device ? ", device alphas" : "")
        << (rescale ? ", rescale_each_run" : "") << (split_k ? (*split_k ? ", stream-K forced" : ", whole tiles") : "")
-       << (max_ctas ? ", max_ctas " + std::to_string(*max_ctas) : "") << ", seed " << seed;
+       << (max_ctas ? ", max_ctas " + std::to_string(*max_ctas) : "") << (share ? "" : ", epilogue not shared")
+       << ", seed " << seed;
     return os.str();
   }
 };
@@ -75,7 +78,9 @@ std::vector<std::uint8_t> in_layout(ScaleLayout layout, const std::vector<std::u
   return out;
 }
 
-::testing::AssertionResult run_dual_case(const DualCase& c) {
+// `output` / `plan_text`: when given, the first run's C bytes and the plan's describe().
+::testing::AssertionResult run_dual_case(const DualCase& c, std::vector<std::uint8_t>* output = nullptr,
+                                         std::string* plan_text = nullptr) {
   std::mt19937_64 rng(c.seed);
   const int vec = scale_block_size(c.format);
   const std::size_t elem = out_type_size(c.out);
@@ -150,8 +155,9 @@ std::vector<std::uint8_t> in_layout(ScaleLayout layout, const std::vector<std::u
   Options o;
   o.format = c.format, o.scale_layout = c.layout, o.out_type = c.out, o.epilogue = c.epilogue;
   o.rescale_each_run = c.rescale;
-  o.tuning.split_k = c.split_k, o.tuning.max_ctas = c.max_ctas;
+  o.tuning.split_k = c.split_k, o.tuning.max_ctas = c.max_ctas, o.tuning.share_epilogue = c.share;
   const Plan plan(groups, o);
+  if (plan_text) *plan_text = plan.describe();
 
   std::vector<std::uint8_t> image(c_bytes);
   fill_random(rng, image.data(), image.size());
@@ -207,6 +213,11 @@ std::vector<std::uint8_t> in_layout(ScaleLayout layout, const std::vector<std::u
     for (const HostGroup& h : hg)
       for (int r = 0; r < h.m; ++r) std::memset(cell.data() + h.c_at + r * h.ldc * elem, 1, h.n * elem);
     const auto& got = runs[0];
+    if (output) *output = got;
+    if (!c.check) {
+      if (runs[0] != runs[1]) return ::testing::AssertionFailure() << c.describe() << ": the poisoned runs differ";
+      continue;
+    }
     for (std::size_t i = 0; i < c_bytes; ++i)
       if (!cell[i] && got[i] != expected[i]) {
         if (bad++ < 8) fails << "\n  byte " << i << " outside every group's cells changed";
@@ -283,6 +294,7 @@ DualCase random_dual_case(std::uint64_t seed) {
   c.up_below = rng() % 2, c.alpha_device = rng() % 2, c.rescale = rng() % 4 == 0;
   if (const int s = static_cast<int>(rng() % 3); s < 2) c.split_k = s == 1;
   if (rng() % 3 == 0) c.max_ctas = 1 + static_cast<int>(rng() % 16);
+  c.share = rng() % 4 != 0;
   return c;
 }
 
@@ -295,6 +307,35 @@ TEST_P(DualGemm, RandomCasesMatchTheReference) {
   EXPECT_TRUE(run_dual_case(c));
 }
 INSTANTIATE_TEST_SUITE_P(Seeds, DualGemm, ::testing::Range(0, 48));
+
+// Split tiles whose epilogue the owner and the writer share (v20) give the bits of the owner
+// finishing them alone (the sum o + w either way), on GPU MODE and full-range data, both
+// activations, every output type; the plans must actually share (their description counts the
+// tiles). The shared run is checked against the reference; the owner-only run must equal it.
+TEST(DualGemmShapes, SharedEpilogueGivesTheOwnersBits) {
+  if (!fast_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the dual GEMM needs H100/H200";
+  struct Shape { int m, n, k; Values values; Epilogue act; OutType out; ScaleLayout layout; int max_ctas; };
+  const Shape shapes[] = {
+      {256, 4096, 7168, Values::gpumode, Epilogue::silu, OutType::f16, ScaleLayout::blocked, 0},  // 64 of 64 tiles
+      {200, 1000, 1024, Values::full, Epilogue::swigluoai, OutType::bf16, ScaleLayout::linear, 0},  // 32 tiles, rows past N
+      {100, 512, 1024, Values::full, Epilogue::silu, OutType::f32, ScaleLayout::blocked, 16}};  // 8 tiles on 16 CTAs
+  for (const Shape& sh : shapes) {
+    DualCase c;
+    c.values = sh.values, c.epilogue = sh.act, c.out = sh.out, c.layout = sh.layout;
+    c.m = {sh.m}, c.n = {sh.n}, c.k = {sh.k}, c.seed = 900 + sh.m;
+    if (sh.values == Values::full) c.split_k = true;
+    if (sh.max_ctas) c.max_ctas = sh.max_ctas;
+    std::vector<std::uint8_t> shared_out, owner_out;
+    std::string shared_text, owner_text;
+    EXPECT_TRUE(run_dual_case(c, &shared_out, &shared_text));
+    EXPECT_NE(shared_text.find("share their epilogue"), std::string::npos) << shared_text;
+    c.share = false, c.check = false;
+    EXPECT_TRUE(run_dual_case(c, &owner_out, &owner_text));
+    EXPECT_EQ(owner_text.find("share their epilogue"), std::string::npos) << owner_text;
+    ASSERT_EQ(shared_out.size(), owner_out.size());
+    EXPECT_EQ(std::memcmp(shared_out.data(), owner_out.data(), shared_out.size()), 0) << c.describe();
+  }
+}
 
 // GPU MODE nvfp4_dual_gemm's shapes (one group, blocked scales, f16 out), stream-K as planned:
 // bit-exact on GPU MODE data.

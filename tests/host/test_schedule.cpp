@@ -105,7 +105,20 @@ void check_schedule(const std::vector<ScheduleShape>& groups, int ctas, const Sc
     EXPECT_EQ(writers[i], s.tiles[i].writers);
     for (int kb = 0; kb < s.tiles[i].kblocks; ++kb) EXPECT_EQ(seen[i][kb], 1) << "tile " << i << " kb " << kb;
   }
+  // Shared epilogues (SchedulePolicy::share_epilogue): only then, only tiles of one writer whose
+  // piece ends its CTA's range, every eligible tile shares, and the owner's slot is its own.
+  std::vector<char> writer_last(s.tiles.size(), 1);
+  for (int c = 0; c < s.num_ctas; ++c)
+    for (int pi = s.cta_begin[c]; pi < s.cta_begin[c + 1]; ++pi)
+      if (s.pieces[pi].slot >= 0 && pi + 1 < s.cta_begin[c + 1]) writer_last[s.pieces[pi].tile] = 0;
+  for (std::size_t i = 0; i < s.tiles.size(); ++i) {
+    const TileDesc& t = s.tiles[i];
+    const bool eligible = policy.share_epilogue && t.writers == 1 && writer_last[i];
+    EXPECT_EQ(t.owner_slot >= 0, eligible) << "tile " << i;
+    if (t.owner_slot >= 0) EXPECT_TRUE(slots.insert(t.owner_slot).second) << "owner slot " << t.owner_slot;
+  }
   EXPECT_EQ(static_cast<int>(slots.size()), s.num_slots);
+  if (!slots.empty()) EXPECT_EQ(*slots.rbegin(), s.num_slots - 1);
   // Activation rows stacked group after group.
   int rows = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -304,8 +317,26 @@ TEST(Schedule, RandomProblems) {
     policy.class_round = 1 << (iter % 4);  // 1, 2, 4, 8
     policy.tile_auto = iter % 5 != 0;
     if (iter % 7 == 0) policy.max_tile_tokens = 8 * (1 + rng() % 32);
+    policy.share_epilogue = iter % 2 == 1;
     check_schedule(groups, 1 + rng() % 140, policy);
   }
+}
+
+// The dual GEMM's GPU MODE shapes (2N kernel rows): the stream-K ones share the epilogue of their
+// two-piece tiles when the policy asks for it (256 x 4096 x 7168: all 64 tiles).
+TEST(Schedule, SharedEpilogues) {
+  SchedulePolicy share;
+  share.share_epilogue = true;
+  for (const ScheduleShape g : {ScheduleShape{256, 8192, 7168}, ScheduleShape{256, 6144, 4096},
+                                ScheduleShape{512, 6144, 7168}, ScheduleShape{512, 8192, 7168}}) {
+    check_schedule({g}, 132, share);
+    check_schedule({g}, 132, {});
+  }
+  const Schedule s = build_schedule(std::vector<ScheduleShape>{{256, 8192, 7168}}, 132, share);
+  int shared = 0;
+  for (const TileDesc& t : s.tiles) shared += t.owner_slot >= 0;
+  EXPECT_EQ(shared, 64);
+  EXPECT_EQ(s.num_slots, 128);
 }
 
 // The cost model steers the split: a dearer 256-row k-block gives the narrow buckets more CTAs,

@@ -58,7 +58,7 @@ Schedule build(std::span<const ScheduleShape> groups, int max_ctas, const Schedu
     for (int row0 = 0; row0 < sh.n; row0 += 128)
       for (const auto& [tok0, ntok] : toks)
         if (row0 % tile_rows(ntok, s.narrow_rows) == 0)
-          s.tiles.push_back(TileDesc{static_cast<int>(g), row0, tok0, ntok, act_rows + tok0, kblocks, 0, -1});
+          s.tiles.push_back(TileDesc{static_cast<int>(g), row0, tok0, ntok, act_rows + tok0, kblocks, 0, -1, -1});
     act_rows += sh.m;
   }
   s.total_act_rows = act_rows;
@@ -326,16 +326,35 @@ Schedule build_split_or_whole(std::span<const ScheduleShape> groups, int max_cta
 
 }  // namespace
 
+// SchedulePolicy::share_epilogue: a tile split in two (one writer) shares its epilogue when the
+// writer's piece is the last piece of its CTA -- a sharing writer waits for the owner's partial,
+// and a wait at the end of a CTA's range holds nothing queued behind it (a writer piece first in
+// a longer range would wait on the owner's whole range, and that owner's first piece on its own
+// owner's, ...). The owner's piece is last in its CTA already. One writer, because the sums'
+// order must not depend on who finishes: o + w is w + o, but a second writer's ((o + w0) + w1)
+// would need a second register copy of its tile. (The cost model still charges the owner the
+// whole epilogue: the choice between schedules is made as without sharing.)
+void mark_shared_epilogues(Schedule& s) {
+  std::vector<char> eligible(s.tiles.size(), 1);
+  for (int c = 0; c < s.num_ctas; ++c)
+    for (int pi = s.cta_begin[c]; pi < s.cta_begin[c + 1]; ++pi)
+      if (s.pieces[pi].slot >= 0 && pi + 1 < s.cta_begin[c + 1]) eligible[s.pieces[pi].tile] = 0;
+  for (std::size_t t = 0; t < s.tiles.size(); ++t)
+    if (s.tiles[t].writers == 1 && eligible[t]) s.tiles[t].owner_slot = s.num_slots++;
+}
+
 Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas, const SchedulePolicy& policy) {
   Schedule best = build_split_or_whole(groups, max_ctas, policy);
-  if (!policy.tile_auto) return best;
-  for (int width : SchedulePolicy::kTileTokenChoices) {
-    if (width >= policy.max_tile_tokens) continue;
-    SchedulePolicy narrower = policy;
-    narrower.max_tile_tokens = width;
-    Schedule s = build_split_or_whole(groups, max_ctas, narrower);
-    if (s.est_makespan * (1 + policy.simpler_margin) < best.est_makespan) best = std::move(s);  // near-ties keep the wider tiles
+  if (policy.tile_auto) {
+    for (int width : SchedulePolicy::kTileTokenChoices) {
+      if (width >= policy.max_tile_tokens) continue;
+      SchedulePolicy narrower = policy;
+      narrower.max_tile_tokens = width;
+      Schedule s = build_split_or_whole(groups, max_ctas, narrower);
+      if (s.est_makespan * (1 + policy.simpler_margin) < best.est_makespan) best = std::move(s);  // near-ties keep the wider tiles
+    }
   }
+  if (policy.share_epilogue) mark_shared_epilogues(best);
   return best;
 }
 

@@ -140,7 +140,9 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   // Tuning::max_ctas (test knob): fewer CTAs, so that CTAs take several pieces and reuse their
   // ring's stages (the sanitizer test).
   const int max_ctas = std::min(device.multiprocessors, tuning.max_ctas.value_or(device.multiprocessors));
-  fp.schedule = build_schedule(shapes, max_ctas, schedule_policy(tuning));
+  SchedulePolicy policy = schedule_policy(tuning);
+  policy.share_epilogue = dual && tuning.share_epilogue;  // (GLU epilogues: SchedulePolicy)
+  fp.schedule = build_schedule(shapes, max_ctas, policy);
   const Schedule& s = fp.schedule;
   fp.max_kblocks = s.max_kblocks;
   if (s.tiles.empty()) return plan;
@@ -421,6 +423,9 @@ std::string FastPlan::describe() const {
      << (fp.params.moe.glu != 0 ? std::string(", dual GEMM with ") + to_string(static_cast<Epilogue>(fp.params.moe.glu)) +
                                       " epilogue (gate/up row pairs)"
                                 : std::string());
+  const auto shared = std::count_if(fp.schedule.tiles.begin(), fp.schedule.tiles.end(),
+                                    [](const TileDesc& t) { return t.owner_slot >= 0; });
+  if (shared > 0) os << ", " << shared << " split tiles share their epilogue";
   return os.str();
 }
 
