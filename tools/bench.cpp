@@ -31,7 +31,7 @@ std::vector<SuiteCase> suite_cases(const std::string& suite) {
     cases.push_back({"dense", {"dense2", {2048}, 2048, 512, 1}});   // --mnkl 2048,2048,512,1
   }
   if (cases.empty())
-    throw Error("--suite", -1, "unknown suite '" + suite + "' (expected seed, dense, all, moe or dual)");
+    throw Error("--suite", -1, "unknown suite '" + suite + "' (expected seed, dense, all, moe, dual or layer)");
   return cases;
 }
 
@@ -141,7 +141,9 @@ int run_bench(const BenchOptions& o) {
     throw Error("--values", -1,
                 "applies to the dual suite only (seed and dense use GPU MODE values, moe full-range ones)");
   if (o.suite == "moe") return run_moe_suite(o);
-  if (!o.act.empty()) throw Error("--act", -1, "applies to the moe suite only (the other suites are W4A4 in --format)");
+  if (o.suite == "layer") return run_layer_suite(o);
+  if (!o.act.empty())
+    throw Error("--act", -1, "applies to the moe and layer suites only (the other suites are W4A4 in --format)");
   if (o.suite == "dual") return run_dual_suite(o);
   const RunSettings s = resolve_settings(o);
   const auto cases = select_cases(o, s.data.format);
@@ -163,10 +165,7 @@ int run_bench(const BenchOptions& o) {
     doc["cases"].push_back(case_json(r));
   }
   print_legend(std::cout, any_fallback);
-  if (!s.json_path.empty()) {
-    write_json(s.json_path, doc);
-    progress("[bench] wrote " + s.json_path);
-  }
+  write_suite_json(s.json_path, doc);
   return 0;
 }
 

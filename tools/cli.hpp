@@ -174,5 +174,6 @@ int run_layer(const LayerCommandOptions& o);
 int run_quantize(const QuantizeCommandOptions& o);
 int run_moe_suite(const BenchOptions& o);   // bench --suite moe (moe_bench.cpp)
 int run_dual_suite(const BenchOptions& o);  // bench --suite dual (dual_bench.cpp)
+int run_layer_suite(const BenchOptions& o);  // bench --suite layer (layer_bench.cpp)
 
 }  // namespace fp4gemm::cli

@@ -213,10 +213,7 @@ int run_dual_suite(const BenchOptions& o) {
                "  (FP32 math); vs_unfused: its time / fused time.\n"
                "cublas: cuBLAS bf16 on A, B1, B2 dequantised in advance: two cublasGemmEx (bf16 out, FP32 compute)\n"
                "  + the same kernel on bf16; vs_cuBLAS: its time / fused time. Medians, L2 flushed before each rep.\n";
-  if (!s.json_path.empty()) {
-    write_json(s.json_path, doc);
-    progress("[bench] wrote " + s.json_path);
-  }
+  write_suite_json(s.json_path, doc);
   return 0;
 }
 

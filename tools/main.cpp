@@ -29,9 +29,11 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--suite", o.suite,
                   "seed (4 GPU MODE cases), dense (--mnkl 8192,8192,1024,1 and 2048,2048,512,1), all (both), moe "
                   "(MoE layer shapes of four models at 1..16384 tokens), or dual (GPU MODE's 4 dual-GEMM shapes: "
-                  "fused vs two fp4gemm GEMMs + silu*mul vs cuBLAS bf16, and the bf16 floor)")
-      ->check(CLI::IsMember({"seed", "dense", "all", "moe", "dual"}))->capture_default_str();
-  cmd->add_option("--act", o.act, "moe suite: activations nvfp4 / mxfp4 (W4A4) or bf16 (W4A16); default: --format")
+                  "fused vs two fp4gemm GEMMs + silu*mul vs cuBLAS bf16, and the bf16 floor), or layer (the whole MoE expert "
+                  "layer of four models at 1..4096 tokens, with floors; torch peers: bench/layer_vs_torch.py)")
+      ->check(CLI::IsMember({"seed", "dense", "all", "moe", "dual", "layer"}))->capture_default_str();
+  cmd->add_option("--act", o.act, "moe and layer suites: activations nvfp4 / mxfp4 (W4A4) or bf16 (W4A16); default: "
+                                  "--format (moe), nvfp4 (layer)")
       ->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
   cmd->add_option("--values", o.values, "dual suite: data gpumode (default; {0, +-0.5, +-1, +-1.5} x {1, 2}) or full "
                                         "(random nibbles, scales over the normal range)")

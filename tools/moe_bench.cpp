@@ -102,42 +102,31 @@ int run_moe_suite(const BenchOptions& o) {
     const Floors floors = floors_for(flops, bytes, ceilings);
     const HostRouting routing = problem.routing();  // the routing timed (dynamic changes it)
     const double dyn_us = problem.dynamic_us_per_step(kDynamicSteps, stream.get());
-    const double tf = t.median_us > 0 ? flops / (t.median_us * 1e-6) / 1e12 : 0;
-    const double tb = t.median_us > 0 ? bytes / (t.median_us * 1e-6) / 1e12 : 0;
+    const CaseRates r = case_rates(t, flops, bytes, floors);
     std::printf("%-4d %-22s %6d %7d %6d %10.2f %8.1f %7.3f %10.2f %10.2f %6.2f %10.2f\n", index, shape.name.c_str(),
-                shape.tokens, routing.rows, routing.active_experts, t.median_us, tf, tb, floors.compute_us,
-                floors.memory_us, t.median_us > 0 ? floors.max_us() / t.median_us : 0.0, dyn_us);
+                shape.tokens, routing.rows, routing.active_experts, t.median_us, r.tflops, r.tbps, floors.compute_us,
+                floors.memory_us, r.ratio, dyn_us);
     std::fflush(stdout);
-    doc["cases"].push_back(Json{{"index", index},
-                                {"gemm", shape.name},
-                                {"experts", shape.experts},
-                                {"n", shape.n},
-                                {"k", shape.k},
-                                {"tokens", shape.tokens},
-                                {"topk", shape.topk},
-                                {"rows", routing.rows},
-                                {"active_experts", routing.active_experts},
-                                {"max_rows_per_expert", routing.max_rows},
-                                {"plan", problem.plan().describe()},
-                                {"flops", flops},
-                                {"bytes", bytes},
-                                {"time_us", stats_json(t)},
-                                {"tflops", tf},
-                                {"tbps", tb},
-                                {"compute_floor_us", floors.compute_us},
-                                {"memory_floor_us", floors.memory_us},
-                                {"bound", floors.bound()},
-                                {"ratio", t.median_us > 0 ? floors.max_us() / t.median_us : 0.0},
-                                {"dynamic_us_per_step", dyn_us}});
+    Json j{{"index", index},
+           {"gemm", shape.name},
+           {"experts", shape.experts},
+           {"n", shape.n},
+           {"k", shape.k},
+           {"tokens", shape.tokens},
+           {"topk", shape.topk},
+           {"rows", routing.rows},
+           {"active_experts", routing.active_experts},
+           {"max_rows_per_expert", routing.max_rows},
+           {"plan", problem.plan().describe()}};
+    add_rates_json(j, t, flops, bytes, floors);
+    j["dynamic_us_per_step"] = dyn_us;
+    doc["cases"].push_back(std::move(j));
   }
   std::cout << "\nrows: tokens x topk (uniform top-k routing); active: experts with rows. TFLOP/s: 2 rows N K / time.\n"
                "TB/s: active experts' weights + weight scales + activations (each token once) + output, / time.\n"
                "cfloor / mfloor: FLOPs / measured bf16 rate, bytes / measured copy bandwidth; ratio: the larger\n"
                "floor / time. dyn_us: wall time per step of the dynamic-routing loop (no L2 flush).\n";
-  if (!rs.json_path.empty()) {
-    write_json(rs.json_path, doc);
-    progress("[bench] wrote " + rs.json_path);
-  }
+  write_suite_json(rs.json_path, doc);
   return 0;
 }
 

@@ -268,6 +268,31 @@ void write_json(const std::string& path, const Json& doc) {
   if (!out) throw Error("--json", -1, "cannot write '" + path + "'");
 }
 
+void write_suite_json(const std::string& path, const Json& doc) {
+  if (path.empty()) return;
+  write_json(path, doc);
+  progress("[bench] wrote " + path);
+}
+
+CaseRates case_rates(const TimingStats& t, double flops, double bytes, const Floors& floors) {
+  if (t.median_us <= 0) return {};
+  const double s = t.median_us * 1e-6;
+  return {flops / s / 1e12, bytes / s / 1e12, floors.max_us() / t.median_us};
+}
+
+void add_rates_json(Json& j, const TimingStats& t, double flops, double bytes, const Floors& floors) {
+  const CaseRates r = case_rates(t, flops, bytes, floors);
+  j["flops"] = flops;
+  j["bytes"] = bytes;
+  j["time_us"] = stats_json(t);
+  j["tflops"] = r.tflops;
+  j["tbps"] = r.tbps;
+  j["compute_floor_us"] = floors.compute_us;
+  j["memory_floor_us"] = floors.memory_us;
+  j["bound"] = floors.bound();
+  j["ratio"] = r.ratio;
+}
+
 void require_writable(const std::string& path) {
   if (path.empty()) return;
   std::ofstream out(path, std::ios::app);

@@ -85,6 +85,17 @@ Json bench_document(const std::string& tool, const std::string& suite, const Dev
                     const Ceilings& ceilings, const RunSettings& s, bool peers, int settle_ms, std::size_t flush_bytes);
 // Writes `doc` (indented) to `path`; throws fp4gemm::Error naming --json when it cannot.
 void write_json(const std::string& path, const Json& doc);
+// A suite's end: writes `doc` to `path` with a progress line; empty path: nothing.
+void write_suite_json(const std::string& path, const Json& doc);
+
+// One timed case of the moe and layer suites against its floors: TFLOP/s, TB/s and the larger
+// floor / time (all 0 where the time is 0).
+struct CaseRates {
+  double tflops = 0, tbps = 0, ratio = 0;
+};
+CaseRates case_rates(const TimingStats& t, double flops, double bytes, const Floors& floors);
+// Adds flops, bytes, time_us, tflops, tbps, compute_floor_us, memory_floor_us, bound and ratio.
+void add_rates_json(Json& j, const TimingStats& t, double flops, double bytes, const Floors& floors);
 // Fails early (before minutes of benchmarking) when `path` cannot be written; empty: no-op.
 void require_writable(const std::string& path);
 
