@@ -32,27 +32,35 @@ MODELS = {  # name: (experts, hidden, inter, topk, activation)
 TOKENS = (1, 8, 32, 128, 256, 1024, 4096)
 
 
-def torch_layer(x, ids, weights, w13, w2, activation):
-    T, k = ids.shape
-    E, two_i, H = w13.shape
-    I = two_i // 2
+def route(ids, experts):
+    """Stable sort of the flat top-k ids: (order, the token of each sorted row, int32 end offsets)."""
     flat = ids.reshape(-1)
     order = torch.sort(flat, stable=True).indices
-    counts = torch.bincount(flat, minlength=E)
-    offs = torch.cumsum(counts, 0).to(torch.int32)
-    rows = x[order // k]
-    h = torch._grouped_mm(rows, w13.transpose(1, 2), offs=offs)
-    if activation == "silu":
-        g, u = h[:, :I], h[:, I:]
-        a = torch.nn.functional.silu(g) * u
-    else:  # gpt-oss: interleaved gate / up
-        g, u = h[:, 0::2].clamp(max=7.0), h[:, 1::2].clamp(-7.0, 7.0)
-        a = g * torch.sigmoid(1.702 * g) * (u + 1)
-    y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
+    offs = torch.cumsum(torch.bincount(flat, minlength=experts), 0).to(torch.int32)
+    return order, order // ids.shape[1], offs
+
+
+def swiglu(h, activation):
+    if activation == "silu":  # w13 stacked: gate rows, then up rows
+        inter = h.shape[1] // 2
+        return torch.nn.functional.silu(h[:, :inter]) * h[:, inter:]
+    g, u = h[:, 0::2].clamp(max=7.0), h[:, 1::2].clamp(-7.0, 7.0)  # gpt-oss: interleaved gate / up
+    return g * torch.sigmoid(1.702 * g) * (u + 1)
+
+
+def combine(y, weights, order, tok, tokens):
+    """Weighted sum of each token's rows in FP32 (index_add), rounded to bf16."""
     y = y.float() * weights.reshape(-1)[order, None]
-    out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
-    out.index_add_(0, order // k, y)
+    out = torch.zeros(tokens, y.shape[1], dtype=torch.float32, device=y.device)
+    out.index_add_(0, tok, y)
     return out.to(torch.bfloat16)
+
+
+def torch_layer(x, ids, weights, w13, w2, activation):
+    order, tok, offs = route(ids, w13.shape[0])
+    h = torch._grouped_mm(x[tok], w13.transpose(1, 2), offs=offs)
+    y = torch._grouped_mm(swiglu(h, activation), w2.transpose(1, 2), offs=offs)
+    return combine(y, weights, order, tok, ids.shape[0])
 
 
 FP8_MAX = 448.0
@@ -74,27 +82,12 @@ def fp8_weights(w):
 
 
 def torch_fp8_layer(x, ids, weights, w13, w13_s, w2, w2_s, activation):
-    T, k = ids.shape
-    E, two_i, H = w13.shape
-    I = two_i // 2
-    flat = ids.reshape(-1)
-    order = torch.sort(flat, stable=True).indices
-    counts = torch.bincount(flat, minlength=E)
-    offs = torch.cumsum(counts, 0).to(torch.int32)
+    order, tok, offs = route(ids, w13.shape[0])
     xq, xs = fp8_rowwise(x)
-    tok = order // k
     h = torch._scaled_grouped_mm(xq[tok], w13.transpose(1, 2), xs[tok], w13_s, offs=offs, out_dtype=torch.bfloat16)
-    if activation == "silu":
-        a = torch.nn.functional.silu(h[:, :I]) * h[:, I:]
-    else:
-        g, u = h[:, 0::2].clamp(max=7.0), h[:, 1::2].clamp(-7.0, 7.0)
-        a = g * torch.sigmoid(1.702 * g) * (u + 1)
-    aq, a_s = fp8_rowwise(a)
+    aq, a_s = fp8_rowwise(swiglu(h, activation))
     y = torch._scaled_grouped_mm(aq, w2.transpose(1, 2), a_s, w2_s, offs=offs, out_dtype=torch.bfloat16)
-    y = y.float() * weights.reshape(-1)[order, None]
-    out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
-    out.index_add_(0, tok, y)
-    return out.to(torch.bfloat16)
+    return combine(y, weights, order, tok, ids.shape[0])
 
 
 def fp4gemm_layer_us(cli, E, H, I, T, k, act, activation):
