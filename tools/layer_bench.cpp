@@ -41,13 +41,8 @@ int run_layer_suite(const BenchOptions& o) {
   for (const auto& c : cases) validate_layer_model(*c.second.model, act);
   const BenchRun run(rs.json_path);
   const auto& [device, stream, ceilings, flusher] = run;
-  std::cout << "fp4gemm bench --suite layer " << FP4GEMM_VERSION << " on " << device.name << " ("
-            << device.multiprocessors << " SMs), " << utc_now() << "\n";
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "ceilings, measured now: bf16 cuBLAS %.1f TFLOP/s; device-to-device copy %.3f TB/s (read+write)\n",
-                ceilings.bf16_tflops, ceilings.copy_tbps);
-  std::cout << line << "settings: " << act << (act == "bf16" ? " activations x mxfp4 weights (W4A16)" : " (W4A4)")
+  print_device_and_ceilings(std::cout, "fp4gemm bench --suite layer", device, ceilings);
+  std::cout << "settings: " << act << (act == "bf16" ? " activations x mxfp4 weights (W4A16)" : " (W4A4)")
             << ", uniform top-k routing (distinct experts per token), random data (nibbles, scales near 1/8..1), "
             << "median of " << rs.timing.iters << " reps after " << rs.timing.warmup
             << " warm-up, L2 flushed before each rep; one plan per model (max T 4096), eager runs (graph cache)\n\n";

@@ -43,12 +43,6 @@ std::vector<MoeShape> moe_suite() {
   return shapes;
 }
 
-std::string fmt(const char* f, double v) {
-  char text[64];
-  std::snprintf(text, sizeof text, f, v);
-  return text;
-}
-
 }  // namespace
 
 int run_moe_suite(const BenchOptions& o) {
@@ -62,11 +56,8 @@ int run_moe_suite(const BenchOptions& o) {
   for (const auto& c : cases) validate_moe_shape(c.second, s);
   const BenchRun run(rs.json_path);
   const auto& [device, stream, ceilings, flusher] = run;
-  std::cout << "fp4gemm bench --suite moe " << FP4GEMM_VERSION << " on " << device.name << " (" << device.multiprocessors
-            << " SMs), " << utc_now() << "\n"
-            << "ceilings, measured now: bf16 cuBLAS " << fmt("%.1f", ceilings.bf16_tflops)
-            << " TFLOP/s; device-to-device copy " << fmt("%.3f", ceilings.copy_tbps) << " TB/s (read+write)\n"
-            << "settings: " << s.describe() << ", median of " << rs.timing.iters << " reps after "
+  print_device_and_ceilings(std::cout, "fp4gemm bench --suite moe", device, ceilings);
+  std::cout << "settings: " << s.describe() << ", median of " << rs.timing.iters << " reps after "
             << rs.timing.warmup << " warm-up, L2 flushed before each rep; dyn: " << kDynamicSteps
             << " steps, each uploading a new routing (cudaMemcpyAsync) and running, wall time per step\n\n";
   std::printf("%-4s %-22s %6s %7s %6s %10s %8s %7s %10s %10s %6s %10s\n", "case", "gemm", "T", "rows", "active",

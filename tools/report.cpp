@@ -94,13 +94,18 @@ BenchRun::BenchRun(const std::string& json_path)
 
 // ---- stdout -------------------------------------------------------------------------------------
 
-void print_bench_header(std::ostream& os, const DeviceInfo& device, const Ceilings& ceilings,
-                        const RunSettings& s, std::size_t flush_bytes, bool peers, int settle_ms) {
-  os << format("fp4gemm bench %s on %s (sm_%d%d, %d SMs, L2 %.1f MiB), %s\n", FP4GEMM_VERSION,
-               device.name.c_str(), device.sm_major, device.sm_minor, device.multiprocessors,
-               device.l2_bytes / 1048576.0, utc_now().c_str());
+void print_device_and_ceilings(std::ostream& os, const std::string& tool, const DeviceInfo& device,
+                               const Ceilings& ceilings) {
+  os << format("%s %s on %s (sm_%d%d, %d SMs, L2 %.1f MiB), %s\n", tool.c_str(), FP4GEMM_VERSION, device.name.c_str(),
+               device.sm_major, device.sm_minor, device.multiprocessors, device.l2_bytes / 1048576.0,
+               utc_now().c_str());
   os << format("ceilings, measured now: bf16 cuBLAS %d^3 %.1f TFLOP/s; device-to-device copy %.3f TB/s (read+write)\n",
                kCeilingGemmSize, ceilings.bf16_tflops, ceilings.copy_tbps);
+}
+
+void print_bench_header(std::ostream& os, const DeviceInfo& device, const Ceilings& ceilings,
+                        const RunSettings& s, std::size_t flush_bytes, bool peers, int settle_ms) {
+  print_device_and_ceilings(os, "fp4gemm bench", device, ceilings);
   os << format("settings: %s, %s scales -> %s, backend %s, seed %llu, median of %d reps after %d warm-up, "
                "L2 flushed (%.0f MiB memset) before each rep, %d ms idle before each case%s\n",
                to_string(s.data.format), to_string(s.data.layout), to_string(s.data.out), to_string(s.backend),

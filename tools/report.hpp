@@ -64,6 +64,9 @@ struct BenchRun {
 };
 
 // ---- stdout -------------------------------------------------------------------------------------
+// A suite's first two lines: "<tool> <version> on <GPU> (...), <date>" and the ceilings measured now.
+void print_device_and_ceilings(std::ostream& os, const std::string& tool, const DeviceInfo& device,
+                               const Ceilings& ceilings);
 void print_bench_header(std::ostream& os, const DeviceInfo& device, const Ceilings& ceilings,
                         const RunSettings& settings, std::size_t flush_bytes, bool peers, int settle_ms);
 void print_table_head(std::ostream& os);
