@@ -150,12 +150,13 @@ void fill_bytes_random(void* p, std::size_t bytes, std::uint64_t seed, cudaStrea
   CLI_CUDA_CHECK(cudaGetLastError(), "data");
 }
 
-void fill_scales_random(void* p, std::size_t bytes, Format format, std::uint64_t seed, cudaStream_t stream) {
+void fill_scales_random(void* p, std::size_t bytes, Format format, std::uint64_t seed, cudaStream_t stream,
+                        unsigned mx_max) {
   const std::size_t vectors = bytes / 16;
   if (vectors == 0) return;
-  // E4M3 normal codes 0x08..0x7E (0x7F is NaN); UE8M0 117..137.
+  // E4M3 normal codes 0x08..0x7E (0x7F is NaN); UE8M0 117..mx_max (137 by default).
   const std::uint32_t lo = format == Format::nvfp4 ? 0x08u : 117u;
-  const std::uint32_t span = format == Format::nvfp4 ? 0x7Fu - 0x08u : 21u;
+  const std::uint32_t span = format == Format::nvfp4 ? 0x7Fu - 0x08u : std::max(mx_max, 117u) - 117u + 1u;
   fill_bytes_kernel<<<grid_for(vectors), kFillThreads, 0, stream>>>(static_cast<uint4*>(p), vectors, seed, lo, span);
   CLI_CUDA_CHECK(cudaGetLastError(), "data");
 }

@@ -73,7 +73,11 @@ void fill_scales_gpu_mode(void* p, std::size_t bytes, Format format, std::uint64
 // nibbles), and scales spread over the normal range (E4M3 codes 0x08..0x7E: 2^-6..448; UE8M0
 // 127 +- 10: 2^-10..2^10).
 void fill_bytes_random(void* p, std::size_t bytes, std::uint64_t seed, cudaStream_t stream);
-void fill_scales_random(void* p, std::size_t bytes, Format format, std::uint64_t seed, cudaStream_t stream);
+// `mx_max`: the largest UE8M0 code (kCheckpointMxScaleMax: the range of trained weights' scales,
+// a block's largest magnitude <= 6, where MoE plans take one multiply per weight pair).
+inline constexpr unsigned kDefaultMxScaleMax = 137, kCheckpointMxScaleMax = 127;
+void fill_scales_random(void* p, std::size_t bytes, Format format, std::uint64_t seed, cudaStream_t stream,
+                        unsigned mx_max = kDefaultMxScaleMax);
 // `count` bf16 values from GPU MODE's {0, +-0.5, +-1, +-1.5} (W4A16 activations with exact sums).
 void fill_bf16_gpu_mode(void* p, std::size_t count, std::uint64_t seed, cudaStream_t stream);
 // `count` random non-zero bf16 values in [-1, 1] (for the cuBLAS ceiling).

@@ -98,9 +98,10 @@ CLI::App* add_moe(CLI::App& app, MoeCommandOptions& o) {
   cmd->add_option("--scales", o.scales, "layout of the weight scales: blocked (fast path) or linear (converted at plan time)")
       ->check(CLI::IsMember({"blocked", "linear"}))->capture_default_str();
   cmd->add_option("--out", o.out, "output type")->check(CLI::IsMember({"f16", "bf16", "f32"}))->capture_default_str();
-  cmd->add_option("--values", o.values, "data: full (random nibbles, scales over the normal range) or gpumode "
-                                        "({0, +-0.5, +-1, +-1.5} x {1, 2}: --check must be bit-identical)")
-      ->check(CLI::IsMember({"full", "gpumode"}))->capture_default_str();
+  cmd->add_option("--values", o.values, "data: full (random nibbles, scales over the normal range), gpumode "
+                                        "({0, +-0.5, +-1, +-1.5} x {1, 2}: --check must be bit-identical) or checkpoint "
+                                        "(full, MXFP4 weight scale codes 117..127 as trained weights have)")
+      ->check(CLI::IsMember({"full", "gpumode", "checkpoint"}))->capture_default_str();
   cmd->add_flag("--check", o.check, "compare with reference::moe_gemm (bit-identical on gpumode values, else SPEC 3's FP32 bound)");
   cmd->add_flag("--dynamic", o.dynamic, "also time a loop of --iters steps, each uploading a new routing and running");
   cmd->add_option("--iters", o.iters, "timed repetitions (median reported); steps of --dynamic")

@@ -30,9 +30,10 @@ MoeSettings moe_settings(const std::string& act, const std::string& scales, cons
   else if (layout == "masked") s.layout = MoeLayout::masked;
   else throw Error("--layout", -1, "unknown layout '" + layout + "' (expected contiguous or masked)");
   s.routing = routing;
-  if (values != "full" && values != "gpumode")
-    throw Error("--values", -1, "unknown values '" + values + "' (expected full or gpumode)");
+  if (values != "full" && values != "gpumode" && values != "checkpoint")
+    throw Error("--values", -1, "unknown values '" + values + "' (expected full, gpumode or checkpoint)");
   s.gpumode_values = values == "gpumode";
+  s.checkpoint_scales = values == "checkpoint";
   s.seed = seed;
   return s;
 }

@@ -59,7 +59,9 @@ std::string MoeSettings::describe() const {
      << (activation == MoeActivation::bf16 ? "bf16 activations (W4A16)"
                                             : std::string(to_string(format)) + " activations (W4A4)")
      << ", " << to_string(scales) << " weight scales -> " << to_string(out) << ", " << to_string(layout)
-     << ", routing " << routing << ", " << (gpumode_values ? "GPU MODE values" : "full-range values");
+     << ", routing " << routing << ", " << (gpumode_values ? "GPU MODE values"
+                                  : checkpoint_scales ? "full-range values, checkpoint-range MXFP4 scales (codes 117..127)"
+                                                      : "full-range values");
   return os.str();
 }
 
@@ -193,7 +195,8 @@ MoeProblem::MoeProblem(const MoeShape& shape, const MoeSettings& settings, std::
     }
   } else {
     fill_bytes_random(w_.get(), w_.padded_bytes(), moe_seed(seed, 1), nullptr);
-    fill_scales_random(w_scales_.get(), w_scales_.padded_bytes(), settings.format, moe_seed(seed, 2), nullptr);
+    fill_scales_random(w_scales_.get(), w_scales_.padded_bytes(), settings.format, moe_seed(seed, 2), nullptr,
+                       settings.checkpoint_scales ? kCheckpointMxScaleMax : kDefaultMxScaleMax);
     if (fp4) {
       fill_bytes_random(a_.get(), a_.padded_bytes(), moe_seed(seed, 3), nullptr);
       fill_scales_random(a_scales_.get(), a_scales_.padded_bytes(), settings.format, moe_seed(seed, 4), nullptr);

@@ -32,6 +32,9 @@ struct MoeSettings {
   MoeLayout layout = MoeLayout::contiguous;
   std::string routing = "uniform";
   bool gpumode_values = false;  // {0, +-0.5, +-1, +-1.5} x {1, 2}: exact sums (else full range)
+  // Full range with the MXFP4 weight scale codes a trained checkpoint has (117..127: 2^-10..1, a
+  // block's largest weight <= 6) instead of 117..137 (--values checkpoint).
+  bool checkpoint_scales = false;
   std::uint64_t seed = 1111;
   std::string describe() const;  // "nvfp4 x nvfp4 (W4A4), blocked weight scales -> bf16, contiguous"
 };
