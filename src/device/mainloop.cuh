@@ -28,8 +28,12 @@ namespace fp4gemm::detail::sm90 {
 // The scale multipliers of rows r and r + 8 as half2 pairs (both halves equal) of the weights'
 // operand type, from their codes packed as code0 | code1 << 8. NVFP4: both E4M3 codes in one
 // conversion, times 2^7 in f16 (exact: <= 57344). MXFP4: UE8M0 2^(code-127) as bf16, exponent
-// field = code; 0 -> 2^-127 (subnormal); 0xFF -> NaN.
-template <Format F>
+// field = code; 0 -> 2^-127 (subnormal); 0xFF -> NaN. MXFP4 with kSmallMx (FusedParams::
+// small_mx_scales, every code <= 128): 2^(code - 1) = 2^126 * 2^(code - 127), the raw patterns'
+// 2^126 folded in (exponent field code + 126: normal for every code 0..128, no special case).
+// kSmallMx is a kernel template parameter, not a run-time branch: a branch on the parameter
+// inside the k-loop (tried first) cost 5-16 % on both paths (docs/PERF.md v21).
+template <Format F, bool kSmallMx>
 __device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t& s0, std::uint32_t& s1) {
   if constexpr (F == Format::nvfp4) {
     const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
@@ -37,6 +41,10 @@ __device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t
     const __half2 p0 = __low2half2(p), p1 = __high2half2(p);
     s0 = *reinterpret_cast<const std::uint32_t*>(&p0);
     s1 = *reinterpret_cast<const std::uint32_t*>(&p1);
+  } else if constexpr (kSmallMx) {
+    // (code + 126) << 7 in both halves: code + 126 <= 254, so the two copies do not overlap.
+    s0 = ((codes & 0xFFu) + 126u) * 0x00800080u;
+    s1 = ((codes >> 8) + 126u) * 0x00800080u;
   } else {
     auto pair = [](unsigned code) {
       const std::uint32_t bits = code == 0 ? 0x0040u : (code == 0xFFu ? 0x7FC0u : (code << 7));
@@ -47,9 +55,11 @@ __device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t
   }
 }
 
+__device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) { return *reinterpret_cast<const std::uint32_t*>(&v); }
+
 // Dequantises this thread's 16 weights of one row (8 bytes) into 8 A-operand registers:
 // out[s] feeds k-step s slots {2t, 2t+1}, out[4 + s] slots {2t+8, 2t+9}.
-template <Format F>
+template <Format F, bool kSmallMx>
 __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
   if constexpr (F == Format::nvfp4) {
     const __half2 s = *reinterpret_cast<const __half2*>(&scale2);
@@ -68,18 +78,25 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
   } else {
     const __nv_bfloat162 s = *reinterpret_cast<const __nv_bfloat162*>(&scale2);
     const __nv_bfloat162 two126 = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
-    auto cvt = [&](std::uint32_t raw) {
-      const __nv_bfloat162 r = __hmul2(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw), two126), s);
-      return *reinterpret_cast<const std::uint32_t*>(&r);
-    };
-    out[0] = cvt(e2m1_pair_bf16_raw<0>(q.x));
-    out[1] = cvt(e2m1_pair_bf16_raw<1>(q.x));
-    out[2] = cvt(e2m1_pair_bf16_raw<2>(q.x));
-    out[3] = cvt(e2m1_pair_bf16_raw<3>(q.x));
-    out[4] = cvt(e2m1_pair_bf16_raw<0>(q.y));
-    out[5] = cvt(e2m1_pair_bf16_raw<1>(q.y));
-    out[6] = cvt(e2m1_pair_bf16_raw<2>(q.y));
-    out[7] = cvt(e2m1_pair_bf16_raw<3>(q.y));
+    std::uint32_t lo[4], hi[4];  // wgmma_k_source_mxfp4: register s holds nibbles (s, s + 4)
+    e2m1_quad_bf16_raw(q.x, lo);
+    e2m1_quad_bf16_raw(q.y, hi);
+    if constexpr (kSmallMx) {  // scale2 is 2^126 * scale: one exact multiply
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        out[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&lo[i]), s));
+        out[4 + i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&hi[i]), s));
+      }
+    } else {
+      auto cvt = [&](std::uint32_t raw) {
+        return bf16x2_bits(__hmul2(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw), two126), s));
+      };
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        out[i] = cvt(lo[i]);
+        out[4 + i] = cvt(hi[i]);
+      }
+    }
   }
 }
 
@@ -111,7 +128,7 @@ __device__ __forceinline__ void fence_acc(float (&acc)[H][A]) {
 // hand-off and epilogue. N8 = tile tokens / 8, rounded up; the tile has H = 1 or 2 halves of 128
 // weight rows, and the warpgroup owns rows h * 128 + cw * 64 + [0, 64) of half h (whose scales
 // are the stage's atom h).
-template <Format F, int N8, int H, bool kRouted, bool kGlu>
+template <Format F, int N8, int H, bool kRouted, bool kGlu, bool kSmallMx>
 __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
                                               const TileDesc& tile, std::uint8_t* act_smem,
                                               std::uint8_t* w_smem, std::uint64_t* full,
@@ -164,10 +181,10 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
                                (F == Format::nvfp4 ? 0 : 2 * (kb & 1));
     const unsigned codes = srow[0] | (static_cast<unsigned>(srow[128]) << 8);
     std::uint32_t s0, s1;
-    weight_scale_pairs<F>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
+    weight_scale_pairs<F, kSmallMx>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
     std::uint32_t d0[8], d1[8];
-    dequant_row<F>(q0, s0, d0);
-    dequant_row<F>(q1, s1, d1);
+    dequant_row<F, kSmallMx>(q0, s0, d0);
+    dequant_row<F, kSmallMx>(q1, s1, d1);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       buf[i][0] = d0[i];

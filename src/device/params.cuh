@@ -101,6 +101,11 @@ struct FusedParams {
   int narrow_rows;  // weight rows of the <= 128-token tiles (Schedule::narrow_rows: 256 or 128)
   int early_kblocks;  // k-blocks of weights (at most the ring) issued before waiting for the pre-pass
   ScaleLayout layout;
+  // MXFP4 weights whose every scale code is <= 128, in a scale copy the plan owns (fixed after
+  // planning): 2^(code - 1) is a bf16 power of two, so raw * 2^126 * 2^(code - 127) is the one
+  // exact multiply raw * 2^(code - 1), the same rounding (mainloop.cuh, dequant_row). 0: two
+  // multiplies, every code.
+  int small_mx_scales;
   MoeScheduleParams moe;  // experts > 0: the CTAs build the work list from the run's routing
 };
 

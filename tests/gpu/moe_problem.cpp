@@ -124,6 +124,7 @@ std::string MoeConfig::describe() const {
   if (padded) os << " padded";
   if (default_strides) os << " default-strides";
   if (nan_scales) os << " nan-scales";
+  if (max_scale_code > 0) os << " max-scale-code=" << max_scale_code;
   if (guard_bytes != 4096) os << " guard=" << guard_bytes;
   return os.str();
 }
@@ -246,6 +247,12 @@ MoeWeightSet::MoeWeightSet(const MoeConfig& cfg, bool on_device) : cfg_(cfg) {
     if (cfg.nan_scales && cfg.values == Values::full && chance(rng, 0.3))
       lin[static_cast<std::size_t>(uniform(rng, 0, N - 1) * cols + uniform(rng, 0, static_cast<int>(cols) - 1))] =
           nan_code(rng, cfg.format);
+    if (cfg.max_scale_code > 0 && cfg.format == Format::mxfp4 && !lin.empty()) {
+      for (std::uint8_t& c : lin) c = static_cast<std::uint8_t>(std::min<int>(c, cfg.max_scale_code));
+      lin[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(lin.size()) - 1))] = 0;
+      lin[static_cast<std::size_t>(uniform(rng, 0, static_cast<int>(lin.size()) - 1))] =
+          static_cast<std::uint8_t>(cfg.max_scale_code);
+    }
     std::memcpy(scales_linear.data() + static_cast<std::size_t>(e) * N * cols, lin.data(), lin.size());
     std::vector<std::uint8_t> dev = lin;
     if (cfg.scale_layout == ScaleLayout::blocked) {  // padding rows / columns: NaN codes

@@ -59,6 +59,8 @@ struct MoeConfig {
   bool padded = false;           // ldw, expert strides, lda, ldc beyond the minimum (padding: garbage)
   bool default_strides = false;  // pass 0 for ldw / expert_stride / scale_expert_stride (not padded)
   bool nan_scales = false;       // full values only: a few NaN scales (and NaN bf16 activations)
+  int max_scale_code = 0;        // MXFP4 weights: every scale code clamped to <= this, and codes 0
+                                 // and this one placed in every expert (0: no clamp)
   std::size_t guard_bytes = 4096;
   std::uint64_t seed = 1;
 

@@ -363,6 +363,34 @@ TEST(MoeRouting, BothNarrowTileHeights) {
   }
 }
 
+// MXFP4 plans that own their scale copy (linear weight scales) take one multiply per weight pair
+// when every code is <= 128 (FusedParams::small_mx_scales) and two otherwise: both paths on
+// full-range values, with codes 0 and the largest placed in every expert, W4A16 and W4A4. (160, not
+// higher: with codes >= ~220 the full-range products overflow the FP32 accumulator mid-sum, and
+// >= 253 the dequantised weight itself, docs/DESIGN.md "Limits".)
+TEST(MoeRouting, Mxfp4ScalePathsAtTheLimit) {
+  REQUIRE_FAST_KERNEL();
+  for (const MoeActivation act : {MoeActivation::bf16, MoeActivation::fp4}) {
+    for (const int max_code : {128, 129, 160}) {
+      MoeConfig cfg = base_config(Format::mxfp4, act, MoeLayout::contiguous, false, 12, 200, 320, 700,
+                                  2091 + static_cast<std::uint64_t>(max_code));
+      cfg.scale_layout = ScaleLayout::linear;
+      cfg.values = Values::full;
+      cfg.max_scale_code = max_code;
+      SCOPED_TRACE(cfg.describe());
+      {
+        const MoeWeightSet ws(cfg);
+        const MoeGemm plan(ws.weights(), ws.options());
+        EXPECT_EQ(plan.describe().find("one multiply") != std::string::npos, max_code <= 128) << plan.describe();
+      }
+      expect_routings(cfg, [&](std::mt19937_64& rng) {
+        return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform),
+                                    make_routing(cfg, rng, RoutingKind::skewed)};
+      });
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Random routings: 80 weight sets x 4 routings = 320
 // ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "device/dequant.cuh"
 #include "fp4gemm/formats.hpp"
@@ -49,17 +50,32 @@ TEST(Dequant, QuadF16PatternsAreExactE2m1InTheDocumentedOrder) {
   }
 }
 
-TEST(Dequant, PairBf16PatternsAreExactE2m1InTheDocumentedOrder) {
+TEST(Dequant, QuadBf16PatternsAreExactE2m1InTheDocumentedOrder) {
+  // e2m1_quad_bf16_raw: register p holds nibbles (p, p + 4); value = e2m1 * 2^-126, the sign kept
+  // on zero, no bit outside sign / low exponent / top mantissa (the multiply must not carry).
+  // Every value of every nibble pair against every other nibble's value in turn, then random words.
   std::mt19937 rng(11);
-  for (int trial = 0; trial < 20000; ++trial) {
-    const std::uint32_t w = random_word(rng);
-    const std::uint32_t out[4] = {e2m1_pair_bf16_raw<0>(w), e2m1_pair_bf16_raw<1>(w), e2m1_pair_bf16_raw<2>(w),
-                                  e2m1_pair_bf16_raw<3>(w)};
+  std::vector<std::uint32_t> words;
+  for (int p = 0; p < 4; ++p)
+    for (unsigned a = 0; a < 16; ++a)
+      for (unsigned b = 0; b < 16; ++b)
+        for (unsigned other = 0; other < 16; ++other) {
+          std::uint32_t w = 0x11111111u * other;
+          w = (w & ~(0xFu << (4 * p)) & ~(0xFu << (4 * (p + 4)))) | (a << (4 * p)) | (b << (4 * (p + 4)));
+          words.push_back(w);
+        }
+  for (int trial = 0; trial < 100000; ++trial) words.push_back(random_word(rng));
+  for (const std::uint32_t w : words) {
+    std::uint32_t out[4];
+    e2m1_quad_bf16_raw(w, out);
     for (int p = 0; p < 4; ++p)
       for (int h = 0; h < 2; ++h) {
         const unsigned nib = (w >> (4 * (p + 4 * h))) & 0xFu;
-        ASSERT_EQ(bf16_bits_to_double(static_cast<std::uint16_t>(out[p] >> (16 * h))),
-                  std::ldexp(static_cast<double>(e2m1_to_float(nib)), -126));
+        const auto bits = static_cast<std::uint16_t>(out[p] >> (16 * h));
+        ASSERT_EQ(bf16_bits_to_double(bits), std::ldexp(static_cast<double>(e2m1_to_float(nib)), -126))
+            << "word " << std::hex << w << " register " << p;
+        ASSERT_EQ(bits >> 15, nib >> 3) << "sign of nibble " << p + 4 * h;
+        ASSERT_EQ(bits & 0x7E3F, 0) << "stray bits outside S0000000 EEM00000 in word " << std::hex << w;
       }
   }
 }
@@ -90,7 +106,7 @@ TEST(Dequant, Nvfp4KOrderMatchesTheQuadRegisters) {
 
 TEST(Dequant, Mxfp4KOrderMatchesThePairRegisters) {
   expect_order_matches_registers(wgmma_k_source_mxfp4, [&](int reg, int h) {
-    return 8 * (reg / 4) + reg % 4 + 4 * h;  // e2m1_pair_bf16_raw<p>: nibbles p and p + 4
+    return 8 * (reg / 4) + reg % 4 + 4 * h;  // e2m1_quad_bf16_raw out[p]: nibbles p and p + 4
   });
 }
 

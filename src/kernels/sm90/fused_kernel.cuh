@@ -58,7 +58,9 @@ __device__ __forceinline__ void load_weights(const FusedParams& p, std::uint8_t*
 // plan's list) or MoeDeviceSchedule (the MoE plan's CTAs cut the run's routing themselves). One
 // instantiation each, so that the MoE schedule's prologue cannot change the pointer-array
 // kernel's register allocation (sharing one kernel made ptxas spill in the MXFP4 mainloops).
-template <Format F, class Scheduler>
+// kSmallMx: MXFP4 weights whose scale codes are all <= 128 (FusedParams::small_mx_scales; MoE plans
+// that own their scale copy): one multiply per weight pair instead of two (mainloop.cuh).
+template <Format F, class Scheduler, bool kSmallMx = false>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     fused_grouped_gemm(const __grid_constant__ FusedParams p, OutType out_type) {
   using C = KernelConfig;
@@ -287,7 +289,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     for (int pi = begin; work.is_valid(pi); pi = work.next_work(pi)) {                            \
       const WorkPiece piece = p.pieces[pi];                                                       \
       const TileDesc tile = p.tiles[piece.tile];                                                  \
-      consume_piece<F, 2 * n16, h, Scheduler::kRoutedOutput, Scheduler::kGlu>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
+      consume_piece<F, 2 * n16, h, Scheduler::kRoutedOutput, Scheduler::kGlu, kSmallMx>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
     }                                                                                             \
     break;
     FP4GEMM_CASE(1, 1, 2) FP4GEMM_CASE(2, 2, 2) FP4GEMM_CASE(3, 3, 2) FP4GEMM_CASE(4, 4, 2)
@@ -326,6 +328,10 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   config.attrs = attr;
   config.numAttrs = 1;
+  if constexpr (F == Format::mxfp4) {
+    if (params.moe.experts > 0 && params.small_mx_scales != 0)
+      return cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule, true>, params, out_type);
+  }
   return params.moe.experts > 0 ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule>, params, out_type)
          : params.moe.glu != 0  ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, HostWorkListGlu>, params, out_type)
                                 : cudaLaunchKernelEx(&config, fused_grouped_gemm<F, HostWorkList>, params, out_type);
@@ -374,6 +380,12 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
       g != cudaSuccess)
     return g;
+  if constexpr (F == Format::mxfp4) {
+    if (const cudaError_t m = cudaFuncSetAttribute(fused_grouped_gemm<F, MoeDeviceSchedule, true>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+        m != cudaSuccess)
+      return m;
+  }
   return cudaFuncSetAttribute(fused_grouped_gemm<F, MoeDeviceSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(smem_bytes));
 }

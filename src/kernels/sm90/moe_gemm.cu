@@ -49,6 +49,16 @@ cudaError_t convert_expert_scales(const ScaleConversion* jobs, int experts, int 
   return cudaGetLastError();
 }
 
+// The largest byte of [p, p + n) into *out (zeroed by the caller): the plan's check that every
+// MXFP4 scale code of its own copy is <= 128 (FusedParams::small_mx_scales).
+__global__ void __launch_bounds__(256) max_byte(const std::uint8_t* p, std::int64_t n, unsigned* out) {
+  unsigned m = 0;
+  for (std::int64_t i = blockIdx.x * std::int64_t{256} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * 256)
+    m = max(m, static_cast<unsigned>(p[i]));
+  for (int o = 16; o > 0; o /= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  if (threadIdx.x % 32 == 0 && m != 0) atomicMax(out, m);
+}
+
 // A GLU plan's weight scales in the kernel's row order (glu_scales.hpp).
 // One thread per 4-byte word of the copy: kernel row p, scale columns 4q..4q+3 (contiguous in the
 // blocked layout; padding columns and rows past 2I are zero). The source's 4 bytes are one word
@@ -227,6 +237,21 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
     }
     detail::run_on_private_stream("plan", p.convert_scales);
     sblk = dst, sblk_stride = blocked_bytes;
+    // MXFP4 in the plan's own copy, fixed after planning: one multiply per register when every
+    // code is <= 128 (FusedParams::small_mx_scales). Not with rescale_each_run (new codes each run).
+    if (o.format == Format::mxfp4 && !o.rescale_each_run) {
+      unsigned* d_max = p.allocate<unsigned>(sizeof(unsigned), "plan workspace");
+      const std::int64_t n = blocked_bytes * w.experts;
+      detail::run_on_private_stream("plan", [&](cudaStream_t st) {
+        cudaError_t e = cudaMemsetAsync(d_max, 0, sizeof(unsigned), st);
+        if (e != cudaSuccess) return e;
+        max_byte<<<static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 1024)), 256, 0, st>>>(dst, n, d_max);
+        return cudaGetLastError();
+      });
+      unsigned largest = 0;
+      FP4GEMM_CUDA_CHECK(cudaMemcpy(&largest, d_max, sizeof(unsigned), cudaMemcpyDeviceToHost), "plan");
+      p.params.small_mx_scales = largest <= 128 ? 1 : 0;
+    }
   }
 
   // Weight maps (two per expert, boxes of 128 and 256 rows), the expert table, the activation
@@ -462,7 +487,8 @@ std::string MoeGemm::describe() const {
              : std::string())
      << ", " << to_string(p.options.layout) << " rows " << p.rows << ", "
      << p.params.moe.num_ctas << " CTAs, up to " << p.params.moe.max_tiles << " tiles, narrow tiles "
-     << p.params.narrow_rows << " rows";
+     << p.params.narrow_rows << " rows"
+     << (p.params.small_mx_scales ? ", one multiply per weight pair (every scale code <= 128)" : "");
   return os.str();
 }
 
