@@ -137,9 +137,14 @@ CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const C
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
-  if (!o.values.empty() && o.suite != "dual")
-    throw Error("--values", -1,
-                "applies to the dual suite only (seed and dense use GPU MODE values, moe full-range ones)");
+  if (!o.values.empty()) {
+    const bool ok = o.suite == "dual" ? o.values != "checkpoint" : o.suite == "moe" && o.values != "gpumode";
+    if (!ok)
+      throw Error("--values", -1,
+                  "'" + o.values + "' does not apply to the " + o.suite +
+                      " suite: the dual suite takes gpumode or full, the moe suite full or checkpoint (seed and dense "
+                      "use GPU MODE values, layer its own)");
+  }
   if (o.suite == "moe") return run_moe_suite(o);
   if (o.suite == "layer") return run_layer_suite(o);
   if (!o.act.empty())

@@ -36,8 +36,9 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
                                   "--format (moe), nvfp4 (layer)")
       ->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
   cmd->add_option("--values", o.values, "dual suite: data gpumode (default; {0, +-0.5, +-1, +-1.5} x {1, 2}) or full "
-                                        "(random nibbles, scales over the normal range)")
-      ->check(CLI::IsMember({"gpumode", "full"}));
+                                        "(random nibbles, scales over the normal range); moe suite: full (default) or "
+                                        "checkpoint (full with MXFP4 weight scale codes 117..127, as trained weights have)")
+      ->check(CLI::IsMember({"gpumode", "full", "checkpoint"}));
   cmd->add_option("--cases", o.cases, "comma-separated 1-based case numbers within the suite, e.g. 1,3");
   cmd->add_flag("--no-peers", o.no_peers, "skip the peers (dequant+cuBLAS, cuBLAS bf16, per-group streams; dual "
                                           "suite: cuBLAS bf16)");

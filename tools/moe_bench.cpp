@@ -49,7 +49,7 @@ int run_moe_suite(const BenchOptions& o) {
   const RunSettings rs = resolve_settings(o);
   const MoeSettings s = moe_settings(o.act.empty() ? to_string(rs.data.format) : o.act,
                                      to_string(rs.data.layout), to_string(rs.data.out), "contiguous", "uniform",
-                                     "full", rs.data.seed);
+                                     o.values.empty() ? "full" : o.values, rs.data.seed);
   const std::vector<MoeShape> all = moe_suite();
   std::vector<std::pair<int, MoeShape>> cases;
   for (int index : pick_cases(o.cases, all.size(), "moe")) cases.emplace_back(index, all[index - 1]);
@@ -72,7 +72,7 @@ int run_moe_suite(const BenchOptions& o) {
   doc["ceilings"] = ceilings_json(ceilings);
   doc["settings"] = Json{{"format", to_string(s.format)},        {"activation", to_string(s.activation)},
                          {"weight_scales", to_string(s.scales)}, {"out_type", to_string(s.out)},
-                         {"routing", s.routing},                 {"values", "full"},
+                         {"routing", s.routing},                 {"values", o.values.empty() ? "full" : o.values},
                          {"seed", s.seed},                       {"iters", rs.timing.iters},
                          {"warmup", rs.timing.warmup},           {"settle_ms", o.settle_ms},
                          {"dynamic_steps", kDynamicSteps}};
