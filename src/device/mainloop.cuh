@@ -78,24 +78,18 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
   } else {
     const __nv_bfloat162 s = *reinterpret_cast<const __nv_bfloat162*>(&scale2);
     const __nv_bfloat162 two126 = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
+    auto cvt = [&](std::uint32_t raw) {
+      __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(&raw);
+      if constexpr (!kSmallMx) r = __hmul2(r, two126);  // kSmallMx: scale2 already holds the 2^126
+      return bf16x2_bits(__hmul2(r, s));
+    };
     std::uint32_t lo[4], hi[4];  // wgmma_k_source_mxfp4: register s holds nibbles (s, s + 4)
     e2m1_quad_bf16_raw(q.x, lo);
     e2m1_quad_bf16_raw(q.y, hi);
-    if constexpr (kSmallMx) {  // scale2 is 2^126 * scale: one exact multiply
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        out[i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&lo[i]), s));
-        out[4 + i] = bf16x2_bits(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&hi[i]), s));
-      }
-    } else {
-      auto cvt = [&](std::uint32_t raw) {
-        return bf16x2_bits(__hmul2(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw), two126), s));
-      };
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        out[i] = cvt(lo[i]);
-        out[4 + i] = cvt(hi[i]);
-      }
+    for (int i = 0; i < 4; ++i) {
+      out[i] = cvt(lo[i]);
+      out[4 + i] = cvt(hi[i]);
     }
   }
 }
