@@ -623,6 +623,16 @@ int main() {
   std::printf("rows x tok |");
   for (int i = 0; i < 6; ++i) std::printf("   variant %d   |", i);
   std::printf("\n");
+  if (std::getenv("SMALL")) {  // the decode classes (16 / 32 tokens, 256-row tiles), v22
+    shape<1, 2>(sms, sink);
+    shape<2, 2>(sms, sink);
+    shape<4, 2>(sms, sink);
+    std::printf("\nmore consumer warpgroups (static data, TFLOP/s)\n");
+    wide_shape<1>(sms, sink);
+    wide_shape<2>(sms, sink);
+    wide_shape<4>(sms, sink);
+    return 0;
+  }
   shape<8, 2>(sms, sink);
   shape<12, 2>(sms, sink);
   shape<16, 1>(sms, sink);

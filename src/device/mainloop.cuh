@@ -28,12 +28,9 @@ namespace fp4gemm::detail::sm90 {
 // The scale multipliers of rows r and r + 8 as half2 pairs (both halves equal) of the weights'
 // operand type, from their codes packed as code0 | code1 << 8. NVFP4: both E4M3 codes in one
 // conversion, times 2^7 in f16 (exact: <= 57344). MXFP4: UE8M0 2^(code-127) as bf16, exponent
-// field = code; 0 -> 2^-127 (subnormal); 0xFF -> NaN. MXFP4 with kSmallMx (FusedParams::
-// small_mx_scales, every code <= 128): 2^(code - 1) = 2^126 * 2^(code - 127), the raw patterns'
-// 2^126 folded in (exponent field code + 126: normal for every code 0..128, no special case).
-// kSmallMx is a kernel template parameter, not a run-time branch: a branch on the parameter
-// inside the k-loop (tried first) cost 5-16 % on both paths (docs/PERF.md v21).
-template <Format F, bool kSmallMx>
+// field = code; 0 -> 2^-127 (subnormal); 0xFF -> NaN. (MXFP4 with kSmallMx decodes its codes in
+// consume_piece: one IMAD each.)
+template <Format F>
 __device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t& s0, std::uint32_t& s1) {
   if constexpr (F == Format::nvfp4) {
     const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
@@ -41,10 +38,6 @@ __device__ __forceinline__ void weight_scale_pairs(unsigned codes, std::uint32_t
     const __half2 p0 = __low2half2(p), p1 = __high2half2(p);
     s0 = *reinterpret_cast<const std::uint32_t*>(&p0);
     s1 = *reinterpret_cast<const std::uint32_t*>(&p1);
-  } else if constexpr (kSmallMx) {
-    // (code + 126) << 7 in both halves: code + 126 <= 254, so the two copies do not overlap.
-    s0 = ((codes & 0xFFu) + 126u) * 0x00800080u;
-    s1 = ((codes >> 8) + 126u) * 0x00800080u;
   } else {
     auto pair = [](unsigned code) {
       const std::uint32_t bits = code == 0 ? 0x0040u : (code == 0xFFu ? 0x7FC0u : (code << 7));
@@ -173,9 +166,21 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
     const std::uint8_t* srow = st.s_smem + (st.stage * H + h) * C::kScaleAtomBytes + s_off +
                                (F == Format::nvfp4 ? 0 : 2 * (kb & 1));
-    const unsigned codes = srow[0] | (static_cast<unsigned>(srow[128]) << 8);
     std::uint32_t s0, s1;
-    weight_scale_pairs<F, kSmallMx>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
+    if constexpr (F == Format::mxfp4 && kSmallMx) {
+      // kSmallMx (FusedParams::small_mx_scales, every code <= 128): 2^(code - 1) = 2^126 *
+      // 2^(code - 127), the raw patterns' 2^126 folded in -- exponent field code + 126, normal for
+      // every code 0..128 -- in both halves, one IMAD per code ((code + 126) << 7 = code * 0x80 +
+      // 0x3F00). kSmallMx is a kernel template parameter, not a run-time branch: a branch on the
+      // parameter inside the k-loop (tried first) cost 5-16 % on both paths (docs/PERF.md v21).
+      // No past-K select: a kSmallMx plan reads its own copy, every byte of which (padding
+      // included) it scanned to be <= 128.
+      s0 = srow[0] * 0x00800080u + 0x3F003F00u;
+      s1 = srow[128] * 0x00800080u + 0x3F003F00u;
+    } else {
+      const unsigned codes = srow[0] | (static_cast<unsigned>(srow[128]) << 8);
+      weight_scale_pairs<F>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
+    }
     std::uint32_t d0[8], d1[8];
     dequant_row<F, kSmallMx>(q0, s0, d0);
     dequant_row<F, kSmallMx>(q1, s1, d1);
