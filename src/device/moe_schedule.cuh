@@ -80,11 +80,13 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     s.experts[e] = moe_expert_tiles(base, bad ? 0 : rows, a.n, a.narrow_rows);
   }
   const bool any_bad = __syncthreads_or(bad);  // then nothing runs; C stays untouched
-  // Prefill (an expert with more than one token tile): CTAs interleave over the bucket (below).
-  bool several = false;
-#pragma unroll 1
-  for (int e = tid; e < a.experts; e += kThreads) several |= s.experts[e].count > 1;
-  const bool interleave = __syncthreads_or(several);
+  // CTAs interleave over their class's bucket (below): CTA k runs tiles k, k + n, ..., so the CTAs
+  // running at once share a token tile's activations and an expert's weights in L2. v16 did so
+  // only for prefill (an expert with more than one token tile) and gave decode-like runs
+  // contiguous ranges; there one CTA ran an expert's row blocks one after another, ~50 us apart,
+  // and re-read its activations from DRAM for each (PERF.md v22: (c) 2.41 -> 2.03 GB DRAM reads,
+  // H100 -7 % W4A16 / -13 % NVFP4, H200 within +-1 %).
+  constexpr bool interleave = true;
 
   // 2. Warp c (and c + kWarps): the exclusive prefix of class c's tile counts over the experts
   //    (lane l sums a run of ceil(E / 32) experts, one warp scan, then the run's prefixes).
@@ -170,11 +172,9 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
         k = cta - s.cta_base[c2], n = s.ctas_of[c2];
         const SlotRange r = moe_cta_slots(s.bucket_base[c2], s.class_tiles[c2], k, n, interleave);
         begin = r.begin, end = r.end;
-        // (interleave, prefill: CTA k runs the bucket's tiles k, k + n, ..., so the CTAs running at
-        // once share a token tile's activations and an expert's weights in L2 -- contiguous
-        // ranges had every token tile of every expert in flight and re-read the activations from
-        // DRAM for each row block: (d) 1776 -> 1421 us; one token tile per expert keeps
-        // contiguous ranges, interleaving cost 10 % on (a) and (c), v16)
+        // (contiguous ranges had every token tile of every expert in flight and re-read the
+        // activations from DRAM for each row block: prefill (d) 1776 -> 1421 us with interleaving,
+        // v16; decode-like runs interleave since v22, where v16's 10 % loss on (a) and (c) was gone)
         n16 = c2 + 1;
       }
       s.begin = begin, s.end = end, s.n16 = n16, s.rank = k, s.ctas = n;
