@@ -85,7 +85,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   // only for prefill (an expert with more than one token tile) and gave decode-like runs
   // contiguous ranges; there one CTA ran an expert's row blocks one after another, ~50 us apart,
   // and re-read its activations from DRAM for each (PERF.md v22: (c) 2.41 -> 2.03 GB DRAM reads,
-  // H100 -7 % W4A16 / -13 % NVFP4, H200 within +-1 %).
+  // H100 (c) -7 % W4A16 / -13 % NVFP4, H200 within +-2 %).
   constexpr bool interleave = true;
 
   // 2. Warp c (and c + kWarps): the exclusive prefix of class c's tile counts over the experts
