@@ -5,6 +5,9 @@
 #include "cli.hpp"
 #include "moe_problem.hpp"
 #include "report.hpp"
+#ifdef FP4GEMM_TRACE
+#include "kernels/sm90/fused_grouped_gemm.hpp"
+#endif
 
 namespace fp4gemm::cli {
 
@@ -83,6 +86,9 @@ int run_moe(const MoeCommandOptions& o) {
   const TimingStats t = time_region(stream.get(), &flusher, timing, [&](cudaStream_t st) { problem.run(st); });
   const double flops = problem.flops(), bytes = problem.bytes();
   std::cout << time_line(t, flops, bytes) << "\n";
+#ifdef FP4GEMM_TRACE  // diagnostic build: the last timed launch's per-CTA cycle counters
+  std::cout << detail::sm90::trace_report(s.format);
+#endif
   double dynamic_us = 0;
   if (o.dynamic) {
     dynamic_us = problem.dynamic_us_per_step(o.iters, stream.get());

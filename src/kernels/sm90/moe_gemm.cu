@@ -337,6 +337,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   if (p.device.smem_per_block_optin < fixed + 2 * KC::kStageBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   p.smem_bytes = p.device.smem_per_block_optin;
+  FP4GEMM_TRACE_DO(p.smem_bytes -= kTraceSmemBytes;)  // (the trace build's static counters)
   pr.ring_bytes = static_cast<int>(p.smem_bytes - fixed);
   FP4GEMM_CUDA_CHECK(o.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(p.smem_bytes)
                                               : set_fused_smem<Format::mxfp4>(p.smem_bytes),
