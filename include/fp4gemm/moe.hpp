@@ -114,6 +114,10 @@ struct MoeArgs {
 // error word is set; `check()` (a synchronising call) throws
 // fp4gemm::Error naming the argument ("expert_offsets", "expert_counts", "gather_index") and
 // clears it. Runs of one plan are serialised like Plan's.
+namespace detail {
+struct MoeGemmOwner;  // internal: lets fp4gemm::MoeLayer enqueue its private GEMMs unserialised
+}
+
 class MoeGemm {
  public:
   MoeGemm(const MoeWeights& weights, const MoeOptions& options);
@@ -138,6 +142,7 @@ class MoeGemm {
   struct Impl;
 
  private:
+  friend struct detail::MoeGemmOwner;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -256,6 +256,30 @@ NB_MODULE(_fp4gemm, m) {
   m.def("moe_check", [](nb::handle stream) { MoeBinding::get().check(stream); }, "stream"_a = nb::none(),
         "Check every cached MoE plan for bad routing data seen by its runs (synchronises).");
 
+  nb::class_<fp4gemm::python::FusedExpertsCache>(
+      m, "FusedExpertsCache", "fp4gemm.moe.fused_experts' plan cache and hot path (use fp4gemm.moe.fused_experts).")
+      .def(nb::init<>())
+      .def("__call__", &fp4gemm::python::FusedExpertsCache::call, "hidden_states"_a.none(), "w13"_a.none(),
+           "w13_scale"_a.none(), "w2"_a.none(), "w2_scale"_a.none(), "topk_weights"_a.none(), "topk_ids"_a.none(),
+           "w13_alpha"_a.none() = nb::none(), "w13_alpha_up"_a.none() = nb::none(), "w2_alpha"_a.none() = nb::none(),
+           "activation"_a = "silu", "act_format"_a = "nvfp4", "gate_up"_a.none() = nb::none(),
+           "scale_layout"_a = "blocked", "a1_scale"_a = 1.0, "a2_scale"_a = 1.0, "swiglu_alpha"_a = 1.702,
+           "swiglu_limit"_a = 7.0, "out"_a.none() = nb::none(), "stream"_a.none() = nb::none())
+      .def("clear", &fp4gemm::python::FusedExpertsCache::clear)
+      .def("__len__", &fp4gemm::python::FusedExpertsCache::size);
+
+  m.def("_read_tensors",
+        [](nb::args arrays) {
+          // bench/host_overhead.py: what reading array arguments costs the bindings (as every run
+          // reads them: framework probe, shape, strides, dtype, device, address, allocation bounds).
+          fp4gemm::python::TensorReader& reader = Binding::get().reader();
+          fp4gemm::python::Keepalive keep;
+          std::int64_t elements = 0;
+          for (nb::handle a : arrays) elements += reader.read(a, "array", -1, false, keep).numel();
+          return elements;
+        },
+        "Internal (bench/host_overhead.py): reads each array as the bindings do; returns their total elements.");
+
   m.def("device_count", &fp4gemm::device_count, "Number of usable CUDA devices (0 without a GPU or driver).");
   m.def("device_info", &device_info, "device"_a = -1, "Name, compute capability, SMs, L2, fast-kernel support.");
 

@@ -150,8 +150,8 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
     if (hidden_packed.is_none() || hidden_scales.is_none())
       fail(hidden_packed.is_none() ? "hidden_packed" : "hidden_scales", "pre-quantised tokens need both arrays");
     tokens_arg = "hidden_packed";
-    x = reader.read(hidden_packed, "hidden_packed", -1, false, keep);
-    xs = reader.read(hidden_scales, "hidden_scales", -1, false, keep);
+    x = reader.read(hidden_packed, "hidden_packed", -1, false, keep, false);
+    xs = reader.read(hidden_scales, "hidden_scales", -1, false, keep, false);
     placed(x, "hidden_packed");
     placed(xs, "hidden_scales");
     if ((x.dtype != DType::byte && x.dtype != DType::fp4x2) || x.ndim != 2 || x.shape[1] != w.hidden / 2 ||
@@ -165,7 +165,7 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
                                 xs.shape_text());
     a.hidden_packed = reinterpret_cast<const void*>(x.ptr), a.hidden_scales = reinterpret_cast<const void*>(xs.ptr);
   } else {
-    x = reader.read(hidden, "hidden_states", -1, false, keep);
+    x = reader.read(hidden, "hidden_states", -1, false, keep, false);
     placed(x, "hidden_states");
     if (x.dtype != DType::bf16 && x.dtype != DType::raw16)
       fail("hidden_states", std::string("has dtype ") + to_string(x.dtype) + "; expected bfloat16");
@@ -175,9 +175,9 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
     a.hidden = reinterpret_cast<const void*>(x.ptr), a.ld_hidden = x.shape[0] > 1 ? x.strides[0] : w.hidden;
   }
   const std::int64_t T = x.shape[0];
-  const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep);
-  const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep);
-  const TensorView y = reader.read(out, "out", -1, true, keep);
+  const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep, false);
+  const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep, false);
+  const TensorView y = reader.read(out, "out", -1, true, keep, false);
   placed(ids, "topk_ids");
   placed(wt, "topk_weights");
   placed(y, "out");
@@ -345,6 +345,97 @@ void combine_on_host(nb::handle y, nb::handle topk_weights, nb::handle topk_ids,
   reference::moe_combine(reinterpret_cast<const std::uint16_t*>(vy.ptr), H, reinterpret_cast<const float*>(wt.ptr),
                          id64.data(), static_cast<int>(T), static_cast<int>(k), experts, static_cast<int>(H),
                          reinterpret_cast<std::uint16_t*>(vo.ptr), H);
+}
+
+}  // namespace fp4gemm::python
+
+// ---- fp4gemm.moe.fused_experts' cache ---------------------------------------------------------------
+
+namespace fp4gemm::python {
+
+using namespace nb::literals;
+
+nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle w13_scale, nb::handle w2,
+                                   nb::handle w2_scale, nb::handle topk_weights, nb::handle topk_ids,
+                                   nb::handle w13_alpha, nb::handle w13_alpha_up, nb::handle w2_alpha,
+                                   const std::string& activation, const std::string& act_format, nb::handle gate_up,
+                                   const std::string& scale_layout, double a1_scale, double a2_scale,
+                                   double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream) {
+  TensorReader& reader = Binding::get().reader();
+  const nb::handle objs[kWeights] = {w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha};
+  // "" (the torch op's spelling of None) and None: the activation's default layout
+  const std::string gate = gate_up.is_none() ? std::string() : nb::cast<std::string>(gate_up);
+  // The fast path: torch tensors throughout (the alphas may be None), [T, ...] tokens, [T, k] ids.
+  bool fast = reader.is_torch(hidden) && reader.is_torch(topk_ids);
+  for (int i = 0; i < kWeights && fast; ++i) fast = objs[i].is_none() ? i >= 4 : reader.is_torch(objs[i]);
+  std::int64_t t = -1, topk = -1;
+  if (fast) {
+    static PyObject* const shape_name = PyUnicode_InternFromString("shape");
+    const nb::object hs = nb::steal(PyObject_GetAttr(hidden.ptr(), shape_name));
+    const nb::object is = nb::steal(PyObject_GetAttr(topk_ids.ptr(), shape_name));
+    if (!hs.is_valid() || !is.is_valid()) throw nb::python_error();
+    if (PyTuple_Check(hs.ptr()) && PyTuple_GET_SIZE(hs.ptr()) >= 1) t = PyLong_AsLongLong(PyTuple_GET_ITEM(hs.ptr(), 0));
+    if (PyTuple_Check(is.ptr()) && PyTuple_GET_SIZE(is.ptr()) == 2) topk = PyLong_AsLongLong(PyTuple_GET_ITEM(is.ptr(), 1));
+    if (PyErr_Occurred()) throw nb::python_error();
+    fast = t >= 0 && topk >= 1;
+  }
+  std::uintptr_t ptrs[kWeights] = {};
+  if (fast)
+    for (int i = 0; i < kWeights; ++i) ptrs[i] = objs[i].is_none() ? 0 : reader.torch_data_ptr(objs[i]);
+  auto find = [&]() -> Entry* {
+    for (Entry& e : entries_) {
+      bool same = e.topk == topk && e.a1 == a1_scale && e.a2 == a2_scale && e.alpha == swiglu_alpha &&
+                  e.limit == swiglu_limit;
+      for (int i = 0; i < kWeights && same; ++i) same = e.ids[i] == objs[i].ptr() && e.ptrs[i] == ptrs[i];
+      if (!same || e.activation != activation || e.act_format != act_format || e.gate_up != gate ||
+          e.scale_layout != scale_layout)
+        continue;
+      // ids match: the same objects unless one died and its id was reused (then this entry is stale)
+      for (int i = 0; i < kWeights && same; ++i) same = objs[i].is_none() || weak_ref_is(e.refs[i], objs[i]);
+      return same ? &e : nullptr;
+    }
+    return nullptr;
+  };
+  Entry* hit = fast ? find() : nullptr;
+  if (hit == nullptr || t > hit->raw->options().max_tokens) {
+    // Python: the plan cached on the weights' addresses, grown to T (may build one).
+    nb::object layer = nb::module_::import_("fp4gemm.moe").attr("_plan_layer")(w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, hidden, topk_ids,
+                             activation, act_format, gate.empty() ? nb::object(nb::none()) : nb::object(nb::str(gate.c_str())), scale_layout,
+                             a1_scale, a2_scale, swiglu_alpha, swiglu_limit);
+    bool cacheable = fast;
+    nb::object refs[kWeights];
+    for (int i = 0; i < kWeights && cacheable; ++i) {
+      refs[i] = objs[i].is_none() ? nb::none() : weak_ref(objs[i]);
+      cacheable = objs[i].is_none() || !refs[i].is_none();
+    }
+    if (!cacheable)  // host arrays, odd shapes (the checks name them), weights without weak references
+      return layer.attr("run")(hidden, topk_ids, topk_weights, "out"_a = out, "stream"_a = stream);
+    hit = find();  // (again: Python ran in between)
+    if (hit == nullptr) {
+      if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());
+      Entry& e = entries_.emplace_back();
+      for (int i = 0; i < kWeights; ++i) e.ids[i] = objs[i].ptr(), e.ptrs[i] = ptrs[i], e.refs[i] = refs[i];
+      e.activation = activation, e.act_format = act_format, e.gate_up = gate, e.scale_layout = scale_layout;
+      e.a1 = a1_scale, e.a2 = a2_scale, e.alpha = swiglu_alpha, e.limit = swiglu_limit;
+      e.topk = static_cast<int>(topk);
+      hit = &e;
+    }
+    hit->layer = layer.attr("_layer");
+    hit->raw = nb::cast<MoeLayerObject*>(hit->layer);
+  }
+  nb::object result = nb::borrow(out);
+  if (out.is_none()) {
+    if (!empty_like_.is_valid()) {
+      nb::module_ torch = nb::module_::import_("torch");
+      empty_like_ = torch.attr("empty_like"), contiguous_ = torch.attr("contiguous_format");
+    }
+    // [T, H] bf16 when hidden_states is valid (the run checks hidden_states first and names it)
+    result = empty_like_(hidden, "memory_format"_a = contiguous_);
+  }
+  const nb::object layer = hit->layer;  // alive through the run whatever happens to the cache
+  MoeLayerObject* raw = hit->raw;
+  raw->run(hidden, topk_ids, topk_weights, result, stream, 0, nb::none(), nb::none());
+  return result;
 }
 
 }  // namespace fp4gemm::python

@@ -52,3 +52,44 @@ void quantize_on_device(nb::handle x, nb::handle packed, nb::handle scales, nb::
 void combine_on_host(nb::handle y, nb::handle topk_weights, nb::handle topk_ids, int experts, nb::handle out);
 
 }  // namespace fp4gemm::python
+
+namespace fp4gemm::python {
+
+// fp4gemm.moe.fused_experts' plan cache, in C++ so that a call with weights seen before costs one
+// lookup (the Python key of 7 weights' addresses cost ~5 us of host time per call). An entry is
+// keyed by the weight objects' identities and the options; it holds weak references to them (an id
+// reused after a weight died misses) and their addresses (a tensor re-pointed with set_() misses).
+// Misses, growth past the layer's max_tokens and non-torch arrays go to `plan` (Python: the plan
+// keyed by addresses, fp4gemm.moe._plan_layer, looked up at each miss), which returns the
+// fp4gemm.moe.MoeLayer to use. The cache holds nothing that leads back to the fp4gemm.moe module
+// (only the layers' _fp4gemm.MoeLayer objects), so the module's teardown frees it.
+class FusedExpertsCache {
+ public:
+  FusedExpertsCache() = default;
+  // fp4gemm.moe.fused_experts(...) -> out (allocated as torch.empty_like(hidden) when None).
+  nb::object call(nb::handle hidden, nb::handle w13, nb::handle w13_scale, nb::handle w2, nb::handle w2_scale,
+                  nb::handle topk_weights, nb::handle topk_ids, nb::handle w13_alpha, nb::handle w13_alpha_up,
+                  nb::handle w2_alpha, const std::string& activation, const std::string& act_format,
+                  nb::handle gate_up, const std::string& scale_layout, double a1_scale, double a2_scale,
+                  double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream);
+  void clear() { entries_.clear(); }
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  static constexpr int kWeights = 7;  // w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha
+  static constexpr std::size_t kMaxEntries = 256;  // past this, the oldest entry goes
+  struct Entry {
+    PyObject* ids[kWeights] = {};
+    nb::object refs[kWeights];
+    std::uintptr_t ptrs[kWeights] = {};
+    std::string activation, act_format, gate_up, scale_layout;
+    double a1 = 0, a2 = 0, alpha = 0, limit = 0;
+    int topk = 0;
+    nb::object layer;  // the fp4gemm.moe.MoeLayer's _fp4gemm.MoeLayer
+    MoeLayerObject* raw = nullptr;
+  };
+  nb::object empty_like_, contiguous_;  // torch.empty_like, torch.contiguous_format
+  std::vector<Entry> entries_;
+};
+
+}  // namespace fp4gemm::python

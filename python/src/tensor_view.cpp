@@ -302,7 +302,7 @@ nb::object TensorReader::torch_storage(nb::handle obj) {
   return nb::steal(r);
 }
 
-TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int group) {
+TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int group, bool bounds) {
   const Names& n = names();
   TensorView v;
   v.framework = Framework::torch;
@@ -328,6 +328,7 @@ TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int 
   v.ptr = torch_data_ptr(obj);
   // The storage, not the view, bounds what may be touched: a view can outgrow it when the storage
   // is resized in place (untyped_storage().resize_()).
+  if (!bounds) return v;
   const nb::object storage = torch_storage(obj);
   if (!storage.is_none()) {
     v.alloc_begin = as_address(call_method0(storage, n.data_ptr));
@@ -395,9 +396,10 @@ TensorView TensorReader::read_dlpack(nb::handle obj, const std::string& arg, int
   return v;
 }
 
-TensorView TensorReader::read(nb::handle obj, const std::string& arg, int group, bool writable, Keepalive& keep) {
+TensorView TensorReader::read(nb::handle obj, const std::string& arg, int group, bool writable, Keepalive& keep,
+                              bool bounds) {
   if (obj.is_none()) throw Error(arg, group, "is None");
-  if (is_torch(obj)) return read_torch(obj, arg, group);
+  if (is_torch(obj)) return read_torch(obj, arg, group, bounds);
   return read_dlpack(obj, arg, group, writable, keep);
 }
 

@@ -19,6 +19,7 @@
 #include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
 #include "host/device_guard.hpp"
+#include "host/moe_gemm_owner.hpp"
 #include "host/pimpl.hpp"
 #include "host/run_serializer.hpp"
 
@@ -258,13 +259,13 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   }
   g1.expert_offsets = p.offsets, g1.gather_index = p.gather, g1.num_tokens = T;
   g1.c = p.inter, g1.ldc = I;
-  p.gemm1->run(g1, s);
+  detail::MoeGemmOwner::enqueue(*p.gemm1, g1, s);  // (serialised by the layer)
 
   MoeArgs g2;
   activations(g2, p.inter, I, rows, I, p.i_packed, p.i_scales, o.a2_scale);
   g2.expert_offsets = p.offsets;
   g2.c = p.y, g2.ldc = H;
-  p.gemm2->run(g2, s);
+  detail::MoeGemmOwner::enqueue(*p.gemm2, g2, s);
 
   const long long total = static_cast<long long>(T) * (H / 8);
   const unsigned grid = static_cast<unsigned>(std::min<long long>((total + 255) / 256, 16LL * p.device.multiprocessors));

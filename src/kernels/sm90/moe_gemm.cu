@@ -19,6 +19,7 @@
 #include "host/core/cuda_check.hpp"
 #include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
+#include "host/moe_gemm_owner.hpp"
 #include "host/device_guard.hpp"
 #include "host/pimpl.hpp"
 #include "host/run_serializer.hpp"
@@ -399,10 +400,11 @@ const MoeGemm::Impl& checked(const std::unique_ptr<MoeGemm::Impl>& impl) { retur
 
 }  // namespace
 
-void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
-  const Impl& p = checked(impl_);
-  detail::check_moe_args(p.weights, p.options, args);
-  DeviceGuard guard(p.device.index);
+namespace {
+
+// One run's launches on `s`: the pre-pass and the GEMM (its programmatic dependent), after the
+// run's scale conversion if the plan converts every run. No serialisation: the caller's.
+void enqueue_run(const MoeGemm::Impl& p, const MoeArgs& args, cudaStream_t s) {
   FusedParams params = p.params;  // the run's routing and output
   params.moe.offsets = args.expert_offsets;
   params.moe.counts = args.expert_counts;
@@ -420,21 +422,34 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   pa.gather = args.gather_index;
   pa.gather_rows = args.num_tokens;
 
-  p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
-    if (p.options.rescale_each_run && p.convert_scales) FP4GEMM_CUDA_CHECK(p.convert_scales(s), "run");
-    const Format f = p.options.format;
-    const int ctas = p.params.moe.num_ctas;
-    const cudaError_t err =
-        p.options.activation == MoeActivation::bf16
-            ? launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(params, p.options.out_type, ctas, p.smem_bytes,
-                                                                       pa, p.prepass_grid, true, s)
-        : f == Format::nvfp4
-            ? launch_routed<Format::nvfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
-                                                                      pa, p.prepass_grid, true, s)
-            : launch_routed<Format::mxfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
-                                                                      pa, p.prepass_grid, true, s);
-    FP4GEMM_CUDA_CHECK(err, "run");
-  });
+  if (p.options.rescale_each_run && p.convert_scales) FP4GEMM_CUDA_CHECK(p.convert_scales(s), "run");
+  const Format f = p.options.format;
+  const int ctas = p.params.moe.num_ctas;
+  const cudaError_t err =
+      p.options.activation == MoeActivation::bf16
+          ? launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(params, p.options.out_type, ctas, p.smem_bytes,
+                                                                     pa, p.prepass_grid, true, s)
+      : f == Format::nvfp4
+          ? launch_routed<Format::nvfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
+                                                                    pa, p.prepass_grid, true, s)
+          : launch_routed<Format::mxfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
+                                                                    pa, p.prepass_grid, true, s);
+  FP4GEMM_CUDA_CHECK(err, "run");
+}
+
+}  // namespace
+
+void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  detail::check_moe_args(p.weights, p.options, args);
+  DeviceGuard guard(p.device.index);
+  p.runs.run(p.device.index, stream, [&](cudaStream_t s) { enqueue_run(p, args, s); });
+}
+
+void detail::MoeGemmOwner::enqueue(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream) {
+  const MoeGemm::Impl& p = checked(gemm.impl_);
+  detail::check_moe_args(p.weights, p.options, args);
+  enqueue_run(p, args, stream);
 }
 
 void MoeGemm::check(cudaStream_t stream) const {

@@ -1,0 +1,19 @@
+// Internal: the MoE layer owns two MoeGemm plans that nothing else can reach, and serialises its
+// own runs (one RunSerializer for the whole layer). Its runs enqueue the GEMMs through here, without
+// each GEMM's own event wait / record: inside the layer's cached CUDA graph those would be four
+// external event nodes, which make every replay cost 11 us of host time instead of 4.5
+// (bench/micro/graph_launch.cu, docs/PERF.md v23).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "fp4gemm/moe.hpp"
+
+namespace fp4gemm::detail {
+
+struct MoeGemmOwner {
+  // MoeGemm::run without the device guard and the run serialiser: the caller holds both. The
+  // arguments are validated as run() validates them.
+  static void enqueue(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream);
+};
+
+}  // namespace fp4gemm::detail
