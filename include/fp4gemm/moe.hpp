@@ -83,6 +83,12 @@ struct MoeOptions {
   // again at the start of every run, on the run's stream (one small kernel, graph-capturable) --
   // for callers that reuse the scale buffers with new contents (GPU MODE's harness).
   bool rescale_each_run = false;
+  // Eager runs (the stream not being captured) replay a CUDA graph of the run's launches (the
+  // pre-pass and the GEMM): one graph launch instead of two kernel launches. Graphs are keyed on
+  // the run's pointers, strides and token count, built the second time a key is seen, and kept for
+  // the `graph_cache` most recently used keys; 0 launches directly every time. Same kernels, same
+  // bytes either way (the routing and data are read on the device).
+  int graph_cache = 8;
 };
 
 // One run's data, all device pointers (none is read on the host).
@@ -138,6 +144,8 @@ class MoeGemm {
   int k() const;
   int rows() const;  // rows of A and C the plan serves: capacity, or experts * capacity (masked)
   std::size_t device_bytes() const;
+  // Runs so far that were one launch of a cached graph (MoeOptions::graph_cache).
+  std::size_t graph_replays() const;
 
   struct Impl;
 

@@ -271,7 +271,10 @@ def _plain_eager(*tensors) -> bool:
     stream, same checks; graph capture works either way."""
     if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
         return False
-    return all(t is None or type(t) is torch.Tensor for t in tensors)
+    for t in tensors:  # (a loop: all() over a generator costs ~1 us more per call)
+        if t is not None and type(t) is not Tensor:
+            return False
+    return True
 
 
 def _moe_alpha(alpha):

@@ -19,6 +19,7 @@
 #include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
 #include "host/device_guard.hpp"
+#include "host/graph_cache.hpp"
 #include "host/moe_gemm_owner.hpp"
 #include "host/pimpl.hpp"
 #include "host/run_serializer.hpp"
@@ -97,18 +98,9 @@ struct MoeLayer::Impl {
     bool ids_int64, weights_bf16;
     bool operator==(const GraphKey&) const = default;
   };
-  struct CachedGraph {
-    GraphKey key;
-    cudaGraphExec_t exec = nullptr;  // null: seen once, not captured yet
-    std::uint64_t last_use = 0;
-  };
-  mutable std::vector<CachedGraph> graphs;
-  mutable std::uint64_t uses = 0;
-  mutable cudaStream_t capture_stream = nullptr;
-  mutable std::atomic<std::size_t> graph_launches{0};
+  mutable detail::GraphCache<GraphKey> graphs;
 
   void enqueue(const MoeLayerArgs& args, cudaStream_t s) const;
-  cudaGraphExec_t cached_graph(const MoeLayerArgs& args) const;
 
   template <typename T>
   T* allocate(std::size_t bytes, const char* what) {
@@ -127,9 +119,6 @@ struct MoeLayer::Impl {
     return out;
   }
   ~Impl() {
-    for (const CachedGraph& g : graphs)
-      if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
-    if (capture_stream != nullptr) cudaStreamDestroy(capture_stream);
     gemm1.reset();
     gemm2.reset();
     for (void* p : allocations) cudaFree(p);
@@ -192,6 +181,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   o1.activation = o.activations, o1.layout = MoeLayout::contiguous, o1.capacity = p.capacity;
   o1.device = p.device.index;
   o1.epilogue = o.activation, o1.gate_up = o.gate_up;
+  o1.graph_cache = 0;  // (the layer enqueues its GEMMs itself, inside its own cached graph)
   o1.swiglu_alpha = o.swiglu_alpha, o1.swiglu_limit = o.swiglu_limit;
   // GEMM2: the intermediate x w2, alphas with a2_scale folded in.
   MoeWeights w2;
@@ -284,47 +274,6 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
 }
 
-// The graph for `args`' key (caller holds the run lock), built the second time the key is seen;
-// null: launch directly this time. Least recently used keys are dropped past options.graph_cache.
-cudaGraphExec_t MoeLayer::Impl::cached_graph(const MoeLayerArgs& args) const {
-  const GraphKey key{args.hidden, args.hidden_packed, args.hidden_scales, args.topk_ids, args.topk_weights,
-                     args.out, args.ld_hidden, args.ld_out, args.tokens, args.ids_int64, args.weights_bf16};
-  ++uses;
-  auto it = std::find_if(graphs.begin(), graphs.end(), [&](const CachedGraph& g) { return g.key == key; });
-  if (it == graphs.end()) {  // first sighting: remember it, run directly
-    if (graphs.size() >= static_cast<std::size_t>(options.graph_cache)) {
-      auto lru = std::min_element(graphs.begin(), graphs.end(),
-                                  [](const CachedGraph& x, const CachedGraph& y) { return x.last_use < y.last_use; });
-      if (lru->exec != nullptr) cudaGraphExecDestroy(lru->exec);
-      graphs.erase(lru);
-    }
-    graphs.push_back(CachedGraph{key, nullptr, uses});
-    return nullptr;
-  }
-  it->last_use = uses;
-  if (it->exec != nullptr) return it->exec;
-  // Second sighting: capture the launches on a private stream (nothing runs) and instantiate.
-  if (capture_stream == nullptr)
-    FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_stream, cudaStreamNonBlocking), "run");
-  FP4GEMM_CUDA_CHECK(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal), "run");
-  cudaGraph_t graph = nullptr;
-  try {
-    enqueue(args, capture_stream);
-  } catch (...) {
-    (void)cudaStreamEndCapture(capture_stream, &graph);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
-    throw;
-  }
-  FP4GEMM_CUDA_CHECK(cudaStreamEndCapture(capture_stream, &graph), "run");
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  FP4GEMM_CUDA_CHECK(err, "run");
-  it->exec = exec;
-  return exec;
-}
-
 void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   detail::check_moe_layer_args(p.weights, p.options, args);
@@ -333,15 +282,14 @@ void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     FP4GEMM_CUDA_CHECK(cudaStreamIsCapturing(s, &capture), "run");
-    // (inside a caller's capture the launches become the caller's graph nodes)
-    if (p.options.graph_cache > 0 && capture == cudaStreamCaptureStatusNone) {
-      if (const cudaGraphExec_t exec = p.cached_graph(args); exec != nullptr) {
-        FP4GEMM_CUDA_CHECK(cudaGraphLaunch(exec, s), "run");
-        ++p.graph_launches;
-        return;
-      }
+    auto enqueue = [&](cudaStream_t q) { p.enqueue(args, q); };
+    if (capture != cudaStreamCaptureStatusNone) {  // the launches become the caller's graph nodes
+      enqueue(s);
+      return;
     }
-    p.enqueue(args, s);
+    const Impl::GraphKey key{args.hidden, args.hidden_packed, args.hidden_scales, args.topk_ids, args.topk_weights,
+                             args.out, args.ld_hidden, args.ld_out, args.tokens, args.ids_int64, args.weights_bf16};
+    p.graphs.run(key, p.options.graph_cache, s, enqueue);
   });
 }
 
@@ -374,7 +322,7 @@ std::size_t MoeLayer::device_bytes() const {
 const MoeLayerOptions& MoeLayer::options() const { return checked(impl_).options; }
 
 std::size_t MoeLayer::graph_replays() const {
-  return checked(impl_).graph_launches.load();
+  return checked(impl_).graphs.replays();
 }
 
 }  // namespace fp4gemm

@@ -510,6 +510,46 @@ TEST(MoeGraph, ContiguousMxfp4FullRangeReplays) {
   replay_with_new_routings(cfg, 200);
 }
 
+// Eager runs through the plan's graph cache (MoeOptions::graph_cache): the same buffers with a new
+// routing, new data and new poison every run; run 1 launches directly, run 2 captures the graph,
+// later runs replay it. Every run is checked in full against the reference (guard bands, poison);
+// a plan without the cache, a cache of one key alternating between two output buffers (evicting
+// each other: always direct), and the replay count.
+TEST(MoeGraphCache, EagerReplaysWithNewRoutingsMatchTheReference) {
+  REQUIRE_FAST_KERNEL();
+  MoeConfig cfg = base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 16, 256, 128, 256, 3101);
+  cfg.num_tokens = 120;
+  cfg.alpha = AlphaMode::device;
+  const MoeWeightSet ws(cfg);
+  MoeOptions direct_options = ws.options(), one_key = ws.options();
+  direct_options.graph_cache = 0, one_key.graph_cache = 1;
+  const MoeGemm cached(ws.weights(), ws.options()), direct(ws.weights(), direct_options),
+      single(ws.weights(), one_key);
+  const MoeBuffers buffers(ws), other(ws);
+  const Stream stream;
+  std::mt19937_64 rng(cfg.seed);
+  for (int run = 0; run < 12; ++run) {
+    MoeInputs in = make_inputs(ws, rng, make_routing(cfg, rng, static_cast<RoutingKind>(run % kRoutingKinds)));
+    for (float& a : in.alphas) a = static_cast<float>(std::uniform_real_distribution<double>(-2.0, 2.0)(rng));
+    const Poison poison = run % 2 ? Poison::finite : Poison::nan;
+    std::vector<std::uint8_t> outputs[3];
+    const MoeGemm* plans[3] = {&cached, &direct, &single};
+    for (int k = 0; k < 3; ++k) {
+      const MoeBuffers& b = (k == 2 && run % 2) ? other : buffers;  // `single` alternates its key
+      b.upload(in, stream);
+      b.reset_c(poison, stream);
+      plans[k]->run(b.args(), stream);
+      outputs[k] = b.download_c(stream);
+      const std::vector<std::uint8_t> expected = expected_c(ws, b, in, poison, 1);
+      ASSERT_TRUE(check_c(ws, b, in, outputs[k], expected)) << "run " << run << ", plan " << k;
+    }
+    EXPECT_TRUE(outputs[0] == outputs[1]) << "run " << run << ": the graph replay differs from direct launches";
+  }
+  EXPECT_EQ(cached.graph_replays(), 11u);
+  EXPECT_EQ(direct.graph_replays(), 0u);
+  EXPECT_EQ(single.graph_replays(), 0u);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Determinism, streams
 // ---------------------------------------------------------------------------------------------

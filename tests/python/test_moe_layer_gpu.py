@@ -125,6 +125,54 @@ def test_fused_experts_under_torch_compile():
         assert torch.equal(got, eager)
 
 
+def test_fused_experts_cache_follows_the_weights():
+    """fused_experts' C++ cache (weight objects' identities, weak references, addresses): a hit
+    runs the same plan; weights re-pointed with set_() to other values, new weight objects, more
+    tokens than the plan's workspace, other options and a cleared cache all give the right answer
+    (each checked against the host composition of the weights it was called with)."""
+    pa = _problem("nvfp4", "nvfp4", e=8, h=128, i=64, k=2, t=16, seed=61)
+    pb = _problem("nvfp4", "nvfp4", e=8, h=128, i=64, k=2, t=16, seed=62)  # other weights, same shapes
+
+    def check(p, w, t, a1=0.5, via="moe"):
+        x, ids, wts = cuda(p["x"][:t]), cuda(p["ids"][:t]), cuda(p["wts"][:t])
+        if via == "moe":
+            got = moe.fused_experts(x, *w, wts, ids, a1_scale=a1)
+        elif via == "ops":
+            got = ops.fused_experts(x, *w, wts, ids, a1_scale=a1)
+        else:
+            got = torch.ops.fp4gemm.fused_experts(x, *w, wts, ids, None, None, None, "silu", "nvfp4", "", "blocked",
+                                                  a1, 1.0)
+        torch.cuda.synchronize()
+        want = moe.MoeLayer(p["w13"], p["s13"], p["w2"], p["s2"], max_tokens=t, topk=2, scale_layout="linear",
+                            a1_scale=a1).run(p["x"][:t], p["ids"][:t], p["wts"][:t]).astype(np.float32)
+        assert _rel(host(got).astype(np.float32), want) < 2.0**-7
+
+    def weights(p):
+        return [cuda(p["w13"]), cuda(_blocked(p["s13"])), cuda(p["w2"]), cuda(_blocked(p["s2"]))]
+
+    moe.clear_layer_cache()
+    assert len(moe._cache) == 0
+    w = weights(pa)
+    check(pa, w, 4)
+    assert len(moe._cache) == 1
+    for via in ("moe", "ops", "torch.ops"):  # hits: the same entry
+        check(pa, w, 4, via=via)
+    assert len(moe._cache) == 1
+    check(pa, w, 16)  # more tokens than the plan's workspace: a grown plan, the same entry
+    assert len(moe._cache) == 1
+    check(pa, w, 16, a1=0.25)  # other options: another entry
+    assert len(moe._cache) == 2
+    wb = weights(pb)
+    for old, new in zip(w, wb):  # the same objects re-pointed at other weights: a miss, a new plan
+        old.set_(new)
+    check(pb, w, 16)
+    del w, wb
+    check(pa, weights(pa), 8)  # new objects (perhaps at the dead ones' ids): no stale plan
+    moe.clear_layer_cache()
+    assert len(moe._cache) == 0
+    check(pb, weights(pb), 8)
+
+
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 @pytest.mark.parametrize("layout", ["linear", "blocked"])

@@ -36,6 +36,8 @@ MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
   if (o.activation != MoeActivation::fp4 && o.activation != MoeActivation::bf16)
     fail("options.activation", "unknown activation type");
   if (o.layout != MoeLayout::contiguous && o.layout != MoeLayout::masked) fail("options.layout", "unknown layout");
+  if (o.graph_cache < 0)
+    fail("options.graph_cache", "must be >= 0 (0: no cached graphs), got " + std::to_string(o.graph_cache));
   if (o.activation == MoeActivation::bf16 && o.format != Format::mxfp4)
     fail("options.activation",
          "bf16 activations (W4A16) need mxfp4 weights: the kernel dequantises nvfp4 weights to f16, and bf16 "

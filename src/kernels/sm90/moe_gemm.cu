@@ -21,6 +21,7 @@
 #include "host/core/validate.hpp"
 #include "host/moe_gemm_owner.hpp"
 #include "host/device_guard.hpp"
+#include "host/graph_cache.hpp"
 #include "host/pimpl.hpp"
 #include "host/run_serializer.hpp"
 #include "host/tensor_map.hpp"
@@ -124,6 +125,16 @@ struct MoeGemm::Impl {
   std::size_t smem_bytes = 0;
   int* error = nullptr;  // MoeErrorWord
   detail::RunSerializer runs;  // runs share the workspace and the work list: never overlapping
+  // Eager runs as graph replays (MoeOptions::graph_cache), guarded by `runs`' lock.
+  struct RunKey {
+    const void *a, *a_scales;
+    const int *offsets, *counts, *gather;
+    void* c;
+    std::int64_t lda, ldc;
+    int num_tokens;
+    bool operator==(const RunKey&) const = default;
+  };
+  mutable detail::GraphCache<RunKey> graphs;
   // The weight-scale conversion into the plan's blocked copy (null when the user's blocked scales
   // are read directly): run at plan time, and at every run with MoeOptions::rescale_each_run.
   std::function<cudaError_t(cudaStream_t)> convert_scales;
@@ -443,8 +454,21 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   detail::check_moe_args(p.weights, p.options, args);
   DeviceGuard guard(p.device.index);
-  p.runs.run(p.device.index, stream, [&](cudaStream_t s) { enqueue_run(p, args, s); });
+  p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
+    auto enqueue = [&](cudaStream_t q) { enqueue_run(p, args, q); };
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    FP4GEMM_CUDA_CHECK(cudaStreamIsCapturing(s, &capture), "run");
+    if (capture != cudaStreamCaptureStatusNone) {  // the launches become the caller's graph nodes
+      enqueue(s);
+      return;
+    }
+    const MoeGemm::Impl::RunKey key{args.a, args.a_scales, args.expert_offsets, args.expert_counts, args.gather_index,
+                                    args.c, args.lda, args.ldc, args.num_tokens};
+    p.graphs.run(key, p.options.graph_cache, s, enqueue);
+  });
 }
+
+std::size_t MoeGemm::graph_replays() const { return checked(impl_).graphs.replays(); }
 
 void detail::MoeGemmOwner::enqueue(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream) {
   const MoeGemm::Impl& p = checked(gemm.impl_);
