@@ -83,6 +83,7 @@ struct LayerCommandOptions {
   int iters = 100, warmup = 10;
   std::uint64_t seed = 1111;
   std::string json;
+  bool fuse_quantise = false;  // W4A4: the intermediate quantised in GEMM1's epilogue (A/B; off by default)
 };
 
 // `fp4gemm quantize`: the GPU activation quantiser on a bf16 [rows, k] matrix vs a device copy.

@@ -89,6 +89,15 @@ struct MoeOptions {
   // the `graph_cache` most recently used keys; 0 launches directly every time. Same kernels, same
   // bytes either way (the routing and data are read on the device).
   int graph_cache = 8;
+  // GLU epilogues only: write the output as FP4 in the weights' format for a following W4A4 GEMM
+  // (the MoE layer's GEMM2) instead of 16-bit values. Each output value is rounded to bf16 (as a
+  // bf16 output would hold it), then quantised exactly as fp4gemm::quantize_activations quantises
+  // bf16 input (NVFP4 with global scale `output_global_scale`, MXFP4's OCP rule): `c` receives the
+  // packed e2m1 rows [rows, N/2] (row stride `ldc` bytes) and `MoeArgs::c_scales` the linear
+  // scales [rows, N/vec], bit for bit what the separate quantiser would write for these rows.
+  // Needs out_type bf16 and N a multiple of the format's block (16 / 32).
+  bool quantize_output = false;
+  float output_global_scale = 1.0f;  // NVFP4 only (MXFP4: 1)
 };
 
 // One run's data, all device pointers (none is read on the host).
@@ -109,7 +118,8 @@ struct MoeArgs {
   const int* gather_index = nullptr;
   int num_tokens = 0;
   void* c = nullptr;
-  std::int64_t ldc = 0;  // elements
+  std::int64_t ldc = 0;  // elements (MoeOptions::quantize_output: bytes of packed FP4)
+  void* c_scales = nullptr;  // MoeOptions::quantize_output only: linear scales [rows, N/vec]
 };
 
 // Plan once per weight set; run with a new routing every time. `run` allocates nothing, never

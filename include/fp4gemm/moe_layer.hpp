@@ -62,6 +62,14 @@ struct MoeLayerOptions {
   // time. Same kernels, same bytes either way; the routing and data are read on the device, so a
   // replay with new values in the same buffers is correct.
   int graph_cache = 8;
+  // W4A4: GEMM1's GLU epilogue writes the intermediate already quantised (MoeOptions::
+  // quantize_output) instead of bf16 rows that a separate quantiser then reads: one launch and a
+  // round trip of the intermediate through memory fewer, the same bytes (tested). Off by default:
+  // measured slower on every model shape (H200, docs/PERF.md v23c: +2 % at DeepSeek-V3 T 32, +23 %
+  // at Mixtral T 256, +45 % at Qwen3 T 4096) -- the epilogue runs on the consumer warps while the
+  // tensor cores idle, and the per-element exact rounding costs more there than the separate
+  // memory-bound kernel.
+  bool fuse_quantize = false;
 };
 
 struct MoeLayerArgs {

@@ -14,6 +14,7 @@
 #include "device/group_params.hpp"
 #include "device/kernel_config.cuh"
 #include "device/ptx/ptx.cuh"
+#include "device/quantize_rule.cuh"
 #include "device/schedule.hpp"
 
 namespace fp4gemm::detail::sm90 {
@@ -153,6 +154,9 @@ struct GluArgs {
   int kind, swap, width;  // width: I, the output columns
   float alpha, limit;     // swigluoai
   float mul_first, mul_second;  // alphas of the map's first / second 8 rows of each 16
+  int q_format;                 // MoeScheduleParams::q_format: 0, or quantised output (Format + 1)
+  float q_gs;
+  std::uint8_t* q_scales;
 };
 
 // One warpgroup half of a GLU tile: the thread's accumulators of rows r (gate) and r + 8 (up) are
@@ -170,10 +174,36 @@ struct GluArgs {
 // accumulator then stays live across the loop and ptxas spilled them; docs/PERF.md v20.)
 struct GluDrain {
   void* c;
-  std::int64_t ldc;  // elements
+  std::int64_t ldc;  // elements (quantised output: bytes of packed FP4)
   int m0, tokens, col0, width;
   GluParams act;
+  int q_format;  // 0: 16/32-bit output; 1 nvfp4, 2 mxfp4: FP4 rows + linear scales (q_scales)
+  float q_gs;
+  std::uint8_t* q_scales;
 };
+
+// Quantised output (MoeOptions::quantize_output): the two values of this thread, rounded to bf16,
+// quantised with the block they belong to (16 / 32 consecutive columns of row r: 8 / 16 adjacent
+// lanes, which share r and all return together past the width) by the quantiser's rule
+// (device/quantize_rule.cuh; the block's amax by shuffles): one packed byte per thread, the scale
+// byte from the block's first lane.
+template <Format QF>
+__device__ __forceinline__ void glu_store_quantized(const GluDrain& d, int r, int col, float o0, float o1, int lane) {
+  constexpr int kVec = QF == Format::nvfp4 ? 16 : 32, kLanes = kVec / 2;
+  const float x0 = __bfloat162float(__float2bfloat16_rn(o0)), x1 = __bfloat162float(__float2bfloat16_rn(o1));
+  const unsigned mask = (kLanes == 8 ? 0xFFu : 0xFFFFu) << (lane & (32 - kLanes));
+  float m = fmaxf(fabsf(x0), fabsf(x1));
+#pragma unroll
+  for (int off = 1; off < kLanes; off *= 2) m = fmaxf(m, __shfl_xor_sync(mask, m, off));
+  const bool nan = __any_sync(mask, x0 != x0 || x1 != x1);
+  const float amax = nan ? __uint_as_float(0x7FC00000u) : m;
+  const std::uint32_t code =
+      QF == Format::nvfp4 ? quant::nv_scale_code_exact(amax, d.q_gs) : quant::mx_scale_code(amax);
+  const std::uint32_t byte = quant::element_nibble<QF>(x0, code, d.q_gs) | (quant::element_nibble<QF>(x1, code, d.q_gs) << 4);
+  const std::int64_t row = d.m0 + r;
+  static_cast<std::uint8_t*>(d.c)[row * d.ldc + col / 2] = static_cast<std::uint8_t>(byte);
+  if ((lane & (kLanes - 1)) == 0) d.q_scales[row * (d.width / kVec) + col / kVec] = static_cast<std::uint8_t>(code);
+}
 
 template <typename T>
 __device__ __forceinline__ void glu_store(const GluDrain& d, int r, int col, float o0, float o1) {
@@ -190,7 +220,7 @@ __device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, 
   const int cp = wtid % 16, col = d.col0 + 2 * cp;
   if (col >= d.width) return;
 #pragma unroll 1
-  for (int r = wtid / 16; r < d.tokens; r += 8) {
+  for (int r = wtid / 16; r < d.tokens; r += 8) {  // (the 16 lanes of a row share r)
     const float4 x = *reinterpret_cast<const float4*>(buf + r * 32 + 2 * cp);
     const GluTerms t0 = glu_terms(x.x, x.y, d.act), t1 = glu_terms(x.z, x.w, d.act);
     bool ok0, ok1;
@@ -200,7 +230,9 @@ __device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, 
       o0 = glu_div(t0.g, t0.d) * t0.u;
       o1 = glu_div(t1.g, t1.d) * t1.u;
     }
-    glu_store<T>(d, r, col, o0, o1);
+    if (d.q_format == 0) glu_store<T>(d, r, col, o0, o1);
+    else if (d.q_format == 1) glu_store_quantized<Format::nvfp4>(d, r, col, o0, o1, wtid % 32);
+    else glu_store_quantized<Format::mxfp4>(d, r, col, o0, o1, wtid % 32);
   }
 }
 
@@ -215,7 +247,7 @@ __device__ __forceinline__ void store_tile_glu(const float (&acc)[A], const Grou
   const int q = lane / 4, t = lane % 4;
   float2* buf = reinterpret_cast<float2*>(epi);
   const float mul_gate = a.swap ? a.mul_second : a.mul_first, mul_up = a.swap ? a.mul_first : a.mul_second;
-  GluDrain d{g.c, g.ldc, 0, 0, n_wg / 2, a.width, glu_params(a.kind, a.alpha, a.limit)};
+  GluDrain d{g.c, g.ldc, 0, 0, n_wg / 2, a.width, glu_params(a.kind, a.alpha, a.limit), a.q_format, a.q_gs, a.q_scales};
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     if (pass < pass_begin || pass >= pass_end) continue;

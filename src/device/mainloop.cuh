@@ -369,7 +369,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         swap = g.glu_swap, width = g.n / 2;
       }
       if constexpr (F == Format::nvfp4) mul_up *= kNvfp4AccScale;
-      const GluArgs glu{m.glu, swap, width, m.swiglu_alpha, m.swiglu_limit, swap ? mul_up : mul, swap ? mul : mul_up};
+      const GluArgs glu{m.glu, swap, width, m.swiglu_alpha, m.swiglu_limit, swap ? mul_up : mul, swap ? mul : mul_up,
+                        kRouted ? m.q_format : 0, m.q_gs, m.q_scales};
       std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
       const int wtid = st.ctid % 128;
 #pragma unroll

@@ -75,6 +75,11 @@ struct MoeScheduleParams {
   float swiglu_alpha, swiglu_limit;
   const float* alpha_up_device;  // per expert, or null (then alpha_up)
   float alpha_up;
+  // MoeOptions::quantize_output: 0 none, else the Format + 1 (1 nvfp4, 2 mxfp4); `c` / `ldc` are
+  // then the packed FP4 rows (ldc in bytes) and q_scales the linear scales [rows, glu_width / vec].
+  int q_format;
+  float q_gs;
+  std::uint8_t* q_scales;
 };
 
 struct FusedParams {

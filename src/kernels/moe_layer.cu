@@ -166,6 +166,9 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     p.x_scales = p.allocate<std::uint8_t>(std::size_t{1} * o.max_tokens * (H / vec), "plan workspace");
     p.i_packed = p.allocate<std::uint8_t>(std::size_t{1} * p.capacity * I / 2, "plan workspace");
     p.i_scales = p.allocate<std::uint8_t>(std::size_t{1} * p.capacity * (I / vec), "plan workspace");
+    // (with the fused quantisation, rows no expert computes are not written: defined all the same)
+    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(p.i_packed, 0, std::size_t{1} * p.capacity * I / 2, s), "plan");
+    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(p.i_scales, 0, std::size_t{1} * p.capacity * (I / vec), s), "plan");
   }
 
   // GEMM1: gathered tokens x w13 -> act(gate, up), alphas with a1_scale folded in.
@@ -183,6 +186,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   o1.epilogue = o.activation, o1.gate_up = o.gate_up;
   o1.graph_cache = 0;  // (the layer enqueues its GEMMs itself, inside its own cached graph)
   o1.swiglu_alpha = o.swiglu_alpha, o1.swiglu_limit = o.swiglu_limit;
+  o1.quantize_output = w4a4 && o.fuse_quantize;  // the intermediate leaves GEMM1 as FP4
+  o1.output_global_scale = o.format == Format::nvfp4 ? o.a2_scale : 1.0f;
   // GEMM2: the intermediate x w2, alphas with a2_scale folded in.
   MoeWeights w2;
   w2.experts = E, w2.n = H, w2.k = I;
@@ -191,6 +196,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   w2.alpha = w.w2_alpha == nullptr ? a2 : 1.0f;
   MoeOptions o2 = o1;
   o2.epilogue = MoeEpilogue::none;
+  o2.quantize_output = false, o2.output_global_scale = 1.0f;
   FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(s), "plan");
   try {
     p.gemm1 = std::make_unique<MoeGemm>(w1, o1);
@@ -248,11 +254,14 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
     activations(g1, args.hidden, ldh, T, H, p.x_packed, p.x_scales, o.a1_scale);
   }
   g1.expert_offsets = p.offsets, g1.gather_index = p.gather, g1.num_tokens = T;
-  g1.c = p.inter, g1.ldc = I;
+  const bool fused = p.gemm1->options().quantize_output;
+  if (fused) g1.c = p.i_packed, g1.ldc = I / 2, g1.c_scales = p.i_scales;
+  else g1.c = p.inter, g1.ldc = I;
   detail::MoeGemmOwner::enqueue(*p.gemm1, g1, s);  // (serialised by the layer)
 
   MoeArgs g2;
-  activations(g2, p.inter, I, rows, I, p.i_packed, p.i_scales, o.a2_scale);
+  if (fused) g2.a = p.i_packed, g2.lda = I / 2, g2.a_scales = p.i_scales;
+  else activations(g2, p.inter, I, rows, I, p.i_packed, p.i_scales, o.a2_scale);
   g2.expert_offsets = p.offsets;
   g2.c = p.y, g2.ldc = H;
   detail::MoeGemmOwner::enqueue(*p.gemm2, g2, s);
@@ -309,6 +318,10 @@ std::string MoeLayer::describe() const {
      << (o.activations == MoeActivation::fp4 ? to_string(o.format) : "bf16") << " activations, "
      << to_string(o.activation) << " (" << to_string(o.gate_up) << " w13), up to " << o.max_tokens
      << " tokens; eager runs as cached graphs: " << (o.graph_cache > 0 ? std::to_string(o.graph_cache) + " keys" : "off")
+     << (o.activations == MoeActivation::fp4
+             ? (p.gemm1->options().quantize_output ? "; intermediate quantised in GEMM1's epilogue"
+                                                   : "; intermediate quantised separately")
+             : "")
      << "; workspace " << (p.device_bytes + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
      << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();
   return os.str();

@@ -26,6 +26,7 @@
 #include <string>
 #include <type_traits>
 
+#include "device/quantize_rule.cuh"
 #include "formats/scale_layout.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/quantize.hpp"
@@ -40,36 +41,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// E4M3 code of a non-negative float (round to nearest even, saturating at 448 = 0x7E; NaN 0x7F).
-__device__ __forceinline__ std::uint32_t e4m3_code(float s) {
-  if (s != s) return 0x7F;
-  if (s >= 448.0f) return 0x7E;
-  // cvt.rn.satfinite.e4m3x2.f32: round to nearest even, subnormals included.
-  return static_cast<std::uint32_t>(__nv_cvt_float_to_fp8(s, __NV_SATFINITE, __NV_E4M3)) & 0x7F;
-}
-
-__device__ __forceinline__ float e4m3_value(std::uint32_t code) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
-  return __half2float(__half(h));
-}
-
-// The e2m1 code (sign in bit 3) of x / d rounded to nearest even (the exact quotient's rounding),
-// saturating; d > 0 or +inf/NaN handled by the caller's zero-scale rule.
-__device__ __forceinline__ std::uint32_t e2m1_code(float x, float d) {
-  const std::uint32_t sign = signbit(x) ? 8u : 0u;
-  const float a = fabsf(x);
-  float v = a / d;
-  if (v != v) return 0;  // a NaN scale (the host's x / NaN): nibble 0, no sign
-  // Exactly on a tie: the remainder decides (0: a true tie, rounds to the even code).
-  if (v == 0.25f || v == 0.75f || v == 1.25f || v == 1.75f || v == 2.5f || v == 3.5f || v == 5.0f) {
-    const float r = fmaf(-v, d, a);
-    if (r > 0.0f) v = __int_as_float(__float_as_int(v) + 1);
-    else if (r < 0.0f) v = __int_as_float(__float_as_int(v) - 1);
-  }
-  const std::uint32_t code = (v > 0.25f) + (v >= 0.75f) + (v > 1.25f) + (v >= 1.75f) + (v > 2.5f) + (v >= 3.5f) +
-                             (v > 5.0f);
-  return sign | code;
-}
+using detail::quant::code_divisor;
+using detail::quant::code_scale;
+using detail::quant::e2m1_code;
+using detail::quant::e4m3_code;
 
 // Per scale code: the block's thresholds. The divisor d of a block depends only on its scale code
 // (and the tensor's global scale), so each CTA tabulates, once, for every code: the 7 thresholds
@@ -86,18 +61,6 @@ constexpr std::uint32_t kFast = 1, kZero = 2;
 
 template <Format F>
 constexpr int kCodes = F == Format::nvfp4 ? 128 : 256;
-
-template <Format F>
-__device__ __forceinline__ float code_scale(std::uint32_t code) {
-  if constexpr (F == Format::nvfp4) return e4m3_value(code);  // NaN for 0x7F
-  // 2^(code - 127): code 0 is the subnormal 2^-127, 0xFF NaN.
-  return code == 0xFF ? __int_as_float(0x7FC00000) : code == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(code) << 23);
-}
-
-template <Format F>
-__device__ __forceinline__ float code_divisor(std::uint32_t code, float gs) {
-  return F == Format::nvfp4 ? __fmul_rn(code_scale<F>(code), gs) : code_scale<F>(code);
-}
 
 template <Format F, typename T>
 __device__ void build_table(std::uint32_t (*table)[kTableWords], float gs) {
@@ -241,18 +204,7 @@ __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, float gs, 
       code = e4m3_code(__fdiv_rn(__fdiv_rn(amax, 6.0f), gs));
     if (nan) code = 0x7Fu;
   } else {
-    if (nan) {
-      code = 0xFF;
-    } else if (isinf(amax)) {
-      code = 0xFE;
-    } else if (amax > 0.0f) {
-      // floor(log2 amax): the exponent field (subnormals: from the leading bit).
-      const int bits = __float_as_int(amax);
-      const int e = (bits >> 23) != 0 ? (bits >> 23) - 127 : (31 - __clz(bits)) - 149;
-      code = static_cast<std::uint32_t>(min(max(e - 2 + 127, 0), 254));
-    } else {
-      code = 0;
-    }
+    code = detail::quant::mx_scale_code(amax);
   }
   const uint4 t0 = *reinterpret_cast<const uint4*>(table[code]);
   const uint4 t1 = *reinterpret_cast<const uint4*>(table[code] + 4);

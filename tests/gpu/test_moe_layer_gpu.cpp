@@ -60,6 +60,7 @@ struct LayerCase {
   Values w13_values = Values::gpumode;  // full: realistic w13 (GEMM1 then inexact)
   float a1 = 0, a2 = 0;                 // NVFP4 W4A4 global scales (0: powers of two chosen here)
   int graph_cache = 8;                  // MoeLayerOptions::graph_cache
+  bool fuse_quantize = false;           // MoeLayerOptions::fuse_quantize
   std::uint64_t seed = 1;
   std::string describe() const {
     std::ostringstream os;
@@ -151,7 +152,7 @@ std::unique_ptr<Layer> make_layer(const LayerCase& c) {
   MoeLayerOptions o;
   o.format = c.format, o.activations = c.act, o.scale_layout = c.scale_layout, o.activation = c.activation;
   o.gate_up = c.gate_up, o.a1_scale = L->a1, o.a2_scale = L->a2s, o.max_tokens = c.max_tokens, o.topk = c.topk;
-  o.graph_cache = c.graph_cache;
+  o.graph_cache = c.graph_cache, o.fuse_quantize = c.fuse_quantize;
   L->layer = std::make_unique<MoeLayer>(w, o);
   return L;
 }
@@ -444,6 +445,47 @@ TEST_P(MoeLayerCases, MatchesTheQuantisedComposition) {
 
 INSTANTIATE_TEST_SUITE_P(All, MoeLayerCases, ::testing::ValuesIn(layer_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& i) { return "case" + std::to_string(i.index); });
+
+// W4A4: the intermediate quantised in GEMM1's GLU epilogue (MoeLayerOptions::fuse_quantize)
+// against the separate quantiser reading GEMM1's bf16 rows (the default, which MoeLayerCases
+// checks against the reference composition): the same output bytes, for every W4A4 case, its w13
+// also with realistic (inexact) values, and routings with empty experts, one hot expert and ids
+// outside [0, E).
+TEST(MoeLayerFusedQuantise, SameBytesAsTheSeparateQuantiser) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  int compared = 0;
+  for (LayerCase c : layer_cases()) {
+    if (c.act != MoeActivation::fp4) continue;
+    for (const Values v : {Values::gpumode, Values::full}) {
+      c.w13_values = v;
+      c.fuse_quantize = true;
+      LayerCase sep = c;
+      sep.fuse_quantize = false;
+      SCOPED_TRACE(c.describe());
+      const auto fused = make_layer(c), separate = make_layer(sep);  // (the same seed: the same weights)
+      ASSERT_NE(fused->layer->describe().find("quantised in GEMM1"), std::string::npos);
+      ASSERT_NE(separate->layer->describe().find("quantised separately"), std::string::npos);
+      std::mt19937_64 rng(c.seed * 31 + 7);
+      RunBuffers b(c, c.max_tokens, c.hidden + (c.padded ? 24 : 0), c.hidden + (c.padded ? 40 : 0), rng);
+      cudaStream_t s = nullptr;
+      FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+      const Route routes[] = {Route::random, Route::one_hot, Route::few, Route::invalid_ids};
+      for (int r = 0; r < 4; ++r) {
+        const Inputs in = make_inputs(c, rng, std::min(r == 0 ? c.max_tokens : 5 + 7 * r, c.max_tokens), routes[r]);
+        b.upload(c, in, s);
+        fused->layer->run(b.args(c, in), s);
+        const std::vector<std::uint8_t> got = b.download(s);
+        b.upload(c, in, s);
+        separate->layer->run(b.args(c, in), s);
+        EXPECT_TRUE(b.download(s) == got) << "routing " << to_string(routes[r]) << ": fused and separate quantisation differ";
+        ++compared;
+      }
+      EXPECT_NO_THROW(fused->layer->check(s));
+      FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+    }
+  }
+  EXPECT_GE(compared, 8);
+}
 
 // Pre-quantised tokens (MoeLayerArgs::hidden_packed / hidden_scales, what an expert-parallel
 // dispatch delivers): the host quantiser's bytes in, so the output must be the bf16-input run's

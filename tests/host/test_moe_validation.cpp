@@ -72,6 +72,20 @@ TEST(MoePlanValidation, EachBadFieldNamed) {
   bad("options.out_type", [](MoeWeights&, MoeOptions& o) { o.out_type = static_cast<OutType>(5); });
   bad("options.activation", [](MoeWeights&, MoeOptions& o) { o.activation = static_cast<MoeActivation>(5); });
   bad("options.layout", [](MoeWeights&, MoeOptions& o) { o.layout = static_cast<MoeLayout>(5); });
+  bad("options.graph_cache", [](MoeWeights&, MoeOptions& o) { o.graph_cache = -1; });
+  // Quantised output: a GLU option, from bf16 values, N a multiple of the scale block, a usable
+  // global scale.
+  bad("options.quantize_output", [](MoeWeights&, MoeOptions& o) { o.quantize_output = true; });
+  bad("options.quantize_output", [](MoeWeights&, MoeOptions& o) {
+    o.quantize_output = true, o.epilogue = MoeEpilogue::silu, o.out_type = OutType::f32;
+  });
+  bad("weights.n", [](MoeWeights& w, MoeOptions& o) { o.quantize_output = true, o.epilogue = MoeEpilogue::silu, w.n = 24; });
+  bad("options.output_global_scale", [](MoeWeights&, MoeOptions& o) {
+    o.quantize_output = true, o.epilogue = MoeEpilogue::silu, o.output_global_scale = 0.0f;
+  });
+  bad("options.output_global_scale", [](MoeWeights&, MoeOptions& o) {
+    o.quantize_output = true, o.epilogue = MoeEpilogue::silu, o.output_global_scale = INFINITY;
+  });
   bad("weights.w", [](MoeWeights& w, MoeOptions&) { w.w = nullptr; });
   bad("weights.w", [](MoeWeights& w, MoeOptions&) { w.w = fake(0x100008); });
   bad("weights.scales", [](MoeWeights& w, MoeOptions&) { w.scales = nullptr; });
@@ -114,6 +128,10 @@ TEST(MoePlanValidation, AcceptedCombinations) {
   accepted([](MoeWeights& w, MoeOptions&) { w.experts = 512; });
   accepted([](MoeWeights& w, MoeOptions&) { w.experts = 1, w.n = 1, w.k = 32; });
   accepted([](MoeWeights&, MoeOptions& o) { o.layout = MoeLayout::masked, o.capacity = 1; });
+  accepted([](MoeWeights&, MoeOptions& o) { o.quantize_output = true, o.epilogue = MoeEpilogue::silu; });
+  accepted([](MoeWeights& w, MoeOptions& o) {
+    o.quantize_output = true, o.epilogue = MoeEpilogue::swigluoai, o.format = Format::mxfp4, w.n = 64;
+  });
 }
 
 }  // namespace

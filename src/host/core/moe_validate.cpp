@@ -38,6 +38,18 @@ MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
   if (o.layout != MoeLayout::contiguous && o.layout != MoeLayout::masked) fail("options.layout", "unknown layout");
   if (o.graph_cache < 0)
     fail("options.graph_cache", "must be >= 0 (0: no cached graphs), got " + std::to_string(o.graph_cache));
+  if (o.quantize_output) {
+    if (o.epilogue == MoeEpilogue::none)
+      fail("options.quantize_output", "quantised output is a GLU epilogue option (set options.epilogue)");
+    if (o.out_type != OutType::bf16)
+      fail("options.quantize_output", "quantised output is quantised from bf16 values: set options.out_type = bf16");
+    const int vec = o.format == Format::nvfp4 ? 16 : 32;
+    if (w.n % vec != 0)
+      fail("weights.n", "quantised output needs the GLU width N = " + std::to_string(w.n) + " to be a multiple of " +
+                            std::to_string(vec) + " (the format's scale block)");
+    if (o.format == Format::nvfp4 && !(std::isfinite(o.output_global_scale) && o.output_global_scale > 0.0f))
+      fail("options.output_global_scale", "must be finite and > 0");
+  }
   if (o.activation == MoeActivation::bf16 && o.format != Format::mxfp4)
     fail("options.activation",
          "bf16 activations (W4A16) need mxfp4 weights: the kernel dequantises nvfp4 weights to f16, and bf16 "
@@ -138,6 +150,14 @@ void check_moe_args(const MoeWeights& w, const MoeOptions& o, const MoeArgs& a) 
     if (a.gather_index != nullptr) fail("gather_index", "the masked layout does not gather");
   }
   if (a.c == nullptr || !aligned(a.c, 16)) fail("c", "must be a 16-byte aligned device pointer");
+  if (o.quantize_output) {
+    if (a.ldc < w.n / 2 || a.ldc % 8 != 0)
+      fail("ldc", "row stride " + std::to_string(a.ldc) + " bytes of packed FP4 must be >= N/2 = " +
+                      std::to_string(w.n / 2) + " and a multiple of 8");
+    if (a.c_scales == nullptr) fail("c_scales", "quantised output needs its scales [rows, N/vec]");
+    return;
+  }
+  if (a.c_scales != nullptr) fail("c_scales", "only quantised output (options.quantize_output) has scales: pass null");
   if (a.ldc < w.n || a.ldc % 8 != 0)
     fail("ldc", "row stride " + std::to_string(a.ldc) + " elements must be >= N = " + std::to_string(w.n) +
                     " and a multiple of 8");

@@ -129,7 +129,7 @@ struct MoeGemm::Impl {
   struct RunKey {
     const void *a, *a_scales;
     const int *offsets, *counts, *gather;
-    void* c;
+    void *c, *c_scales;
     std::int64_t lda, ldc;
     int num_tokens;
     bool operator==(const RunKey&) const = default;
@@ -388,6 +388,9 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   sa.scales = sblk;
   sa.scale_stride = sblk_stride;
   sa.error = p.error;
+  sa.q_format = o.quantize_output ? static_cast<int>(o.format) + 1 : 0;
+  sa.q_gs = o.format == Format::nvfp4 ? o.output_global_scale : 1.0f;
+  sa.q_scales = nullptr;  // per run
 
   PrepassArgs& pa = p.prepass;
   pa.inline_count = 1;
@@ -421,6 +424,7 @@ void enqueue_run(const MoeGemm::Impl& p, const MoeArgs& args, cudaStream_t s) {
   params.moe.counts = args.expert_counts;
   params.moe.c = args.c;
   params.moe.ldc = args.ldc;
+  params.moe.q_scales = static_cast<std::uint8_t*>(args.c_scales);
   PrepassArgs pa = p.prepass;
   pa.inline_groups[0].a = static_cast<const std::uint8_t*>(args.a);
   pa.inline_groups[0].sfa = static_cast<const std::uint8_t*>(args.a_scales);
@@ -463,7 +467,7 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
       return;
     }
     const MoeGemm::Impl::RunKey key{args.a, args.a_scales, args.expert_offsets, args.expert_counts, args.gather_index,
-                                    args.c, args.lda, args.ldc, args.num_tokens};
+                                    args.c, args.c_scales, args.lda, args.ldc, args.num_tokens};
     p.graphs.run(key, p.options.graph_cache, s, enqueue);
   });
 }
