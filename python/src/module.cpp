@@ -262,8 +262,8 @@ NB_MODULE(_fp4gemm, m) {
       .def("__call__", &fp4gemm::python::FusedExpertsCache::call, "hidden_states"_a.none(), "w13"_a.none(),
            "w13_scale"_a.none(), "w2"_a.none(), "w2_scale"_a.none(), "topk_weights"_a.none(), "topk_ids"_a.none(),
            "w13_alpha"_a.none() = nb::none(), "w13_alpha_up"_a.none() = nb::none(), "w2_alpha"_a.none() = nb::none(),
-           "activation"_a = "silu", "act_format"_a = "nvfp4", "gate_up"_a.none() = nb::none(),
-           "scale_layout"_a = "blocked", "a1_scale"_a = 1.0, "a2_scale"_a = 1.0, "swiglu_alpha"_a = 1.702,
+           "activation"_a.none() = "silu", "act_format"_a.none() = "nvfp4", "gate_up"_a.none() = nb::none(),
+           "scale_layout"_a.none() = "blocked", "a1_scale"_a = 1.0, "a2_scale"_a = 1.0, "swiglu_alpha"_a = 1.702,
            "swiglu_limit"_a = 7.0, "out"_a.none() = nb::none(), "stream"_a.none() = nb::none())
       .def("clear", &fp4gemm::python::FusedExpertsCache::clear)
       .def("__len__", &fp4gemm::python::FusedExpertsCache::size);

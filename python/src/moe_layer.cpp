@@ -358,13 +358,23 @@ using namespace nb::literals;
 nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle w13_scale, nb::handle w2,
                                    nb::handle w2_scale, nb::handle topk_weights, nb::handle topk_ids,
                                    nb::handle w13_alpha, nb::handle w13_alpha_up, nb::handle w2_alpha,
-                                   const std::string& activation, const std::string& act_format, nb::handle gate_up,
-                                   const std::string& scale_layout, double a1_scale, double a2_scale,
+                                   nb::handle activation_arg, nb::handle act_format_arg, nb::handle gate_up,
+                                   nb::handle scale_layout_arg, double a1_scale, double a2_scale,
                                    double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream) {
   TensorReader& reader = Binding::get().reader();
   const nb::handle objs[kWeights] = {w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha};
+  // Option strings as the Python layer checks them (a wrong value is named when the plan is built).
+  auto text = [](nb::handle h, const char* name, const char* expected, bool none_ok) {
+    if (none_ok && h.is_none()) return std::string();
+    if (!PyUnicode_Check(h.ptr()))
+      throw Error(name, -1, std::string("must be ") + expected + ", got " + Py_TYPE(h.ptr())->tp_name);
+    return nb::cast<std::string>(h);
+  };
+  const std::string activation = text(activation_arg, "activation", "'silu' or 'swigluoai'", false);
+  const std::string act_format = text(act_format_arg, "act_format", "'nvfp4', 'mxfp4' or 'bf16'", false);
+  const std::string scale_layout = text(scale_layout_arg, "scale_layout", "'blocked' or 'linear'", false);
   // "" (the torch op's spelling of None) and None: the activation's default layout
-  const std::string gate = gate_up.is_none() ? std::string() : nb::cast<std::string>(gate_up);
+  const std::string gate = text(gate_up, "gate_up", "None, 'stacked' or 'interleaved'", true);
   // The fast path: torch tensors throughout (the alphas may be None), [T, ...] tokens, [T, k] ids.
   bool fast = reader.is_torch(hidden) && reader.is_torch(topk_ids);
   for (int i = 0; i < kWeights && fast; ++i) fast = objs[i].is_none() ? i >= 4 : reader.is_torch(objs[i]);

@@ -69,8 +69,8 @@ class FusedExpertsCache {
   // fp4gemm.moe.fused_experts(...) -> out (allocated as torch.empty_like(hidden) when None).
   nb::object call(nb::handle hidden, nb::handle w13, nb::handle w13_scale, nb::handle w2, nb::handle w2_scale,
                   nb::handle topk_weights, nb::handle topk_ids, nb::handle w13_alpha, nb::handle w13_alpha_up,
-                  nb::handle w2_alpha, const std::string& activation, const std::string& act_format,
-                  nb::handle gate_up, const std::string& scale_layout, double a1_scale, double a2_scale,
+                  nb::handle w2_alpha, nb::handle activation, nb::handle act_format, nb::handle gate_up,
+                  nb::handle scale_layout, double a1_scale, double a2_scale,
                   double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream);
   void clear() { entries_.clear(); }
   std::size_t size() const { return entries_.size(); }

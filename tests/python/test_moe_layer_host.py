@@ -252,3 +252,18 @@ def test_prequantised_tokens_give_the_same_bits():
     with pytest.raises(fp4gemm.ArgumentError) as err:
         _layer(w16).run(None, w16["ids"], w16["wts"], hidden_fp4=(packed, scales))
     assert err.value.argument == "hidden_packed"
+
+
+def test_fused_experts_names_bad_options():
+    """fp4gemm.moe.fused_experts (its C++ plan cache) on host arrays: options of the wrong type or
+    value are ArgumentErrors naming the option; a good call after them still runs."""
+    p = _problem("nvfp4", "nvfp4", seed=17)
+    args = (p["x"], p["w13"], p["s13"], p["w2"], p["s2"], p["wts"], p["ids"])
+    for kw, name in [(dict(gate_up=5), "gate_up"), (dict(gate_up="sideways"), "gate_up"),
+                     (dict(act_format=None), "act_format"), (dict(act_format="fp8"), "act_format"),
+                     (dict(activation=1), "activation"), (dict(scale_layout=b"linear"), "scale_layout")]:
+        with pytest.raises(fp4gemm.ArgumentError) as err:
+            moe.fused_experts(*args, scale_layout=kw.pop("scale_layout", "linear"), **kw)
+        assert err.value.argument == name, (kw, err.value.argument)
+    out = moe.fused_experts(*args, scale_layout="linear")
+    assert out.shape == p["x"].shape
