@@ -393,16 +393,20 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
   if (fast)
     for (int i = 0; i < kWeights; ++i) ptrs[i] = objs[i].is_none() ? 0 : reader.torch_data_ptr(objs[i]);
   auto find = [&]() -> Entry* {
-    for (Entry& e : entries_) {
+    for (std::size_t j = 0; j < entries_.size(); ++j) {
+      Entry& e = entries_[j];
       bool same = e.topk == topk && e.a1 == a1_scale && e.a2 == a2_scale && e.alpha == swiglu_alpha &&
                   e.limit == swiglu_limit;
       for (int i = 0; i < kWeights && same; ++i) same = e.ids[i] == objs[i].ptr() && e.ptrs[i] == ptrs[i];
       if (!same || e.activation != activation || e.act_format != act_format || e.gate_up != gate ||
           e.scale_layout != scale_layout)
         continue;
-      // ids match: the same objects unless one died and its id was reused (then this entry is stale)
+      // ids match: the same objects unless one died and its id was reused -- then the entry is
+      // stale (its layer keeps the weights alive, so this should not happen): drop it
       for (int i = 0; i < kWeights && same; ++i) same = objs[i].is_none() || weak_ref_is(e.refs[i], objs[i]);
-      return same ? &e : nullptr;
+      if (same) return &e;
+      entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(j));
+      return nullptr;
     }
     return nullptr;
   };
@@ -420,18 +424,22 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
     }
     if (!cacheable)  // host arrays, odd shapes (the checks name them), weights without weak references
       return layer.attr("run")(hidden, topk_ids, topk_weights, "out"_a = out, "stream"_a = stream);
+    nb::object layer_c = layer.attr("_layer");  // (everything that can throw before the cache changes)
+    MoeLayerObject* raw_c = nb::cast<MoeLayerObject*>(layer_c);
     hit = find();  // (again: Python ran in between)
     if (hit == nullptr) {
       if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());
-      Entry& e = entries_.emplace_back();
+      Entry e;
       for (int i = 0; i < kWeights; ++i) e.ids[i] = objs[i].ptr(), e.ptrs[i] = ptrs[i], e.refs[i] = refs[i];
       e.activation = activation, e.act_format = act_format, e.gate_up = gate, e.scale_layout = scale_layout;
       e.a1 = a1_scale, e.a2 = a2_scale, e.alpha = swiglu_alpha, e.limit = swiglu_limit;
       e.topk = static_cast<int>(topk);
-      hit = &e;
+      e.layer = layer_c, e.raw = raw_c;
+      entries_.push_back(std::move(e));
+      hit = &entries_.back();
+    } else {
+      hit->layer = layer_c, hit->raw = raw_c;
     }
-    hit->layer = layer.attr("_layer");
-    hit->raw = nb::cast<MoeLayerObject*>(hit->layer);
   }
   nb::object result = nb::borrow(out);
   if (out.is_none()) {
