@@ -12,6 +12,7 @@
 
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
+#include "host/core/moe_validate.hpp"
 
 namespace fp4gemm {
 namespace {
@@ -132,6 +133,39 @@ TEST(MoePlanValidation, AcceptedCombinations) {
   accepted([](MoeWeights& w, MoeOptions& o) {
     o.quantize_output = true, o.epilogue = MoeEpilogue::swigluoai, o.format = Format::mxfp4, w.n = 64;
   });
+}
+
+// The run-time checks of quantised output (MoeOptions::quantize_output): the packed rows' stride in
+// bytes, the scales required; and scales refused without it. (Host-only: MoeGemm::run calls this
+// first, before anything is enqueued.)
+TEST(MoeRunValidation, QuantisedOutputArguments) {
+  Valid v;
+  v.o.epilogue = MoeEpilogue::silu, v.o.quantize_output = true;
+  MoeArgs a;
+  a.a = fake(0x400000), a.lda = 64, a.a_scales = fake(0x500000), a.expert_offsets = static_cast<const int*>(fake(0x600000));
+  a.c = const_cast<void*>(fake(0x700000)), a.ldc = 32, a.c_scales = const_cast<void*>(fake(0x800000));
+  const auto arg = [&](const MoeOptions& o, const MoeArgs& x) -> std::string {
+    try {
+      detail::check_moe_args(v.w, o, x);
+    } catch (const Error& e) {
+      return e.argument();
+    }
+    return "(nothing thrown)";
+  };
+  EXPECT_EQ(arg(v.o, a), "(nothing thrown)");  // N 64: packed rows of 32 bytes
+  MoeArgs bad = a;
+  bad.c_scales = nullptr;
+  EXPECT_EQ(arg(v.o, bad), "c_scales");
+  bad = a, bad.ldc = 24;  // < N/2
+  EXPECT_EQ(arg(v.o, bad), "ldc");
+  bad = a, bad.ldc = 36;  // not a multiple of 8
+  EXPECT_EQ(arg(v.o, bad), "ldc");
+  MoeOptions plain = v.o;
+  plain.quantize_output = false;
+  bad = a, bad.ldc = 64;
+  EXPECT_EQ(arg(plain, bad), "c_scales");  // scales without quantised output
+  bad.c_scales = nullptr;
+  EXPECT_EQ(arg(plain, bad), "(nothing thrown)");
 }
 
 }  // namespace
