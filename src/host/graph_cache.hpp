@@ -32,11 +32,14 @@ class GraphCache {
     if (capture_stream_ != nullptr) cudaStreamDestroy(capture_stream_);
   }
 
-  // Runs `enqueue(stream)` for `key` on `stream` (not being captured), from the key's graph when it
-  // has one. `capacity` <= 0: always directly. Returns whether this run was a graph replay.
+  // Runs `enqueue(stream)` for `key` on `stream`, from the key's graph when it has one. Directly
+  // when `capacity` <= 0 or `stream` is being captured (the launches then become the caller's
+  // graph nodes). Returns whether this run was a graph replay.
   template <typename Enqueue>
   bool run(const Key& key, int capacity, cudaStream_t stream, Enqueue&& enqueue) {
-    if (capacity > 0) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (capacity > 0) FP4GEMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "run");
+    if (capacity > 0 && capture == cudaStreamCaptureStatusNone) {
       if (const cudaGraphExec_t exec = graph_for(key, capacity, enqueue); exec != nullptr) {
         FP4GEMM_CUDA_CHECK(cudaGraphLaunch(exec, stream), "run");
         ++replays_;

@@ -289,16 +289,9 @@ void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
   if (args.tokens == 0) return;
   detail::DeviceGuard guard(p.device.index);
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    FP4GEMM_CUDA_CHECK(cudaStreamIsCapturing(s, &capture), "run");
-    auto enqueue = [&](cudaStream_t q) { p.enqueue(args, q); };
-    if (capture != cudaStreamCaptureStatusNone) {  // the launches become the caller's graph nodes
-      enqueue(s);
-      return;
-    }
     const Impl::GraphKey key{args.hidden, args.hidden_packed, args.hidden_scales, args.topk_ids, args.topk_weights,
                              args.out, args.ld_hidden, args.ld_out, args.tokens, args.ids_int64, args.weights_bf16};
-    p.graphs.run(key, p.options.graph_cache, s, enqueue);
+    p.graphs.run(key, p.options.graph_cache, s, [&](cudaStream_t q) { p.enqueue(args, q); });
   });
 }
 

@@ -459,16 +459,9 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   detail::check_moe_args(p.weights, p.options, args);
   DeviceGuard guard(p.device.index);
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
-    auto enqueue = [&](cudaStream_t q) { enqueue_run(p, args, q); };
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    FP4GEMM_CUDA_CHECK(cudaStreamIsCapturing(s, &capture), "run");
-    if (capture != cudaStreamCaptureStatusNone) {  // the launches become the caller's graph nodes
-      enqueue(s);
-      return;
-    }
     const MoeGemm::Impl::RunKey key{args.a, args.a_scales, args.expert_offsets, args.expert_counts, args.gather_index,
                                     args.c, args.c_scales, args.lda, args.ldc, args.num_tokens};
-    p.graphs.run(key, p.options.graph_cache, s, enqueue);
+    p.graphs.run(key, p.options.graph_cache, s, [&](cudaStream_t q) { enqueue_run(p, args, q); });
   });
 }
 
