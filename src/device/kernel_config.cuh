@@ -61,6 +61,10 @@ struct KernelConfig {
   static_assert(SchedulePolicy::kWidthClasses == 16, "the class dispatch below has 16 cases");
 };
 
+// The MoE plan's split-K partial slot (one per CTA, moe_schedule.cuh's stream-K): tiles of the 16-
+// and 32-token classes only, <= 2 halves x 16 accumulators per consumer thread.
+constexpr int kMoeSlotFloats = KernelConfig::kConsumerThreads * 32;
+
 // Halves of a tile of token-width class n16 (every tile of a class has the same row count).
 __host__ __device__ constexpr int halves_of_class(int n16, int narrow_rows) {
   return tile_rows(16 * n16, narrow_rows) / 128;

@@ -277,8 +277,12 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // warp stores or loads 512 contiguous bytes per instruction (v4-v11: one float per thread and
   // instruction, 4x the instructions).
   static_assert(kAcc % 4 == 0, "float4 partials");
+  // (MoE plans: slots of kMoeSlotFloats, for the 16- and 32-token classes that their schedule
+  // splits; the pointer-array plan's hold any tile)
+  constexpr int kSlotFloats = kRouted ? kMoeSlotFloats : C::kPartialFloats;
+  static_assert(!kRouted || N8 > 4 || H * kAcc * C::kConsumerThreads <= kMoeSlotFloats, "MoE partial slot too small");
   auto slot_of = [&](int slot) {
-    return reinterpret_cast<float4*>(p.partials + static_cast<std::int64_t>(slot) * C::kPartialFloats);
+    return reinterpret_cast<float4*>(p.partials + static_cast<std::int64_t>(slot) * kSlotFloats);
   };
   auto at = [&](int h, int i) { return (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid; };
   auto publish = [&](float4* part, auto&& stored) {  // the partial, then the tile's counter

@@ -30,6 +30,13 @@ using detail::TileCoord;
 using detail::moe_cta_slots;
 using detail::moe_bucket_position;
 using detail::moe_tile_coord;
+using detail::kMoeStreamKMaxPieces;
+using detail::kMoeStreamKMinKblocks;
+using detail::moe_sk_ctas;
+using detail::moe_sk_eligible;
+using detail::moe_sk_piece;
+using detail::moe_sk_piece_count;
+using detail::StreamKPiece;
 
 // Shared scratch of the schedule (in the ring's memory: nothing is loaded before it is done).
 struct MoeScheduleScratch {
@@ -39,6 +46,7 @@ struct MoeScheduleScratch {
   int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], class_tiles[kClasses];
   int total_tiles;
   int begin, end, n16, rank, ctas;  // this CTA's result: its slots, class, and rank among the class's CTAs
+  int stream_k;                     // this CTA's class runs stream-K (moe_sk_pieces)
 };
 
 // Run by all kThreads threads of the CTA. Writes tiles / pieces [begin, end) and this CTA's first
@@ -130,12 +138,18 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     }
     const int spare = max(0, a.num_ctas - present);
     const float share = total > 0 ? spare * (cost / total) : 0.f;
-    int mine = tiles > 0 ? min(tiles, 1 + static_cast<int>(share)) : 0;
+    // At most one CTA per tile, except where stream-K can split the tiles (the 16- and 32-token
+    // classes, K of >= kMoeStreamKMinKblocks k-blocks): one per kMoeStreamKMinKblocks k-blocks.
+    const bool splittable = a.stream_k != 0 && c <= 1 && a.kblocks >= kMoeStreamKMinKblocks;
+    const int cap = splittable ? static_cast<int>(min(static_cast<long long>(tiles) * (a.kblocks / kMoeStreamKMinKblocks),
+                                                      static_cast<long long>(a.num_ctas)))
+                               : tiles;
+    int mine = tiles > 0 ? min(cap, 1 + static_cast<int>(share)) : 0;
     int sum = mine;
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
     // Largest remainder first (ties by class), among the classes that can take one more CTA.
-    const float rem = mine < tiles ? share - floorf(share) : -1.f;
+    const float rem = mine < cap ? share - floorf(share) : -1.f;
     int rank = 0;
 #pragma unroll 1
     for (int other = 0; other < kClasses; ++other) {
@@ -167,9 +181,14 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       const int cta = blockIdx.x;
       int c2 = 0;
       while (c2 < kClasses - 1 && cta >= s.cta_base[c2 + 1]) ++c2;
-      int begin = 0, end = 0, n16 = 1, k = 0, n = 1;
+      int begin = 0, end = 0, n16 = 1, k = 0, n = 1, sk = 0;
       if (cta < s.cta_base[kClasses] && !none) {
         k = cta - s.cta_base[c2], n = s.ctas_of[c2];
+        // Stream-K (moe_tiles.hpp, moe_sk_eligible) where whole tiles would leave a quarter or more
+        // of the class's CTAs idle (decode-like runs: at most 3/4 of a tile per CTA). Only the 16-
+        // and 32-token classes: their partials fit the plan's slots (one per CTA,
+        // kMoeSlotFloats). Other classes keep whole, interleaved tiles.
+        sk = a.stream_k != 0 && c2 <= 1 && moe_sk_eligible(s.class_tiles[c2], a.kblocks, n);
         const SlotRange r = moe_cta_slots(s.bucket_base[c2], s.class_tiles[c2], k, n, interleave);
         begin = r.begin, end = r.end;
         // (contiguous ranges had every token tile of every expert in flight and re-read the
@@ -177,18 +196,14 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
         // v16; decode-like runs interleave since v22, where v16's 10 % loss on (a) and (c) was gone)
         n16 = c2 + 1;
       }
-      s.begin = begin, s.end = end, s.n16 = n16, s.rank = k, s.ctas = n;
+      s.begin = begin, s.end = end, s.n16 = n16, s.rank = k, s.ctas = n, s.stream_k = sk;
     }
   }
   __syncthreads();
-  const int begin = s.begin, end = s.end, n16 = s.n16, c = n16 - 1, rank = s.rank, ctas = s.ctas;
+  const int n16 = s.n16, c = n16 - 1, rank = s.rank, ctas = s.ctas;
 
-  // 4. This CTA's tiles. The bucket's order: expert-major, then token tile, then row block (the
-  //    CTAs that run adjacent tiles at once share the token tile's activations and the expert's
-  //    weights through L2).
-#pragma unroll 1
-  for (int index = begin + tid; index < end; index += kThreads) {
-    const int t = moe_bucket_position(index, SlotRange{begin, end}, s.bucket_base[c], rank, ctas, interleave);
+  // The tile at bucket position t of class c.
+  auto tile_at = [&](int t, int writers, int first_slot) {
     int lo = 0, hi = a.experts - 1;  // the last expert whose prefix in class c is <= t
 #pragma unroll 1
     while (lo < hi) {
@@ -197,9 +212,42 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       else hi = mid - 1;
     }
     const ExpertTiles x = s.experts[lo];
-    const int local = t - s.prefix[c][lo];
-    const TileCoord tc = moe_tile_coord(x, c, local);
-    const TileDesc tile{lo, tc.row_block * tile_rows(tc.ntok, a.narrow_rows), tc.tok0, tc.ntok, tc.tok0, a.kblocks, 0, -1, -1};
+    const TileCoord tc = moe_tile_coord(x, c, t - s.prefix[c][lo]);
+    return TileDesc{lo, tc.row_block * tile_rows(tc.ntok, a.narrow_rows), tc.tok0, tc.ntok, tc.tok0, a.kblocks,
+                    writers, first_slot, -1};
+  };
+  if (s.stream_k) {
+    // 4'. Stream-K: this CTA's (<= 3) pieces, in its own entries after the tile slots (the plan
+    //     sizes pieces for max_tiles + kMoeStreamKMaxPieces per CTA); every CTA touching a tile
+    //     writes its (identical) record. A writer's partial goes to the slot of its CTA.
+    const int count = s.class_tiles[c], n = moe_sk_ctas(count, a.kblocks, ctas);
+    const int m = moe_sk_piece_count(count, a.kblocks, rank, n);
+    const int first = a.max_tiles + kMoeStreamKMaxPieces * static_cast<int>(blockIdx.x);
+    if (tid < m) {  // (one thread per piece)
+      const StreamKPiece sk = moe_sk_piece(count, a.kblocks, rank, n, tid);
+      const int index = s.bucket_base[c] + sk.tile;
+      const TileDesc tile = tile_at(sk.tile, sk.owner_cta - sk.first_writer, s.cta_base[c] + sk.first_writer);
+      const WorkPiece piece{index, sk.kb_begin, sk.kb_end, sk.owner ? -1 : s.cta_base[c] + rank};
+      a.tiles[index] = tile;
+      a.pieces[first + tid] = piece;
+      if (tid == 0)
+        a.first_pieces[blockIdx.x] =
+            make_producer_piece(piece, tile, a.n, a.cols, halves_of_class(n16, a.narrow_rows),
+                                a.weight_maps + 2 * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
+    }
+    __syncthreads();  // the records above are read by this CTA's producers and consumers
+    begin_out = first, end_out = first + m, n16_out = n16;
+    return;
+  }
+  const int begin = s.begin, end = s.end;
+
+  // 4. This CTA's tiles. The bucket's order: expert-major, then token tile, then row block (the
+  //    CTAs that run adjacent tiles at once share the token tile's activations and the expert's
+  //    weights through L2).
+#pragma unroll 1
+  for (int index = begin + tid; index < end; index += kThreads) {
+    const int t = moe_bucket_position(index, SlotRange{begin, end}, s.bucket_base[c], rank, ctas, interleave);
+    const TileDesc tile = tile_at(t, 0, -1);
     const WorkPiece piece{index, 0, a.kblocks, -1};
     a.tiles[index] = tile;
     a.pieces[index] = piece;

@@ -73,4 +73,67 @@ constexpr TileCoord moe_tile_coord(const ExpertTiles& x, int c, int local) {
   return TileCoord{rb, j, x.base + j * x.size, j == x.count - 1 ? x.last : x.size};
 }
 
+// Stream-K over a width class's bucket (decode-like runs, device/moe_schedule.cuh): the bucket's
+// `count` tiles of `kblocks` k-blocks are count * kblocks units (tile-major), and the class's n
+// CTAs take equal contiguous shares, CTA k the units [start(k), start(k + 1)). A CTA's pieces are
+// the parts of the tiles its share touches. The CTA holding a tile's last k-block owns it (sums
+// the partials, runs the epilogue); the others holding parts of it are its writers, consecutive
+// CTAs. A CTA is a writer of at most one tile, the last its share touches, and runs that piece
+// first, so an owner waits for pieces that were each their CTA's first: no CTA waits on a CTA
+// that is itself waiting.
+constexpr int kMoeStreamKMaxPieces = 3;   // per CTA: a share of < 2 tiles touches at most 3 (eligible shares: 2)
+constexpr int kMoeStreamKMinKblocks = 4;  // smallest share: fewer CTAs take part below it
+
+// Whether a class of `count` tiles of `kblocks` k-blocks on n CTAs runs stream-K: at most 3/4 of a
+// tile per CTA (whole tiles would leave a quarter or more of the class's CTAs idle), and K of at
+// least kMoeStreamKMinKblocks k-blocks (every share is then < 1 tile + 1 k-block, so it touches at
+// most 2 <= kMoeStreamKMaxPieces tiles). Measured (H200, PERF.md v24b): 64 tiles on 132 CTAs
+// (Mixtral's down projection at T 1) -36 %; 96 tiles neutral; 128 tiles on 132 CTAs +2 % (each
+// tile split in two for 3 % of balance), 224 tiles neutral -- hence the 3/4. count * kblocks * n < 2^31 keeps the arithmetic below in
+// 32 bits: a 64-bit division is a called routine, and its call in the GEMM's prologue made ptxas
+// spill in the producer's and consumers' loops (v24b: 22 % slower).
+constexpr bool moe_sk_eligible(int count, int kblocks, int n) {
+  return count > 0 && 4 * count <= 3 * n && kblocks >= kMoeStreamKMinKblocks &&
+         static_cast<long long>(count) * kblocks * n < (1ll << 31);
+}
+// CTAs of the class that take part: every share >= kMoeStreamKMinKblocks units.
+constexpr int moe_sk_ctas(int count, int kblocks, int n) {
+  const int most = count * kblocks / kMoeStreamKMinKblocks;
+  return most < 1 ? 1 : (most < n ? most : n);
+}
+constexpr int moe_sk_start(int count, int kblocks, int k, int n) {
+  return static_cast<int>(static_cast<unsigned>(count * kblocks * k) / static_cast<unsigned>(n));
+}
+// The CTA whose share holds unit u: the largest k with start(k) <= u.
+constexpr int moe_sk_cta_of(int u, int count, int kblocks, int n) {
+  return static_cast<int>(static_cast<unsigned>((u + 1) * n - 1) / static_cast<unsigned>(count * kblocks));
+}
+
+// One piece of CTA k's share: tile `tile` (0-based in the bucket), k-blocks [kb_begin, kb_end);
+// owner (the share holds the tile's last k-block) or a writer; the tile's writers are CTAs
+// first_writer .. owner_cta - 1 (none when first_writer == owner_cta).
+struct StreamKPiece {
+  int tile, kb_begin, kb_end;
+  bool owner;
+  int first_writer, owner_cta;
+};
+// How many pieces CTA k's share has (0 .. kMoeStreamKMaxPieces when moe_sk_eligible).
+constexpr int moe_sk_piece_count(int count, int kblocks, int k, int n) {
+  if (k >= n || count <= 0) return 0;
+  const int u0 = moe_sk_start(count, kblocks, k, n), u1 = moe_sk_start(count, kblocks, k + 1, n);
+  return u1 <= u0 ? 0 : (u1 - 1) / kblocks - u0 / kblocks + 1;
+}
+// Piece i (< moe_sk_piece_count) of CTA k's share, the writer piece (if any) first: computed per
+// index, no arrays (the kernel's threads 0..2 take one each).
+constexpr StreamKPiece moe_sk_piece(int count, int kblocks, int k, int n, int i) {
+  const int u0 = moe_sk_start(count, kblocks, k, n), u1 = moe_sk_start(count, kblocks, k + 1, n);
+  const int t0 = u0 / kblocks, t1 = (u1 - 1) / kblocks;
+  const bool writer_first = u1 < (t1 + 1) * kblocks;  // the share ends inside tile t1
+  const int t = writer_first ? (i == 0 ? t1 : t0 + i - 1) : t0 + i;
+  const int b = t * kblocks;
+  const int lo = u0 > b ? u0 : b, hi = u1 < b + kblocks ? u1 : b + kblocks;
+  return StreamKPiece{t, lo - b, hi - b, hi == b + kblocks, moe_sk_cta_of(b, count, kblocks, n),
+                      moe_sk_cta_of(b + kblocks - 1, count, kblocks, n)};
+}
+
 }  // namespace fp4gemm::detail

@@ -370,6 +370,21 @@ TEST(MoeGluShapes, ModelShapedTilesAndBothHeights) {
   }
 }
 
+// GLU plans in the stream-K regime (few rows, long K: tiles split over several CTAs; the owner
+// runs the GLU epilogue on the summed partials), every gate/up layout and both activations.
+TEST(MoeGluShapes, StreamKSplitTiles) {
+  if (!glu_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM cannot run here";
+  for (GateUpLayout gu : {GateUpLayout::stacked, GateUpLayout::interleaved, GateUpLayout::separate}) {
+    GluCase c;
+    c.gate_up = gu, c.experts = 6, c.width = 136, c.k = 2048, c.capacity = 24, c.seed = 501 + static_cast<int>(gu);
+    c.values = Values::gpumode, c.epilogue = MoeEpilogue::silu;
+    EXPECT_TRUE(run_glu_case(c));
+    c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.values = Values::full, c.epilogue = MoeEpilogue::swigluoai;
+    c.k = 4096, c.gather = true;
+    EXPECT_TRUE(run_glu_case(c));
+  }
+}
+
 TEST(MoeGluArgs, BadArgumentsNamed) {
   if (!glu_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM cannot run here";
   DeviceBuffer w(1 << 20), s(1 << 20);

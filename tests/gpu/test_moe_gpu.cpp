@@ -347,6 +347,50 @@ TEST(MoeRouting, TokenTileEdges) {
   });
 }
 
+// Stream-K of the 16- and 32-token classes (decode-like runs: at most 3/4 of a tile per CTA, K of
+// >= 4 k-blocks; device/moe_schedule.cuh): tiles split over up to dozens of CTAs (few experts,
+// long K), shares ending inside a tile, a class next to one that is not split, N off the tile
+// height, every layout and activation type; several runs on one plan (the tile flags reset
+// between them) and graph replays. GPU MODE data: bit-exact whatever the split; full range: the
+// FP32 bound.
+TEST(MoeStreamK, DecodeSharesMatchTheReference) {
+  REQUIRE_FAST_KERNEL();
+  struct Case {
+    Format format;
+    MoeActivation act;
+    MoeLayout layout;
+    bool gather;
+    int experts, n, k, capacity;
+  };
+  const Case cases[] = {
+      {Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 8, 256, 2048, 64},    // ~8 CTAs per tile
+      {Format::mxfp4, MoeActivation::bf16, MoeLayout::contiguous, false, 16, 192, 4096, 40},  // N off the tiles
+      {Format::nvfp4, MoeActivation::fp4, MoeLayout::masked, false, 4, 320, 1024, 16},
+      {Format::mxfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 64, 512, 512, 96},     // ~1-2 tiles per CTA
+      {Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, 1, 128, 8192, 30},    // one tile, 128 k-blocks
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    MoeConfig cfg = base_config(c.format, c.act, c.layout, c.gather, c.experts, c.n, c.k, c.capacity, 9100 + i);
+    cfg.num_tokens = c.gather ? c.capacity / 2 + 1 : 0;
+    cfg.alpha = AlphaMode::device;
+    for (const Values v : {Values::gpumode, Values::full}) {
+      cfg.values = v;
+      cfg.seed += 17;
+      expect_routings(
+          cfg,
+          [&](std::mt19937_64& rng) {
+            return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform),
+                                        make_routing(cfg, rng, RoutingKind::skewed),
+                                        make_routing(cfg, rng, RoutingKind::few_experts),
+                                        make_routing(cfg, rng, RoutingKind::full)};
+          },
+          i % 2 == 0 ? Launch::graph : Launch::stream);
+    }
+    ++i;
+  }
+}
+
 // Narrow tiles take 256 weight rows when the experts' row blocks fill the GPU (E * ceil(N / 256)
 // >= SMs), 128 otherwise: both, with rows in every width class.
 TEST(MoeRouting, BothNarrowTileHeights) {

@@ -57,6 +57,64 @@ TEST(MoeScheduleArithmetic, ExpertTilesCoverRowsAndWeightsOnce) {
   EXPECT_GT(checked, 10000);
 }
 
+// Stream-K shares (decode-like classes, fewer than 2 tiles per CTA): every (tile, k-block) unit in
+// exactly one piece; one owner per tile, holding its last k-block; its writers are exactly the
+// CTAs first_writer .. owner_cta - 1, each with one piece of it, and that piece is their first; at
+// most kMoeStreamKMaxPieces pieces per CTA, none empty.
+TEST(MoeScheduleArithmetic, StreamKSharesCoverEveryUnitOnce) {
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 140);
+    const int count = 1 + static_cast<int>(rng() % (2 * n));  // up to 2n: eligible only up to 3n / 4
+    const int kblocks = trial < 200 ? kMoeStreamKMinKblocks + trial % 8 : 1 + static_cast<int>(rng() % 240);
+    ASSERT_EQ(moe_sk_eligible(count, kblocks, n), 4 * count <= 3 * n && kblocks >= kMoeStreamKMinKblocks &&
+                                                      std::int64_t{count} * kblocks * n < (std::int64_t{1} << 31));
+    if (!moe_sk_eligible(count, kblocks, n)) continue;
+    const int ctas = moe_sk_ctas(count, kblocks, n);
+    ASSERT_GE(ctas, 1);
+    ASSERT_LE(ctas, n);
+    std::vector<int> unit(static_cast<std::size_t>(count) * kblocks, 0), owners(count, 0);
+    std::vector<std::vector<int>> writers(count);
+    for (int k = 0; k < ctas; ++k) {
+      StreamKPiece p[kMoeStreamKMaxPieces]{};
+      const int m = moe_sk_piece_count(count, kblocks, k, ctas);
+      for (int i = 0; i < m && i < kMoeStreamKMaxPieces; ++i) p[i] = moe_sk_piece(count, kblocks, k, ctas, i);
+      ASSERT_GE(m, 1) << "count " << count << " kblocks " << kblocks << " CTA " << k << " of " << ctas;
+      ASSERT_LE(m, kMoeStreamKMaxPieces);
+      ASSERT_GE(moe_sk_start(count, kblocks, k + 1, ctas) - moe_sk_start(count, kblocks, k, ctas),
+                std::min(kMoeStreamKMinKblocks, count * kblocks))
+          << "a share below the smallest";
+      for (int i = 0; i < m; ++i) {
+        ASSERT_GE(p[i].tile, 0);
+        ASSERT_LT(p[i].tile, count);
+        ASSERT_LT(p[i].kb_begin, p[i].kb_end);
+        ASSERT_LE(p[i].kb_end, kblocks);
+        for (int kb = p[i].kb_begin; kb < p[i].kb_end; ++kb) ++unit[static_cast<std::size_t>(p[i].tile) * kblocks + kb];
+        ASSERT_EQ(p[i].owner, p[i].kb_end == kblocks);
+        if (p[i].owner) {
+          ++owners[p[i].tile];
+          ASSERT_EQ(p[i].owner_cta, k);
+        } else {
+          ASSERT_EQ(i, 0) << "a writer piece runs first";
+          writers[p[i].tile].push_back(k);
+        }
+        ASSERT_LE(p[i].first_writer, p[i].owner_cta);
+      }
+    }
+    for (int u : unit) ASSERT_EQ(u, 1) << "count " << count << " kblocks " << kblocks << " n " << ctas;
+    for (int t = 0; t < count; ++t) {
+      ASSERT_EQ(owners[t], 1);
+      const int owner = moe_sk_cta_of((t + 1) * kblocks - 1, count, kblocks, ctas);
+      const int first = moe_sk_cta_of(t * kblocks, count, kblocks, ctas);
+      ASSERT_EQ(static_cast<int>(writers[t].size()), owner - first);
+      for (std::size_t w = 0; w < writers[t].size(); ++w) ASSERT_EQ(writers[t][w], first + static_cast<int>(w));
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 1000);
+}
+
 TEST(MoeScheduleArithmetic, CtaSlotsPartitionTheBucket) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 3000; ++trial) {

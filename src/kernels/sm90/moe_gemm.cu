@@ -322,7 +322,9 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   FusedParams& pr = p.params;
   pr.groups = d_groups;
   pr.tiles = p.allocate<TileDesc>(max_tiles * sizeof(TileDesc), "plan workspace");
-  pr.pieces = p.allocate<WorkPiece>(max_tiles * sizeof(WorkPiece), "plan workspace");
+  // (after the tiles' pieces, kMoeStreamKMaxPieces per CTA for a stream-K class's shares)
+  pr.pieces = p.allocate<WorkPiece>((max_tiles + std::int64_t{detail::kMoeStreamKMaxPieces} * num_ctas) * sizeof(WorkPiece),
+                                    "plan workspace");
   pr.first_pieces = p.allocate<ProducerPiece>(num_ctas * sizeof(ProducerPiece), "plan workspace");
   pr.cta_begin = nullptr;  // the CTAs find their ranges themselves (device/moe_schedule.cuh)
   pr.cta_class = nullptr;
@@ -332,7 +334,9 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   pr.c_tma = nullptr;
   pr.scale_blocked = p.upload(scale_blocked, "plan");
   pr.scale_linear = p.upload(scale_linear, "plan");
-  pr.partials = nullptr;  // whole tiles only
+  // Stream-K of the 16- and 32-token classes (moe_schedule.cuh): one FP32 partial slot per CTA
+  // (132 x 32 KB on an H100).
+  pr.partials = p.allocate<float>(static_cast<std::size_t>(num_ctas) * kMoeSlotFloats * sizeof(float), "plan workspace");
   pr.flags = p.allocate<int>(max_tiles * sizeof(int), "plan workspace");
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, max_tiles * sizeof(int)), "plan");
   const SchedulePolicy policy;
@@ -379,6 +383,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   sa.narrow_rows = pr.narrow_rows;
   sa.num_ctas = num_ctas;
   sa.max_tiles = static_cast<int>(max_tiles);
+  sa.stream_k = 1;
   sa.wide_fixed = static_cast<float>(policy.wide_fixed), sa.wide_per_token = static_cast<float>(policy.wide_per_token);
   sa.narrow_fixed = static_cast<float>(policy.narrow_fixed), sa.narrow_per_token = static_cast<float>(policy.narrow_per_token);
   sa.tiles = const_cast<TileDesc*>(pr.tiles);
