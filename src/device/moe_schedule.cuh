@@ -46,7 +46,7 @@ struct MoeScheduleScratch {
   int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], class_tiles[kClasses];
   int total_tiles;
   int begin, end, n16, rank, ctas;  // this CTA's result: its slots, class, and rank among the class's CTAs
-  int stream_k;                     // this CTA's class runs stream-K (moe_sk_pieces)
+  int stream_k;                     // this CTA's class runs stream-K (moe_sk_piece)
 };
 
 // Run by all kThreads threads of the CTA. Writes tiles / pieces [begin, end) and this CTA's first

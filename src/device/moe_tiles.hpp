@@ -89,9 +89,10 @@ constexpr int kMoeStreamKMinKblocks = 4;  // smallest share: fewer CTAs take par
 // least kMoeStreamKMinKblocks k-blocks (every share is then < 1 tile + 1 k-block, so it touches at
 // most 2 <= kMoeStreamKMaxPieces tiles). Measured (H200, PERF.md v24b): 64 tiles on 132 CTAs
 // (Mixtral's down projection at T 1) -36 %; 96 tiles neutral; 128 tiles on 132 CTAs +2 % (each
-// tile split in two for 3 % of balance), 224 tiles neutral -- hence the 3/4. count * kblocks * n < 2^31 keeps the arithmetic below in
-// 32 bits: a 64-bit division is a called routine, and its call in the GEMM's prologue made ptxas
-// spill in the producer's and consumers' loops (v24b: 22 % slower).
+// tile split in two for 3 % of balance), 224 tiles neutral -- hence the 3/4. count * kblocks * n
+// < 2^31 keeps the arithmetic below in 32 bits: a 64-bit division is a called routine, and its
+// call in the GEMM's prologue made ptxas spill in the producer's and consumers' loops (v24b: 22 %
+// slower).
 constexpr bool moe_sk_eligible(int count, int kblocks, int n) {
   return count > 0 && 4 * count <= 3 * n && kblocks >= kMoeStreamKMinKblocks &&
          static_cast<long long>(count) * kblocks * n < (1ll << 31);

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -356,33 +357,36 @@ TEST_P(MoeGlu, RandomCasesMatchTheReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Seeds, MoeGlu, ::testing::Range(0, 60));
 
-TEST(MoeGluShapes, ModelShapedTilesAndBothHeights) {
-  if (!glu_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM cannot run here";
-  // Wide tiles (>128 tokens per expert), 256-row narrow tiles, I not a multiple of 64.
+// For every gate/up layout: `base` (with that layout and seed0 + layout) as NVFP4 W4A4 on GPU MODE
+// data with silu, then as MXFP4 W4A16 on full-range data with swigluoai, further edited by
+// `w4a16`.
+void expect_layouts_both_activations(GluCase base, std::uint64_t seed0, const std::function<void(GluCase&)>& w4a16) {
   for (GateUpLayout gu : {GateUpLayout::stacked, GateUpLayout::interleaved, GateUpLayout::separate}) {
-    GluCase c;
-    c.gate_up = gu, c.experts = 4, c.width = 328, c.k = 512, c.capacity = 1100, c.seed = 77 + static_cast<int>(gu);
+    GluCase c = base;
+    c.gate_up = gu, c.seed = seed0 + static_cast<std::uint64_t>(gu);
     c.values = Values::gpumode, c.epilogue = MoeEpilogue::silu;
     EXPECT_TRUE(run_glu_case(c));
     c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.values = Values::full, c.epilogue = MoeEpilogue::swigluoai;
-    c.experts = 160, c.width = 64, c.capacity = 400, c.out = OutType::f16;
+    w4a16(c);
     EXPECT_TRUE(run_glu_case(c));
   }
+}
+
+TEST(MoeGluShapes, ModelShapedTilesAndBothHeights) {
+  if (!glu_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM cannot run here";
+  // Wide tiles (>128 tokens per expert), 256-row narrow tiles, I not a multiple of 64.
+  GluCase c;
+  c.experts = 4, c.width = 328, c.k = 512, c.capacity = 1100;
+  expect_layouts_both_activations(c, 77, [](GluCase& w) { w.experts = 160, w.width = 64, w.capacity = 400, w.out = OutType::f16; });
 }
 
 // GLU plans in the stream-K regime (few rows, long K: tiles split over several CTAs; the owner
 // runs the GLU epilogue on the summed partials), every gate/up layout and both activations.
 TEST(MoeGluShapes, StreamKSplitTiles) {
   if (!glu_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM cannot run here";
-  for (GateUpLayout gu : {GateUpLayout::stacked, GateUpLayout::interleaved, GateUpLayout::separate}) {
-    GluCase c;
-    c.gate_up = gu, c.experts = 6, c.width = 136, c.k = 2048, c.capacity = 24, c.seed = 501 + static_cast<int>(gu);
-    c.values = Values::gpumode, c.epilogue = MoeEpilogue::silu;
-    EXPECT_TRUE(run_glu_case(c));
-    c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.values = Values::full, c.epilogue = MoeEpilogue::swigluoai;
-    c.k = 4096, c.gather = true;
-    EXPECT_TRUE(run_glu_case(c));
-  }
+  GluCase c;
+  c.experts = 6, c.width = 136, c.k = 2048, c.capacity = 24;
+  expect_layouts_both_activations(c, 501, [](GluCase& w) { w.k = 4096, w.gather = true; });
 }
 
 TEST(MoeGluArgs, BadArgumentsNamed) {
