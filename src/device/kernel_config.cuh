@@ -52,6 +52,17 @@ struct KernelConfig {
   // through shared memory (stmatrix), then writes 16-byte chunks of C rows.
   static constexpr int kEpiTokens = 128;
   static constexpr int kEpiBytes = kConsumerWarpgroups * kEpiTokens * 64 * 2;
+  // Tiles of <= 16 * kPairMaxN8 / 2 tokens run two k-blocks per commit group (mainloop.cuh): the
+  // 16-token class. Paired, the 32-token class made ptxas spill more around every class's loop
+  // (consumer spill instructions 188 -> 341) and the 48-token class serialised every wgmma of the
+  // kernel (C7512); the 64-token class alone spills in its loop (docs/PERF.md v25).
+  static constexpr int kPairMaxN8 = 2;
+  // ... which holds the previous pair's two stages while both of the next pair fill: >= 4 stages
+  // in the smallest ring a plan allows (2 * kStageBytes: the largest stages, twice).
+  static constexpr int kMinPairStages = 4;
+  static_assert(2 * kStageBytes / (kPairMaxN8 / 2 * kActClassBytes + kMaxHalves * (kHalfWeightBytes + kScaleAtomBytes)) >=
+                    kMinPairStages,
+                "the paired mainloop needs 4 ring stages");
   static_assert(kActClassBytes % 1024 == 0, "128-byte swizzle atoms need 1024-byte aligned stages");
   static_assert(tile_rows(SchedulePolicy::kNarrowTokens, 256) == 128 * kMaxHalves &&
                     tile_rows(kMaxTokens, 256) == 128,

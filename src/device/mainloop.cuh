@@ -140,6 +140,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // and has its own set (v6 order: retire, dequantise, issue, half by half).
   constexpr bool kKblockGroups = H == 1 || H * kAcc <= 96;
   constexpr int kSets = kKblockGroups ? 2 : 1;
+  // Tiles of 16 tokens: two k-blocks per commit group (below).
+  constexpr bool kPairs = kKblockGroups && N8 <= C::kPairMaxN8;
   std::uint32_t a[kSets][H][8][2];
 
   // Weight scales come with the stage (the producer loads them). Blocked atom (SPEC 2): row r's
@@ -158,14 +160,25 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // racecheck flagged the stage refills that this leaves unordered for the other threads once a
   // test CTA reused its ring's stages (docs/PERF.md v12).
   auto release_previous_stage = [&] { ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]); };
-  // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
-  auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2]) {
+  // Half h of k-block kb as read from stage `stage`: its two rows' 16 weights and scale codes.
+  struct HalfRaw {
+    uint2 q0, q1;
+    unsigned c0, c1;
+  };
+  auto load_half = [&](int stage, int kb, int h) {
+    HalfRaw r;
     const std::uint8_t* wrow =
-        w_smem + (st.stage * H + h) * C::kHalfWeightBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
-    const uint2 q0 = *reinterpret_cast<const uint2*>(wrow);
-    const uint2 q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
-    const std::uint8_t* srow = st.s_smem + (st.stage * H + h) * C::kScaleAtomBytes + s_off +
+        w_smem + (stage * H + h) * C::kHalfWeightBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
+    r.q0 = *reinterpret_cast<const uint2*>(wrow);
+    r.q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
+    const std::uint8_t* srow = st.s_smem + (stage * H + h) * C::kScaleAtomBytes + s_off +
                                (F == Format::nvfp4 ? 0 : 2 * (kb & 1));
+    r.c0 = srow[0];
+    r.c1 = srow[128];
+    return r;
+  };
+  // Dequantises a loaded half of k-block kb into `buf`.
+  auto dequant_raw = [&](int kb, const HalfRaw& r, std::uint32_t(&buf)[8][2]) {
     std::uint32_t s0, s1;
     if constexpr (F == Format::mxfp4 && kSmallMx) {
       // kSmallMx (FusedParams::small_mx_scales, every code <= 128): 2^(code - 1) = 2^126 *
@@ -175,29 +188,30 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       // parameter inside the k-loop (tried first) cost 5-16 % on both paths (docs/PERF.md v21).
       // No past-K select: a kSmallMx plan reads its own copy, every byte of which (padding
       // included) it scanned to be <= 128.
-      s0 = srow[0] * 0x00800080u + 0x3F003F00u;
-      s1 = srow[128] * 0x00800080u + 0x3F003F00u;
+      s0 = r.c0 * 0x00800080u + 0x3F003F00u;
+      s1 = r.c1 * 0x00800080u + 0x3F003F00u;
     } else {
-      const unsigned codes = srow[0] | (static_cast<unsigned>(srow[128]) << 8);
+      const unsigned codes = r.c0 | (r.c1 << 8);
       weight_scale_pairs<F>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
     }
     std::uint32_t d0[8], d1[8];
-    dequant_row<F, kSmallMx>(q0, s0, d0);
-    dequant_row<F, kSmallMx>(q1, s1, d1);
+    dequant_row<F, kSmallMx>(r.q0, s0, d0);
+    dequant_row<F, kSmallMx>(r.q1, s1, d1);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       buf[i][0] = d0[i];
       buf[i][1] = d1[i];
     }
   };
+  // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
+  auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2]) { dequant_raw(kb, load_half(st.stage, kb, h), buf); };
   // The stage's activation descriptor for k-step 0; k-step s adds 32 bytes (2 in the 16-byte
   // address field, which cannot carry: shared addresses are < 2^18).
   const std::uint32_t act_smem0 = ptx::smem_addr(act_smem);
-  // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf` as one commit group.
-  auto issue = [&](int kb, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
-    const std::uint64_t desc0 = ptx::smem_desc_sw128(act_smem0 + st.stage * st.act_stage_bytes);
-    fence_acc(acc);
-    ptx::wgmma_fence();
+  // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf`, the activations of stage
+  // `stage` (no fence, no commit).
+  auto issue_wgmmas = [&](int kb, int stage, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
+    const std::uint64_t desc0 = ptx::smem_desc_sw128(act_smem0 + stage * st.act_stage_bytes);
 #pragma unroll
     for (int h = h0; h < h1; ++h) {
 #pragma unroll
@@ -207,15 +221,22 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (kb > piece.kb_begin || s > 0) ? 1 : 0);
       }
     }
+  };
+  // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf` as one commit group.
+  auto issue = [&](int kb, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
+    fence_acc(acc);
+    ptx::wgmma_fence();
+    issue_wgmmas(kb, st.stage, h0, h1, buf);
     ptx::wgmma_commit();
   };
   FP4GEMM_TRACE_DO(const long long t_piece = clock64();)
-  auto wait_full = [&] {
+  auto wait_stage = [&](int stage, std::uint32_t phase) {
     FP4GEMM_TRACE_DO(const long long t0 = clock64();)
-    ptx::mbarrier_wait(&full[st.stage], st.phase);
+    ptx::mbarrier_wait(&full[stage], phase);
     FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceBarrier, clock64() - t0);
                      if (st.trace && st.trace[kTraceFirstNs] == 0) st.trace[kTraceFirstNs] = globaltimer();)
   };
+  auto wait_full = [&] { wait_stage(st.stage, st.phase); };
   auto next_stage = [&] {
     if (++st.stage == stages) {
       st.stage = 0;
@@ -229,7 +250,68 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     fence_acc(acc);
   };
 
-  if constexpr (kKblockGroups) {
+  bool release_two = false;  // the last commit group read two stages (kPairs)
+  if constexpr (kPairs) {
+    // 16-token tiles: two k-blocks (two ring stages) per commit group, as triton_kernels' 128-k
+    // stages. Both stages' waits come first, then the two k-blocks' dequantisation as one block of
+    // straight-line code, 16 wgmmas, one retiring wait and two releases. ptxas then computes the
+    // activation descriptors in uniform registers (no R2UR before each HGMMA, the `wait` stalls
+    // that v22's profile found on them): 222.5 -> 200.8 instructions per k-block (W4A16
+    // small-scale MXFP4), 208.5 -> 192.8 (NVFP4), docs/PERF.md v25. Four A register sets:
+    // [pair parity][k-block of the pair]. The odd last k-block of a piece runs alone after a full
+    // drain. Holding the previous pair while both stages of this one fill needs a ring of >= 4
+    // stages (KernelConfig::kMinPairStages).
+    std::uint32_t b[2][2][H][8][2];
+    const int npair = (piece.kb_end - piece.kb_begin) / 2;
+    int kb = piece.kb_begin;
+    auto release_pair_before = [&](int s0) {  // the two stages before s0
+      ptx::mbarrier_arrive(&empty[s0 == 0 ? stages - 1 : s0 - 1]);
+      ptx::mbarrier_arrive(&empty[s0 >= 2 ? s0 - 2 : s0 + stages - 2]);
+    };
+    for (int p0 = 0; p0 < npair; p0 += 2) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if (p0 + u < npair) {
+          const int s0 = st.stage;
+          const bool wrap = s0 + 1 == stages;
+          const int s1 = wrap ? 0 : s0 + 1;
+          const std::uint32_t ph1 = wrap ? st.phase ^ 1 : st.phase;
+          wait_stage(s0, st.phase);
+          wait_stage(s1, ph1);
+#pragma unroll
+          for (int h = 0; h < H; ++h) dequant_raw(kb, load_half(s0, kb, h), b[u][0][h]);
+#pragma unroll
+          for (int h = 0; h < H; ++h) dequant_raw(kb + 1, load_half(s1, kb + 1, h), b[u][1][h]);
+          fence_acc(acc);
+          ptx::wgmma_fence();
+          issue_wgmmas(kb, s0, 0, H, b[u][0]);
+          issue_wgmmas(kb + 1, s1, 0, H, b[u][1]);
+          ptx::wgmma_commit();
+          retire_older_groups();  // the previous pair's group is done
+          if (kb > piece.kb_begin) release_pair_before(s0);
+          const bool wrap1 = s1 + 1 == stages;
+          st.stage = wrap1 ? 0 : s1 + 1;
+          st.phase = wrap1 ? ph1 ^ 1 : ph1;
+          kb += 2;
+        }
+      }
+    }
+    release_two = npair > 0;
+    if (kb < piece.kb_end) {  // an odd last k-block
+      ptx::wgmma_wait<0>();
+      fence_acc(acc);
+      if (npair > 0) release_pair_before(st.stage);
+      release_two = false;
+      wait_full();
+#pragma unroll
+      for (int h = 0; h < H; ++h) dequant_raw(kb, load_half(st.stage, kb, h), b[0][0][h]);
+      fence_acc(acc);
+      ptx::wgmma_fence();
+      issue_wgmmas(kb, st.stage, 0, H, b[0][0]);
+      ptx::wgmma_commit();
+      next_stage();
+    }
+  } else if constexpr (kKblockGroups) {
     // Per k-block: wait for the stage, dequantise every half into the free register set, issue
     // them as one commit group, then retire the previous k-block's group and release its stage.
     // (With one group per half and the retiring wait before each half's dequantisation, ptxas
@@ -267,6 +349,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   ptx::wgmma_wait<0>();
   fence_acc(acc);
   release_previous_stage();
+  if (release_two) ptx::mbarrier_arrive(&empty[st.stage >= 2 ? st.stage - 2 : st.stage + stages - 2]);
   FP4GEMM_TRACE_DO(long long t_mark = clock64(); FP4GEMM_TRACE_ADD(st.trace, kTraceMainloop, t_mark - t_piece);
                    FP4GEMM_TRACE_ADD(st.trace, kTraceKblocks, piece.kb_end - piece.kb_begin);
                    FP4GEMM_TRACE_ADD(st.trace, kTracePieces, 1);

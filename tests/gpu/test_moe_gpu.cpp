@@ -391,6 +391,40 @@ TEST(MoeStreamK, DecodeSharesMatchTheReference) {
   }
 }
 
+// 16-token tiles run two k-blocks per commit group, and a piece's odd last k-block alone
+// (mainloop.cuh, kPairs): every k-block count from 1 to 7 (a lone k-block, pairs only, pairs and an
+// odd tail), at 16-token widths and the one-k-block loop's 32 and 48 beside them, both formats and
+// both activation kinds.
+TEST(MoePairedMainloop, EveryKblockCountAtNarrowWidths) {
+  REQUIRE_FAST_KERNEL();
+  struct Case {
+    Format format;
+    MoeActivation act;
+  };
+  const Case kinds[] = {{Format::nvfp4, MoeActivation::fp4}, {Format::mxfp4, MoeActivation::bf16},
+                        {Format::mxfp4, MoeActivation::fp4}};
+  int i = 0;
+  for (const int kblocks : {1, 2, 3, 4, 5, 7}) {
+    const Case& c = kinds[i % 3];
+    // 6 experts x <= 48 rows on average: widths 16, 32 and 48, and skewed experts past them
+    MoeConfig cfg = base_config(c.format, c.act, MoeLayout::contiguous, i % 2 == 0, 6, 320, 64 * kblocks, 200, 9400 + i);
+    cfg.num_tokens = cfg.gather ? 120 : 0;
+    for (const Values v : {Values::gpumode, Values::full}) {
+      cfg.values = v;
+      cfg.seed += 31;
+      expect_routings(
+          cfg,
+          [&](std::mt19937_64& rng) {
+            return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform),
+                                        make_routing(cfg, rng, RoutingKind::skewed),
+                                        routing_from_counts(cfg, rng, {16, 32, 48, 1, 17, 40}, 0, "widths 16-48")};
+          },
+          i % 2 == 0 ? Launch::graph : Launch::stream);
+    }
+    ++i;
+  }
+}
+
 // Narrow tiles take 256 weight rows when the experts' row blocks fill the GPU (E * ceil(N / 256)
 // >= SMs), 128 otherwise: both, with rows in every width class.
 TEST(MoeRouting, BothNarrowTileHeights) {
