@@ -87,9 +87,14 @@ def main():
     row("MoeLayer.run (allocates out)", lambda: layer.run(x, ids, wts))
     row("ops.fused_experts", lambda: ops.fused_experts(x, w13, s13, w2, s2, wts, ids))
     row("moe.fused_experts", lambda: moe.fused_experts(x, w13, s13, w2, s2, wts, ids))
-    row("torch.ops.fp4gemm.fused_experts",
+    native = ops.native_status()["fused_experts"]
+    row("torch.ops.fp4gemm.fused_experts" + (" (C++ kernel)" if native == "" else f" (Python kernel: {native})"),
         lambda: torch.ops.fp4gemm.fused_experts(x, w13, s13, w2, s2, wts, ids, None, None, None, "silu", "nvfp4", "",
                                                 "blocked", 1.0, 1.0))
+    # the same op with its Python kernel (what the C++ kernel replaces), for the A/B
+    row("torch.ops.fp4gemm._fused_experts_python (Python kernel)",
+        lambda: torch.ops.fp4gemm._fused_experts_python(x, w13, s13, w2, s2, wts, ids, None, None, None, "silu",
+                                                        "nvfp4", "", "blocked", 1.0, 1.0))
     # The MoE grouped GEMM's entry points (E 8, 12 tokens x top-2, N 64, K 128, W4A4 NVFP4, gathered).
     from fp4gemm.testing import random_moe
 

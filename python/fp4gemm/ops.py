@@ -358,6 +358,41 @@ def _fused_experts(
     raise AssertionError("not called")
 
 
+def _fused_experts_python_kernel(*args):
+    # The native kernel's miss path: plan, cache, run. An exception cannot travel back through
+    # torch's C shim (it would be logged and reduced to an error code), so it is handed to the
+    # native kernel, which raises it as a RuntimeError with this text.
+    try:
+        return _moe._cache(*args)
+    except Exception as e:  # noqa: BLE001 -- every error goes back to the caller
+        _C._torch_native_error(f"{type(e).__name__}: {e}")
+        return args[0].new_empty(0)
+
+
+@_custom_op("fp4gemm::_fused_experts_python", mutates_args=(), kernel=_fused_experts_python_kernel)
+def _fused_experts_python(
+    hidden_states: Tensor,
+    w13: Tensor,
+    w13_scale: Tensor,
+    w2: Tensor,
+    w2_scale: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    w13_alpha: Optional[Tensor],
+    w13_alpha_up: Optional[Tensor],
+    w2_alpha: Optional[Tensor],
+    activation: str,
+    act_format: str,
+    gate_up: str,
+    scale_layout: str,
+    a1_scale: float,
+    a2_scale: float,
+) -> Tensor:
+    """(Internal: fused_experts' Python kernel under its own name -- what the native CUDA kernel
+    calls when it has no plan for the arguments.)"""
+    raise AssertionError("not called")
+
+
 @_fused_experts.register_fake
 def _fused_experts_fake(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
                         w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale):
@@ -396,3 +431,26 @@ def fused_experts(
     op = _moe._cache if eager else torch.ops.fp4gemm.fused_experts
     return op(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up, w2_alpha,
               activation, act_format, gate_up or "", scale_layout, float(a1_scale), float(a2_scale))
+
+
+# ---- native (C++) kernels through torch's stable C ABI ------------------------------------------
+
+
+def _register_native() -> str:
+    import os
+
+    try:
+        return _C._register_torch_native(os.path.join(os.path.dirname(torch.__file__), "lib"), _moe._cache)
+    except Exception as e:  # noqa: BLE001 -- the Python kernels stay; native_status() says why
+        return f"{type(e).__name__}: {e}"
+
+
+_NATIVE_STATUS = _register_native()
+
+
+def native_status() -> dict:
+    """Which torch.ops.fp4gemm ops run a C++ kernel on CUDA tensors (registered through torch's
+    stable C ABI, torch >= 2.10) instead of their Python kernel, and why not where they do not:
+    ``{"fused_experts": ""}`` (registered) or ``{"fused_experts": "torch exports no ..."}``."""
+    return {"fused_experts": _NATIVE_STATUS}
+

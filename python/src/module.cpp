@@ -13,6 +13,7 @@
 #include "grouped.hpp"
 #include "moe.hpp"
 #include "moe_layer.hpp"
+#include "torch_native.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -267,6 +268,21 @@ NB_MODULE(_fp4gemm, m) {
            "swiglu_limit"_a = 7.0, "out"_a.none() = nb::none(), "stream"_a.none() = nb::none())
       .def("clear", &fp4gemm::python::FusedExpertsCache::clear)
       .def("__len__", &fp4gemm::python::FusedExpertsCache::size);
+
+  m.def("_register_torch_native",
+        [](const std::string& lib_dir, fp4gemm::python::FusedExpertsCache* cache) {
+          return fp4gemm::python::register_torch_native(lib_dir, cache);
+        },
+        "lib_dir"_a, "cache"_a,
+        "Internal (fp4gemm.ops): registers torch.ops.fp4gemm.fused_experts' C++ CUDA kernel through torch's "
+        "stable C ABI; returns '' when registered, else why not.");
+  m.def("_torch_native_status", [] { return fp4gemm::python::torch_native_status(); });
+  m.def("_torch_native_counts", [] {
+    const auto [hot, python] = fp4gemm::python::torch_native_counts();
+    return nb::make_tuple(hot, python);
+  }, "Internal (tests): calls of the native fused_experts kernel so far, (C++ hot path, Python path).");
+  m.def("_torch_native_error", [](const std::string& message) { fp4gemm::python::set_torch_native_error(message); },
+        "Internal (fp4gemm.ops): the Python path reports an exception to the native kernel, which raises it.");
 
   m.def("_read_tensors",
         [](nb::args arrays) {

@@ -2,6 +2,7 @@
 // host (NumPy) arrays run reference::moe_layer after the same checks.
 #include "moe_layer.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "checks.hpp"
@@ -10,6 +11,7 @@
 #include "fp4gemm/reference.hpp"
 #include "grouped.hpp"
 #include "host/core/moe_validate.hpp"
+#include "torch_native.hpp"
 
 namespace fp4gemm::python {
 
@@ -132,6 +134,43 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
                          nb::handle stream, int threads, nb::handle hidden_packed, nb::handle hidden_scales) {
   TensorReader& reader = Binding::get().reader();
   Keepalive keep;
+  TensorView x, xs;
+  const bool pre = !hidden_packed.is_none() || !hidden_scales.is_none();
+  if (pre) {
+    if (!hidden.is_none()) fail("hidden_states", "pass either hidden_states or hidden_packed / hidden_scales, not both");
+    if (options_.activations != MoeActivation::fp4)
+      fail("hidden_packed", "pre-quantised tokens need FP4 activations (act_format nvfp4 / mxfp4)");
+    if (hidden_packed.is_none() || hidden_scales.is_none())
+      fail(hidden_packed.is_none() ? "hidden_packed" : "hidden_scales", "pre-quantised tokens need both arrays");
+    x = reader.read(hidden_packed, "hidden_packed", -1, false, keep, false);
+    xs = reader.read(hidden_scales, "hidden_scales", -1, false, keep, false);
+  } else {
+    x = reader.read(hidden, "hidden_states", -1, false, keep, false);
+  }
+  const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep, false);
+  const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep, false);
+  const TensorView y = reader.read(out, "out", -1, true, keep, false);
+  const MoeLayerArgs a = checked_args(x, pre ? &xs : nullptr, ids, wt, y);
+  if (layer_) {
+    const cudaStream_t s = Binding::get().resolve_stream(stream, x.framework, device_);
+    layer_->run(a, s);
+    return;
+  }
+  run_host(a, ids, wt, pre ? nullptr : reinterpret_cast<const std::uint16_t*>(x.ptr),
+           pre ? reinterpret_cast<const std::uint8_t*>(x.ptr) : nullptr,
+           pre ? reinterpret_cast<const std::uint8_t*>(xs.ptr) : nullptr, threads);
+}
+
+void MoeLayerObject::run_on_stream(const TensorView& hidden, const TensorView& topk_ids,
+                                   const TensorView& topk_weights, const TensorView& out, cudaStream_t stream) const {
+  if (!layer_) fail("hidden_states", "this layer's weights are host arrays; run it through fp4gemm.moe");
+  layer_->run(checked_args(hidden, nullptr, topk_ids, topk_weights, out), stream);
+}
+
+// The run's arrays checked against the layer (as read: placement, dtypes, shapes, strides).
+// `scales` non-null: `x` is hidden_packed with these linear scales (pre-quantised tokens).
+MoeLayerArgs MoeLayerObject::checked_args(const TensorView& x, const TensorView* scales, const TensorView& ids,
+                                          const TensorView& wt, const TensorView& y) const {
   const MoeLayerWeights& w = weights_;
   const int k = options_.topk, vec = scale_block_size(options_.format);
   auto placed = [&](const TensorView& v, const char* name) {
@@ -140,19 +179,10 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
                      (cuda_ ? "cuda:" + std::to_string(device_) : std::string("cpu")));
   };
   MoeLayerArgs a;
-  TensorView x, xs;
-  const char* tokens_arg = "hidden_states";
-  const bool pre = !hidden_packed.is_none() || !hidden_scales.is_none();
-  if (pre) {
-    if (!hidden.is_none()) fail("hidden_states", "pass either hidden_states or hidden_packed / hidden_scales, not both");
-    if (options_.activations != MoeActivation::fp4)
-      fail("hidden_packed", "pre-quantised tokens need FP4 activations (act_format nvfp4 / mxfp4)");
-    if (hidden_packed.is_none() || hidden_scales.is_none())
-      fail(hidden_packed.is_none() ? "hidden_packed" : "hidden_scales", "pre-quantised tokens need both arrays");
-    tokens_arg = "hidden_packed";
-    x = reader.read(hidden_packed, "hidden_packed", -1, false, keep, false);
-    xs = reader.read(hidden_scales, "hidden_scales", -1, false, keep, false);
-    placed(x, "hidden_packed");
+  const char* tokens_arg = scales ? "hidden_packed" : "hidden_states";
+  placed(x, tokens_arg);
+  if (scales) {
+    const TensorView& xs = *scales;
     placed(xs, "hidden_scales");
     if ((x.dtype != DType::byte && x.dtype != DType::fp4x2) || x.ndim != 2 || x.shape[1] != w.hidden / 2 ||
         !is_row_major_dense(x))
@@ -165,8 +195,6 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
                                 xs.shape_text());
     a.hidden_packed = reinterpret_cast<const void*>(x.ptr), a.hidden_scales = reinterpret_cast<const void*>(xs.ptr);
   } else {
-    x = reader.read(hidden, "hidden_states", -1, false, keep, false);
-    placed(x, "hidden_states");
     if (x.dtype != DType::bf16 && x.dtype != DType::raw16)
       fail("hidden_states", std::string("has dtype ") + to_string(x.dtype) + "; expected bfloat16");
     if (x.ndim != 2 || x.shape[1] != w.hidden)
@@ -175,9 +203,6 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
     a.hidden = reinterpret_cast<const void*>(x.ptr), a.ld_hidden = x.shape[0] > 1 ? x.strides[0] : w.hidden;
   }
   const std::int64_t T = x.shape[0];
-  const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep, false);
-  const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep, false);
-  const TensorView y = reader.read(out, "out", -1, true, keep, false);
   placed(ids, "topk_ids");
   placed(wt, "topk_weights");
   placed(y, "out");
@@ -205,14 +230,7 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
   a.tokens = static_cast<int>(T);
   a.out = reinterpret_cast<void*>(y.ptr), a.ld_out = T > 1 ? y.strides[0] : w.hidden;
   detail::check_moe_layer_args(w, options_, a);
-  if (layer_) {
-    const cudaStream_t s = Binding::get().resolve_stream(stream, x.framework, device_);
-    layer_->run(a, s);
-    return;
-  }
-  run_host(a, ids, wt, pre ? nullptr : reinterpret_cast<const std::uint16_t*>(x.ptr),
-           pre ? reinterpret_cast<const std::uint8_t*>(x.ptr) : nullptr,
-           pre ? reinterpret_cast<const std::uint8_t*>(xs.ptr) : nullptr, threads);
+  return a;
 }
 
 // The host path: reference::moe_layer on the run's arrays (bf16 tokens, or pre-quantised ones).
@@ -435,6 +453,11 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
       e.a1 = a1_scale, e.a2 = a2_scale, e.alpha = swiglu_alpha, e.limit = swiglu_limit;
       e.topk = static_cast<int>(topk);
       e.layer = layer_c, e.raw = raw_c;
+      Keepalive keep;
+      static const char* const names[kWeights] = {"w13", "w13_scale", "w2", "w2_scale", "w13_alpha", "w13_alpha_up",
+                                                   "w2_alpha"};
+      for (int i = 0; i < kWeights; ++i)
+        if (!objs[i].is_none()) e.views[i] = reader.read(objs[i], names[i], -1, false, keep, false);
       entries_.push_back(std::move(e));
       hit = &entries_.back();
     } else {
@@ -454,6 +477,29 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
   MoeLayerObject* raw = hit->raw;
   raw->run(hidden, topk_ids, topk_weights, result, stream, 0, nb::none(), nb::none());
   return result;
+}
+
+FusedExpertsCache::~FusedExpertsCache() { forget_torch_native_cache(this); }
+
+const MoeLayerObject* FusedExpertsCache::find_native(const NativeKey& key, nb::object& keep) const {
+  constexpr double kSwigluAlpha = 1.702, kSwigluLimit = 7.0;  // the torch op's (call()'s defaults)
+  for (const Entry& e : entries_) {
+    if (e.topk != key.topk || e.a1 != key.a1 || e.a2 != key.a2 || e.alpha != kSwigluAlpha || e.limit != kSwigluLimit ||
+        e.activation != key.activation || e.act_format != key.act_format || e.gate_up != key.gate_up ||
+        e.scale_layout != key.scale_layout)
+      continue;
+    bool same = true;
+    for (int i = 0; i < kWeights && same; ++i) {
+      const TensorView &a = e.views[i], &b = key.weights[i];
+      same = a.ptr == b.ptr && a.ndim == b.ndim && a.dtype == b.dtype && a.cuda == b.cuda && a.device == b.device &&
+             std::equal(a.shape, a.shape + a.ndim, b.shape) && std::equal(a.strides, a.strides + a.ndim, b.strides);
+    }
+    if (!same) continue;
+    if (key.tokens > e.raw->options().max_tokens) return nullptr;  // the Python path grows the plan
+    keep = e.layer;
+    return e.raw;
+  }
+  return nullptr;
 }
 
 }  // namespace fp4gemm::python

@@ -3,7 +3,10 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cuda_runtime_api.h>
+
 #include <memory>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -23,14 +26,21 @@ class MoeLayerObject {
   // hidden bf16 [T, H]; topk_ids int32/int64 [T, topk]; topk_weights f32/bf16 [T, topk]; out bf16 [T, H].
   void run(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out, nb::handle stream,
            int threads, nb::handle hidden_packed, nb::handle hidden_scales);
+  // The CUDA run on arrays read elsewhere (the torch.ops kernel, torch_native.cpp): the same checks
+  // as run(); hidden_states bf16 only.
+  void run_on_stream(const TensorView& hidden, const TensorView& topk_ids, const TensorView& topk_weights,
+                     const TensorView& out, cudaStream_t stream) const;
   void check(nb::handle stream) const;
   std::string describe() const;
+  int device() const { return device_; }
   const MoeLayerOptions& options() const { return options_; }
   const MoeLayerWeights& weights() const { return weights_; }
   bool on_host() const { return !cuda_; }
   std::size_t device_bytes() const { return layer_ ? layer_->device_bytes() : 0; }
 
  private:
+  MoeLayerArgs checked_args(const TensorView& x, const TensorView* scales, const TensorView& ids,
+                            const TensorView& wt, const TensorView& y) const;
   void run_host(const MoeLayerArgs& a, const TensorView& ids, const TensorView& wt, const std::uint16_t* x,
                 const std::uint8_t* x_packed, const std::uint8_t* x_scales, int threads);
   MoeLayerOptions options_;
@@ -65,7 +75,11 @@ namespace fp4gemm::python {
 // (only the layers' _fp4gemm.MoeLayer objects), so the module's teardown frees it.
 class FusedExpertsCache {
  public:
+  static constexpr int kWeights = 7;  // w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha
   FusedExpertsCache() = default;
+  FusedExpertsCache(const FusedExpertsCache&) = delete;
+  FusedExpertsCache& operator=(const FusedExpertsCache&) = delete;
+  ~FusedExpertsCache();
   // fp4gemm.moe.fused_experts(...) -> out (allocated as torch.empty_like(hidden) when None).
   nb::object call(nb::handle hidden, nb::handle w13, nb::handle w13_scale, nb::handle w2, nb::handle w2_scale,
                   nb::handle topk_weights, nb::handle topk_ids, nb::handle w13_alpha, nb::handle w13_alpha_up,
@@ -75,13 +89,26 @@ class FusedExpertsCache {
   void clear() { entries_.clear(); }
   std::size_t size() const { return entries_.size(); }
 
+  // What torch.ops.fp4gemm.fused_experts' native kernel (torch_native.cpp) read: the weights as
+  // tensors (ndim 0 and address 0 for None), the options, T and top-k.
+  struct NativeKey {
+    const TensorView* weights = nullptr;  // [kWeights]
+    std::string_view activation, act_format, gate_up, scale_layout;
+    double a1 = 1, a2 = 1;
+    std::int64_t tokens = 0, topk = 0;
+  };
+  // The layer of the entry these arguments would hit in call() (weights compared by address, shape,
+  // strides and dtype; the entry keeps them alive) if it covers key.tokens, else null. `keep`
+  // holds the layer. Needs the GIL.
+  const MoeLayerObject* find_native(const NativeKey& key, nb::object& keep) const;
+
  private:
-  static constexpr int kWeights = 7;  // w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha
   static constexpr std::size_t kMaxEntries = 256;  // past this, the oldest entry goes
   struct Entry {
     PyObject* ids[kWeights] = {};
     nb::object refs[kWeights];
     std::uintptr_t ptrs[kWeights] = {};
+    TensorView views[kWeights];  // as read when the entry was made (None: ndim 0, ptr 0)
     std::string activation, act_format, gate_up, scale_layout;
     double a1 = 0, a2 = 0, alpha = 0, limit = 0;
     int topk = 0;

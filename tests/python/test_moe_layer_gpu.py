@@ -212,3 +212,55 @@ def test_host_overhead_per_call_printed():
         host_us = (time.perf_counter() - t0) / n * 1e6
         torch.cuda.synchronize()
         print(f"\n[host overhead] {name}: {host_us:.1f} us per call (enqueue only)")
+
+
+def test_torch_op_runs_the_native_kernel():
+    """torch.ops.fp4gemm.fused_experts on CUDA tensors runs its C++ kernel (registered through torch's
+    stable C ABI, torch >= 2.10): a first call plans through the Python kernel, repeated calls take
+    the C++ hot path (counted, so a silent fallback fails the test); every output is bitwise
+    fp4gemm.moe.fused_experts' on the same arguments -- other token counts, options, per-expert
+    alphas -- and bad arguments raise a RuntimeError naming them, on either path, after which the
+    op still works."""
+    status = ops.native_status()["fused_experts"]
+    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) < (2, 10):
+        pytest.skip(f"torch {torch.__version__} has no stable-ABI kernel registration ({status})")
+    assert status == "", f"the native kernel is not registered: {status}"
+    p = _problem("nvfp4", "nvfp4", e=8, h=128, i=64, k=2, t=40, seed=71)
+    w = [cuda(p["w13"]), cuda(_blocked(p["s13"])), cuda(p["w2"]), cuda(_blocked(p["s2"]))]
+    alpha = torch.rand(8, device="cuda") + 0.5
+    x, ids, wts = cuda(p["x"]), cuda(p["ids"]), cuda(p["wts"])
+    moe.clear_layer_cache()
+
+    def op(t, a1=1.0, w2_alpha=None, xx=None, ii=None):
+        return torch.ops.fp4gemm.fused_experts(x[:t] if xx is None else xx, *w, wts[:t], ids[:t] if ii is None else ii,
+                                               None, None, w2_alpha, "silu", "nvfp4", "", "blocked", a1, 1.0)
+
+    def want(t, a1=1.0, w2_alpha=None):
+        return moe.fused_experts(x[:t], *w, wts[:t], ids[:t], a1_scale=a1, w2_alpha=w2_alpha)
+
+    for t, a1, al in [(4, 1.0, None), (4, 1.0, None), (4, 1.0, None), (1, 1.0, None), (40, 1.0, None),
+                      (40, 1.0, None), (7, 0.5, None), (7, 0.5, None), (7, 0.5, alpha), (7, 0.5, alpha)]:
+        hot0, py0 = ops._C._torch_native_counts()
+        got = op(t, a1, al)
+        hot1, py1 = ops._C._torch_native_counts()
+        assert (hot1 - hot0) + (py1 - py0) == 1
+        ref = want(t, a1, al)
+        torch.cuda.synchronize()
+        assert got.dtype == torch.bfloat16 and got.shape == (t, 128) and got.is_contiguous()
+        assert torch.equal(got.view(torch.int16), ref.view(torch.int16)), (t, a1, al is not None)
+    # repeats of a planned call are hot: no Python on the way
+    hot0, py0 = ops._C._torch_native_counts()
+    for _ in range(5):
+        op(7, 0.5, alpha)
+    hot1, py1 = ops._C._torch_native_counts()
+    assert (hot1 - hot0, py1 - py0) == (5, 0)
+    # errors: rejected before the hot path (dtype) and by the hot path's checks (a planned layer)
+    with pytest.raises(RuntimeError, match="hidden_states"):
+        op(4, xx=x[:4].float())
+    with pytest.raises(RuntimeError, match="topk_ids"):
+        op(4, ii=ids[:4].float())
+    with pytest.raises(RuntimeError, match="topk_ids"):
+        op(4, ii=ids[:3])
+    got = op(7, 0.5, alpha)
+    assert torch.equal(got.view(torch.int16), want(7, 0.5, alpha).view(torch.int16))

@@ -1,0 +1,300 @@
+// torch.ops.fp4gemm.fused_experts' CUDA kernel in C++, through torch's stable C ABI (see the header).
+//
+// Calling convention (torch_library_impl, conversions of torch 2.10): the kernel receives the op's
+// arguments as 64-bit StableIValues and owns them -- a Tensor is a new AtenTensorHandle (an
+// at::Tensor* to release with aoti_torch_delete_tensor_object), an optional is 0 for None or a
+// heap StableIValue* holding the value, a str a StringHandle (torch_delete_string), a float the
+// double's bits. It leaves the returns in the first slots (a Tensor: a handle torch takes over).
+//
+// The hot path finds the layer planned for these weights in fp4gemm.moe's FusedExpertsCache (the
+// weights' data_ptr / shape / strides / dtype and the options; an entry keeps its weights alive,
+// so an address cannot be reused by another tensor while it exists), allocates the output with
+// aoti_torch_empty_strided and enqueues the layer on torch's current stream. Everything else -- a
+// miss, growth past the plan's max_tokens, anything the checks would reject -- forwards the
+// untouched argument stack to fp4gemm::_fused_experts_python (the same schema, the Python kernel),
+// which plans, fills the cache, runs, or reports the error that the hot path then raises.
+#include "torch_native.hpp"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+
+#include <nanobind/nanobind.h>
+
+#include "moe_layer.hpp"
+#include "tensor_view.hpp"
+
+namespace fp4gemm::python {
+
+namespace {
+
+namespace nb = nanobind;
+
+using StableIValue = std::uint64_t;
+using AtenTensorHandle = void*;
+using TorchLibraryHandle = void*;
+using StringHandle = void*;
+using ShimError = std::int32_t;  // AOTITorchError: 0 is success
+using BoxedKernel = void (*)(StableIValue*, std::uint64_t, std::uint64_t);
+
+// The conversions this file implements are those of torch 2.10 (strings as StringHandle).
+constexpr std::uint64_t kStableVersion = (std::uint64_t{2} << 56) | (std::uint64_t{10} << 48);
+
+struct Shim {
+  ShimError (*library_init_impl)(const char*, const char*, const char*, std::uint32_t, TorchLibraryHandle*) = nullptr;
+  ShimError (*library_impl)(TorchLibraryHandle, const char*, BoxedKernel, std::uint64_t) = nullptr;
+  ShimError (*call_dispatcher)(const char*, const char*, StableIValue*, std::uint64_t) = nullptr;
+  ShimError (*data_ptr)(AtenTensorHandle, void**) = nullptr;
+  ShimError (*dim)(AtenTensorHandle, std::int64_t*) = nullptr;
+  ShimError (*sizes)(AtenTensorHandle, std::int64_t**) = nullptr;
+  ShimError (*strides)(AtenTensorHandle, std::int64_t**) = nullptr;
+  ShimError (*dtype)(AtenTensorHandle, std::int32_t*) = nullptr;
+  ShimError (*device_type)(AtenTensorHandle, std::int32_t*) = nullptr;
+  ShimError (*device_index)(AtenTensorHandle, std::int32_t*) = nullptr;
+  ShimError (*delete_tensor)(AtenTensorHandle) = nullptr;
+  ShimError (*empty_strided)(std::int64_t, const std::int64_t*, const std::int64_t*, std::int32_t, std::int32_t,
+                             std::int32_t, AtenTensorHandle*) = nullptr;
+  ShimError (*string_length)(StringHandle, std::size_t*) = nullptr;
+  ShimError (*string_c_str)(StringHandle, const char**) = nullptr;
+  ShimError (*delete_string)(StringHandle) = nullptr;
+  ShimError (*cuda_stream)(std::int32_t, void**) = nullptr;
+  // c10::ScalarType codes (from libtorch's aoti_torch_dtype_* where exported) and device types
+  std::int32_t u8 = 0, i8 = 1, i16 = 2, i32 = 3, i64 = 4, f16 = 5, f32 = 6, bf16 = 15, e4m3 = 24, u16 = 27,
+               e8m0 = 44, f4x2 = 45;
+  std::int32_t cpu = 0, cuda = 1;
+};
+
+Shim g_shim;
+TorchLibraryHandle g_library = nullptr;  // kept for the process's life: its destructor would deregister
+FusedExpertsCache* g_cache = nullptr;
+std::string g_status = "not attempted";
+thread_local std::string t_error;  // set by the Python path (set_torch_native_error)
+std::atomic<std::uint64_t> g_hot{0}, g_python{0};  // calls by path (tests: the hot path runs)
+
+template <class F>
+bool resolve(void* lib, const char* name, F& slot) {
+  slot = reinterpret_cast<F>(dlsym(lib, name));
+  return slot != nullptr;
+}
+
+void* open_loaded(const std::string& dir, const char* name) {
+  // Only a library the process has already loaded (import torch): never a second copy.
+  if (void* h = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) return h;
+  return dlopen((dir + "/" + name).c_str(), RTLD_NOW | RTLD_NOLOAD);
+}
+
+DType dtype_of(std::int32_t code) {
+  const Shim& s = g_shim;
+  if (code == s.u8 || code == s.i8) return DType::byte;
+  if (code == s.f4x2) return DType::fp4x2;
+  if (code == s.e4m3) return DType::e4m3;
+  if (code == s.e8m0) return DType::ue8m0;
+  if (code == s.f16) return DType::f16;
+  if (code == s.bf16) return DType::bf16;
+  if (code == s.f32) return DType::f32;
+  if (code == s.i16 || code == s.u16) return DType::raw16;
+  if (code == s.i32) return DType::i32;
+  if (code == s.i64) return DType::i64;
+  return DType::other;
+}
+
+// A tensor as TensorReader reads a torch tensor (without its storage bounds); false for what the
+// hot path does not take (more than kMaxDims dimensions, devices other than CPU / CUDA).
+bool view_of(AtenTensorHandle h, TensorView& v) {
+  const Shim& s = g_shim;
+  std::int64_t nd = 0, *sz = nullptr, *st = nullptr;
+  std::int32_t code = 0, type = 0, index = 0;
+  void* ptr = nullptr;
+  if (s.dim(h, &nd) != 0 || nd < 0 || nd > kMaxDims || s.sizes(h, &sz) != 0 || s.strides(h, &st) != 0 ||
+      s.dtype(h, &code) != 0 || s.device_type(h, &type) != 0 || s.device_index(h, &index) != 0 ||
+      s.data_ptr(h, &ptr) != 0)
+    return false;
+  if (type != s.cuda && type != s.cpu) return false;
+  v = TensorView{};
+  v.framework = Framework::torch;
+  v.ndim = static_cast<int>(nd);
+  for (int i = 0; i < v.ndim; ++i) v.shape[i] = sz[i], v.strides[i] = st[i];
+  v.dtype = dtype_of(code);
+  v.itemsize = v.dtype == DType::i64                                                            ? 8
+               : (v.dtype == DType::f32 || v.dtype == DType::i32)                               ? 4
+               : (v.dtype == DType::f16 || v.dtype == DType::bf16 || v.dtype == DType::raw16) ? 2
+                                                                                               : 1;
+  v.cuda = type == s.cuda;
+  v.device = v.cuda ? index : -1;
+  v.ptr = reinterpret_cast<std::uintptr_t>(ptr);
+  return true;
+}
+
+std::string_view text_of(StableIValue v) {
+  const char* p = nullptr;
+  std::size_t n = 0;
+  if (g_shim.string_c_str(reinterpret_cast<StringHandle>(v), &p) != 0 ||
+      g_shim.string_length(reinterpret_cast<StringHandle>(v), &n) != 0)
+    return {};
+  return {p, n};
+}
+
+double double_of(StableIValue v) {
+  double d;
+  std::memcpy(&d, &v, sizeof d);
+  return d;
+}
+
+AtenTensorHandle optional_tensor(StableIValue v) {
+  return v == 0 ? nullptr : reinterpret_cast<AtenTensorHandle>(*reinterpret_cast<StableIValue*>(v));
+}
+
+struct Gil {
+  PyGILState_STATE state = PyGILState_Ensure();
+  ~Gil() { PyGILState_Release(state); }
+};
+
+// fp4gemm::fused_experts(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids,
+// w13_alpha?, w13_alpha_up?, w2_alpha?, activation, act_format, gate_up, scale_layout, a1_scale,
+// a2_scale) -> Tensor
+constexpr std::uint64_t kArgs = 16;
+
+// The hot path; true when it ran and left the output in stack[0] (the inputs released).
+bool fused_experts_hot(StableIValue* stack) {
+  FusedExpertsCache* cache = g_cache;
+  if (cache == nullptr) return false;
+  TensorView hidden, ids, wts, weights[FusedExpertsCache::kWeights];
+  const AtenTensorHandle weight_handles[FusedExpertsCache::kWeights] = {
+      reinterpret_cast<AtenTensorHandle>(stack[1]), reinterpret_cast<AtenTensorHandle>(stack[2]),
+      reinterpret_cast<AtenTensorHandle>(stack[3]), reinterpret_cast<AtenTensorHandle>(stack[4]),
+      optional_tensor(stack[7]), optional_tensor(stack[8]), optional_tensor(stack[9])};
+  if (!view_of(reinterpret_cast<AtenTensorHandle>(stack[0]), hidden) ||
+      !view_of(reinterpret_cast<AtenTensorHandle>(stack[5]), wts) ||
+      !view_of(reinterpret_cast<AtenTensorHandle>(stack[6]), ids))
+    return false;
+  for (int i = 0; i < FusedExpertsCache::kWeights; ++i)
+    if (weight_handles[i] != nullptr && !view_of(weight_handles[i], weights[i])) return false;
+  // what the Python path's output would be: torch.empty_like(hidden_states) of a valid [T, H] bf16
+  if (!hidden.cuda || hidden.ndim != 2 || hidden.dtype != DType::bf16 || ids.ndim != 2) return false;
+  FusedExpertsCache::NativeKey key;
+  key.weights = weights;
+  key.activation = text_of(stack[10]), key.act_format = text_of(stack[11]);
+  key.gate_up = text_of(stack[12]), key.scale_layout = text_of(stack[13]);
+  key.a1 = double_of(stack[14]), key.a2 = double_of(stack[15]);
+  key.tokens = hidden.shape[0], key.topk = ids.shape[1];
+  const Shim& s = g_shim;
+  Gil gil;  // the cache is shared with the Python path
+  nb::object keep;
+  const MoeLayerObject* layer = cache->find_native(key, keep);
+  if (layer == nullptr || layer->device() != hidden.device) return false;
+  void* stream = nullptr;
+  if (s.cuda_stream(hidden.device, &stream) != 0) return false;
+  const std::int64_t size[2] = {hidden.shape[0], hidden.shape[1]}, stride[2] = {hidden.shape[1], 1};
+  AtenTensorHandle out = nullptr;
+  if (s.empty_strided(2, size, stride, s.bf16, s.cuda, hidden.device, &out) != 0) return false;
+  TensorView y;
+  try {
+    if (!view_of(out, y)) throw std::runtime_error("output");
+    layer->run_on_stream(hidden, ids, wts, y, reinterpret_cast<cudaStream_t>(stream));
+  } catch (const std::exception&) {
+    // nothing was enqueued (the checks come first): the Python path names what it rejects
+    s.delete_tensor(out);
+    return false;
+  }
+  for (int i : {0, 1, 2, 3, 4, 5, 6}) s.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[i]));
+  for (int i : {7, 8, 9})
+    if (stack[i] != 0) {
+      StableIValue* box = reinterpret_cast<StableIValue*>(stack[i]);
+      s.delete_tensor(reinterpret_cast<AtenTensorHandle>(*box));
+      delete box;
+    }
+  for (int i : {10, 11, 12, 13}) s.delete_string(reinterpret_cast<StringHandle>(stack[i]));
+  stack[0] = reinterpret_cast<StableIValue>(out);
+  return true;
+}
+
+void fused_experts_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs) {
+  if (num_args != kArgs || num_outputs != 1)
+    throw std::runtime_error("fp4gemm: fused_experts: the native kernel was registered for another schema");
+  if (fused_experts_hot(stack)) {
+    g_hot.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  g_python.fetch_add(1, std::memory_order_relaxed);
+  // The Python kernel, handed the untouched stack (it takes the arguments over).
+  t_error.clear();
+  if (g_shim.call_dispatcher("fp4gemm::_fused_experts_python", "", stack, kStableVersion) != 0)
+    throw std::runtime_error("fp4gemm: fused_experts: the Python path failed (torch logged why)");
+  if (!t_error.empty()) {
+    g_shim.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[0]));
+    std::string message;
+    message.swap(t_error);
+    throw std::runtime_error(message);
+  }
+}
+
+}  // namespace
+
+std::string register_torch_native(const std::string& lib_dir, FusedExpertsCache* cache) {
+  if (g_library != nullptr) {
+    g_cache = cache;
+    return g_status;
+  }
+  void* cpu = open_loaded(lib_dir, "libtorch_cpu.so");
+  void* gpu = open_loaded(lib_dir, "libtorch_cuda.so");
+  if (cpu == nullptr) return g_status = "libtorch_cpu.so is not loaded";
+  if (gpu == nullptr) return g_status = "libtorch_cuda.so is not loaded (a torch without CUDA)";
+  Shim s;
+  const char* missing = nullptr;
+  auto need = [&](void* lib, const char* name, auto& slot) {
+    if (missing == nullptr && !resolve(lib, name, slot)) missing = name;
+  };
+  need(cpu, "aoti_torch_library_init_impl", s.library_init_impl);
+  need(cpu, "torch_library_impl", s.library_impl);
+  need(cpu, "torch_call_dispatcher", s.call_dispatcher);
+  need(cpu, "aoti_torch_get_data_ptr", s.data_ptr);
+  need(cpu, "aoti_torch_get_dim", s.dim);
+  need(cpu, "aoti_torch_get_sizes", s.sizes);
+  need(cpu, "aoti_torch_get_strides", s.strides);
+  need(cpu, "aoti_torch_get_dtype", s.dtype);
+  need(cpu, "aoti_torch_get_device_type", s.device_type);
+  need(cpu, "aoti_torch_get_device_index", s.device_index);
+  need(cpu, "aoti_torch_delete_tensor_object", s.delete_tensor);
+  need(cpu, "aoti_torch_empty_strided", s.empty_strided);
+  need(cpu, "torch_string_length", s.string_length);
+  need(cpu, "torch_string_c_str", s.string_c_str);
+  need(cpu, "torch_delete_string", s.delete_string);
+  need(gpu, "aoti_torch_get_current_cuda_stream", s.cuda_stream);
+  if (missing != nullptr) return g_status = std::string("torch exports no ") + missing + " (torch older than 2.10)";
+  // The codes as this libtorch defines them, where it says.
+  const std::pair<const char*, std::int32_t*> codes[] = {
+      {"aoti_torch_dtype_uint8", &s.u8},     {"aoti_torch_dtype_int8", &s.i8},
+      {"aoti_torch_dtype_int16", &s.i16},    {"aoti_torch_dtype_int32", &s.i32},
+      {"aoti_torch_dtype_int64", &s.i64},    {"aoti_torch_dtype_float16", &s.f16},
+      {"aoti_torch_dtype_float32", &s.f32},  {"aoti_torch_dtype_bfloat16", &s.bf16},
+      {"aoti_torch_dtype_float8_e4m3fn", &s.e4m3}, {"aoti_torch_dtype_uint16", &s.u16},
+      {"aoti_torch_dtype_float8_e8m0fnu", &s.e8m0}, {"aoti_torch_dtype_float4_e2m1fn_x2", &s.f4x2},
+      {"aoti_torch_device_type_cpu", &s.cpu}, {"aoti_torch_device_type_cuda", &s.cuda}};
+  for (const auto& [name, slot] : codes)
+    if (auto f = reinterpret_cast<std::int32_t (*)()>(dlsym(cpu, name))) *slot = f();
+  g_shim = s;
+  TorchLibraryHandle lib = nullptr;
+  if (s.library_init_impl("fp4gemm", "CUDA", __FILE__, __LINE__, &lib) != 0 || lib == nullptr)
+    return g_status = "torch refused a library fragment for fp4gemm / CUDA (see its log)";
+  if (s.library_impl(lib, "fused_experts", &fused_experts_kernel, kStableVersion) != 0)
+    return g_status = "torch refused the fused_experts kernel (see its log)";
+  g_library = lib;
+  g_cache = cache;
+  return g_status = "";
+}
+
+const std::string& torch_native_status() { return g_status; }
+
+std::pair<std::uint64_t, std::uint64_t> torch_native_counts() { return {g_hot.load(), g_python.load()}; }
+
+void set_torch_native_error(const std::string& message) { t_error = message.empty() ? "fp4gemm: error" : message; }
+
+void forget_torch_native_cache(const FusedExpertsCache* cache) {
+  if (g_cache == cache) g_cache = nullptr;
+}
+
+}  // namespace fp4gemm::python

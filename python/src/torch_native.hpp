@@ -1,0 +1,37 @@
+// C++ kernels for torch.ops.fp4gemm ops, registered through torch's stable C ABI (the functions
+// libtorch exports for AOTInductor and stable extensions: torch_library_impl, aoti_torch_get_*,
+// aoti_torch_empty_strided, ...). The symbols are looked up at run time in the libtorch that the
+// process has already loaded, so the extension builds without torch and loads without it; where a
+// symbol is missing (torch older than 2.10) nothing is registered and the ops keep their Python
+// kernels. Why: torch's dispatcher calling a Python kernel costs ~5.5 us per call with 16 arguments,
+// more than the whole layer's enqueue (docs/PERF.md v23, v26).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace fp4gemm::python {
+
+class FusedExpertsCache;
+
+// Registers the CUDA kernel of fp4gemm::fused_experts (the op must already be defined, and so must
+// fp4gemm::_fused_experts_python, the same schema with the Python kernel: what a miss calls).
+// `lib_dir`: torch's lib/ folder. Returns "" when registered, else why not (nothing registered).
+std::string register_torch_native(const std::string& lib_dir, FusedExpertsCache* cache);
+
+// What register_torch_native returned ("" when the native kernel is in use; "not attempted").
+const std::string& torch_native_status();
+
+// Calls of the native kernel so far: (hot path, forwarded to the Python kernel).
+std::pair<std::uint64_t, std::uint64_t> torch_native_counts();
+
+// The Python kernel of fp4gemm::_fused_experts_python, called from the native kernel on a miss,
+// reports an exception here instead of raising it through torch's C shim (which would log it and
+// return only an error code); the native kernel then raises it as a RuntimeError with this text.
+void set_torch_native_error(const std::string& message);
+
+// Called by ~FusedExpertsCache: the native kernel then takes the Python path on every call.
+void forget_torch_native_cache(const FusedExpertsCache* cache);
+
+}  // namespace fp4gemm::python
