@@ -78,6 +78,22 @@ def _custom_op(qualname: str, mutates_args=(), kernel=None):
     return wrap
 
 
+def _reporting(kernel):
+    """A Python kernel as the native (C++) kernels call it for what they leave to Python (misses,
+    errors): an exception cannot travel back through torch's C shim (it would be logged and reduced
+    to an error code), so it is handed to the native kernel, which raises it as a RuntimeError
+    with this text."""
+
+    def run(*args):
+        try:
+            return kernel(*args)
+        except Exception as e:  # noqa: BLE001 -- every error goes back to the caller
+            _C._torch_native_error(f"{type(e).__name__}: {e}")
+            return args[0].new_empty(0)
+
+    return run
+
+
 def _out_shape(a: Tensor, b: Tensor) -> List[int]:
     return [a.shape[0], b.shape[0], 1] if a.dim() == 3 else [a.shape[0], b.shape[0]]
 
@@ -230,6 +246,25 @@ def _moe_grouped_gemm(
                                   scale_layout, out_dtype)
 
 
+@_custom_op("fp4gemm::_moe_grouped_gemm_python", mutates_args=(), kernel=_reporting(_moe_grouped_gemm_impl))
+def _moe_grouped_gemm_python(
+    a: Tensor,
+    a_scales: Optional[Tensor],
+    w: Tensor,
+    w_scales: Tensor,
+    expert_offsets: Tensor,
+    gather_index: Optional[Tensor],
+    alpha: Optional[float],
+    alpha_tensor: Optional[Tensor],
+    format: str,
+    scale_layout: str,
+    out_dtype: torch.dtype,
+) -> Tensor:
+    """(Internal: moe_grouped_gemm's Python kernel under its own name -- what its native CUDA kernel
+    calls for linear scales and arguments it does not take.)"""
+    raise AssertionError("not called")
+
+
 @_moe_grouped_gemm.register_fake
 def _moe_grouped_gemm_fake(a, a_scales, w, w_scales, expert_offsets, gather_index, alpha, alpha_tensor, format,
                            scale_layout, out_dtype):
@@ -359,17 +394,10 @@ def _fused_experts(
 
 
 def _fused_experts_python_kernel(*args):
-    # The native kernel's miss path: plan, cache, run. An exception cannot travel back through
-    # torch's C shim (it would be logged and reduced to an error code), so it is handed to the
-    # native kernel, which raises it as a RuntimeError with this text.
-    try:
-        return _moe._cache(*args)
-    except Exception as e:  # noqa: BLE001 -- every error goes back to the caller
-        _C._torch_native_error(f"{type(e).__name__}: {e}")
-        return args[0].new_empty(0)
+    return _moe._cache(*args)
 
 
-@_custom_op("fp4gemm::_fused_experts_python", mutates_args=(), kernel=_fused_experts_python_kernel)
+@_custom_op("fp4gemm::_fused_experts_python", mutates_args=(), kernel=_reporting(_fused_experts_python_kernel))
 def _fused_experts_python(
     hidden_states: Tensor,
     w13: Tensor,
@@ -451,6 +479,7 @@ _NATIVE_STATUS = _register_native()
 def native_status() -> dict:
     """Which torch.ops.fp4gemm ops run a C++ kernel on CUDA tensors (registered through torch's
     stable C ABI, torch >= 2.10) instead of their Python kernel, and why not where they do not:
-    ``{"fused_experts": ""}`` (registered) or ``{"fused_experts": "torch exports no ..."}``."""
-    return {"fused_experts": _NATIVE_STATUS}
+    ``{"fused_experts": "", "moe_grouped_gemm": ""}`` (registered) or the reason per op
+    ("torch exports no ..."). The other ops keep their Python kernels."""
+    return {"fused_experts": _NATIVE_STATUS, "moe_grouped_gemm": _NATIVE_STATUS}
 

@@ -1,6 +1,8 @@
 // Array checks shared by the bindings (see checks.hpp).
 #include "checks.hpp"
 
+#include <string_view>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -84,6 +86,12 @@ void check_in_allocation(const TensorView& t, const std::string& arg, int g, std
               std::string("the kernel would ") + verb + " bytes " + range + detail + " but the " +
                   (t.framework == Framework::torch ? "tensor's storage" : "buffer the array lives in") + " is [" +
                   hex(t.alloc_begin) + ", " + hex(t.alloc_end) + "): the array reaches past its memory");
+}
+
+bool is_runtime_failure(const Error& e) {
+  if (std::string_view(e.what()).find(" failed: cuda") != std::string_view::npos) return true;
+  const std::string& a = e.argument();
+  return a == "device" || a == "run" || a == "plan" || a == "options.backend" || a == "options.device";
 }
 
 }  // namespace fp4gemm::python

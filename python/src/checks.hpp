@@ -37,4 +37,9 @@ std::int64_t strided_bytes(std::int64_t rows, std::int64_t stride_bytes, std::in
 void check_in_allocation(const TensorView& t, const std::string& arg, int group, std::int64_t bytes, const char* verb,
                          const std::string& detail);
 
+// The Python exception fp4gemm raises for `e`: DeviceError for failures of the environment (CUDA
+// errors -- FP4GEMM_CUDA_CHECK's "... failed: cuda..." text -- and errors naming the device, the
+// backend, the plan or the launch), ArgumentError for the rest.
+bool is_runtime_failure(const Error& e);
+
 }  // namespace fp4gemm::python

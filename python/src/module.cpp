@@ -9,6 +9,7 @@
 
 #include "fp4gemm/fp4gemm.hpp"
 #include "fp4gemm/moe.hpp"
+#include "checks.hpp"
 #include "dual.hpp"
 #include "grouped.hpp"
 #include "moe.hpp"
@@ -34,19 +35,11 @@ using fp4gemm::python::MoeLayerObject;
 PyObject* g_argument_error = nullptr;  // fp4gemm.ArgumentError(ValueError)
 PyObject* g_device_error = nullptr;    // fp4gemm.DeviceError(RuntimeError)
 
-// fp4gemm::Error has no kind; CUDA failures carry FP4GEMM_CUDA_CHECK's "... failed: cudaError..."
-// text, and the remaining environment failures name the device, the backend or the launch.
-bool is_runtime_failure(const fp4gemm::Error& e) {
-  if (std::string_view(e.what()).find(" failed: cuda") != std::string_view::npos) return true;
-  const std::string& a = e.argument();
-  return a == "device" || a == "run" || a == "plan" || a == "options.backend" || a == "options.device";
-}
-
 void translate(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
   } catch (const fp4gemm::Error& e) {
-    PyObject* type = is_runtime_failure(e) ? g_device_error : g_argument_error;
+    PyObject* type = fp4gemm::python::is_runtime_failure(e) ? g_device_error : g_argument_error;
     PyObject* exc = PyObject_CallFunction(type, "s", e.what());
     if (!exc) return;  // the failure to build it is the pending error
     PyObject* arg = PyUnicode_FromString(e.argument().c_str());

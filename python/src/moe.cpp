@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <initializer_list>
 
 #include "checks.hpp"
@@ -135,18 +136,32 @@ void check_extent(const TensorView& t, const char* arg, std::int64_t bytes, cons
     detail::check_device_buffer(arg, -1, reinterpret_cast<const void*>(t.ptr), bytes, t.device, note);
 }
 
-// alpha / alpha_up: None, a number (`scalar`), or a float32 array of one value per expert on the
-// weights' device (`view`; `device` points at it for CUDA weights).
-void read_alpha(TensorReader& reader, nb::handle h, const char* name, const MoeWeightsRead& r, Keepalive& keep,
-                float& scalar, const float*& device, TensorView& view, bool& is_array) {
-  if (h.is_none()) return;
-  const int experts = r.weights.experts;
+// alpha / alpha_up as passed: None, a number, or an array (read; checked in apply_alpha).
+MoeAlphaArg read_alpha_arg(TensorReader& reader, nb::handle h, const char* name, Keepalive& keep) {
+  MoeAlphaArg a;
+  if (h.is_none()) return a;
+  a.given = true;
   if (PyFloat_Check(h.ptr()) || PyLong_Check(h.ptr())) {
-    scalar = static_cast<float>(PyFloat_AsDouble(h.ptr()));
+    a.scalar = static_cast<float>(PyFloat_AsDouble(h.ptr()));
     if (PyErr_Occurred()) throw nb::python_error();
+    return a;
+  }
+  a.view = reader.read(h, name, -1, false, keep);
+  a.is_array = true;
+  return a;
+}
+
+// alpha / alpha_up into the weights: a number (`scalar`), or a float32 array of one value per
+// expert on the weights' device (`view`; `device` points at it for CUDA weights).
+void apply_alpha(const MoeAlphaArg& a, const char* name, const MoeWeightsRead& r, float& scalar, const float*& device,
+                 TensorView& view, bool& is_array) {
+  if (!a.given) return;
+  if (!a.is_array) {
+    scalar = a.scalar;
     return;
   }
-  view = reader.read(h, name, -1, false, keep);
+  const int experts = r.weights.experts;
+  view = a.view;
   is_array = true;
   if (view.dtype != DType::f32 || !is_vector(view, experts))
     throw Error(name, -1, "must be a number or a float32 array of one value per expert [" + std::to_string(experts) +
@@ -158,12 +173,14 @@ void read_alpha(TensorReader& reader, nb::handle h, const char* name, const MoeW
   if (r.cuda) device = reinterpret_cast<const float*>(view.ptr);
 }
 
-MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_scales, nb::handle alpha,
-                            const MoeOptions& o, Keepalive& keep, nb::handle w_up = nb::none(),
-                            nb::handle w_up_scales = nb::none(), nb::handle alpha_up = nb::none()) {
+}  // namespace
+
+MoeWeightsRead moe_weights_from_views(const TensorView& w, const TensorView& w_scales, const MoeAlphaArg& alpha,
+                                      const MoeOptions& o, const TensorView* w_up, const TensorView* w_up_scales,
+                                      const MoeAlphaArg& alpha_up) {
   MoeWeightsRead r;
-  r.w = reader.read(w, "w", -1, false, keep);
-  r.scales = reader.read(w_scales, "w_scales", -1, false, keep);
+  r.w = w;
+  r.scales = w_scales;
   r.cuda = r.w.cuda;
   r.device = r.w.device;
   r.framework = r.w.framework;
@@ -181,10 +198,10 @@ MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_sca
   }
   read_w_scales(r.scales, o, mw);
   if (separate) {
-    if (w_up.is_none() || w_up_scales.is_none())
-      throw Error(w_up.is_none() ? "w_up" : "w_up_scales", -1, "gate_up='separate' needs the up weights and their scales");
-    r.w_up = reader.read(w_up, "w_up", -1, false, keep);
-    r.scales_up = reader.read(w_up_scales, "w_up_scales", -1, false, keep);
+    if (w_up == nullptr || w_up_scales == nullptr)
+      throw Error(w_up == nullptr ? "w_up" : "w_up_scales", -1, "gate_up='separate' needs the up weights and their scales");
+    r.w_up = *w_up;
+    r.scales_up = *w_up_scales;
     MoeWeights up;
     read_w(r.w_up, up);
     if (up.experts != mw.experts || up.n != mw.n || up.k != mw.k || up.ldw != mw.ldw || up.expert_stride != mw.expert_stride)
@@ -200,11 +217,11 @@ MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_sca
       if (v->cuda != r.cuda || (r.cuda && v->device != r.device))
         throw Error(v == &r.w_up ? "w_up" : "w_up_scales", -1, "is on " + v->device_text() + " but w is on " +
                                                                    r.w.device_text());
-  } else if (!w_up.is_none() || !w_up_scales.is_none()) {
-    throw Error(!w_up.is_none() ? "w_up" : "w_up_scales", -1, "only gate_up='separate' takes separate up weights");
+  } else if (w_up != nullptr || w_up_scales != nullptr) {
+    throw Error(w_up != nullptr ? "w_up" : "w_up_scales", -1, "only gate_up='separate' takes separate up weights");
   }
-  read_alpha(reader, alpha_up, "alpha_up", r, keep, mw.alpha_up, mw.alpha_up_device, r.alpha_up, r.alpha_up_array);
-  read_alpha(reader, alpha, "alpha", r, keep, mw.alpha, mw.alpha_device, r.alpha, r.alpha_array);
+  apply_alpha(alpha_up, "alpha_up", r, mw.alpha_up, mw.alpha_up_device, r.alpha_up, r.alpha_up_array);
+  apply_alpha(alpha, "alpha", r, mw.alpha, mw.alpha_device, r.alpha, r.alpha_array);
   mw = detail::validate_moe(mw, o);
   check_extent(r.w, "w", weight_bytes(mw, o), "read", "");
   check_extent(r.scales, "w_scales", weight_scale_bytes(mw, o), "read",
@@ -215,6 +232,23 @@ MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_sca
     check_extent(r.scales_up, "w_up_scales", weight_scale_bytes(mw, o), "read", "");
   }
   if (r.alpha_up_array) check_extent(r.alpha_up, "alpha_up", 4 * std::int64_t{mw.experts}, "read", "");
+  return r;
+}
+
+namespace {
+
+MoeWeightsRead read_weights(TensorReader& reader, nb::handle w, nb::handle w_scales, nb::handle alpha,
+                            const MoeOptions& o, Keepalive& keep, nb::handle w_up = nb::none(),
+                            nb::handle w_up_scales = nb::none(), nb::handle alpha_up = nb::none()) {
+  const TensorView vw = reader.read(w, "w", -1, false, keep);
+  const TensorView vs = reader.read(w_scales, "w_scales", -1, false, keep);
+  TensorView vu, vus;
+  if (!w_up.is_none()) vu = reader.read(w_up, "w_up", -1, false, keep);
+  if (!w_up_scales.is_none()) vus = reader.read(w_up_scales, "w_up_scales", -1, false, keep);
+  const MoeAlphaArg a_up = read_alpha_arg(reader, alpha_up, "alpha_up", keep);
+  const MoeAlphaArg a = read_alpha_arg(reader, alpha, "alpha", keep);
+  MoeWeightsRead r = moe_weights_from_views(vw, vs, a, o, w_up.is_none() ? nullptr : &vu,
+                                            w_up_scales.is_none() ? nullptr : &vus, a_up);
   // Linear scales are converted to the blocked layout once, when the plan is built: a plan cached on
   // their address must not outlive an in-place change of them (torch counts those in _version).
   // (Inference tensors have no version counter: reading it raises, and they cannot change in place.)
@@ -590,15 +624,13 @@ MoeBinding& MoeBinding::get() {
 
 MoeBinding::MoeBinding() : plans_(64, Binding::kDefaultMaxBytes) {}
 
-void MoeBinding::grouped_gemm(nb::handle a, nb::handle a_scales, nb::handle w, nb::handle w_scales,
-                              nb::handle expert_offsets, nb::handle gather_index, nb::handle out, nb::handle alpha,
-                              nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle activation,
-                              nb::handle stream, int threads) {
-  TensorReader& reader = Binding::get().reader();
-  Keepalive keep;
-  const MoeRunViews views =
-      read_run_views(reader, a, a_scales, expert_offsets, nb::none(), gather_index, out, keep);
-  // The activation follows a's dtype unless given; the capacity is what this call routes.
+namespace {
+
+// moe_grouped_gemm's options from its run arrays: the activation follows a's dtype unless given,
+// the capacity is what this call routes (gather_index's length, else the rows of a). nullopt when
+// nothing is routed (0 rows: `out` must be [0, N] and there is nothing to compute).
+std::optional<MoeOptions> call_options(const MoeRunViews& views, nb::handle format, nb::handle scale_layout,
+                                       nb::handle out_dtype, nb::handle activation) {
   MoeActivation act = MoeActivation::fp4;
   if (!activation.is_none()) {
     act = parse_moe_activation(activation);
@@ -611,19 +643,47 @@ void MoeBinding::grouped_gemm(nb::handle a, nb::handle a_scales, nb::handle w, n
   const std::int64_t rows = views.has_gather ? (views.gather.ndim == 1 ? views.gather.shape[0] : -1) : views.a.shape[0];
   if (rows < 0) throw Error("gather_index", -1, "must be 1-D, got shape " + views.gather.shape_text());
   if (rows > INT32_MAX) throw Error(views.has_gather ? "gather_index" : "a", -1, "more than 2^31 - 1 rows");
-  if (rows == 0) {  // nothing routed: no plan serves 0 rows, and there is nothing to compute
+  if (rows == 0) {
     if (views.out.ndim != 2 || views.out.shape[0] != 0)
       throw Error("out", -1, "has shape " + views.out.shape_text() + "; expected [0, N] (no rows are routed)");
-    return;
+    return std::nullopt;
   }
-  const MoeOptions options = parse_moe_options(format, scale_layout, out_dtype, act, nb::str("contiguous"),
-                                               static_cast<int>(rows));
-  const MoeWeightsRead wr = read_weights(reader, w, w_scales, alpha, options, keep);
+  return parse_moe_options(format, scale_layout, out_dtype, act, nb::str("contiguous"), static_cast<int>(rows));
+}
+
+}  // namespace
+
+void MoeBinding::grouped_gemm(nb::handle a, nb::handle a_scales, nb::handle w, nb::handle w_scales,
+                              nb::handle expert_offsets, nb::handle gather_index, nb::handle out, nb::handle alpha,
+                              nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle activation,
+                              nb::handle stream, int threads) {
+  TensorReader& reader = Binding::get().reader();
+  Keepalive keep;
+  const MoeRunViews views =
+      read_run_views(reader, a, a_scales, expert_offsets, nb::none(), gather_index, out, keep);
+  const std::optional<MoeOptions> options = call_options(views, format, scale_layout, out_dtype, activation);
+  if (!options) return;
+  const MoeWeightsRead wr = read_weights(reader, w, w_scales, alpha, *options, keep);
   if (!wr.cuda) {
-    const MoeRun run = check_run(views, wr, options);
-    run_host(wr, options, run, threads);
+    const MoeRun run = check_run(views, wr, *options);
+    run_host(wr, *options, run, threads);
     return;
   }
+  run_on_device(views, wr, *options, Binding::get().resolve_stream(stream, views.a.framework, wr.device));
+}
+
+void MoeBinding::grouped_gemm_views(const MoeRunViews& views, const TensorView& w, const TensorView& w_scales,
+                                    const MoeAlphaArg& alpha, nb::handle format, nb::handle scale_layout,
+                                    nb::handle out_dtype, cudaStream_t stream) {
+  const std::optional<MoeOptions> options = call_options(views, format, scale_layout, out_dtype, nb::none());
+  if (!options) return;
+  const MoeWeightsRead wr = moe_weights_from_views(w, w_scales, alpha, *options);
+  if (!wr.cuda) throw Error("w", -1, "is on the CPU; this path runs CUDA weights");
+  run_on_device(views, wr, *options, stream);
+}
+
+void MoeBinding::run_on_device(const MoeRunViews& views, const MoeWeightsRead& wr, const MoeOptions& options,
+                               cudaStream_t s) {
   const MoeRun run = check_run(views, wr, options);
   const std::vector<std::uint64_t> key = plan_key(wr, options);
   const std::uint64_t h = hash_words(key);
@@ -633,8 +693,6 @@ void MoeBinding::grouped_gemm(nb::handle a, nb::handle a_scales, nb::handle w, n
     plan = plans_.find(key, h);
     ++(plan ? hits_ : misses_);
   }
-  Binding& bind = Binding::get();
-  const cudaStream_t s = bind.resolve_stream(stream, views.a.framework, wr.device);
   const bool capturing = Binding::is_capturing(s);
   if (!plan) {
     MoePlanPtr built = build_plan(wr, options, capturing);  // releases the GIL

@@ -30,6 +30,19 @@ struct MoeWeightsRead {
   std::uint64_t scales_version = 0;  // torch's _version of w_scales (0 otherwise), see plan_key
 };
 
+// alpha (or alpha_up) as passed: absent, a number, or an array (checked against the weights later).
+struct MoeAlphaArg {
+  bool given = false, is_array = false;
+  float scalar = 1.0f;
+  TensorView view;
+};
+
+// The weights' checks on arrays already read (everything fp4gemm.moe checks of w, w_scales, alpha and,
+// for GLU plans with gate_up='separate', the up arrays: null when not passed).
+MoeWeightsRead moe_weights_from_views(const TensorView& w, const TensorView& w_scales, const MoeAlphaArg& alpha,
+                                      const MoeOptions& o, const TensorView* w_up = nullptr,
+                                      const TensorView* w_up_scales = nullptr, const MoeAlphaArg& alpha_up = {});
+
 // One run's arrays as read (absent ones have ndim 0 and ptr 0).
 struct MoeRunViews {
   TensorView a, a_scales, offsets, counts, gather, out;
@@ -82,6 +95,12 @@ class MoeBinding {
                     nb::handle gather_index, nb::handle out, nb::handle alpha, nb::handle format,
                     nb::handle scale_layout, nb::handle out_dtype, nb::handle activation, nb::handle stream,
                     int threads);
+  // The same on arrays read elsewhere (torch.ops.fp4gemm.moe_grouped_gemm's native kernel,
+  // torch_native.cpp): CUDA weights, blocked or linear scales (the caller handles what a plan keyed
+  // on linear torch scales needs: their _version), the activation from a's dtype, on `stream`.
+  void grouped_gemm_views(const MoeRunViews& views, const TensorView& w, const TensorView& w_scales,
+                          const MoeAlphaArg& alpha, nb::handle format, nb::handle scale_layout, nb::handle out_dtype,
+                          cudaStream_t stream);
   // Checks every MoE plan held (cached or pinned) for bad routing data (synchronises `stream`).
   void check(nb::handle stream);
 
@@ -94,6 +113,7 @@ class MoeBinding {
 
  private:
   MoeBinding();
+  void run_on_device(const MoeRunViews& views, const MoeWeightsRead& wr, const MoeOptions& options, cudaStream_t s);
   mutable std::mutex mutex_;
   MoePlanCache plans_;
   std::uint64_t hits_ = 0, misses_ = 0;

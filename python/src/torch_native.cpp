@@ -1,18 +1,28 @@
-// torch.ops.fp4gemm.fused_experts' CUDA kernel in C++, through torch's stable C ABI (see the header).
+// torch.ops.fp4gemm.fused_experts' and moe_grouped_gemm's CUDA kernels in C++, through torch's
+// stable C ABI (see the header).
 //
 // Calling convention (torch_library_impl, conversions of torch 2.10): the kernel receives the op's
 // arguments as 64-bit StableIValues and owns them -- a Tensor is a new AtenTensorHandle (an
 // at::Tensor* to release with aoti_torch_delete_tensor_object), an optional is 0 for None or a
 // heap StableIValue* holding the value, a str a StringHandle (torch_delete_string), a float the
-// double's bits. It leaves the returns in the first slots (a Tensor: a handle torch takes over).
+// double's bits, a ScalarType its code. It leaves the returns in the first slots (a Tensor: a
+// handle torch takes over).
 //
-// The hot path finds the layer planned for these weights in fp4gemm.moe's FusedExpertsCache (the
-// weights' data_ptr / shape / strides / dtype and the options; an entry keeps its weights alive,
-// so an address cannot be reused by another tensor while it exists), allocates the output with
-// aoti_torch_empty_strided and enqueues the layer on torch's current stream. Everything else -- a
-// miss, growth past the plan's max_tokens, anything the checks would reject -- forwards the
-// untouched argument stack to fp4gemm::_fused_experts_python (the same schema, the Python kernel),
-// which plans, fills the cache, runs, or reports the error that the hot path then raises.
+// fused_experts: the hot path finds the layer planned for these weights in fp4gemm.moe's
+// FusedExpertsCache (the weights' data_ptr / shape / strides / dtype and the options; an entry
+// keeps its weights alive, so an address cannot be reused by another tensor while it exists),
+// allocates the output with aoti_torch_empty_strided and enqueues the layer on torch's current
+// stream. Everything else -- a miss, growth past the plan's max_tokens, anything the checks would
+// reject -- forwards the untouched argument stack to fp4gemm::_fused_experts_python (the same
+// schema, the Python kernel), which plans, fills the cache, runs, or reports the error that the
+// native kernel then raises.
+//
+// moe_grouped_gemm: the whole call in C++ (the MoE binding's checks and plan cache, as
+// fp4gemm.moe.grouped_gemm runs them); linear weight scales and the arguments it does not take go
+// to fp4gemm::_moe_grouped_gemm_python.
+//
+// Errors reach Python as RuntimeError("ArgumentError: fp4gemm: <argument>: ...") (torch turns C++
+// exceptions into RuntimeError; the class fp4gemm would raise leads the text).
 #include "torch_native.hpp"
 
 #include <dlfcn.h>
@@ -25,6 +35,8 @@
 
 #include <nanobind/nanobind.h>
 
+#include "checks.hpp"
+#include "moe.hpp"
 #include "moe_layer.hpp"
 #include "tensor_view.hpp"
 
@@ -56,6 +68,8 @@ struct Shim {
   ShimError (*device_type)(AtenTensorHandle, std::int32_t*) = nullptr;
   ShimError (*device_index)(AtenTensorHandle, std::int32_t*) = nullptr;
   ShimError (*delete_tensor)(AtenTensorHandle) = nullptr;
+  ShimError (*storage_size)(AtenTensorHandle, std::int64_t*) = nullptr;    // bytes
+  ShimError (*storage_offset)(AtenTensorHandle, std::int64_t*) = nullptr;  // elements
   ShimError (*empty_strided)(std::int64_t, const std::int64_t*, const std::int64_t*, std::int32_t, std::int32_t,
                              std::int32_t, AtenTensorHandle*) = nullptr;
   ShimError (*string_length)(StringHandle, std::size_t*) = nullptr;
@@ -126,6 +140,14 @@ bool view_of(AtenTensorHandle h, TensorView& v) {
   v.cuda = type == s.cuda;
   v.device = v.cuda ? index : -1;
   v.ptr = reinterpret_cast<std::uintptr_t>(ptr);
+  // the storage's bytes, as TensorReader reads them (untyped_storage().data_ptr(), nbytes())
+  std::int64_t bytes = 0, offset = 0;
+  if (v.dtype != DType::other && s.storage_size != nullptr && s.storage_offset != nullptr &&
+      s.storage_size(h, &bytes) == 0 && s.storage_offset(h, &offset) == 0) {
+    v.has_alloc = true;
+    v.alloc_begin = v.ptr - static_cast<std::uintptr_t>(offset * v.itemsize);
+    v.alloc_end = v.alloc_begin + static_cast<std::uintptr_t>(bytes);
+  }
   return true;
 }
 
@@ -153,10 +175,56 @@ struct Gil {
   ~Gil() { PyGILState_Release(state); }
 };
 
-// fp4gemm::fused_experts(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids,
-// w13_alpha?, w13_alpha_up?, w2_alpha?, activation, act_format, gate_up, scale_layout, a1_scale,
-// a2_scale) -> Tensor
-constexpr std::uint64_t kArgs = 16;
+// Releases the arguments a kernel took over; `kinds` spells the schema, one letter per argument:
+// T tensor, O optional tensor, F optional float, S str, and D / d for values held in the slot
+// itself (ScalarType, float).
+void release_inputs(StableIValue* stack, const char* kinds) {
+  const Shim& s = g_shim;
+  for (int i = 0; kinds[i] != 0; ++i) {
+    const StableIValue v = stack[i];
+    switch (kinds[i]) {
+      case 'T': s.delete_tensor(reinterpret_cast<AtenTensorHandle>(v)); break;
+      case 'O':
+        if (v != 0) {
+          StableIValue* box = reinterpret_cast<StableIValue*>(v);
+          s.delete_tensor(reinterpret_cast<AtenTensorHandle>(*box));
+          delete box;
+        }
+        break;
+      case 'F':
+        if (v != 0) delete reinterpret_cast<StableIValue*>(v);
+        break;
+      case 'S': s.delete_string(reinterpret_cast<StringHandle>(v)); break;
+      default: break;
+    }
+  }
+}
+
+// The op's Python kernel (`python_op`, the same schema), handed the untouched stack: it takes the
+// arguments over and leaves its result in stack[0]; an exception it reported is raised here.
+void forward_to_python(const char* python_op, StableIValue* stack) {
+  g_python.fetch_add(1, std::memory_order_relaxed);
+  t_error.clear();
+  if (g_shim.call_dispatcher(python_op, "", stack, kStableVersion) != 0)
+    throw std::runtime_error(std::string("fp4gemm: ") + python_op + " failed (torch logged why)");
+  if (!t_error.empty()) {
+    g_shim.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[0]));
+    std::string message;
+    message.swap(t_error);
+    throw std::runtime_error(message);
+  }
+}
+
+// fp4gemm::Error as the Python path would name it (the exception's class, then its text).
+[[noreturn]] void rethrow_as_python(const Error& e) {
+  throw std::runtime_error(std::string(is_runtime_failure(e) ? "DeviceError: " : "ArgumentError: ") + e.what());
+}
+
+// ---- fp4gemm::fused_experts -------------------------------------------------------------------------
+
+// (hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha?, w13_alpha_up?,
+// w2_alpha?, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale) -> Tensor
+constexpr char kFusedExpertsKinds[] = "TTTTTTTOOOSSSSdd";
 
 // The hot path; true when it ran and left the output in stack[0] (the inputs released).
 bool fused_experts_hot(StableIValue* stack) {
@@ -200,36 +268,98 @@ bool fused_experts_hot(StableIValue* stack) {
     s.delete_tensor(out);
     return false;
   }
-  for (int i : {0, 1, 2, 3, 4, 5, 6}) s.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[i]));
-  for (int i : {7, 8, 9})
-    if (stack[i] != 0) {
-      StableIValue* box = reinterpret_cast<StableIValue*>(stack[i]);
-      s.delete_tensor(reinterpret_cast<AtenTensorHandle>(*box));
-      delete box;
-    }
-  for (int i : {10, 11, 12, 13}) s.delete_string(reinterpret_cast<StringHandle>(stack[i]));
+  release_inputs(stack, kFusedExpertsKinds);
   stack[0] = reinterpret_cast<StableIValue>(out);
   return true;
 }
 
 void fused_experts_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs) {
-  if (num_args != kArgs || num_outputs != 1)
+  if (num_args != sizeof kFusedExpertsKinds - 1 || num_outputs != 1)
     throw std::runtime_error("fp4gemm: fused_experts: the native kernel was registered for another schema");
   if (fused_experts_hot(stack)) {
     g_hot.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  g_python.fetch_add(1, std::memory_order_relaxed);
-  // The Python kernel, handed the untouched stack (it takes the arguments over).
-  t_error.clear();
-  if (g_shim.call_dispatcher("fp4gemm::_fused_experts_python", "", stack, kStableVersion) != 0)
-    throw std::runtime_error("fp4gemm: fused_experts: the Python path failed (torch logged why)");
-  if (!t_error.empty()) {
-    g_shim.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[0]));
-    std::string message;
-    message.swap(t_error);
-    throw std::runtime_error(message);
+  forward_to_python("fp4gemm::_fused_experts_python", stack);
+}
+
+// ---- fp4gemm::moe_grouped_gemm ----------------------------------------------------------------------
+
+// (a, a_scales?, w, w_scales, expert_offsets, gather_index?, alpha: float?, alpha_tensor?, format,
+// scale_layout, out_dtype) -> Tensor
+constexpr char kMoeGroupedGemmKinds[] = "TOTTTOFOSSD";
+
+// The whole call in C++ (the MoE GEMM binding's checks and plan cache, fp4gemm.moe.grouped_gemm's
+// path) where the Python kernel would only allocate and call it: false for what it leaves to that
+// kernel -- linear scales (a plan keyed on torch's _version of them, which the C ABI cannot read),
+// alpha and alpha_tensor both given, out dtypes it does not take, arrays it cannot read.
+bool moe_grouped_gemm_hot(StableIValue* stack) {
+  const Shim& s = g_shim;
+  TensorView a, w, ws, offsets, a_scales, gather, alpha_view;
+  const AtenTensorHandle h_as = optional_tensor(stack[1]), h_g = optional_tensor(stack[5]),
+                         h_alpha = optional_tensor(stack[7]);
+  if (!view_of(reinterpret_cast<AtenTensorHandle>(stack[0]), a) ||
+      !view_of(reinterpret_cast<AtenTensorHandle>(stack[2]), w) ||
+      !view_of(reinterpret_cast<AtenTensorHandle>(stack[3]), ws) ||
+      !view_of(reinterpret_cast<AtenTensorHandle>(stack[4]), offsets) || (h_as && !view_of(h_as, a_scales)) ||
+      (h_g && !view_of(h_g, gather)) || (h_alpha && !view_of(h_alpha, alpha_view)))
+    return false;
+  const std::string_view format = text_of(stack[8]), layout = text_of(stack[9]);
+  const std::int32_t out_code = static_cast<std::int32_t>(stack[10] & 0xffffffffu);
+  const char* out_name = out_code == s.bf16 ? "bfloat16" : out_code == s.f16 ? "float16" : out_code == s.f32 ? "float32"
+                                                                                                            : nullptr;
+  if (out_name == nullptr || layout != "blocked" || (stack[6] != 0 && h_alpha != nullptr) || !a.cuda || a.ndim < 1 ||
+      w.ndim != 3 || (h_g && gather.ndim != 1))
+    return false;
+  MoeAlphaArg alpha;
+  if (stack[6] != 0) {
+    alpha.given = true;
+    alpha.scalar = static_cast<float>(double_of(*reinterpret_cast<StableIValue*>(stack[6])));
+  } else if (h_alpha != nullptr) {
+    alpha.given = alpha.is_array = true;
+    alpha.view = alpha_view;
   }
+  // the Python kernel's output: torch.empty((rows, N), dtype=out_dtype, device=a.device)
+  const std::int64_t size[2] = {h_g ? gather.shape[0] : a.shape[0], w.shape[1]}, stride[2] = {w.shape[1], 1};
+  Gil gil;  // the plan cache is shared with the Python path
+  void* stream = nullptr;
+  if (s.cuda_stream(a.device, &stream) != 0) return false;
+  AtenTensorHandle out = nullptr;
+  if (s.empty_strided(2, size, stride, out_code, s.cuda, a.device, &out) != 0) return false;
+  MoeRunViews views;
+  views.a = a;
+  views.has_a_scales = h_as != nullptr, views.a_scales = a_scales;
+  views.has_offsets = true, views.offsets = offsets;
+  views.has_gather = h_g != nullptr, views.gather = gather;
+  try {
+    if (!view_of(out, views.out)) throw std::runtime_error("fp4gemm: moe_grouped_gemm: cannot read its output");
+    // format "" is the op's spelling of None (follow the activation)
+    const nb::object fmt = format.empty() ? nb::object(nb::none()) : nb::object(nb::str(format.data(), format.size()));
+    MoeBinding::get().grouped_gemm_views(views, w, ws, alpha, fmt,
+                                         nb::str(layout.data(), layout.size()), nb::str(out_name),
+                                         reinterpret_cast<cudaStream_t>(stream));
+  } catch (const Error& e) {
+    s.delete_tensor(out);
+    release_inputs(stack, kMoeGroupedGemmKinds);
+    rethrow_as_python(e);
+  } catch (...) {
+    s.delete_tensor(out);
+    release_inputs(stack, kMoeGroupedGemmKinds);
+    throw;
+  }
+  release_inputs(stack, kMoeGroupedGemmKinds);
+  stack[0] = reinterpret_cast<StableIValue>(out);
+  return true;
+}
+
+void moe_grouped_gemm_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs) {
+  if (num_args != sizeof kMoeGroupedGemmKinds - 1 || num_outputs != 1)
+    throw std::runtime_error("fp4gemm: moe_grouped_gemm: the native kernel was registered for another schema");
+  if (moe_grouped_gemm_hot(stack)) {
+    g_hot.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  forward_to_python("fp4gemm::_moe_grouped_gemm_python", stack);
 }
 
 }  // namespace
@@ -259,6 +389,8 @@ std::string register_torch_native(const std::string& lib_dir, FusedExpertsCache*
   need(cpu, "aoti_torch_get_device_type", s.device_type);
   need(cpu, "aoti_torch_get_device_index", s.device_index);
   need(cpu, "aoti_torch_delete_tensor_object", s.delete_tensor);
+  need(cpu, "aoti_torch_get_storage_size", s.storage_size);
+  need(cpu, "aoti_torch_get_storage_offset", s.storage_offset);
   need(cpu, "aoti_torch_empty_strided", s.empty_strided);
   need(cpu, "torch_string_length", s.string_length);
   need(cpu, "torch_string_c_str", s.string_c_str);
@@ -282,6 +414,8 @@ std::string register_torch_native(const std::string& lib_dir, FusedExpertsCache*
     return g_status = "torch refused a library fragment for fp4gemm / CUDA (see its log)";
   if (s.library_impl(lib, "fused_experts", &fused_experts_kernel, kStableVersion) != 0)
     return g_status = "torch refused the fused_experts kernel (see its log)";
+  if (s.library_impl(lib, "moe_grouped_gemm", &moe_grouped_gemm_kernel, kStableVersion) != 0)
+    return g_status = "torch refused the moe_grouped_gemm kernel (see its log)";
   g_library = lib;
   g_cache = cache;
   return g_status = "";

@@ -15,8 +15,9 @@ namespace fp4gemm::python {
 
 class FusedExpertsCache;
 
-// Registers the CUDA kernel of fp4gemm::fused_experts (the op must already be defined, and so must
-// fp4gemm::_fused_experts_python, the same schema with the Python kernel: what a miss calls).
+// Registers the CUDA kernels of fp4gemm::fused_experts and fp4gemm::moe_grouped_gemm (the ops must
+// already be defined, and so must fp4gemm::_fused_experts_python / _moe_grouped_gemm_python: the
+// same schemas with the Python kernels, which take what the native kernels leave).
 // `lib_dir`: torch's lib/ folder. Returns "" when registered, else why not (nothing registered).
 std::string register_torch_native(const std::string& lib_dir, FusedExpertsCache* cache);
 

@@ -328,6 +328,63 @@ def test_wrappers_eager_path_matches_the_dispatcher(backend):
     assert not ops._plain_eager(a.as_subclass(Sub), sa), "a tensor subclass goes through the dispatcher"
 
 
+def test_torch_op_runs_the_native_kernel(backend):
+    """torch.ops.fp4gemm.moe_grouped_gemm on CUDA tensors runs its C++ kernel (registered through
+    torch's stable C ABI, torch >= 2.10; each call's path is counted, so a silent fallback fails):
+    bitwise fp4gemm.moe.grouped_gemm's output for each out dtype, alpha as a number and as a
+    per-expert tensor, W4A4 and W4A16, with and without gather_index, and no routed rows. Linear
+    scales and alpha given twice take the Python kernel; bad arguments raise a RuntimeError
+    naming them on either path."""
+    status = ops.native_status()["moe_grouped_gemm"]
+    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) < (2, 10):
+        pytest.skip(f"torch {torch.__version__} has no stable-ABI kernel registration ({status})")
+    assert status == "", f"the native kernel is not registered: {status}"
+    alpha_t = torch.rand(8, device="cuda") + 0.5
+
+    def call(path, a, sa, w, ws, off, g, alpha, out_dtype, layout="blocked", fmt=""):
+        hot0, py0 = ops._C._torch_native_counts()
+        al, al_t = (alpha, None) if not isinstance(alpha, torch.Tensor) else (None, alpha)
+        got = torch.ops.fp4gemm.moe_grouped_gemm(a, sa, w, ws, off, g, al, al_t, fmt, layout, out_dtype)
+        hot1, py1 = ops._C._torch_native_counts()
+        assert (hot1 - hot0, py1 - py0) == ((1, 0) if path == "hot" else (0, 1))
+        want = moe.grouped_gemm(a, sa, w, ws, off, gather_index=g, alpha=alpha, scale_layout=layout,
+                                format=fmt or None, out_dtype=str(out_dtype).split(".")[1])
+        torch.cuda.synchronize()
+        bits = torch.int32 if out_dtype == torch.float32 else torch.int16
+        assert got.dtype == out_dtype and got.shape == want.shape
+        assert torch.equal(got.view(bits), want.view(bits))
+        return got
+
+    cases = [("nvfp4", "fp4", torch.float32, None, True), ("nvfp4", "fp4", torch.bfloat16, 0.75, True),
+             ("mxfp4", "bf16", torch.float16, alpha_t, False), ("mxfp4", "fp4", torch.bfloat16, None, False)]
+    for i, (fmt, act, out_dtype, alpha, gathered) in enumerate(cases):
+        d = random_moe(8, 64, 128, 12, 2, format=fmt, activation=act, seed=80 + i)
+        a, sa, w, ws, off, g = (cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather))
+        if not gathered:  # the rows already in expert order
+            a, sa, g = a[g.long()], (None if sa is None else sa[g.long()]), None
+        for f in ("", fmt) if fmt == ("mxfp4" if act == "bf16" else "nvfp4") else (fmt, fmt):
+            call("hot", a, sa, w, ws, off, g, alpha, out_dtype, fmt=f)  # a miss (plan built in C++), a hit
+    # no routed rows: an empty [0, N] output
+    got = call("hot", a, sa, w, ws, torch.zeros(9, dtype=torch.int32, device="cuda"),
+               torch.empty(0, dtype=torch.int32, device="cuda"), None, torch.bfloat16, fmt="mxfp4")
+    assert got.shape == (0, 64)
+    # linear scales: the Python kernel (its plans are keyed on torch's _version of the scales)
+    d = random_moe(8, 64, 128, 12, 2, scale_layout="linear", seed=90)
+    args = [cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather)]
+    call("python", *args, None, torch.float32, layout="linear")
+    # errors, named: on the hot path (the binding's checks) and on the Python path
+    d = random_moe(8, 64, 128, 12, 2, seed=91)
+    a, sa, w, ws, off, g = (cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather))
+    with pytest.raises(RuntimeError, match="expert_offsets"):
+        torch.ops.fp4gemm.moe_grouped_gemm(a, sa, w, ws, off.long(), g, None, None, "", "blocked", torch.float32)
+    with pytest.raises(RuntimeError, match="a_scales"):
+        torch.ops.fp4gemm.moe_grouped_gemm(a, None, w, ws, off, g, None, None, "", "blocked", torch.float32)
+    with pytest.raises(RuntimeError, match="alpha"):
+        torch.ops.fp4gemm.moe_grouped_gemm(a, sa, w, ws, off, g, 0.5, alpha_t, "", "blocked", torch.float32)
+    call("hot", a, sa, w, ws, off, g, None, torch.float32)
+
+
 def test_opcheck(backend):
     d = random_moe(4, 64, 128, 8, 2, seed=16)
     args = [cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather)]
