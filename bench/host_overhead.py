@@ -130,6 +130,7 @@ def main():
     torch.cuda.synchronize()
     row("torch.empty((8, 256), bf16, cuda)", lambda: torch.empty((8, 256), dtype=torch.bfloat16, device="cuda"))
     row("torch.empty_like(x)", lambda: torch.empty_like(x))
+    row("x.new_empty((8, 256), dtype=bf16)", lambda: x.new_empty((8, 256), dtype=torch.bfloat16))
     row("x.shape; x.stride(); x.dtype", lambda: (x.shape, x.stride(), x.dtype))
     row("x.is_cuda; x.get_device(); x.data_ptr()", lambda: (x.is_cuda, x.get_device(), x.data_ptr()))
     row("x.untyped_storage().data_ptr(), .nbytes()",

@@ -4,8 +4,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <optional>
 #include <initializer_list>
+#include <optional>
 
 #include "checks.hpp"
 #include "fp4gemm/formats.hpp"

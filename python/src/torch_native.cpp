@@ -292,7 +292,8 @@ constexpr char kMoeGroupedGemmKinds[] = "TOTTTOFOSSD";
 // The whole call in C++ (the MoE GEMM binding's checks and plan cache, fp4gemm.moe.grouped_gemm's
 // path) where the Python kernel would only allocate and call it: false for what it leaves to that
 // kernel -- linear scales (a plan keyed on torch's _version of them, which the C ABI cannot read),
-// alpha and alpha_tensor both given, out dtypes it does not take, arrays it cannot read.
+// alpha and alpha_tensor both given, out dtypes it does not take, host weights (the placement
+// errors are the Python path's), arrays it cannot read.
 bool moe_grouped_gemm_hot(StableIValue* stack) {
   const Shim& s = g_shim;
   TensorView a, w, ws, offsets, a_scales, gather, alpha_view;
@@ -308,8 +309,8 @@ bool moe_grouped_gemm_hot(StableIValue* stack) {
   const std::int32_t out_code = static_cast<std::int32_t>(stack[10] & 0xffffffffu);
   const char* out_name = out_code == s.bf16 ? "bfloat16" : out_code == s.f16 ? "float16" : out_code == s.f32 ? "float32"
                                                                                                             : nullptr;
-  if (out_name == nullptr || layout != "blocked" || (stack[6] != 0 && h_alpha != nullptr) || !a.cuda || a.ndim < 1 ||
-      w.ndim != 3 || (h_g && gather.ndim != 1))
+  if (out_name == nullptr || layout != "blocked" || (stack[6] != 0 && h_alpha != nullptr) || !a.cuda || !w.cuda ||
+      a.ndim < 1 || w.ndim != 3 || (h_g && gather.ndim != 1))
     return false;
   MoeAlphaArg alpha;
   if (stack[6] != 0) {
