@@ -85,6 +85,8 @@ def _reporting(kernel):
     with this text."""
 
     def run(*args):
+        if not _C._torch_native_forwarding():  # called directly: raise as usual
+            return kernel(*args)
         try:
             return kernel(*args)
         except Exception as e:  # noqa: BLE001 -- every error goes back to the caller
@@ -465,13 +467,13 @@ def fused_experts(
 # ---- native (C++) kernels through torch's stable C ABI ------------------------------------------
 
 
-def _register_native() -> str:
+def _register_native() -> dict:
     import os
 
     try:
         return _C._register_torch_native(os.path.join(os.path.dirname(torch.__file__), "lib"), _moe._cache)
     except Exception as e:  # noqa: BLE001 -- the Python kernels stay; native_status() says why
-        return f"{type(e).__name__}: {e}"
+        return {op: f"{type(e).__name__}: {e}" for op in ("fused_experts", "moe_grouped_gemm")}
 
 
 _NATIVE_STATUS = _register_native()
@@ -482,5 +484,5 @@ def native_status() -> dict:
     stable C ABI, torch >= 2.10) instead of their Python kernel, and why not where they do not:
     ``{"fused_experts": "", "moe_grouped_gemm": ""}`` (registered) or the reason per op
     ("torch exports no ..."). The other ops keep their Python kernels."""
-    return {"fused_experts": _NATIVE_STATUS, "moe_grouped_gemm": _NATIVE_STATUS}
+    return dict(_NATIVE_STATUS)
 

@@ -257,25 +257,30 @@ NB_MODULE(_fp4gemm, m) {
            "w13_scale"_a.none(), "w2"_a.none(), "w2_scale"_a.none(), "topk_weights"_a.none(), "topk_ids"_a.none(),
            "w13_alpha"_a.none() = nb::none(), "w13_alpha_up"_a.none() = nb::none(), "w2_alpha"_a.none() = nb::none(),
            "activation"_a.none() = "silu", "act_format"_a.none() = "nvfp4", "gate_up"_a.none() = nb::none(),
-           "scale_layout"_a.none() = "blocked", "a1_scale"_a = 1.0, "a2_scale"_a = 1.0, "swiglu_alpha"_a = 1.702,
-           "swiglu_limit"_a = 7.0, "out"_a.none() = nb::none(), "stream"_a.none() = nb::none())
+           "scale_layout"_a.none() = "blocked", "a1_scale"_a = 1.0, "a2_scale"_a = 1.0,
+           "swiglu_alpha"_a = fp4gemm::python::FusedExpertsCache::kOpSwigluAlpha,
+           "swiglu_limit"_a = fp4gemm::python::FusedExpertsCache::kOpSwigluLimit, "out"_a.none() = nb::none(), "stream"_a.none() = nb::none())
       .def("clear", &fp4gemm::python::FusedExpertsCache::clear)
       .def("__len__", &fp4gemm::python::FusedExpertsCache::size);
 
   m.def("_register_torch_native",
         [](const std::string& lib_dir, fp4gemm::python::FusedExpertsCache* cache) {
-          return fp4gemm::python::register_torch_native(lib_dir, cache);
+          nb::dict d;
+          for (const auto& [op, status] : fp4gemm::python::register_torch_native(lib_dir, cache))
+            d[nb::str(op.c_str())] = nb::str(status.c_str());
+          return d;
         },
         "lib_dir"_a, "cache"_a,
-        "Internal (fp4gemm.ops): registers torch.ops.fp4gemm.fused_experts' C++ CUDA kernel through torch's "
-        "stable C ABI; returns '' when registered, else why not.");
-  m.def("_torch_native_status", [] { return fp4gemm::python::torch_native_status(); });
+        "Internal (fp4gemm.ops): registers the C++ CUDA kernels of torch.ops.fp4gemm.fused_experts and "
+        "moe_grouped_gemm through torch's stable C ABI; returns {op: '' when registered, else why not}.");
   m.def("_torch_native_counts", [] {
     const auto [hot, python] = fp4gemm::python::torch_native_counts();
     return nb::make_tuple(hot, python);
-  }, "Internal (tests): calls of the native fused_experts kernel so far, (C++ hot path, Python path).");
+  }, "Internal (tests): calls of the native kernels so far, (C++ hot path, forwarded to the Python kernel).");
   m.def("_torch_native_error", [](const std::string& message) { fp4gemm::python::set_torch_native_error(message); },
         "Internal (fp4gemm.ops): the Python path reports an exception to the native kernel, which raises it.");
+  m.def("_torch_native_forwarding", [] { return fp4gemm::python::torch_native_forwarding(); },
+        "Internal (fp4gemm.ops): whether a native kernel is calling its Python kernel on this thread.");
 
   m.def("_read_tensors",
         [](nb::args arrays) {

@@ -482,9 +482,9 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
 FusedExpertsCache::~FusedExpertsCache() { forget_torch_native_cache(this); }
 
 const MoeLayerObject* FusedExpertsCache::find_native(const NativeKey& key, nb::object& keep) const {
-  constexpr double kSwigluAlpha = 1.702, kSwigluLimit = 7.0;  // the torch op's (call()'s defaults)
   for (const Entry& e : entries_) {
-    if (e.topk != key.topk || e.a1 != key.a1 || e.a2 != key.a2 || e.alpha != kSwigluAlpha || e.limit != kSwigluLimit ||
+    if (e.topk != key.topk || e.a1 != key.a1 || e.a2 != key.a2 || e.alpha != kOpSwigluAlpha ||
+        e.limit != kOpSwigluLimit ||
         e.activation != key.activation || e.act_format != key.act_format || e.gate_up != key.gate_up ||
         e.scale_layout != key.scale_layout)
       continue;
@@ -496,6 +496,15 @@ const MoeLayerObject* FusedExpertsCache::find_native(const NativeKey& key, nb::o
     }
     if (!same) continue;
     if (key.tokens > e.raw->options().max_tokens) return nullptr;  // the Python path grows the plan
+    // The entry's own weight objects must still be at those addresses: one re-pointed (set_(),
+    // .data = ...) may have freed its storage, and another tensor may now live there, with other
+    // values than the plan folded in (alphas, converted scales). The Python path sorts that out.
+    TensorReader& reader = Binding::get().reader();
+    for (int i = 0; i < kWeights; ++i) {
+      if (e.ptrs[i] == 0) continue;
+      const nb::object obj = weak_ref_target(e.refs[i]);
+      if (obj.is_none() || reader.torch_data_ptr(obj) != e.ptrs[i]) return nullptr;
+    }
     keep = e.layer;
     return e.raw;
   }

@@ -76,6 +76,8 @@ namespace fp4gemm::python {
 class FusedExpertsCache {
  public:
   static constexpr int kWeights = 7;  // w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha
+  // torch.ops.fp4gemm.fused_experts' swigluoai constants (its schema has none: call()'s defaults)
+  static constexpr double kOpSwigluAlpha = 1.702, kOpSwigluLimit = 7.0;
   FusedExpertsCache() = default;
   FusedExpertsCache(const FusedExpertsCache&) = delete;
   FusedExpertsCache& operator=(const FusedExpertsCache&) = delete;
@@ -97,8 +99,9 @@ class FusedExpertsCache {
     double a1 = 1, a2 = 1;
     std::int64_t tokens = 0, topk = 0;
   };
-  // The layer of the entry these arguments would hit in call() (weights compared by address, shape,
-  // strides and dtype; the entry keeps them alive) if it covers key.tokens, else null. `keep`
+  // The layer of the entry these arguments would hit in call() -- weights compared by address,
+  // shape, strides and dtype, the entry's own weight objects still at those addresses (so the
+  // memory is theirs: the layer keeps them alive) -- if it covers key.tokens, else null. `keep`
   // holds the layer. Needs the GIL.
   const MoeLayerObject* find_native(const NativeKey& key, nb::object& keep) const;
 

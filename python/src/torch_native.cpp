@@ -27,11 +27,13 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
+#include <vector>
 
 #include <nanobind/nanobind.h>
 
@@ -84,9 +86,12 @@ struct Shim {
 
 Shim g_shim;
 TorchLibraryHandle g_library = nullptr;  // kept for the process's life: its destructor would deregister
-FusedExpertsCache* g_cache = nullptr;
-std::string g_status = "not attempted";
-thread_local std::string t_error;  // set by the Python path (set_torch_native_error)
+FusedExpertsCache* g_cache = nullptr;     // read and written under the GIL
+// Per op: "" registered, else why not.
+std::pair<const char*, std::string> g_status[] = {{"fused_experts", "not attempted"},
+                                                  {"moe_grouped_gemm", "not attempted"}};
+thread_local std::string t_error;       // set by the Python path (set_torch_native_error)
+thread_local bool t_forwarding = false;  // a native kernel is calling its Python kernel
 std::atomic<std::uint64_t> g_hot{0}, g_python{0};  // calls by path (tests: the hot path runs)
 
 template <class F>
@@ -205,7 +210,16 @@ void release_inputs(StableIValue* stack, const char* kinds) {
 void forward_to_python(const char* python_op, StableIValue* stack) {
   g_python.fetch_add(1, std::memory_order_relaxed);
   t_error.clear();
-  if (g_shim.call_dispatcher(python_op, "", stack, kStableVersion) != 0)
+  struct Forwarding {
+    Forwarding() { t_forwarding = true; }
+    ~Forwarding() { t_forwarding = false; }
+  };
+  ShimError failed;
+  {
+    const Forwarding scope;
+    failed = g_shim.call_dispatcher(python_op, "", stack, kStableVersion);
+  }
+  if (failed != 0)
     throw std::runtime_error(std::string("fp4gemm: ") + python_op + " failed (torch logged why)");
   if (!t_error.empty()) {
     g_shim.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[0]));
@@ -228,8 +242,6 @@ constexpr char kFusedExpertsKinds[] = "TTTTTTTOOOSSSSdd";
 
 // The hot path; true when it ran and left the output in stack[0] (the inputs released).
 bool fused_experts_hot(StableIValue* stack) {
-  FusedExpertsCache* cache = g_cache;
-  if (cache == nullptr) return false;
   TensorView hidden, ids, wts, weights[FusedExpertsCache::kWeights];
   const AtenTensorHandle weight_handles[FusedExpertsCache::kWeights] = {
       reinterpret_cast<AtenTensorHandle>(stack[1]), reinterpret_cast<AtenTensorHandle>(stack[2]),
@@ -251,22 +263,31 @@ bool fused_experts_hot(StableIValue* stack) {
   key.tokens = hidden.shape[0], key.topk = ids.shape[1];
   const Shim& s = g_shim;
   Gil gil;  // the cache is shared with the Python path
+  FusedExpertsCache* cache = g_cache;
+  if (cache == nullptr) return false;
   nb::object keep;
   const MoeLayerObject* layer = cache->find_native(key, keep);
   if (layer == nullptr || layer->device() != hidden.device) return false;
   void* stream = nullptr;
   if (s.cuda_stream(hidden.device, &stream) != 0) return false;
-  const std::int64_t size[2] = {hidden.shape[0], hidden.shape[1]}, stride[2] = {hidden.shape[1], 1};
+  const std::int64_t size[2] = {hidden.shape[0], hidden.shape[1]},
+                     stride[2] = {std::max<std::int64_t>(hidden.shape[1], 1), 1};
   AtenTensorHandle out = nullptr;
   if (s.empty_strided(2, size, stride, s.bf16, s.cuda, hidden.device, &out) != 0) return false;
   TensorView y;
   try {
     if (!view_of(out, y)) throw std::runtime_error("output");
     layer->run_on_stream(hidden, ids, wts, y, reinterpret_cast<cudaStream_t>(stream));
-  } catch (const std::exception&) {
-    // nothing was enqueued (the checks come first): the Python path names what it rejects
+  } catch (const Error& e) {
     s.delete_tensor(out);
-    return false;
+    // an argument the checks rejected (before anything was enqueued): the Python path names it
+    if (!is_runtime_failure(e)) return false;
+    release_inputs(stack, kFusedExpertsKinds);
+    rethrow_as_python(e);
+  } catch (...) {
+    s.delete_tensor(out);
+    release_inputs(stack, kFusedExpertsKinds);
+    throw;
   }
   release_inputs(stack, kFusedExpertsKinds);
   stack[0] = reinterpret_cast<StableIValue>(out);
@@ -321,7 +342,8 @@ bool moe_grouped_gemm_hot(StableIValue* stack) {
     alpha.view = alpha_view;
   }
   // the Python kernel's output: torch.empty((rows, N), dtype=out_dtype, device=a.device)
-  const std::int64_t size[2] = {h_g ? gather.shape[0] : a.shape[0], w.shape[1]}, stride[2] = {w.shape[1], 1};
+  const std::int64_t size[2] = {h_g ? gather.shape[0] : a.shape[0], w.shape[1]},
+                     stride[2] = {std::max<std::int64_t>(w.shape[1], 1), 1};
   Gil gil;  // the plan cache is shared with the Python path
   void* stream = nullptr;
   if (s.cuda_stream(a.device, &stream) != 0) return false;
@@ -363,17 +385,13 @@ void moe_grouped_gemm_kernel(StableIValue* stack, std::uint64_t num_args, std::u
   forward_to_python("fp4gemm::_moe_grouped_gemm_python", stack);
 }
 
-}  // namespace
-
-std::string register_torch_native(const std::string& lib_dir, FusedExpertsCache* cache) {
-  if (g_library != nullptr) {
-    g_cache = cache;
-    return g_status;
-  }
+// Resolves the shim and registers each op's kernel (g_status per op); "" when the library
+// fragment exists, else why nothing was registered.
+std::string open_library(const std::string& lib_dir) {
   void* cpu = open_loaded(lib_dir, "libtorch_cpu.so");
   void* gpu = open_loaded(lib_dir, "libtorch_cuda.so");
-  if (cpu == nullptr) return g_status = "libtorch_cpu.so is not loaded";
-  if (gpu == nullptr) return g_status = "libtorch_cuda.so is not loaded (a torch without CUDA)";
+  if (cpu == nullptr) return "libtorch_cpu.so is not loaded";
+  if (gpu == nullptr) return "libtorch_cuda.so is not loaded (a torch without CUDA)";
   Shim s;
   const char* missing = nullptr;
   auto need = [&](void* lib, const char* name, auto& slot) {
@@ -397,32 +415,63 @@ std::string register_torch_native(const std::string& lib_dir, FusedExpertsCache*
   need(cpu, "torch_string_c_str", s.string_c_str);
   need(cpu, "torch_delete_string", s.delete_string);
   need(gpu, "aoti_torch_get_current_cuda_stream", s.cuda_stream);
-  if (missing != nullptr) return g_status = std::string("torch exports no ") + missing + " (torch older than 2.10)";
-  // The codes as this libtorch defines them, where it says.
+  if (missing != nullptr) return std::string("torch exports no ") + missing + " (torch older than 2.10)";
+  // The codes as this libtorch defines them, where it says (else c10::ScalarType's values).
   const std::pair<const char*, std::int32_t*> codes[] = {
-      {"aoti_torch_dtype_uint8", &s.u8},     {"aoti_torch_dtype_int8", &s.i8},
-      {"aoti_torch_dtype_int16", &s.i16},    {"aoti_torch_dtype_int32", &s.i32},
-      {"aoti_torch_dtype_int64", &s.i64},    {"aoti_torch_dtype_float16", &s.f16},
-      {"aoti_torch_dtype_float32", &s.f32},  {"aoti_torch_dtype_bfloat16", &s.bf16},
-      {"aoti_torch_dtype_float8_e4m3fn", &s.e4m3}, {"aoti_torch_dtype_uint16", &s.u16},
-      {"aoti_torch_dtype_float8_e8m0fnu", &s.e8m0}, {"aoti_torch_dtype_float4_e2m1fn_x2", &s.f4x2},
-      {"aoti_torch_device_type_cpu", &s.cpu}, {"aoti_torch_device_type_cuda", &s.cuda}};
+      {"aoti_torch_dtype_uint8", &s.u8},
+      {"aoti_torch_dtype_int8", &s.i8},
+      {"aoti_torch_dtype_int16", &s.i16},
+      {"aoti_torch_dtype_int32", &s.i32},
+      {"aoti_torch_dtype_int64", &s.i64},
+      {"aoti_torch_dtype_float16", &s.f16},
+      {"aoti_torch_dtype_float32", &s.f32},
+      {"aoti_torch_dtype_bfloat16", &s.bf16},
+      {"aoti_torch_dtype_float8_e4m3fn", &s.e4m3},
+      {"aoti_torch_dtype_uint16", &s.u16},
+      {"aoti_torch_dtype_float8_e8m0fnu", &s.e8m0},
+      {"torch_dtype_float8_e8m0fnu", &s.e8m0},
+      {"aoti_torch_dtype_float4_e2m1fn_x2", &s.f4x2},
+      {"torch_dtype_float4_e2m1fn_x2", &s.f4x2},
+      {"aoti_torch_device_type_cpu", &s.cpu},
+      {"aoti_torch_device_type_cuda", &s.cuda}};
   for (const auto& [name, slot] : codes)
     if (auto f = reinterpret_cast<std::int32_t (*)()>(dlsym(cpu, name))) *slot = f();
   g_shim = s;
   TorchLibraryHandle lib = nullptr;
   if (s.library_init_impl("fp4gemm", "CUDA", __FILE__, __LINE__, &lib) != 0 || lib == nullptr)
-    return g_status = "torch refused a library fragment for fp4gemm / CUDA (see its log)";
-  if (s.library_impl(lib, "fused_experts", &fused_experts_kernel, kStableVersion) != 0)
-    return g_status = "torch refused the fused_experts kernel (see its log)";
-  if (s.library_impl(lib, "moe_grouped_gemm", &moe_grouped_gemm_kernel, kStableVersion) != 0)
-    return g_status = "torch refused the moe_grouped_gemm kernel (see its log)";
+    return "torch refused a library fragment for fp4gemm / CUDA (see its log)";
   g_library = lib;
-  g_cache = cache;
-  return g_status = "";
+  const std::pair<const char*, BoxedKernel> kernels[] = {{"fused_experts", &fused_experts_kernel},
+                                                          {"moe_grouped_gemm", &moe_grouped_gemm_kernel}};
+  for (const auto& [name, kernel] : kernels)
+    for (auto& op : g_status)
+      if (std::string_view(op.first) == name)
+        op.second = s.library_impl(lib, name, kernel, kStableVersion) == 0
+                        ? std::string()
+                        : std::string("torch refused the ") + name + " kernel (see its log)";
+  return "";
 }
 
-const std::string& torch_native_status() { return g_status; }
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> register_torch_native(const std::string& lib_dir,
+                                                                       FusedExpertsCache* cache) {
+  g_cache = cache;
+  if (g_library == nullptr) {
+    const std::string why = open_library(lib_dir);
+    if (!why.empty())
+      for (auto& op : g_status) op.second = why;
+  }
+  return torch_native_status();
+}
+
+std::vector<std::pair<std::string, std::string>> torch_native_status() {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (const auto& [name, status] : g_status) r.emplace_back(name, status);
+  return r;
+}
+
+bool torch_native_forwarding() { return t_forwarding; }
 
 std::pair<std::uint64_t, std::uint64_t> torch_native_counts() { return {g_hot.load(), g_python.load()}; }
 

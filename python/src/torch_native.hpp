@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace fp4gemm::python {
 
@@ -17,20 +18,24 @@ class FusedExpertsCache;
 
 // Registers the CUDA kernels of fp4gemm::fused_experts and fp4gemm::moe_grouped_gemm (the ops must
 // already be defined, and so must fp4gemm::_fused_experts_python / _moe_grouped_gemm_python: the
-// same schemas with the Python kernels, which take what the native kernels leave).
-// `lib_dir`: torch's lib/ folder. Returns "" when registered, else why not (nothing registered).
-std::string register_torch_native(const std::string& lib_dir, FusedExpertsCache* cache);
+// same schemas with the Python kernels, which take what the native kernels leave). `lib_dir`:
+// torch's lib/ folder. Returns each op's status: "" registered, else why not (that op keeps its
+// Python kernel). A second call only points the kernels at `cache`.
+std::vector<std::pair<std::string, std::string>> register_torch_native(const std::string& lib_dir,
+                                                                       FusedExpertsCache* cache);
 
-// What register_torch_native returned ("" when the native kernel is in use; "not attempted").
-const std::string& torch_native_status();
+// What register_torch_native returned ("not attempted" before it ran).
+std::vector<std::pair<std::string, std::string>> torch_native_status();
 
-// Calls of the native kernel so far: (hot path, forwarded to the Python kernel).
+// Calls of the native kernels so far: (hot path, forwarded to the Python kernel).
 std::pair<std::uint64_t, std::uint64_t> torch_native_counts();
 
-// The Python kernel of fp4gemm::_fused_experts_python, called from the native kernel on a miss,
-// reports an exception here instead of raising it through torch's C shim (which would log it and
-// return only an error code); the native kernel then raises it as a RuntimeError with this text.
+// The Python kernels of the private ops, called from a native kernel (torch_native_forwarding()
+// true on this thread), report an exception here instead of raising it through torch's C shim
+// (which would log it and return only an error code); the native kernel then raises it as a
+// RuntimeError with this text. Called directly, they raise as usual.
 void set_torch_native_error(const std::string& message);
+bool torch_native_forwarding();
 
 // Called by ~FusedExpertsCache: the native kernel then takes the Python path on every call.
 void forget_torch_native_cache(const FusedExpertsCache* cache);

@@ -216,11 +216,12 @@ def test_host_overhead_per_call_printed():
 
 def test_torch_op_runs_the_native_kernel():
     """torch.ops.fp4gemm.fused_experts on CUDA tensors runs its C++ kernel (registered through torch's
-    stable C ABI, torch >= 2.10): a first call plans through the Python kernel, repeated calls take
-    the C++ hot path (counted, so a silent fallback fails the test); every output is bitwise
-    fp4gemm.moe.fused_experts' on the same arguments -- other token counts, options, per-expert
-    alphas -- and bad arguments raise a RuntimeError naming them, on either path, after which the
-    op still works."""
+    stable C ABI, torch >= 2.10): a first call with new weights or options plans through the Python
+    kernel, repeated calls take the C++ hot path (each call's path is asserted, so a silent fallback
+    fails the test); every output is bitwise fp4gemm.moe.fused_experts' on the same arguments --
+    token counts, a1, all three per-expert alphas, a weight re-pointed with set_(), a CUDA graph
+    replayed with new routings; bad arguments raise a RuntimeError naming them on either path, the
+    Python kernel called directly raises as usual, and the op still works afterwards."""
     status = ops.native_status()["fused_experts"]
     major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
     if (major, minor) < (2, 10):
@@ -228,39 +229,66 @@ def test_torch_op_runs_the_native_kernel():
     assert status == "", f"the native kernel is not registered: {status}"
     p = _problem("nvfp4", "nvfp4", e=8, h=128, i=64, k=2, t=40, seed=71)
     w = [cuda(p["w13"]), cuda(_blocked(p["s13"])), cuda(p["w2"]), cuda(_blocked(p["s2"]))]
-    alpha = torch.rand(8, device="cuda") + 0.5
+    alphas = [torch.rand(8, device="cuda") + 0.5 for _ in range(3)]
     x, ids, wts = cuda(p["x"]), cuda(p["ids"]), cuda(p["wts"])
     moe.clear_layer_cache()
 
-    def op(t, a1=1.0, w2_alpha=None, xx=None, ii=None):
-        return torch.ops.fp4gemm.fused_experts(x[:t] if xx is None else xx, *w, wts[:t], ids[:t] if ii is None else ii,
-                                               None, None, w2_alpha, "silu", "nvfp4", "", "blocked", a1, 1.0)
-
-    def want(t, a1=1.0, w2_alpha=None):
-        return moe.fused_experts(x[:t], *w, wts[:t], ids[:t], a1_scale=a1, w2_alpha=w2_alpha)
-
-    for t, a1, al in [(4, 1.0, None), (4, 1.0, None), (4, 1.0, None), (1, 1.0, None), (40, 1.0, None),
-                      (40, 1.0, None), (7, 0.5, None), (7, 0.5, None), (7, 0.5, alpha), (7, 0.5, alpha)]:
+    def op(t, a1=1.0, al=(None, None, None), xx=None, ii=None, path=None):
         hot0, py0 = ops._C._torch_native_counts()
-        got = op(t, a1, al)
+        got = torch.ops.fp4gemm.fused_experts(x[:t] if xx is None else xx, *w, wts[:t],
+                                              ids[:t] if ii is None else ii, *al, "silu", "nvfp4", "", "blocked",
+                                              a1, 1.0)
         hot1, py1 = ops._C._torch_native_counts()
-        assert (hot1 - hot0) + (py1 - py0) == 1
-        ref = want(t, a1, al)
+        ran = {(1, 0): "hot", (0, 1): "python"}[(hot1 - hot0, py1 - py0)]
+        assert path is None or ran == path, (t, a1, ran)
+        return got
+
+    def check(t, a1=1.0, al=(None, None, None), path=None):
+        got = op(t, a1, al, path=path)
+        ref = moe.fused_experts(x[:t], *w, wts[:t], ids[:t], a1_scale=a1, w13_alpha=al[0], w13_alpha_up=al[1],
+                                w2_alpha=al[2])
         torch.cuda.synchronize()
         assert got.dtype == torch.bfloat16 and got.shape == (t, 128) and got.is_contiguous()
-        assert torch.equal(got.view(torch.int16), ref.view(torch.int16)), (t, a1, al is not None)
-    # repeats of a planned call are hot: no Python on the way
-    hot0, py0 = ops._C._torch_native_counts()
+        assert torch.equal(got.view(torch.int16), ref.view(torch.int16)), (t, a1, al[0] is not None)
+
+    check(4, path="python")  # plans
+    check(4, path="hot")
+    check(1, path="hot")
+    check(40)  # may grow the plan (Python) or fit it
+    check(40, path="hot")
+    check(7, 0.5, path="python")  # other options: another entry
+    check(7, 0.5, path="hot")
+    check(7, 0.5, tuple(alphas), path="python")
+    check(7, 0.5, tuple(alphas), path="hot")
+    # a weight re-pointed in place: its entry no longer matches; the Python path plans again
+    other = cuda(_problem("nvfp4", "nvfp4", e=8, h=128, i=64, k=2, t=4, seed=72)["w13"])
+    w[0].set_(other)
+    check(7, 0.5, path="python")
+    check(7, 0.5, path="hot")
+    # a CUDA graph of the op, replayed with new routings (the hot path, captured)
+    xs, ids_s, wts_s = x[:16].clone(), ids[:16].clone(), wts[:16].clone()
+    op(16, xx=xs, ii=ids_s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = torch.ops.fp4gemm.fused_experts(xs, *w, wts_s, ids_s, None, None, None, "silu", "nvfp4", "",
+                                              "blocked", 1.0, 1.0)
+    rng = np.random.default_rng(73)
     for _ in range(5):
-        op(7, 0.5, alpha)
-    hot1, py1 = ops._C._torch_native_counts()
-    assert (hot1 - hot0, py1 - py0) == (5, 0)
+        ids_s.copy_(torch.from_numpy(np.stack([rng.choice(8, 2, replace=False) for _ in range(16)]).astype(
+            np.int32 if ids.dtype == torch.int32 else np.int64)))
+        graph.replay()
+        ref = moe.fused_experts(xs, *w, wts_s, ids_s)
+        torch.cuda.synchronize()
+        assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
     # errors: rejected before the hot path (dtype) and by the hot path's checks (a planned layer)
-    with pytest.raises(RuntimeError, match="hidden_states"):
-        op(4, xx=x[:4].float())
-    with pytest.raises(RuntimeError, match="topk_ids"):
-        op(4, ii=ids[:4].float())
-    with pytest.raises(RuntimeError, match="topk_ids"):
-        op(4, ii=ids[:3])
-    got = op(7, 0.5, alpha)
-    assert torch.equal(got.view(torch.int16), want(7, 0.5, alpha).view(torch.int16))
+    with pytest.raises(RuntimeError, match="ArgumentError: .*hidden_states"):
+        op(4, xx=x[:4].float(), path="python")
+    with pytest.raises(RuntimeError, match="ArgumentError: .*topk_ids"):
+        op(4, ii=ids[:4].float(), path="python")
+    with pytest.raises(RuntimeError, match="ArgumentError: .*topk_ids"):
+        op(4, ii=ids[:3], path="python")
+    with pytest.raises(fp4gemm.ArgumentError, match="hidden_states"):  # the private op called directly
+        torch.ops.fp4gemm._fused_experts_python(x[:4].float(), *w, wts[:4], ids[:4], None, None, None, "silu",
+                                                "nvfp4", "", "blocked", 1.0, 1.0)
+    check(7, 0.5, path="hot")
