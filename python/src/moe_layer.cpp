@@ -457,7 +457,10 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
       static const char* const names[kWeights] = {"w13", "w13_scale", "w2", "w2_scale", "w13_alpha", "w13_alpha_up",
                                                    "w2_alpha"};
       for (int i = 0; i < kWeights; ++i)
-        if (!objs[i].is_none()) e.views[i] = reader.read(objs[i], names[i], -1, false, keep, false);
+        if (!objs[i].is_none()) {
+          e.views[i] = reader.read(objs[i], names[i], -1, false, keep, false);
+          e.impls[i] = nb::cast<std::uintptr_t>(objs[i].attr("_cdata"));
+        }
       entries_.push_back(std::move(e));
       hit = &entries_.back();
     } else {
@@ -491,20 +494,12 @@ const MoeLayerObject* FusedExpertsCache::find_native(const NativeKey& key, nb::o
     bool same = true;
     for (int i = 0; i < kWeights && same; ++i) {
       const TensorView &a = e.views[i], &b = key.weights[i];
-      same = a.ptr == b.ptr && a.ndim == b.ndim && a.dtype == b.dtype && a.cuda == b.cuda && a.device == b.device &&
+      same = e.impls[i] == key.impls[i] && a.ptr == b.ptr && a.ndim == b.ndim && a.dtype == b.dtype &&
+             a.cuda == b.cuda && a.device == b.device &&
              std::equal(a.shape, a.shape + a.ndim, b.shape) && std::equal(a.strides, a.strides + a.ndim, b.strides);
     }
     if (!same) continue;
     if (key.tokens > e.raw->options().max_tokens) return nullptr;  // the Python path grows the plan
-    // The entry's own weight objects must still be at those addresses: one re-pointed (set_(),
-    // .data = ...) may have freed its storage, and another tensor may now live there, with other
-    // values than the plan folded in (alphas, converted scales). The Python path sorts that out.
-    TensorReader& reader = Binding::get().reader();
-    for (int i = 0; i < kWeights; ++i) {
-      if (e.ptrs[i] == 0) continue;
-      const nb::object obj = weak_ref_target(e.refs[i]);
-      if (obj.is_none() || reader.torch_data_ptr(obj) != e.ptrs[i]) return nullptr;
-    }
     keep = e.layer;
     return e.raw;
   }

@@ -95,14 +95,15 @@ class FusedExpertsCache {
   // tensors (ndim 0 and address 0 for None), the options, T and top-k.
   struct NativeKey {
     const TensorView* weights = nullptr;  // [kWeights]
+    const std::uintptr_t* impls = nullptr;  // [kWeights]: their TensorImpl addresses (0 for None)
     std::string_view activation, act_format, gate_up, scale_layout;
     double a1 = 1, a2 = 1;
     std::int64_t tokens = 0, topk = 0;
   };
-  // The layer of the entry these arguments would hit in call() -- weights compared by address,
-  // shape, strides and dtype, the entry's own weight objects still at those addresses (so the
-  // memory is theirs: the layer keeps them alive) -- if it covers key.tokens, else null. `keep`
-  // holds the layer. Needs the GIL.
+  // The layer of the entry these arguments would hit in call() -- the same weight tensors (by
+  // TensorImpl, as call() compares the Python objects: each torch tensor object owns one) with the
+  // same address, shape, strides and dtype as when the entry was made -- if it covers key.tokens,
+  // else null. `keep` holds the layer. Needs the GIL.
   const MoeLayerObject* find_native(const NativeKey& key, nb::object& keep) const;
 
  private:
@@ -112,6 +113,7 @@ class FusedExpertsCache {
     nb::object refs[kWeights];
     std::uintptr_t ptrs[kWeights] = {};
     TensorView views[kWeights];  // as read when the entry was made (None: ndim 0, ptr 0)
+    std::uintptr_t impls[kWeights] = {};  // torch's TensorImpl of each (Tensor._cdata), for find_native
     std::string activation, act_format, gate_up, scale_layout;
     double a1 = 0, a2 = 0, alpha = 0, limit = 0;
     int topk = 0;

@@ -427,20 +427,6 @@ nb::object weak_ref(nb::handle obj) {
   return nb::steal(r);
 }
 
-nb::object weak_ref_target(nb::handle ref) {
-  if (ref.is_none()) return nb::none();
-#if PY_VERSION_HEX >= 0x030D0000
-  PyObject* target = nullptr;
-  if (PyWeakref_GetRef(ref.ptr(), &target) < 0) {
-    PyErr_Clear();
-    return nb::none();
-  }
-  return target ? nb::steal(target) : nb::none();
-#else
-  return nb::borrow(PyWeakref_GetObject(ref.ptr()));
-#endif
-}
-
 bool weak_ref_is(nb::handle ref, nb::handle obj) {
   if (ref.is_none()) return false;
 #if PY_VERSION_HEX >= 0x030D0000

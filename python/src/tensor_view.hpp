@@ -116,6 +116,5 @@ class TorchStates {
 // Object identity helpers (weak references) for the call memo.
 nb::object weak_ref(nb::handle obj);  // None when obj does not support weak references
 bool weak_ref_is(nb::handle ref, nb::handle obj);
-nb::object weak_ref_target(nb::handle ref);  // the referent, or None when dead (or ref is None)
 
 }  // namespace fp4gemm::python

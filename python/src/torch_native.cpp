@@ -9,8 +9,8 @@
 // handle torch takes over).
 //
 // fused_experts: the hot path finds the layer planned for these weights in fp4gemm.moe's
-// FusedExpertsCache (the weights' data_ptr / shape / strides / dtype and the options; an entry
-// keeps its weights alive, so an address cannot be reused by another tensor while it exists),
+// FusedExpertsCache (the same weight tensors -- TensorImpl identity, as the Python path compares
+// the objects -- at the same data_ptr / shape / strides / dtype, and the options),
 // allocates the output with aoti_torch_empty_strided and enqueues the layer on torch's current
 // stream. Everything else -- a miss, growth past the plan's max_tokens, anything the checks would
 // reject -- forwards the untouched argument stack to fp4gemm::_fused_experts_python (the same
@@ -255,8 +255,15 @@ bool fused_experts_hot(StableIValue* stack) {
     if (weight_handles[i] != nullptr && !view_of(weight_handles[i], weights[i])) return false;
   // what the Python path's output would be: torch.empty_like(hidden_states) of a valid [T, H] bf16
   if (!hidden.cuda || hidden.ndim != 2 || hidden.dtype != DType::bf16 || ids.ndim != 2) return false;
+  // The TensorImpl behind each weight: an AtenTensorHandle is an at::Tensor*, whose one member is
+  // its intrusive pointer (torch's own shim casts the handle so). A torch without that layout only
+  // never matches an entry here (the Python path then runs every call).
+  std::uintptr_t impls[FusedExpertsCache::kWeights] = {};
+  for (int i = 0; i < FusedExpertsCache::kWeights; ++i)
+    if (weight_handles[i] != nullptr) std::memcpy(&impls[i], weight_handles[i], sizeof impls[i]);
   FusedExpertsCache::NativeKey key;
   key.weights = weights;
+  key.impls = impls;
   key.activation = text_of(stack[10]), key.act_format = text_of(stack[11]);
   key.gate_up = text_of(stack[12]), key.scale_layout = text_of(stack[13]);
   key.a1 = double_of(stack[14]), key.a2 = double_of(stack[15]);

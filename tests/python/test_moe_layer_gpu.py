@@ -265,6 +265,11 @@ def test_torch_op_runs_the_native_kernel():
     w[0].set_(other)
     check(7, 0.5, path="python")
     check(7, 0.5, path="hot")
+    # another tensor object over the same memory (a view): a new entry, as the Python path keys on
+    # the objects; then hot
+    w[0] = w[0][:]
+    check(7, 0.5, path="python")
+    check(7, 0.5, path="hot")
     # a CUDA graph of the op, replayed with new routings (the hot path, captured)
     xs, ids_s, wts_s = x[:16].clone(), ids[:16].clone(), wts[:16].clone()
     op(16, xx=xs, ii=ids_s)
