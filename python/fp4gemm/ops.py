@@ -96,6 +96,14 @@ def _reporting(kernel):
     return run
 
 
+def _python_twin(name: str, kernel) -> None:
+    """Defines fp4gemm::_<name>_python: op <name>'s schema with `kernel` (through _reporting) as its
+    only kernel -- what <name>'s native kernel calls for what it leaves to Python."""
+    schema = str(getattr(torch.ops.fp4gemm, name).default._schema)
+    _LIB.define(f"_{name}_python" + schema[schema.index("("):])
+    _LIB.impl(f"_{name}_python", _reporting(kernel), "CompositeExplicitAutograd")
+
+
 def _out_shape(a: Tensor, b: Tensor) -> List[int]:
     return [a.shape[0], b.shape[0], 1] if a.dim() == 3 else [a.shape[0], b.shape[0]]
 
@@ -249,23 +257,9 @@ def _moe_grouped_gemm(
                                   scale_layout, out_dtype)
 
 
-@_custom_op("fp4gemm::_moe_grouped_gemm_python", mutates_args=(), kernel=_reporting(_moe_grouped_gemm_impl))
-def _moe_grouped_gemm_python(
-    a: Tensor,
-    a_scales: Optional[Tensor],
-    w: Tensor,
-    w_scales: Tensor,
-    expert_offsets: Tensor,
-    gather_index: Optional[Tensor],
-    alpha: Optional[float],
-    alpha_tensor: Optional[Tensor],
-    format: str,
-    scale_layout: str,
-    out_dtype: torch.dtype,
-) -> Tensor:
-    """(Internal: moe_grouped_gemm's Python kernel under its own name -- what its native CUDA kernel
-    calls for linear scales and arguments it does not take.)"""
-    raise AssertionError("not called")
+# moe_grouped_gemm's Python kernel under its own name: what its native CUDA kernel calls for linear
+# scales and the arguments it does not take.
+_python_twin("moe_grouped_gemm", _moe_grouped_gemm_impl)
 
 
 @_moe_grouped_gemm.register_fake
@@ -400,28 +394,9 @@ def _fused_experts_python_kernel(*args):
     return _moe._cache(*args)
 
 
-@_custom_op("fp4gemm::_fused_experts_python", mutates_args=(), kernel=_reporting(_fused_experts_python_kernel))
-def _fused_experts_python(
-    hidden_states: Tensor,
-    w13: Tensor,
-    w13_scale: Tensor,
-    w2: Tensor,
-    w2_scale: Tensor,
-    topk_weights: Tensor,
-    topk_ids: Tensor,
-    w13_alpha: Optional[Tensor],
-    w13_alpha_up: Optional[Tensor],
-    w2_alpha: Optional[Tensor],
-    activation: str,
-    act_format: str,
-    gate_up: str,
-    scale_layout: str,
-    a1_scale: float,
-    a2_scale: float,
-) -> Tensor:
-    """(Internal: fused_experts' Python kernel under its own name -- what the native CUDA kernel
-    calls when it has no plan for the arguments.)"""
-    raise AssertionError("not called")
+# fused_experts' Python kernel under its own name: what its native CUDA kernel calls when it has no
+# plan for the arguments.
+_python_twin("fused_experts", _fused_experts_python_kernel)
 
 
 @_fused_experts.register_fake

@@ -234,11 +234,52 @@ void forward_to_python(const char* python_op, StableIValue* stack) {
   throw std::runtime_error(std::string(is_runtime_failure(e) ? "DeviceError: " : "ArgumentError: ") + e.what());
 }
 
+// Ends a hot path that allocated `out`: runs `launch`; on success releases the inputs and leaves
+// `out` in stack[0] (true). An fp4gemm::Error naming an argument returns false where
+// `argument_errors_to_python` (the checks come before anything is enqueued: the Python path then
+// names it), else is raised as the Python path would raise it; anything else is raised. `out` is
+// freed on every failure.
+template <typename Launch>
+bool finish_hot(StableIValue* stack, const char* kinds, AtenTensorHandle out, bool argument_errors_to_python,
+                Launch&& launch) {
+  const Shim& s = g_shim;
+  try {
+    launch();
+  } catch (const Error& e) {
+    s.delete_tensor(out);
+    if (argument_errors_to_python && !is_runtime_failure(e)) return false;
+    release_inputs(stack, kinds);
+    rethrow_as_python(e);
+  } catch (...) {
+    s.delete_tensor(out);
+    release_inputs(stack, kinds);
+    throw;
+  }
+  release_inputs(stack, kinds);
+  stack[0] = reinterpret_cast<StableIValue>(out);
+  return true;
+}
+
+// A native kernel: `Hot` runs the call in C++ where it can (true: inputs released, output in
+// stack[0]); otherwise the op's Python kernel `kPythonOp` gets the untouched stack.
+template <bool (*Hot)(StableIValue*), const char* kKinds, const char* kPythonOp>
+void native_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs) {
+  if (num_args != std::strlen(kKinds) || num_outputs != 1)
+    throw std::runtime_error(std::string("fp4gemm: ") + kPythonOp +
+                             ": the native kernel was registered for another schema");
+  if (Hot(stack)) {
+    g_hot.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  forward_to_python(kPythonOp, stack);
+}
+
 // ---- fp4gemm::fused_experts -------------------------------------------------------------------------
 
 // (hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha?, w13_alpha_up?,
 // w2_alpha?, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale) -> Tensor
 constexpr char kFusedExpertsKinds[] = "TTTTTTTOOOSSSSdd";
+constexpr char kFusedExpertsPython[] = "fp4gemm::_fused_experts_python";
 
 // The hot path; true when it ran and left the output in stack[0] (the inputs released).
 bool fused_experts_hot(StableIValue* stack) {
@@ -281,34 +322,11 @@ bool fused_experts_hot(StableIValue* stack) {
                      stride[2] = {std::max<std::int64_t>(hidden.shape[1], 1), 1};
   AtenTensorHandle out = nullptr;
   if (s.empty_strided(2, size, stride, s.bf16, s.cuda, hidden.device, &out) != 0) return false;
-  TensorView y;
-  try {
-    if (!view_of(out, y)) throw std::runtime_error("output");
+  return finish_hot(stack, kFusedExpertsKinds, out, /*argument_errors_to_python=*/true, [&] {
+    TensorView y;
+    if (!view_of(out, y)) throw std::runtime_error("fp4gemm: fused_experts: cannot read its output");
     layer->run_on_stream(hidden, ids, wts, y, reinterpret_cast<cudaStream_t>(stream));
-  } catch (const Error& e) {
-    s.delete_tensor(out);
-    // an argument the checks rejected (before anything was enqueued): the Python path names it
-    if (!is_runtime_failure(e)) return false;
-    release_inputs(stack, kFusedExpertsKinds);
-    rethrow_as_python(e);
-  } catch (...) {
-    s.delete_tensor(out);
-    release_inputs(stack, kFusedExpertsKinds);
-    throw;
-  }
-  release_inputs(stack, kFusedExpertsKinds);
-  stack[0] = reinterpret_cast<StableIValue>(out);
-  return true;
-}
-
-void fused_experts_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs) {
-  if (num_args != sizeof kFusedExpertsKinds - 1 || num_outputs != 1)
-    throw std::runtime_error("fp4gemm: fused_experts: the native kernel was registered for another schema");
-  if (fused_experts_hot(stack)) {
-    g_hot.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  forward_to_python("fp4gemm::_fused_experts_python", stack);
+  });
 }
 
 // ---- fp4gemm::moe_grouped_gemm ----------------------------------------------------------------------
@@ -316,6 +334,7 @@ void fused_experts_kernel(StableIValue* stack, std::uint64_t num_args, std::uint
 // (a, a_scales?, w, w_scales, expert_offsets, gather_index?, alpha: float?, alpha_tensor?, format,
 // scale_layout, out_dtype) -> Tensor
 constexpr char kMoeGroupedGemmKinds[] = "TOTTTOFOSSD";
+constexpr char kMoeGroupedGemmPython[] = "fp4gemm::_moe_grouped_gemm_python";
 
 // The whole call in C++ (the MoE GEMM binding's checks and plan cache, fp4gemm.moe.grouped_gemm's
 // path) where the Python kernel would only allocate and call it: false for what it leaves to that
@@ -361,35 +380,13 @@ bool moe_grouped_gemm_hot(StableIValue* stack) {
   views.has_a_scales = h_as != nullptr, views.a_scales = a_scales;
   views.has_offsets = true, views.offsets = offsets;
   views.has_gather = h_g != nullptr, views.gather = gather;
-  try {
+  return finish_hot(stack, kMoeGroupedGemmKinds, out, /*argument_errors_to_python=*/false, [&] {
     if (!view_of(out, views.out)) throw std::runtime_error("fp4gemm: moe_grouped_gemm: cannot read its output");
     // format "" is the op's spelling of None (follow the activation)
     const nb::object fmt = format.empty() ? nb::object(nb::none()) : nb::object(nb::str(format.data(), format.size()));
-    MoeBinding::get().grouped_gemm_views(views, w, ws, alpha, fmt,
-                                         nb::str(layout.data(), layout.size()), nb::str(out_name),
-                                         reinterpret_cast<cudaStream_t>(stream));
-  } catch (const Error& e) {
-    s.delete_tensor(out);
-    release_inputs(stack, kMoeGroupedGemmKinds);
-    rethrow_as_python(e);
-  } catch (...) {
-    s.delete_tensor(out);
-    release_inputs(stack, kMoeGroupedGemmKinds);
-    throw;
-  }
-  release_inputs(stack, kMoeGroupedGemmKinds);
-  stack[0] = reinterpret_cast<StableIValue>(out);
-  return true;
-}
-
-void moe_grouped_gemm_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs) {
-  if (num_args != sizeof kMoeGroupedGemmKinds - 1 || num_outputs != 1)
-    throw std::runtime_error("fp4gemm: moe_grouped_gemm: the native kernel was registered for another schema");
-  if (moe_grouped_gemm_hot(stack)) {
-    g_hot.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  forward_to_python("fp4gemm::_moe_grouped_gemm_python", stack);
+    MoeBinding::get().grouped_gemm_views(views, w, ws, alpha, fmt, nb::str(layout.data(), layout.size()),
+                                         nb::str(out_name), reinterpret_cast<cudaStream_t>(stream));
+  });
 }
 
 // Resolves the shim and registers each op's kernel (g_status per op); "" when the library
@@ -448,8 +445,9 @@ std::string open_library(const std::string& lib_dir) {
   if (s.library_init_impl("fp4gemm", "CUDA", __FILE__, __LINE__, &lib) != 0 || lib == nullptr)
     return "torch refused a library fragment for fp4gemm / CUDA (see its log)";
   g_library = lib;
-  const std::pair<const char*, BoxedKernel> kernels[] = {{"fused_experts", &fused_experts_kernel},
-                                                          {"moe_grouped_gemm", &moe_grouped_gemm_kernel}};
+  const std::pair<const char*, BoxedKernel> kernels[] = {
+      {"fused_experts", &native_kernel<fused_experts_hot, kFusedExpertsKinds, kFusedExpertsPython>},
+      {"moe_grouped_gemm", &native_kernel<moe_grouped_gemm_hot, kMoeGroupedGemmKinds, kMoeGroupedGemmPython>}};
   for (const auto& [name, kernel] : kernels)
     for (auto& op : g_status)
       if (std::string_view(op.first) == name)
