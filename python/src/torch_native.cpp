@@ -121,8 +121,8 @@ DType dtype_of(std::int32_t code) {
   return DType::other;
 }
 
-// A tensor as TensorReader reads a torch tensor (without its storage bounds); false for what the
-// hot path does not take (more than kMaxDims dimensions, devices other than CPU / CUDA).
+// A tensor as TensorReader reads a torch tensor, storage bounds included; false for what the hot
+// paths do not take (more than kMaxDims dimensions, devices other than CPU / CUDA).
 bool view_of(AtenTensorHandle h, TensorView& v) {
   const Shim& s = g_shim;
   std::int64_t nd = 0, *sz = nullptr, *st = nullptr;
