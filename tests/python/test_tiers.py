@@ -49,3 +49,21 @@ def test_gpu_without_fast_kernel_runs_the_reference_visibly():
 
 def test_forced_backend():
     assert conftest.select_backend(FAST, "reference")[0] == "reference"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
+                    reason="torch is installed here (fp4gemm.ops registered the C++ kernels at import; the GPU "
+                           "tier's test_torch_op_runs_the_native_kernel checks them)")
+def test_torch_native_kernels_say_why_not_without_torch():
+    """Without torch loaded the C++ torch kernels (python/src/torch_native.cpp) register nothing and
+    say why, per op, and nothing ran through them."""
+    from fp4gemm import _fp4gemm as C
+
+    cache = C.FusedExpertsCache()
+    status = C._register_torch_native(str(ROOT / "no-such-torch" / "lib"), cache)
+    assert set(status) == {"fused_experts", "moe_grouped_gemm"}
+    for op, why in status.items():
+        assert why == "libtorch_cpu.so is not loaded", (op, why)
+    assert C._torch_native_counts() == (0, 0)
+    assert C._torch_native_forwarding() is False
+    del cache  # (the registration forgets it)
