@@ -415,7 +415,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
       Entry& e = entries_[j];
       bool same = e.topk == topk && e.a1 == a1_scale && e.a2 == a2_scale && e.alpha == swiglu_alpha &&
                   e.limit == swiglu_limit;
-      for (int i = 0; i < kWeights && same; ++i) same = e.ids[i] == objs[i].ptr() && e.ptrs[i] == ptrs[i];
+      for (int i = 0; i < kWeights && same; ++i) same = e.ids[i] == objs[i].ptr() && e.views[i].ptr == ptrs[i];
       if (!same || e.activation != activation || e.act_format != act_format || e.gate_up != gate ||
           e.scale_layout != scale_layout)
         continue;
@@ -448,7 +448,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
     if (hit == nullptr) {
       if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());
       Entry e;
-      for (int i = 0; i < kWeights; ++i) e.ids[i] = objs[i].ptr(), e.ptrs[i] = ptrs[i], e.refs[i] = refs[i];
+      for (int i = 0; i < kWeights; ++i) e.ids[i] = objs[i].ptr(), e.refs[i] = refs[i];
       e.activation = activation, e.act_format = act_format, e.gate_up = gate, e.scale_layout = scale_layout;
       e.a1 = a1_scale, e.a2 = a2_scale, e.alpha = swiglu_alpha, e.limit = swiglu_limit;
       e.topk = static_cast<int>(topk);

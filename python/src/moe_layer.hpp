@@ -111,7 +111,6 @@ class FusedExpertsCache {
   struct Entry {
     PyObject* ids[kWeights] = {};
     nb::object refs[kWeights];
-    std::uintptr_t ptrs[kWeights] = {};
     TensorView views[kWeights];  // as read when the entry was made (None: ndim 0, ptr 0)
     std::uintptr_t impls[kWeights] = {};  // torch's TensorImpl of each (Tensor._cdata), for find_native
     std::string activation, act_format, gate_up, scale_layout;

@@ -302,6 +302,13 @@ nb::object TensorReader::torch_storage(nb::handle obj) {
   return nb::steal(r);
 }
 
+int torch_itemsize(DType t) {
+  return t == DType::i64                                                  ? 8
+         : (t == DType::f32 || t == DType::i32)                           ? 4
+         : (t == DType::f16 || t == DType::bf16 || t == DType::raw16) ? 2
+                                                                          : 1;
+}
+
 TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int group, bool bounds) {
   const Names& n = names();
   TensorView v;
@@ -311,10 +318,7 @@ TensorView TensorReader::read_torch(nb::handle obj, const std::string& arg, int 
     throw Error(arg, group, "reports " + std::to_string(v.ndim) + " dimensions but a stride() of another length");
 
   v.dtype = torch_dtype(obj);
-  v.itemsize = v.dtype == DType::i64                                                               ? 8
-               : (v.dtype == DType::f32 || v.dtype == DType::i32)                                  ? 4
-               : (v.dtype == DType::f16 || v.dtype == DType::bf16 || v.dtype == DType::raw16) ? 2
-                                                                                              : 1;
+  v.itemsize = torch_itemsize(v.dtype);
 
   if (get_attr(obj, n.is_cuda).ptr() == Py_True) {
     v.cuda = true;

@@ -24,6 +24,8 @@ namespace nb = nanobind;
 // gather indices).
 enum class DType : std::uint8_t { byte, fp4x2, e4m3, ue8m0, f16, bf16, f32, raw16, i32, i64, other };
 const char* to_string(DType t);
+// Bytes per element of a torch tensor of that type (other: 1).
+int torch_itemsize(DType t);
 
 enum class Framework : std::uint8_t { torch, cupy, numpy, other };
 

@@ -138,10 +138,7 @@ bool view_of(AtenTensorHandle h, TensorView& v) {
   v.ndim = static_cast<int>(nd);
   for (int i = 0; i < v.ndim; ++i) v.shape[i] = sz[i], v.strides[i] = st[i];
   v.dtype = dtype_of(code);
-  v.itemsize = v.dtype == DType::i64                                                            ? 8
-               : (v.dtype == DType::f32 || v.dtype == DType::i32)                               ? 4
-               : (v.dtype == DType::f16 || v.dtype == DType::bf16 || v.dtype == DType::raw16) ? 2
-                                                                                               : 1;
+  v.itemsize = torch_itemsize(v.dtype);
   v.cuda = type == s.cuda;
   v.device = v.cuda ? index : -1;
   v.ptr = reinterpret_cast<std::uintptr_t>(ptr);
