@@ -384,6 +384,20 @@ def test_torch_op_runs_the_native_kernel(backend):
         torch.ops.fp4gemm.moe_grouped_gemm(a, sa, w, ws, off, g, 0.5, alpha_t, "", "blocked", torch.float32)
     with pytest.raises(fp4gemm.ArgumentError, match="alpha"):  # the private op called directly raises as usual
         torch.ops.fp4gemm._moe_grouped_gemm_python(a, sa, w, ws, off, g, 0.5, alpha_t, "", "blocked", torch.float32)
+    # bad device data through the C++ kernel: reported by moe.check(), naming the argument
+    moe.check()
+    bad = torch.tensor([0, 9, 3, 12, 16, 16, 16, 16, 24], dtype=torch.int32, device="cuda")
+    hot0, _ = ops._C._torch_native_counts()
+    torch.ops.fp4gemm.moe_grouped_gemm(a, sa, w, ws, bad, g, None, None, "", "blocked", torch.float32)
+    assert ops._C._torch_native_counts()[0] == hot0 + 1
+    with pytest.raises(fp4gemm.ArgumentError, match=r"expert_offsets\[2\] = 3"):
+        moe.check()
+    g_bad = g.clone()
+    g_bad[5] = 10**6
+    torch.ops.fp4gemm.moe_grouped_gemm(a, sa, w, ws, off, g_bad, None, None, "", "blocked", torch.float32)
+    with pytest.raises(fp4gemm.ArgumentError, match="gather_index"):
+        moe.check()
+    moe.check()  # cleared
     call("hot", a, sa, w, ws, off, g, None, torch.float32)
 
 

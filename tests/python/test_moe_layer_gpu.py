@@ -297,3 +297,10 @@ def test_torch_op_runs_the_native_kernel():
         torch.ops.fp4gemm._fused_experts_python(x[:4].float(), *w, wts[:4], ids[:4], None, None, None, "silu",
                                                 "nvfp4", "", "blocked", 1.0, 1.0)
     check(7, 0.5, path="hot")
+    # routing ids outside [0, E) (device data) contribute nothing, on the C++ path as on the Python one
+    ids_odd = ids[:7].clone()
+    ids_odd[1, 0], ids_odd[4, 1] = -1, 8
+    got = op(7, 0.5, ii=ids_odd, path="hot")
+    ref = moe.fused_experts(x[:7], *w, wts[:7], ids_odd, a1_scale=0.5)
+    torch.cuda.synchronize()
+    assert torch.equal(got.view(torch.int16), ref.view(torch.int16))
