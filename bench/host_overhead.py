@@ -115,6 +115,13 @@ def main():
     row("torch.ops.fp4gemm.moe_grouped_gemm (allocates)",
         lambda: torch.ops.fp4gemm.moe_grouped_gemm(ga, gsa, gw, gws, goff, gg, None, None, "", "blocked",
                                                    torch.bfloat16))
+    # the same ops with their Python kernels (what the C++ kernels replace), for the A/B
+    row("torch.ops.fp4gemm._moe_grouped_gemm_out_python (Python kernel)",
+        lambda: torch.ops.fp4gemm._moe_grouped_gemm_out_python(ga, gsa, gw, gws, goff, gg, gout, None, None, "",
+                                                               "blocked"))
+    row("torch.ops.fp4gemm._moe_grouped_gemm_python (Python kernel)",
+        lambda: torch.ops.fp4gemm._moe_grouped_gemm_python(ga, gsa, gw, gws, goff, gg, None, None, "", "blocked",
+                                                           torch.bfloat16))
     print("parts:")
     row("_fp4gemm.MoeLayer.run (binding + C++), stream given",
         lambda: raw.run(x, ids, wts, out, stream, 0, None, None))

@@ -44,6 +44,20 @@ class _Op:
         return fake
 
 
+def _versioned(fn, mutated):
+    """`fn` followed by a version-counter bump of the arguments at the positions `mutated` (a tensor
+    or a list of tensors each), as custom_op's ADInplaceOrView kernel does for mutates_args."""
+
+    def versioned(*args):
+        result = fn(*args)
+        for i in mutated:
+            for t in (args[i] if isinstance(args[i], (list, tuple)) else (args[i],)):
+                torch.autograd.graph.increment_version(t)
+        return result
+
+    return versioned
+
+
 def _custom_op(qualname: str, mutates_args=(), kernel=None):
     """``torch.library.custom_op``'s registration done on the dispatcher directly: the schema
     inferred from the annotations as custom_op infers it, and one CompositeExplicitAutograd kernel
@@ -61,15 +75,7 @@ def _custom_op(qualname: str, mutates_args=(), kernel=None):
             impl = kernel
         elif mutates_args:
             params = list(inspect.signature(fn).parameters)
-            mutated = [params.index(a) for a in mutates_args]
-
-            def versioned(*args):
-                fn(*args)
-                for i in mutated:
-                    for t in (args[i] if isinstance(args[i], (list, tuple)) else (args[i],)):
-                        torch.autograd.graph.increment_version(t)
-
-            impl = versioned
+            impl = _versioned(fn, [params.index(a) for a in mutates_args])
         else:
             impl = fn
         _LIB.impl(name, impl, "CompositeExplicitAutograd")
@@ -78,7 +84,7 @@ def _custom_op(qualname: str, mutates_args=(), kernel=None):
     return wrap
 
 
-def _reporting(kernel):
+def _reporting(kernel, returns_tensor: bool):
     """A Python kernel as the native (C++) kernels call it for what they leave to Python (misses,
     errors): an exception cannot travel back through torch's C shim (it would be logged and reduced
     to an error code), so it is handed to the native kernel, which raises it as a RuntimeError
@@ -91,17 +97,22 @@ def _reporting(kernel):
             return kernel(*args)
         except Exception as e:  # noqa: BLE001 -- every error goes back to the caller
             _C._torch_native_error(f"{type(e).__name__}: {e}")
-            return args[0].new_empty(0)
+            return args[0].new_empty(0) if returns_tensor else None
 
     return run
 
 
 def _python_twin(name: str, kernel) -> None:
-    """Defines fp4gemm::_<name>_python: op <name>'s schema with `kernel` (through _reporting) as its
-    only kernel -- what <name>'s native kernel calls for what it leaves to Python."""
-    schema = str(getattr(torch.ops.fp4gemm, name).default._schema)
+    """Defines fp4gemm::_<name>_python: op <name>'s schema with `kernel` (through _reporting, and
+    bumping the version counters of what the schema says it mutates) as its only kernel -- what
+    <name>'s native kernel calls for what it leaves to Python."""
+    op_schema = getattr(torch.ops.fp4gemm, name).default._schema
+    mutated = [i for i, a in enumerate(op_schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    schema = str(op_schema)
     _LIB.define(f"_{name}_python" + schema[schema.index("("):])
-    _LIB.impl(f"_{name}_python", _reporting(kernel), "CompositeExplicitAutograd")
+    impl = _versioned(kernel, mutated) if mutated else kernel
+    _LIB.impl(f"_{name}_python", _reporting(impl, returns_tensor=len(op_schema.returns) > 0),
+              "CompositeExplicitAutograd")
 
 
 def _out_shape(a: Tensor, b: Tensor) -> List[int]:
@@ -289,6 +300,11 @@ def _moe_grouped_gemm_out(
                                format, scale_layout)
 
 
+# moe_grouped_gemm_out's Python kernel under its own name (the version bump included): what its
+# native CUDA kernel calls for linear scales and the arguments it does not take.
+_python_twin("moe_grouped_gemm_out", _moe_grouped_gemm_out_impl)
+
+
 @_moe_grouped_gemm_out.register_fake
 def _moe_grouped_gemm_out_fake(a, a_scales, w, w_scales, expert_offsets, gather_index, out, alpha, alpha_tensor,
                                format, scale_layout):
@@ -331,8 +347,11 @@ def moe_grouped_gemm(
     """torch.ops.fp4gemm.moe_grouped_gemm with defaults; returns a new ``out [rows, N]`` (rows past
     expert_offsets[E] uninitialised). See fp4gemm.moe.grouped_gemm."""
     al, al_t = _moe_alpha(alpha)
-    eager = _plain_eager(a, a_scales, w, w_scales, expert_offsets, gather_index, al_t)
-    op = _moe_grouped_gemm_impl if eager else torch.ops.fp4gemm.moe_grouped_gemm
+    if _NATIVE_MOE_GROUPED_GEMM is not None and a.is_cuda:  # the C++ kernel: the fastest path in every mode
+        op = _NATIVE_MOE_GROUPED_GEMM
+    else:
+        eager = _plain_eager(a, a_scales, w, w_scales, expert_offsets, gather_index, al_t)
+        op = _moe_grouped_gemm_impl if eager else torch.ops.fp4gemm.moe_grouped_gemm
     return op(a, a_scales, w, w_scales, expert_offsets, gather_index, al, al_t, format or "", scale_layout, out_dtype)
 
 
@@ -350,6 +369,10 @@ def moe_grouped_gemm_out(
 ) -> None:
     """torch.ops.fp4gemm.moe_grouped_gemm_out with defaults; writes the routed rows of ``out``."""
     al, al_t = _moe_alpha(alpha)
+    if _NATIVE_MOE_GROUPED_GEMM_OUT is not None and a.is_cuda:  # the C++ kernel (bumps out's version)
+        _NATIVE_MOE_GROUPED_GEMM_OUT(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al, al_t,
+                                     format or "", scale_layout)
+        return
     eager = _plain_eager(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al_t)
     op = _moe_grouped_gemm_out_impl if eager else torch.ops.fp4gemm.moe_grouped_gemm_out
     op(a, a_scales, w, w_scales, expert_offsets, gather_index, out, al, al_t, format or "", scale_layout)
@@ -425,8 +448,13 @@ def fused_experts(
     a1_scale: float = 1.0,
     a2_scale: float = 1.0,
 ) -> Tensor:
-    """torch.ops.fp4gemm.fused_experts with defaults (plain eager tensors call the implementation
-    directly); see fp4gemm.moe.fused_experts."""
+    """torch.ops.fp4gemm.fused_experts with defaults (CUDA tensors call the op's C++ kernel where
+    registered, see native_status(); else plain eager tensors call the implementation directly);
+    see fp4gemm.moe.fused_experts."""
+    if _NATIVE_FUSED_EXPERTS is not None and hidden_states.is_cuda:  # the C++ kernel: fastest in every mode
+        return _NATIVE_FUSED_EXPERTS(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha,
+                                     w13_alpha_up, w2_alpha, activation, act_format, gate_up or "", scale_layout,
+                                     float(a1_scale), float(a2_scale))
     # _plain_eager, spelled out (a generator over 10 tensors costs ~1.5 us per call)
     eager = (type(hidden_states) is Tensor and type(w13) is Tensor and type(w13_scale) is Tensor
              and type(w2) is Tensor and type(w2_scale) is Tensor and type(topk_weights) is Tensor
@@ -448,16 +476,22 @@ def _register_native() -> dict:
     try:
         return _C._register_torch_native(os.path.join(os.path.dirname(torch.__file__), "lib"), _moe._cache)
     except Exception as e:  # noqa: BLE001 -- the Python kernels stay; native_status() says why
-        return {op: f"{type(e).__name__}: {e}" for op in ("fused_experts", "moe_grouped_gemm")}
+        return {op: f"{type(e).__name__}: {e}" for op in ("fused_experts", "moe_grouped_gemm", "moe_grouped_gemm_out")}
 
 
 _NATIVE_STATUS = _register_native()
+# The ops whose C++ kernel the wrappers above call on CUDA tensors (None: not registered).
+_NATIVE_FUSED_EXPERTS = torch.ops.fp4gemm.fused_experts.default if _NATIVE_STATUS.get("fused_experts") == "" else None
+_NATIVE_MOE_GROUPED_GEMM = (torch.ops.fp4gemm.moe_grouped_gemm.default
+                            if _NATIVE_STATUS.get("moe_grouped_gemm") == "" else None)
+_NATIVE_MOE_GROUPED_GEMM_OUT = (torch.ops.fp4gemm.moe_grouped_gemm_out.default
+                                if _NATIVE_STATUS.get("moe_grouped_gemm_out") == "" else None)
 
 
 def native_status() -> dict:
     """Which torch.ops.fp4gemm ops run a C++ kernel on CUDA tensors (registered through torch's
     stable C ABI, torch >= 2.10) instead of their Python kernel, and why not where they do not:
-    ``{"fused_experts": "", "moe_grouped_gemm": ""}`` (registered) or the reason per op
-    ("torch exports no ..."). The other ops keep their Python kernels."""
+    ``{"fused_experts": "", "moe_grouped_gemm": "", "moe_grouped_gemm_out": ""}`` (registered) or
+    the reason per op ("torch exports no ..."). The other ops keep their Python kernels."""
     return dict(_NATIVE_STATUS)
 

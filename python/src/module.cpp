@@ -315,8 +315,11 @@ NB_MODULE(_fp4gemm, m) {
     r["moe_bytes"] = moe.bytes;
     r["moe_hits"] = moe.hits;
     r["moe_misses"] = moe.misses;
+    r["moe_memo_hits"] = moe.memo_hits;
     return r;
-  }, "Sizes, device bytes held and hit counts of the plan caches (grouped GEMM; moe_*: fp4gemm.moe.grouped_gemm).");
+  }, "Sizes, device bytes held and hit counts of the plan caches (grouped GEMM; moe_*: fp4gemm.moe.grouped_gemm; "
+     "moe_memo_hits: torch.ops.fp4gemm.moe_grouped_gemm calls run from the memo of the previous call, also counted "
+     "in moe_hits).");
   m.def("clear_plan_cache", [](bool pinned) {
     Binding::get().clear_cache(pinned);
     MoeBinding::get().clear_cache(pinned);

@@ -672,19 +672,74 @@ void MoeBinding::grouped_gemm(nb::handle a, nb::handle a_scales, nb::handle w, n
   run_on_device(views, wr, *options, Binding::get().resolve_stream(stream, views.a.framework, wr.device));
 }
 
-void MoeBinding::grouped_gemm_views(const MoeRunViews& views, const TensorView& w, const TensorView& w_scales,
-                                    const MoeAlphaArg& alpha, nb::handle format, nb::handle scale_layout,
-                                    nb::handle out_dtype, cudaStream_t stream) {
-  const std::optional<MoeOptions> options = call_options(views, format, scale_layout, out_dtype, nb::none());
-  if (!options) return;
-  const MoeWeightsRead wr = moe_weights_from_views(w, w_scales, alpha, *options);
-  if (!wr.cuda) throw Error("w", -1, "is on the CPU; this path runs CUDA weights");
-  run_on_device(views, wr, *options, stream);
+namespace {
+
+bool same_alpha(const MoeAlphaArg& x, const MoeAlphaArg& y) {
+  if (x.given != y.given || x.is_array != y.is_array) return false;
+  if (x.is_array) return same_view(x.view, y.view);
+  return std::memcmp(&x.scalar, &y.scalar, sizeof x.scalar) == 0;
 }
 
-void MoeBinding::run_on_device(const MoeRunViews& views, const MoeWeightsRead& wr, const MoeOptions& options,
-                               cudaStream_t s) {
+bool same_run_views(const MoeRunViews& x, const MoeRunViews& y) {
+  return x.has_a_scales == y.has_a_scales && x.has_offsets == y.has_offsets && x.has_counts == y.has_counts &&
+         x.has_gather == y.has_gather && same_view(x.a, y.a) && same_view(x.out, y.out) &&
+         (!x.has_a_scales || same_view(x.a_scales, y.a_scales)) && (!x.has_offsets || same_view(x.offsets, y.offsets)) &&
+         (!x.has_counts || same_view(x.counts, y.counts)) && (!x.has_gather || same_view(x.gather, y.gather));
+}
+
+nb::object str_or_none(std::string_view s) {
+  return s.empty() ? nb::object(nb::none()) : nb::object(nb::str(s.data(), s.size()));
+}
+
+}  // namespace
+
+void MoeBinding::grouped_gemm_views(const MoeViewsCall& call, cudaStream_t stream) {
+  const std::optional<MoeOptions> options =
+      call_options(call.views, str_or_none(call.format), nb::str(call.scale_layout.data(), call.scale_layout.size()),
+                   nb::str(call.out_dtype.data(), call.out_dtype.size()), nb::none());
+  if (!options) return;
+  const MoeWeightsRead wr = moe_weights_from_views(call.w, call.w_scales, call.alpha, *options);
+  if (!wr.cuda) throw Error("w", -1, "is on the CPU; this path runs CUDA weights");
+  MoeArgs args;
+  const MoePlanPtr plan = run_on_device(call.views, wr, *options, stream, &args);
+  if (options->scale_layout != ScaleLayout::blocked) return;  // linear: the plan depends on their _version too
+  std::lock_guard lock(mutex_);
+  memo_.views = call.views;
+  memo_.w = call.w, memo_.w_scales = call.w_scales;
+  memo_.alpha = call.alpha;
+  memo_.format = call.format, memo_.scale_layout = call.scale_layout, memo_.out_dtype = call.out_dtype;
+  memo_.plan = plan;
+  memo_.args = args;
+}
+
+bool MoeBinding::replay_views(const MoeViewsCall& call, cudaStream_t stream) {
+  MoePlanPtr plan;
+  MoeArgs args;
+  {
+    std::lock_guard lock(mutex_);
+    const ViewsMemo& m = memo_;
+    if (!m.plan || !same_run_views(call.views, m.views) || !same_view(call.w, m.w) ||
+        !same_view(call.w_scales, m.w_scales) || !same_alpha(call.alpha, m.alpha) || call.format != m.format ||
+        call.scale_layout != m.scale_layout || call.out_dtype != m.out_dtype)
+      return false;
+    plan = m.plan;
+    args = m.args;
+    ++hits_;
+    ++memo_hits_;
+  }
+  enqueue(plan, args, stream, Binding::is_capturing(stream));
+  return true;
+}
+
+void MoeBinding::forget_memo(std::vector<MoePlanPtr>& release) {
+  if (memo_.plan) release.push_back(std::move(memo_.plan));
+  memo_ = ViewsMemo{};
+}
+
+MoePlanPtr MoeBinding::run_on_device(const MoeRunViews& views, const MoeWeightsRead& wr, const MoeOptions& options,
+                                     cudaStream_t s, MoeArgs* args) {
   const MoeRun run = check_run(views, wr, options);
+  if (args != nullptr) *args = run.args;
   const std::vector<std::uint64_t> key = plan_key(wr, options);
   const std::uint64_t h = hash_words(key);
   MoePlanPtr plan;
@@ -699,8 +754,10 @@ void MoeBinding::run_on_device(const MoeRunViews& views, const MoeWeightsRead& w
     std::vector<MoePlanPtr> evicted;                         // destroyed after the lock is released
     std::lock_guard lock(mutex_);
     plan = plans_.insert(key, h, std::move(built), /*may_evict=*/!capturing, evicted);
+    if (!evicted.empty()) forget_memo(evicted);
   }
   enqueue(plan, run.args, s, capturing);
+  return plan;
 }
 
 void MoeBinding::pin(const MoePlanPtr& plan) {
@@ -732,6 +789,7 @@ CacheStats MoeBinding::stats() const {
   s.max_bytes = plans_.max_bytes();
   s.hits = hits_;
   s.misses = misses_;
+  s.memo_hits = memo_hits_;
   return s;
 }
 
@@ -739,19 +797,22 @@ void MoeBinding::clear_cache(bool pinned) {
   std::vector<MoePlanPtr> evicted;
   std::lock_guard lock(mutex_);
   plans_.clear(pinned, evicted);
-  hits_ = misses_ = 0;
+  forget_memo(evicted);
+  hits_ = misses_ = memo_hits_ = 0;
 }
 
 void MoeBinding::set_capacity(std::size_t capacity) {
   std::vector<MoePlanPtr> evicted;
   std::lock_guard lock(mutex_);
   plans_.set_limits(capacity, plans_.max_bytes(), evicted);
+  forget_memo(evicted);
 }
 
 void MoeBinding::set_max_bytes(std::size_t max_bytes) {
   std::vector<MoePlanPtr> evicted;
   std::lock_guard lock(mutex_);
   plans_.set_limits(plans_.capacity(), max_bytes, evicted);
+  forget_memo(evicted);
 }
 
 }  // namespace fp4gemm::python

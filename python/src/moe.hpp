@@ -7,6 +7,7 @@
 
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fp4gemm/moe.hpp"
@@ -55,6 +56,15 @@ struct MoeRun {
   int a_rows = 0;
 };
 
+// One moe_grouped_gemm call on arrays read elsewhere (torch.ops.fp4gemm.moe_grouped_gemm's native
+// kernel, torch_native.cpp): CUDA weights, the activation from a's dtype; format "" follows it.
+struct MoeViewsCall {
+  MoeRunViews views;
+  TensorView w, w_scales;
+  MoeAlphaArg alpha;
+  std::string_view format, scale_layout, out_dtype;
+};
+
 // fp4gemm._fp4gemm.MoeGemm: a plan bound to its weights (device arrays), or — for host (NumPy)
 // weights — the same validation around the CPU reference. The weight arrays (and torch storages)
 // are kept alive; run() refuses torch weights whose address, shape, strides or dtype changed.
@@ -95,12 +105,14 @@ class MoeBinding {
                     nb::handle gather_index, nb::handle out, nb::handle alpha, nb::handle format,
                     nb::handle scale_layout, nb::handle out_dtype, nb::handle activation, nb::handle stream,
                     int threads);
-  // The same on arrays read elsewhere (torch.ops.fp4gemm.moe_grouped_gemm's native kernel,
-  // torch_native.cpp): CUDA weights, blocked or linear scales (the caller handles what a plan keyed
-  // on linear torch scales needs: their _version), the activation from a's dtype, on `stream`.
-  void grouped_gemm_views(const MoeRunViews& views, const TensorView& w, const TensorView& w_scales,
-                          const MoeAlphaArg& alpha, nb::handle format, nb::handle scale_layout, nb::handle out_dtype,
-                          cudaStream_t stream);
+  // The same on arrays read elsewhere (MoeViewsCall), on `stream`; blocked or linear scales (the
+  // caller handles what a plan keyed on linear torch scales needs: their _version). Remembers the
+  // call for replay_views. Needs the GIL.
+  void grouped_gemm_views(const MoeViewsCall& call, cudaStream_t stream);
+  // Runs `call` from the memo of the last grouped_gemm_views call when every array (address,
+  // shape, strides, dtype, device, storage bounds) and option is that call's: its checks and plan
+  // lookup would give the same answer. False (nothing enqueued) otherwise. Needs no GIL.
+  bool replay_views(const MoeViewsCall& call, cudaStream_t stream);
   // Checks every MoE plan held (cached or pinned) for bad routing data (synchronises `stream`).
   void check(nb::handle stream);
 
@@ -113,10 +125,24 @@ class MoeBinding {
 
  private:
   MoeBinding();
-  void run_on_device(const MoeRunViews& views, const MoeWeightsRead& wr, const MoeOptions& options, cudaStream_t s);
+  // Checks the run, finds or builds the plan, enqueues; returns the plan (and the run's arguments).
+  MoePlanPtr run_on_device(const MoeRunViews& views, const MoeWeightsRead& wr, const MoeOptions& options, cudaStream_t s,
+                           MoeArgs* args = nullptr);
+  // Under mutex_, whenever a plan may leave the cache: empties the memo, its plan moved to
+  // `release` (destroyed by the caller after the lock).
+  void forget_memo(std::vector<MoePlanPtr>& release);
   mutable std::mutex mutex_;
   MoePlanCache plans_;
-  std::uint64_t hits_ = 0, misses_ = 0;
+  std::uint64_t hits_ = 0, misses_ = 0, memo_hits_ = 0;  // memo_hits_: replay_views' (counted in hits_ too)
+  // replay_views' memo (under mutex_): the last grouped_gemm_views call with its plan and run.
+  struct ViewsMemo {
+    MoeRunViews views;
+    TensorView w, w_scales;
+    MoeAlphaArg alpha;
+    std::string format, scale_layout, out_dtype;
+    MoePlanPtr plan;  // null: empty
+    MoeArgs args;
+  } memo_;
 };
 
 }  // namespace fp4gemm::python

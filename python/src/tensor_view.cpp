@@ -183,6 +183,16 @@ const char* to_string(DType t) {
   return "?";
 }
 
+bool same_view(const TensorView& x, const TensorView& y) {
+  if (x.ptr != y.ptr || x.ndim != y.ndim || x.dtype != y.dtype || x.itemsize != y.itemsize || x.cuda != y.cuda ||
+      x.device != y.device || x.framework != y.framework || x.has_alloc != y.has_alloc ||
+      x.alloc_begin != y.alloc_begin || x.alloc_end != y.alloc_end)
+    return false;
+  for (int i = 0; i < x.ndim; ++i)
+    if (x.shape[i] != y.shape[i] || x.strides[i] != y.strides[i]) return false;
+  return true;
+}
+
 std::int64_t TensorView::numel() const {
   std::int64_t n = 1;
   for (int i = 0; i < ndim; ++i) n *= shape[i];

@@ -53,6 +53,10 @@ struct TensorView {
   std::string device_text() const;   // "cuda:0" / "cpu"
 };
 
+// Whether two reads describe the same array: address, shape, strides, dtype, device, framework and
+// storage bounds.
+bool same_view(const TensorView& x, const TensorView& y);
+
 // Keeps DLPack imports alive for the duration of one call.
 using Keepalive = std::vector<nb::ndarray<nb::ro>>;
 

@@ -70,6 +70,9 @@ struct Shim {
   ShimError (*device_type)(AtenTensorHandle, std::int32_t*) = nullptr;
   ShimError (*device_index)(AtenTensorHandle, std::int32_t*) = nullptr;
   ShimError (*delete_tensor)(AtenTensorHandle) = nullptr;
+  ShimError (*new_tensor_handle)(AtenTensorHandle, AtenTensorHandle*) = nullptr;
+  bool (*grad_mode_is_enabled)() = nullptr;
+  void (*grad_mode_set_enabled)(bool) = nullptr;
   ShimError (*storage_size)(AtenTensorHandle, std::int64_t*) = nullptr;    // bytes
   ShimError (*storage_offset)(AtenTensorHandle, std::int64_t*) = nullptr;  // elements
   ShimError (*empty_strided)(std::int64_t, const std::int64_t*, const std::int64_t*, std::int32_t, std::int32_t,
@@ -89,7 +92,8 @@ TorchLibraryHandle g_library = nullptr;  // kept for the process's life: its des
 FusedExpertsCache* g_cache = nullptr;     // read and written under the GIL
 // Per op: "" registered, else why not.
 std::pair<const char*, std::string> g_status[] = {{"fused_experts", "not attempted"},
-                                                  {"moe_grouped_gemm", "not attempted"}};
+                                                  {"moe_grouped_gemm", "not attempted"},
+                                                  {"moe_grouped_gemm_out", "not attempted"}};
 thread_local std::string t_error;       // set by the Python path (set_torch_native_error)
 thread_local bool t_forwarding = false;  // a native kernel is calling its Python kernel
 std::atomic<std::uint64_t> g_hot{0}, g_python{0};  // calls by path (tests: the hot path runs)
@@ -203,8 +207,9 @@ void release_inputs(StableIValue* stack, const char* kinds) {
 }
 
 // The op's Python kernel (`python_op`, the same schema), handed the untouched stack: it takes the
-// arguments over and leaves its result in stack[0]; an exception it reported is raised here.
-void forward_to_python(const char* python_op, StableIValue* stack) {
+// arguments over and leaves its result (if `outputs`) in stack[0]; an exception it reported is
+// raised here.
+void forward_to_python(const char* python_op, StableIValue* stack, std::uint64_t outputs) {
   g_python.fetch_add(1, std::memory_order_relaxed);
   t_error.clear();
   struct Forwarding {
@@ -219,7 +224,7 @@ void forward_to_python(const char* python_op, StableIValue* stack) {
   if (failed != 0)
     throw std::runtime_error(std::string("fp4gemm: ") + python_op + " failed (torch logged why)");
   if (!t_error.empty()) {
-    g_shim.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[0]));
+    if (outputs != 0) g_shim.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[0]));
     std::string message;
     message.swap(t_error);
     throw std::runtime_error(message);
@@ -257,18 +262,19 @@ bool finish_hot(StableIValue* stack, const char* kinds, AtenTensorHandle out, bo
   return true;
 }
 
-// A native kernel: `Hot` runs the call in C++ where it can (true: inputs released, output in
-// stack[0]); otherwise the op's Python kernel `kPythonOp` gets the untouched stack.
-template <bool (*Hot)(StableIValue*), const char* kKinds, const char* kPythonOp>
+// A native kernel: `Hot` runs the call in C++ where it can (true: inputs released, the output if
+// the schema has one (`kOutputs` 1) in stack[0]); otherwise the op's Python kernel `kPythonOp`
+// gets the untouched stack.
+template <bool (*Hot)(StableIValue*), const char* kKinds, const char* kPythonOp, std::uint64_t kOutputs = 1>
 void native_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs) {
-  if (num_args != std::strlen(kKinds) || num_outputs != 1)
+  if (num_args != std::strlen(kKinds) || num_outputs != kOutputs)
     throw std::runtime_error(std::string("fp4gemm: ") + kPythonOp +
                              ": the native kernel was registered for another schema");
   if (Hot(stack)) {
     g_hot.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  forward_to_python(kPythonOp, stack);
+  forward_to_python(kPythonOp, stack, kOutputs);
 }
 
 // ---- fp4gemm::fused_experts -------------------------------------------------------------------------
@@ -326,64 +332,152 @@ bool fused_experts_hot(StableIValue* stack) {
   });
 }
 
-// ---- fp4gemm::moe_grouped_gemm ----------------------------------------------------------------------
+// ---- fp4gemm::moe_grouped_gemm(_out) ------------------------------------------------------------
+
+// Where the two MoE GEMM ops keep the arguments they share.
+struct MoeSlots {
+  int a, a_scales, w, w_scales, offsets, gather, alpha, alpha_tensor, format, scale_layout;
+};
+
+// The name fp4gemm's option parser takes for an output type; null for the types it does not take.
+const char* out_dtype_name(DType t) {
+  return t == DType::bf16 ? "bfloat16" : t == DType::f16 ? "float16" : t == DType::f32 ? "float32" : nullptr;
+}
+
+// Reads a MoE GEMM call's shared arguments (all but `out`); false for what the hot paths leave to
+// the Python kernels -- linear scales (a plan keyed on torch's _version of them, which the C ABI
+// cannot read), alpha and alpha_tensor both given, host weights (the placement errors are the
+// Python path's), arrays it cannot read.
+bool read_moe_call(const StableIValue* stack, const MoeSlots& k, MoeViewsCall& call) {
+  TensorView alpha_view;
+  MoeRunViews& v = call.views;
+  const AtenTensorHandle h_as = optional_tensor(stack[k.a_scales]), h_g = optional_tensor(stack[k.gather]),
+                         h_alpha = optional_tensor(stack[k.alpha_tensor]);
+  if (!view_of(reinterpret_cast<AtenTensorHandle>(stack[k.a]), v.a) ||
+      !view_of(reinterpret_cast<AtenTensorHandle>(stack[k.w]), call.w) ||
+      !view_of(reinterpret_cast<AtenTensorHandle>(stack[k.w_scales]), call.w_scales) ||
+      !view_of(reinterpret_cast<AtenTensorHandle>(stack[k.offsets]), v.offsets) ||
+      (h_as && !view_of(h_as, v.a_scales)) || (h_g && !view_of(h_g, v.gather)) ||
+      (h_alpha && !view_of(h_alpha, alpha_view)))
+    return false;
+  v.has_a_scales = h_as != nullptr, v.has_offsets = true, v.has_gather = h_g != nullptr;
+  call.format = text_of(stack[k.format]);  // "": follow a's dtype
+  call.scale_layout = text_of(stack[k.scale_layout]);
+  const StableIValue alpha = stack[k.alpha];
+  if (call.scale_layout != "blocked" || (alpha != 0 && h_alpha != nullptr) || !v.a.cuda || !call.w.cuda ||
+      v.a.ndim < 1 || call.w.ndim != 3 || (h_g && v.gather.ndim != 1))
+    return false;
+  if (alpha != 0) {
+    call.alpha.given = true;
+    call.alpha.scalar = static_cast<float>(double_of(*reinterpret_cast<const StableIValue*>(alpha)));
+  } else if (h_alpha != nullptr) {
+    call.alpha.given = call.alpha.is_array = true;
+    call.alpha.view = alpha_view;
+  }
+  return true;
+}
+
+// Runs a call read by read_moe_call (its `out` read too) on `stream`: from the memo of the last
+// call where it has the same arrays and options (no GIL needed), else through the binding's checks
+// and plan cache.
+void run_moe_call(const MoeViewsCall& call, void* stream) {
+  MoeBinding& binding = MoeBinding::get();
+  const cudaStream_t q = reinterpret_cast<cudaStream_t>(stream);
+  if (binding.replay_views(call, q)) return;
+  Gil gil;  // the checks build Python strings; plan building releases and retakes the GIL
+  binding.grouped_gemm_views(call, q);
+}
 
 // (a, a_scales?, w, w_scales, expert_offsets, gather_index?, alpha: float?, alpha_tensor?, format,
 // scale_layout, out_dtype) -> Tensor
 constexpr char kMoeGroupedGemmKinds[] = "TOTTTOFOSSD";
 constexpr char kMoeGroupedGemmPython[] = "fp4gemm::_moe_grouped_gemm_python";
+constexpr MoeSlots kMoeGroupedGemmSlots{0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
 
 // The whole call in C++ (the MoE GEMM binding's checks and plan cache, fp4gemm.moe.grouped_gemm's
-// path) where the Python kernel would only allocate and call it: false for what it leaves to that
-// kernel -- linear scales (a plan keyed on torch's _version of them, which the C ABI cannot read),
-// alpha and alpha_tensor both given, out dtypes it does not take, host weights (the placement
-// errors are the Python path's), arrays it cannot read.
+// path) where the Python kernel would only allocate and call it: false for what read_moe_call
+// leaves to that kernel and out dtypes it does not take.
 bool moe_grouped_gemm_hot(StableIValue* stack) {
   const Shim& s = g_shim;
-  TensorView a, w, ws, offsets, a_scales, gather, alpha_view;
-  const AtenTensorHandle h_as = optional_tensor(stack[1]), h_g = optional_tensor(stack[5]),
-                         h_alpha = optional_tensor(stack[7]);
-  if (!view_of(reinterpret_cast<AtenTensorHandle>(stack[0]), a) ||
-      !view_of(reinterpret_cast<AtenTensorHandle>(stack[2]), w) ||
-      !view_of(reinterpret_cast<AtenTensorHandle>(stack[3]), ws) ||
-      !view_of(reinterpret_cast<AtenTensorHandle>(stack[4]), offsets) || (h_as && !view_of(h_as, a_scales)) ||
-      (h_g && !view_of(h_g, gather)) || (h_alpha && !view_of(h_alpha, alpha_view)))
-    return false;
-  const std::string_view format = text_of(stack[8]), layout = text_of(stack[9]);
+  MoeViewsCall call;
+  if (!read_moe_call(stack, kMoeGroupedGemmSlots, call)) return false;
   const std::int32_t out_code = static_cast<std::int32_t>(stack[10] & 0xffffffffu);
-  const char* out_name = out_code == s.bf16 ? "bfloat16" : out_code == s.f16 ? "float16" : out_code == s.f32 ? "float32"
-                                                                                                            : nullptr;
-  if (out_name == nullptr || layout != "blocked" || (stack[6] != 0 && h_alpha != nullptr) || !a.cuda || !w.cuda ||
-      a.ndim < 1 || w.ndim != 3 || (h_g && gather.ndim != 1))
-    return false;
-  MoeAlphaArg alpha;
-  if (stack[6] != 0) {
-    alpha.given = true;
-    alpha.scalar = static_cast<float>(double_of(*reinterpret_cast<StableIValue*>(stack[6])));
-  } else if (h_alpha != nullptr) {
-    alpha.given = alpha.is_array = true;
-    alpha.view = alpha_view;
-  }
+  const char* out_name = out_dtype_name(dtype_of(out_code));
+  if (out_name == nullptr) return false;
+  call.out_dtype = out_name;
+  const MoeRunViews& v = call.views;
   // the Python kernel's output: torch.empty((rows, N), dtype=out_dtype, device=a.device)
-  const std::int64_t size[2] = {h_g ? gather.shape[0] : a.shape[0], w.shape[1]},
-                     stride[2] = {std::max<std::int64_t>(w.shape[1], 1), 1};
-  Gil gil;  // the plan cache is shared with the Python path
+  const std::int64_t size[2] = {v.has_gather ? v.gather.shape[0] : v.a.shape[0], call.w.shape[1]},
+                     stride[2] = {std::max<std::int64_t>(call.w.shape[1], 1), 1};
   void* stream = nullptr;
-  if (s.cuda_stream(a.device, &stream) != 0) return false;
+  if (s.cuda_stream(v.a.device, &stream) != 0) return false;
   AtenTensorHandle out = nullptr;
-  if (s.empty_strided(2, size, stride, out_code, s.cuda, a.device, &out) != 0) return false;
-  MoeRunViews views;
-  views.a = a;
-  views.has_a_scales = h_as != nullptr, views.a_scales = a_scales;
-  views.has_offsets = true, views.offsets = offsets;
-  views.has_gather = h_g != nullptr, views.gather = gather;
+  if (s.empty_strided(2, size, stride, out_code, s.cuda, v.a.device, &out) != 0) return false;
   return finish_hot(stack, kMoeGroupedGemmKinds, out, /*argument_errors_to_python=*/false, [&] {
-    if (!view_of(out, views.out)) throw std::runtime_error("fp4gemm: moe_grouped_gemm: cannot read its output");
-    // format "" is the op's spelling of None (follow the activation)
-    const nb::object fmt = format.empty() ? nb::object(nb::none()) : nb::object(nb::str(format.data(), format.size()));
-    MoeBinding::get().grouped_gemm_views(views, w, ws, alpha, fmt, nb::str(layout.data(), layout.size()),
-                                         nb::str(out_name), reinterpret_cast<cudaStream_t>(stream));
+    if (!view_of(out, call.views.out)) throw std::runtime_error("fp4gemm: moe_grouped_gemm: cannot read its output");
+    run_moe_call(call, stream);
   });
+}
+
+// (a, a_scales?, w, w_scales, expert_offsets, gather_index?, out!, alpha: float?, alpha_tensor?,
+// format, scale_layout) -> ()
+constexpr char kMoeGroupedGemmOutKinds[] = "TOTTTOTFOSS";
+constexpr char kMoeGroupedGemmOutPython[] = "fp4gemm::_moe_grouped_gemm_out_python";
+constexpr MoeSlots kMoeGroupedGemmOutSlots{0, 1, 2, 3, 4, 5, 7, 8, 9, 10};
+
+// Bumps the version counter of `t` as torch does for an in-place op: through
+// aten::set_.source_Tensor(t, t), whose ADInplaceOrView kernel increments self's version (where
+// torch tracks one: not for inference tensors) and whose backend kernel returns at once when the
+// source is self. Under no_grad, as the Python kernel's torch.autograd.graph.increment_version: no
+// autograd node is recorded and a leaf that requires grad is accepted (a device probe: with grad
+// mode on, set_ gave a non-leaf out a NotImplemented grad_fn and refused a leaf). The C ABI has no
+// call of its own for it.
+bool bump_version(AtenTensorHandle t) {
+  const Shim& s = g_shim;
+  AtenTensorHandle self = nullptr, source = nullptr;
+  if (s.new_tensor_handle(t, &self) != 0) return false;
+  if (s.new_tensor_handle(t, &source) != 0) {
+    s.delete_tensor(self);
+    return false;
+  }
+  StableIValue stack[2] = {reinterpret_cast<StableIValue>(self), reinterpret_cast<StableIValue>(source)};
+  const bool grad = s.grad_mode_is_enabled();
+  if (grad) s.grad_mode_set_enabled(false);
+  const ShimError failed = s.call_dispatcher("aten::set_", "source_Tensor", stack, kStableVersion);
+  if (grad) s.grad_mode_set_enabled(true);
+  if (failed != 0) return false;
+  s.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[0]));  // set_ returns self
+  return true;
+}
+
+// The whole call in C++, `out` given; its version counter bumped as the op's mutates_args says.
+// False for what read_moe_call leaves to the Python kernel and out dtypes it does not take.
+bool moe_grouped_gemm_out_hot(StableIValue* stack) {
+  const Shim& s = g_shim;
+  MoeViewsCall call;
+  const AtenTensorHandle out = reinterpret_cast<AtenTensorHandle>(stack[6]);
+  if (!read_moe_call(stack, kMoeGroupedGemmOutSlots, call) || !view_of(out, call.views.out)) return false;
+  const char* out_name = out_dtype_name(call.views.out.dtype);
+  if (out_name == nullptr) return false;
+  call.out_dtype = out_name;
+  void* stream = nullptr;
+  if (s.cuda_stream(call.views.a.device, &stream) != 0) return false;
+  try {
+    run_moe_call(call, stream);
+  } catch (const Error& e) {
+    release_inputs(stack, kMoeGroupedGemmOutKinds);
+    rethrow_as_python(e);
+  } catch (...) {
+    release_inputs(stack, kMoeGroupedGemmOutKinds);
+    throw;
+  }
+  const bool bumped = bump_version(out);
+  release_inputs(stack, kMoeGroupedGemmOutKinds);
+  if (!bumped)
+    throw std::runtime_error(
+        "fp4gemm: moe_grouped_gemm_out: out was written, but torch refused to bump its version counter "
+        "(aten::set_; torch logged why)");
+  return true;
 }
 
 // Resolves the shim and registers each op's kernel (g_status per op); "" when the library
@@ -409,6 +503,9 @@ std::string open_library(const std::string& lib_dir) {
   need(cpu, "aoti_torch_get_device_type", s.device_type);
   need(cpu, "aoti_torch_get_device_index", s.device_index);
   need(cpu, "aoti_torch_delete_tensor_object", s.delete_tensor);
+  need(cpu, "aoti_torch_new_tensor_handle", s.new_tensor_handle);
+  need(cpu, "aoti_torch_grad_mode_is_enabled", s.grad_mode_is_enabled);
+  need(cpu, "aoti_torch_grad_mode_set_enabled", s.grad_mode_set_enabled);
   need(cpu, "aoti_torch_get_storage_size", s.storage_size);
   need(cpu, "aoti_torch_get_storage_offset", s.storage_offset);
   need(cpu, "aoti_torch_empty_strided", s.empty_strided);
@@ -444,7 +541,9 @@ std::string open_library(const std::string& lib_dir) {
   g_library = lib;
   const std::pair<const char*, BoxedKernel> kernels[] = {
       {"fused_experts", &native_kernel<fused_experts_hot, kFusedExpertsKinds, kFusedExpertsPython>},
-      {"moe_grouped_gemm", &native_kernel<moe_grouped_gemm_hot, kMoeGroupedGemmKinds, kMoeGroupedGemmPython>}};
+      {"moe_grouped_gemm", &native_kernel<moe_grouped_gemm_hot, kMoeGroupedGemmKinds, kMoeGroupedGemmPython>},
+      {"moe_grouped_gemm_out",
+       &native_kernel<moe_grouped_gemm_out_hot, kMoeGroupedGemmOutKinds, kMoeGroupedGemmOutPython, 0>}};
   for (const auto& [name, kernel] : kernels)
     for (auto& op : g_status)
       if (std::string_view(op.first) == name)

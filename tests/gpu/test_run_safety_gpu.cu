@@ -163,6 +163,73 @@ TEST_P(RunSafetySerialised, SecondStreamWaitsForTheFirst) {
 INSTANTIATE_TEST_SUITE_P(Launches, RunSafetySerialised, ::testing::Values(Launch::stream, Launch::graph),
                          [](const auto& info) { return info.param == Launch::stream ? "stream" : "graph"; });
 
+// A run leaves out its wait for the previous run when that one was eager on the same stream; a
+// graph replay records the plan's event on its own stream without the plan seeing it, so once a
+// run was captured every later run waits again: eager on s1, a replay on s2 held back, eager on s1
+// -- the last must wait for the replay.
+TEST(RunSafety, EagerRunAfterAGraphReplayWaitsForIt) {
+  REQUIRE_FAST_KERNEL();
+  const Problem problem = make_problem(small_case());
+  const DeviceProblem device(problem);
+  const Expected expected = cpu_expected(problem);
+  const Plan plan(device.descs(), device.options(Backend::fast));
+  Stream s1, s2;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  FP4GEMM_TEST_CUDA(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
+  plan.run(s2);
+  FP4GEMM_TEST_CUDA(cudaStreamEndCapture(s2, &graph));
+  FP4GEMM_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  FP4GEMM_TEST_CUDA(cudaGraphDestroy(graph));
+  device.reset();
+  plan.run(s1);
+  FP4GEMM_TEST_CUDA(cudaStreamSynchronize(s1));
+  HostFlag flag;
+  cudaEvent_t last_done;
+  FP4GEMM_TEST_CUDA(cudaEventCreateWithFlags(&last_done, cudaEventDisableTiming));
+  hold_until<<<1, 1, 0, s2>>>(flag.device(), 5'000'000'000ull);
+  FP4GEMM_TEST_CUDA(cudaGetLastError());
+  FP4GEMM_TEST_CUDA(cudaGraphLaunch(exec, s2));
+  plan.run(s1);
+  FP4GEMM_TEST_CUDA(cudaEventRecord(last_done, s1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const cudaError_t state = cudaEventQuery(last_done);
+  flag.release();
+  EXPECT_EQ(state, cudaErrorNotReady) << "the eager run finished while the graph replay before it was held back";
+  FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
+  FP4GEMM_TEST_CUDA(cudaEventDestroy(last_done));
+  FP4GEMM_TEST_CUDA(cudaGraphExecDestroy(exec));
+  EXPECT_TRUE(check_outputs(problem, device, expected, device.download()));
+}
+
+// Eager runs on one stream keep their order without the wait, and a run on another stream after
+// them still waits: s1 held back with two runs behind it, then a run on s2 must not finish first.
+TEST(RunSafety, RunOnAnotherStreamWaitsForSameStreamRuns) {
+  REQUIRE_FAST_KERNEL();
+  const Problem problem = make_problem(small_case());
+  const DeviceProblem device(problem);
+  const Expected expected = cpu_expected(problem);
+  const Plan plan(device.descs(), device.options(Backend::fast));
+  Stream s1, s2;
+  device.reset();
+  HostFlag flag;
+  cudaEvent_t second_done;
+  FP4GEMM_TEST_CUDA(cudaEventCreateWithFlags(&second_done, cudaEventDisableTiming));
+  hold_until<<<1, 1, 0, s1>>>(flag.device(), 5'000'000'000ull);
+  FP4GEMM_TEST_CUDA(cudaGetLastError());
+  plan.run(s1);
+  plan.run(s1);
+  plan.run(s2);
+  FP4GEMM_TEST_CUDA(cudaEventRecord(second_done, s2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const cudaError_t state = cudaEventQuery(second_done);
+  flag.release();
+  EXPECT_EQ(state, cudaErrorNotReady) << "the second stream's run finished while the first stream was held back";
+  FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
+  FP4GEMM_TEST_CUDA(cudaEventDestroy(second_done));
+  EXPECT_TRUE(check_outputs(problem, device, expected, device.download()));
+}
+
 // Item 8, under load: two host threads run one plan on two streams many times; every result right.
 TEST(RunSafety, ConcurrentThreadsOnOnePlan) {
   REQUIRE_FAST_KERNEL();

@@ -401,6 +401,136 @@ def test_torch_op_runs_the_native_kernel(backend):
     call("hot", a, sa, w, ws, off, g, None, torch.float32)
 
 
+def test_torch_out_op_runs_the_native_kernel(backend):
+    """torch.ops.fp4gemm.moe_grouped_gemm_out on CUDA tensors runs its C++ kernel (each call's path
+    counted): bitwise fp4gemm.moe.grouped_gemm's output per out dtype, alpha kind, W4A4 / W4A16,
+    with and without gather_index; `out`'s version counter bumped once per call on both paths (as
+    its mutates_args says); the guard rows around `out` untouched. The memo of the previous call
+    (plan_cache_info()["moe_memo_hits"]) serves only a call with the same arrays and options: a new
+    routing written into the same tensors is read on the device, while a new alpha, format or out
+    misses it. A CUDA graph of the op replays new routings, and eager calls after it are right."""
+    status = ops.native_status()["moe_grouped_gemm_out"]
+    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) < (2, 10):
+        pytest.skip(f"torch {torch.__version__} has no stable-ABI kernel registration ({status})")
+    assert status == "", f"the native kernel is not registered: {status}"
+    alpha_t = torch.rand(8, device="cuda") + 0.5
+
+    def guarded(rows, n, dtype):
+        buf = torch.full((rows + 2, n), float("nan"), dtype=dtype, device="cuda")
+        return buf, buf[1:rows + 1]
+
+    def call(path, a, sa, w, ws, off, g, out, alpha, fmt="", layout="blocked", memo=None):
+        hot0, py0 = ops._C._torch_native_counts()
+        memo0 = fp4gemm.plan_cache_info()["moe_memo_hits"]
+        version = out._version
+        al, al_t = (alpha, None) if not isinstance(alpha, torch.Tensor) else (None, alpha)
+        torch.ops.fp4gemm.moe_grouped_gemm_out(a, sa, w, ws, off, g, out, al, al_t, fmt, layout)
+        hot1, py1 = ops._C._torch_native_counts()
+        assert (hot1 - hot0, py1 - py0) == ((1, 0) if path == "hot" else (0, 1))
+        assert out._version == version + 1
+        if memo is not None:
+            assert fp4gemm.plan_cache_info()["moe_memo_hits"] - memo0 == memo
+        check(a, sa, w, ws, off, g, out, alpha, fmt, layout)
+
+    def check(a, sa, w, ws, off, g, out, alpha, fmt="", layout="blocked"):
+        want = moe.grouped_gemm(a, sa, w, ws, off, gather_index=g, alpha=alpha, scale_layout=layout,
+                                format=fmt or None, out_dtype=str(out.dtype).split(".")[1])
+        torch.cuda.synchronize()
+        bits = torch.int32 if out.dtype == torch.float32 else torch.int16
+        assert torch.equal(out.view(bits), want.view(bits))
+
+    def guards_intact(buf):
+        assert torch.isnan(buf[0]).all() and torch.isnan(buf[-1]).all()
+
+    cases = [("nvfp4", "fp4", torch.float32, None, True), ("nvfp4", "fp4", torch.bfloat16, 0.75, True),
+             ("mxfp4", "bf16", torch.float16, alpha_t, False), ("mxfp4", "fp4", torch.bfloat16, None, False)]
+    for i, (fmt, act, out_dtype, alpha, gathered) in enumerate(cases):
+        d = random_moe(8, 64, 128, 12, 2, format=fmt, activation=act, seed=180 + i)
+        a, sa, w, ws, off, g = (cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather))
+        if not gathered:
+            a, sa, g = a[g.long()], (None if sa is None else sa[g.long()]), None
+        buf, out = guarded(d.capacity, 64, out_dtype)
+        call("hot", a, sa, w, ws, off, g, out, alpha, fmt=fmt, memo=0)  # new weights: the checks and a plan
+        call("hot", a, sa, w, ws, off, g, out, alpha, fmt=fmt, memo=1)  # the same arrays: the memo
+        guards_intact(buf)
+    # the memo against what changes between calls
+    d = random_moe(8, 64, 128, 12, 2, format="nvfp4", seed=190)
+    a, sa, w, ws, off, g = (cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather))
+    buf, out = guarded(d.capacity, 64, torch.bfloat16)
+    call("hot", a, sa, w, ws, off, g, out, 0.75)
+    call("hot", a, sa, w, ws, off, g, out, 0.75, memo=1)
+    for seed in (191, 192):  # a new routing in the same tensors: the memo, read on the device
+        r = random_moe(8, 64, 128, 12, 2, format="nvfp4", seed=seed)
+        off.copy_(cuda(r.offsets))
+        g.copy_(cuda(r.gather))
+        call("hot", a, sa, w, ws, off, g, out, 0.75, memo=1)
+    call("hot", a, sa, w, ws, off, g, out, 0.5, memo=0)  # alpha
+    call("hot", a, sa, w, ws, off, g, out, 0.5, memo=1)
+    call("hot", a, sa, w, ws, off, g, out, 0.5, fmt="nvfp4", memo=0)  # format spelled out
+    buf2, out2 = guarded(d.capacity, 64, torch.bfloat16)
+    call("hot", a, sa, w, ws, off, g, out2, 0.5, fmt="nvfp4", memo=0)  # another out
+    guards_intact(buf)
+    guards_intact(buf2)
+    # a CUDA graph of the op, replayed with new routings; eager calls after it
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.ops.fp4gemm.moe_grouped_gemm_out(a, sa, w, ws, off, g, out, 0.75, None, "", "blocked")
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.ops.fp4gemm.moe_grouped_gemm_out(a, sa, w, ws, off, g, out, 0.75, None, "", "blocked")
+    for seed in range(193, 197):
+        r = random_moe(8, 64, 128, 12, 2, format="nvfp4", seed=seed)
+        off.copy_(cuda(r.offsets))
+        g.copy_(cuda(r.gather))
+        out.fill_(float("nan"))
+        graph.replay()
+        check(a, sa, w, ws, off, g, out, 0.75)
+        call("hot", a, sa, w, ws, off, g, out2, 0.75)  # eager, the captured plan
+    del graph
+    guards_intact(buf)
+    # inference tensors (no version counter) take the C++ kernel too
+    with torch.inference_mode():
+        inf = torch.empty(d.capacity, 64, dtype=torch.bfloat16, device="cuda")
+        hot0, _ = ops._C._torch_native_counts()
+        torch.ops.fp4gemm.moe_grouped_gemm_out(a, sa, w, ws, off, g, inf, None, None, "", "blocked")
+        assert ops._C._torch_native_counts()[0] == hot0 + 1
+    check(a, sa, w, ws, off, g, inf.clone(), None)
+    # out requiring grad, a leaf and a non-leaf: written, version bumped, no autograd node added
+    # (as the Python kernel's increment_version)
+    leaf = torch.zeros(d.capacity, 64, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    nonleaf = torch.zeros(d.capacity, 64, dtype=torch.bfloat16, device="cuda", requires_grad=True) * 1
+    for t in (leaf, nonleaf):
+        grad_fn, version = t.grad_fn, t._version
+        hot0, _ = ops._C._torch_native_counts()
+        torch.ops.fp4gemm.moe_grouped_gemm_out(a, sa, w, ws, off, g, t, None, None, "", "blocked")
+        assert ops._C._torch_native_counts()[0] == hot0 + 1
+        assert t._version == version + 1 and t.grad_fn is grad_fn and t.requires_grad
+        check(a, sa, w, ws, off, g, t.detach(), None)
+    # linear scales: the Python kernel, the version bumped there too
+    d = random_moe(8, 64, 128, 12, 2, scale_layout="linear", seed=197)
+    args = [cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather)]
+    buf, out = guarded(d.capacity, 64, torch.float32)
+    call("python", *args, out, None, layout="linear")
+    guards_intact(buf)
+    # errors, named, `out` untouched and its version kept: the C++ checks and the Python kernel's
+    d = random_moe(8, 64, 128, 12, 2, seed=198)
+    a, sa, w, ws, off, g = (cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather))
+    buf, out = guarded(d.capacity, 64, torch.float32)
+    version = out._version
+    with pytest.raises(RuntimeError, match="ArgumentError: .*expert_offsets"):
+        torch.ops.fp4gemm.moe_grouped_gemm_out(a, sa, w, ws, off.long(), g, out, None, None, "", "blocked")
+    with pytest.raises(RuntimeError, match="ArgumentError: fp4gemm: out"):
+        torch.ops.fp4gemm.moe_grouped_gemm_out(a, sa, w, ws, off, g, out[:-1], None, None, "", "blocked")
+    with pytest.raises(RuntimeError, match="ArgumentError: .*alpha"):
+        torch.ops.fp4gemm.moe_grouped_gemm_out(a, sa, w, ws, off, g, out, 0.5, alpha_t, "", "blocked")
+    assert out._version == version and torch.isnan(buf).all()
+    with pytest.raises(fp4gemm.ArgumentError, match="alpha"):  # the private op called directly raises as usual
+        torch.ops.fp4gemm._moe_grouped_gemm_out_python(a, sa, w, ws, off, g, out, 0.5, alpha_t, "", "blocked")
+
+
 def test_opcheck(backend):
     d = random_moe(4, 64, 128, 8, 2, seed=16)
     args = [cuda(x) for x in (d.a, d.a_scales, d.w, d.w_scales, d.offsets, d.gather)]
