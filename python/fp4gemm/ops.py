@@ -84,7 +84,7 @@ def _custom_op(qualname: str, mutates_args=(), kernel=None):
     return wrap
 
 
-def _reporting(kernel, returns_tensor: bool):
+def _reporting(kernel, returns: str):
     """A Python kernel as the native (C++) kernels call it for what they leave to Python (misses,
     errors): an exception cannot travel back through torch's C shim (it would be logged and reduced
     to an error code), so it is handed to the native kernel, which raises it as a RuntimeError
@@ -97,7 +97,8 @@ def _reporting(kernel, returns_tensor: bool):
             return kernel(*args)
         except Exception as e:  # noqa: BLE001 -- every error goes back to the caller
             _C._torch_native_error(f"{type(e).__name__}: {e}")
-            return args[0].new_empty(0) if returns_tensor else None
+            # a value of the schema's return type (the native kernel discards it)
+            return {"tensor": lambda: args[0].new_empty(0), "list": list}.get(returns, lambda: None)()
 
     return run
 
@@ -111,8 +112,9 @@ def _python_twin(name: str, kernel) -> None:
     schema = str(op_schema)
     _LIB.define(f"_{name}_python" + schema[schema.index("("):])
     impl = _versioned(kernel, mutated) if mutated else kernel
-    _LIB.impl(f"_{name}_python", _reporting(impl, returns_tensor=len(op_schema.returns) > 0),
-              "CompositeExplicitAutograd")
+    returns = ("none" if not op_schema.returns else
+               "list" if op_schema.returns[0].type.kind() == "ListType" else "tensor")
+    _LIB.impl(f"_{name}_python", _reporting(impl, returns), "CompositeExplicitAutograd")
 
 
 def _out_shape(a: Tensor, b: Tensor) -> List[int]:
@@ -125,6 +127,19 @@ def _alpha_arg(alpha: Optional[List[float]], alpha_tensor: Optional[Tensor]):
             raise _C.ArgumentError("fp4gemm: alpha: pass either alpha or alpha_tensor, not both")
         return alpha_tensor
     return alpha
+
+
+def _grouped_gemm_impl(a, b, sfa, sfb, alpha, alpha_tensor, format, scale_layout, out_dtype, backend):
+    c = [torch.empty(_out_shape(x, y), dtype=out_dtype, device=x.device) for x, y in zip(a, b)]
+    _C.grouped_gemm(a, b, sfa, sfb, c, _alpha_arg(alpha, alpha_tensor), format, scale_layout, out_dtype,
+                    backend or None, None, 0)
+    return c
+
+
+def _grouped_gemm_out_impl(a, b, sfa, sfb, c, alpha, alpha_tensor, format, scale_layout, backend):
+    out_dtype = c[0].dtype if len(c) else torch.float16
+    _C.grouped_gemm(a, b, sfa, sfb, c, _alpha_arg(alpha, alpha_tensor), format, scale_layout, out_dtype,
+                    backend or None, None, 0)
 
 
 @_custom_op("fp4gemm::grouped_gemm", mutates_args=())
@@ -140,10 +155,12 @@ def _grouped_gemm(
     out_dtype: torch.dtype,
     backend: str,
 ) -> List[Tensor]:
-    c = [torch.empty(_out_shape(x, y), dtype=out_dtype, device=x.device) for x, y in zip(a, b)]
-    _C.grouped_gemm(a, b, sfa, sfb, c, _alpha_arg(alpha, alpha_tensor), format, scale_layout, out_dtype,
-                    backend or None, None, 0)
-    return c
+    return _grouped_gemm_impl(a, b, sfa, sfb, alpha, alpha_tensor, format, scale_layout, out_dtype, backend)
+
+
+# The pointer-array ops' Python kernels under their own names: what their native CUDA kernels call
+# for what they leave to Python (lists of different lengths, alpha given twice, empty calls).
+_python_twin("grouped_gemm", _grouped_gemm_impl)
 
 
 @_grouped_gemm.register_fake
@@ -166,9 +183,10 @@ def _grouped_gemm_out(
     scale_layout: str,
     backend: str,
 ) -> None:
-    out_dtype = c[0].dtype if len(c) else torch.float16
-    _C.grouped_gemm(a, b, sfa, sfb, c, _alpha_arg(alpha, alpha_tensor), format, scale_layout, out_dtype,
-                    backend or None, None, 0)
+    _grouped_gemm_out_impl(a, b, sfa, sfb, c, alpha, alpha_tensor, format, scale_layout, backend)
+
+
+_python_twin("grouped_gemm_out", _grouped_gemm_out_impl)
 
 
 @_grouped_gemm_out.register_fake
@@ -476,7 +494,8 @@ def _register_native() -> dict:
     try:
         return _C._register_torch_native(os.path.join(os.path.dirname(torch.__file__), "lib"), _moe._cache)
     except Exception as e:  # noqa: BLE001 -- the Python kernels stay; native_status() says why
-        return {op: f"{type(e).__name__}: {e}" for op in ("fused_experts", "moe_grouped_gemm", "moe_grouped_gemm_out")}
+        return {op: f"{type(e).__name__}: {e}"
+                for op in ("fused_experts", "moe_grouped_gemm", "moe_grouped_gemm_out", "grouped_gemm", "grouped_gemm_out")}
 
 
 _NATIVE_STATUS = _register_native()
@@ -491,7 +510,7 @@ _NATIVE_MOE_GROUPED_GEMM_OUT = (torch.ops.fp4gemm.moe_grouped_gemm_out.default
 def native_status() -> dict:
     """Which torch.ops.fp4gemm ops run a C++ kernel on CUDA tensors (registered through torch's
     stable C ABI, torch >= 2.10) instead of their Python kernel, and why not where they do not:
-    ``{"fused_experts": "", "moe_grouped_gemm": "", "moe_grouped_gemm_out": ""}`` (registered) or
-    the reason per op ("torch exports no ..."). The other ops keep their Python kernels."""
+    ``{"fused_experts": "", "moe_grouped_gemm": "", ...}`` (registered: every torch.ops.fp4gemm op
+    has one) or the reason per op ("torch exports no ...")."""
     return dict(_NATIVE_STATUS)
 

@@ -109,6 +109,8 @@ bool alpha_is_number_list(nb::handle alpha) {
          PyTuple_Check(alpha.ptr());
 }
 
+void check_alpha_array(Alpha& a, int groups);
+
 Alpha read_alpha(nb::handle alpha, int groups, TensorReader& reader, Keepalive& keep) {
   Alpha a;
   if (alpha.is_none()) return a;
@@ -118,6 +120,12 @@ Alpha read_alpha(nb::handle alpha, int groups, TensorReader& reader, Keepalive& 
     return a;
   }
   a.view = reader.read(alpha, "alpha", -1, /*writable=*/false, keep);
+  check_alpha_array(a, groups);
+  return a;
+}
+
+// alpha given as an array (a.view): checked, its kind set, a host array's values read.
+void check_alpha_array(Alpha& a, int groups) {
   const TensorView& t = a.view;
   if (t.dtype != DType::f32) throw Error("alpha", -1, std::string("must be float32, got ") + to_string(t.dtype));
   if (t.numel() != groups)
@@ -137,7 +145,6 @@ Alpha read_alpha(nb::handle alpha, int groups, TensorReader& reader, Keepalive& 
     const float* p = reinterpret_cast<const float*>(t.ptr);
     for (int g = 0; g < groups; ++g) a.values[g] = p[g * stride];
   }
-  return a;
 }
 
 std::int64_t alpha_stride(const TensorView& t) {
@@ -162,6 +169,9 @@ std::uint64_t float_bits(float f) {
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
+
+// prepare() on arrays already read (defined with the Binding below).
+Prepared prepare_from(const CallOptions& options, const std::vector<GroupViews>& views, const Alpha& al);
 
 }  // namespace
 
@@ -316,11 +326,8 @@ CallArgs Binding::gather(nb::handle a, nb::handle b, nb::handle sfa, nb::handle 
 }
 
 Prepared Binding::prepare(const CallOptions& options, const CallArgs& args, nb::handle alpha, Keepalive& keep) {
-  Prepared p;
-  p.options = options;
   const int n = args.groups;
   std::vector<GroupViews> views(n);
-  p.views.reserve(args.objects.size());
   for (int g = 0; g < n; ++g) {
     PyObject* const* o = &args.objects[static_cast<std::size_t>(g) * kPerGroup];
     GroupViews& v = views[g];
@@ -329,9 +336,20 @@ Prepared Binding::prepare(const CallOptions& options, const CallArgs& args, nb::
     v.sfa = reader_.read(o[2], "sfa[" + std::to_string(g) + "]", g, false, keep);
     v.sfb = reader_.read(o[3], "sfb[" + std::to_string(g) + "]", g, false, keep);
     v.c = reader_.read(o[4], "c[" + std::to_string(g) + "]", g, true, keep);
-    for (const TensorView* t : {&v.a, &v.b, &v.sfa, &v.sfb, &v.c}) p.views.push_back(*t);
   }
-  const Alpha al = read_alpha(alpha, n, reader_, keep);
+  return prepare_from(options, views, read_alpha(alpha, n, reader_, keep));
+}
+
+namespace {
+
+// prepare() on arrays already read: every group's checks, the placement, the plan key.
+Prepared prepare_from(const CallOptions& options, const std::vector<GroupViews>& views, const Alpha& al) {
+  Prepared p;
+  p.options = options;
+  const int n = static_cast<int>(views.size());
+  p.views.reserve(static_cast<std::size_t>(n) * kPerGroup);
+  for (const GroupViews& v : views)
+    for (const TensorView* t : {&v.a, &v.b, &v.sfa, &v.sfb, &v.c}) p.views.push_back(*t);
   p.alpha_is_array = al.kind == AlphaKind::device || al.kind == AlphaKind::host_array;
   if (p.alpha_is_array) p.alpha_view = al.view;
   p.placement = common_placement(views, al.kind == AlphaKind::device ? &al.view : nullptr);
@@ -364,6 +382,8 @@ Prepared Binding::prepare(const CallOptions& options, const CallArgs& args, nb::
   }
   return p;
 }
+
+}  // namespace
 
 PlanPtr Binding::make_plan(const Prepared& p, bool capturing) {
   const Options o = library_options(p);
@@ -421,6 +441,13 @@ void Binding::grouped_gemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handl
   }
   const cudaStream_t s = resolve_stream(stream, p.framework, p.placement.device);
   const bool capturing = is_capturing(s);
+  const PlanPtr plan = find_or_build(p, capturing);
+  if (memoizable)
+    remember(std::move(signature), sig_hash, args.objects, p.views, plan, p.placement.device, capturing);
+  run(plan, s, capturing);
+}
+
+PlanPtr Binding::find_or_build(const Prepared& p, bool capturing) {
   const std::uint64_t h = hash_words(p.key);
   PlanPtr plan;
   {
@@ -434,9 +461,77 @@ void Binding::grouped_gemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handl
     std::lock_guard lock(mutex_);
     plan = plans_.insert(p.key, h, std::move(built), /*may_evict=*/!capturing, evicted);
   }
-  if (memoizable)
-    remember(std::move(signature), sig_hash, args.objects, p.views, plan, p.placement.device, capturing);
-  run(plan, s, capturing);
+  return plan;
+}
+
+namespace {
+
+bool same_views(const std::vector<TensorView>& x, const std::vector<TensorView>& y) {
+  if (x.size() != y.size()) return false;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (!same_view(x[i], y[i])) return false;
+  return true;
+}
+
+bool same_call(const GroupedViewsCall& x, const GroupedViewsCall& y) {
+  return x.groups == y.groups && x.format == y.format && x.scale_layout == y.scale_layout &&
+         x.out_dtype == y.out_dtype && x.backend == y.backend && x.alpha_is_array == y.alpha_is_array &&
+         (!x.alpha_is_array || same_view(x.alpha_view, y.alpha_view)) && x.alpha_values.size() == y.alpha_values.size() &&
+         std::equal(x.alpha_values.begin(), x.alpha_values.end(), y.alpha_values.begin(),
+                    [](float u, float v) { return float_bits(u) == float_bits(v); }) &&
+         same_views(x.views, y.views);
+}
+
+nb::object str_or_none(const std::string& s) { return s.empty() ? nb::object(nb::none()) : nb::object(nb::str(s.c_str())); }
+
+}  // namespace
+
+void Binding::grouped_gemm_views(const GroupedViewsCall& call, cudaStream_t stream) {
+  const CallOptions options = parse_options(nb::str(call.format.c_str()), nb::str(call.scale_layout.c_str()),
+                                            nb::str(call.out_dtype.c_str()), str_or_none(call.backend));
+  if (call.groups == 0) return;
+  if (call.views.size() != static_cast<std::size_t>(call.groups) * kPerGroup)
+    throw Error("a", -1, "internal: the views of a call do not match its group count");
+  std::vector<GroupViews> views(call.groups);
+  for (int g = 0; g < call.groups; ++g) {
+    const TensorView* v = &call.views[static_cast<std::size_t>(g) * kPerGroup];
+    views[g] = GroupViews{v[0], v[1], v[2], v[3], v[4]};
+  }
+  Alpha al;
+  if (call.alpha_is_array) {
+    al.view = call.alpha_view;
+    check_alpha_array(al, call.groups);
+  } else if (!call.alpha_values.empty()) {
+    if (call.alpha_values.size() != static_cast<std::size_t>(call.groups))
+      throw Error("alpha", -1, "has " + std::to_string(call.alpha_values.size()) + " values for " +
+                                   std::to_string(call.groups) + " groups");
+    al.kind = AlphaKind::values;
+    al.values = call.alpha_values;
+  }
+  const Prepared p = prepare_from(options, views, al);
+  if (!p.placement.cuda) throw Error("a", -1, "is on the CPU; this path runs CUDA arrays");
+  const bool capturing = is_capturing(stream);
+  const PlanPtr plan = find_or_build(p, capturing);
+  {
+    std::lock_guard lock(mutex_);
+    views_memo_.call = call;
+    views_memo_.plan = plan;
+  }
+  run(plan, stream, capturing);
+}
+
+bool Binding::replay_views(const GroupedViewsCall& call, cudaStream_t stream) {
+  PlanPtr plan;
+  {
+    std::lock_guard lock(mutex_);
+    if (!same_call(call, views_memo_.call)) return false;
+    // The plan cache decides how long a plan lives: a plan it evicted is not resurrected here.
+    plan = views_memo_.plan.lock();
+    if (!plan || !plans_.touch(plan)) return false;
+    ++memo_hits_;
+  }
+  run(plan, stream, is_capturing(stream));
+  return true;
 }
 
 void Binding::remember(std::vector<std::uint64_t> signature, std::uint64_t hash, const std::vector<PyObject*>& objects,

@@ -48,6 +48,19 @@ struct Prepared {
   TensorView alpha_view;
 };
 
+// One grouped_gemm call on arrays read elsewhere (torch.ops.fp4gemm.grouped_gemm(_out)'s native
+// kernels, torch_native.cpp): group-major views (a, b, sfa, sfb, c of group 0, then group 1,
+// ...), alpha as one number per group (empty: none) or an array, the options by name (backend ""
+// for the default).
+struct GroupedViewsCall {
+  int groups = 0;
+  std::vector<TensorView> views;
+  std::vector<float> alpha_values;
+  bool alpha_is_array = false;
+  TensorView alpha_view;
+  std::string format, scale_layout, out_dtype, backend;
+};
+
 class Binding {
  public:
   static Binding& get();
@@ -56,6 +69,14 @@ class Binding {
   void grouped_gemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c, nb::handle alpha,
                     nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend,
                     nb::handle stream, int threads);
+
+  // The same on arrays read elsewhere (GroupedViewsCall), CUDA arrays only, on `stream`; remembers
+  // the call for replay_views. Needs the GIL.
+  void grouped_gemm_views(const GroupedViewsCall& call, cudaStream_t stream);
+  // Runs `call` with the plan of the last grouped_gemm_views call when every array (address,
+  // shape, strides, dtype, device, storage bounds) and option is that call's (and the plan is
+  // still cached); false (nothing enqueued) otherwise. Needs no GIL.
+  bool replay_views(const GroupedViewsCall& call, cudaStream_t stream);
 
   // Checks the five lists (one entry per group) and snapshots them.
   CallArgs gather(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c);
@@ -88,6 +109,7 @@ class Binding {
   void remember(std::vector<std::uint64_t> signature, std::uint64_t hash, const std::vector<PyObject*>& objects,
                 const std::vector<TensorView>& views, const PlanPtr& plan, int device, bool capturing);
   void run_host(const Prepared& p, int threads);
+  PlanPtr find_or_build(const Prepared& p, bool capturing);  // the plan cache's plan for `p`
 
   TensorReader reader_;
   // Guards plans_, memo_ and the counters against concurrent callers (Python threads; the GIL is
@@ -101,7 +123,11 @@ class Binding {
   PlanCache plans_;
   CallMemo memo_;
   Backend default_backend_ = Backend::automatic;
-  std::uint64_t hits_ = 0, misses_ = 0, memo_hits_ = 0;
+  std::uint64_t hits_ = 0, misses_ = 0, memo_hits_ = 0;  // memo_hits_: both memos'
+  struct ViewsMemo {  // replay_views' memo: the last grouped_gemm_views call and its plan
+    GroupedViewsCall call;
+    std::weak_ptr<const Plan> plan;
+  } views_memo_;
 };
 
 // Runs `build` (plan set-up: allocations, copies) with the GIL released. Inside a stream capture

@@ -38,6 +38,7 @@
 #include <nanobind/nanobind.h>
 
 #include "checks.hpp"
+#include "grouped.hpp"
 #include "moe.hpp"
 #include "moe_layer.hpp"
 #include "tensor_view.hpp"
@@ -71,6 +72,11 @@ struct Shim {
   ShimError (*device_index)(AtenTensorHandle, std::int32_t*) = nullptr;
   ShimError (*delete_tensor)(AtenTensorHandle) = nullptr;
   ShimError (*new_tensor_handle)(AtenTensorHandle, AtenTensorHandle*) = nullptr;
+  ShimError (*list_size)(void*, std::size_t*) = nullptr;
+  ShimError (*list_get_item)(void*, std::size_t, StableIValue*) = nullptr;
+  ShimError (*delete_list)(void*) = nullptr;
+  ShimError (*new_list)(std::size_t, void**) = nullptr;
+  ShimError (*list_push_back)(void*, StableIValue) = nullptr;
   bool (*grad_mode_is_enabled)() = nullptr;
   void (*grad_mode_set_enabled)(bool) = nullptr;
   ShimError (*storage_size)(AtenTensorHandle, std::int64_t*) = nullptr;    // bytes
@@ -93,7 +99,9 @@ FusedExpertsCache* g_cache = nullptr;     // read and written under the GIL
 // Per op: "" registered, else why not.
 std::pair<const char*, std::string> g_status[] = {{"fused_experts", "not attempted"},
                                                   {"moe_grouped_gemm", "not attempted"},
-                                                  {"moe_grouped_gemm_out", "not attempted"}};
+                                                  {"moe_grouped_gemm_out", "not attempted"},
+                                                  {"grouped_gemm", "not attempted"},
+                                                  {"grouped_gemm_out", "not attempted"}};
 thread_local std::string t_error;       // set by the Python path (set_torch_native_error)
 thread_local bool t_forwarding = false;  // a native kernel is calling its Python kernel
 std::atomic<std::uint64_t> g_hot{0}, g_python{0};  // calls by path (tests: the hot path runs)
@@ -182,8 +190,8 @@ struct Gil {
 };
 
 // Releases the arguments a kernel took over; `kinds` spells the schema, one letter per argument:
-// T tensor, O optional tensor, F optional float, S str, and D / d for values held in the slot
-// itself (ScalarType, float).
+// T tensor, O optional tensor, F optional float, S str, L list of tensors, Q optional list of
+// floats, and D / d for values held in the slot itself (ScalarType, float).
 void release_inputs(StableIValue* stack, const char* kinds) {
   const Shim& s = g_shim;
   for (int i = 0; kinds[i] != 0; ++i) {
@@ -201,15 +209,33 @@ void release_inputs(StableIValue* stack, const char* kinds) {
         if (v != 0) delete reinterpret_cast<StableIValue*>(v);
         break;
       case 'S': s.delete_string(reinterpret_cast<StringHandle>(v)); break;
+      case 'L': {  // a list of tensors
+        std::size_t n = 0;
+        if (s.list_size(reinterpret_cast<void*>(v), &n) == 0)
+          for (std::size_t j = 0; j < n; ++j) {
+            StableIValue item = 0;
+            if (s.list_get_item(reinterpret_cast<void*>(v), j, &item) == 0)
+              s.delete_tensor(reinterpret_cast<AtenTensorHandle>(item));
+          }
+        s.delete_list(reinterpret_cast<void*>(v));
+        break;
+      }
+      case 'Q':  // an optional list of floats
+        if (v != 0) {
+          StableIValue* box = reinterpret_cast<StableIValue*>(v);
+          s.delete_list(reinterpret_cast<void*>(*box));
+          delete box;
+        }
+        break;
       default: break;
     }
   }
 }
 
 // The op's Python kernel (`python_op`, the same schema), handed the untouched stack: it takes the
-// arguments over and leaves its result (if `outputs`) in stack[0]; an exception it reported is
-// raised here.
-void forward_to_python(const char* python_op, StableIValue* stack, std::uint64_t outputs) {
+// arguments over and leaves its result (of kind `out`: 'T' tensor, 'L' list of tensors, 0 none)
+// in stack[0]; an exception it reported is raised here.
+void forward_to_python(const char* python_op, StableIValue* stack, char out) {
   g_python.fetch_add(1, std::memory_order_relaxed);
   t_error.clear();
   struct Forwarding {
@@ -224,7 +250,8 @@ void forward_to_python(const char* python_op, StableIValue* stack, std::uint64_t
   if (failed != 0)
     throw std::runtime_error(std::string("fp4gemm: ") + python_op + " failed (torch logged why)");
   if (!t_error.empty()) {
-    if (outputs != 0) g_shim.delete_tensor(reinterpret_cast<AtenTensorHandle>(stack[0]));
+    const char kind[2] = {out, 0};
+    release_inputs(stack, kind);  // the placeholder result
     std::string message;
     message.swap(t_error);
     throw std::runtime_error(message);
@@ -263,18 +290,18 @@ bool finish_hot(StableIValue* stack, const char* kinds, AtenTensorHandle out, bo
 }
 
 // A native kernel: `Hot` runs the call in C++ where it can (true: inputs released, the output if
-// the schema has one (`kOutputs` 1) in stack[0]); otherwise the op's Python kernel `kPythonOp`
-// gets the untouched stack.
-template <bool (*Hot)(StableIValue*), const char* kKinds, const char* kPythonOp, std::uint64_t kOutputs = 1>
+// the schema has one -- `kOut` 'T' a tensor, 'L' a list of tensors, 0 none -- in stack[0]);
+// otherwise the op's Python kernel `kPythonOp` gets the untouched stack.
+template <bool (*Hot)(StableIValue*), const char* kKinds, const char* kPythonOp, char kOut = 'T'>
 void native_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t num_outputs) {
-  if (num_args != std::strlen(kKinds) || num_outputs != kOutputs)
+  if (num_args != std::strlen(kKinds) || num_outputs != (kOut != 0 ? 1u : 0u))
     throw std::runtime_error(std::string("fp4gemm: ") + kPythonOp +
                              ": the native kernel was registered for another schema");
   if (Hot(stack)) {
     g_hot.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  forward_to_python(kPythonOp, stack, kOutputs);
+  forward_to_python(kPythonOp, stack, kOut);
 }
 
 // ---- fp4gemm::fused_experts -------------------------------------------------------------------------
@@ -480,6 +507,177 @@ bool moe_grouped_gemm_out_hot(StableIValue* stack) {
   return true;
 }
 
+// ---- fp4gemm::grouped_gemm(_out): the pointer-array grouped GEMM ---------------------------------
+
+// Reads a pointer-array call's lists (a, b, sfa, sfb from slots 0-3; c from `c_slot` when given),
+// alpha (a float list or a tensor) and options; false for what the hot paths leave to the Python
+// kernels: lists of different lengths, alpha and alpha_tensor both given, arrays it cannot read.
+bool read_grouped_call(const StableIValue* stack, int c_slot, int alpha_slot, int alpha_tensor_slot,
+                       GroupedViewsCall& call) {
+  const Shim& s = g_shim;
+  std::size_t n = 0;
+  if (s.list_size(reinterpret_cast<void*>(stack[0]), &n) != 0 || n > 4096) return false;
+  const int lists = c_slot >= 0 ? kPerGroup : kPerGroup - 1;
+  for (int i = 1; i < lists; ++i) {
+    std::size_t m = 0;
+    if (s.list_size(reinterpret_cast<void*>(stack[i == 4 ? c_slot : i]), &m) != 0 || m != n) return false;
+  }
+  call.groups = static_cast<int>(n);
+  call.views.assign(n * kPerGroup, TensorView{});
+  for (int i = 0; i < lists; ++i) {
+    void* list = reinterpret_cast<void*>(stack[i == 4 ? c_slot : i]);
+    for (std::size_t g = 0; g < n; ++g) {
+      StableIValue item = 0;
+      if (s.list_get_item(list, g, &item) != 0 ||
+          !view_of(reinterpret_cast<AtenTensorHandle>(item), call.views[g * kPerGroup + i]))
+        return false;
+    }
+  }
+  const StableIValue alpha = stack[alpha_slot];
+  const AtenTensorHandle h_alpha = optional_tensor(stack[alpha_tensor_slot]);
+  if (alpha != 0 && h_alpha != nullptr) return false;
+  if (alpha != 0) {
+    void* list = reinterpret_cast<void*>(*reinterpret_cast<const StableIValue*>(alpha));
+    std::size_t m = 0;
+    if (s.list_size(list, &m) != 0) return false;
+    call.alpha_values.resize(m);
+    for (std::size_t g = 0; g < m; ++g) {
+      StableIValue item = 0;
+      if (s.list_get_item(list, g, &item) != 0) return false;
+      call.alpha_values[g] = static_cast<float>(double_of(item));
+    }
+  } else if (h_alpha != nullptr) {
+    call.alpha_is_array = true;
+    if (!view_of(h_alpha, call.alpha_view)) return false;
+  }
+  return true;
+}
+
+// Runs a call read by read_grouped_call on `stream`: from the memo of the last call where it has
+// the same arrays and options (no GIL needed), else through the binding's checks and plan cache.
+void run_grouped_call(const GroupedViewsCall& call, void* stream) {
+  Binding& binding = Binding::get();
+  const cudaStream_t q = reinterpret_cast<cudaStream_t>(stream);
+  if (binding.replay_views(call, q)) return;
+  Gil gil;  // the checks build Python strings; plan building releases and retakes the GIL
+  binding.grouped_gemm_views(call, q);
+}
+
+// The device of a call's first array (its stream is the run's), or false for an empty call.
+bool first_device(const GroupedViewsCall& call, int& device) {
+  if (call.views.empty()) return false;
+  device = call.views[0].cuda ? call.views[0].device : -1;
+  return device >= 0;
+}
+
+// (a[], b[], sfa[], sfb[], alpha: float[]?, alpha_tensor?, format, scale_layout, out_dtype,
+// backend) -> Tensor[]
+constexpr char kGroupedGemmKinds[] = "LLLLQOSSDS";
+constexpr char kGroupedGemmPython[] = "fp4gemm::_grouped_gemm_python";
+
+// Allocates each group's C as the Python kernel does (torch.empty([M, N] or [M, N, 1] for 3-D
+// a, out_dtype, a's device)) and runs the call; the list of C in stack[0]. False for what
+// read_grouped_call leaves to the Python kernel, empty calls, out dtypes it does not take.
+bool grouped_gemm_hot(StableIValue* stack) {
+  const Shim& s = g_shim;
+  GroupedViewsCall call;
+  int device = -1;
+  if (!read_grouped_call(stack, -1, 4, 5, call) || !first_device(call, device)) return false;
+  const std::int32_t out_code = static_cast<std::int32_t>(stack[8] & 0xffffffffu);
+  const char* out_name = out_dtype_name(dtype_of(out_code));
+  if (out_name == nullptr) return false;
+  call.format = text_of(stack[6]), call.scale_layout = text_of(stack[7]), call.out_dtype = out_name;
+  call.backend = text_of(stack[9]);
+  void* stream = nullptr;
+  if (s.cuda_stream(device, &stream) != 0) return false;
+  std::vector<AtenTensorHandle> outs;
+  auto free_outs = [&] {
+    for (AtenTensorHandle h : outs) s.delete_tensor(h);
+  };
+  for (int g = 0; g < call.groups; ++g) {
+    const TensorView& a = call.views[static_cast<std::size_t>(g) * kPerGroup];
+    const TensorView& b = call.views[static_cast<std::size_t>(g) * kPerGroup + 1];
+    if (a.ndim < 1 || b.ndim < 1 || !a.cuda) {
+      free_outs();
+      return false;
+    }
+    const std::int64_t n = b.shape[0];
+    const std::int64_t size[3] = {a.shape[0], n, 1}, stride[3] = {std::max<std::int64_t>(n, 1), 1, 1};
+    AtenTensorHandle out = nullptr;
+    if (s.empty_strided(a.ndim == 3 ? 3 : 2, size, stride, out_code, s.cuda, a.device, &out) != 0) {
+      free_outs();
+      return false;
+    }
+    outs.push_back(out);
+    if (!view_of(out, call.views[static_cast<std::size_t>(g) * kPerGroup + 4])) {
+      free_outs();
+      return false;
+    }
+  }
+  void* list = nullptr;
+  try {
+    run_grouped_call(call, stream);
+    if (s.new_list(outs.size(), &list) != 0) throw std::runtime_error("fp4gemm: grouped_gemm: cannot make its output list");
+    for (AtenTensorHandle h : outs)
+      if (s.list_push_back(list, reinterpret_cast<StableIValue>(h)) != 0)
+        throw std::runtime_error("fp4gemm: grouped_gemm: cannot fill its output list");
+  } catch (const Error& e) {
+    if (list != nullptr) s.delete_list(list);
+    free_outs();
+    release_inputs(stack, kGroupedGemmKinds);
+    rethrow_as_python(e);
+  } catch (...) {
+    if (list != nullptr) s.delete_list(list);
+    free_outs();
+    release_inputs(stack, kGroupedGemmKinds);
+    throw;
+  }
+  release_inputs(stack, kGroupedGemmKinds);
+  stack[0] = reinterpret_cast<StableIValue>(list);
+  return true;
+}
+
+// (a[], b[], sfa[], sfb[], c![], alpha: float[]?, alpha_tensor?, format, scale_layout, backend) -> ()
+constexpr char kGroupedGemmOutKinds[] = "LLLLLQOSSS";
+constexpr char kGroupedGemmOutPython[] = "fp4gemm::_grouped_gemm_out_python";
+
+// Runs the call into the given C; bumps each C's version counter as the op's mutates_args says.
+// False for what read_grouped_call leaves to the Python kernel and empty calls.
+bool grouped_gemm_out_hot(StableIValue* stack) {
+  const Shim& s = g_shim;
+  GroupedViewsCall call;
+  int device = -1;
+  if (!read_grouped_call(stack, 4, 5, 6, call) || !first_device(call, device)) return false;
+  const char* out_name = out_dtype_name(call.views[4].dtype);  // the Python kernel: c[0].dtype
+  if (out_name == nullptr) return false;
+  call.format = text_of(stack[7]), call.scale_layout = text_of(stack[8]), call.out_dtype = out_name;
+  call.backend = text_of(stack[9]);
+  void* stream = nullptr;
+  if (s.cuda_stream(device, &stream) != 0) return false;
+  try {
+    run_grouped_call(call, stream);
+  } catch (const Error& e) {
+    release_inputs(stack, kGroupedGemmOutKinds);
+    rethrow_as_python(e);
+  } catch (...) {
+    release_inputs(stack, kGroupedGemmOutKinds);
+    throw;
+  }
+  bool bumped = true;
+  void* c = reinterpret_cast<void*>(stack[4]);
+  for (int g = 0; g < call.groups && bumped; ++g) {
+    StableIValue item = 0;
+    bumped = s.list_get_item(c, static_cast<std::size_t>(g), &item) == 0 &&
+             bump_version(reinterpret_cast<AtenTensorHandle>(item));
+  }
+  release_inputs(stack, kGroupedGemmOutKinds);
+  if (!bumped)
+    throw std::runtime_error(
+        "fp4gemm: grouped_gemm_out: c was written, but torch refused to bump its version counters "
+        "(aten::set_; torch logged why)");
+  return true;
+}
+
 // Resolves the shim and registers each op's kernel (g_status per op); "" when the library
 // fragment exists, else why nothing was registered.
 std::string open_library(const std::string& lib_dir) {
@@ -504,6 +702,11 @@ std::string open_library(const std::string& lib_dir) {
   need(cpu, "aoti_torch_get_device_index", s.device_index);
   need(cpu, "aoti_torch_delete_tensor_object", s.delete_tensor);
   need(cpu, "aoti_torch_new_tensor_handle", s.new_tensor_handle);
+  need(cpu, "torch_list_size", s.list_size);
+  need(cpu, "torch_list_get_item", s.list_get_item);
+  need(cpu, "torch_delete_list", s.delete_list);
+  need(cpu, "torch_new_list_reserve_size", s.new_list);
+  need(cpu, "torch_list_push_back", s.list_push_back);
   need(cpu, "aoti_torch_grad_mode_is_enabled", s.grad_mode_is_enabled);
   need(cpu, "aoti_torch_grad_mode_set_enabled", s.grad_mode_set_enabled);
   need(cpu, "aoti_torch_get_storage_size", s.storage_size);
@@ -543,7 +746,9 @@ std::string open_library(const std::string& lib_dir) {
       {"fused_experts", &native_kernel<fused_experts_hot, kFusedExpertsKinds, kFusedExpertsPython>},
       {"moe_grouped_gemm", &native_kernel<moe_grouped_gemm_hot, kMoeGroupedGemmKinds, kMoeGroupedGemmPython>},
       {"moe_grouped_gemm_out",
-       &native_kernel<moe_grouped_gemm_out_hot, kMoeGroupedGemmOutKinds, kMoeGroupedGemmOutPython, 0>}};
+       &native_kernel<moe_grouped_gemm_out_hot, kMoeGroupedGemmOutKinds, kMoeGroupedGemmOutPython, 0>},
+      {"grouped_gemm", &native_kernel<grouped_gemm_hot, kGroupedGemmKinds, kGroupedGemmPython, 'L'>},
+      {"grouped_gemm_out", &native_kernel<grouped_gemm_out_hot, kGroupedGemmOutKinds, kGroupedGemmOutPython, 0>}};
   for (const auto& [name, kernel] : kernels)
     for (auto& op : g_status)
       if (std::string_view(op.first) == name)
@@ -558,6 +763,10 @@ std::string open_library(const std::string& lib_dir) {
 std::vector<std::pair<std::string, std::string>> register_torch_native(const std::string& lib_dir,
                                                                        FusedExpertsCache* cache) {
   g_cache = cache;
+  // The bindings the kernels run through, made now, under the GIL: Binding holds Python objects
+  // (its TensorReader's), and the kernels' memo paths first reach it without the GIL.
+  (void)Binding::get();
+  (void)MoeBinding::get();
   if (g_library == nullptr) {
     const std::string why = open_library(lib_dir);
     if (!why.empty())

@@ -260,6 +260,136 @@ def test_torch_compile_fullgraph(backend):
             del got
 
 
+def test_torch_pointer_array_ops_run_the_native_kernel(backend):
+    """torch.ops.fp4gemm.grouped_gemm(_out) on CUDA tensors run their C++ kernels (registered
+    through torch's stable C ABI; each call's path counted, so a silent fallback fails): exact
+    against the float64 reference on GPU MODE data (2-D and 3-D operands), bitwise
+    fp4gemm.grouped_gemm with alpha as numbers and as a tensor; the output lists allocated as the
+    Python kernel allocates them; every C's version bumped once per call; guard rows around each C
+    untouched. The memo of the last call (memo_hits) serves only the same arrays and options: new
+    alpha values or another C miss it, new data in the same tensors is read on the device. Lists
+    of different lengths and alpha given twice go to the Python kernel, errors named."""
+    from fp4gemm import ops
+
+    for op in ("grouped_gemm", "grouped_gemm_out"):
+        status = ops.native_status()[op]
+        major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+        if (major, minor) < (2, 10):
+            pytest.skip(f"torch {torch.__version__} has no stable-ABI kernel registration ({status})")
+        assert status == "", f"{op}: the native kernel is not registered: {status}"
+
+    def counted(path, fn):
+        hot0, py0 = ops._C._torch_native_counts()
+        r = fn()
+        hot1, py1 = ops._C._torch_native_counts()
+        assert (hot1 - hot0, py1 - py0) == ((1, 0) if path == "hot" else (0, 1))
+        return r
+
+    def memo_hits():
+        return fp4gemm.plan_cache_info()["memo_hits"]
+
+    ms, ns, ks = [64, 192, 80], [256, 128, 256], [256, 512, 256]
+    data = torch_utils.gpumode_input(ms, ns, ks, seed=40)
+    a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
+    a2, b2 = [x[:, :, 0] for x in a], [x[:, :, 0] for x in b]
+    refs = torch_utils.gpumode_reference(data)
+    # the allocating op: [M, N] for 2-D operands, [M, N, 1] for GPU MODE's 3-D ones
+    out2 = counted("hot", lambda: torch.ops.fp4gemm.grouped_gemm(a2, b2, sfa, sfb, None, None, "nvfp4", "blocked",
+                                                                 torch.float16, ""))
+    out3 = counted("hot", lambda: torch.ops.fp4gemm.grouped_gemm(a, b, sfa, sfb, None, None, "nvfp4", "blocked",
+                                                                 torch.float16, ""))
+    torch.cuda.synchronize()
+    _check_bit_exact(out2, [r[:, :, 0] for r in refs])
+    _check_bit_exact(out3, refs)
+    # the out= op into guarded C: NaN rows above and below each group's C
+    bufs = [torch.full((m + 2, n), float("nan"), dtype=torch.float16, device="cuda") for m, n in zip(ms, ns)]
+    c = [buf[1:-1] for buf in bufs]
+
+    def run_out(alpha=None, alpha_tensor=None, cs=None, memo=None):
+        cs = c if cs is None else cs
+        versions = [x._version for x in cs]
+        m0 = memo_hits()
+        counted("hot", lambda: torch.ops.fp4gemm.grouped_gemm_out(a2, b2, sfa, sfb, cs, alpha, alpha_tensor, "nvfp4",
+                                                                  "blocked", ""))
+        assert [x._version for x in cs] == [v + 1 for v in versions]
+        if memo is not None:
+            assert memo_hits() - m0 == memo
+        want = fp4gemm.grouped_gemm(a2, b2, sfa, sfb, [torch.empty_like(x) for x in cs], scale_layout="blocked",
+                                    alpha=alpha_tensor if alpha_tensor is not None else alpha)
+        torch.cuda.synchronize()
+        for g, (x, y) in enumerate(zip(cs, want)):
+            assert torch.equal(x.view(torch.int16), y.view(torch.int16)), f"group {g}"
+
+    run_out()
+    _check_bit_exact(c, [r[:, :, 0] for r in refs])
+    run_out(memo=1)
+    run_out(alpha=[0.5, 2.0, 0.25], memo=0)
+    run_out(alpha=[0.5, 2.0, 0.25], memo=1)
+    run_out(alpha=[0.5, 2.0, 0.75], memo=0)
+    alpha_t = torch.tensor([0.5, 1.5, 0.25], device="cuda")
+    run_out(alpha_tensor=alpha_t, memo=0)
+    run_out(alpha_tensor=alpha_t, memo=1)
+    alpha_t.copy_(torch.tensor([2.0, 0.5, 1.0]))  # new values in the same tensor: read on the device
+    run_out(alpha_tensor=alpha_t, memo=1)
+    fresh = torch_utils.gpumode_input(ms, ns, ks, seed=41)  # new data in the same tensors
+    fa, fb, fsa, fsb, _ = torch_utils.flatten_groups(fresh)
+    for x, y in zip(a + b + sfa + sfb, fa + fb + fsa + fsb):
+        x.view(torch.uint8).copy_(y.view(torch.uint8))
+    run_out(memo=0)
+    run_out(memo=1)
+    _check_bit_exact(c, [r[:, :, 0] for r in torch_utils.gpumode_reference(fresh)])
+    other = [torch.empty_like(x) for x in c]
+    run_out(cs=other, memo=0)
+    for buf in bufs:
+        assert torch.isnan(buf[0]).all() and torch.isnan(buf[-1]).all()
+    # what the C++ kernels leave to the Python kernels; errors named on both paths
+    with pytest.raises(RuntimeError, match=r"ArgumentError: fp4gemm: b: has 2 entries but a has 3"):
+        counted("python", lambda: torch.ops.fp4gemm.grouped_gemm_out(a2, b2[:2], sfa, sfb, c, None, None, "nvfp4",
+                                                                     "blocked", ""))
+    with pytest.raises(RuntimeError, match="ArgumentError: fp4gemm: alpha"):
+        torch.ops.fp4gemm.grouped_gemm(a2, b2, sfa, sfb, [1.0] * 3, alpha_t, "nvfp4", "blocked", torch.float16, "")
+    with pytest.raises(RuntimeError, match=r"ArgumentError: fp4gemm: alpha: has 2 values for 3 groups"):
+        torch.ops.fp4gemm.grouped_gemm_out(a2, b2, sfa, sfb, c, [1.0, 2.0], None, "nvfp4", "blocked", "")
+    with pytest.raises(RuntimeError, match=r"ArgumentError: fp4gemm: c\[1\]"):
+        torch.ops.fp4gemm.grouped_gemm_out(a2, b2, sfa, sfb, [c[0], c[1][:-1], c[2]], None, None, "nvfp4",
+                                           "blocked", "")
+    with pytest.raises(fp4gemm.ArgumentError, match="alpha"):  # the private op called directly raises as usual
+        torch.ops.fp4gemm._grouped_gemm_python(a2, b2, sfa, sfb, [1.0] * 3, alpha_t, "nvfp4", "blocked",
+                                               torch.float16, "")
+
+
+def test_native_kernels_as_the_first_call_of_a_process(backend):
+    """Each C++ torch kernel as the very first fp4gemm call of a fresh process (a kernel used to
+    reach the binding's lazily made state without the GIL and crash the process), then again from
+    its memo; exact on GPU MODE data."""
+    import subprocess
+    import sys
+
+    script = """
+import torch
+from fp4gemm import ops, torch_utils
+data = torch_utils.gpumode_input([64], [128], [256], seed=42)
+a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
+a, b = [x[:, :, 0] for x in a], [x[:, :, 0] for x in b]
+ref = torch_utils.gpumode_reference(data)[0][:, :, 0]
+if OP == "grouped_gemm_out":
+    c = [torch.full((64, 128), float("nan"), dtype=torch.float16, device="cuda")]
+    for _ in range(2):
+        torch.ops.fp4gemm.grouped_gemm_out(a, b, sfa, sfb, c, None, None, "nvfp4", "blocked", "")
+else:
+    for _ in range(2):
+        c = torch.ops.fp4gemm.grouped_gemm(a, b, sfa, sfb, None, None, "nvfp4", "blocked", torch.float16, "")
+torch.cuda.synchronize()
+assert torch.equal(c[0], ref)
+assert ops._C._torch_native_counts() == (2, 0), ops._C._torch_native_counts()
+print("ok")
+"""
+    for op in ("grouped_gemm_out", "grouped_gemm"):
+        r = subprocess.run([sys.executable, "-c", f"OP = {op!r}\n" + script], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0 and r.stdout.strip().endswith("ok"), f"{op}: rc {r.returncode}\n{r.stderr[-2000:]}"
+
+
 def test_opcheck(backend):
     data = torch_utils.gpumode_input([64, 128], [128, 128], [256, 256], seed=12)
     a, b, sfa, sfb, _ = torch_utils.flatten_groups(data)
