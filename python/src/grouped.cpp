@@ -512,9 +512,12 @@ void Binding::grouped_gemm_views(const GroupedViewsCall& call, cudaStream_t stre
   if (!p.placement.cuda) throw Error("a", -1, "is on the CPU; this path runs CUDA arrays");
   const bool capturing = is_capturing(stream);
   const PlanPtr plan = find_or_build(p, capturing);
-  {
+  // Not remembered: alpha in host memory (its values went into the plan when it was read; a
+  // later call must read them again).
+  if (!(call.alpha_is_array && !call.alpha_view.cuda)) {
     std::lock_guard lock(mutex_);
     views_memo_.call = call;
+    views_memo_.backend = options.backend;
     views_memo_.plan = plan;
   }
   run(plan, stream, capturing);
@@ -525,6 +528,8 @@ bool Binding::replay_views(const GroupedViewsCall& call, cudaStream_t stream) {
   {
     std::lock_guard lock(mutex_);
     if (!same_call(call, views_memo_.call)) return false;
+    // backend "": the default, which set_default_backend may have changed since
+    if (call.backend.empty() && views_memo_.backend != default_backend_) return false;
     // The plan cache decides how long a plan lives: a plan it evicted is not resurrected here.
     plan = views_memo_.plan.lock();
     if (!plan || !plans_.touch(plan)) return false;

@@ -126,6 +126,7 @@ class Binding {
   std::uint64_t hits_ = 0, misses_ = 0, memo_hits_ = 0;  // memo_hits_: both memos'
   struct ViewsMemo {  // replay_views' memo: the last grouped_gemm_views call and its plan
     GroupedViewsCall call;
+    Backend backend = Backend::automatic;  // as resolved for `call` (its "" is the default then)
     std::weak_ptr<const Plan> plan;
   } views_memo_;
 };

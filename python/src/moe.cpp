@@ -724,6 +724,7 @@ bool MoeBinding::replay_views(const MoeViewsCall& call, cudaStream_t stream) {
       return false;
     plan = m.plan;
     args = m.args;
+    if (!plans_.touch(plan)) return false;  // (keeps the plan's place in the LRU order)
     ++hits_;
     ++memo_hits_;
   }

@@ -340,6 +340,22 @@ def test_torch_pointer_array_ops_run_the_native_kernel(backend):
     _check_bit_exact(c, [r[:, :, 0] for r in torch_utils.gpumode_reference(fresh)])
     other = [torch.empty_like(x) for x in c]
     run_out(cs=other, memo=0)
+    # alpha in host memory is read when the plan is made: never replayed from the memo
+    alpha_cpu = torch.tensor([0.5, 1.5, 0.25])
+    run_out(alpha_tensor=alpha_cpu, memo=0)
+    alpha_cpu.copy_(torch.tensor([2.0, 0.5, 1.0]))
+    run_out(alpha_tensor=alpha_cpu, memo=0)
+    # backend "" is the default at call time: a new default misses the memo
+    run_out(memo=0)
+    run_out(memo=1)
+    previous = fp4gemm.get_default_backend()
+    try:
+        fp4gemm.set_default_backend("reference" if previous != "reference" else "auto")
+        run_out(memo=0)
+        run_out(memo=1)
+    finally:
+        fp4gemm.set_default_backend(previous)
+    run_out(memo=0)
     for buf in bufs:
         assert torch.isnan(buf[0]).all() and torch.isnan(buf[-1]).all()
     # what the C++ kernels leave to the Python kernels; errors named on both paths
