@@ -61,7 +61,8 @@ def test_torch_native_kernels_say_why_not_without_torch():
 
     cache = C.FusedExpertsCache()
     status = C._register_torch_native(str(ROOT / "no-such-torch" / "lib"), cache)
-    assert set(status) == {"fused_experts", "moe_grouped_gemm", "moe_grouped_gemm_out"}
+    assert set(status) == {"fused_experts", "moe_grouped_gemm", "moe_grouped_gemm_out", "grouped_gemm",
+                           "grouped_gemm_out"}
     for op, why in status.items():
         assert why == "libtorch_cpu.so is not loaded", (op, why)
     assert C._torch_native_counts() == (0, 0)
