@@ -148,8 +148,12 @@ class Plan {
   // workspace, so they are serialised on the device by an event: a run waits for the previous
   // run of the same plan, whichever stream or host thread enqueued it (also across CUDA-graph
   // replays: during capture the wait and record are external-event nodes). Thread-safe. Use
-  // separate plans to run the same problem concurrently.
+  // separate plans to run the same problem concurrently. Eager runs from the second on launch a
+  // CUDA graph of the run's kernels (the same kernels with the same arguments: a plan bakes in
+  // every pointer) instead of launching them one by one: less host time per call.
   void run(cudaStream_t stream = nullptr) const;
+  // Eager runs served from that graph so far (diagnostics, tests).
+  std::size_t graph_replays() const;
 
   // What will run, e.g. "sm90_fused_swapab" or "reference"; and a one-line description of the
   // configuration (tile shape, stages, CTAs, tiles) for logs.

@@ -251,6 +251,28 @@ TEST(RunSafety, ConcurrentThreadsOnOnePlan) {
   EXPECT_TRUE(check_outputs(problem, device, expected, device.download()));
 }
 
+// Eager runs from the second on launch a graph of the plan's launches: each of six runs checked
+// with alternating poisons (every element written every time), on a stream-K shape (partials and
+// tile flags the kernels reset) and on the reference backend; the replay count says the graph ran.
+TEST(RunSafety, RepeatedRunsReplayTheirGraph) {
+  REQUIRE_FAST_KERNEL();
+  ProblemConfig cfg = small_case();
+  cfg.shapes = {{40, 4096, 2048}, {70, 4096, 2048}};
+  const Problem problem = make_problem(cfg);
+  const DeviceProblem device(problem);
+  const Expected expected = cpu_expected(problem);
+  for (Backend backend : {Backend::fast, Backend::reference}) {
+    SCOPED_TRACE(to_string(backend));
+    const Plan plan(device.descs(), device.options(backend));
+    for (int i = 0; i < 6; ++i) {
+      const Poison poison = i % 2 != 0 ? Poison::finite : Poison::nan;
+      EXPECT_TRUE(check_outputs(problem, device, expected, run_plan(plan, device, Launch::stream, poison)))
+          << "run " << i;
+    }
+    EXPECT_EQ(plan.graph_replays(), 5u) << "run 0 launches directly, runs 1-5 from the graph";
+  }
+}
+
 // Item 10: a moved-from plan, a pending error of the caller's, a stream of another device.
 TEST(RunSafety, MovedFromPlanThrows) {
   REQUIRE_FAST_KERNEL();
