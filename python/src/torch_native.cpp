@@ -404,11 +404,11 @@ bool read_moe_call(const StableIValue* stack, const MoeSlots& k, MoeViewsCall& c
   return true;
 }
 
-// Runs a call read by read_moe_call (its `out` read too) on `stream`: from the memo of the last
-// call where it has the same arrays and options (no GIL needed), else through the binding's checks
-// and plan cache.
-void run_moe_call(const MoeViewsCall& call, void* stream) {
-  MoeBinding& binding = MoeBinding::get();
+// Runs a call read by read_moe_call / read_grouped_call (with its output) on `stream` through
+// `binding` (MoeBinding / Binding): from the memo of the last call where it has the same arrays
+// and options (no GIL needed), else through the binding's checks and plan cache.
+template <class Binding_, class Call>
+void run_views_call(Binding_& binding, const Call& call, void* stream) {
   const cudaStream_t q = reinterpret_cast<cudaStream_t>(stream);
   if (binding.replay_views(call, q)) return;
   Gil gil;  // the checks build Python strings; plan building releases and retakes the GIL
@@ -442,7 +442,7 @@ bool moe_grouped_gemm_hot(StableIValue* stack) {
   if (s.empty_strided(2, size, stride, out_code, s.cuda, v.a.device, &out) != 0) return false;
   return finish_hot(stack, kMoeGroupedGemmKinds, out, /*argument_errors_to_python=*/false, [&] {
     if (!view_of(out, call.views.out)) throw std::runtime_error("fp4gemm: moe_grouped_gemm: cannot read its output");
-    run_moe_call(call, stream);
+    run_views_call(MoeBinding::get(), call, stream);
   });
 }
 
@@ -490,7 +490,7 @@ bool moe_grouped_gemm_out_hot(StableIValue* stack) {
   void* stream = nullptr;
   if (s.cuda_stream(call.views.a.device, &stream) != 0) return false;
   try {
-    run_moe_call(call, stream);
+    run_views_call(MoeBinding::get(), call, stream);
   } catch (const Error& e) {
     release_inputs(stack, kMoeGroupedGemmOutKinds);
     rethrow_as_python(e);
@@ -553,16 +553,6 @@ bool read_grouped_call(const StableIValue* stack, int c_slot, int alpha_slot, in
   return true;
 }
 
-// Runs a call read by read_grouped_call on `stream`: from the memo of the last call where it has
-// the same arrays and options (no GIL needed), else through the binding's checks and plan cache.
-void run_grouped_call(const GroupedViewsCall& call, void* stream) {
-  Binding& binding = Binding::get();
-  const cudaStream_t q = reinterpret_cast<cudaStream_t>(stream);
-  if (binding.replay_views(call, q)) return;
-  Gil gil;  // the checks build Python strings; plan building releases and retakes the GIL
-  binding.grouped_gemm_views(call, q);
-}
-
 // The device of a call's first array (its stream is the run's), or false for an empty call.
 bool first_device(const GroupedViewsCall& call, int& device) {
   if (call.views.empty()) return false;
@@ -616,7 +606,7 @@ bool grouped_gemm_hot(StableIValue* stack) {
   }
   void* list = nullptr;
   try {
-    run_grouped_call(call, stream);
+    run_views_call(Binding::get(), call, stream);
     if (s.new_list(outs.size(), &list) != 0) throw std::runtime_error("fp4gemm: grouped_gemm: cannot make its output list");
     for (AtenTensorHandle h : outs)
       if (s.list_push_back(list, reinterpret_cast<StableIValue>(h)) != 0)
@@ -655,7 +645,7 @@ bool grouped_gemm_out_hot(StableIValue* stack) {
   void* stream = nullptr;
   if (s.cuda_stream(device, &stream) != 0) return false;
   try {
-    run_grouped_call(call, stream);
+    run_views_call(Binding::get(), call, stream);
   } catch (const Error& e) {
     release_inputs(stack, kGroupedGemmOutKinds);
     rethrow_as_python(e);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -70,6 +71,38 @@ class Stream {
   cudaStream_t s_ = nullptr;
 };
 
+// Holds `held` back behind a spinning kernel, runs `enqueue()` (work queued behind the hold and
+// on `watched`), records an event on `watched` and returns whether it was still pending 300 ms
+// later; then releases the hold and synchronises the device.
+bool pending_while_held(cudaStream_t held, cudaStream_t watched, const std::function<void()>& enqueue) {
+  HostFlag flag;
+  cudaEvent_t done;
+  FP4GEMM_TEST_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  hold_until<<<1, 1, 0, held>>>(flag.device(), 5'000'000'000ull);
+  FP4GEMM_TEST_CUDA(cudaGetLastError());
+  enqueue();
+  FP4GEMM_TEST_CUDA(cudaEventRecord(done, watched));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const cudaError_t state = cudaEventQuery(done);
+  flag.release();
+  FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
+  FP4GEMM_TEST_CUDA(cudaEventDestroy(done));
+  return state == cudaErrorNotReady;
+}
+
+// The graph of one run of `plan` captured on `stream` (its serialising wait and record are
+// external-event nodes).
+cudaGraphExec_t capture_run(const Plan& plan, cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  FP4GEMM_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  plan.run(stream);
+  FP4GEMM_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+  FP4GEMM_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  FP4GEMM_TEST_CUDA(cudaGraphDestroy(graph));
+  return exec;
+}
+
 ProblemConfig small_case(ScaleLayout layout = ScaleLayout::blocked) {
   ProblemConfig cfg;
   cfg.layout = layout;
@@ -130,31 +163,14 @@ TEST_P(RunSafetySerialised, SecondStreamWaitsForTheFirst) {
     SCOPED_TRACE(to_string(backend));
     const Plan plan(device.descs(), device.options(backend));
     Stream s1, s2;
-    cudaGraphExec_t exec = nullptr;
-    if (GetParam() == Launch::graph) {  // captured before the hold: the graph's wait is external
-      cudaGraph_t graph = nullptr;
-      FP4GEMM_TEST_CUDA(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
-      plan.run(s2);
-      FP4GEMM_TEST_CUDA(cudaStreamEndCapture(s2, &graph));
-      FP4GEMM_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      FP4GEMM_TEST_CUDA(cudaGraphDestroy(graph));
-    }
+    // captured before the hold: the graph's wait is external
+    const cudaGraphExec_t exec = GetParam() == Launch::graph ? capture_run(plan, s2) : nullptr;
     device.reset();
-    HostFlag flag;
-    cudaEvent_t second_done;
-    FP4GEMM_TEST_CUDA(cudaEventCreateWithFlags(&second_done, cudaEventDisableTiming));
-    hold_until<<<1, 1, 0, s1>>>(flag.device(), 5'000'000'000ull);
-    FP4GEMM_TEST_CUDA(cudaGetLastError());
-    plan.run(s1);
-    if (exec) FP4GEMM_TEST_CUDA(cudaGraphLaunch(exec, s2));
-    else plan.run(s2);
-    FP4GEMM_TEST_CUDA(cudaEventRecord(second_done, s2));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const cudaError_t state = cudaEventQuery(second_done);
-    flag.release();
-    EXPECT_EQ(state, cudaErrorNotReady) << "the second stream's run finished while the first run was held back";
-    FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
-    FP4GEMM_TEST_CUDA(cudaEventDestroy(second_done));
+    EXPECT_TRUE(pending_while_held(s1, s2, [&] {
+      plan.run(s1);
+      if (exec) FP4GEMM_TEST_CUDA(cudaGraphLaunch(exec, s2));
+      else plan.run(s2);
+    })) << "the second stream's run finished while the first run was held back";
     if (exec) FP4GEMM_TEST_CUDA(cudaGraphExecDestroy(exec));
     EXPECT_TRUE(check_outputs(problem, device, expected, device.download()));
   }
@@ -174,30 +190,14 @@ TEST(RunSafety, EagerRunAfterAGraphReplayWaitsForIt) {
   const Expected expected = cpu_expected(problem);
   const Plan plan(device.descs(), device.options(Backend::fast));
   Stream s1, s2;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  FP4GEMM_TEST_CUDA(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
-  plan.run(s2);
-  FP4GEMM_TEST_CUDA(cudaStreamEndCapture(s2, &graph));
-  FP4GEMM_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  FP4GEMM_TEST_CUDA(cudaGraphDestroy(graph));
+  const cudaGraphExec_t exec = capture_run(plan, s2);
   device.reset();
   plan.run(s1);
   FP4GEMM_TEST_CUDA(cudaStreamSynchronize(s1));
-  HostFlag flag;
-  cudaEvent_t last_done;
-  FP4GEMM_TEST_CUDA(cudaEventCreateWithFlags(&last_done, cudaEventDisableTiming));
-  hold_until<<<1, 1, 0, s2>>>(flag.device(), 5'000'000'000ull);
-  FP4GEMM_TEST_CUDA(cudaGetLastError());
-  FP4GEMM_TEST_CUDA(cudaGraphLaunch(exec, s2));
-  plan.run(s1);
-  FP4GEMM_TEST_CUDA(cudaEventRecord(last_done, s1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const cudaError_t state = cudaEventQuery(last_done);
-  flag.release();
-  EXPECT_EQ(state, cudaErrorNotReady) << "the eager run finished while the graph replay before it was held back";
-  FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
-  FP4GEMM_TEST_CUDA(cudaEventDestroy(last_done));
+  EXPECT_TRUE(pending_while_held(s2, s1, [&] {
+    FP4GEMM_TEST_CUDA(cudaGraphLaunch(exec, s2));
+    plan.run(s1);
+  })) << "the eager run finished while the graph replay before it was held back";
   FP4GEMM_TEST_CUDA(cudaGraphExecDestroy(exec));
   EXPECT_TRUE(check_outputs(problem, device, expected, device.download()));
 }
@@ -212,21 +212,11 @@ TEST(RunSafety, RunOnAnotherStreamWaitsForSameStreamRuns) {
   const Plan plan(device.descs(), device.options(Backend::fast));
   Stream s1, s2;
   device.reset();
-  HostFlag flag;
-  cudaEvent_t second_done;
-  FP4GEMM_TEST_CUDA(cudaEventCreateWithFlags(&second_done, cudaEventDisableTiming));
-  hold_until<<<1, 1, 0, s1>>>(flag.device(), 5'000'000'000ull);
-  FP4GEMM_TEST_CUDA(cudaGetLastError());
-  plan.run(s1);
-  plan.run(s1);
-  plan.run(s2);
-  FP4GEMM_TEST_CUDA(cudaEventRecord(second_done, s2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const cudaError_t state = cudaEventQuery(second_done);
-  flag.release();
-  EXPECT_EQ(state, cudaErrorNotReady) << "the second stream's run finished while the first stream was held back";
-  FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
-  FP4GEMM_TEST_CUDA(cudaEventDestroy(second_done));
+  EXPECT_TRUE(pending_while_held(s1, s2, [&] {
+    plan.run(s1);
+    plan.run(s1);
+    plan.run(s2);
+  })) << "the second stream's run finished while the first stream was held back";
   EXPECT_TRUE(check_outputs(problem, device, expected, device.download()));
 }
 

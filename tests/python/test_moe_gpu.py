@@ -328,6 +328,16 @@ def test_wrappers_eager_path_matches_the_dispatcher(backend):
     assert not ops._plain_eager(a.as_subclass(Sub), sa), "a tensor subclass goes through the dispatcher"
 
 
+def _require_native(op):
+    """Skips (visibly) on a torch without stable-ABI kernel registration (< 2.10); else the op's C++
+    kernel must be registered."""
+    status = ops.native_status()[op]
+    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) < (2, 10):
+        pytest.skip(f"torch {torch.__version__} has no stable-ABI kernel registration ({status})")
+    assert status == "", f"{op}: the native kernel is not registered: {status}"
+
+
 def test_torch_op_runs_the_native_kernel(backend):
     """torch.ops.fp4gemm.moe_grouped_gemm on CUDA tensors runs its C++ kernel (registered through
     torch's stable C ABI, torch >= 2.10; each call's path is counted, so a silent fallback fails):
@@ -335,11 +345,7 @@ def test_torch_op_runs_the_native_kernel(backend):
     per-expert tensor, W4A4 and W4A16, with and without gather_index, and no routed rows. Linear
     scales and alpha given twice take the Python kernel; bad arguments raise a RuntimeError
     naming them on either path."""
-    status = ops.native_status()["moe_grouped_gemm"]
-    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
-    if (major, minor) < (2, 10):
-        pytest.skip(f"torch {torch.__version__} has no stable-ABI kernel registration ({status})")
-    assert status == "", f"the native kernel is not registered: {status}"
+    _require_native("moe_grouped_gemm")
     alpha_t = torch.rand(8, device="cuda") + 0.5
 
     def call(path, a, sa, w, ws, off, g, alpha, out_dtype, layout="blocked", fmt=""):
@@ -409,11 +415,7 @@ def test_torch_out_op_runs_the_native_kernel(backend):
     (plan_cache_info()["moe_memo_hits"]) serves only a call with the same arrays and options: a new
     routing written into the same tensors is read on the device, while a new alpha, format or out
     misses it. A CUDA graph of the op replays new routings, and eager calls after it are right."""
-    status = ops.native_status()["moe_grouped_gemm_out"]
-    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
-    if (major, minor) < (2, 10):
-        pytest.skip(f"torch {torch.__version__} has no stable-ABI kernel registration ({status})")
-    assert status == "", f"the native kernel is not registered: {status}"
+    _require_native("moe_grouped_gemm_out")
     alpha_t = torch.rand(8, device="cuda") + 0.5
 
     def guarded(rows, n, dtype):
