@@ -89,6 +89,37 @@ TEST(GluActivation, ExpWithinTwoUlpsAndSpecialValues) {
   EXPECT_NEAR(glu_exp(-100.0f), std::exp(-100.0), 2e-45);
 }
 
+// v28: the GLU divisor 1 + exp(x) by one exponent add instead of glu_exp's two power-of-two
+// multiplies must give 1.0f + glu_exp(x)'s bits for every x (checked exhaustively over all 2^32
+// patterns while it was written; here every 8191st pattern -- every exponent and sign -- plus every
+// pattern of [-90, -85] and [86, 89], where the clamps and the exponent field's ends are).
+TEST(GluActivation, OnePlusExpIsOnePlusGluExpBitForBit) {
+  auto bits = [](float f) {
+    std::uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+  };
+  auto check = [&](std::uint32_t b) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    const float want = 1.0f + detail::glu_exp(x), got = detail::glu_one_plus_exp(x);
+    if (want != want) return got != got;
+    return bits(want) == bits(got);
+  };
+  std::int64_t bad = 0, n = 0;
+  for (std::uint64_t b = 0; b < (1ull << 32); b += 8191, ++n) bad += !check(static_cast<std::uint32_t>(b));
+  for (const auto [lo, hi] : {std::pair{-90.0f, -85.0f}, std::pair{86.0f, 89.0f}}) {
+    for (float x = lo; x <= hi; x = std::nextafter(x, hi + 1.0f), ++n) {
+      bad += !check(bits(x));
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << n;
+  EXPECT_GT(n, 1000000);
+  EXPECT_EQ(detail::glu_one_plus_exp(88.72283935546875f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(detail::glu_one_plus_exp(-88.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(detail::glu_one_plus_exp(std::nanf(""))));
+}
+
 // v18's exp with early returns and the literal IEEE division: v19's branch-free glu_exp and
 // glu_div (an infinite divisor as g * 0) must give the same bits for every input.
 float v18_exp(float x) {
