@@ -30,10 +30,10 @@ struct Tuning {
   std::optional<double> owner_cost;      // FP4GEMM_OWNER_COST
   bool balance_handoffs = true;          // false: stream-K by k-block midpoints (v4-v10); FP4GEMM_BALANCE_HANDOFFS=0
   // Dual (GLU) plans: split tiles of one writer share the epilogue between the owner and the
-  // writer (true, v20); false (default): the owner finishes every split tile. Off by default: on
-  // an H100 it gave -9 % on 256x4096x7168 but +2..+4 % on GPU MODE's other shapes (docs/PERF.md
-  // v20). FP4GEMM_SHARE_EPILOGUE=0|1
-  bool share_epilogue = false;
+  // writer (true, the default since v28); false: the owner finishes every split tile. H200, 5
+  // rounds on GPU MODE's four shapes: -18 % on 256x4096x7168, -0.4..-4 % on the others (docs/PERF.md
+  // v28; v20 had measured it on an H100: -9 % there, +2..+4 % elsewhere). FP4GEMM_SHARE_EPILOGUE=0|1
+  bool share_epilogue = true;
   std::optional<int> tile_tokens;        // token tiles at most this wide (8..256), no width search; FP4GEMM_TILE_TOKENS
   std::optional<int> narrow_rows;        // weight rows of the <= 128-token tiles: 128 or 256; FP4GEMM_NARROW_ROWS
   std::optional<int> max_ctas;           // at most this many CTAs (>= 1; default: one per SM); FP4GEMM_MAX_CTAS
