@@ -24,10 +24,16 @@ enum GluKind : int { kGluNone = 0, kGluSilu = 1, kGluSwigluOai = 2 };
 // 2^-126). NaN -> NaN, x > 88.72... -> +inf, x < -104 -> 0. Branch-free (v19): the polynomial runs
 // on x clamped to [-104, 88.72...] and the three ends are selected after it -- the same value as
 // v18's early returns everywhere, without divergent branches in the epilogue's loop.
-FP4GEMM_GLU_HD float glu_exp(float x) {
-  const float xc = fminf(fmaxf(x, -104.0f), 88.72283935546875f);  // (NaN -> -104, selected away below)
-  // t = 1.5 * 2^23 + n holds the integer n in its low mantissa bits (t in [2^23, 2^24): ulp 1), so
-  // n's int is read from t's bits rather than converted (F2I runs on the slow conversion pipe).
+// The shared core of glu_exp and glu_one_plus_exp: for an already clamped xc, y = exp(r) in
+// [0.70, 1.42] with xc = n ln2 + r, and t = 1.5 * 2^23 + n, which holds the integer n in its low
+// mantissa bits (t in [2^23, 2^24): ulp 1), so n's int is read from t's bits rather than converted
+// (F2I runs on the slow conversion pipe). One definition keeps both callers' operations, and so
+// their bits, the same.
+struct GluExpCore {
+  float y, t;
+};
+
+FP4GEMM_GLU_HD GluExpCore glu_exp_core(float xc) {
   const float t = fmaf(xc, 1.44269502925872802734375f, 12582912.0f);
   const float n = t - 12582912.0f;
   float r = fmaf(n, -0.693145751953125f, xc);
@@ -39,9 +45,15 @@ FP4GEMM_GLU_HD float glu_exp(float x) {
   p = fmaf(p, r, 1.6666665459e-1f);
   p = fmaf(p, r, 5.0000001201e-1f);
   const float z = r * r;
-  const float y = fmaf(p, z, r) + 1.0f;
+  return {fmaf(p, z, r) + 1.0f, t};
+}
+
+FP4GEMM_GLU_HD float glu_exp(float x) {
+  const float xc = fminf(fmaxf(x, -104.0f), 88.72283935546875f);  // (NaN -> -104, selected away below)
+  const GluExpCore c = glu_exp_core(xc);
+  const float y = c.y;
   int tb;
-  __builtin_memcpy(&tb, &t, 4);
+  __builtin_memcpy(&tb, &c.t, 4);
   const int ni = tb - 0x4B400000, h = ni / 2;  // n in [-150, 128]: both halves in [-75, 64]
   auto pow2 = [](int e) {
     const unsigned bits = static_cast<unsigned>(e + 127) << 23;
@@ -62,21 +74,10 @@ FP4GEMM_GLU_HD float glu_exp(float x) {
 // steps give a normal result, the add gives the same bits.
 FP4GEMM_GLU_HD float glu_one_plus_exp(float x) {
   const float xc = fminf(fmaxf(x, -87.0f), 88.72283935546875f);  // (NaN -> -87, selected away below)
-  const float t = fmaf(xc, 1.44269502925872802734375f, 12582912.0f);
-  const float n = t - 12582912.0f;
-  float r = fmaf(n, -0.693145751953125f, xc);
-  r = fmaf(n, -1.428606765330187045e-06f, r);
-  float p = 1.9875691500e-4f;
-  p = fmaf(p, r, 1.3981999507e-3f);
-  p = fmaf(p, r, 8.3334519073e-3f);
-  p = fmaf(p, r, 4.1665795894e-2f);
-  p = fmaf(p, r, 1.6666665459e-1f);
-  p = fmaf(p, r, 5.0000001201e-1f);
-  const float z = r * r;
-  const float y = fmaf(p, z, r) + 1.0f;
+  const GluExpCore c = glu_exp_core(xc);
   unsigned tb, yb;
-  __builtin_memcpy(&tb, &t, 4);
-  __builtin_memcpy(&yb, &y, 4);
+  __builtin_memcpy(&tb, &c.t, 4);
+  __builtin_memcpy(&yb, &c.y, 4);
   const unsigned vb = yb + ((tb - 0x4B400000u) << 23);  // y * 2^n: n added to the exponent field
   float v;
   __builtin_memcpy(&v, &vb, 4);
