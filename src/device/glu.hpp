@@ -138,20 +138,31 @@ FP4GEMM_GLU_HD float glu_activate(int kind, float g, float u, float alpha, float
 // leaves the normal range -- ptxas guards that with FCHK and an out-of-line slow path, a branch
 // that keeps the compiler from interleaving independent activations (v19: ~550 cycles per
 // activation in the GLU epilogue). Here `ok` is set instead, over a range well inside the safe one
-// (|g| and d in [2^-100, 2^100] with |g| >= 2^-60 d, so every intermediate is normal; or a zero
+// (|g| and d' in [2^-100, 2^100] with |g| >= 2^-60 d', so every intermediate is normal; or a zero
 // result: g = +-0 or d = +inf give g * 0, IEEE's signed zero); the caller redoes the rare rest
 // with the literal division. A GPU test (GluDevice) compares it with the IEEE division.
+// Divisors above 2^64 (finite: silu gates in about (-88.7, -44.4)) divide as d' = d * 2^-64 in
+// (1, 2^64] and the quotient is scaled back by 2^-64: both scalings are exact (d' is normal, and
+// the accepted range keeps |g / d'| in [2^-60, 2^100], so the result is >= 2^-124, normal), so the
+// bits are the correctly rounded g / d. Unscaled, |g| >= 2^-60 d declined every silu gate in about
+// (-88.7, -45) (d > |g| 2^60) -- ~10 % of the activations on GPU MODE's data, whose gates are sums
+// of thousands of products, so nearly every warp of the dual GEMM's drain took the slow branch and
+// its out-of-line division (v29, ncu source counters). Now a silu gate passes down to -88.7, where
+// d becomes +inf (the zero case): unscaled, e^|g| <= |g| 2^60 up to |g| = 44.4 (d = 2^64); scaled,
+// d' <= 2^64 <= 16 * 2^60 <= |g| 2^60.
 __device__ __forceinline__ float glu_div_fast(float g, float d, bool& ok) {
+  const float s = d > 0x1p64f ? 0x1p-64f : 1.0f;  // (false for NaN; +inf is the zero case below)
+  const float ds = d * s;
   float y0;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(d));
-  const float e = fmaf(-d, y0, 1.0f);
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(ds));
+  const float e = fmaf(-ds, y0, 1.0f);
   const float y = fmaf(y0, e, y0);
   const float q0 = __fmul_rn(g, y);
-  const float r = fmaf(-d, q0, g);
-  const float q = fmaf(y, r, q0);
+  const float r = fmaf(-ds, q0, g);
+  const float q = __fmul_rn(fmaf(y, r, q0), s);
   const float ag = fabsf(g);
   const bool zero = d == __builtin_huge_valf() || (g == 0.0f && d == d);  // (0 / NaN is NaN)
-  ok = zero || (ag >= 0x1p-100f && ag <= 0x1p100f && d <= 0x1p100f && ag >= d * 0x1p-60f);
+  ok = zero || (ag >= 0x1p-100f && ag <= 0x1p100f && ds <= 0x1p100f && ag >= ds * 0x1p-60f);
   return zero ? g * 0.0f : q;
 }
 #endif

@@ -77,7 +77,7 @@ TEST(GluDevice, FastDivisionIsTheIeeeQuotientWhereItSaysSo) {
   std::vector<float> g, d;
   // Every binade of g (all bit patterns in steps) against divisors 1 + exp(x) over the range
   // the activation produces (1 ... 2^128 and +inf), their binade ends, and NaN.
-  std::vector<float> divisors = {1.0f, 1.0000001f, 2.0f, 0x1p60f, 0x1p100f, 0x1.fffffep99f, 0x1p101f, 0x1p126f,
+  std::vector<float> divisors = {1.0f, 1.0000001f, 2.0f, 0x1p60f, 0x1p64f, 0x1.000002p64f, 0x1p100f, 0x1.fffffep99f, 0x1p101f, 0x1p126f,
                                  0x1.fffffep127f, inf, std::nanf("")};
   std::uniform_real_distribution<float> ex(-20.0f, 89.0f);
   for (int i = 0; i < 64; ++i) divisors.push_back(1.0f + detail::glu_exp(ex(rng)));
@@ -111,6 +111,37 @@ TEST(GluDevice, FastDivisionIsTheIeeeQuotientWhereItSaysSo) {
   // would run the slow branch everywhere.
   EXPECT_GT(accepted, n / 2) << accepted << " of " << n;
   EXPECT_GT(zero_results, 100000);
+}
+
+// GPU MODE's dual data (values {0, +-0.5, +-1, +-1.5}, scales {1, 2}) gives gates that are exact
+// multiples of 1/4 with a spread of hundreds: every one of them, the divisors above 2^60 included
+// (silu gates in about (-88.7, -45), which v28 sent to the slow division -- ~10 % of the
+// activations, so nearly every warp of the drain took it), must take the fast path -- with the
+// IEEE quotient's bits.
+TEST(GluDevice, FastDivisionTakesEveryGpuModeGate) {
+  REQUIRE_GPU();
+  std::vector<float> g, d;
+  for (int q = -4 * 2000; q <= 4 * 2000; ++q) {  // every quarter in [-2000, 2000]
+    const float gv = 0.25f * static_cast<float>(q);
+    for (const int kind : {detail::kGluSilu, detail::kGluSwigluOai}) {
+      const detail::GluTerms t = detail::glu_terms(gv, 1.0f, detail::glu_params(kind, 1.702f, 7.0f));
+      g.push_back(t.g), d.push_back(t.d);
+    }
+  }
+  const int n = static_cast<int>(g.size());
+  DeviceArray<float> dg(g), dd(d), fast(g.size()), ieee(g.size());
+  DeviceArray<int> ok(g.size());
+  fast_division<<<(n + 255) / 256, 256>>>(dg.p, dd.p, fast.p, ieee.p, ok.p, n);
+  FP4GEMM_TEST_CUDA(cudaGetLastError());
+  const auto f = fast.get(), q = ieee.get();
+  const auto k = ok.get();
+  int big = 0;
+  for (int i = 0; i < n; ++i) {
+    big += d[i] > 0x1p60f && d[i] < std::numeric_limits<float>::infinity();
+    ASSERT_TRUE(k[i]) << "g " << g[i] << " d " << d[i] << " declined by the fast division";
+    ASSERT_TRUE(same_bits(f[i], q[i])) << "g " << g[i] << " d " << d[i] << ": fast " << f[i] << " vs IEEE " << q[i];
+  }
+  EXPECT_GT(big, 200) << "the grid must reach the divisors above 2^60";
 }
 
 TEST(GluDevice, DrainFormGivesTheHostActivationBits) {
