@@ -70,6 +70,21 @@ struct DeviceArray {
 #define REQUIRE_GPU() \
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device: the GLU device code cannot run here"
 
+// g / d on the device for every pair: glu_div_fast's result and flag, and __fdiv_rn's quotient.
+struct Divisions {
+  std::vector<float> fast, ieee;
+  std::vector<int> ok;
+};
+
+Divisions divide_on_device(const std::vector<float>& g, const std::vector<float>& d) {
+  const int n = static_cast<int>(g.size());
+  DeviceArray<float> dg(g), dd(d), fast(g.size()), ieee(g.size());
+  DeviceArray<int> ok(g.size());
+  fast_division<<<(n + 255) / 256, 256>>>(dg.p, dd.p, fast.p, ieee.p, ok.p, n);
+  FP4GEMM_TEST_CUDA(cudaGetLastError());
+  return {fast.get(), ieee.get(), ok.get()};
+}
+
 TEST(GluDevice, FastDivisionIsTheIeeeQuotientWhereItSaysSo) {
   REQUIRE_GPU();
   const float inf = std::numeric_limits<float>::infinity();
@@ -94,12 +109,9 @@ TEST(GluDevice, FastDivisionIsTheIeeeQuotientWhereItSaysSo) {
   for (const float s : {0.0f, -0.0f, inf, -inf, std::nanf(""), 1e-45f, -1e-45f, 0x1p-100f, 0x1p100f, 3e38f})
     for (const float dv : divisors) g.push_back(s), d.push_back(dv);
   const int n = static_cast<int>(g.size());
-  DeviceArray<float> dg(g), dd(d), fast(g.size()), ieee(g.size());
-  DeviceArray<int> ok(g.size());
-  fast_division<<<(n + 255) / 256, 256>>>(dg.p, dd.p, fast.p, ieee.p, ok.p, n);
-  FP4GEMM_TEST_CUDA(cudaGetLastError());
-  const auto f = fast.get(), q = ieee.get();
-  const auto k = ok.get();
+  const Divisions r = divide_on_device(g, d);
+  const auto &f = r.fast, &q = r.ieee;
+  const auto& k = r.ok;
   long accepted = 0, zero_results = 0;
   for (int i = 0; i < n; ++i) {
     if (!k[i]) continue;
@@ -129,12 +141,9 @@ TEST(GluDevice, FastDivisionTakesEveryGpuModeGate) {
     }
   }
   const int n = static_cast<int>(g.size());
-  DeviceArray<float> dg(g), dd(d), fast(g.size()), ieee(g.size());
-  DeviceArray<int> ok(g.size());
-  fast_division<<<(n + 255) / 256, 256>>>(dg.p, dd.p, fast.p, ieee.p, ok.p, n);
-  FP4GEMM_TEST_CUDA(cudaGetLastError());
-  const auto f = fast.get(), q = ieee.get();
-  const auto k = ok.get();
+  const Divisions r = divide_on_device(g, d);
+  const auto &f = r.fast, &q = r.ieee;
+  const auto& k = r.ok;
   int big = 0;
   for (int i = 0; i < n; ++i) {
     big += d[i] > 0x1p60f && d[i] < std::numeric_limits<float>::infinity();
