@@ -37,6 +37,10 @@ using detail::moe_sk_eligible;
 using detail::moe_sk_piece;
 using detail::moe_sk_piece_count;
 using detail::StreamKPiece;
+using detail::MoeClassLoad;
+using detail::moe_balance_makespan;
+using detail::moe_class_extra;
+using detail::moe_class_need;
 
 // Shared scratch of the schedule (in the ring's memory: nothing is loaded before it is done).
 struct MoeScheduleScratch {
@@ -120,52 +124,52 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   }
   __syncthreads();
 
-  // 3. CTAs per class in proportion to the class's cost, at least one per class with tiles: warp 0,
-  //    lane c for class c; the CTAs the floors leave over go to the largest remainders.
+  // 3. CTAs per class (moe_tiles.hpp, moe_class_ctas is the host's copy of this step): one class
+  //    present takes every CTA it can use; more search the smallest makespan the run's CTAs can
+  //    meet, each class then the fewest CTAs that meet it and the spare ones shared by tiles.
+  //    Warp 0: lane c (and c + 16, for the search's second point) for class c.
   if (warp == 0) {
-    const int c = lane < kClasses ? lane : 0;
-    const int tiles = lane < kClasses && !any_bad ? s.class_tiles[c] : 0;
+    const int c = lane % kClasses;
+    const int tiles = !any_bad ? s.class_tiles[c] : 0;
     const int tokens = 16 * (c + 1);
     const bool narrow_tile = tile_rows(tokens, a.narrow_rows) == 256;
-    const float cost = static_cast<float>(tiles) *
-                       (narrow_tile ? a.narrow_fixed + a.narrow_per_token * tokens : a.wide_fixed + a.wide_per_token * tokens);
-    float total = cost;
-    int present = tiles > 0;
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) {
-      total += __shfl_xor_sync(0xFFFFFFFFu, total, o);
-      present += __shfl_xor_sync(0xFFFFFFFFu, present, o);
-    }
-    const int spare = max(0, a.num_ctas - present);
-    const float share = total > 0 ? spare * (cost / total) : 0.f;
-    // At most one CTA per tile, except where stream-K can split the tiles (the 16- and 32-token
-    // classes, K of >= kMoeStreamKMinKblocks k-blocks): one per kMoeStreamKMinKblocks k-blocks.
+    // Stream-K can split the tiles of the 16- and 32-token classes (K of >= kMoeStreamKMinKblocks
+    // k-blocks): up to one CTA per kMoeStreamKMinKblocks k-blocks; other classes one per tile.
     const bool splittable = a.stream_k != 0 && c <= 1 && a.kblocks >= kMoeStreamKMinKblocks;
     const int cap = splittable ? static_cast<int>(min(static_cast<long long>(tiles) * (a.kblocks / kMoeStreamKMinKblocks),
                                                       static_cast<long long>(a.num_ctas)))
                                : tiles;
-    int mine = tiles > 0 ? min(cap, 1 + static_cast<int>(share)) : 0;
-    int sum = mine;
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-    // Largest remainder first (ties by class), among the classes that can take one more CTA.
-    const float rem = mine < cap ? share - floorf(share) : -1.f;
-    int rank = 0;
-#pragma unroll 1
-    for (int other = 0; other < kClasses; ++other) {
-      const float r = __shfl_sync(0xFFFFFFFFu, rem, other);
-      rank += r > rem || (r == rem && other < lane);
+    const MoeClassLoad load{tiles, narrow_tile ? a.narrow_fixed + a.narrow_per_token * tokens
+                                               : a.wide_fixed + a.wide_per_token * tokens,
+                            cap, splittable};
+    const bool first = lane < kClasses;
+    const unsigned present = __ballot_sync(0xFFFFFFFFu, first && tiles > 0);
+    int mine = 0;
+    if (__popc(present) <= 1) {
+      mine = tiles > 0 ? min(cap, a.num_ctas) : 0;
+    } else {
+      const float inv_w = 1.0f / load.w;
+      // (positive floats order as their bit patterns)
+      const float h = tiles > 0 ? static_cast<float>(tiles + 1) * load.w : 0.0f;
+      const float hi = __uint_as_float(__reduce_max_sync(0xFFFFFFFFu, __float_as_uint(h)));
+      const float T = moe_balance_makespan(hi, a.num_ctas, [&](float t1, float t2) {
+        const int need = moe_class_need(load, inv_w, first ? t1 : t2, a.num_ctas);
+        return __reduce_add_sync(0xFFFFFFFFu, first ? need : need << 16);
+      });
+      mine = first ? moe_class_need(load, inv_w, T, a.num_ctas) : 0;
+      const int used = __reduce_add_sync(0xFFFFFFFFu, mine), total = __reduce_add_sync(0xFFFFFFFFu, first ? tiles : 0);
+      mine += first ? moe_class_extra(load, mine, a.num_ctas - used, total) : 0;
     }
-    if (rem >= 0.f && rank < a.num_ctas - sum) ++mine;
+    if (!first) mine = 0;
     // Exclusive prefix sums of tiles and CTAs over the classes.
-    int tiles_before = tiles, ctas_before = mine;
+    int tiles_before = first ? tiles : 0, ctas_before = mine;
 #pragma unroll
     for (int o = 1; o < 32; o *= 2) {
       const int t = __shfl_up_sync(0xFFFFFFFFu, tiles_before, o), k = __shfl_up_sync(0xFFFFFFFFu, ctas_before, o);
       if (lane >= o) tiles_before += t, ctas_before += k;
     }
     if (lane < kClasses) {
-      s.bucket_base[c] = tiles_before - tiles, s.cta_base[c] = ctas_before - mine, s.ctas_of[c] = mine;
+      s.bucket_base[c] = tiles_before - tiles, s.cta_base[c] = ctas_before - mine, s.ctas_of[c] = mine;  // (first)
     }
     const int total_tiles = __shfl_sync(0xFFFFFFFFu, tiles_before, kClasses - 1);
     const bool none = any_bad || total_tiles > a.max_tiles;  // (the latter cannot happen for a routing

@@ -3,9 +3,16 @@
 // CTA's share of a bucket. device/moe_schedule.cuh runs it in every CTA's prologue.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "device/schedule.hpp"
+
+#if defined(__CUDACC__)
+#define FP4GEMM_MOE_HD __host__ __device__ __forceinline__
+#else
+#define FP4GEMM_MOE_HD inline
+#endif
 
 namespace fp4gemm::detail {
 
@@ -71,6 +78,134 @@ constexpr TileCoord moe_tile_coord(const ExpertTiles& x, int c, int local) {
   const int rbs = x.class_last == c ? x.tiles_last : x.tiles_full / (x.count - 1);
   const int rb = local % rbs, j = local / rbs + (x.class_full == c ? 0 : x.count - 1);
   return TileCoord{rb, j, x.base + j * x.size, j == x.count - 1 ? x.last : x.size};
+}
+
+// CTAs per width class (v30). A CTA runs one class, so the run's CTAs are shared among the
+// classes present; the schedule's makespan is the slowest class's. Whole tiles take rounds of
+// one tile per CTA: a class of t tiles on n CTAs costs ceil(t / n) tiles, so few tiles per CTA
+// make the split coarse. v16-v29 shared the CTAs in proportion to each class's cost, which in
+// that regime can give a class one CTA fewer than its tiles need for the round count the others
+// have: Mixtral-8x7B's down projection at T 256 (classes of 48 / 64 / 80 tokens, 32 / 96 / 128
+// tiles on 132 SMs) got 15 CTAs for the 48-token class's 32 tiles -- 3 rounds where every other
+// CTA ran 2, one SM in three idle for the last (ncu: SMs active 66 % of the kernel). Now the
+// smallest makespan T is found by bisection: the fewest CTAs with which each class finishes
+// within T (moe_class_need) must add up to at most the run's CTAs. The CTAs left over go to the
+// classes in proportion to their tiles (moe_class_extra), up to what each can use.
+struct MoeClassLoad {
+  int tiles;        // the class's tiles in this run
+  float w;          // cost of one tile (the cost model's per-k-block figure: every class has the same K)
+  int cap;          // most CTAs it can use: its tiles, or for stream-K classes one per kMoeStreamKMinKblocks k-blocks
+  bool splittable;  // stream-K can split its tiles (the 16- and 32-token classes)
+};
+constexpr int kMoeBalanceSteps = 15;  // search steps, each a third of [lo, hi]: 3^15 ~ 2^23.8
+
+// ceil(t / r) for whole numbers 1 <= t < 2^24 and r >= 1 held in floats. The device takes an
+// approximate reciprocal (MUFU.RCP: relative error < 2^-22, so the quotient is within 1 of t / r)
+// and corrects the ceiling both ways with exact products: the same value as the host's integer
+// division, without the ~20-instruction dependent chain of an integer division in every step
+// of the search (v30a's first cut: ~5 us of prologue per GEMM).
+// ... given rr, an approximation of 1 / r within 2 ulps (MUFU.RCP is within 1), for t < 2^21:
+// t * rr is then within 1/2 of t / r, and the ceiling is corrected both ways with exact products
+// (whole numbers < 2^24).
+FP4GEMM_MOE_HD float moe_ceil_div_rcp(float t, float r, float rr) {
+  float n = ceilf(t * rr);
+  n = (n - 1.0f) * r >= t ? n - 1.0f : n;
+  return n * r < t ? n + 1.0f : n;
+}
+FP4GEMM_MOE_HD float moe_ceil_div(float t, float r) {
+#if defined(__CUDA_ARCH__)
+  if (t < 2097152.0f) {
+    float rr;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rr) : "f"(r));
+    return moe_ceil_div_rcp(t, r, rr);
+  }
+#endif
+  {
+    const int ti = static_cast<int>(t), ri = static_cast<int>(r);
+    return static_cast<float>((ti + ri - 1) / ri);
+  }
+}
+
+// The fewest CTAs with which class l finishes within T, capped at `most` (more than `most`:
+// most + 1). Whole tiles run floor(T / w) rounds; below one tile's cost only stream-K can, in
+// equal shares of t * w / n, with at least ceil(4t / 3) CTAs (moe_sk_eligible's 3/4 of a tile per
+// CTA) and at most cap. Non-increasing in T, which the search needs. inv_w = 1 / l.w.
+FP4GEMM_MOE_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, int most) {
+  if (l.tiles <= 0) return 0;
+  const float tf = static_cast<float>(l.tiles);
+  const float rounds = T * inv_w;
+  float n;
+  if (rounds >= 1.0f) {
+    n = moe_ceil_div(tf, rounds >= tf ? tf : static_cast<float>(static_cast<int>(rounds)));
+  } else {
+    if (!l.splittable) return most + 1;
+    const float q = tf * l.w / T;  // (T = 0: +inf)
+    const float eligible = static_cast<float>((4 * l.tiles + 2) / 3);
+    n = static_cast<float>(static_cast<int>(q < 1e9f ? q : 1e9f));
+    n += n < q ? 1.0f : 0.0f;
+    n = n > eligible ? n : eligible;
+    if (n > static_cast<float>(l.cap)) return most + 1;
+  }
+  return n > static_cast<float>(most) ? most + 1 : static_cast<int>(n);
+}
+
+// The smallest makespan in (0, hi] that num_ctas CTAs can meet, by thirds: each step tests two
+// points, so one warp tests both at once (lanes 0-15 the first, 16-31 the second, the two sums
+// packed in one REDUX). need_sums(T1, T2) returns (sum of needs at T1) | (sum at T2) << 16, each
+// need capped at num_ctas + 1 (16 classes: < 2^16). hi must be feasible: the max over the
+// classes of (tiles + 1) * w needs one CTA per class.
+template <class NeedSums>
+FP4GEMM_MOE_HD float moe_balance_makespan(float hi, int num_ctas, NeedSums&& need_sums) {
+  float lo = 0.0f;
+  for (int i = 0; i < kMoeBalanceSteps; ++i) {
+    const float third = (hi - lo) * (1.0f / 3.0f);
+    const float t1 = lo + third, t2 = hi - third;
+    const int sums = need_sums(t1, t2);
+    if ((sums & 0xFFFF) <= num_ctas) {
+      hi = t1;
+    } else if ((sums >> 16) <= num_ctas) {
+      lo = t1, hi = t2;
+    } else {
+      lo = t2;
+    }
+  }
+  return hi;
+}
+
+// CTAs beyond its need that class l takes from the `spare` ones: its share of them by tiles,
+// up to its cap (they do not shorten the makespan, but spread the rounds' tiles over more SMs).
+constexpr int moe_class_extra(const MoeClassLoad& l, int need, int spare, int total_tiles) {
+  if (l.tiles <= 0 || total_tiles <= 0 || spare <= 0) return 0;
+  const int share = static_cast<int>(static_cast<long long>(spare) * l.tiles / total_tiles);
+  const int room = l.cap - need;
+  return share < room ? share : (room > 0 ? room : 0);
+}
+
+// The host's evaluation of the whole rule (tests; device/moe_schedule.cuh runs it one lane per
+// class): out[c] CTAs for each of the `classes` (<= 16) loads. One class present: all the CTAs it
+// can use, no search.
+inline void moe_class_ctas(const MoeClassLoad* l, int classes, int num_ctas, int* out) {
+  float hi = 0.0f;
+  int total = 0, present = 0;
+  for (int c = 0; c < classes; ++c) {
+    const float h = l[c].tiles > 0 ? static_cast<float>(l[c].tiles + 1) * l[c].w : 0.0f;
+    hi = h > hi ? h : hi;
+    total += l[c].tiles > 0 ? l[c].tiles : 0;
+    present += l[c].tiles > 0;
+  }
+  if (present <= 1) {
+    for (int c = 0; c < classes; ++c) out[c] = l[c].tiles > 0 ? (l[c].cap < num_ctas ? l[c].cap : num_ctas) : 0;
+    return;
+  }
+  auto need = [&](int c, float t) { return moe_class_need(l[c], 1.0f / l[c].w, t, num_ctas); };
+  const float T = moe_balance_makespan(hi, num_ctas, [&](float t1, float t2) {
+    int s1 = 0, s2 = 0;
+    for (int c = 0; c < classes; ++c) s1 += need(c, t1), s2 += need(c, t2);
+    return s1 | s2 << 16;
+  });
+  int used = 0;
+  for (int c = 0; c < classes; ++c) used += out[c] = need(c, T);
+  for (int c = 0; c < classes; ++c) out[c] += moe_class_extra(l[c], out[c], num_ctas - used, total);
 }
 
 // Stream-K over a width class's bucket (decode-like runs, device/moe_schedule.cuh): the bucket's

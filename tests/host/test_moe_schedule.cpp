@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
 #include <random>
 #include <set>
 #include <tuple>
@@ -144,6 +147,188 @@ TEST(MoeScheduleArithmetic, CtaSlotsPartitionTheBucket) {
       EXPECT_LE(most - least, 1) << "CTAs of a class get the same number of tiles, +-1";
     }
   }
+}
+
+
+// ---- CTAs per width class (moe_class_ctas, v30) ----------------------------------------------
+
+// The model's makespan of class l on n CTAs: whole tiles in ceil(t / n) rounds; stream-K (a
+// splittable class with at most 3/4 of a tile per CTA) in equal shares.
+double class_makespan(const MoeClassLoad& l, int n, int kblocks) {
+  if (l.tiles <= 0) return 0;
+  if (n <= 0) return 1e30;
+  if (l.splittable && moe_sk_eligible(l.tiles, kblocks, n)) return static_cast<double>(l.tiles) * l.w / n;
+  return std::ceil(static_cast<double>(l.tiles) / n) * l.w;
+}
+double makespan(const std::vector<MoeClassLoad>& l, const std::vector<int>& n, int kblocks) {
+  double m = 0;
+  for (std::size_t c = 0; c < l.size(); ++c) m = std::max(m, class_makespan(l[c], n[c], kblocks));
+  return m;
+}
+MoeClassLoad class_load(int c, int tiles, int kblocks, int num_ctas, bool narrow256, bool stream_k = true) {
+  const int tokens = 16 * (c + 1);
+  const bool narrow = narrow256 && tokens <= 128;
+  const bool splittable = stream_k && c <= 1 && kblocks >= kMoeStreamKMinKblocks;
+  const int cap = splittable ? std::min(tiles * (kblocks / kMoeStreamKMinKblocks), num_ctas) : tiles;
+  return {tiles, static_cast<float>(narrow ? 365.0f + 1.7f * tokens : 165.0f + 1.28f * tokens), cap, splittable};
+}
+std::vector<int> class_ctas(const std::vector<MoeClassLoad>& l, int num_ctas) {
+  std::vector<int> out(l.size());
+  moe_class_ctas(l.data(), static_cast<int>(l.size()), num_ctas, out.data());
+  return out;
+}
+
+// The device's ceil(t / r) from an approximate reciprocal (MUFU.RCP, relative error < 2^-22):
+// with the reciprocal off by up to 2 ulps either way and t < 2^21 (the device divides larger
+// counts exactly), the corrected ceiling is the exact one.
+TEST(MoeClassCtas, CeilDivisionFromAnApproximateReciprocal) {
+  std::mt19937 rng(3);
+  int checked = 0;
+  for (int trial = 0; trial < 400000; ++trial) {
+    const int t = trial < 200000 ? 1 + trial % 2000 : 1 + static_cast<int>(rng() % ((1 << 21) - 1));
+    const int r = trial < 200000 ? 1 + static_cast<int>(rng() % t) : 1 + static_cast<int>(rng() % (rng() % 2 ? 64 : t));
+    const float exact = 1.0f / static_cast<float>(r);
+    const int ulps = static_cast<int>(rng() % 5) - 2;
+    std::uint32_t bits;
+    std::memcpy(&bits, &exact, 4);
+    bits += ulps;
+    float rr;
+    std::memcpy(&rr, &bits, 4);
+    ASSERT_EQ(moe_ceil_div_rcp(static_cast<float>(t), static_cast<float>(r), rr), static_cast<float>((t + r - 1) / r))
+        << t << " / " << r << ", reciprocal off by " << ulps << " ulps";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 400000);
+}
+
+// The case that showed the old proportional rule's loss (ncu on the H200: SMs active 66 % of
+// Mixtral-8x7B's down projection at T 256): 32 / 96 / 128 tiles of 48 / 64 / 80 tokens, 128-row
+// tiles, 224 k-blocks, 132 CTAs. The old rule gave the 48-token class 15 CTAs (3 rounds); every
+// class now runs 2.
+TEST(MoeClassCtas, MixtralDownProjectionRunsTwoRounds) {
+  std::vector<MoeClassLoad> l(16, MoeClassLoad{0, 1.0f, 0, false});
+  l[2] = class_load(2, 32, 224, 132, false), l[3] = class_load(3, 96, 224, 132, false), l[4] = class_load(4, 128, 224, 132, false);
+  const std::vector<int> n = class_ctas(l, 132);
+  int used = 0;
+  for (int c = 0; c < 16; ++c) used += n[c];
+  EXPECT_LE(used, 132);
+  for (int c : {2, 3, 4}) EXPECT_LE((l[c].tiles + n[c] - 1) / n[c], 2) << "class " << 16 * (c + 1) << ": " << n[c] << " CTAs";
+  EXPECT_DOUBLE_EQ(makespan(l, n, 224), 2.0 * l[4].w);
+}
+
+// Against every allocation of up to 3 classes on up to 24 CTAs: the bisection's makespan is the
+// optimum (to its 2^-24 resolution, plus the leftover CTAs' share, which cannot raise it), every
+// class with tiles gets a CTA, none more than its cap, and the total fits.
+TEST(MoeClassCtas, MatchesTheExhaustiveOptimum) {
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int classes = 1 + static_cast<int>(rng() % 3), num_ctas = classes + static_cast<int>(rng() % 22);
+    const int kblocks = 1 + static_cast<int>(rng() % 40);
+    std::vector<MoeClassLoad> l;
+    std::vector<int> cls;
+    for (int i = 0; i < classes; ++i) {
+      int c = static_cast<int>(rng() % 16);
+      if (rng() % 2) c = static_cast<int>(rng() % 2);  // the stream-K classes often
+      const int tiles = static_cast<int>(rng() % (rng() % 4 == 0 ? 200 : 30));
+      l.push_back(class_load(c, tiles, kblocks, num_ctas, rng() % 2, rng() % 4 != 0));
+    }
+    const std::vector<int> n = class_ctas(l, num_ctas);
+    int used = 0;
+    for (int i = 0; i < classes; ++i) {
+      used += n[i];
+      if (l[i].tiles > 0) ASSERT_GE(n[i], 1);
+      else ASSERT_EQ(n[i], 0);
+      ASSERT_LE(n[i], std::max(l[i].cap, 1));
+    }
+    ASSERT_LE(used, num_ctas);
+    // Exhaustive: every n_i in [1, num_ctas] for the classes with tiles.
+    double best = 1e30;
+    std::vector<int> m(classes, 0);
+    std::function<void(int, int)> walk = [&](int i, int left) {
+      if (i == classes) {
+        best = std::min(best, makespan(l, m, kblocks));
+        return;
+      }
+      if (l[i].tiles == 0) {
+        m[i] = 0;
+        walk(i + 1, left);
+        return;
+      }
+      for (int k = 1; k <= left - (classes - 1 - i) && k <= std::max(l[i].cap, 1); ++k) {
+        m[i] = k;
+        walk(i + 1, left - k);
+      }
+    };
+    walk(0, num_ctas);
+    const double got = makespan(l, n, kblocks);
+    ASSERT_LE(got, best * (1 + 1e-5)) << "trial " << trial << ": the bisection's allocation is not optimal";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4000);
+}
+
+// The layer shapes of the bench suite at 132 CTAs, with routings drawn as `fp4gemm layer` draws
+// them: never a larger makespan than the v16-v29 proportional rule, evaluated here as it ran.
+std::vector<int> proportional_ctas(const std::vector<MoeClassLoad>& l, int num_ctas) {
+  const int k = static_cast<int>(l.size());
+  std::vector<float> cost(k);
+  float total = 0;
+  int present = 0;
+  for (int c = 0; c < k; ++c) cost[c] = static_cast<float>(l[c].tiles) * l[c].w, total += cost[c], present += l[c].tiles > 0;
+  const int spare = std::max(0, num_ctas - present);
+  std::vector<int> mine(k);
+  std::vector<float> rem(k);
+  int sum = 0;
+  for (int c = 0; c < k; ++c) {
+    const float share = total > 0 ? spare * (cost[c] / total) : 0.f;
+    mine[c] = l[c].tiles > 0 ? std::min(l[c].cap, 1 + static_cast<int>(share)) : 0;
+    sum += mine[c];
+    rem[c] = mine[c] < l[c].cap ? share - std::floor(share) : -1.f;
+  }
+  std::vector<int> out = mine;
+  for (int c = 0; c < k; ++c) {
+    int rank = 0;
+    for (int o = 0; o < k; ++o) rank += rem[o] > rem[c] || (rem[o] == rem[c] && o < c);
+    if (rem[c] >= 0.f && rank < num_ctas - sum) ++out[c];
+  }
+  return out;
+}
+
+TEST(MoeClassCtas, NeverWorseThanTheProportionalRuleOnLayerRoutings) {
+  struct Model {
+    int experts, hidden, inter, topk;
+  };
+  int improved = 0, cases = 0;
+  for (const Model& m : {Model{256, 7168, 2048, 8}, Model{128, 2048, 768, 8}, Model{128, 2880, 2880, 4}, Model{8, 4096, 14336, 2}})
+    for (int tokens : {1, 8, 32, 128, 256, 1024, 4096})
+      for (int gemm = 0; gemm < 2; ++gemm) {
+        const int n = gemm == 0 ? 2 * m.inter : m.hidden, kblocks = (gemm == 0 ? m.hidden : m.inter) / 64;
+        std::mt19937_64 rng(1111);
+        std::vector<int> pool(m.experts), rows(m.experts, 0);
+        for (int e = 0; e < m.experts; ++e) pool[e] = e;
+        for (int t = 0; t < tokens; ++t) {
+          for (int j = 0; j < m.topk; ++j) std::swap(pool[j], pool[j + rng() % (m.experts - j)]);
+          for (int j = 0; j < m.topk; ++j) ++rows[pool[j]], rng();
+        }
+        const int reachable = std::min(m.experts, tokens * m.topk);
+        const int narrow = reachable * ((n + 255) / 256) >= 132 ? 256 : 128;
+        std::vector<int> tiles(16, 0);
+        int base = 0;
+        for (int e = 0; e < m.experts; ++e) {
+          const ExpertTiles x = moe_expert_tiles(base, rows[e], n, narrow);
+          base += rows[e];
+          for (int c = 0; c < 16; ++c) tiles[c] += moe_tiles_of_class(x, c);
+        }
+        std::vector<MoeClassLoad> l;
+        for (int c = 0; c < 16; ++c) l.push_back(class_load(c, tiles[c], kblocks, 132, narrow == 256));
+        const double now = makespan(l, class_ctas(l, 132), kblocks), before = makespan(l, proportional_ctas(l, 132), kblocks);
+        EXPECT_LE(now, before * (1 + 1e-6)) << "E " << m.experts << " T " << tokens << " GEMM " << gemm + 1;
+        improved += now < before * 0.99;
+        ++cases;
+      }
+  EXPECT_EQ(cases, 56);
+  EXPECT_GE(improved, 3) << "Mixtral T 128 / 256 / 1024 down projections, Qwen3 T 1024";
 }
 
 }  // namespace
