@@ -126,7 +126,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
 
   // 3. CTAs per class (moe_tiles.hpp, moe_class_ctas is the host's copy of this step): one class
   //    present takes every CTA it can use; more search the smallest makespan the run's CTAs can
-  //    meet, each class then the fewest CTAs that meet it and the spare ones shared by tiles.
+  //    meet, each class then the fewest CTAs that meet it and the spare ones shared by cost.
   //    Warp 0: lane c (and c + 16, for the search's second point) for class c.
   if (warp == 0) {
     const int c = lane % kClasses;
@@ -152,13 +152,19 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       // (positive floats order as their bit patterns)
       const float h = tiles > 0 ? static_cast<float>(tiles + 1) * load.w : 0.0f;
       const float hi = __uint_as_float(__reduce_max_sync(0xFFFFFFFFu, __float_as_uint(h)));
-      const float T = moe_balance_makespan(hi, a.num_ctas, [&](float t1, float t2) {
-        const int need = moe_class_need(load, inv_w, first ? t1 : t2, a.num_ctas);
-        return __reduce_add_sync(0xFFFFFFFFu, first ? need : need << 16);
-      });
+      const float w_max = __uint_as_float(__reduce_max_sync(0xFFFFFFFFu, __float_as_uint(tiles > 0 ? load.w : 0.0f)));
+      const float cost = static_cast<float>(tiles) * load.w;
+      float total_cost = cost;  // (lanes 16-31 hold the same classes: the 16-lane sums match)
+#pragma unroll
+      for (int o = 8; o > 0; o /= 2) total_cost += __shfl_xor_sync(0xFFFFFFFFu, total_cost, o);
+      const float T = moe_balance_makespan(total_cost / static_cast<float>(a.num_ctas), w_max, hi, a.num_ctas,
+                                           [&](float t1, float t2) {
+                                             const int need = moe_class_need(load, inv_w, first ? t1 : t2, a.num_ctas);
+                                             return __reduce_add_sync(0xFFFFFFFFu, first ? need : need << 16);
+                                           });
       mine = first ? moe_class_need(load, inv_w, T, a.num_ctas) : 0;
-      const int used = __reduce_add_sync(0xFFFFFFFFu, mine), total = __reduce_add_sync(0xFFFFFFFFu, first ? tiles : 0);
-      mine += first ? moe_class_extra(load, mine, a.num_ctas - used, total) : 0;
+      const int used = __reduce_add_sync(0xFFFFFFFFu, mine);
+      mine += first ? moe_class_extra(load, mine, a.num_ctas - used, cost, total_cost) : 0;
     }
     if (!first) mine = 0;
     // Exclusive prefix sums of tiles and CTAs over the classes.

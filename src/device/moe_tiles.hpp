@@ -97,7 +97,7 @@ struct MoeClassLoad {
   int cap;          // most CTAs it can use: its tiles, or for stream-K classes one per kMoeStreamKMinKblocks k-blocks
   bool splittable;  // stream-K can split its tiles (the 16- and 32-token classes)
 };
-constexpr int kMoeBalanceSteps = 15;  // search steps, each a third of [lo, hi]: 3^15 ~ 2^23.8
+constexpr int kMoeBalanceSteps = 11;  // search steps, each a third of [lo, hi]: 3^11 ~ 177 k
 
 // ceil(t / r) for whole numbers 1 <= t < 2^24 and r >= 1 held in floats. The device takes an
 // approximate reciprocal (MUFU.RCP: relative error < 2^-22, so the quotient is within 1 of t / r)
@@ -149,14 +149,19 @@ FP4GEMM_MOE_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, i
   return n > static_cast<float>(most) ? most + 1 : static_cast<int>(n);
 }
 
-// The smallest makespan in (0, hi] that num_ctas CTAs can meet, by thirds: each step tests two
-// points, so one warp tests both at once (lanes 0-15 the first, 16-31 the second, the two sums
-// packed in one REDUX). need_sums(T1, T2) returns (sum of needs at T1) | (sum at T2) << 16, each
-// need capped at num_ctas + 1 (16 classes: < 2^16). hi must be feasible: the max over the
-// classes of (tiles + 1) * w needs one CTA per class.
+// The smallest makespan that num_ctas CTAs can meet, to a 3^-11 share of the bracket, searched
+// by thirds: each step tests two points, so one warp tests both at once (lanes 0-15 the first,
+// 16-31 the second, the two sums packed in one REDUX). need_sums(T1, T2) returns (sum of needs at
+// T1) | (sum at T2) << 16, each need capped at num_ctas + 1 (16 classes: < 2^16). The bracket:
+// lo = the total cost over the CTAs (no allocation beats it); hi = 2 (lo + the largest tile cost)
+// when that is feasible (it is unless rounding to whole tiles or the one-CTA-per-class minimum
+// needs more: then tiny totals), else hi_safe = the max over the classes of (tiles + 1) * w,
+// which needs one CTA per class. Searching from [0, hi_safe] took 15 steps for the same
+// precision (v30b).
 template <class NeedSums>
-FP4GEMM_MOE_HD float moe_balance_makespan(float hi, int num_ctas, NeedSums&& need_sums) {
-  float lo = 0.0f;
+FP4GEMM_MOE_HD float moe_balance_makespan(float lo, float w_max, float hi_safe, int num_ctas, NeedSums&& need_sums) {
+  const float h2 = 2.0f * (lo + w_max);
+  float hi = h2 < hi_safe && (need_sums(h2, h2) & 0xFFFF) <= num_ctas ? h2 : hi_safe;
   for (int i = 0; i < kMoeBalanceSteps; ++i) {
     const float third = (hi - lo) * (1.0f / 3.0f);
     const float t1 = lo + third, t2 = hi - third;
@@ -172,40 +177,46 @@ FP4GEMM_MOE_HD float moe_balance_makespan(float hi, int num_ctas, NeedSums&& nee
   return hi;
 }
 
-// CTAs beyond its need that class l takes from the `spare` ones: its share of them by tiles,
-// up to its cap (they do not shorten the makespan, but spread the rounds' tiles over more SMs).
-constexpr int moe_class_extra(const MoeClassLoad& l, int need, int spare, int total_tiles) {
-  if (l.tiles <= 0 || total_tiles <= 0 || spare <= 0) return 0;
-  const int share = static_cast<int>(static_cast<long long>(spare) * l.tiles / total_tiles);
+// CTAs beyond its need that class l (of cost `cost` = tiles * w) takes from the `spare` ones: its
+// share of them by cost, as v16-v29 shared all the CTAs, up to its cap. They do not lower the
+// model's makespan but leave fewer CTAs running its last round. (v30b shared them by tiles; v30e
+// tried the v16-v29 split raised to the needs instead, which costs its remainder ranking in
+// every prologue and measured 1-2 % slower than this on multi-class shapes, PERF.md v30.)
+FP4GEMM_MOE_HD int moe_class_extra(const MoeClassLoad& l, int need, int spare, float cost, float total_cost) {
+  if (l.tiles <= 0 || !(total_cost > 0.0f) || spare <= 0) return 0;
+  const int share = static_cast<int>(static_cast<float>(spare) * (cost / total_cost));
   const int room = l.cap - need;
   return share < room ? share : (room > 0 ? room : 0);
 }
 
 // The host's evaluation of the whole rule (tests; device/moe_schedule.cuh runs it one lane per
-// class): out[c] CTAs for each of the `classes` (<= 16) loads. One class present: all the CTAs it
-// can use, no search.
+// class, its float sums in another order): out[c] CTAs for each of the `classes` (<= 16) loads.
+// One class present: all the CTAs it can use, no search.
 inline void moe_class_ctas(const MoeClassLoad* l, int classes, int num_ctas, int* out) {
-  float hi = 0.0f;
-  int total = 0, present = 0;
+  float hi = 0.0f, w_max = 0.0f, total_cost = 0.0f;
+  int present = 0;
   for (int c = 0; c < classes; ++c) {
-    const float h = l[c].tiles > 0 ? static_cast<float>(l[c].tiles + 1) * l[c].w : 0.0f;
+    if (l[c].tiles <= 0) continue;
+    const float h = static_cast<float>(l[c].tiles + 1) * l[c].w;
     hi = h > hi ? h : hi;
-    total += l[c].tiles > 0 ? l[c].tiles : 0;
-    present += l[c].tiles > 0;
+    w_max = l[c].w > w_max ? l[c].w : w_max;
+    total_cost += static_cast<float>(l[c].tiles) * l[c].w;
+    ++present;
   }
   if (present <= 1) {
     for (int c = 0; c < classes; ++c) out[c] = l[c].tiles > 0 ? (l[c].cap < num_ctas ? l[c].cap : num_ctas) : 0;
     return;
   }
   auto need = [&](int c, float t) { return moe_class_need(l[c], 1.0f / l[c].w, t, num_ctas); };
-  const float T = moe_balance_makespan(hi, num_ctas, [&](float t1, float t2) {
+  const float T = moe_balance_makespan(total_cost / static_cast<float>(num_ctas), w_max, hi, num_ctas, [&](float t1, float t2) {
     int s1 = 0, s2 = 0;
     for (int c = 0; c < classes; ++c) s1 += need(c, t1), s2 += need(c, t2);
     return s1 | s2 << 16;
   });
   int used = 0;
   for (int c = 0; c < classes; ++c) used += out[c] = need(c, T);
-  for (int c = 0; c < classes; ++c) out[c] += moe_class_extra(l[c], out[c], num_ctas - used, total);
+  for (int c = 0; c < classes; ++c)
+    out[c] += moe_class_extra(l[c], out[c], num_ctas - used, static_cast<float>(l[c].tiles) * l[c].w, total_cost);
 }
 
 // Stream-K over a width class's bucket (decode-like runs, device/moe_schedule.cuh): the bucket's

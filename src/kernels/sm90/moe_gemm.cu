@@ -341,12 +341,16 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, max_tiles * sizeof(int)), "plan");
   const SchedulePolicy policy;
   // Narrow (<= 128-token) tiles take 256 weight rows when the row blocks of the experts a run can
-  // reach alone give every CTA a tile (the pointer-array plan's rule, with one token tile per
-  // expert): at most `capacity` experts have rows in the contiguous layout, so decode plans
-  // (capacity = tokens x top-k, a few experts) spread each expert's weights over twice the CTAs.
+  // reach alone give more than half the CTAs a tile (one token tile per expert): at most
+  // `capacity` experts have rows in the contiguous layout, so decode plans (capacity = tokens x
+  // top-k, a few experts) spread each expert's weights over twice the CTAs. Between half and all
+  // of the CTAs, 256-row tiles run in one round where 128-row tiles need two (the cost model: 501
+  // against 2 x 267 per k-block at 80 tokens); v16-v29 asked for every CTA (the pointer-array
+  // plan's rule), which gave Mixtral's down projection (8 experts x 16 row blocks on 132 SMs)
+  // 128-row tiles in two rounds (PERF.md v30).
   // (Fixed per plan: the kernel's ring addresses derive from it as a constant, v16.)
   const std::int64_t reachable = o.layout == MoeLayout::contiguous ? std::min(w.experts, o.capacity) : w.experts;
-  pr.narrow_rows = reachable * ((krows + 255) / 256) >= num_ctas ? 256 : 128;
+  pr.narrow_rows = 2 * reachable * ((krows + 255) / 256) > num_ctas ? 256 : 128;
   pr.early_kblocks = KC::kMaxStages;
   pr.layout = ScaleLayout::blocked;
   const std::size_t fixed = 2 * KC::kMaxStages * sizeof(std::uint64_t) + KC::kEpiBytes + 2048;
