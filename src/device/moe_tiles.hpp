@@ -87,10 +87,11 @@ constexpr TileCoord moe_tile_coord(const ExpertTiles& x, int c, int local) {
 // that regime can give a class one CTA fewer than its tiles need for the round count the others
 // have: Mixtral-8x7B's down projection at T 256 (classes of 48 / 64 / 80 tokens, 32 / 96 / 128
 // tiles on 132 SMs) got 15 CTAs for the 48-token class's 32 tiles -- 3 rounds where every other
-// CTA ran 2, one SM in three idle for the last (ncu: SMs active 66 % of the kernel). Now the
-// smallest makespan T is found by bisection: the fewest CTAs with which each class finishes
-// within T (moe_class_need) must add up to at most the run's CTAs. The CTAs left over go to the
-// classes in proportion to their tiles (moe_class_extra), up to what each can use.
+// CTA ran 2, one SM in three idle for the last (ncu: SMs active 66 % of the kernel). Now, with
+// more than one class present, the smallest makespan T is searched for (moe_balance_makespan):
+// the fewest CTAs with which each class finishes within T (moe_class_need) must add up to at most
+// the run's CTAs. The CTAs left over go to the classes in proportion to their cost
+// (moe_class_extra), up to what each can use. One class present takes every CTA it can use.
 struct MoeClassLoad {
   int tiles;        // the class's tiles in this run
   float w;          // cost of one tile (the cost model's per-k-block figure: every class has the same K)
@@ -99,19 +100,18 @@ struct MoeClassLoad {
 };
 constexpr int kMoeBalanceSteps = 11;  // search steps, each a third of [lo, hi]: 3^11 ~ 177 k
 
-// ceil(t / r) for whole numbers 1 <= t < 2^24 and r >= 1 held in floats. The device takes an
-// approximate reciprocal (MUFU.RCP: relative error < 2^-22, so the quotient is within 1 of t / r)
-// and corrects the ceiling both ways with exact products: the same value as the host's integer
-// division, without the ~20-instruction dependent chain of an integer division in every step
-// of the search (v30a's first cut: ~5 us of prologue per GEMM).
-// ... given rr, an approximation of 1 / r within 2 ulps (MUFU.RCP is within 1), for t < 2^21:
-// t * rr is then within 1/2 of t / r, and the ceiling is corrected both ways with exact products
-// (whole numbers < 2^24).
+// ceil(t / r) for whole numbers 1 <= t < 2^21 and r >= 1 held in floats, given rr, an
+// approximation of 1 / r within 2 ulps: t * rr is then within 1/2 of t / r, and the ceiling is
+// corrected both ways with exact products (whole numbers < 2^24).
 FP4GEMM_MOE_HD float moe_ceil_div_rcp(float t, float r, float rr) {
   float n = ceilf(t * rr);
   n = (n - 1.0f) * r >= t ? n - 1.0f : n;
   return n * r < t ? n + 1.0f : n;
 }
+// ceil(t / r) for whole numbers 1 <= t < 2^24 and r >= 1 held in floats: on the device from
+// rcp.approx (MUFU.RCP, within 1 ulp) through moe_ceil_div_rcp below t = 2^21, the same value as
+// the host's integer division without the ~20-instruction dependent chain of an integer division
+// in every step of the search (v30a's first cut: ~5 us of prologue per GEMM).
 FP4GEMM_MOE_HD float moe_ceil_div(float t, float r) {
 #if defined(__CUDA_ARCH__)
   if (t < 2097152.0f) {
