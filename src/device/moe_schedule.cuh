@@ -34,6 +34,8 @@ using detail::kMoeStreamKMaxPieces;
 using detail::kMoeStreamKMinKblocks;
 using detail::moe_sk_ctas;
 using detail::moe_sk_eligible;
+using detail::moe_sk_tiles;
+using detail::kMoeHybridMinKblocks;
 using detail::moe_sk_piece;
 using detail::moe_sk_piece_count;
 using detail::StreamKPiece;
@@ -49,15 +51,24 @@ struct MoeScheduleScratch {
   int prefix[kClasses][kMoeMaxExperts + 1];  // tiles of class c before expert e's (class-major)
   int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], class_tiles[kClasses];
   int total_tiles;
-  int begin, end, n16, rank, ctas;  // this CTA's result: its slots, class, and rank among the class's CTAs
-  int stream_k;                     // this CTA's class runs stream-K (moe_sk_piece)
+  int begin, end, n16, rank, ctas;  // this CTA's result: its whole tiles' slots, class, and rank among the class's CTAs
+  int stream_k;                     // the class's tiles that run stream-K (moe_sk_tiles: the bucket's last ones)
 };
 
-// Run by all kThreads threads of the CTA. Writes tiles / pieces [begin, end) and this CTA's first
-// producer record (first_pieces[blockIdx.x]); returns begin == end when the CTA has no work.
+// A MoE CTA's pieces: its stream-K pieces (entries [begin, jump_from) after the tile slots, when its
+// class splits tiles), then its whole tiles (slots [jump_to, end)); jump_from = -1 without the first.
+struct MoeCtaWork {
+  int begin, end, n16, jump_from, jump_to;
+  __device__ __forceinline__ bool empty() const { return begin == end; }
+  __device__ __forceinline__ bool is_valid(int piece) const { return piece != end; }
+  __device__ __forceinline__ int next_work(int piece) const { return piece + 1 == jump_from ? jump_to : piece + 1; }
+};
+
+// Run by all kThreads threads of the CTA. Writes the tile and piece records of the CTA's work and
+// its first producer record (first_pieces[blockIdx.x]); returns an empty MoeCtaWork when the CTA
+// has no work.
 template <int kThreads>
-__device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch& s, int& begin_out, int& end_out,
-                                 int& n16_out) {
+__device__ MoeCtaWork moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch& s) {
   constexpr int kClasses = MoeScheduleScratch::kClasses;
   constexpr int kWarps = kThreads / 32;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -141,7 +152,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
                                : tiles;
     const MoeClassLoad load{tiles, narrow_tile ? a.narrow_fixed + a.narrow_per_token * tokens
                                                : a.wide_fixed + a.wide_per_token * tokens,
-                            cap, splittable};
+                            cap, splittable, splittable && a.kblocks >= kMoeHybridMinKblocks};
     const bool first = lane < kClasses;
     const unsigned present = __ballot_sync(0xFFFFFFFFu, first && tiles > 0);
     int mine = 0;
@@ -194,12 +205,13 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       int begin = 0, end = 0, n16 = 1, k = 0, n = 1, sk = 0;
       if (cta < s.cta_base[kClasses] && !none) {
         k = cta - s.cta_base[c2], n = s.ctas_of[c2];
-        // Stream-K (moe_tiles.hpp, moe_sk_eligible) where whole tiles would leave a quarter or more
-        // of the class's CTAs idle (decode-like runs: at most 3/4 of a tile per CTA). Only the 16-
-        // and 32-token classes: their partials fit the plan's slots (one per CTA,
-        // kMoeSlotFloats). Other classes keep whole, interleaved tiles.
-        sk = a.stream_k != 0 && c2 <= 1 && moe_sk_eligible(s.class_tiles[c2], a.kblocks, n);
-        const SlotRange r = moe_cta_slots(s.bucket_base[c2], s.class_tiles[c2], k, n, interleave);
+        // Stream-K (moe_tiles.hpp, moe_sk_tiles) where whole tiles would leave a quarter or more
+        // of the class's CTAs idle (decode-like runs: at most 3/4 of a tile per CTA), and for the
+        // partial last round of a class with full rounds before it (v31). Only the 16- and
+        // 32-token classes: their partials fit the plan's slots (one per CTA, kMoeSlotFloats).
+        // The rest of the bucket runs whole, interleaved tiles.
+        sk = a.stream_k != 0 && c2 <= 1 ? moe_sk_tiles(s.class_tiles[c2], a.kblocks, n) : 0;
+        const SlotRange r = moe_cta_slots(s.bucket_base[c2], s.class_tiles[c2] - sk, k, n, interleave);
         begin = r.begin, end = r.end;
         // (contiguous ranges had every token tile of every expert in flight and re-read the
         // activations from DRAM for each row block: prefill (d) 1776 -> 1421 us with interleaving,
@@ -226,34 +238,35 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     return TileDesc{lo, tc.row_block * tile_rows(tc.ntok, a.narrow_rows), tc.tok0, tc.ntok, tc.tok0, a.kblocks,
                     writers, first_slot, -1};
   };
-  if (s.stream_k) {
-    // 4'. Stream-K: this CTA's (<= 3) pieces, in its own entries after the tile slots (the plan
-    //     sizes pieces for max_tiles + kMoeStreamKMaxPieces per CTA); every CTA touching a tile
-    //     writes its (identical) record. A writer's partial goes to the slot of its CTA.
-    const int count = s.class_tiles[c], n = moe_sk_ctas(count, a.kblocks, ctas);
-    const int m = moe_sk_piece_count(count, a.kblocks, rank, n);
-    const int first = a.max_tiles + kMoeStreamKMaxPieces * static_cast<int>(blockIdx.x);
-    if (tid < m) {  // (one thread per piece)
-      const StreamKPiece sk = moe_sk_piece(count, a.kblocks, rank, n, tid);
-      const int index = s.bucket_base[c] + sk.tile;
-      const TileDesc tile = tile_at(sk.tile, sk.owner_cta - sk.first_writer, s.cta_base[c] + sk.first_writer);
+  // 4'. Stream-K: this CTA's (<= 3) pieces of the bucket's last s.stream_k tiles, in its own
+  //     entries after the tile slots (the plan sizes pieces for max_tiles + kMoeStreamKMaxPieces per
+  //     CTA); every CTA touching a tile writes its (identical) record. A writer's partial goes to
+  //     the slot of its CTA. They run before the CTA's whole tiles (below): a writer piece first,
+  //     so an owner waits only on pieces that were each their CTA's first.
+  const int sk_tiles = s.stream_k, whole = s.class_tiles[c] - sk_tiles;
+  const int sk_first = a.max_tiles + kMoeStreamKMaxPieces * static_cast<int>(blockIdx.x);
+  int sk_count = 0;
+  if (sk_tiles > 0) {
+    const int n = moe_sk_ctas(sk_tiles, a.kblocks, ctas);
+    sk_count = moe_sk_piece_count(sk_tiles, a.kblocks, rank, n);
+    if (tid < sk_count) {  // (one thread per piece)
+      const StreamKPiece sk = moe_sk_piece(sk_tiles, a.kblocks, rank, n, tid);
+      const int index = s.bucket_base[c] + whole + sk.tile;
+      const TileDesc tile = tile_at(whole + sk.tile, sk.owner_cta - sk.first_writer, s.cta_base[c] + sk.first_writer);
       const WorkPiece piece{index, sk.kb_begin, sk.kb_end, sk.owner ? -1 : s.cta_base[c] + rank};
       a.tiles[index] = tile;
-      a.pieces[first + tid] = piece;
+      a.pieces[sk_first + tid] = piece;
       if (tid == 0)
         a.first_pieces[blockIdx.x] =
             make_producer_piece(piece, tile, a.n, a.cols, halves_of_class(n16, a.narrow_rows),
                                 a.weight_maps + 2 * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
     }
-    __syncthreads();  // the records above are read by this CTA's producers and consumers
-    begin_out = first, end_out = first + m, n16_out = n16;
-    return;
   }
   const int begin = s.begin, end = s.end;
 
-  // 4. This CTA's tiles. The bucket's order: expert-major, then token tile, then row block (the
-  //    CTAs that run adjacent tiles at once share the token tile's activations and the expert's
-  //    weights through L2).
+  // 4. This CTA's whole tiles. The bucket's order: expert-major, then token tile, then row block
+  //    (the CTAs that run adjacent tiles at once share the token tile's activations and the
+  //    expert's weights through L2).
 #pragma unroll 1
   for (int index = begin + tid; index < end; index += kThreads) {
     const int t = moe_bucket_position(index, SlotRange{begin, end}, s.bucket_base[c], rank, ctas, interleave);
@@ -261,13 +274,14 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     const WorkPiece piece{index, 0, a.kblocks, -1};
     a.tiles[index] = tile;
     a.pieces[index] = piece;
-    if (index == begin)
+    if (index == begin && sk_count == 0)
       a.first_pieces[blockIdx.x] =
           make_producer_piece(piece, tile, a.n, a.cols, halves_of_class(n16, a.narrow_rows),
                               a.weight_maps + 2 * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
   }
   __syncthreads();  // the records above are read by this CTA's producers and consumers
-  begin_out = begin, end_out = end, n16_out = n16;
+  return sk_count > 0 ? MoeCtaWork{sk_first, end, n16, sk_first + sk_count, begin}
+                      : MoeCtaWork{begin, end, n16, -1, 0};
 }
 
 }  // namespace fp4gemm::detail::sm90

@@ -97,6 +97,8 @@ struct MoeClassLoad {
   float w;          // cost of one tile (the cost model's per-k-block figure: every class has the same K)
   int cap;          // most CTAs it can use: its tiles, or for stream-K classes one per kMoeStreamKMinKblocks k-blocks
   bool splittable;  // stream-K can split its tiles (the 16- and 32-token classes)
+  bool divisible;   // splittable with K of >= kMoeHybridMinKblocks k-blocks: from one full round on, its
+                    // last round's tiles are split (moe_sk_tiles), so on n <= tiles CTAs it costs tiles * w / n
 };
 constexpr int kMoeBalanceSteps = 11;  // search steps, each a third of [lo, hi]: 3^11 ~ 177 k
 
@@ -127,15 +129,20 @@ FP4GEMM_MOE_HD float moe_ceil_div(float t, float r) {
 }
 
 // The fewest CTAs with which class l finishes within T, capped at `most` (more than `most`:
-// most + 1). Whole tiles run floor(T / w) rounds; below one tile's cost only stream-K can, in
-// equal shares of t * w / n, with at least ceil(4t / 3) CTAs (moe_sk_eligible's 3/4 of a tile per
-// CTA) and at most cap. Non-increasing in T, which the search needs. inv_w = 1 / l.w.
+// most + 1). Whole tiles run floor(T / w) rounds; a divisible class (its last round split, v31)
+// ceil(t * w / T) CTAs from one round on; below one tile's cost only stream-K can, in equal
+// shares of t * w / n, with at least ceil(4t / 3) CTAs (moe_sk_eligible's 3/4 of a tile per CTA)
+// and at most cap. Non-increasing in T, which the search needs. inv_w = 1 / l.w.
 FP4GEMM_MOE_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, int most) {
   if (l.tiles <= 0) return 0;
   const float tf = static_cast<float>(l.tiles);
   const float rounds = T * inv_w;
   float n;
-  if (rounds >= 1.0f) {
+  if (rounds >= 1.0f && l.divisible) {
+    const float q = tf * l.w / T;  // <= tiles: one full round at least
+    n = static_cast<float>(static_cast<int>(q));
+    n += n < q ? 1.0f : 0.0f;
+  } else if (rounds >= 1.0f) {
     n = moe_ceil_div(tf, rounds >= tf ? tf : static_cast<float>(static_cast<int>(rounds)));
   } else {
     if (!l.splittable) return most + 1;
@@ -242,6 +249,26 @@ constexpr int kMoeStreamKMinKblocks = 4;  // smallest share: fewer CTAs take par
 constexpr bool moe_sk_eligible(int count, int kblocks, int n) {
   return count > 0 && 4 * count <= 3 * n && kblocks >= kMoeStreamKMinKblocks &&
          static_cast<long long>(count) * kblocks * n < (1ll << 31);
+}
+
+// v31: a class with one or more full rounds of whole tiles (count >= n) and a partial last round
+// splits that round's r = count % n tiles by stream-K over all n CTAs instead: a makespan of
+// count / n tiles instead of ceil(count / n). ncu of issue 20's decode shapes (v30, H200) had the
+// SMs active 95 / 92 / 96 % of the GEMM at (a) / (b) / (c) -- (a)'s 512 tiles on 132 CTAs are 3.88
+// rounds run as 4. Only with K of >= kMoeHybridMinKblocks k-blocks: a split costs each CTA about
+// one partial store or load (<= 32 KB) and a second piece, a few k-blocks' worth at most, which
+// a round of 16 k-blocks can pay for.
+constexpr int kMoeHybridMinKblocks = 16;
+
+// How many of a splittable class's `count` tiles -- the bucket's last ones -- run stream-K on its n
+// CTAs: all of them where moe_sk_eligible; with count >= n and kblocks >= kMoeHybridMinKblocks, the
+// count % n tiles of the last round (the first count - count % n run whole, count / n per CTA);
+// else none. (A share of the last round is < 1 tile, so it touches <= 2 tiles: kMoeStreamKMaxPieces.)
+constexpr int moe_sk_tiles(int count, int kblocks, int n) {
+  if (moe_sk_eligible(count, kblocks, n)) return count;
+  if (n <= 0 || count < n || kblocks < kMoeHybridMinKblocks) return 0;
+  const int r = count % n;
+  return r > 0 && static_cast<long long>(r) * kblocks * n < (1ll << 31) ? r : 0;
 }
 // CTAs of the class that take part: every share >= kMoeStreamKMinKblocks units.
 constexpr int moe_sk_ctas(int count, int kblocks, int n) {

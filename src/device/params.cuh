@@ -55,8 +55,9 @@ struct MoeScheduleParams {
   const int* counts;   // masked: [E]
   int experts, capacity, masked;
   int n, cols, kblocks, narrow_rows, num_ctas, max_tiles;
-  // != 0: the 16- and 32-token classes run stream-K where moe_sk_eligible (moe_tiles.hpp: at most
-  // 3/4 of a tile per CTA); FusedParams::partials then has one slot of kMoeSlotFloats per CTA.
+  // != 0: the 16- and 32-token classes run stream-K where moe_sk_tiles says (moe_tiles.hpp: all
+  // their tiles at most 3/4 of a tile per CTA, or a partial last round after full ones);
+  // FusedParams::partials then has one slot of kMoeSlotFloats per CTA.
   int stream_k;
   float wide_fixed, wide_per_token, narrow_fixed, narrow_per_token;
   TileDesc* tiles;  // = FusedParams::tiles / pieces / first_pieces, writable

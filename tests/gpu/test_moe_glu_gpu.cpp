@@ -389,6 +389,16 @@ TEST(MoeGluShapes, StreamKSplitTiles) {
   expect_layouts_both_activations(c, 501, [](GluCase& w) { w.k = 4096, w.gather = true; });
 }
 
+// GLU plans whose 16- / 32-token classes have full rounds and a partial last one (v31: the last
+// round split by stream-K, moe_sk_tiles): 150 experts with ~10 rows each, one 256-row block (I 128),
+// K of 16 and 32 k-blocks; every gate/up layout and both activations.
+TEST(MoeGluShapes, SplitLastRound) {
+  if (!glu_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM cannot run here";
+  GluCase c;
+  c.experts = 150, c.width = 128, c.k = 1024, c.capacity = 1500;
+  expect_layouts_both_activations(c, 611, [](GluCase& w) { w.k = 2048, w.gather = true; });
+}
+
 TEST(MoeGluArgs, BadArgumentsNamed) {
   if (!glu_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM cannot run here";
   DeviceBuffer w(1 << 20), s(1 << 20);

@@ -18,6 +18,7 @@
 // Every run: outputs poisoned (two runs, two poisons), every element checked, guard bands around C,
 // C's row padding and rows no expert owns must stay untouched (gpu/moe_problem.hpp). Seeds are in
 // every failure message (MoeConfig::describe).
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include <tuple>
 #include <vector>
 
+#include "device/moe_tiles.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
 #include "gpu/moe_problem.hpp"
@@ -384,6 +386,55 @@ TEST(MoeStreamK, DecodeSharesMatchTheReference) {
                                         make_routing(cfg, rng, RoutingKind::skewed),
                                         make_routing(cfg, rng, RoutingKind::few_experts),
                                         make_routing(cfg, rng, RoutingKind::full)};
+          },
+          i % 2 == 0 ? Launch::graph : Launch::stream);
+    }
+    ++i;
+  }
+}
+
+// v31: a 16- or 32-token class with full rounds of whole tiles and a partial last round splits
+// that round by stream-K (moe_sk_tiles; K of >= 16 k-blocks): whole tiles and split ones in one
+// CTA's list, one or two classes, every activation kind and layout. The routings from counts put
+// every expert in the 16-token class with one row block each (256-row tiles), so the class has
+// `experts` tiles: checked below to be a hybrid split on this GPU's SM count, so that the test
+// cannot pass without running the split. GPU MODE data bit-exact, full range within the bound.
+TEST(MoeStreamK, SplitLastRoundMatchesTheReference) {
+  REQUIRE_FAST_KERNEL();
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  struct Case {
+    Format format;
+    MoeActivation act;
+    MoeLayout layout;
+    bool gather;
+    int experts, n, k, capacity;
+  };
+  const Case cases[] = {
+      {Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 150, 256, 1024, 150 * 24},
+      {Format::mxfp4, MoeActivation::bf16, MoeLayout::contiguous, false, 150, 256, 2048, 150 * 24},
+      {Format::mxfp4, MoeActivation::fp4, MoeLayout::masked, false, 150, 192, 1024, 24},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    MoeConfig cfg = base_config(c.format, c.act, c.layout, c.gather, c.experts, c.n, c.k, c.capacity, 9300 + i);
+    cfg.num_tokens = c.gather ? 1000 : 0;
+    const int kblocks = c.k / 64;
+    ASSERT_GT(detail::moe_sk_tiles(c.experts, kblocks, sms), 0) << sms << " SMs";
+    ASSERT_LT(detail::moe_sk_tiles(c.experts, kblocks, sms), c.experts) << "not a partial last round on " << sms << " SMs";
+    for (const Values v : {Values::gpumode, Values::full}) {
+      cfg.values = v;
+      cfg.seed += 13;
+      expect_routings(
+          cfg,
+          [&](std::mt19937_64& rng) {
+            std::vector<int> one_class(c.experts), two_classes(c.experts);
+            for (int e = 0; e < c.experts; ++e)
+              one_class[e] = 1 + static_cast<int>(rng() % 16), two_classes[e] = 1 + static_cast<int>(rng() % 24);
+            return std::vector<Routing>{routing_from_counts(cfg, rng, one_class, 0, "1..16 rows each"),
+                                        routing_from_counts(cfg, rng, two_classes, 0, "1..24 rows each"),
+                                        make_routing(cfg, rng, RoutingKind::uniform)};
           },
           i % 2 == 0 ? Launch::graph : Launch::stream);
     }

@@ -118,6 +118,60 @@ TEST(MoeScheduleArithmetic, StreamKSharesCoverEveryUnitOnce) {
   EXPECT_GT(checked, 1000);
 }
 
+// v31: a class with full rounds and a partial last one splits only that round. moe_sk_tiles is all
+// of a class's tiles where moe_sk_eligible, else count % n from one full round on (K of >= 16
+// k-blocks), else none; the whole tiles (the bucket's first count - sk, interleaved) and the
+// stream-K shares of the last sk tiles cover every (tile, k-block) exactly once, each CTA's share
+// of the split round is < 1 tile (<= 2 pieces), and every CTA's work is count / n tiles within one
+// k-block -- or, where the split round is too small for n shares of >= 4 k-blocks, within 8.
+TEST(MoeScheduleArithmetic, HybridLastRoundCoversEveryUnitOnce) {
+  std::mt19937 rng(23);
+  int hybrid = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 140);
+    const int count = 1 + static_cast<int>(rng() % (6 * n));
+    const int kblocks = 1 + static_cast<int>(rng() % 130);
+    const int sk = moe_sk_tiles(count, kblocks, n);
+    if (moe_sk_eligible(count, kblocks, n)) ASSERT_EQ(sk, count);
+    else if (count >= n && kblocks >= kMoeHybridMinKblocks) ASSERT_EQ(sk, count % n);
+    else ASSERT_EQ(sk, 0) << "count " << count << " kblocks " << kblocks << " n " << n;
+    if (sk == 0 || sk == count) continue;
+    ++hybrid;
+    const int whole = count - sk;
+    ASSERT_EQ(whole % n, 0);
+    std::vector<int> unit(static_cast<std::size_t>(count) * kblocks, 0);
+    std::vector<long long> work(n, 0);
+    for (int k = 0; k < n; ++k) {
+      const SlotRange r = moe_cta_slots(0, whole, k, n, true);
+      ASSERT_EQ(r.end - r.begin, whole / n);
+      for (int slot = r.begin; slot < r.end; ++slot) {
+        const int t = moe_bucket_position(slot, r, 0, k, n, true);
+        ASSERT_LT(t, whole);
+        for (int kb = 0; kb < kblocks; ++kb) ++unit[static_cast<std::size_t>(t) * kblocks + kb];
+        work[k] += kblocks;
+      }
+    }
+    const int ctas = moe_sk_ctas(sk, kblocks, n);  // (all n, unless a share would be < 4 k-blocks)
+    ASSERT_EQ(ctas, std::min(n, sk * kblocks / kMoeStreamKMinKblocks));
+    for (int k = 0; k < ctas; ++k) {
+      const int m = moe_sk_piece_count(sk, kblocks, k, ctas);
+      ASSERT_GE(m, 1);
+      ASSERT_LE(m, 2) << "a share of the split round is < 1 tile";
+      for (int i = 0; i < m; ++i) {
+        const StreamKPiece p = moe_sk_piece(sk, kblocks, k, ctas, i);
+        if (!p.owner) ASSERT_EQ(i, 0) << "a writer piece runs first";
+        for (int kb = p.kb_begin; kb < p.kb_end; ++kb) ++unit[static_cast<std::size_t>(whole + p.tile) * kblocks + kb];
+        work[k] += p.kb_end - p.kb_begin;
+      }
+    }
+    for (int u : unit) ASSERT_EQ(u, 1) << "count " << count << " kblocks " << kblocks << " n " << n;
+    const double share = static_cast<double>(count) * kblocks / n;
+    const double slack = ctas == n ? 1.0 : 2 * kMoeStreamKMinKblocks;  // (those shares are 4..8 k-blocks)
+    for (int k = 0; k < n; ++k) ASSERT_LE(std::abs(static_cast<double>(work[k]) - share), slack) << "CTA " << k;
+  }
+  EXPECT_GT(hybrid, 1000);
+}
+
 TEST(MoeScheduleArithmetic, CtaSlotsPartitionTheBucket) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 3000; ++trial) {
@@ -152,12 +206,13 @@ TEST(MoeScheduleArithmetic, CtaSlotsPartitionTheBucket) {
 
 // ---- CTAs per width class (moe_class_ctas, v30) ----------------------------------------------
 
-// The model's makespan of class l on n CTAs: whole tiles in ceil(t / n) rounds; stream-K (a
-// splittable class with at most 3/4 of a tile per CTA) in equal shares.
+// The model's makespan of class l on n CTAs, as the schedule runs it: whole tiles in ceil(t / n)
+// rounds; where a splittable class runs stream-K (moe_sk_tiles: all its tiles at most 3/4 of a
+// tile per CTA, or its partial last round after full ones) t * w / n.
 double class_makespan(const MoeClassLoad& l, int n, int kblocks) {
   if (l.tiles <= 0) return 0;
   if (n <= 0) return 1e30;
-  if (l.splittable && moe_sk_eligible(l.tiles, kblocks, n)) return static_cast<double>(l.tiles) * l.w / n;
+  if (l.splittable && moe_sk_tiles(l.tiles, kblocks, n) > 0) return static_cast<double>(l.tiles) * l.w / n;
   return std::ceil(static_cast<double>(l.tiles) / n) * l.w;
 }
 double makespan(const std::vector<MoeClassLoad>& l, const std::vector<int>& n, int kblocks) {
@@ -170,7 +225,8 @@ MoeClassLoad class_load(int c, int tiles, int kblocks, int num_ctas, bool narrow
   const bool narrow = narrow256 && tokens <= 128;
   const bool splittable = stream_k && c <= 1 && kblocks >= kMoeStreamKMinKblocks;
   const int cap = splittable ? std::min(tiles * (kblocks / kMoeStreamKMinKblocks), num_ctas) : tiles;
-  return {tiles, static_cast<float>(narrow ? 365.0f + 1.7f * tokens : 165.0f + 1.28f * tokens), cap, splittable};
+  return {tiles, static_cast<float>(narrow ? 365.0f + 1.7f * tokens : 165.0f + 1.28f * tokens), cap, splittable,
+          splittable && kblocks >= kMoeHybridMinKblocks};
 }
 std::vector<int> class_ctas(const std::vector<MoeClassLoad>& l, int num_ctas) {
   std::vector<int> out(l.size());
@@ -206,7 +262,7 @@ TEST(MoeClassCtas, CeilDivisionFromAnApproximateReciprocal) {
 // tiles, 224 k-blocks, 132 CTAs. The old rule gave the 48-token class 15 CTAs (3 rounds); every
 // class now runs 2.
 TEST(MoeClassCtas, MixtralDownProjectionRunsTwoRounds) {
-  std::vector<MoeClassLoad> l(16, MoeClassLoad{0, 1.0f, 0, false});
+  std::vector<MoeClassLoad> l(16, MoeClassLoad{0, 1.0f, 0, false, false});
   l[2] = class_load(2, 32, 224, 132, false), l[3] = class_load(3, 96, 224, 132, false), l[4] = class_load(4, 128, 224, 132, false);
   const std::vector<int> n = class_ctas(l, 132);
   int used = 0;
