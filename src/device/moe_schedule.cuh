@@ -35,7 +35,8 @@ using detail::kMoeStreamKMinKblocks;
 using detail::moe_sk_ctas;
 using detail::moe_sk_eligible;
 using detail::moe_sk_tiles;
-using detail::kMoeHybridMinKblocks;
+using detail::MoeCostFigures;
+using detail::moe_class_load;
 using detail::moe_sk_piece;
 using detail::moe_sk_piece_count;
 using detail::StreamKPiece;
@@ -55,20 +56,15 @@ struct MoeScheduleScratch {
   int stream_k;                     // the class's tiles that run stream-K (moe_sk_tiles: the bucket's last ones)
 };
 
-// A MoE CTA's pieces: its stream-K pieces (entries [begin, jump_from) after the tile slots, when its
-// class splits tiles), then its whole tiles (slots [jump_to, end)); jump_from = -1 without the first.
-struct MoeCtaWork {
-  int begin, end, n16, jump_from, jump_to;
-  __device__ __forceinline__ bool empty() const { return begin == end; }
-  __device__ __forceinline__ bool is_valid(int piece) const { return piece != end; }
-  __device__ __forceinline__ int next_work(int piece) const { return piece + 1 == jump_from ? jump_to : piece + 1; }
-};
-
-// Run by all kThreads threads of the CTA. Writes the tile and piece records of the CTA's work and
-// its first producer record (first_pieces[blockIdx.x]); returns an empty MoeCtaWork when the CTA
-// has no work.
+// Run by all kThreads threads of the CTA. Writes the tile records of its work (at their bucket
+// slots), its pieces [begin, end) and its first producer record (first_pieces[blockIdx.x]);
+// returns begin == end when the CTA has no work. A CTA's pieces are its stream-K pieces (if its
+// class splits tiles), then its whole tiles, in entries begin_slot + kMoeStreamKMaxPieces * cta + j
+// of the piece array (begin_slot: its first whole tile's slot), so each CTA's are contiguous and
+// disjoint from the others' (the plan sizes pieces for max_tiles + kMoeStreamKMaxPieces per CTA).
 template <int kThreads>
-__device__ MoeCtaWork moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch& s) {
+__device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch& s, int& begin_out, int& end_out,
+                                 int& n16_out) {
   constexpr int kClasses = MoeScheduleScratch::kClasses;
   constexpr int kWarps = kThreads / 32;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -142,22 +138,15 @@ __device__ MoeCtaWork moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleSc
   if (warp == 0) {
     const int c = lane % kClasses;
     const int tiles = !any_bad ? s.class_tiles[c] : 0;
-    const int tokens = 16 * (c + 1);
-    const bool narrow_tile = tile_rows(tokens, a.narrow_rows) == 256;
-    // Stream-K can split the tiles of the 16- and 32-token classes (K of >= kMoeStreamKMinKblocks
-    // k-blocks): up to one CTA per kMoeStreamKMinKblocks k-blocks; other classes one per tile.
-    const bool splittable = a.stream_k != 0 && c <= 1 && a.kblocks >= kMoeStreamKMinKblocks;
-    const int cap = splittable ? static_cast<int>(min(static_cast<long long>(tiles) * (a.kblocks / kMoeStreamKMinKblocks),
-                                                      static_cast<long long>(a.num_ctas)))
-                               : tiles;
-    const MoeClassLoad load{tiles, narrow_tile ? a.narrow_fixed + a.narrow_per_token * tokens
-                                               : a.wide_fixed + a.wide_per_token * tokens,
-                            cap, splittable, splittable && a.kblocks >= kMoeHybridMinKblocks};
+    // (stream-K can split the tiles of the 16- and 32-token classes: up to one CTA per
+    // kMoeStreamKMinKblocks k-blocks; other classes one per tile; moe_tiles.hpp)
+    const MoeClassLoad load = moe_class_load(c, tiles, a.kblocks, a.num_ctas, a.narrow_rows, a.stream_k != 0,
+                                             MoeCostFigures{a.wide_fixed, a.wide_per_token, a.narrow_fixed, a.narrow_per_token});
     const bool first = lane < kClasses;
     const unsigned present = __ballot_sync(0xFFFFFFFFu, first && tiles > 0);
     int mine = 0;
     if (__popc(present) <= 1) {
-      mine = tiles > 0 ? min(cap, a.num_ctas) : 0;
+      mine = tiles > 0 ? min(load.cap, a.num_ctas) : 0;
     } else {
       const float inv_w = 1.0f / load.w;
       // (positive floats order as their bit patterns)
@@ -238,13 +227,15 @@ __device__ MoeCtaWork moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleSc
     return TileDesc{lo, tc.row_block * tile_rows(tc.ntok, a.narrow_rows), tc.tok0, tc.ntok, tc.tok0, a.kblocks,
                     writers, first_slot, -1};
   };
-  // 4'. Stream-K: this CTA's (<= 3) pieces of the bucket's last s.stream_k tiles, in its own
-  //     entries after the tile slots (the plan sizes pieces for max_tiles + kMoeStreamKMaxPieces per
-  //     CTA); every CTA touching a tile writes its (identical) record. A writer's partial goes to
-  //     the slot of its CTA. They run before the CTA's whole tiles (below): a writer piece first,
-  //     so an owner waits only on pieces that were each their CTA's first.
+  // 4'. Stream-K: this CTA's (<= 3) pieces of the bucket's last s.stream_k tiles; every CTA
+  //     touching a tile writes its (identical) record. A writer's partial goes to the slot of its
+  //     CTA. They run before the CTA's whole tiles (below), a writer piece first, so an owner waits
+  //     only on pieces that were each their CTA's first. (v31b ran them after the whole tiles, so
+  //     that a CTA's first piece is a whole tile with a full early fill: slower on most shapes,
+  //     PERF.md v31.)
   const int sk_tiles = s.stream_k, whole = s.class_tiles[c] - sk_tiles;
-  const int sk_first = a.max_tiles + kMoeStreamKMaxPieces * static_cast<int>(blockIdx.x);
+  const int begin = s.begin, end = s.end;
+  const int first = begin + kMoeStreamKMaxPieces * static_cast<int>(blockIdx.x);  // this CTA's pieces
   int sk_count = 0;
   if (sk_tiles > 0) {
     const int n = moe_sk_ctas(sk_tiles, a.kblocks, ctas);
@@ -255,14 +246,13 @@ __device__ MoeCtaWork moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleSc
       const TileDesc tile = tile_at(whole + sk.tile, sk.owner_cta - sk.first_writer, s.cta_base[c] + sk.first_writer);
       const WorkPiece piece{index, sk.kb_begin, sk.kb_end, sk.owner ? -1 : s.cta_base[c] + rank};
       a.tiles[index] = tile;
-      a.pieces[sk_first + tid] = piece;
+      a.pieces[first + tid] = piece;
       if (tid == 0)
         a.first_pieces[blockIdx.x] =
             make_producer_piece(piece, tile, a.n, a.cols, halves_of_class(n16, a.narrow_rows),
                                 a.weight_maps + 2 * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
     }
   }
-  const int begin = s.begin, end = s.end;
 
   // 4. This CTA's whole tiles. The bucket's order: expert-major, then token tile, then row block
   //    (the CTAs that run adjacent tiles at once share the token tile's activations and the
@@ -273,15 +263,14 @@ __device__ MoeCtaWork moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleSc
     const TileDesc tile = tile_at(t, 0, -1);
     const WorkPiece piece{index, 0, a.kblocks, -1};
     a.tiles[index] = tile;
-    a.pieces[index] = piece;
+    a.pieces[first + sk_count + (index - begin)] = piece;
     if (index == begin && sk_count == 0)
       a.first_pieces[blockIdx.x] =
           make_producer_piece(piece, tile, a.n, a.cols, halves_of_class(n16, a.narrow_rows),
                               a.weight_maps + 2 * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
   }
   __syncthreads();  // the records above are read by this CTA's producers and consumers
-  return sk_count > 0 ? MoeCtaWork{sk_first, end, n16, sk_first + sk_count, begin}
-                      : MoeCtaWork{begin, end, n16, -1, 0};
+  begin_out = first, end_out = first + sk_count + (end - begin), n16_out = n16;
 }
 
 }  // namespace fp4gemm::detail::sm90

@@ -98,8 +98,13 @@ struct MoeClassLoad {
   int cap;          // most CTAs it can use: its tiles, or for stream-K classes one per kMoeStreamKMinKblocks k-blocks
   bool splittable;  // stream-K can split its tiles (the 16- and 32-token classes)
   bool divisible;   // splittable with K of >= kMoeHybridMinKblocks k-blocks: from one full round on, its
-                    // last round's tiles are split (moe_sk_tiles), so on n <= tiles CTAs it costs tiles * w / n
+                    // last round's tiles are split (moe_sk_tiles), so on n <= tiles CTAs the model
+                    // costs it tiles * w / n (where moe_sk_tiles declines the split, the run takes
+                    // < kMoeSplitMinGain k-blocks longer than that)
 };
+// The fewest CTAs that run a class of `count` tiles by stream-K where it has at most 3/4 of a tile
+// per CTA (moe_sk_eligible below): ceil(4 count / 3).
+constexpr int moe_sk_min_ctas(int count) { return (4 * count + 2) / 3; }
 constexpr int kMoeBalanceSteps = 11;  // search steps, each a third of [lo, hi]: 3^11 ~ 177 k
 
 // ceil(t / r) for whole numbers 1 <= t < 2^21 and r >= 1 held in floats, given rr, an
@@ -147,7 +152,7 @@ FP4GEMM_MOE_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, i
   } else {
     if (!l.splittable) return most + 1;
     const float q = tf * l.w / T;  // (T = 0: +inf)
-    const float eligible = static_cast<float>((4 * l.tiles + 2) / 3);
+    const float eligible = static_cast<float>(moe_sk_min_ctas(l.tiles));
     n = static_cast<float>(static_cast<int>(q < 1e9f ? q : 1e9f));
     n += n < q ? 1.0f : 0.0f;
     n = n > eligible ? n : eligible;
@@ -247,28 +252,36 @@ constexpr int kMoeStreamKMinKblocks = 4;  // smallest share: fewer CTAs take par
 // call in the GEMM's prologue made ptxas spill in the producer's and consumers' loops (v24b: 22 %
 // slower).
 constexpr bool moe_sk_eligible(int count, int kblocks, int n) {
-  return count > 0 && 4 * count <= 3 * n && kblocks >= kMoeStreamKMinKblocks &&
+  return count > 0 && n >= moe_sk_min_ctas(count) && kblocks >= kMoeStreamKMinKblocks &&
          static_cast<long long>(count) * kblocks * n < (1ll << 31);
 }
 
 // v31: a class with one or more full rounds of whole tiles (count >= n) and a partial last round
-// splits that round's r = count % n tiles by stream-K over all n CTAs instead: a makespan of
+// splits that round's r = count % n tiles by stream-K over its n CTAs instead: a makespan of
 // count / n tiles instead of ceil(count / n). ncu of issue 20's decode shapes (v30, H200) had the
 // SMs active 95 / 92 / 96 % of the GEMM at (a) / (b) / (c) -- (a)'s 512 tiles on 132 CTAs are 3.88
-// rounds run as 4. Only with K of >= kMoeHybridMinKblocks k-blocks: a split costs each CTA about
-// one partial store or load (<= 32 KB) and a second piece, a few k-blocks' worth at most, which
-// a round of 16 k-blocks can pay for.
-constexpr int kMoeHybridMinKblocks = 16;
+// rounds run as 4. A split costs each CTA a second piece (the wgmma drain, its hand-off, a shorter
+// first piece), measured at roughly 8-14 k-blocks of the 16-token loop (H200, PERF.md v31: +1.1 %
+// where it saved 12.4 k-blocks per CTA (K 1024), +1.5 % at 6.8, -1.2 % at 13.6, -2.9 % at 24.7;
+// issue 20's (b) loses -2.6 % of W4A16 when its 32-token class's split, 12.2-12.8 k-blocks, is
+// declined), so the round is split only where that saves at least kMoeSplitMinGain k-blocks per
+// CTA: kblocks * (n - r) / n.
+constexpr int kMoeSplitMinGain = 12;
+constexpr int kMoeHybridMinKblocks = kMoeSplitMinGain;  // (no gain of that size with fewer k-blocks)
 
 // How many of a splittable class's `count` tiles -- the bucket's last ones -- run stream-K on its n
-// CTAs: all of them where moe_sk_eligible; with count >= n and kblocks >= kMoeHybridMinKblocks, the
-// count % n tiles of the last round (the first count - count % n run whole, count / n per CTA);
-// else none. (A share of the last round is < 1 tile, so it touches <= 2 tiles: kMoeStreamKMaxPieces.)
+// CTAs: all of them where moe_sk_eligible; with count >= n, the count % n tiles of the last round
+// where splitting it saves >= kMoeSplitMinGain k-blocks per CTA (the first count - count % n run
+// whole, count / n per CTA); else none. (A share of the last round is < 1 tile, so it touches <= 2
+// tiles: kMoeStreamKMaxPieces.)
 constexpr int moe_sk_tiles(int count, int kblocks, int n) {
   if (moe_sk_eligible(count, kblocks, n)) return count;
   if (n <= 0 || count < n || kblocks < kMoeHybridMinKblocks) return 0;
   const int r = count % n;
-  return r > 0 && static_cast<long long>(r) * kblocks * n < (1ll << 31) ? r : 0;
+  return r > 0 && static_cast<long long>(kblocks) * (n - r) >= static_cast<long long>(kMoeSplitMinGain) * n &&
+                 static_cast<long long>(r) * kblocks * n < (1ll << 31)
+             ? r
+             : 0;
 }
 // CTAs of the class that take part: every share >= kMoeStreamKMinKblocks units.
 constexpr int moe_sk_ctas(int count, int kblocks, int n) {
@@ -308,6 +321,28 @@ constexpr StreamKPiece moe_sk_piece(int count, int kblocks, int k, int n, int i)
   const int lo = u0 > b ? u0 : b, hi = u1 < b + kblocks ? u1 : b + kblocks;
   return StreamKPiece{t, lo - b, hi - b, hi == b + kblocks, moe_sk_cta_of(b, count, kblocks, n),
                       moe_sk_cta_of(b + kblocks - 1, count, kblocks, n)};
+}
+
+// The cost model's figures (SchedulePolicy: per k-block, fixed + per token, for 128-row (wide) and
+// 256-row (narrow) tiles), as the MoE plan passes them to the kernel.
+struct MoeCostFigures {
+  float wide_fixed, wide_per_token, narrow_fixed, narrow_per_token;
+};
+
+// Width class c's load (16 (c + 1) tokens, `tiles` tiles of `kblocks` k-blocks) on num_ctas CTAs,
+// as step 3 of moe_schedule_cta builds it (and the host tests): the tile cost at the tile's height;
+// with stream-K (the 16- and 32-token classes, K of >= kMoeStreamKMinKblocks k-blocks) up to one
+// CTA per kMoeStreamKMinKblocks k-blocks, else one per tile; divisible from kMoeHybridMinKblocks.
+FP4GEMM_MOE_HD MoeClassLoad moe_class_load(int c, int tiles, int kblocks, int num_ctas, int narrow_rows, bool stream_k,
+                                           const MoeCostFigures& f) {
+  const int tokens = 16 * (c + 1);
+  const bool narrow_tile = tile_rows(tokens, narrow_rows) == 256;
+  const bool splittable = stream_k && c <= 1 && kblocks >= kMoeStreamKMinKblocks;
+  const long long most = static_cast<long long>(tiles) * (kblocks / kMoeStreamKMinKblocks);
+  const int cap = splittable ? static_cast<int>(most < num_ctas ? most : static_cast<long long>(num_ctas)) : tiles;
+  return MoeClassLoad{tiles,
+                      narrow_tile ? f.narrow_fixed + f.narrow_per_token * tokens : f.wide_fixed + f.wide_per_token * tokens,
+                      cap, splittable, splittable && kblocks >= kMoeHybridMinKblocks};
 }
 
 }  // namespace fp4gemm::detail

@@ -2,10 +2,9 @@
 // for a precomputed list).
 //
 // A scheduler is a type with
-//   static __device__ Work initial_work(const FusedParams& p, std::uint8_t* scratch);
+//   static __device__ CtaWork initial_work(const FusedParams& p, std::uint8_t* scratch);
 // called by every thread of the CTA at entry (`scratch`: the ring's shared memory, free until the
-// first load). The CTA then walks its pieces from work.begin with Work::is_valid / next_work
-// (CtaWork: one range; MoeCtaWork: two). The work list is
+// first load). The CTA then walks its pieces with CtaWork::is_valid / next_work. The work list is
 // the same structure for both schedulers (tiles, pieces, each CTA's first producer record:
 // device/schedule.hpp, device/params.cuh); what differs is who writes it and when:
 //   HostWorkList       the pointer-array plan's list, built on the host from host shapes
@@ -48,9 +47,11 @@ struct HostWorkListGlu : HostWorkList {
 struct MoeDeviceSchedule {
   static constexpr bool kRoutedOutput = true;  // one C for every expert (p.moe.c)
   static constexpr bool kGlu = true;           // GLU plans at run time (p.moe.glu)
-  // (its pieces are not one range: stream-K pieces, then whole tiles; MoeCtaWork)
-  static __device__ __forceinline__ MoeCtaWork initial_work(const FusedParams& p, std::uint8_t* scratch) {
-    return moe_schedule_cta<KernelConfig::kThreads>(p.moe, *reinterpret_cast<MoeScheduleScratch*>(scratch));
+  static __device__ __forceinline__ CtaWork initial_work(const FusedParams& p, std::uint8_t* scratch) {
+    CtaWork w;
+    moe_schedule_cta<KernelConfig::kThreads>(p.moe, *reinterpret_cast<MoeScheduleScratch*>(scratch), w.begin, w.end,
+                                             w.n16);
+    return w;
   }
 };
 

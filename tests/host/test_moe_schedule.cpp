@@ -118,9 +118,12 @@ TEST(MoeScheduleArithmetic, StreamKSharesCoverEveryUnitOnce) {
   EXPECT_GT(checked, 1000);
 }
 
+double run_makespan_kblocks(const MoeClassLoad& l, int n, int kblocks);  // (below)
+
 // v31: a class with full rounds and a partial last one splits only that round. moe_sk_tiles is all
-// of a class's tiles where moe_sk_eligible, else count % n from one full round on (K of >= 16
-// k-blocks), else none; the whole tiles (the bucket's first count - sk, interleaved) and the
+// of a class's tiles where moe_sk_eligible, else count % n from one full round on where that saves
+// >= kMoeSplitMinGain k-blocks per CTA (so the run's makespan is within that of the search's
+// divisible model), else none; the whole tiles (the bucket's first count - sk, interleaved) and the
 // stream-K shares of the last sk tiles cover every (tile, k-block) exactly once, each CTA's share
 // of the split round is < 1 tile (<= 2 pieces), and every CTA's work is count / n tiles within one
 // k-block -- or, where the split round is too small for n shares of >= 4 k-blocks, within 8.
@@ -133,8 +136,14 @@ TEST(MoeScheduleArithmetic, HybridLastRoundCoversEveryUnitOnce) {
     const int kblocks = 1 + static_cast<int>(rng() % 130);
     const int sk = moe_sk_tiles(count, kblocks, n);
     if (moe_sk_eligible(count, kblocks, n)) ASSERT_EQ(sk, count);
-    else if (count >= n && kblocks >= kMoeHybridMinKblocks) ASSERT_EQ(sk, count % n);
+    else if (count >= n && kblocks * (n - count % n) >= kMoeSplitMinGain * n) ASSERT_EQ(sk, count % n);
     else ASSERT_EQ(sk, 0) << "count " << count << " kblocks " << kblocks << " n " << n;
+    // the model's divisible cost (t / n tiles) against the run's, for every n up to count
+    for (int m = 1; m <= count && kblocks >= kMoeHybridMinKblocks; m += 1 + m / 8) {
+      const MoeClassLoad l{count, 1.0f, m, true, true};
+      ASSERT_LE(run_makespan_kblocks(l, m, kblocks) - static_cast<double>(count) * kblocks / m, kMoeSplitMinGain)
+          << "count " << count << " kblocks " << kblocks << " on " << m;
+    }
     if (sk == 0 || sk == count) continue;
     ++hybrid;
     const int whole = count - sk;
@@ -150,6 +159,17 @@ TEST(MoeScheduleArithmetic, HybridLastRoundCoversEveryUnitOnce) {
         for (int kb = 0; kb < kblocks; ++kb) ++unit[static_cast<std::size_t>(t) * kblocks + kb];
         work[k] += kblocks;
       }
+    }
+    // Each CTA's pieces (device/moe_schedule.cuh): entries from its first whole tile's slot +
+    // kMoeStreamKMaxPieces x its index, its split pieces then its whole tiles: contiguous, disjoint,
+    // inside the plan's max_tiles + kMoeStreamKMaxPieces x CTAs entries.
+    for (int k = 0, prev_end = 0; k < n; ++k) {
+      const SlotRange r = moe_cta_slots(0, whole, k, n, true);
+      const int first = r.begin + kMoeStreamKMaxPieces * k;
+      const int pieces = moe_sk_piece_count(sk, kblocks, k, moe_sk_ctas(sk, kblocks, n)) + (r.end - r.begin);
+      ASSERT_GE(first, prev_end);
+      ASSERT_LE(first + pieces, count + kMoeStreamKMaxPieces * n);
+      prev_end = first + pieces;
     }
     const int ctas = moe_sk_ctas(sk, kblocks, n);  // (all n, unless a share would be < 4 k-blocks)
     ASSERT_EQ(ctas, std::min(n, sk * kblocks / kMoeStreamKMinKblocks));
@@ -206,14 +226,22 @@ TEST(MoeScheduleArithmetic, CtaSlotsPartitionTheBucket) {
 
 // ---- CTAs per width class (moe_class_ctas, v30) ----------------------------------------------
 
-// The model's makespan of class l on n CTAs, as the schedule runs it: whole tiles in ceil(t / n)
-// rounds; where a splittable class runs stream-K (moe_sk_tiles: all its tiles at most 3/4 of a
-// tile per CTA, or its partial last round after full ones) t * w / n.
+// The search's model of class l on n CTAs: whole tiles in ceil(t / n) rounds; a splittable class
+// with at most 3/4 of a tile per CTA (moe_sk_eligible), or a divisible one from one full round on,
+// t * w / n. (The schedule declines a split of the last round that would save < kMoeSplitMinGain
+// k-blocks per CTA: its makespan is then at most that much above the model's, checked below.)
 double class_makespan(const MoeClassLoad& l, int n, int kblocks) {
   if (l.tiles <= 0) return 0;
   if (n <= 0) return 1e30;
-  if (l.splittable && moe_sk_tiles(l.tiles, kblocks, n) > 0) return static_cast<double>(l.tiles) * l.w / n;
+  if ((l.splittable && moe_sk_eligible(l.tiles, kblocks, n)) || (l.divisible && n <= l.tiles))
+    return static_cast<double>(l.tiles) * l.w / n;
   return std::ceil(static_cast<double>(l.tiles) / n) * l.w;
+}
+// The makespan as the schedule runs it (moe_sk_tiles), in k-blocks of the class's tiles.
+double run_makespan_kblocks(const MoeClassLoad& l, int n, int kblocks) {
+  if (l.tiles <= 0) return 0;
+  if (l.splittable && moe_sk_tiles(l.tiles, kblocks, n) > 0) return static_cast<double>(l.tiles) * kblocks / n;
+  return std::ceil(static_cast<double>(l.tiles) / n) * kblocks;
 }
 double makespan(const std::vector<MoeClassLoad>& l, const std::vector<int>& n, int kblocks) {
   double m = 0;
@@ -221,12 +249,10 @@ double makespan(const std::vector<MoeClassLoad>& l, const std::vector<int>& n, i
   return m;
 }
 MoeClassLoad class_load(int c, int tiles, int kblocks, int num_ctas, bool narrow256, bool stream_k = true) {
-  const int tokens = 16 * (c + 1);
-  const bool narrow = narrow256 && tokens <= 128;
-  const bool splittable = stream_k && c <= 1 && kblocks >= kMoeStreamKMinKblocks;
-  const int cap = splittable ? std::min(tiles * (kblocks / kMoeStreamKMinKblocks), num_ctas) : tiles;
-  return {tiles, static_cast<float>(narrow ? 365.0f + 1.7f * tokens : 165.0f + 1.28f * tokens), cap, splittable,
-          splittable && kblocks >= kMoeHybridMinKblocks};
+  const SchedulePolicy p;  // the plan's cost figures
+  return moe_class_load(c, tiles, kblocks, num_ctas, narrow256 ? 256 : 128, stream_k,
+                        MoeCostFigures{static_cast<float>(p.wide_fixed), static_cast<float>(p.wide_per_token),
+                                       static_cast<float>(p.narrow_fixed), static_cast<float>(p.narrow_per_token)});
 }
 std::vector<int> class_ctas(const std::vector<MoeClassLoad>& l, int num_ctas) {
   std::vector<int> out(l.size());

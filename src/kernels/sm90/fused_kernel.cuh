@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const CUtensorMap* first_wmap = nullptr;
   int first_kb0 = 0, first_kbs = 0, first_row0 = 0, first_loaded = 0;
   // (The MoE schedule works in the ring's memory: nothing is loaded into it yet.)
-  const auto work = Scheduler::initial_work(p, smem);
+  const CtaWork work = Scheduler::initial_work(p, smem);
   const int begin = work.begin, n16 = work.n16;
   if (threadIdx.x == C::kConsumerThreads) {  // (a CTA without work never uses it)
     const ProducerPiece& r = p.first_pieces[blockIdx.x];
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       std::uint32_t phase = 0;
       FP4GEMM_TRACE_DO(unsigned long long* trace = pwarp == 0 && lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
       for (int pi = begin; work.is_valid(pi); pi = work.next_work(pi)) {
-        if (pi != begin) pp = piece_info(pi);  // (a MoE CTA's pieces are two ranges: MoeCtaWork)
+        if (pi > begin) pp = piece_info(pi);
         const int rows = pp.rows;
         const int loaded = pp.loaded;
         const CUtensorMap* wmap = pp.wmap;

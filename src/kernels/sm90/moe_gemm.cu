@@ -322,7 +322,8 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   FusedParams& pr = p.params;
   pr.groups = d_groups;
   pr.tiles = p.allocate<TileDesc>(max_tiles * sizeof(TileDesc), "plan workspace");
-  // (after the tiles' pieces, kMoeStreamKMaxPieces per CTA for a stream-K class's shares)
+  // (each CTA's pieces from its first whole tile's slot + kMoeStreamKMaxPieces x its index: its
+  // whole tiles and up to kMoeStreamKMaxPieces stream-K pieces, device/moe_schedule.cuh)
   pr.pieces = p.allocate<WorkPiece>((max_tiles + std::int64_t{detail::kMoeStreamKMaxPieces} * num_ctas) * sizeof(WorkPiece),
                                     "plan workspace");
   pr.first_pieces = p.allocate<ProducerPiece>(num_ctas * sizeof(ProducerPiece), "plan workspace");
