@@ -349,6 +349,34 @@ TEST(MoeRouting, TokenTileEdges) {
   });
 }
 
+// One stream-K test's cases: each case's plan (seed seed0 + its index), run with GPU MODE data,
+// then full-range data (the seed advanced by `step` before each), launched as a graph for even
+// cases and on the stream for odd ones; `routings` draws each plan's routings.
+struct StreamKCase {
+  Format format;
+  MoeActivation act;
+  MoeLayout layout;
+  bool gather;
+  int experts, n, k, capacity;
+};
+void expect_stream_k_cases(
+    const std::vector<StreamKCase>& cases, std::uint64_t seed0, std::uint64_t step,
+    const std::function<void(const StreamKCase&, MoeConfig&)>& setup,
+    const std::function<std::vector<Routing>(const StreamKCase&, const MoeConfig&, std::mt19937_64&)>& routings) {
+  int i = 0;
+  for (const StreamKCase& c : cases) {
+    MoeConfig cfg = base_config(c.format, c.act, c.layout, c.gather, c.experts, c.n, c.k, c.capacity, seed0 + i);
+    setup(c, cfg);
+    for (const Values v : {Values::gpumode, Values::full}) {
+      cfg.values = v;
+      cfg.seed += step;
+      expect_routings(
+          cfg, [&](std::mt19937_64& rng) { return routings(c, cfg, rng); }, i % 2 == 0 ? Launch::graph : Launch::stream);
+    }
+    ++i;
+  }
+}
+
 // Stream-K of the 16- and 32-token classes (decode-like runs: at most 3/4 of a tile per CTA, K of
 // >= 4 k-blocks; device/moe_schedule.cuh): tiles split over up to dozens of CTAs (few experts,
 // long K), shares ending inside a tile, a class next to one that is not split, N off the tile
@@ -357,40 +385,24 @@ TEST(MoeRouting, TokenTileEdges) {
 // FP32 bound.
 TEST(MoeStreamK, DecodeSharesMatchTheReference) {
   REQUIRE_FAST_KERNEL();
-  struct Case {
-    Format format;
-    MoeActivation act;
-    MoeLayout layout;
-    bool gather;
-    int experts, n, k, capacity;
-  };
-  const Case cases[] = {
+  const std::vector<StreamKCase> cases{
       {Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 8, 256, 2048, 64},    // ~8 CTAs per tile
       {Format::mxfp4, MoeActivation::bf16, MoeLayout::contiguous, false, 16, 192, 4096, 40},  // N off the tiles
       {Format::nvfp4, MoeActivation::fp4, MoeLayout::masked, false, 4, 320, 1024, 16},
       {Format::mxfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 64, 512, 512, 96},     // ~1-2 tiles per CTA
       {Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, false, 1, 128, 8192, 30},    // one tile, 128 k-blocks
   };
-  int i = 0;
-  for (const Case& c : cases) {
-    MoeConfig cfg = base_config(c.format, c.act, c.layout, c.gather, c.experts, c.n, c.k, c.capacity, 9100 + i);
-    cfg.num_tokens = c.gather ? c.capacity / 2 + 1 : 0;
-    cfg.alpha = AlphaMode::device;
-    for (const Values v : {Values::gpumode, Values::full}) {
-      cfg.values = v;
-      cfg.seed += 17;
-      expect_routings(
-          cfg,
-          [&](std::mt19937_64& rng) {
-            return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform),
-                                        make_routing(cfg, rng, RoutingKind::skewed),
-                                        make_routing(cfg, rng, RoutingKind::few_experts),
-                                        make_routing(cfg, rng, RoutingKind::full)};
-          },
-          i % 2 == 0 ? Launch::graph : Launch::stream);
-    }
-    ++i;
-  }
+  expect_stream_k_cases(
+      cases, 9100, 17,
+      [](const StreamKCase& c, MoeConfig& cfg) {
+        cfg.num_tokens = c.gather ? c.capacity / 2 + 1 : 0;
+        cfg.alpha = AlphaMode::device;
+      },
+      [](const StreamKCase&, const MoeConfig& cfg, std::mt19937_64& rng) {
+        return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform), make_routing(cfg, rng, RoutingKind::skewed),
+                                    make_routing(cfg, rng, RoutingKind::few_experts),
+                                    make_routing(cfg, rng, RoutingKind::full)};
+      });
 }
 
 // v31: a 16- or 32-token class with full rounds of whole tiles and a partial last round splits
@@ -404,42 +416,26 @@ TEST(MoeStreamK, SplitLastRoundMatchesTheReference) {
   int device = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
-  struct Case {
-    Format format;
-    MoeActivation act;
-    MoeLayout layout;
-    bool gather;
-    int experts, n, k, capacity;
-  };
-  const Case cases[] = {
+  const std::vector<StreamKCase> cases{
       {Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 150, 256, 2048, 150 * 24},
       {Format::mxfp4, MoeActivation::bf16, MoeLayout::contiguous, false, 150, 256, 2048, 150 * 24},
       {Format::mxfp4, MoeActivation::fp4, MoeLayout::masked, false, 150, 192, 2048, 24},
   };
-  int i = 0;
-  for (const Case& c : cases) {
-    MoeConfig cfg = base_config(c.format, c.act, c.layout, c.gather, c.experts, c.n, c.k, c.capacity, 9300 + i);
-    cfg.num_tokens = c.gather ? 1000 : 0;
+  for (const StreamKCase& c : cases) {
     const int kblocks = c.k / 64;
     ASSERT_GT(detail::moe_sk_tiles(c.experts, kblocks, sms), 0) << sms << " SMs";
     ASSERT_LT(detail::moe_sk_tiles(c.experts, kblocks, sms), c.experts) << "not a partial last round on " << sms << " SMs";
-    for (const Values v : {Values::gpumode, Values::full}) {
-      cfg.values = v;
-      cfg.seed += 13;
-      expect_routings(
-          cfg,
-          [&](std::mt19937_64& rng) {
-            std::vector<int> one_class(c.experts), two_classes(c.experts);
-            for (int e = 0; e < c.experts; ++e)
-              one_class[e] = 1 + static_cast<int>(rng() % 16), two_classes[e] = 1 + static_cast<int>(rng() % 24);
-            return std::vector<Routing>{routing_from_counts(cfg, rng, one_class, 0, "1..16 rows each"),
-                                        routing_from_counts(cfg, rng, two_classes, 0, "1..24 rows each"),
-                                        make_routing(cfg, rng, RoutingKind::uniform)};
-          },
-          i % 2 == 0 ? Launch::graph : Launch::stream);
-    }
-    ++i;
   }
+  expect_stream_k_cases(
+      cases, 9300, 13, [](const StreamKCase& c, MoeConfig& cfg) { cfg.num_tokens = c.gather ? 1000 : 0; },
+      [](const StreamKCase& c, const MoeConfig& cfg, std::mt19937_64& rng) {
+        std::vector<int> one_class(c.experts), two_classes(c.experts);
+        for (int e = 0; e < c.experts; ++e)
+          one_class[e] = 1 + static_cast<int>(rng() % 16), two_classes[e] = 1 + static_cast<int>(rng() % 24);
+        return std::vector<Routing>{routing_from_counts(cfg, rng, one_class, 0, "1..16 rows each"),
+                                    routing_from_counts(cfg, rng, two_classes, 0, "1..24 rows each"),
+                                    make_routing(cfg, rng, RoutingKind::uniform)};
+      });
 }
 
 // 16-token tiles run two k-blocks per commit group, and a piece's odd last k-block alone
