@@ -101,7 +101,8 @@ struct ConsumerState {
   int stages, act_stage_bytes;  // the CTA's ring geometry
   int stage = 0;
   std::uint32_t phase = 0;
-  FP4GEMM_TRACE_DO(unsigned long long* trace = nullptr;)  // shared-memory row of the recording thread, else null
+  FP4GEMM_TRACE_DO(unsigned long long* trace = nullptr;  // shared-memory row of the recording thread, else null
+                   long long c_entry = 0;)              // clock64 at kernel entry
 };
 
 // Keeps the compiler from moving accumulator reads/writes across wgmma fences, for every half.
@@ -234,7 +235,10 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     FP4GEMM_TRACE_DO(const long long t0 = clock64();)
     ptx::mbarrier_wait(&full[stage], phase);
     FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceBarrier, clock64() - t0);
-                     if (st.trace && st.trace[kTraceFirstNs] == 0) st.trace[kTraceFirstNs] = globaltimer();)
+                     if (st.trace && st.trace[kTraceFirstNs] == 0) {
+                       st.trace[kTraceFirstNs] = globaltimer();
+                       st.trace[kTraceCyclesFirst] = clock64() - st.c_entry;
+                     })
   };
   auto wait_full = [&] { wait_stage(st.stage, st.phase); };
   auto next_stage = [&] {

@@ -17,6 +17,15 @@ enum TraceCounter : int {
   kTraceTokenKblocks,  // sum over pieces of k-blocks x wgmma N x halves (weights the shape mix)
   kTraceIssue,      // producer: from its `empty` wait to the last load issued
   kTraceEntryNs,    // %globaltimer (ns) at kernel entry
+  kTracePrologueNs, // %globaltimer (ns) when the CTA has its work (the MoE plan's schedule prologue done)
+  // Cycles (clock64) from kernel entry to: the CTA's work known (roles 0 and 2); the producer's
+  // barriers set up / its early weight loads issued (role 2); past setmaxnreg (roles 0 and 2);
+  // past the pre-pass wait (role 2) / the first full stage (role 0).
+  kTraceCyclesWork,
+  kTraceCyclesSetup,
+  kTraceCyclesIssued,
+  kTraceCyclesBranch,
+  kTraceCyclesFirst,
   kTraceFirstNs,    // consumers: when the first `full` wait returned; producer: when the pre-pass wait returned
   kTraceExitNs,     // at exit
   kTraceCounters

@@ -471,16 +471,34 @@ std::string trace_report(Format format) {
       int n = 0;
       for (int cta = 0; cta < kTraceCtas; ++cta) {
         if (at(cta, 0, kTraceKblocks) == 0 || at(cta, role, c) == 0) continue;
-        const double x = static_cast<double>(at(cta, role, c)) - static_cast<double>(t0);
+        const double x = static_cast<double>(static_cast<long long>(at(cta, role, c) - t0));  // (in integers: ns since boot exceed a double's precision)
         lo = std::min(lo, x), hi = std::max(hi, x), sum += x, ++n;
       }
       char line[160];
       std::snprintf(line, sizeof line, "min %8.0f avg %8.0f max %8.0f", lo, n ? sum / n : 0.0, hi);
       return std::string(line);
     };
-    os << "timeline (ns from the pre-pass start; pre-pass last store at " << static_cast<double>(prepass_end) - static_cast<double>(t0)
-       << "):\n  GEMM entry        " << stats(0, kTraceEntryNs) << "\n  producer past wait " << stats(2, kTraceFirstNs)
+    os << "timeline (ns from the pre-pass start; pre-pass last store at " << static_cast<long long>(prepass_end - t0)
+       << "):\n  GEMM entry        " << stats(0, kTraceEntryNs) << "\n  work known        " << stats(0, kTracePrologueNs)
+       << "\n  producer past wait " << stats(2, kTraceFirstNs)
        << "\n  first stage full  " << stats(0, kTraceFirstNs) << "\n  consumer exit     " << stats(0, kTraceExitNs) << "\n";
+    auto cycles = [&](int role, int c) {  // cycles since the CTA's entry
+      double lo = 1e30, hi = 0, sum = 0;
+      int n = 0;
+      for (int cta = 0; cta < kTraceCtas; ++cta) {
+        if (at(cta, 0, kTraceKblocks) == 0) continue;
+        const double x = static_cast<double>(at(cta, role, c));
+        lo = std::min(lo, x), hi = std::max(hi, x), sum += x, ++n;
+      }
+      char line[160];
+      std::snprintf(line, sizeof line, "min %7.0f avg %7.0f max %7.0f", n ? lo : 0.0, n ? sum / n : 0.0, hi);
+      return std::string(line);
+    };
+    os << "start-up (cycles from the CTA's entry):\n  work known (producer)  " << cycles(2, kTraceCyclesWork)
+       << "\n  barriers set up        " << cycles(2, kTraceCyclesSetup) << "\n  early weights issued   "
+       << cycles(2, kTraceCyclesIssued) << "\n  producer branch        " << cycles(2, kTraceCyclesBranch)
+       << "\n  producer past wait     " << cycles(2, kTraceCyclesFirst) << "\n  consumer branch        "
+       << cycles(0, kTraceCyclesBranch) << "\n  first stage full       " << cycles(0, kTraceCyclesFirst) << "\n";
   }
   return os.str();
 }

@@ -74,9 +74,12 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const bool producer = threadIdx.x >= C::kConsumerThreads;
   const CUtensorMap* first_wmap = nullptr;
   int first_kb0 = 0, first_kbs = 0, first_row0 = 0, first_loaded = 0;
+  FP4GEMM_TRACE_DO(const unsigned long long ns_entry = globaltimer(); const long long c_entry = clock64();)
   // (The MoE schedule works in the ring's memory: nothing is loaded into it yet.)
   const CtaWork work = Scheduler::initial_work(p, smem);
   const int begin = work.begin, n16 = work.n16;
+  FP4GEMM_TRACE_DO(const unsigned long long ns_prologue = globaltimer(); const long long c_work = clock64() - c_entry;
+                   long long c_setup = 0, c_issued = 0;)
   if (threadIdx.x == C::kConsumerThreads) {  // (a CTA without work never uses it)
     const ProducerPiece& r = p.first_pieces[blockIdx.x];
     first_wmap = r.wmap, first_kb0 = r.kb_begin, first_kbs = r.kb_end - r.kb_begin, first_row0 = r.row0,
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
 
-  FP4GEMM_TRACE_DO(const long long t_start = clock64(); const unsigned long long ns_entry = globaltimer(); __shared__ unsigned long long s_trace[kTraceRoles][kTraceCounters];
+  FP4GEMM_TRACE_DO(const long long t_start = clock64(); __shared__ unsigned long long s_trace[kTraceRoles][kTraceCounters];
                    if (threadIdx.x < kTraceRoles * kTraceCounters) s_trace[threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
   // The main producer thread initialises the barriers and issues the weights of the ring's first
   // fill before the CTA's barrier: they depend on nothing the other threads do.
@@ -119,6 +122,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       ptx::mbarrier_init(&empty[s], C::kConsumerThreads);  // one arrive per consumer thread
     }
     ptx::fence_barrier_init();
+    FP4GEMM_TRACE_DO(c_setup = clock64() - c_entry;)
     ptx::prefetch_tensormap(act_map);
     // Weights of the first piece only (later pieces' records come through the chain).
     const int early = min(min(stages, p.early_kblocks), first_kbs);
@@ -128,6 +132,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                               first_row0);
       ++pre_issued;
     }
+    FP4GEMM_TRACE_DO(c_issued = clock64() - c_entry;)
   }
   __syncthreads();
 
@@ -136,6 +141,10 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     // weight scales; the other two idle) ----------------
     // (One warp issued everything until v6; splitting the work gained 1-2 %, docs/PERF.md.)
     ptx::setmaxnreg_dec<C::kProducerRegs>();
+    FP4GEMM_TRACE_DO(if (threadIdx.x == C::kConsumerThreads) {
+      s_trace[2][kTraceCyclesWork] = c_work, s_trace[2][kTraceCyclesSetup] = c_setup,
+      s_trace[2][kTraceCyclesIssued] = c_issued, s_trace[2][kTraceCyclesBranch] = clock64() - c_entry;
+    })
     const int pwarp = threadIdx.x / 32 - C::kConsumerThreads / 32;
     constexpr int kProducerWarps = 2;  // 1 gives the pre-v6 single producer warp (measured: PERF.md v6)
     if (pwarp < kProducerWarps) {
@@ -159,7 +168,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                                                       // for warp 0), then the chain
       if (loads_main && lane == 0) {
         ptx::wait_prerequisites();
-        FP4GEMM_TRACE_DO(s_trace[2][kTraceFirstNs] = globaltimer();)
+        FP4GEMM_TRACE_DO(s_trace[2][kTraceFirstNs] = globaltimer(); s_trace[2][kTraceCyclesFirst] = clock64() - c_entry;)
       }
       int issued = 0;  // k-blocks issued so far (the first pre_issued have their weights in flight)
       int stage = 0;
@@ -254,6 +263,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         trace[kTraceMainloop] = clock64() - t_loop;
         trace[kTraceTotal] = clock64() - t_start;
         trace[kTraceEntryNs] = ns_entry;
+        trace[kTracePrologueNs] = ns_prologue;
         trace[kTraceExitNs] = globaltimer();
         for (int i = 0; i < kTraceCounters; ++i) g_trace[blockIdx.x][2][i] = trace[i];
       })
@@ -263,13 +273,14 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   // ---------------- consumers ----------------
   ptx::setmaxnreg_inc<C::kConsumerRegs>();
+  FP4GEMM_TRACE_DO(if (threadIdx.x == 0) s_trace[0][kTraceCyclesWork] = c_work, s_trace[0][kTraceCyclesBranch] = clock64() - c_entry;)
   ConsumerState st;
   st.cw = threadIdx.x / 128;
   st.s_smem = s_smem;
   st.stages = stages;
   st.act_stage_bytes = act_stage_bytes;
   st.ctid = threadIdx.x;
-  FP4GEMM_TRACE_DO(st.trace = threadIdx.x % 128 == 0 ? s_trace[st.cw] : nullptr;)
+  FP4GEMM_TRACE_DO(st.trace = threadIdx.x % 128 == 0 ? s_trace[st.cw] : nullptr; st.c_entry = c_entry;)
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   st.lane = lane;
   st.t = lane % 4;
@@ -307,6 +318,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   FP4GEMM_TRACE_DO(if (st.trace && blockIdx.x < kTraceCtas) {
     st.trace[kTraceTotal] = clock64() - t_start;
     st.trace[kTraceEntryNs] = ns_entry;
+    st.trace[kTracePrologueNs] = ns_prologue;
     st.trace[kTraceExitNs] = globaltimer();
     for (int i = 0; i < kTraceCounters; ++i) g_trace[blockIdx.x][st.cw][i] = st.trace[i];
   })
@@ -351,7 +363,7 @@ cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ct
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
 #ifdef FP4GEMM_TRACE
-  const unsigned long long reset[2] = {~0ull, 0ull};
+  static const unsigned long long reset[2] = {~0ull, 0ull};  // (static: a captured graph replays the copy from it)
   cudaMemcpyToSymbolAsync(g_prepass_ns, reset, sizeof reset, 0, cudaMemcpyHostToDevice, stream);
 #endif
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(prepass);
@@ -366,6 +378,10 @@ template <Format F, PrepassSource S>
 cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
                           const PrepassArgs& prepass, dim3 pre_grid, bool pdl, cudaStream_t stream) {
   static_assert(S != PrepassSource::routed_bf16 || F == Format::mxfp4, "bf16 activations pair with bf16 weights");
+#ifdef FP4GEMM_TRACE
+  static const unsigned long long reset[2] = {~0ull, 0ull};  // (static: a captured graph replays the copy from it)
+  cudaMemcpyToSymbolAsync(g_prepass_ns, reset, sizeof reset, 0, cudaMemcpyHostToDevice, stream);
+#endif
   dequant_activations<F, S><<<pre_grid, 256, 0, stream>>>(prepass);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
