@@ -26,6 +26,10 @@ enum TraceCounter : int {
   kTraceCyclesIssued,
   kTraceCyclesBranch,
   kTraceCyclesFirst,
+  kTraceCyclesStep1,  // the MoE schedule's steps 1-4 done (role 0; device/moe_schedule.cuh)
+  kTraceCyclesStep2,
+  kTraceCyclesStep3,
+  kTraceCyclesStep4,
   kTraceFirstNs,    // consumers: when the first `full` wait returned; producer: when the pre-pass wait returned
   kTraceExitNs,     // at exit
   kTraceCounters

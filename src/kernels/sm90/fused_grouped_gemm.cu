@@ -494,7 +494,10 @@ std::string trace_report(Format format) {
       std::snprintf(line, sizeof line, "min %7.0f avg %7.0f max %7.0f", n ? lo : 0.0, n ? sum / n : 0.0, hi);
       return std::string(line);
     };
-    os << "start-up (cycles from the CTA's entry):\n  work known (producer)  " << cycles(2, kTraceCyclesWork)
+    os << "start-up (cycles from the CTA's entry):\n  MoE schedule step 1    " << cycles(0, kTraceCyclesStep1)
+       << "\n  MoE schedule step 2    " << cycles(0, kTraceCyclesStep2) << "\n  MoE schedule step 3    "
+       << cycles(0, kTraceCyclesStep3) << "\n  MoE schedule step 4    " << cycles(0, kTraceCyclesStep4)
+       << "\n  work known (producer)  " << cycles(2, kTraceCyclesWork)
        << "\n  barriers set up        " << cycles(2, kTraceCyclesSetup) << "\n  early weights issued   "
        << cycles(2, kTraceCyclesIssued) << "\n  producer branch        " << cycles(2, kTraceCyclesBranch)
        << "\n  producer past wait     " << cycles(2, kTraceCyclesFirst) << "\n  consumer branch        "

@@ -79,7 +79,11 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const CtaWork work = Scheduler::initial_work(p, smem);
   const int begin = work.begin, n16 = work.n16;
   FP4GEMM_TRACE_DO(const unsigned long long ns_prologue = globaltimer(); const long long c_work = clock64() - c_entry;
-                   long long c_setup = 0, c_issued = 0;)
+                   long long c_setup = 0, c_issued = 0; long long c_steps[4] = {0, 0, 0, 0};
+                   if constexpr (Scheduler::kRoutedOutput) {
+                     if (threadIdx.x == 0)
+                       for (int i = 0; i < 4; ++i) c_steps[i] = reinterpret_cast<const MoeScheduleScratch*>(smem)->t_step[i] - c_entry;
+                   })
   if (threadIdx.x == C::kConsumerThreads) {  // (a CTA without work never uses it)
     const ProducerPiece& r = p.first_pieces[blockIdx.x];
     first_wmap = r.wmap, first_kb0 = r.kb_begin, first_kbs = r.kb_end - r.kb_begin, first_row0 = r.row0,
@@ -273,7 +277,10 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   // ---------------- consumers ----------------
   ptx::setmaxnreg_inc<C::kConsumerRegs>();
-  FP4GEMM_TRACE_DO(if (threadIdx.x == 0) s_trace[0][kTraceCyclesWork] = c_work, s_trace[0][kTraceCyclesBranch] = clock64() - c_entry;)
+  FP4GEMM_TRACE_DO(if (threadIdx.x == 0) {
+    s_trace[0][kTraceCyclesWork] = c_work, s_trace[0][kTraceCyclesBranch] = clock64() - c_entry;
+    for (int i = 0; i < 4; ++i) s_trace[0][kTraceCyclesStep1 + i] = c_steps[i];
+  })
   ConsumerState st;
   st.cw = threadIdx.x / 128;
   st.s_smem = s_smem;
