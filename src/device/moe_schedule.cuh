@@ -3,8 +3,9 @@
 // Each CTA reads the expert offsets (or masked counts) of the run, cuts every expert's rows into
 // token tiles (host/core/schedule.cpp's rule), buckets the tiles by token-width class, shares the
 // CTAs among the classes by the cost model, and writes the tile and piece records of its own
-// range only (the ranges of different CTAs are disjoint). Every CTA computes the same prefixes
-// from the same offsets, so no CTA waits for another and no separate scheduler launch is needed:
+// range only (the ranges of different CTAs are disjoint). Every CTA computes the same class counts
+// (and the tile prefix of its own class) from the same offsets, so no CTA waits for another and no
+// separate scheduler launch is needed:
 // the work overlaps the activation pre-pass that the GEMM is a programmatic dependent of
 // (v15 ran this as a one-block kernel before the pre-pass: 11 us on the critical path).
 //
@@ -48,8 +49,11 @@ using detail::moe_class_need;
 // Shared scratch of the schedule (in the ring's memory: nothing is loaded before it is done).
 struct MoeScheduleScratch {
   static constexpr int kClasses = SchedulePolicy::kWidthClasses;
+  static constexpr int kMaxWarps = 32;
   ExpertTiles experts[kMoeMaxExperts];
-  int prefix[kClasses][kMoeMaxExperts + 1];  // tiles of class c before expert e's (class-major)
+  int prefix[kMoeMaxExperts];                    // tiles of this CTA's class before expert e's (step 3b)
+  int warp_tiles[kMaxWarps][kClasses];           // step 2: each warp's experts' tiles per class
+  int warp_sum[kMaxWarps];                       // step 3b: each warp's part of a chunk's scan
   int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], class_tiles[kClasses];
   int total_tiles;
   int begin, end, n16, rank, ctas;  // this CTA's result: its whole tiles' slots, class, and rank among the class's CTAs
@@ -109,27 +113,28 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   // H100 (c) -7 % W4A16 / -13 % NVFP4, H200 within +-2 %).
   constexpr bool interleave = true;
 
-  // 2. Warp c (and c + kWarps): the exclusive prefix of class c's tile counts over the experts
-  //    (lane l sums a run of ceil(E / 32) experts, one warp scan, then the run's prefixes).
+  // 2. Each class's tiles: warp w takes experts w * 32 + l, + kThreads, ... (lane l; consecutive
+  //    lanes read consecutive records, no bank conflicts), one REDUX per class present among them
+  //    (an expert has tiles in at most two classes), lane c keeps class c's sum. Step 3 adds the
+  //    warps' sums; the prefix over the experts is needed for this CTA's class only (step 3b). (v16-
+  //    v31: warp c scanned class c over runs of E / 32 experts per lane, 16 times over, with 8-way
+  //    bank conflicts at E 256: 7.5 k cycles there, PERF.md v32.)
+  static_assert(kWarps <= MoeScheduleScratch::kMaxWarps, "one row of warp sums per warp");
+  {
+    int mine = 0;
 #pragma unroll 1
-  for (int c = any_bad ? kClasses : warp; c < kClasses; c += kWarps) {
-    const int run = (a.experts + 31) / 32, first = lane * run, last = min(a.experts, first + run);
-    int sum = 0;
+    for (int x0 = any_bad ? a.experts : warp * 32; x0 < a.experts; x0 += kThreads) {  // warp-uniform
+      const int x = x0 + lane;
+      const ExpertTiles t = x < a.experts ? s.experts[x] : ExpertTiles{0, 0, 0, 0, 0, -1, -1, 0, 0};
+      const unsigned bits = (t.tiles_full > 0 ? 1u << t.class_full : 0u) | (t.tiles_last > 0 ? 1u << t.class_last : 0u);
 #pragma unroll 1
-    for (int x = first; x < last; ++x) sum += moe_tiles_of_class(s.experts[x], c);
-    int incl = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o *= 2) {
-      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-      if (lane >= o) incl += v;
+      for (unsigned m = __reduce_or_sync(0xFFFFFFFFu, bits); m != 0; m &= m - 1) {
+        const int cls = __ffs(m) - 1;
+        const int sum = __reduce_add_sync(0xFFFFFFFFu, moe_tiles_of_class(t, cls));
+        if (lane == cls) mine += sum;
+      }
     }
-    int at = incl - sum;
-#pragma unroll 1
-    for (int x = first; x < last; ++x) {
-      s.prefix[c][x] = at;
-      at += moe_tiles_of_class(s.experts[x], c);
-    }
-    if (lane == 31) s.prefix[c][a.experts] = s.class_tiles[c] = incl;
+    if (lane < kClasses) s.warp_tiles[warp][lane] = mine;
   }
   __syncthreads();
   FP4GEMM_TRACE_DO(if (tid == 0) s.t_step[1] = clock64();)
@@ -140,7 +145,10 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   //    Warp 0: lane c (and c + 16, for the search's second point) for class c.
   if (warp == 0) {
     const int c = lane % kClasses;
-    const int tiles = !any_bad ? s.class_tiles[c] : 0;
+    int tiles = 0;
+#pragma unroll 1
+    for (int w = 0; w < kWarps; ++w) tiles += s.warp_tiles[w][c];  // (0 for a bad routing: step 2 skipped)
+    if (lane < kClasses) s.class_tiles[c] = tiles;
     // (stream-K can split the tiles of the 16- and 32-token classes: up to one CTA per
     // kMoeStreamKMinKblocks k-blocks; other classes one per tile; moe_tiles.hpp)
     const MoeClassLoad load = moe_class_load(c, tiles, a.kblocks, a.num_ctas, a.narrow_rows, a.stream_k != 0,
@@ -217,17 +225,46 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   FP4GEMM_TRACE_DO(if (tid == 0) s.t_step[2] = clock64();)
   const int n16 = s.n16, c = n16 - 1, rank = s.rank, ctas = s.ctas;
 
+  // 3b. The exclusive prefix of class c's tile counts over the experts (tile_at's search): chunks
+  //     of kThreads experts, thread t the chunk's expert t, a warp scan and the warps' sums.
+  if (s.begin != s.end || s.stream_k > 0) {  // (block-uniform)
+    int carry = 0;
+#pragma unroll 1
+    for (int x0 = 0; x0 < a.experts; x0 += kThreads) {
+      const int x = x0 + tid;
+      const int v = x < a.experts ? moe_tiles_of_class(s.experts[x], c) : 0;
+      int incl = v;
+#pragma unroll
+      for (int o = 1; o < 32; o *= 2) {
+        const int u = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+        if (lane >= o) incl += u;
+      }
+      if (lane == 31) s.warp_sum[warp] = incl;
+      __syncthreads();
+      int before = carry, chunk = 0;
+#pragma unroll 1
+      for (int w = 0; w < kWarps; ++w) {
+        const int ws = s.warp_sum[w];
+        before += w < warp ? ws : 0;
+        chunk += ws;
+      }
+      if (x < a.experts) s.prefix[x] = before + incl - v;
+      carry += chunk;
+      __syncthreads();  // the next chunk rewrites warp_sum
+    }
+  }
+
   // The tile at bucket position t of class c.
   auto tile_at = [&](int t, int writers, int first_slot) {
     int lo = 0, hi = a.experts - 1;  // the last expert whose prefix in class c is <= t
 #pragma unroll 1
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (s.prefix[c][mid] <= t) lo = mid;
+      if (s.prefix[mid] <= t) lo = mid;
       else hi = mid - 1;
     }
     const ExpertTiles x = s.experts[lo];
-    const TileCoord tc = moe_tile_coord(x, c, t - s.prefix[c][lo]);
+    const TileCoord tc = moe_tile_coord(x, c, t - s.prefix[lo]);
     return TileDesc{lo, tc.row_block * tile_rows(tc.ntok, a.narrow_rows), tc.tok0, tc.ntok, tc.tok0, a.kblocks,
                     writers, first_slot, -1};
   };
