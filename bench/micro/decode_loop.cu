@@ -19,7 +19,9 @@
 //           < 0: no dequantisation or wgmma at all (the ring's memory roofline)
 //   kBox    weight rows per TMA box: 1 = 32 bytes (one k-block, the kernel's), 2 / 4 = 64 / 128 bytes
 //           (one box per 2 / 4 k-blocks, TMA 64B / 128B swizzle), 0 = a packed layout (each
-//           k-block's 8 KB contiguous, 32-byte rows; P = 2 only)
+//           k-block's 8 KB contiguous, 32-byte rows; P = 2 only). kBox 2's paired loop reads with
+//           per-thread offsets computed once (196.0 SASS instructions per k-block against 193.0 for
+//           32-byte rows; v33m measured an earlier form that computed the swizzle per read, 204)
 // Each run prints us per k-block per CTA, the weight + scale bytes' rate and, from clock64 probes
 // (the last timed launch), the producer thread's and consumer thread 0's cycles per k-block with
 // the part spent in their barrier waits, and the producer's issue segments.
@@ -243,8 +245,19 @@ __global__ void __launch_bounds__(128 * (W + 1), 1) decode_loop(const __grid_con
   const int s_off = (rih % 32) * 16 + (rih / 32) * 4 + t;
   float acc[H][kAcc];
   const std::uint32_t act0 = ptx::smem_addr(act);
+  // kBox 2: this thread's two swizzled row offsets (k-block 0 / 1 of a box), computed once; rows
+  // r + 8 and r + 128 share them (the 64B swizzle depends on (r >> 1) & 3 only).
+  const int sw_row = sub * 64 + warp * 16 + lane / 4;  // (= rih: the row in its half)
+  const int off2[2] = {sw_row * 64 + (((t / 2) ^ ((sw_row >> 1) & 3)) * 16) + (t & 1) * 8,
+                       sw_row * 64 + (((2 + t / 2) ^ ((sw_row >> 1) & 3)) * 16) + (t & 1) * 8};
   auto dequant = [&](int stage, int h, std::uint32_t(&buf)[8][2]) {
     const int gh = half_of(h);
+    if constexpr (kBox == 2) {  // (the paired loop's stages come in aligned pairs: s0 even, s1 = s0 + 1)
+      const int blk = stage & ~1;
+      dequant_rows(w + blk * kWStage + gh * 128 * 64 + ((stage & 1) ? off2[1] : off2[0]), sc + stage * kSStage + gh * 512 + s_off,
+                   buf, 64);
+      return;
+    }
     constexpr int kB = kBox == 0 ? 1 : kBox;
     const int blk = stage & ~(kB - 1), sub_kb = stage & (kB - 1);
     const int row = gh * 128 + rih;
@@ -290,10 +303,19 @@ __global__ void __launch_bounds__(128 * (W + 1), 1) decode_loop(const __grid_con
           ptx::mbarrier_wait(&full[s1], ph1);
           c_wait += clock64() - t0;
           if constexpr (kChain >= 0) {  // (kChain < 0: no compute -- the ring's memory roofline)
+            if constexpr (kBox == 2) {  // s0 is even: both k-blocks' rows from the box at s0, offsets known
 #pragma unroll
-            for (int h = 0; h < H; ++h) dequant(s0, h, b[u][0][h]);
+              for (int h = 0; h < H; ++h)
 #pragma unroll
-            for (int h = 0; h < H; ++h) dequant(s1, h, b[u][1][h]);
+                for (int j = 0; j < 2; ++j)
+                  dequant_rows(w + s0 * kWStage + half_of(h) * 128 * 64 + off2[j],
+                               sc + (s0 + j) * kSStage + half_of(h) * 512 + s_off, b[u][j][h], 64);
+            } else {
+#pragma unroll
+              for (int h = 0; h < H; ++h) dequant(s0, h, b[u][0][h]);
+#pragma unroll
+              for (int h = 0; h < H; ++h) dequant(s1, h, b[u][1][h]);
+            }
             fence_acc();
             ptx::wgmma_fence();
             issue_kb(s0, kb, b[u][0]);
