@@ -21,7 +21,7 @@
 //           (one box per 2 / 4 k-blocks, TMA 64B / 128B swizzle), 0 = a packed layout (each
 //           k-block's 8 KB contiguous, 32-byte rows; P = 2 only). kBox 2's paired loop reads with
 //           per-thread offsets computed once (196.0 SASS instructions per k-block against 193.0 for
-//           32-byte rows; v33m measured an earlier form that computed the swizzle per read, 204)
+//           32-byte rows; v33m measured the form that computes the swizzle per read: 206.5, and 201.0 at 128-byte rows)
 // Each run prints us per k-block per CTA, the weight + scale bytes' rate and, from clock64 probes
 // (the last timed launch), the producer thread's and consumer thread 0's cycles per k-block with
 // the part spent in their barrier waits, and the producer's issue segments.
