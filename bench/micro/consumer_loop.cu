@@ -32,6 +32,7 @@
 #include "device/dequant.cuh"
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/wgmma_rs.cuh"
+#include "micro_timing.cuh"
 #include "wgmma_ss.cuh"  // scripts/gen_wgmma.py --ss
 
 using namespace fp4gemm;
@@ -316,30 +317,6 @@ __global__ void __launch_bounds__(128 * W, 1) wide_loop(int kblocks, float* sink
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) s += acc[i];
   if (s == 1234.5f) sink[threadIdx.x] = s;
-}
-
-// Best of 7 timed launches (CUDA events) after one warm-up launch, in ms.
-template <typename Launch>
-float best_ms(Launch launch) {
-  launch(true);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  float best = 1e30f;
-  for (int r = 0; r < 7; ++r) {
-    cudaEventRecord(e0);
-    launch(false);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms;
-    cudaEventElapsedTime(&ms, e0, e1);
-    best = ms < best ? ms : best;
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) std::printf("error: %s\n", cudaGetErrorString(err));
-  return best;
 }
 
 template <int N8, int W>

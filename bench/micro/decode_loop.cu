@@ -48,6 +48,7 @@
 #include "device/dequant.cuh"
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/wgmma_rs.cuh"
+#include "micro_timing.cuh"
 
 using namespace fp4gemm;
 
@@ -532,33 +533,17 @@ int main() {
       run<2, true, true, 2, 0, 0>("packed 8 KB k-blocks, 3 producer warps, pairs", sms, args, sink);
       {
         const std::size_t bytes = static_cast<std::size_t>(kRTiles) * kTileRows * kK / 2;
-        float best = 1e30f;
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        for (int r = 0; r < 5; ++r) {
-          cudaEventRecord(e0);
-          read_all<<<sms * 8, 512>>>(reinterpret_cast<const uint4*>(g_wr), bytes / 16, reinterpret_cast<unsigned*>(sink));
-          cudaEventRecord(e1);
-          cudaEventSynchronize(e1);
-          float ms;
-          cudaEventElapsedTime(&ms, e0, e1);
-          best = ms < best ? ms : best;
-        }
-        std::printf("%-44s | %.2f TB/s (%.2f GB in %.3f ms)\n", "plain coalesced read of the 1.88 GB weights", bytes / (best * 1e-3) / 1e12,
-                    bytes / 1e9, best);
-        best = 1e30f;
-        for (int r = 0; r < 5; ++r) {
-          cudaEventRecord(e0);
-          cudaMemcpyAsync(g_wr + bytes / 2, g_wr, bytes / 2, cudaMemcpyDeviceToDevice);
-          cudaEventRecord(e1);
-          cudaEventSynchronize(e1);
-          float ms;
-          cudaEventElapsedTime(&ms, e0, e1);
-          best = ms < best ? ms : best;
-        }
-        std::printf("%-44s | %.2f TB/s (read + write of %.2f GB in %.3f ms)\n", "cudaMemcpy device to device", bytes / (best * 1e-3) / 1e12,
-                    bytes / 2e9, best);
+        const float read_ms = best_ms(
+            [&](bool) {
+              read_all<<<sms * 8, 512>>>(reinterpret_cast<const uint4*>(g_wr), bytes / 16, reinterpret_cast<unsigned*>(sink));
+            },
+            5);
+        std::printf("%-44s | %.2f TB/s (%.2f GB in %.3f ms)\n", "plain coalesced read of the 1.88 GB weights",
+                    bytes / (read_ms * 1e-3) / 1e12, bytes / 1e9, read_ms);
+        const float copy_ms =
+            best_ms([&](bool) { cudaMemcpyAsync(g_wr + bytes / 2, g_wr, bytes / 2, cudaMemcpyDeviceToDevice); }, 5);
+        std::printf("%-44s | %.2f TB/s (read + write of %.2f GB in %.3f ms)\n", "cudaMemcpy device to device",
+                    bytes / (copy_ms * 1e-3) / 1e12, bytes / 2e9, copy_ms);
       }
       continue;
     }
