@@ -61,6 +61,22 @@ struct MoeScheduleScratch {
   FP4GEMM_TRACE_DO(long long t_step[4];)  // trace build: clock64 after each step (thread 0)
 };
 
+// Inclusive sums over the warp's lanes of each of the N values (lane l ends with the sum of lanes
+// 0..l), all N in the same shuffle steps.
+template <int N>
+__device__ __forceinline__ void warp_inclusive_scan(int (&v)[N], int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    int u[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) u[i] = __shfl_up_sync(0xFFFFFFFFu, v[i], o);
+    if (lane >= o) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] += u[i];
+    }
+  }
+}
+
 // Run by all kThreads threads of the CTA. Writes the tile records of its work (at their bucket
 // slots), its pieces [begin, end) and its first producer record (first_pieces[blockIdx.x]);
 // returns begin == end when the CTA has no work. A CTA's pieces are its stream-K pieces (if its
@@ -179,12 +195,9 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     }
     if (!first) mine = 0;
     // Exclusive prefix sums of tiles and CTAs over the classes.
-    int tiles_before = first ? tiles : 0, ctas_before = mine;
-#pragma unroll
-    for (int o = 1; o < 32; o *= 2) {
-      const int t = __shfl_up_sync(0xFFFFFFFFu, tiles_before, o), k = __shfl_up_sync(0xFFFFFFFFu, ctas_before, o);
-      if (lane >= o) tiles_before += t, ctas_before += k;
-    }
+    int before[2] = {first ? tiles : 0, mine};
+    warp_inclusive_scan(before, lane);
+    const int tiles_before = before[0], ctas_before = before[1];
     if (lane < kClasses) {
       s.bucket_base[c] = tiles_before - tiles, s.cta_base[c] = ctas_before - mine, s.ctas_of[c] = mine;  // (first)
     }
@@ -233,12 +246,9 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     for (int x0 = 0; x0 < a.experts; x0 += kThreads) {
       const int x = x0 + tid;
       const int v = x < a.experts ? moe_tiles_of_class(s.experts[x], c) : 0;
-      int incl = v;
-#pragma unroll
-      for (int o = 1; o < 32; o *= 2) {
-        const int u = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-        if (lane >= o) incl += u;
-      }
+      int scan[1] = {v};
+      warp_inclusive_scan(scan, lane);
+      const int incl = scan[0];
       if (lane == 31) s.warp_sum[warp] = incl;
       __syncthreads();
       int before = carry, chunk = 0;

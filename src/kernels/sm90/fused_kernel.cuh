@@ -118,11 +118,16 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // The main producer thread initialises the barriers and issues the weights of the ring's first
   // fill before the CTA's barrier: they depend on nothing the other threads do.
   int pre_issued = 0;  // k-blocks whose weights are already in flight (producer warp 0, lane 0)
+  // The MoE kernel splits the loads over three producer warps (weights, scales, activations; each
+  // one arrival on `full`) and its scales are always blocked (the plan converts linear ones), so
+  // its scale warp has no cp.async arrivals. The pointer-array kernels keep two warps: weights and
+  // activations in warp 0, scales (and the 32 cp.async arrivals of linear ones) in warp 1.
+  constexpr bool kActWarp = Scheduler::kRoutedOutput;
   if (threadIdx.x == C::kConsumerThreads) {
     for (int s = 0; s < stages; ++s) {
-      // full: producer warp 0's lane 0 (expect_tx), producer warp 1's lane 0 (expect_tx or plain)
-      // and warp 1's 32 cp.async arrivals
-      ptx::mbarrier_init(&full[s], 1 + 1 + 32);
+      // full: producer warp 0's lane 0 (expect_tx or plain), producer warp 1's lane 0 (expect_tx or
+      // plain) and either warp 1's 32 cp.async arrivals or (kActWarp) warp 2's lane 0 (expect_tx)
+      ptx::mbarrier_init(&full[s], kActWarp ? 3 : 1 + 1 + 32);
       ptx::mbarrier_init(&empty[s], C::kConsumerThreads);  // one arrive per consumer thread
     }
     ptx::fence_barrier_init();
@@ -142,24 +147,30 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 
   if (producer) {
     // ---------------- producers (warpgroup 2: warp 0 loads weights and activations, warp 1 the
-    // weight scales; the other two idle) ----------------
-    // (One warp issued everything until v6; splitting the work gained 1-2 %, docs/PERF.md.)
+    // weight scales, the other two idle; in the MoE kernel warp 2 loads the activations) ----------------
+    // (One warp issued everything until v6; splitting the work gained 1-2 %, docs/PERF.md. A
+    // producer thread's issue of a k-block takes ~500 cycles, as long as the decode consumers' use
+    // of it, and every cycle added to it adds to the decode loop's k-block, PERF.md v33.)
     ptx::setmaxnreg_dec<C::kProducerRegs>();
     FP4GEMM_TRACE_DO(if (threadIdx.x == C::kConsumerThreads) {
       s_trace[2][kTraceCyclesWork] = c_work, s_trace[2][kTraceCyclesSetup] = c_setup,
       s_trace[2][kTraceCyclesIssued] = c_issued, s_trace[2][kTraceCyclesBranch] = clock64() - c_entry;
     })
     const int pwarp = threadIdx.x / 32 - C::kConsumerThreads / 32;
-    constexpr int kProducerWarps = 2;  // 1 gives the pre-v6 single producer warp (measured: PERF.md v6)
+    // (1 gives the pre-v6 single producer warp, measured: PERF.md v6; the MoE kernel's third warp
+    // issues the activations, PERF.md v33)
+    constexpr int kProducerWarps = kActWarp ? 3 : 2;
     if (pwarp < kProducerWarps) {
       const int lane = threadIdx.x % 32;
-      const bool loads_main = pwarp == 0, loads_scales = pwarp == kProducerWarps - 1;
+      const bool loads_main = pwarp == 0, loads_scales = pwarp == 1;
+      const bool loads_acts = kActWarp ? pwarp == 2 : loads_main;  // (the warp that waits for the pre-pass)
       // Launched as a programmatic dependent of the activation pre-pass, this CTA may start
       // while the pre-pass still runs. Only the activations come from it: the weights, their
       // scales (the user's, or the scale conversion's, which finished before the pre-pass began)
       // and the schedule can be read now. So warp 0 issues the weights of the ring's first fill
       // before it waits (expect_tx without arriving: a stage cannot complete before its
-      // activation load is added below), and the scale warp never waits.
+      // activation load is added below), and the scale warp never waits. (In the MoE kernel only
+      // the activation warp waits: the weights run ahead of the pre-pass for the whole ring.)
       constexpr int kVec = F == Format::nvfp4 ? 16 : 32;
       auto piece_info = [&](int pi) {  // pieces after the first: through the chain
         const WorkPiece piece = p.pieces[pi];
@@ -170,7 +181,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       };
       ProducerPiece pp = p.first_pieces[blockIdx.x];  // the first piece's whole record (an L1 hit
                                                       // for warp 0), then the chain
-      if (loads_main && lane == 0) {
+      if (loads_acts && lane == 0) {
         ptx::wait_prerequisites();
         FP4GEMM_TRACE_DO(s_trace[2][kTraceFirstNs] = globaltimer(); s_trace[2][kTraceCyclesFirst] = clock64() - c_entry;)
       }
@@ -203,7 +214,20 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           FP4GEMM_TRACE_DO(const long long t1 = clock64(); FP4GEMM_TRACE_ADD(trace, kTraceBarrier, t1 - t0);
                            FP4GEMM_TRACE_ADD(trace, kTraceKblocks, 1);)
-          if (loads_main && lane == 0) {
+          if constexpr (kActWarp) {
+            if (loads_main && lane == 0) {
+              if (issued < pre_issued) {
+                ptx::mbarrier_arrive(&full[stage]);  // (its weights' bytes were expected at the set-up)
+              } else {
+                ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * C::kHalfWeightBytes);
+                load_weights<Scheduler>(p, w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb, pp.row0);
+              }
+            }
+            if (loads_acts && lane == 0) {
+              ptx::mbarrier_arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(act_stage_bytes));
+              ptx::tma_load_2d(act_smem + stage * act_stage_bytes, act_map, &full[stage], kb * C::kBlockK, pp.act_row0);
+            }
+          } else if (loads_main && lane == 0) {
             const bool weights_issued = issued < pre_issued;
             ptx::mbarrier_arrive_expect_tx(&full[stage], weights_issued ? static_cast<std::uint32_t>(act_stage_bytes) : bytes);
             if (!weights_issued)
@@ -214,7 +238,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceIssue, clock64() - t1);)
           if (loads_scales) {
             std::uint8_t* s_stage = s_smem + stage * halves * C::kScaleAtomBytes;
-            if (slin == nullptr) {
+            if (kActWarp || slin == nullptr) {  // (MoE plans: always blocked)
               if (lane == 0) {
                 ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * C::kScaleAtomBytes);
                 for (int h = 0; h < loaded; ++h)
@@ -257,7 +281,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                 }
               }
             }
-            ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
+            if constexpr (!kActWarp) ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
           }
           ++issued;
           if (++stage == stages) { stage = 0; phase ^= 1; }
