@@ -76,6 +76,17 @@ struct KernelConfig {
 // and 32-token classes only, <= 2 halves x 16 accumulators per consumer thread.
 constexpr int kMoeSlotFloats = KernelConfig::kConsumerThreads * 32;
 
+// The MoE kernel's 16-token class loads its weights and scales two k-blocks at a time
+// (kMoeWideStageKblocks) into ring stages 2i and 2i + 1, which its paired loop consumes together:
+// one weight box of 64-byte rows per pair streams at 4.35 instead of 3.50 TB/s (TMA's 32-byte
+// rows, PERF.md v33), and the producers issue half as many weight and scale copies. Barriers and
+// activation boxes stay one per k-block (fused_kernel.cuh, mainloop.cuh).
+// Weight maps per expert: [0, 1] one k-block (32-byte rows) of 128 / 256 rows, [2, 3] two k-blocks
+// (64-byte rows, 64-byte swizzle: 16-byte chunk c of smem row r at c ^ ((r >> 1) & 3)).
+constexpr int kMoeMapsPerExpert = 4;
+constexpr int kMoeWideStageMaps = 2;
+constexpr int kMoeWideStageKblocks = 2;
+
 // Halves of a tile of token-width class n16 (every tile of a class has the same row count).
 __host__ __device__ constexpr int halves_of_class(int n16, int narrow_rows) {
   return tile_rows(16 * n16, narrow_rows) / 128;

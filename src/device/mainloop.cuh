@@ -265,6 +265,40 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // [pair parity][k-block of the pair]. The odd last k-block of a piece runs alone after a full
     // drain. Holding the previous pair while both stages of this one fill needs a ring of >= 4
     // stages (KernelConfig::kMinPairStages).
+    //
+    // The MoE kernel (kWide): the producer fills stages 2i and 2i + 1 as one pair (fused_kernel.cuh,
+    // kbps): one weight box of 64-byte rows over both stages' weight space, in TMA's 64-byte swizzle
+    // (16-byte chunk c of smem row r at c ^ ((r >> 1) & 3)), k-block j of the pair in bytes
+    // 32 j..32 j + 31 of each row; scale atoms [half][2] over both stages' scale space (NVFP4: atom j;
+    // MXFP4: one atom per two k-blocks, so a pair from an odd k-block spans two). Every piece's pairs
+    // start at an even stage, so s1 = s0 + 1 and the odd last k-block takes a whole pair too.
+    constexpr bool kWide = kRouted;
+    // k-block kb0 + j of the pair at stage s0 (kb0 its first), half h. (Each thread's rows r, r + 8
+    // have the same swizzle, (r >> 1) & 3, as row r + 128 of the other half.)
+    // Scale bytes of k-block j of a pair past its half's first atom: NVFP4 atom j; MXFP4 the
+    // columns 2 (kb % 2) of atom kb / 2 - kb0 / 2, which depend on j and the parity of the pair's
+    // first k-block only -- the parity of the piece's first (pairs advance by two): per piece,
+    // not per pair (per pair it cost 4.4 instructions per k-block, W4A16).
+    const int mx_odd = piece.kb_begin & 1;
+    const int scale_j[2] = {F == Format::nvfp4 ? 0 : 2 * mx_odd,
+                            F == Format::nvfp4 ? C::kScaleAtomBytes : (mx_odd ? C::kScaleAtomBytes : 2)};
+    auto load_wide = [&](int s0, int kb0, int j, int h) {
+      HalfRaw r;
+      const int row = st.row_in_tile;
+      const std::uint8_t* wrow = w_smem + (s0 * H + 2 * h) * C::kHalfWeightBytes + row * 64 +
+                                 ((2 * j + t / 2) ^ ((row >> 1) & 3)) * 16 + (t & 1) * 8;
+      r.q0 = *reinterpret_cast<const uint2*>(wrow);
+      r.q1 = *reinterpret_cast<const uint2*>(wrow + 8 * 64);
+      (void)kb0;
+      const std::uint8_t* srow = st.s_smem + (s0 * H + 2 * h) * C::kScaleAtomBytes + s_off + scale_j[j];
+      r.c0 = srow[0];
+      r.c1 = srow[128];
+      return r;
+    };
+    auto load_pair = [&](int s0, int s1, int kb0, int j, int h) {
+      if constexpr (kWide) return load_wide(s0, kb0, j, h);
+      else return load_half(j == 0 ? s0 : s1, kb0 + j, h);
+    };
     std::uint32_t b[2][2][H][8][2];
     const int npair = (piece.kb_end - piece.kb_begin) / 2;
     int kb = piece.kb_begin;
@@ -283,9 +317,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           wait_stage(s0, st.phase);
           wait_stage(s1, ph1);
 #pragma unroll
-          for (int h = 0; h < H; ++h) dequant_raw(kb, load_half(s0, kb, h), b[u][0][h]);
+          for (int h = 0; h < H; ++h) dequant_raw(kb, load_pair(s0, s1, kb, 0, h), b[u][0][h]);
 #pragma unroll
-          for (int h = 0; h < H; ++h) dequant_raw(kb + 1, load_half(s1, kb + 1, h), b[u][1][h]);
+          for (int h = 0; h < H; ++h) dequant_raw(kb + 1, load_pair(s0, s1, kb, 1, h), b[u][1][h]);
           fence_acc(acc);
           ptx::wgmma_fence();
           issue_wgmmas(kb, s0, 0, H, b[u][0]);
@@ -307,13 +341,18 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       if (npair > 0) release_pair_before(st.stage);
       release_two = false;
       wait_full();
+      if constexpr (kWide) wait_stage(st.stage + 1, st.phase);  // (its pair's second stage: released below)
 #pragma unroll
-      for (int h = 0; h < H; ++h) dequant_raw(kb, load_half(st.stage, kb, h), b[0][0][h]);
+      for (int h = 0; h < H; ++h) dequant_raw(kb, load_pair(st.stage, st.stage, kb, 0, h), b[0][0][h]);
       fence_acc(acc);
       ptx::wgmma_fence();
       issue_wgmmas(kb, st.stage, 0, H, b[0][0]);
       ptx::wgmma_commit();
       next_stage();
+      if constexpr (kWide) {
+        next_stage();
+        release_two = true;
+      }
     }
   } else if constexpr (kKblockGroups) {
     // Per k-block: wait for the stage, dequantise every half into the free register set, issue

@@ -301,7 +301,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       if (tid == 0)
         a.first_pieces[blockIdx.x] =
             make_producer_piece(piece, tile, a.n, a.cols, halves_of_class(n16, a.narrow_rows),
-                                a.weight_maps + 2 * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
+                                a.weight_maps + kMoeMapsPerExpert * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
     }
   }
 
@@ -318,7 +318,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     if (index == begin && sk_count == 0)
       a.first_pieces[blockIdx.x] =
           make_producer_piece(piece, tile, a.n, a.cols, halves_of_class(n16, a.narrow_rows),
-                              a.weight_maps + 2 * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
+                              a.weight_maps + kMoeMapsPerExpert * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
   }
   __syncthreads();  // the records above are read by this CTA's producers and consumers
   FP4GEMM_TRACE_DO(if (tid == 0) s.t_step[3] = clock64();)

@@ -63,7 +63,7 @@ struct MoeScheduleParams {
   TileDesc* tiles;  // = FusedParams::tiles / pieces / first_pieces, writable
   WorkPiece* pieces;
   ProducerPiece* first_pieces;
-  const CUtensorMap* weight_maps;  // two per expert
+  const CUtensorMap* weight_maps;  // kMoeMapsPerExpert (kernel_config.cuh) per expert
   const std::uint8_t* scales;      // blocked, expert e at scales + e * scale_stride
   std::int64_t scale_stride;
   void* c;  // the run's output (every expert writes its rows of one C)
@@ -93,7 +93,7 @@ struct FusedParams {
   const ProducerPiece* first_pieces;  // per CTA: its first piece (CTAs without pieces: unused)
   const int* cta_begin;
   const int* cta_class;            // per CTA: its width class (Schedule::cta_class)
-  const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows), 64-byte aligned, in global memory
+  const CUtensorMap* weight_maps;  // two per group (box 128 / 256 rows; MoE plans: kMoeMapsPerExpert), 64-byte aligned, in global memory
   const CUtensorMap* act_maps;     // per width class n16: the activation workspace, box 16 * n16 rows x 64 k
   // Two per group over C (box 64 n x 64 tokens, 64 n x 8 tokens; 128-byte swizzle) for the
   // TMA-store epilogue of 16-bit outputs, or null (f32 output, or the plan keeps the warps'

@@ -112,6 +112,15 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   std::uint8_t* epi_smem = smem + (ring_used + 1023) / 1024 * 1024;
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
+  // The MoE kernel's 16-token class streams two k-blocks per weight load (kernel_config.cuh,
+  // kMoeWideStageKblocks): ring stages 2i and 2i + 1 hold one pair, their weights as one box of
+  // 64-byte rows over both stages' weight space, their scale atoms as [half][2] over both stages'
+  // scale space. Barriers, activation boxes and the ring's geometry stay per k-block (the
+  // consumer's paired loop keeps its form). The plan checks that this class's stage count is even.
+  // (Computed where used, in the producer thread's set-up and the producer branch: one value live
+  // across the role split put spill loads into every other class's consumer loop.)
+  auto stage_kblocks = [&] { return Scheduler::kRoutedOutput && n16 == 1 ? kMoeWideStageKblocks : 1; };
+  static_assert(kMoeWideStageKblocks == 2, "the producer's pair arithmetic (stage + 1, atoms) is written for two");
 
   FP4GEMM_TRACE_DO(const long long t_start = clock64(); __shared__ unsigned long long s_trace[kTraceRoles][kTraceCounters];
                    if (threadIdx.x < kTraceRoles * kTraceCounters) s_trace[threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
@@ -134,12 +143,15 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     FP4GEMM_TRACE_DO(c_setup = clock64() - c_entry;)
     ptx::prefetch_tensormap(act_map);
     // Weights of the first piece only (later pieces' records come through the chain).
+    // (two-k-block stages: whole pairs, the last one possibly past the piece's end)
     const int early = min(min(stages, p.early_kblocks), first_kbs);
-    for (int kb = first_kb0; pre_issued < early; ++kb) {
-      ptx::mbarrier_expect_tx(&full[pre_issued], first_loaded * C::kHalfWeightBytes);
-      load_weights<Scheduler>(p, w_smem + pre_issued * halves * C::kHalfWeightBytes, first_wmap, &full[pre_issued], kb,
+    const int kbps = stage_kblocks();
+    const CUtensorMap* early_map = kbps > 1 ? first_wmap + kMoeWideStageMaps : first_wmap;
+    for (int kb = first_kb0; pre_issued < early; kb += kbps) {
+      ptx::mbarrier_expect_tx(&full[pre_issued], first_loaded * C::kHalfWeightBytes * kbps);
+      load_weights<Scheduler>(p, w_smem + pre_issued * halves * C::kHalfWeightBytes, early_map, &full[pre_issued], kb,
                               first_row0);
-      ++pre_issued;
+      pre_issued += kbps;
     }
     FP4GEMM_TRACE_DO(c_issued = clock64() - c_entry;)
   }
@@ -176,7 +188,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         const WorkPiece piece = p.pieces[pi];
         const TileDesc tile = p.tiles[piece.tile];
         const GroupParams& g = p.groups[tile.group];
-        return make_producer_piece(piece, tile, g.n, g.k / kVec, halves, p.weight_maps + 2 * tile.group,
+        return make_producer_piece(piece, tile, g.n, g.k / kVec, halves,
+                                   p.weight_maps + (Scheduler::kRoutedOutput ? kMoeMapsPerExpert : 2) * tile.group,
                                    p.scale_blocked[tile.group], p.scale_linear[tile.group]);
       };
       ProducerPiece pp = p.first_pieces[blockIdx.x];  // the first piece's whole record (an L1 hit
@@ -185,15 +198,20 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         ptx::wait_prerequisites();
         FP4GEMM_TRACE_DO(s_trace[2][kTraceFirstNs] = globaltimer(); s_trace[2][kTraceCyclesFirst] = clock64() - c_entry;)
       }
-      int issued = 0;  // k-blocks issued so far (the first pre_issued have their weights in flight)
+      int issued = 0;  // stages issued so far (the first pre_issued have their weights in flight)
       int stage = 0;
       std::uint32_t phase = 0;
       FP4GEMM_TRACE_DO(unsigned long long* trace = pwarp == 0 && lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
+      // The piece loop, one instantiation per stage width (k-blocks per weight load): a run-time
+      // width made ptxas spill in the producer and load spilled values in every consumer loop
+      // (stack 32 -> 128 B; PERF.md v34).
+      auto produce = [&](auto kbps_constant) {
+      constexpr int kbps = decltype(kbps_constant)::value;
       for (int pi = begin; work.is_valid(pi); pi = work.next_work(pi)) {
         if (pi > begin) pp = piece_info(pi);
         const int rows = pp.rows;
         const int loaded = pp.loaded;
-        const CUtensorMap* wmap = pp.wmap;
+        const CUtensorMap* wmap = kbps > 1 ? pp.wmap + kMoeWideStageMaps : pp.wmap;
         const std::uint32_t bytes = loaded * C::kHalfWeightBytes + act_stage_bytes;  // class N >= tile tokens
         const std::uint8_t* sblk = pp.sblk;
         const std::uint8_t* slin = pp.slin;
@@ -209,9 +227,10 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         unsigned valid_rows = 0;
 #pragma unroll
         for (int i = 0; i < 4 * C::kMaxHalves; ++i) valid_rows |= (pp.row0 + 32 * i + lane < rows ? 1u : 0u) << i;
-        for (int kb = pp.kb_begin; kb < pp.kb_end; ++kb) {
+        for (int kb = pp.kb_begin; kb < pp.kb_end; kb += kbps) {  // stages [stage, stage + kbps)
           FP4GEMM_TRACE_DO(const long long t0 = clock64();)
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
+          if constexpr (kbps > 1) ptx::mbarrier_wait(&empty[stage + 1], phase ^ 1);  // (stages is even: no wrap)
           FP4GEMM_TRACE_DO(const long long t1 = clock64(); FP4GEMM_TRACE_ADD(trace, kTraceBarrier, t1 - t0);
                            FP4GEMM_TRACE_ADD(trace, kTraceKblocks, 1);)
           if constexpr (kActWarp) {
@@ -219,13 +238,21 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
               if (issued < pre_issued) {
                 ptx::mbarrier_arrive(&full[stage]);  // (its weights' bytes were expected at the set-up)
               } else {
-                ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * C::kHalfWeightBytes);
+                // (a pair's box past the piece's end or past K: rows the consumers do not read, or
+                // TMA's zero fill; its bytes count either way)
+                ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * C::kHalfWeightBytes * kbps);
                 load_weights<Scheduler>(p, w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb, pp.row0);
               }
+              if constexpr (kbps > 1) ptx::mbarrier_arrive(&full[stage + 1]);
             }
             if (loads_acts && lane == 0) {
-              ptx::mbarrier_arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(act_stage_bytes));
-              ptx::tma_load_2d(act_smem + stage * act_stage_bytes, act_map, &full[stage], kb * C::kBlockK, pp.act_row0);
+              for (int j = 0; j < kbps; ++j) {
+                // (a pair's second box past the piece's end reloads its first: the consumers skip it)
+                const int kbj = kb + j < pp.kb_end ? kb + j : kb;
+                ptx::mbarrier_arrive_expect_tx(&full[stage + j], static_cast<std::uint32_t>(act_stage_bytes));
+                ptx::tma_load_2d(act_smem + (stage + j) * act_stage_bytes, act_map, &full[stage + j], kbj * C::kBlockK,
+                                 pp.act_row0);
+              }
             }
           } else if (loads_main && lane == 0) {
             const bool weights_issued = issued < pre_issued;
@@ -240,12 +267,17 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             std::uint8_t* s_stage = s_smem + stage * halves * C::kScaleAtomBytes;
             if (kActWarp || slin == nullptr) {  // (MoE plans: always blocked)
               if (lane == 0) {
-                ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * C::kScaleAtomBytes);
+                // The atoms of the stage's k-blocks inside the piece, [half][kbps] (a row block's
+                // atoms are consecutive in the blocked layout): NVFP4 one per k-block, MXFP4 one
+                // per two k-blocks (a pair from an odd k-block spans two).
+                const int c0 = kb * kColsPerKb / 4;
+                const int atoms = kbps > 1 ? (min(kb + kbps, pp.kb_end) - 1) * kColsPerKb / 4 - c0 + 1 : 1;
+                ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * atoms * C::kScaleAtomBytes);
                 for (int h = 0; h < loaded; ++h)
-                  ptx::bulk_load(s_stage + h * C::kScaleAtomBytes,
-                                 sblk + (static_cast<std::int64_t>(pp.row0 / 128 + h) * col_blocks + kb * kColsPerKb / 4) *
-                                            C::kScaleAtomBytes,
-                                 C::kScaleAtomBytes, &full[stage]);
+                  ptx::bulk_load(s_stage + h * kbps * C::kScaleAtomBytes,
+                                 sblk + (static_cast<std::int64_t>(pp.row0 / 128 + h) * col_blocks + c0) * C::kScaleAtomBytes,
+                                 atoms * C::kScaleAtomBytes, &full[stage]);
+                if constexpr (kbps > 1) ptx::mbarrier_arrive(&full[stage + 1]);
               }
             } else if constexpr (Scheduler::kGlu && !Scheduler::kRoutedOutput) {
               // Dual GEMM: the user's gate / up scales, gathered in the kernel's row order. Kernel
@@ -283,10 +315,16 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             }
             if constexpr (!kActWarp) ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
           }
-          ++issued;
-          if (++stage == stages) { stage = 0; phase ^= 1; }
+          issued += kbps;
+          stage += kbps;
+          if (stage == stages) { stage = 0; phase ^= 1; }
         }
       }
+      };
+      if (stage_kblocks() > 1)
+        produce(std::integral_constant<int, kMoeWideStageKblocks>{});
+      else
+        produce(std::integral_constant<int, 1>{});
       FP4GEMM_TRACE_DO(if (trace && blockIdx.x < kTraceCtas) {
         trace[kTraceMainloop] = clock64() - t_loop;
         trace[kTraceTotal] = clock64() - t_start;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <cmath>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "fp4gemm/formats.hpp"
@@ -266,19 +267,25 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
     }
   }
 
-  // Weight maps (two per expert, boxes of 128 and 256 rows), the expert table, the activation
-  // workspace and its maps (one per width class), as the pointer-array plan has them.
-  std::vector<CUtensorMap> wmaps(2 * w.experts);
+  // Weight maps (four per expert: boxes of 128 and 256 rows of one k-block's 32 bytes, and of two
+  // k-blocks' 64 bytes in TMA's 64-byte swizzle for the 16-token class's two-k-block stages,
+  // kMoeWideStageMaps), the expert table, the activation workspace and its maps (one per width
+  // class), as the pointer-array plan has them.
+  std::vector<CUtensorMap> wmaps(kMoeMapsPerExpert * w.experts);
   std::vector<GroupParams> groups(w.experts);
   std::vector<const std::uint8_t*> scale_blocked(w.experts), scale_linear(w.experts, nullptr);
   for (int e = 0; e < w.experts; ++e) {
     const auto* we = (swap ? w_up : w_gate) + e * w.expert_stride;
-    for (int h = 0; h < 2; ++h) {
+    for (int m = 0; m < kMoeMapsPerExpert; ++m) {
+      const int h = m % 2;
+      const bool wide = m >= 2;  // two k-blocks per box, 64-byte swizzle
       const std::uint32_t box_rows = KC::kWeightBoxRows * (h + 1);
+      const std::uint32_t box_bytes = (wide ? 2 : 1) * KC::kBlockK / 2;
+      const CUtensorMapSwizzle swizzle = wide ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE;
       if (!glu) {
-        wmaps[2 * e + h] = detail::make_map_2d(we, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<std::uint64_t>(w.k) / 2,
-                                               w.n, w.ldw, KC::kBlockK / 2, box_rows, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                               "weights.w", e);
+        wmaps[kMoeMapsPerExpert * e + m] = detail::make_map_2d(we, CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                                               static_cast<std::uint64_t>(w.k) / 2, w.n, w.ldw, box_bytes,
+                                                               box_rows, swizzle, "weights.w", e);
         continue;
       }
       // (k bytes, 8 rows, first|second half, 8-row blocks): a box of 16-row blocks lands as
@@ -288,9 +295,9 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
       const std::uint64_t strides[3] = {static_cast<std::uint64_t>(inter ? 2 * w.ldw : w.ldw),
                                         static_cast<std::uint64_t>(half_stride),
                                         static_cast<std::uint64_t>((inter ? 16 : 8) * w.ldw)};
-      const std::uint32_t box[4] = {KC::kBlockK / 2, 8, 2, box_rows / 16};
-      wmaps[2 * e + h] = detail::make_map(we, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, dims, strides, box,
-                                          CU_TENSOR_MAP_SWIZZLE_NONE, "weights.w", e);
+      const std::uint32_t box[4] = {box_bytes, 8, 2, box_rows / 16};
+      wmaps[kMoeMapsPerExpert * e + m] = detail::make_map(we, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, dims, strides, box,
+                                                          swizzle, "weights.w", e);
     }
     scale_blocked[e] = sblk + e * sblk_stride;
     groups[e] = GroupParams{0, krows, w.k, 0, nullptr, 0, we, w.ldw, nullptr, scale_blocked[e], nullptr, 0,
@@ -360,6 +367,16 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   p.smem_bytes = p.device.smem_per_block_optin;
   FP4GEMM_TRACE_DO(p.smem_bytes -= kTraceSmemBytes;)  // (the trace build's static counters)
   pr.ring_bytes = static_cast<int>(p.smem_bytes - fixed);
+  {
+    // The 16-token class fills its ring two stages at a time (fused_kernel.cuh, kbps): its stage
+    // count, as the kernel computes it, must be even (16 on every Hopper part).
+    const int halves = halves_of_class(1, pr.narrow_rows);
+    const int stages = std::min(KC::kMaxStages, pr.ring_bytes / (KC::kActClassBytes +
+                                                                 halves * (KC::kHalfWeightBytes + KC::kScaleAtomBytes)));
+    if (stages % kMoeWideStageKblocks != 0)
+      throw Error("device", -1, "shared memory gives the MoE kernel's 16-token class an odd ring of " +
+                                    std::to_string(stages) + " stages");
+  }
   FP4GEMM_CUDA_CHECK(o.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(p.smem_bytes)
                                               : set_fused_smem<Format::mxfp4>(p.smem_bytes),
                      "plan");
