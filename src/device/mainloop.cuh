@@ -273,8 +273,6 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // MXFP4: one atom per two k-blocks, so a pair from an odd k-block spans two). Every piece's pairs
     // start at an even stage, so s1 = s0 + 1 and the odd last k-block takes a whole pair too.
     constexpr bool kWide = kRouted;
-    // k-block kb0 + j of the pair at stage s0 (kb0 its first), half h. (Each thread's rows r, r + 8
-    // have the same swizzle, (r >> 1) & 3, as row r + 128 of the other half.)
     // Scale bytes of k-block j of a pair past its half's first atom: NVFP4 atom j; MXFP4 the
     // columns 2 (kb % 2) of atom kb / 2 - kb0 / 2, which depend on j and the parity of the pair's
     // first k-block only -- the parity of the piece's first (pairs advance by two): per piece,
@@ -282,6 +280,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     const int mx_odd = piece.kb_begin & 1;
     const int scale_j[2] = {F == Format::nvfp4 ? 0 : 2 * mx_odd,
                             F == Format::nvfp4 ? C::kScaleAtomBytes : (mx_odd ? C::kScaleAtomBytes : 2)};
+    // k-block kb0 + j of the pair at stage s0 (kb0 its first; the scale offsets above already
+    // hold its parity), half h. (Each thread's rows r, r + 8 have the same swizzle, (r >> 1) & 3,
+    // as row r + 128 of the other half.)
     auto load_wide = [&](int s0, int kb0, int j, int h) {
       HalfRaw r;
       const int row = st.row_in_tile;
