@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // 64-byte rows over both stages' weight space, their scale atoms as [half][2] over both stages'
   // scale space. Barriers, activation boxes and the ring's geometry stay per k-block (the
   // consumer's paired loop keeps its form). The plan checks that this class's stage count is even.
-  // (Computed where used, in the producer thread's set-up and the producer branch: one value live
-  // across the role split put spill loads into every other class's consumer loop.)
+  // (The producer's piece loop takes the width as a compile-time constant, below: as a run-time
+  // value it made ptxas spill, with spill loads in every other class's consumer loop.)
   auto stage_kblocks = [&] { return Scheduler::kRoutedOutput && n16 == 1 ? kMoeWideStageKblocks : 1; };
   static_assert(kMoeWideStageKblocks == 2, "the producer's pair arithmetic (stage + 1, atoms) is written for two");
 
