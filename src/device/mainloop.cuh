@@ -53,7 +53,7 @@ __device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) { return 
 
 // Dequantises this thread's 16 weights of one row (8 bytes) into 8 A-operand registers:
 // out[s] feeds k-step s slots {2t, 2t+1}, out[4 + s] slots {2t+8, 2t+9}.
-template <Format F, bool kSmallMx>
+template <Format F, int kSmallMx>
 __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
   if constexpr (F == Format::nvfp4) {
     const __half2 s = *reinterpret_cast<const __half2*>(&scale2);
@@ -74,9 +74,9 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
     const __nv_bfloat162 two126 = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
     auto cvt = [&](std::uint32_t raw) {
       __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(&raw);
-      if constexpr (!kSmallMx) r = __hmul2(r, two126);  // kSmallMx: scale2 already holds the 2^126
-      // (kSmallMx: the low half of scale2 is the multiplier; its high half is the guard's)
-      return bf16x2_bits(__hmul2(r, kSmallMx ? __low2bfloat162(s) : s));
+      if constexpr (kSmallMx == kMxTwo) r = __hmul2(r, two126);  // else scale2 already holds the 2^126
+      // (kMxOneChecked: the multiplier is scale2's low half; its high half is the guard's)
+      return bf16x2_bits(__hmul2(r, kSmallMx == kMxOneChecked ? __low2bfloat162(s) : s));
     };
     std::uint32_t lo[4], hi[4];  // wgmma_k_source_mxfp4: register s holds nibbles (s, s + 4)
     e2m1_quad_bf16_raw(q.x, lo);
@@ -118,7 +118,7 @@ __device__ __forceinline__ void fence_acc(float (&acc)[H][A]) {
 // hand-off and epilogue. N8 = tile tokens / 8, rounded up; the tile has H = 1 or 2 halves of 128
 // weight rows, and the warpgroup owns rows h * 128 + cw * 64 + [0, 64) of half h (whose scales
 // are the stage's atom h).
-template <Format F, int N8, int H, bool kRouted, bool kGlu, bool kSmallMx>
+template <Format F, int N8, int H, bool kRouted, bool kGlu, int kSmallMx>
 __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
                                               const TileDesc& tile, std::uint8_t* act_smem,
                                               std::uint8_t* w_smem, std::uint64_t* full,
@@ -156,7 +156,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // Columns past K read as scale 0 (the padding of a user's blocked buffer may hold anything,
   // NaN codes included): k-block kb has this thread's column iff kb * kColsPerKb < col_end.
   const int col_end = cols - tcol;
-  // kSmallMx: per half, bit 31 once a scale code > 128 was read (dequant_raw; reported below).
+  // kSmallMx == kMxOneChecked: per half, bit 31 once a scale code > 128 was read (dequant_raw;
+  // reported below).
   std::uint32_t bad_code[H] = {};
   // Arrives on the `empty` barrier of the stage before the current one (its groups are done).
   // Every consumer thread arrives, after its own retiring wait, so each thread's LDS of the stage
@@ -185,20 +186,26 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // Dequantises a loaded half of k-block kb into `buf`.
   auto dequant_raw = [&](int kb, int h, const HalfRaw& r, std::uint32_t(&buf)[8][2]) {
     std::uint32_t s0, s1;
-    if constexpr (F == Format::mxfp4 && kSmallMx) {
-      // kSmallMx (FusedParams::small_mx_scales, every code <= 128): 2^(code - 1) = 2^126 *
+    if constexpr (F == Format::mxfp4 && kSmallMx != kMxTwo) {
+      // One multiply (FusedParams::small_mx_scales, every code <= 128): 2^(code - 1) = 2^126 *
       // 2^(code - 127), the raw patterns' 2^126 folded in -- exponent field code + 126, normal for
-      // every code 0..128 -- one IMAD per code ((code + 126) << 7 = code * 0x80 + 0x3F00) in the
-      // low half, which dequant_row broadcasts. The high half, code * 0x81 + 0x3F00, is the guard:
-      // its bit 15 is set iff code >= 129 (no carry between the halves: both stay < 0x10000), one
-      // LOP3 per half and k-block collects it (a code > 128 written into a user's blocked scales
-      // after planning is reported, not silently misdecoded). kSmallMx is a kernel template parameter, not a run-time branch: a branch on the
-      // parameter inside the k-loop (tried first) cost 5-16 % on both paths (docs/PERF.md v21).
-      // No past-K select: a kSmallMx plan reads its own copy, every byte of which (padding
-      // included) it scanned to be <= 128.
-      s0 = r.c0 * 0x00810080u + 0x3F003F00u;
-      s1 = r.c1 * 0x00810080u + 0x3F003F00u;
-      bad_code[h] |= s0 | s1;
+      // every code 0..128 -- in both halves, one IMAD per code ((code + 126) << 7 = code * 0x80 +
+      // 0x3F00). kMxOneChecked (the user's blocked scales, which may be rewritten after planning)
+      // also checks the codes: the IMAD by 0x00810080 makes the multiplier's low half as before
+      // and a high half code * 0x81 + 0x3F00 whose bit 15 is set iff code >= 129 (no carry
+      // between the halves: both stay < 0x10000); the HMUL2s read the low half (.H0_H0) and one
+      // LOP3 per half and k-block collects the high halves' bits (reported below). The mode is a
+      // kernel template parameter, not a run-time branch: a branch on it inside the k-loop (tried
+      // first) cost 5-16 % on both paths (docs/PERF.md v21). No past-K select: the plan scanned
+      // every byte it reads, padding included, to be <= 128.
+      if constexpr (kSmallMx == kMxOneChecked) {
+        s0 = r.c0 * 0x00810080u + 0x3F003F00u;
+        s1 = r.c1 * 0x00810080u + 0x3F003F00u;
+        bad_code[h] |= s0 | s1;
+      } else {
+        s0 = r.c0 * 0x00800080u + 0x3F003F00u;
+        s1 = r.c1 * 0x00800080u + 0x3F003F00u;
+      }
     } else {
       const unsigned codes = r.c0 | (r.c1 << 8);
       weight_scale_pairs<F>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
@@ -402,7 +409,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   fence_acc(acc);
   release_previous_stage();
   if (release_two) ptx::mbarrier_arrive(&empty[st.stage >= 2 ? st.stage - 2 : st.stage + stages - 2]);
-  if constexpr (kSmallMx) {
+  if constexpr (kSmallMx == kMxOneChecked) {
     // (A half wholly past N is not loaded -- make_producer_piece -- and holds stale bytes: not checked.)
     const std::uint32_t bad = bad_code[0] | (H == 2 && tile.row0 + 128 < g.n ? bad_code[H - 1] : 0u);
     if (bad >> 31) moe_report(p.moe.error, kMoeBadScaleCode, tile.group, -1);

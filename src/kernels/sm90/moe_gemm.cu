@@ -230,7 +230,8 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   const std::int64_t blocked_bytes = static_cast<std::int64_t>(formats::blocked_scale_bytes(krows, cols));
   const std::uint8_t* sblk = static_cast<const std::uint8_t*>(w.scales);
   std::int64_t sblk_stride = w.scale_expert_stride;
-  if (o.scale_layout == ScaleLayout::linear || glu) {
+  const bool own_copy = o.scale_layout == ScaleLayout::linear || glu;
+  if (own_copy) {
     std::uint8_t* dst = p.allocate<std::uint8_t>(blocked_bytes * w.experts, "plan workspace");
     if (glu) {
       const auto* s_gate = static_cast<const std::uint8_t*>(w.scales);
@@ -257,9 +258,10 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   // MXFP4: one multiply per weight register when every scale code the kernel can read is <= 128
   // (FusedParams::small_mx_scales), checked here once, over every byte of every expert's blocked
   // scales (padding included: the one-multiply decode has no past-K select). The plan's own copy
-  // is fixed after planning; the user's blocked scales are read at every run, so the kernel checks
-  // what it reads and a code > 128 written after planning is reported by check() (the run's output
-  // is then undefined). Not with rescale_each_run (new codes each run, any code).
+  // is fixed after planning (kMxOne); the user's blocked scales are read at every run, so that
+  // kernel checks what it reads (kMxOneChecked) and a code > 128 written after planning is reported
+  // by check() (the run's output is then undefined). Not with rescale_each_run (new codes each
+  // run, any code).
   if (o.format == Format::mxfp4 && !o.rescale_each_run) {
     unsigned* d_max = p.allocate<unsigned>(sizeof(unsigned), "plan workspace");
     const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>((blocked_bytes + 255) / 256, 256));
@@ -271,7 +273,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
     });
     unsigned largest = 0;
     FP4GEMM_CUDA_CHECK(cudaMemcpy(&largest, d_max, sizeof(unsigned), cudaMemcpyDeviceToHost), "plan");
-    p.params.small_mx_scales = largest <= 128 ? 1 : 0;
+    p.params.small_mx_scales = largest > 128 ? kMxTwo : own_copy ? kMxOne : kMxOneChecked;
   }
 
   // Weight maps (four per expert: boxes of 128 and 256 rows of one k-block's 32 bytes, and of two
@@ -568,7 +570,10 @@ std::string MoeGemm::describe() const {
      << ", " << to_string(p.options.layout) << " rows " << p.rows << ", "
      << p.params.moe.num_ctas << " CTAs, up to " << p.params.moe.max_tiles << " tiles, narrow tiles "
      << p.params.narrow_rows << " rows"
-     << (p.params.small_mx_scales ? ", one multiply per weight pair (every scale code <= 128)" : "");
+     << (p.params.small_mx_scales == kMxOne          ? ", one multiply per weight pair (every scale code <= 128)"
+         : p.params.small_mx_scales == kMxOneChecked ? ", one multiply per weight pair (every scale code <= 128, "
+                                                       "checked at every run)"
+                                                     : "");
   return os.str();
 }
 
