@@ -467,11 +467,12 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
       g != cudaSuccess)
     return g;
-  if constexpr (F == Format::mxfp4) {
-    if (const cudaError_t m = cudaFuncSetAttribute(fused_grouped_gemm<F, MoeDeviceSchedule, true>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
-        m != cudaSuccess)
-      return m;
+  if constexpr (F == Format::mxfp4) {  // (every instantiation launch_gemm can launch)
+    for (auto kernel : {fused_grouped_gemm<F, MoeDeviceSchedule, kMxOne>, fused_grouped_gemm<F, MoeDeviceSchedule, kMxOneChecked>})
+      if (const cudaError_t m =
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+          m != cudaSuccess)
+        return m;
   }
   return cudaFuncSetAttribute(fused_grouped_gemm<F, MoeDeviceSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(smem_bytes));
