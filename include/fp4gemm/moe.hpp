@@ -82,6 +82,10 @@ struct MoeOptions {
   // false: made once at plan time (later changes of the scale bytes are not seen); true: made
   // again at the start of every run, on the run's stream (one small kernel, graph-capturable) --
   // for callers that reuse the scale buffers with new contents (GPU MODE's harness).
+  // MXFP4 (any scale source): false decodes with one multiply per weight register when every
+  // scale code the kernel reads is <= 128 at plan time (describe(): "one multiply"); a code > 128
+  // written into the user's blocked scales after planning is then reported by check()
+  // (weights.scales; that run's output is undefined). true: two multiplies, any code.
   bool rescale_each_run = false;
   // Eager runs (the stream not being captured) replay a CUDA graph of the run's launches (the
   // pre-pass and the GEMM): one graph launch instead of two kernel launches. Graphs are keyed on

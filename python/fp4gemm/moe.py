@@ -66,6 +66,9 @@ class MoeGemm:
     alpha_up: the up rows' alpha (number or float32 [E]); None: alpha's.
     rescale_each_run: the plan's copy of the weight scales (linear ones, or any GLU's) is made
         again at every run instead of once here (for scale buffers reused with new contents).
+        MXFP4 without it: when every scale code is <= 128 here (trained weights: scales <= 2),
+        the kernel decodes with one multiply; a code > 128 written into blocked ``w_scales``
+        later makes ``check()`` raise (naming weights.scales); with it: two multiplies, any code.
 
     CUDA arrays build a plan (TMA descriptors, workspace) on the weights' device; host (NumPy)
     weights make an object whose runs compute the exact CPU reference with the same checks. The

@@ -14,6 +14,7 @@
 #include "device/epilogue.cuh"
 #include "device/kernel_config.cuh"
 #include "device/params.cuh"
+#include "device/prepass.cuh"  // moe_report
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/wgmma_rs.cuh"
 #include "device/trace.cuh"
@@ -52,7 +53,7 @@ __device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) { return 
 
 // Dequantises this thread's 16 weights of one row (8 bytes) into 8 A-operand registers:
 // out[s] feeds k-step s slots {2t, 2t+1}, out[4 + s] slots {2t+8, 2t+9}.
-template <Format F, bool kSmallMx>
+template <Format F, int kSmallMx>
 __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
   if constexpr (F == Format::nvfp4) {
     const __half2 s = *reinterpret_cast<const __half2*>(&scale2);
@@ -73,8 +74,9 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
     const __nv_bfloat162 two126 = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
     auto cvt = [&](std::uint32_t raw) {
       __nv_bfloat162 r = *reinterpret_cast<const __nv_bfloat162*>(&raw);
-      if constexpr (!kSmallMx) r = __hmul2(r, two126);  // kSmallMx: scale2 already holds the 2^126
-      return bf16x2_bits(__hmul2(r, s));
+      if constexpr (kSmallMx == kMxTwo) r = __hmul2(r, two126);  // else scale2 already holds the 2^126
+      // (kMxOneChecked: the multiplier is scale2's low half; its high half is the guard's)
+      return bf16x2_bits(__hmul2(r, kSmallMx == kMxOneChecked ? __low2bfloat162(s) : s));
     };
     std::uint32_t lo[4], hi[4];  // wgmma_k_source_mxfp4: register s holds nibbles (s, s + 4)
     e2m1_quad_bf16_raw(q.x, lo);
@@ -116,7 +118,7 @@ __device__ __forceinline__ void fence_acc(float (&acc)[H][A]) {
 // hand-off and epilogue. N8 = tile tokens / 8, rounded up; the tile has H = 1 or 2 halves of 128
 // weight rows, and the warpgroup owns rows h * 128 + cw * 64 + [0, 64) of half h (whose scales
 // are the stage's atom h).
-template <Format F, int N8, int H, bool kRouted, bool kGlu, bool kSmallMx>
+template <Format F, int N8, int H, bool kRouted, bool kGlu, int kSmallMx>
 __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
                                               const TileDesc& tile, std::uint8_t* act_smem,
                                               std::uint8_t* w_smem, std::uint64_t* full,
@@ -154,6 +156,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // Columns past K read as scale 0 (the padding of a user's blocked buffer may hold anything,
   // NaN codes included): k-block kb has this thread's column iff kb * kColsPerKb < col_end.
   const int col_end = cols - tcol;
+  // kSmallMx == kMxOneChecked: per half, bit 31 once a scale code > 128 was read (dequant_raw;
+  // reported below).
+  std::uint32_t bad_code[H] = {};
   // Arrives on the `empty` barrier of the stage before the current one (its groups are done).
   // Every consumer thread arrives, after its own retiring wait, so each thread's LDS of the stage
   // is ordered before the producer's refill by its own arrive (as CUTLASS's consumer release
@@ -179,18 +184,28 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     return r;
   };
   // Dequantises a loaded half of k-block kb into `buf`.
-  auto dequant_raw = [&](int kb, const HalfRaw& r, std::uint32_t(&buf)[8][2]) {
+  auto dequant_raw = [&](int kb, int h, const HalfRaw& r, std::uint32_t(&buf)[8][2]) {
     std::uint32_t s0, s1;
-    if constexpr (F == Format::mxfp4 && kSmallMx) {
-      // kSmallMx (FusedParams::small_mx_scales, every code <= 128): 2^(code - 1) = 2^126 *
+    if constexpr (F == Format::mxfp4 && kSmallMx != kMxTwo) {
+      // One multiply (FusedParams::small_mx_scales, every code <= 128): 2^(code - 1) = 2^126 *
       // 2^(code - 127), the raw patterns' 2^126 folded in -- exponent field code + 126, normal for
       // every code 0..128 -- in both halves, one IMAD per code ((code + 126) << 7 = code * 0x80 +
-      // 0x3F00). kSmallMx is a kernel template parameter, not a run-time branch: a branch on the
-      // parameter inside the k-loop (tried first) cost 5-16 % on both paths (docs/PERF.md v21).
-      // No past-K select: a kSmallMx plan reads its own copy, every byte of which (padding
-      // included) it scanned to be <= 128.
-      s0 = r.c0 * 0x00800080u + 0x3F003F00u;
-      s1 = r.c1 * 0x00800080u + 0x3F003F00u;
+      // 0x3F00). kMxOneChecked (the user's blocked scales, which may be rewritten after planning)
+      // also checks the codes: the IMAD by 0x00810080 makes the multiplier's low half as before
+      // and a high half code * 0x81 + 0x3F00 whose bit 15 is set iff code >= 129 (no carry
+      // between the halves: both stay < 0x10000); the HMUL2s read the low half (.H0_H0) and one
+      // LOP3 per half and k-block collects the high halves' bits (reported below). The mode is a
+      // kernel template parameter, not a run-time branch: a branch on it inside the k-loop (tried
+      // first) cost 5-16 % on both paths (docs/PERF.md v21). No past-K select: the plan scanned
+      // every byte it reads, padding included, to be <= 128.
+      if constexpr (kSmallMx == kMxOneChecked) {
+        s0 = r.c0 * 0x00810080u + 0x3F003F00u;
+        s1 = r.c1 * 0x00810080u + 0x3F003F00u;
+        bad_code[h] |= s0 | s1;
+      } else {
+        s0 = r.c0 * 0x00800080u + 0x3F003F00u;
+        s1 = r.c1 * 0x00800080u + 0x3F003F00u;
+      }
     } else {
       const unsigned codes = r.c0 | (r.c1 << 8);
       weight_scale_pairs<F>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
@@ -205,7 +220,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     }
   };
   // Loads half h of k-block kb from the current stage and dequantises it into `buf`.
-  auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2]) { dequant_raw(kb, load_half(st.stage, kb, h), buf); };
+  auto dequant_half = [&](int kb, int h, std::uint32_t(&buf)[8][2]) { dequant_raw(kb, h, load_half(st.stage, kb, h), buf); };
   // The stage's activation descriptor for k-step 0; k-step s adds 32 bytes (2 in the 16-byte
   // address field, which cannot carry: shared addresses are < 2^18).
   const std::uint32_t act_smem0 = ptx::smem_addr(act_smem);
@@ -318,9 +333,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           wait_stage(s0, st.phase);
           wait_stage(s1, ph1);
 #pragma unroll
-          for (int h = 0; h < H; ++h) dequant_raw(kb, load_pair(s0, s1, kb, 0, h), b[u][0][h]);
+          for (int h = 0; h < H; ++h) dequant_raw(kb, h, load_pair(s0, s1, kb, 0, h), b[u][0][h]);
 #pragma unroll
-          for (int h = 0; h < H; ++h) dequant_raw(kb + 1, load_pair(s0, s1, kb, 1, h), b[u][1][h]);
+          for (int h = 0; h < H; ++h) dequant_raw(kb + 1, h, load_pair(s0, s1, kb, 1, h), b[u][1][h]);
           fence_acc(acc);
           ptx::wgmma_fence();
           issue_wgmmas(kb, s0, 0, H, b[u][0]);
@@ -344,7 +359,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       wait_full();
       if constexpr (kWide) wait_stage(st.stage + 1, st.phase);  // (its pair's second stage: released below)
 #pragma unroll
-      for (int h = 0; h < H; ++h) dequant_raw(kb, load_pair(st.stage, st.stage, kb, 0, h), b[0][0][h]);
+      for (int h = 0; h < H; ++h) dequant_raw(kb, h, load_pair(st.stage, st.stage, kb, 0, h), b[0][0][h]);
       fence_acc(acc);
       ptx::wgmma_fence();
       issue_wgmmas(kb, st.stage, 0, H, b[0][0]);
@@ -394,6 +409,11 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   fence_acc(acc);
   release_previous_stage();
   if (release_two) ptx::mbarrier_arrive(&empty[st.stage >= 2 ? st.stage - 2 : st.stage + stages - 2]);
+  if constexpr (kSmallMx == kMxOneChecked) {
+    // (A half wholly past N is not loaded -- make_producer_piece -- and holds stale bytes: not checked.)
+    const std::uint32_t bad = bad_code[0] | (H == 2 && tile.row0 + 128 < g.n ? bad_code[H - 1] : 0u);
+    if (bad >> 31) moe_report(p.moe.error, kMoeBadScaleCode, tile.group, -1);
+  }
   FP4GEMM_TRACE_DO(long long t_mark = clock64(); FP4GEMM_TRACE_ADD(st.trace, kTraceMainloop, t_mark - t_piece);
                    FP4GEMM_TRACE_ADD(st.trace, kTraceKblocks, piece.kb_end - piece.kb_begin);
                    FP4GEMM_TRACE_ADD(st.trace, kTracePieces, 1);

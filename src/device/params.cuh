@@ -86,6 +86,12 @@ struct MoeScheduleParams {
   std::uint8_t* q_scales;
 };
 
+// FusedParams::small_mx_scales, also the kernel's template parameter kSmallMx: two multiplies,
+// every code; one multiply, the plan's own scale copy (scanned once, fixed after planning); one
+// multiply, the user's blocked scales (scanned at plan time, read at every run: the consumers check
+// each code they read and report a code > 128 in the error word, kMoeBadScaleCode).
+constexpr int kMxTwo = 0, kMxOne = 1, kMxOneChecked = 2;
+
 struct FusedParams {
   const GroupParams* groups;
   const TileDesc* tiles;
@@ -110,10 +116,10 @@ struct FusedParams {
   int narrow_rows;  // weight rows of the <= 128-token tiles (Schedule::narrow_rows: 256 or 128)
   int early_kblocks;  // k-blocks of weights (at most the ring) issued before waiting for the pre-pass
   ScaleLayout layout;
-  // MXFP4 weights whose every scale code is <= 128, in a scale copy the plan owns (fixed after
-  // planning): 2^(code - 1) is a bf16 power of two, so raw * 2^126 * 2^(code - 127) is the one
-  // exact multiply raw * 2^(code - 1), the same rounding (mainloop.cuh, dequant_row). 0: two
-  // multiplies, every code.
+  // How MXFP4 weight scales are decoded (kMxTwo / kMxOne / kMxOneChecked, below): when every
+  // scale code the kernel reads is <= 128, 2^(code - 1) is a bf16 power of two, so raw * 2^126 *
+  // 2^(code - 127) is the one exact multiply raw * 2^(code - 1), the same rounding (mainloop.cuh,
+  // dequant_row).
   int small_mx_scales;
   MoeScheduleParams moe;  // experts > 0: the CTAs build the work list from the run's routing
 };

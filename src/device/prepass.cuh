@@ -79,7 +79,7 @@ struct MoeErrorWord {
   int index;  // expert_offsets / expert_counts index, or gather_index row
   int value;  // the bad value (offset, count or gather index)
 };
-constexpr int kMoeBadOffsets = 1, kMoeOverCapacity = 2, kMoeBadCount = 4, kMoeBadGather = 8;
+constexpr int kMoeBadOffsets = 1, kMoeOverCapacity = 2, kMoeBadCount = 4, kMoeBadGather = 8, kMoeBadScaleCode = 16;
 
 __device__ __forceinline__ void moe_report(int* error, int bit, int index, int value) {
   MoeErrorWord* e = reinterpret_cast<MoeErrorWord*>(error);

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "device/moe_tiles.hpp"
+#include "formats/scale_layout.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
 #include "gpu/moe_problem.hpp"
@@ -488,30 +489,116 @@ TEST(MoeRouting, BothNarrowTileHeights) {
   }
 }
 
-// MXFP4 plans that own their scale copy (linear weight scales) take one multiply per weight pair
-// when every code is <= 128 (FusedParams::small_mx_scales) and two otherwise: both paths on
-// full-range values, with codes 0 and the largest placed in every expert, W4A16 and W4A4. (160, not
-// higher: with codes >= ~220 the full-range products overflow the FP32 accumulator mid-sum, and
-// >= 253 the dequantised weight itself, docs/DESIGN.md "Limits".)
+// MXFP4 plans take one multiply per weight pair when every scale code the kernel can read is <= 128
+// (FusedParams::small_mx_scales) and two otherwise: both paths on full-range values, with codes 0
+// and the largest placed in every expert, W4A16 and W4A4, for the plan's own copy (linear weight
+// scales) and the user's blocked scales (no padding here: the harness pads blocked scales with NaN
+// codes, which the plan's scan sees -- the last case). (160, not higher: with codes >= ~220 the
+// full-range products overflow the FP32 accumulator mid-sum, and >= 253 the dequantised weight
+// itself, docs/DESIGN.md "Limits".)
 TEST(MoeRouting, Mxfp4ScalePathsAtTheLimit) {
   REQUIRE_FAST_KERNEL();
-  for (const MoeActivation act : {MoeActivation::bf16, MoeActivation::fp4}) {
-    for (const int max_code : {128, 129, 160}) {
-      MoeConfig cfg = base_config(Format::mxfp4, act, MoeLayout::contiguous, false, 12, 200, 320, 700,
-                                  2091 + static_cast<std::uint64_t>(max_code));
-      cfg.scale_layout = ScaleLayout::linear;
-      cfg.values = Values::full;
-      cfg.max_scale_code = max_code;
-      SCOPED_TRACE(cfg.describe());
-      {
-        const MoeWeightSet ws(cfg);
-        const MoeGemm plan(ws.weights(), ws.options());
-        EXPECT_EQ(plan.describe().find("one multiply") != std::string::npos, max_code <= 128) << plan.describe();
+  struct Case {
+    ScaleLayout layout;
+    int n, k;
+    bool padded;  // blocked scales with padding (NaN codes)
+  };
+  for (const Case c : {Case{ScaleLayout::linear, 200, 320, false}, Case{ScaleLayout::blocked, 256, 384, false},
+                       Case{ScaleLayout::blocked, 200, 320, true}}) {
+    for (const MoeActivation act : {MoeActivation::bf16, MoeActivation::fp4}) {
+      for (const int max_code : {128, 129, 160}) {
+        if (c.padded && max_code != 128) continue;
+        MoeConfig cfg = base_config(Format::mxfp4, act, MoeLayout::contiguous, false, 12, c.n, c.k, 700,
+                                    2091 + static_cast<std::uint64_t>(max_code));
+        cfg.scale_layout = c.layout;
+        cfg.values = Values::full;
+        cfg.max_scale_code = max_code;
+        SCOPED_TRACE(cfg.describe());
+        {
+          const MoeWeightSet ws(cfg);
+          const MoeGemm plan(ws.weights(), ws.options());
+          const bool one = max_code <= 128 && !c.padded;
+          EXPECT_EQ(plan.describe().find("one multiply") != std::string::npos, one) << plan.describe();
+          EXPECT_EQ(plan.describe().find("checked at every run") != std::string::npos,
+                    one && c.layout == ScaleLayout::blocked)
+              << plan.describe();
+        }
+        expect_routings(cfg, [&](std::mt19937_64& rng) {
+          return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform),
+                                      make_routing(cfg, rng, RoutingKind::skewed)};
+        });
       }
-      expect_routings(cfg, [&](std::mt19937_64& rng) {
-        return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform),
-                                    make_routing(cfg, rng, RoutingKind::skewed)};
-      });
+    }
+  }
+}
+
+// The one-multiply decode checks the codes it reads (a user's blocked scales can change after
+// planning) but not those of a tile's second half when that half lies wholly past N: the producer
+// does not load it, and its stage holds stale bytes. 256-row tiles (E * ceil(N / 256) >= SMs) over
+// N = 384: every expert's second tile has one loaded half. Right answers and no error reported.
+TEST(MoeRouting, Mxfp4OneMultiplyHalfPastN) {
+  REQUIRE_FAST_KERNEL();
+  MoeConfig cfg = base_config(Format::mxfp4, MoeActivation::bf16, MoeLayout::contiguous, false,
+                              device_info().multiprocessors + 3, 384, 128, 3000, 2117);
+  cfg.scale_layout = ScaleLayout::blocked;
+  cfg.values = Values::full;
+  cfg.max_scale_code = 128;
+  {
+    const MoeWeightSet ws(cfg);
+    const MoeGemm plan(ws.weights(), ws.options());
+    ASSERT_NE(plan.describe().find("checked at every run"), std::string::npos) << plan.describe();
+    ASSERT_NE(plan.describe().find("narrow tiles 256"), std::string::npos) << plan.describe();
+  }
+  expect_routings(cfg, [&](std::mt19937_64& rng) {
+    return std::vector<Routing>{make_routing(cfg, rng, RoutingKind::uniform), make_routing(cfg, rng, RoutingKind::full),
+                                make_routing(cfg, rng, RoutingKind::skewed)};
+  });
+}
+
+// A scale code > 128 written into a user's blocked MXFP4 scales after a one-multiply plan was built
+// is reported by the next check(), naming weights.scales and the expert (codes 129, the first that
+// the decode cannot hold, and 255); the error word is then clear, and with the code restored the
+// plan is right again.
+TEST(MoeBadScales, CodeAbove128AfterPlanningIsReported) {
+  REQUIRE_FAST_KERNEL();
+  for (const MoeActivation act : {MoeActivation::bf16, MoeActivation::fp4}) {
+    for (const int code : {129, 255}) {
+      MoeConfig cfg = base_config(Format::mxfp4, act, MoeLayout::contiguous, false, 6, 256, 384, 600,
+                                  2131 + static_cast<std::uint64_t>(code));
+      cfg.scale_layout = ScaleLayout::blocked;
+      cfg.values = Values::full;
+      cfg.max_scale_code = 128;
+      SCOPED_TRACE(cfg.describe() + ", code " + std::to_string(code));
+      const MoeWeightSet ws(cfg);
+      const MoeGemm plan(ws.weights(), ws.options());
+      ASSERT_NE(plan.describe().find("checked at every run"), std::string::npos) << plan.describe();
+      const MoeBuffers buffers(ws);
+      const Stream stream;
+      std::mt19937_64 rng(cfg.seed);
+      const MoeInputs in = make_inputs(ws, rng, make_routing(cfg, rng, RoutingKind::balanced));
+      EXPECT_TRUE(run_and_check(plan, ws, buffers, in));
+      // Expert 3's blocked byte of row 37, column 5.
+      const int expert = 3;
+      const std::int64_t at = expert * ws.scale_stride + ::fp4gemm::formats::detail::blocked_offset<std::int64_t>(37, 5, ws.cols);
+      std::uint8_t* byte = ws.device_scales() + at;
+      const std::uint8_t was = ws.scales[static_cast<std::size_t>(at)];
+      ASSERT_LE(was, 128);
+      const std::uint8_t bad = static_cast<std::uint8_t>(code);
+      FP4GEMM_TEST_CUDA(cudaMemcpy(byte, &bad, 1, cudaMemcpyHostToDevice));
+      buffers.upload(in, stream);
+      buffers.reset_c(Poison::finite, stream);
+      plan.run(buffers.args(), stream);
+      try {
+        plan.check(stream);
+        ADD_FAILURE() << "a code " << code << " written after planning was not reported";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.argument(), "weights.scales") << e.what();
+        EXPECT_EQ(e.group(), expert) << e.what();
+        EXPECT_NE(std::string(e.what()).find("> 128"), std::string::npos) << e.what();
+      }
+      EXPECT_NO_THROW(plan.check(stream)) << "check() must clear the error word";
+      FP4GEMM_TEST_CUDA(cudaMemcpy(byte, &was, 1, cudaMemcpyHostToDevice));
+      EXPECT_TRUE(run_and_check(plan, ws, buffers, in));
     }
   }
 }

@@ -207,6 +207,33 @@ def test_bad_routing_raises_at_check(backend):
     assert info.value.argument == "gather_index"
 
 
+def test_mxfp4_scale_code_rewritten_after_planning(backend):
+    """An MXFP4 plan over blocked scales whose codes are all <= 128 (GPU MODE's values: scales 1
+    and 2) decodes with one multiply and is bit for bit the reference; a code > 128 written into the
+    scales afterwards is reported by check() naming weights.scales and the expert; restored, the
+    plan is right again."""
+    d = random_moe(4, 128, 256, 8, 2, format="mxfp4", activation="bf16", seed=12)
+    d.offsets = np.array([0, 4, 8, 12, 16], np.int32)
+    d.gather = (np.arange(16) % 8).astype(np.int32)
+    w_scales = cuda(d.w_scales)
+    plan = moe.MoeGemm(cuda(d.w), w_scales, format="mxfp4", activation="bf16", capacity=16, out_dtype="float32")
+    assert "one multiply" in plan.describe() and "checked at every run" in plan.describe()
+    want = host_reference(d)
+    assert_bit_exact(run_device(d, plan=plan), want)
+    flat = w_scales.view(-1)
+    at = 2 * (flat.numel() // 4) + 37  # expert 2's blocked byte 37: row 34, column 1
+    was = int(flat[at])
+    assert was <= 128
+    flat[at] = 200
+    plan.run(cuda(d.a), None, cuda(d.offsets), gather_index=cuda(d.gather), out=nan_output(d))
+    with pytest.raises(fp4gemm.ArgumentError, match=r"MXFP4 scale code > 128 in expert 2") as info:
+        plan.check()
+    assert info.value.argument == "weights.scales" and info.value.group == 2
+    plan.check()  # cleared
+    flat[at] = was
+    assert_bit_exact(run_device(d, plan=plan), want)
+
+
 def test_bad_counts_raise_at_check(backend):
     d = random_moe(3, 64, 128, 0, 1, layout="masked", counts=[1, 2, 3], capacity=4, seed=8)
     plan = moe.MoeGemm(cuda(d.w), cuda(d.w_scales), layout="masked", capacity=4, out_dtype="float32")

@@ -58,9 +58,9 @@ __device__ __forceinline__ void load_weights(const FusedParams& p, std::uint8_t*
 // plan's list) or MoeDeviceSchedule (the MoE plan's CTAs cut the run's routing themselves). One
 // instantiation each, so that the MoE schedule's prologue cannot change the pointer-array
 // kernel's register allocation (sharing one kernel made ptxas spill in the MXFP4 mainloops).
-// kSmallMx: MXFP4 weights whose scale codes are all <= 128 (FusedParams::small_mx_scales; MoE plans
-// that own their scale copy): one multiply per weight pair instead of two (mainloop.cuh).
-template <Format F, class Scheduler, bool kSmallMx = false>
+// kSmallMx: how MXFP4 scales are decoded (kMxTwo, kMxOne, kMxOneChecked: params.cuh; MoE plans
+// whose scale codes are all <= 128 take one multiply per weight pair instead of two, mainloop.cuh).
+template <Format F, class Scheduler, int kSmallMx = kMxTwo>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     fused_grouped_gemm(const __grid_constant__ FusedParams p, OutType out_type) {
   using C = KernelConfig;
@@ -410,8 +410,10 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
   config.attrs = attr;
   config.numAttrs = 1;
   if constexpr (F == Format::mxfp4) {
-    if (params.moe.experts > 0 && params.small_mx_scales != 0)
-      return cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule, true>, params, out_type);
+    if (params.moe.experts > 0 && params.small_mx_scales == kMxOne)
+      return cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule, kMxOne>, params, out_type);
+    if (params.moe.experts > 0 && params.small_mx_scales == kMxOneChecked)
+      return cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule, kMxOneChecked>, params, out_type);
   }
   return params.moe.experts > 0 ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule>, params, out_type)
          : params.moe.glu != 0  ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, HostWorkListGlu>, params, out_type)
@@ -465,11 +467,12 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
       g != cudaSuccess)
     return g;
-  if constexpr (F == Format::mxfp4) {
-    if (const cudaError_t m = cudaFuncSetAttribute(fused_grouped_gemm<F, MoeDeviceSchedule, true>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
-        m != cudaSuccess)
-      return m;
+  if constexpr (F == Format::mxfp4) {  // (every instantiation launch_gemm can launch)
+    for (auto kernel : {fused_grouped_gemm<F, MoeDeviceSchedule, kMxOne>, fused_grouped_gemm<F, MoeDeviceSchedule, kMxOneChecked>})
+      if (const cudaError_t m =
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
+          m != cudaSuccess)
+        return m;
   }
   return cudaFuncSetAttribute(fused_grouped_gemm<F, MoeDeviceSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(smem_bytes));

@@ -52,9 +52,12 @@ cudaError_t convert_expert_scales(const ScaleConversion* jobs, int experts, int 
   return cudaGetLastError();
 }
 
-// The largest byte of [p, p + n) into *out (zeroed by the caller): the plan's check that every
-// MXFP4 scale code of its own copy is <= 128 (FusedParams::small_mx_scales).
-__global__ void __launch_bounds__(256) max_byte(const std::uint8_t* p, std::int64_t n, unsigned* out) {
+// The largest byte of the blocks [p + y * stride, + n) (y = blockIdx.y, one per expert) into
+// *out (zeroed by the caller): the plan's check that every MXFP4 scale code the kernel can read is
+// <= 128 (FusedParams::small_mx_scales).
+__global__ void __launch_bounds__(256) max_byte(const std::uint8_t* p, std::int64_t n, std::int64_t stride,
+                                                unsigned* out) {
+  p += blockIdx.y * stride;
   unsigned m = 0;
   for (std::int64_t i = blockIdx.x * std::int64_t{256} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * 256)
     m = max(m, static_cast<unsigned>(p[i]));
@@ -227,7 +230,8 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   const std::int64_t blocked_bytes = static_cast<std::int64_t>(formats::blocked_scale_bytes(krows, cols));
   const std::uint8_t* sblk = static_cast<const std::uint8_t*>(w.scales);
   std::int64_t sblk_stride = w.scale_expert_stride;
-  if (o.scale_layout == ScaleLayout::linear || glu) {
+  const bool own_copy = o.scale_layout == ScaleLayout::linear || glu;
+  if (own_copy) {
     std::uint8_t* dst = p.allocate<std::uint8_t>(blocked_bytes * w.experts, "plan workspace");
     if (glu) {
       const auto* s_gate = static_cast<const std::uint8_t*>(w.scales);
@@ -250,21 +254,26 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
     }
     detail::run_on_private_stream("plan", p.convert_scales);
     sblk = dst, sblk_stride = blocked_bytes;
-    // MXFP4 in the plan's own copy, fixed after planning: one multiply per register when every
-    // code is <= 128 (FusedParams::small_mx_scales). Not with rescale_each_run (new codes each run).
-    if (o.format == Format::mxfp4 && !o.rescale_each_run) {
-      unsigned* d_max = p.allocate<unsigned>(sizeof(unsigned), "plan workspace");
-      const std::int64_t n = blocked_bytes * w.experts;
-      detail::run_on_private_stream("plan", [&](cudaStream_t st) {
-        cudaError_t e = cudaMemsetAsync(d_max, 0, sizeof(unsigned), st);
-        if (e != cudaSuccess) return e;
-        max_byte<<<static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 1024)), 256, 0, st>>>(dst, n, d_max);
-        return cudaGetLastError();
-      });
-      unsigned largest = 0;
-      FP4GEMM_CUDA_CHECK(cudaMemcpy(&largest, d_max, sizeof(unsigned), cudaMemcpyDeviceToHost), "plan");
-      p.params.small_mx_scales = largest <= 128 ? 1 : 0;
-    }
+  }
+  // MXFP4: one multiply per weight register when every scale code the kernel can read is <= 128
+  // (FusedParams::small_mx_scales), checked here once, over every byte of every expert's blocked
+  // scales (padding included: the one-multiply decode has no past-K select). The plan's own copy
+  // is fixed after planning (kMxOne); the user's blocked scales are read at every run, so that
+  // kernel checks what it reads (kMxOneChecked) and a code > 128 written after planning is reported
+  // by check() (the run's output is then undefined). Not with rescale_each_run (new codes each
+  // run, any code).
+  if (o.format == Format::mxfp4 && !o.rescale_each_run) {
+    unsigned* d_max = p.allocate<unsigned>(sizeof(unsigned), "plan workspace");
+    const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>((blocked_bytes + 255) / 256, 256));
+    detail::run_on_private_stream("plan", [&](cudaStream_t st) {
+      cudaError_t e = cudaMemsetAsync(d_max, 0, sizeof(unsigned), st);
+      if (e != cudaSuccess) return e;
+      max_byte<<<dim3(blocks, static_cast<unsigned>(w.experts)), 256, 0, st>>>(sblk, blocked_bytes, sblk_stride, d_max);
+      return cudaGetLastError();
+    });
+    unsigned largest = 0;
+    FP4GEMM_CUDA_CHECK(cudaMemcpy(&largest, d_max, sizeof(unsigned), cudaMemcpyDeviceToHost), "plan");
+    p.params.small_mx_scales = largest > 128 ? kMxTwo : own_copy ? kMxOne : kMxOneChecked;
   }
 
   // Weight maps (four per expert: boxes of 128 and 256 rows of one k-block's 32 bytes, and of two
@@ -513,10 +522,12 @@ void MoeGemm::check(cudaStream_t stream) const {
   if (word.bits == 0) return;
   const int E = p.weights.experts;
   std::string also;
-  for (int bit : {kMoeBadOffsets, kMoeOverCapacity, kMoeBadCount, kMoeBadGather})
+  for (int bit : {kMoeBadOffsets, kMoeOverCapacity, kMoeBadCount, kMoeBadGather, kMoeBadScaleCode})
     if ((word.bits & bit) && bit != word.kind)
-      also += bit == kMoeBadGather ? "; also a gather index out of range"
-                                   : bit == kMoeBadCount ? "; also a count out of range" : "; also bad offsets";
+      also += bit == kMoeBadGather      ? "; also a gather index out of range"
+              : bit == kMoeBadCount     ? "; also a count out of range"
+              : bit == kMoeBadScaleCode ? "; also an MXFP4 weight scale code > 128 (written after planning)"
+                                        : "; also bad offsets";
   const std::string i = std::to_string(word.index), v = std::to_string(word.value);
   switch (word.kind) {
     case kMoeBadOffsets:
@@ -532,6 +543,13 @@ void MoeGemm::check(cudaStream_t stream) const {
       throw Error("expert_counts", word.index,
                   "a run saw expert_counts[" + i + "] = " + v + ", outside [0, " + std::to_string(p.options.capacity) +
                       "]; that run computed nothing" + also);
+    case kMoeBadScaleCode:
+      throw Error("weights.scales", word.index,
+                  "a run read an MXFP4 scale code > 128 in expert " + i +
+                      "'s blocked scales, but every code was <= 128 when the plan was built, and the plan decodes "
+                      "them with one multiply that holds only codes <= 128: that run's output is undefined. Build a "
+                      "new plan after rewriting the scales, or set MoeOptions::rescale_each_run (any code, two "
+                      "multiplies)" + also);
     default:
       throw Error("gather_index", -1,
                   "a run saw gather_index[" + i + "] = " + v +
@@ -552,7 +570,10 @@ std::string MoeGemm::describe() const {
      << ", " << to_string(p.options.layout) << " rows " << p.rows << ", "
      << p.params.moe.num_ctas << " CTAs, up to " << p.params.moe.max_tiles << " tiles, narrow tiles "
      << p.params.narrow_rows << " rows"
-     << (p.params.small_mx_scales ? ", one multiply per weight pair (every scale code <= 128)" : "");
+     << (p.params.small_mx_scales == kMxOne          ? ", one multiply per weight pair (every scale code <= 128)"
+         : p.params.small_mx_scales == kMxOneChecked ? ", one multiply per weight pair (every scale code <= 128, "
+                                                       "checked at every run)"
+                                                     : "");
   return os.str();
 }
 
