@@ -132,8 +132,10 @@ struct MoeArgs {
 // decreasing or past capacity and counts out of range make the run write no output; a gather index
 // out of range leaves that row's output undefined (the other rows are computed); in every case an
 // error word is set; `check()` (a synchronising call) throws
-// fp4gemm::Error naming the argument ("expert_offsets", "expert_counts", "gather_index") and
-// clears it. Runs of one plan are serialised like Plan's.
+// fp4gemm::Error naming the argument ("expert_offsets", "expert_counts", "gather_index"; or
+// "weights.scales" with the expert, for an MXFP4 scale code > 128 written into the user's blocked
+// scales after a one-multiply plan was built: MoeOptions::rescale_each_run) and clears it. Runs of
+// one plan are serialised like Plan's.
 namespace detail {
 struct MoeGemmOwner;  // internal: lets fp4gemm::MoeLayer enqueue its private GEMMs unserialised
 }
