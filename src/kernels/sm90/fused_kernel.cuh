@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           if constexpr (kbps > 1) ptx::mbarrier_wait(&empty[stage + 1], phase ^ 1);  // (stages is even: no wrap)
           FP4GEMM_TRACE_DO(const long long t1 = clock64(); FP4GEMM_TRACE_ADD(trace, kTraceBarrier, t1 - t0);
-                           FP4GEMM_TRACE_ADD(trace, kTraceKblocks, 1);)
+                           FP4GEMM_TRACE_ADD(trace, kTraceKblocks, min(kbps, pp.kb_end - kb));)  // (a stage pair: 2)
           if constexpr (kActWarp) {
             if (loads_main && lane == 0) {
               if (issued < pre_issued) {
