@@ -5,6 +5,7 @@
 #include "cli.hpp"
 #include "moe_problem.hpp"
 #include "report.hpp"
+#include "tuning_env.hpp"
 #ifdef FP4GEMM_TRACE
 #include "kernels/sm90/fused_grouped_gemm.hpp"
 #endif
@@ -38,6 +39,7 @@ MoeSettings moe_settings(const std::string& act, const std::string& scales, cons
   s.gpumode_values = values == "gpumode";
   s.checkpoint_scales = values == "checkpoint";
   s.seed = seed;
+  s.tuning = tuning_from_environment();
   return s;
 }
 
@@ -76,6 +78,12 @@ int run_moe(const MoeCommandOptions& o) {
   std::cout << "fp4gemm moe: " << shape.describe() << ", " << s.describe() << "\n";
   std::cout << routing_line(problem.routing(), shape.experts) << "; capacity " << problem.capacity() << "\n";
   std::cout << "plan: " << problem.plan().describe() << "\n";
+  const auto knobs = tuning_environment();
+  if (!knobs.empty()) {
+    std::cout << "measurement knobs:";
+    for (const auto& [name, value] : knobs) std::cout << " " << name << "=" << value;
+    std::cout << "\n";
+  }
   CheckReport report;
   if (o.check) {
     progress("[moe] checking against the CPU reference (reference::moe_gemm)...");
@@ -112,6 +120,9 @@ int run_moe(const MoeCommandOptions& o) {
     doc["routing"] = Json{{"rows", r.rows}, {"active_experts", r.active_experts}, {"max_rows_per_expert", r.max_rows},
                           {"capacity", problem.capacity()}};
     doc["plan"] = problem.plan().describe();
+    Json knob_json = Json::object();
+    for (const auto& [name, value] : knobs) knob_json[name] = value;
+    doc["tuning_environment"] = knob_json;
     doc["flops"] = flops;
     doc["bytes"] = bytes;
     doc["time_us"] = stats_json(t);

@@ -221,6 +221,7 @@ MoeProblem::MoeProblem(const MoeShape& shape, const MoeSettings& settings, std::
   o.activation = settings.activation;
   o.layout = settings.layout;
   o.capacity = capacity_;
+  o.tuning = settings.tuning;
   plan_ = std::make_unique<MoeGemm>(w, o);
   use_routing(0);
 }

@@ -36,6 +36,7 @@ struct MoeSettings {
   // block's largest weight <= 6) instead of 117..137 (--values checkpoint).
   bool checkpoint_scales = false;
   std::uint64_t seed = 1111;
+  Tuning tuning;  // the plan's measurement knobs (FP4GEMM_* variables; MoeOptions::tuning)
   std::string describe() const;  // "nvfp4 x nvfp4 (W4A4), blocked weight scales -> bf16, contiguous"
 };
 

@@ -439,6 +439,39 @@ TEST(MoeStreamK, SplitLastRoundMatchesTheReference) {
       });
 }
 
+// MoeOptions::tuning: the knobs an MoE plan reads change its schedule, never its result. Stream-K
+// off, forced 128- and 256-row narrow tiles and another cost model, on the routings of the test
+// above (a split last round when stream-K is on); GPU MODE data bit-exact, full range within the
+// bound.
+TEST(MoeTuning, KnobsChangeTheScheduleNotTheResult) {
+  REQUIRE_FAST_KERNEL();
+  for (int i = 0; i < 3; ++i) {
+    const bool w4a16 = i == 1;
+    MoeConfig cfg = base_config(w4a16 ? Format::mxfp4 : Format::nvfp4, w4a16 ? MoeActivation::bf16 : MoeActivation::fp4,
+                                MoeLayout::contiguous, i == 0, 150, 256, 2048, 150 * 24, 9500 + i);
+    cfg.num_tokens = cfg.gather ? 1000 : 0;
+    cfg.values = i == 2 ? Values::full : Values::gpumode;
+    SCOPED_TRACE(cfg.describe());
+    const MoeWeightSet ws(cfg);
+    MoeOptions o = ws.options();
+    o.tuning.split_k = i == 2;  // (true: stream-K where the device schedule finds it pays, as unset)
+    o.tuning.narrow_rows = i == 0 ? 128 : 256;
+    if (i == 1) o.tuning.narrow_fixed = 100.0, o.tuning.narrow_per_token = 10.0;
+    const MoeGemm plan(ws.weights(), o);
+    ASSERT_EQ(plan.describe().find("no stream-K") != std::string::npos, i != 2) << plan.describe();
+    ASSERT_NE(plan.describe().find(i == 0 ? "narrow tiles 128" : "narrow tiles 256"), std::string::npos)
+        << plan.describe();
+    const MoeBuffers buffers(ws);
+    std::mt19937_64 rng(cfg.seed ^ 0x3C6EF372FE94F82Bull);
+    std::vector<int> counts(cfg.experts);
+    for (int& c : counts) c = 1 + static_cast<int>(rng() % 24);
+    std::vector<Routing> routings{routing_from_counts(cfg, rng, counts, 0, "1..24 rows each"),
+                                  make_routing(cfg, rng, RoutingKind::uniform), make_routing(cfg, rng, RoutingKind::skewed)};
+    for (Routing& r : routings)
+      EXPECT_TRUE(run_and_check(plan, ws, buffers, make_inputs(ws, rng, std::move(r)), MoeRunOptions{}));
+  }
+}
+
 // 16-token tiles run two k-blocks per commit group, and a piece's odd last k-block alone
 // (mainloop.cuh, kPairs): every k-block count from 1 to 7 (a lone k-block, pairs only, pairs and an
 // odd tail), at 16-token widths and the one-k-block loop's 32 and 48 beside them, both formats and

@@ -48,6 +48,15 @@ TEST(MoePlanValidation, ValidDescriptionPassesValidation) {
   EXPECT_TRUE(arg == "device" || arg == "options.device" || arg == "weights.w") << arg;
 }
 
+TEST(MoePlanValidation, KnobsTheMoePlanReadsPassValidation) {
+  Valid v;
+  v.o.tuning.split_k = false, v.o.tuning.narrow_rows = 128;
+  v.o.tuning.wide_fixed = 100.0, v.o.tuning.wide_per_token = 1.0;
+  v.o.tuning.narrow_fixed = 300.0, v.o.tuning.narrow_per_token = 2.0;
+  const std::string arg = plan_error(v.w, v.o);
+  EXPECT_TRUE(arg == "device" || arg == "options.device" || arg == "weights.w") << arg;
+}
+
 TEST(MoePlanValidation, EachBadFieldNamed) {
   const auto bad = [](const char* argument, const std::function<void(MoeWeights&, MoeOptions&)>& edit) {
     Valid v;
@@ -74,6 +83,15 @@ TEST(MoePlanValidation, EachBadFieldNamed) {
   bad("options.activation", [](MoeWeights&, MoeOptions& o) { o.activation = static_cast<MoeActivation>(5); });
   bad("options.layout", [](MoeWeights&, MoeOptions& o) { o.layout = static_cast<MoeLayout>(5); });
   bad("options.graph_cache", [](MoeWeights&, MoeOptions& o) { o.graph_cache = -1; });
+  // Measurement knobs: the four an MoE plan reads are range-checked, the others rejected by name.
+  bad("options.tuning.narrow_rows", [](MoeWeights&, MoeOptions& o) { o.tuning.narrow_rows = 192; });
+  bad("options.tuning.wide_fixed", [](MoeWeights&, MoeOptions& o) { o.tuning.wide_fixed = -1.0; });
+  bad("options.tuning.narrow_per_token", [](MoeWeights&, MoeOptions& o) { o.tuning.narrow_per_token = NAN; });
+  bad("options.tuning.ring_kb", [](MoeWeights&, MoeOptions& o) { o.tuning.ring_kb = 64; });
+  bad("options.tuning.tile_tokens", [](MoeWeights&, MoeOptions& o) { o.tuning.tile_tokens = 64; });
+  bad("options.tuning.max_ctas", [](MoeWeights&, MoeOptions& o) { o.tuning.max_ctas = 8; });
+  bad("options.tuning.pdl", [](MoeWeights&, MoeOptions& o) { o.tuning.pdl = false; });
+  bad("options.tuning.share_epilogue", [](MoeWeights&, MoeOptions& o) { o.tuning.share_epilogue = false; });
   // Quantised output: a GLU option, from bf16 values, N a multiple of the scale block, a usable
   // global scale.
   bad("options.quantize_output", [](MoeWeights&, MoeOptions& o) { o.quantize_output = true; });

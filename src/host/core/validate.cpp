@@ -121,6 +121,8 @@ void check_row_stride(int g, const char* field, std::int64_t ld, std::int64_t k,
                        " bytes; fp4gemm supports strides below 2^40 bytes (TMA limit)");
 }
 
+}  // namespace
+
 // The knobs of Options::tuning (fp4gemm/tuning.hpp): unset ones are the plan's to choose.
 void validate_tuning(const Tuning& t) {
   auto fail_tuning = [](const char* field, const std::string& message) {
@@ -148,6 +150,8 @@ void validate_tuning(const Tuning& t) {
   if (const auto kb = t.ring_kb; kb && *kb < 0)
     fail_tuning("ring_kb", "must be >= 0 KiB (got " + std::to_string(*kb) + "; values past the limits are clamped)");
 }
+
+namespace {
 
 void validate_options(const Options& options) {
   const int format = static_cast<int>(options.format);

@@ -20,4 +20,7 @@ void validate_groups(std::span<const GroupDesc> groups, const Options& options,
 void check_device_buffer(const std::string& name, int group, const void* p, std::int64_t bytes, int device,
                          const std::string& note = "");
 
+// The knobs of a tuning struct (fp4gemm/tuning.hpp): throws fp4gemm::Error("options.tuning.<field>").
+void validate_tuning(const Tuning& tuning);
+
 }  // namespace fp4gemm::detail

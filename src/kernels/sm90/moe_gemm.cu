@@ -356,7 +356,13 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   pr.partials = p.allocate<float>(static_cast<std::size_t>(num_ctas) * kMoeSlotFloats * sizeof(float), "plan workspace");
   pr.flags = p.allocate<int>(max_tiles * sizeof(int), "plan workspace");
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, max_tiles * sizeof(int)), "plan");
-  const SchedulePolicy policy;
+  // The device schedule's cost model: the defaults, or options.tuning's (measurement knobs).
+  SchedulePolicy policy;
+  const Tuning& tuning = o.tuning;
+  policy.wide_fixed = tuning.wide_fixed.value_or(policy.wide_fixed);
+  policy.wide_per_token = tuning.wide_per_token.value_or(policy.wide_per_token);
+  policy.narrow_fixed = tuning.narrow_fixed.value_or(policy.narrow_fixed);
+  policy.narrow_per_token = tuning.narrow_per_token.value_or(policy.narrow_per_token);
   // Narrow (<= 128-token) tiles take 256 weight rows when the row blocks of the experts a run can
   // reach alone give more than half the CTAs a tile (one token tile per expert): at most
   // `capacity` experts have rows in the contiguous layout, so decode plans (capacity = tokens x
@@ -367,7 +373,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   // 128-row tiles in two rounds (PERF.md v30).
   // (Fixed per plan: the kernel's ring addresses derive from it as a constant, v16.)
   const std::int64_t reachable = o.layout == MoeLayout::contiguous ? std::min(w.experts, o.capacity) : w.experts;
-  pr.narrow_rows = 2 * reachable * ((krows + 255) / 256) > num_ctas ? 256 : 128;
+  pr.narrow_rows = tuning.narrow_rows.value_or(2 * reachable * ((krows + 255) / 256) > num_ctas ? 256 : 128);
   pr.early_kblocks = KC::kMaxStages;
   pr.layout = ScaleLayout::blocked;
   const std::size_t fixed = 2 * KC::kMaxStages * sizeof(std::uint64_t) + KC::kEpiBytes + 2048;
@@ -414,7 +420,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   sa.narrow_rows = pr.narrow_rows;
   sa.num_ctas = num_ctas;
   sa.max_tiles = static_cast<int>(max_tiles);
-  sa.stream_k = 1;
+  sa.stream_k = tuning.split_k.value_or(true) ? 1 : 0;  // (1: where moe_sk_tiles finds it pays)
   sa.wide_fixed = static_cast<float>(policy.wide_fixed), sa.wide_per_token = static_cast<float>(policy.wide_per_token);
   sa.narrow_fixed = static_cast<float>(policy.narrow_fixed), sa.narrow_per_token = static_cast<float>(policy.narrow_per_token);
   sa.tiles = const_cast<TileDesc*>(pr.tiles);
@@ -569,7 +575,7 @@ std::string MoeGemm::describe() const {
              : std::string())
      << ", " << to_string(p.options.layout) << " rows " << p.rows << ", "
      << p.params.moe.num_ctas << " CTAs, up to " << p.params.moe.max_tiles << " tiles, narrow tiles "
-     << p.params.narrow_rows << " rows"
+     << p.params.narrow_rows << " rows" << (p.params.moe.stream_k != 0 ? "" : ", no stream-K (options.tuning.split_k)")
      << (p.params.small_mx_scales == kMxOne          ? ", one multiply per weight pair (every scale code <= 128)"
          : p.params.small_mx_scales == kMxOneChecked ? ", one multiply per weight pair (every scale code <= 128, "
                                                        "checked at every run)"
