@@ -103,11 +103,12 @@ struct MoeOptions {
   bool quantize_output = false;
   float output_global_scale = 1.0f;  // NVFP4 only (MXFP4: 1)
   // Measurement and test knobs (fp4gemm/tuning.hpp); the default is the production choice. An MoE
-  // plan reads four of them: split_k (false: the device schedule splits no tile over CTAs; true
-  // or unset: the 16- and 32-token classes' last tiles run stream-K where it pays, as today),
-  // narrow_rows (weight rows of the <= 128-token tiles: 128 or 256; unset: the plan's rule), and
-  // the device schedule's cost model wide_fixed / wide_per_token / narrow_fixed /
-  // narrow_per_token. Any other field set is rejected ("options.tuning.<field>").
+  // plan reads these: split_k (false: the device schedule splits no tile over CTAs; true or unset:
+  // the 16- and 32-token classes' last tiles run stream-K where it pays, as today), narrow_rows
+  // (weight rows of the <= 128-token tiles: 128 or 256; unset: the plan's rule), the device
+  // schedule's cost model wide_fixed / wide_per_token / narrow_fixed / narrow_per_token, and
+  // moe_split_gain16 / moe_split_gain32 (the least saving, in k-blocks per CTA, for which a class's
+  // partial last round is split). Any other field set is rejected ("options.tuning.<field>").
   Tuning tuning = {};
 };
 

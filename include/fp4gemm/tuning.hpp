@@ -37,6 +37,10 @@ struct Tuning {
   std::optional<int> tile_tokens;        // token tiles at most this wide (8..256), no width search; FP4GEMM_TILE_TOKENS
   std::optional<int> narrow_rows;        // weight rows of the <= 128-token tiles: 128 or 256; FP4GEMM_NARROW_ROWS
   std::optional<int> max_ctas;           // at most this many CTAs (>= 1; default: one per SM); FP4GEMM_MAX_CTAS
+  // MoE plans only: the device schedule splits a 16- (32-) token class's partial last round by
+  // stream-K where that saves at least this many k-blocks per CTA (whole numbers 0..100000;
+  // default 16 / 12, moe_tiles.hpp moe_split_min_gain). FP4GEMM_MOE_SPLIT_GAIN=G16[:G32]
+  std::optional<double> moe_split_gain16, moe_split_gain32;
 
   // ---- kernel resources, pre-pass and launch -------------------------------------------------
   // Cap on the ring of pipeline stages in KiB (>= 0; clamped to [two stages, all the shared

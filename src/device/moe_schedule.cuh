@@ -223,7 +223,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
         // partial last round of a class with full rounds before it (v31). Only the 16- and
         // 32-token classes: their partials fit the plan's slots (one per CTA, kMoeSlotFloats).
         // The rest of the bucket runs whole, interleaved tiles.
-        sk = a.stream_k != 0 && c2 <= 1 ? moe_sk_tiles(s.class_tiles[c2], a.kblocks, n) : 0;
+        sk = a.stream_k != 0 && c2 <= 1 ? moe_sk_tiles(s.class_tiles[c2], a.kblocks, n, c2 == 0 ? a.split_gain16 : a.split_gain32) : 0;
         const SlotRange r = moe_cta_slots(s.bucket_base[c2], s.class_tiles[c2] - sk, k, n, interleave);
         begin = r.begin, end = r.end;
         // (contiguous ranges had every token tile of every expert in flight and re-read the

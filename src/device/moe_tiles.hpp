@@ -266,19 +266,29 @@ constexpr bool moe_sk_eligible(int count, int kblocks, int n) {
 // issue 20's (b) loses -2.6 % of W4A16 when its 32-token class's split, 12.2-12.8 k-blocks, is
 // declined), so the round is split only where that saves at least kMoeSplitMinGain k-blocks per
 // CTA: kblocks * (n - r) / n.
+// v36: since v34's stage pairs a 16-token k-block is cheaper, so a split's fixed cost is more of
+// them: (a)'s 16-token split (13.6 k-blocks saved per CTA) cost W4A4 +2.0 % on the H200 and
+// +8 % on an H100 (W4A16 +4 %), so that class splits from kMoeSplitMinGain16; the 32-token class
+// keeps 12 ((b)'s, 12.2-12.8, still pays). PERF.md v36.
 constexpr int kMoeSplitMinGain = 12;
+constexpr int kMoeSplitMinGain16 = 16;
 constexpr int kMoeHybridMinKblocks = kMoeSplitMinGain;  // (no gain of that size with fewer k-blocks)
+// The production gain of width class c (0: 16 tokens, 1: 32); the plan passes it to the kernel
+// (MoeScheduleParams::split_gain) unless options.tuning overrides it.
+constexpr int moe_split_min_gain(int c) { return c == 0 ? kMoeSplitMinGain16 : kMoeSplitMinGain; }
 
 // How many of a splittable class's `count` tiles -- the bucket's last ones -- run stream-K on its n
 // CTAs: all of them where moe_sk_eligible; with count >= n, the count % n tiles of the last round
 // where splitting it saves >= kMoeSplitMinGain k-blocks per CTA (the first count - count % n run
 // whole, count / n per CTA); else none. (A share of the last round is < 1 tile, so it touches <= 2
 // tiles: kMoeStreamKMaxPieces.)
-constexpr int moe_sk_tiles(int count, int kblocks, int n) {
+// (min_gain: the plan's MoeScheduleParams::split_gain of the class, kMoeSplitMinGain unless
+// options.tuning says otherwise.)
+constexpr int moe_sk_tiles(int count, int kblocks, int n, int min_gain = kMoeSplitMinGain) {
   if (moe_sk_eligible(count, kblocks, n)) return count;
   if (n <= 0 || count < n || kblocks < kMoeHybridMinKblocks) return 0;
   const int r = count % n;
-  return r > 0 && static_cast<long long>(kblocks) * (n - r) >= static_cast<long long>(kMoeSplitMinGain) * n &&
+  return r > 0 && static_cast<long long>(kblocks) * (n - r) >= static_cast<long long>(min_gain) * n &&
                  static_cast<long long>(r) * kblocks * n < (1ll << 31)
              ? r
              : 0;

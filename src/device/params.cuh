@@ -84,6 +84,11 @@ struct MoeScheduleParams {
   int q_format;
   float q_gs;
   std::uint8_t* q_scales;
+  // The least k-blocks per CTA that splitting the 16- / 32-token class's partial last round must
+  // save (moe_sk_tiles; moe_split_min_gain unless options.tuning.moe_split_gain16 / 32 say otherwise).
+  // (two fields, not an array: a run-time index into the kernel's parameters made ptxas copy them
+  // to the stack, 40 -> 168 bytes of frame and spills in the mainloops)
+  int split_gain16, split_gain32;
 };
 
 // FusedParams::small_mx_scales, also the kernel's template parameter kSmallMx: two multiplies,

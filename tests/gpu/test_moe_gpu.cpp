@@ -424,8 +424,10 @@ TEST(MoeStreamK, SplitLastRoundMatchesTheReference) {
   };
   for (const StreamKCase& c : cases) {
     const int kblocks = c.k / 64;
-    ASSERT_GT(detail::moe_sk_tiles(c.experts, kblocks, sms), 0) << sms << " SMs";
-    ASSERT_LT(detail::moe_sk_tiles(c.experts, kblocks, sms), c.experts) << "not a partial last round on " << sms << " SMs";
+    // (the 16-token class's production rule: every expert has 1..16 rows in the first routing)
+    const int gain = detail::moe_split_min_gain(0);
+    ASSERT_GT(detail::moe_sk_tiles(c.experts, kblocks, sms, gain), 0) << sms << " SMs";
+    ASSERT_LT(detail::moe_sk_tiles(c.experts, kblocks, sms, gain), c.experts) << "not a partial last round on " << sms << " SMs";
   }
   expect_stream_k_cases(
       cases, 9300, 13, [](const StreamKCase& c, MoeConfig& cfg) { cfg.num_tokens = c.gather ? 1000 : 0; },
@@ -457,6 +459,7 @@ TEST(MoeTuning, KnobsChangeTheScheduleNotTheResult) {
     o.tuning.split_k = i == 2;  // (true: stream-K where the device schedule finds it pays, as unset)
     o.tuning.narrow_rows = i == 0 ? 128 : 256;
     if (i == 1) o.tuning.narrow_fixed = 100.0, o.tuning.narrow_per_token = 10.0;
+    if (i == 2) o.tuning.moe_split_gain16 = 0.0, o.tuning.moe_split_gain32 = 1000.0;  // (split any / no last round)
     const MoeGemm plan(ws.weights(), o);
     ASSERT_EQ(plan.describe().find("no stream-K") != std::string::npos, i != 2) << plan.describe();
     ASSERT_NE(plan.describe().find(i == 0 ? "narrow tiles 128" : "narrow tiles 256"), std::string::npos)

@@ -228,9 +228,11 @@ TEST(Cli, BadTuningVariablesGiveOneLineNamingTheVariable) {
       {"FP4GEMM_SHARE_EPILOGUE=on", {"FP4GEMM_SHARE_EPILOGUE", "0 or 1"}},
       {"FP4GEMM_WIDE_COST=165:x", {"FP4GEMM_WIDE_COST", "165:x", "number"}},
       {"FP4GEMM_EPILOGUE_COST=0.05.1", {"FP4GEMM_EPILOGUE_COST", "number"}},
+      {"FP4GEMM_MOE_SPLIT_GAIN=16:x", {"FP4GEMM_MOE_SPLIT_GAIN", "16:x", "number"}},
   };
   for (const Case& c : cases)
-    for (const char* args : {"grouped --m 80 --n 4096 --k 7168", "bench --cases 1 --no-peers"}) {
+    for (const char* args : {"grouped --m 80 --n 4096 --k 7168", "bench --cases 1 --no-peers",
+                             "moe --experts 8 --n 256 --k 256 --tokens 16 --topk 2"}) {
       const CliResult r = run_cli(args, c.env);
       EXPECT_NE(r.exit_code, 0) << c.env << " " << args;
       EXPECT_EQ(count_lines(r.output), 1) << c.env << " " << args << ":\n" << r.output;

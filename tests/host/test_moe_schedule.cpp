@@ -118,11 +118,12 @@ TEST(MoeScheduleArithmetic, StreamKSharesCoverEveryUnitOnce) {
   EXPECT_GT(checked, 1000);
 }
 
-double run_makespan_kblocks(const MoeClassLoad& l, int n, int kblocks);  // (below)
+double run_makespan_kblocks(const MoeClassLoad& l, int n, int kblocks, int gain = kMoeSplitMinGain);  // (below)
 
 // v31: a class with full rounds and a partial last one splits only that round. moe_sk_tiles is all
 // of a class's tiles where moe_sk_eligible, else count % n from one full round on where that saves
-// >= kMoeSplitMinGain k-blocks per CTA (so the run's makespan is within that of the search's
+// >= the class's gain (moe_split_min_gain: 16 for the 16-token class since v36, 12 for the 32-token
+// one; both tried) k-blocks per CTA (so the run's makespan is within that of the search's
 // divisible model), else none; the whole tiles (the bucket's first count - sk, interleaved) and the
 // stream-K shares of the last sk tiles cover every (tile, k-block) exactly once, each CTA's share
 // of the split round is < 1 tile (<= 2 pieces), and every CTA's work is count / n tiles within one
@@ -134,14 +135,15 @@ TEST(MoeScheduleArithmetic, HybridLastRoundCoversEveryUnitOnce) {
     const int n = 1 + static_cast<int>(rng() % 140);
     const int count = 1 + static_cast<int>(rng() % (6 * n));
     const int kblocks = 1 + static_cast<int>(rng() % 130);
-    const int sk = moe_sk_tiles(count, kblocks, n);
+    const int gain = moe_split_min_gain(trial % 2);
+    const int sk = moe_sk_tiles(count, kblocks, n, gain);
     if (moe_sk_eligible(count, kblocks, n)) ASSERT_EQ(sk, count);
-    else if (count >= n && kblocks * (n - count % n) >= kMoeSplitMinGain * n) ASSERT_EQ(sk, count % n);
+    else if (count >= n && kblocks * (n - count % n) >= gain * n) ASSERT_EQ(sk, count % n);
     else ASSERT_EQ(sk, 0) << "count " << count << " kblocks " << kblocks << " n " << n;
     // the model's divisible cost (t / n tiles) against the run's, for every n up to count
     for (int m = 1; m <= count && kblocks >= kMoeHybridMinKblocks; m += 1 + m / 8) {
       const MoeClassLoad l{count, 1.0f, m, true, true};
-      ASSERT_LE(run_makespan_kblocks(l, m, kblocks) - static_cast<double>(count) * kblocks / m, kMoeSplitMinGain)
+      ASSERT_LE(run_makespan_kblocks(l, m, kblocks, gain) - static_cast<double>(count) * kblocks / m, gain)
           << "count " << count << " kblocks " << kblocks << " on " << m;
     }
     if (sk == 0 || sk == count) continue;
@@ -238,9 +240,9 @@ double class_makespan(const MoeClassLoad& l, int n, int kblocks) {
   return std::ceil(static_cast<double>(l.tiles) / n) * l.w;
 }
 // The makespan as the schedule runs it (moe_sk_tiles), in k-blocks of the class's tiles.
-double run_makespan_kblocks(const MoeClassLoad& l, int n, int kblocks) {
+double run_makespan_kblocks(const MoeClassLoad& l, int n, int kblocks, int gain) {
   if (l.tiles <= 0) return 0;
-  if (l.splittable && moe_sk_tiles(l.tiles, kblocks, n) > 0) return static_cast<double>(l.tiles) * kblocks / n;
+  if (l.splittable && moe_sk_tiles(l.tiles, kblocks, n, gain) > 0) return static_cast<double>(l.tiles) * kblocks / n;
   return std::ceil(static_cast<double>(l.tiles) / n) * kblocks;
 }
 double makespan(const std::vector<MoeClassLoad>& l, const std::vector<int>& n, int kblocks) {

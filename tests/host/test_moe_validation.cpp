@@ -53,6 +53,7 @@ TEST(MoePlanValidation, KnobsTheMoePlanReadsPassValidation) {
   v.o.tuning.split_k = false, v.o.tuning.narrow_rows = 128;
   v.o.tuning.wide_fixed = 100.0, v.o.tuning.wide_per_token = 1.0;
   v.o.tuning.narrow_fixed = 300.0, v.o.tuning.narrow_per_token = 2.0;
+  v.o.tuning.moe_split_gain16 = 0.0, v.o.tuning.moe_split_gain32 = 100.0;
   const std::string arg = plan_error(v.w, v.o);
   EXPECT_TRUE(arg == "device" || arg == "options.device" || arg == "weights.w") << arg;
 }
@@ -92,6 +93,8 @@ TEST(MoePlanValidation, EachBadFieldNamed) {
   bad("options.tuning.max_ctas", [](MoeWeights&, MoeOptions& o) { o.tuning.max_ctas = 8; });
   bad("options.tuning.pdl", [](MoeWeights&, MoeOptions& o) { o.tuning.pdl = false; });
   bad("options.tuning.share_epilogue", [](MoeWeights&, MoeOptions& o) { o.tuning.share_epilogue = false; });
+  bad("options.tuning.moe_split_gain16", [](MoeWeights&, MoeOptions& o) { o.tuning.moe_split_gain16 = 2.5; });
+  bad("options.tuning.moe_split_gain32", [](MoeWeights&, MoeOptions& o) { o.tuning.moe_split_gain32 = -1.0; });
   // Quantised output: a GLU option, from bf16 values, N a multiple of the scale block, a usable
   // global scale.
   bad("options.quantize_output", [](MoeWeights&, MoeOptions& o) { o.quantize_output = true; });

@@ -162,6 +162,9 @@ TEST(Validate, TuningOutOfRange) {
     }
   };
   expect_tuning_error([](Tuning& t) { t.class_round = 3; }, "class_round", "1, 2, 4 or 8");
+  expect_tuning_error([](Tuning& t) { t.moe_split_gain16 = 0.5; }, "moe_split_gain16", "whole number");
+  // (an MoE plan's knob: a pointer-array plan rejects it even in range)
+  expect_tuning_error([](Tuning& t) { t.moe_split_gain32 = 12.0; }, "moe_split_gain32", "pointer-array plan does not read");
   expect_tuning_error([](Tuning& t) { t.tile_tokens = 7; }, "tile_tokens", "8..256");
   expect_tuning_error([](Tuning& t) { t.tile_tokens = 257; }, "tile_tokens", "257");
   expect_tuning_error([](Tuning& t) { t.narrow_rows = 64; }, "narrow_rows", "128 or 256");

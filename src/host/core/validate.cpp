@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,9 @@ void validate_tuning(const Tuning& t) {
     fail_tuning("narrow_rows", "must be 128 or 256 (got " + std::to_string(*r) + ")");
   if (const auto n = t.max_ctas; n && *n < 1)
     fail_tuning("max_ctas", "must be >= 1 (got " + std::to_string(*n) + ")");
+  for (const auto& [v, field] : {std::pair{t.moe_split_gain16, "moe_split_gain16"}, std::pair{t.moe_split_gain32, "moe_split_gain32"}})
+    if (v && !(*v >= 0 && *v <= 100000 && *v == std::floor(*v)))
+      fail_tuning(field, "must be a whole number of k-blocks, 0..100000 (got " + std::to_string(*v) + ")");
   if (const auto kb = t.ring_kb; kb && *kb < 0)
     fail_tuning("ring_kb", "must be >= 0 KiB (got " + std::to_string(*kb) + "; values past the limits are clamped)");
 }
@@ -190,6 +194,9 @@ void validate_options(const Options& options) {
     throw Error("options.device", -1, "device index " + std::to_string(options.device) +
                                           " is invalid (use -1 for the current device)");
   validate_tuning(options.tuning);
+  if (options.tuning.moe_split_gain16 || options.tuning.moe_split_gain32)
+    throw Error(options.tuning.moe_split_gain16 ? "options.tuning.moe_split_gain16" : "options.tuning.moe_split_gain32", -1,
+                "a knob of the MoE plans' device schedule (fp4gemm::MoeOptions::tuning); a pointer-array plan does not read it");
 }
 
 // Shapes, strides, pointers and alpha of one group (M > 0). Appends its buffers to the lists.

@@ -415,6 +415,8 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   const bool own_up = w.alpha_up_device != nullptr || !std::isnan(w.alpha_up);
   sa.alpha_up_device = own_up ? w.alpha_up_device : w.alpha_device;
   sa.alpha_up = own_up ? w.alpha_up : w.alpha;
+  sa.split_gain16 = static_cast<int>(tuning.moe_split_gain16.value_or(detail::moe_split_min_gain(0)));
+  sa.split_gain32 = static_cast<int>(tuning.moe_split_gain32.value_or(detail::moe_split_min_gain(1)));
   sa.cols = cols;
   sa.kblocks = kblocks;
   sa.narrow_rows = pr.narrow_rows;
