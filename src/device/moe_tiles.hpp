@@ -274,16 +274,16 @@ constexpr int kMoeSplitMinGain = 12;
 constexpr int kMoeSplitMinGain16 = 16;
 constexpr int kMoeHybridMinKblocks = kMoeSplitMinGain;  // (no gain of that size with fewer k-blocks)
 // The production gain of width class c (0: 16 tokens, 1: 32); the plan passes it to the kernel
-// (MoeScheduleParams::split_gain) unless options.tuning overrides it.
+// (MoeScheduleParams::split_gain16 / split_gain32) unless options.tuning overrides it.
 constexpr int moe_split_min_gain(int c) { return c == 0 ? kMoeSplitMinGain16 : kMoeSplitMinGain; }
 
 // How many of a splittable class's `count` tiles -- the bucket's last ones -- run stream-K on its n
 // CTAs: all of them where moe_sk_eligible; with count >= n, the count % n tiles of the last round
-// where splitting it saves >= kMoeSplitMinGain k-blocks per CTA (the first count - count % n run
+// where splitting it saves >= min_gain k-blocks per CTA (the first count - count % n run
 // whole, count / n per CTA); else none. (A share of the last round is < 1 tile, so it touches <= 2
 // tiles: kMoeStreamKMaxPieces.)
-// (min_gain: the plan's MoeScheduleParams::split_gain of the class, kMoeSplitMinGain unless
-// options.tuning says otherwise.)
+// (min_gain: the class's MoeScheduleParams::split_gain16 / split_gain32, moe_split_min_gain(c)
+// unless options.tuning says otherwise.)
 constexpr int moe_sk_tiles(int count, int kblocks, int n, int min_gain = kMoeSplitMinGain) {
   if (moe_sk_eligible(count, kblocks, n)) return count;
   if (n <= 0 || count < n || kblocks < kMoeHybridMinKblocks) return 0;
