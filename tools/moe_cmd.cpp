@@ -78,12 +78,7 @@ int run_moe(const MoeCommandOptions& o) {
   std::cout << "fp4gemm moe: " << shape.describe() << ", " << s.describe() << "\n";
   std::cout << routing_line(problem.routing(), shape.experts) << "; capacity " << problem.capacity() << "\n";
   std::cout << "plan: " << problem.plan().describe() << "\n";
-  const auto knobs = tuning_environment();
-  if (!knobs.empty()) {
-    std::cout << "measurement knobs:";
-    for (const auto& [name, value] : knobs) std::cout << " " << name << "=" << value;
-    std::cout << "\n";
-  }
+  print_tuning_knobs(std::cout);
   CheckReport report;
   if (o.check) {
     progress("[moe] checking against the CPU reference (reference::moe_gemm)...");
@@ -120,9 +115,7 @@ int run_moe(const MoeCommandOptions& o) {
     doc["routing"] = Json{{"rows", r.rows}, {"active_experts", r.active_experts}, {"max_rows_per_expert", r.max_rows},
                           {"capacity", problem.capacity()}};
     doc["plan"] = problem.plan().describe();
-    Json knob_json = Json::object();
-    for (const auto& [name, value] : knobs) knob_json[name] = value;
-    doc["tuning_environment"] = knob_json;
+    doc["tuning_environment"] = tuning_json();
     doc["flops"] = flops;
     doc["bytes"] = bytes;
     doc["time_us"] = stats_json(t);

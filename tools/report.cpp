@@ -111,6 +111,10 @@ void print_bench_header(std::ostream& os, const DeviceInfo& device, const Ceilin
                to_string(s.data.format), to_string(s.data.layout), to_string(s.data.out), to_string(s.backend),
                static_cast<unsigned long long>(s.data.seed), s.timing.iters, s.timing.warmup,
                flush_bytes / 1048576.0, settle_ms, peers ? "" : "; peers skipped");
+  print_tuning_knobs(os);
+}
+
+void print_tuning_knobs(std::ostream& os) {
   if (const auto knobs = tuning_environment(); !knobs.empty()) {
     os << "measurement knobs:";
     for (const auto& [name, value] : knobs) os << " " << name << "=" << value;
@@ -186,14 +190,11 @@ Json ceilings_json(const Ceilings& c) {
               {"copy_method", "cudaMemcpyAsync device-to-device, read+write bytes, median"}};
 }
 
-namespace {
-// The FP4GEMM_* knob variables that were set (s.tuning was read from them): {} in production.
 Json tuning_json() {
   Json j = Json::object();
   for (const auto& [name, value] : tuning_environment()) j[name] = value;
   return j;
 }
-}  // namespace
 
 Json settings_json(const RunSettings& s) {
   return Json{{"format", to_string(s.data.format)},

@@ -79,6 +79,10 @@ std::string time_line(const TimingStats& t, double flops, double bytes);
 Json device_json(const DeviceInfo& device);
 Json ceilings_json(const Ceilings& ceilings);
 Json settings_json(const RunSettings& settings);
+// The FP4GEMM_* knob variables that were set (the plans' Tuning was read from them): {} in
+// production; and the same as a "measurement knobs: NAME=value ..." line (nothing when none is set).
+Json tuning_json();
+void print_tuning_knobs(std::ostream& os);
 Json stats_json(const TimingStats& t);
 Json check_json(const CheckReport& c);
 Json case_json(const CaseResult& r);
