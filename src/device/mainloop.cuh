@@ -543,7 +543,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // 8 consecutive n per 4 tokens per warp instruction: 8 or 16 per thread and half): no shared
   // memory round trip and none of its named barriers, so a warpgroup goes on to its next piece at
   // once (PERF.md v37: (b)'s per-tile epilogues, ~2.4 k cycles each, and its barrier stalls).
-  constexpr bool kDirect = kRouted && N8 <= 4;
+  constexpr bool kDirect = kRouted && N8 <= 2;
   if constexpr (kDirect) {
 #pragma unroll
     for (int h = 0; h < H; ++h) {
