@@ -539,6 +539,25 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       return;
     }
   }
+  // The MoE kernel's 16- and 32-token tiles store straight from the accumulators (2-byte stores,
+  // 8 consecutive n per 4 tokens per warp instruction: 8 or 16 per thread and half): no shared
+  // memory round trip and none of its named barriers, so a warpgroup goes on to its next piece at
+  // once (PERF.md v37: (b)'s per-tile epilogues, ~2.4 k cycles each, and its barrier stalls).
+  constexpr bool kDirect = kRouted && N8 <= 2;
+  if constexpr (kDirect) {
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      const int n_wg = tile.row0 + h * 128 + st.cw * 64;
+      if (n_wg >= g.n) break;
+      switch (out_type) {
+        case OutType::f16: store_tile<__half, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
+        case OutType::bf16: store_tile<__nv_bfloat16, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
+        case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
+      }
+    }
+    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceEpilogue, clock64() - t_mark);)
+    return;
+  }
   std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
   const CUtensorMap* cmap = p.c_maps != nullptr && p.c_tma[tile.group] ? p.c_maps + 2 * tile.group : nullptr;
 #pragma unroll
