@@ -539,10 +539,11 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       return;
     }
   }
-  // The MoE kernel's 16- and 32-token tiles store straight from the accumulators (2-byte stores,
-  // 8 consecutive n per 4 tokens per warp instruction: 8 or 16 per thread and half): no shared
-  // memory round trip and none of its named barriers, so a warpgroup goes on to its next piece at
-  // once (PERF.md v37: (b)'s per-tile epilogues, ~2.4 k cycles each, and its barrier stalls).
+  // The MoE kernel's 16-token tiles store straight from the accumulators (2-byte stores, 8
+  // consecutive n for 4 tokens per warp instruction, 8 per thread and half): no shared-memory
+  // round trip and none of its named barriers, so the warpgroup goes on to its next piece at once.
+  // PERF.md v37 (H200): (a) -2.4 %, (c) -2.7 %, Qwen3 T 32 -5.9 %, its layer -4.8 %, (b) W4A4
+  // +0.6 %; the 32-token class too cost (b) W4A4 +1.9 %, so it keeps the staged stores.
   constexpr bool kDirect = kRouted && N8 <= 2;
   if constexpr (kDirect) {
 #pragma unroll
