@@ -19,7 +19,7 @@ constexpr const char* kKnobs[] = {
     "FP4GEMM_SPLIT_K",       "FP4GEMM_HANDOFF_COST",   "FP4GEMM_OWNER_COST",    "FP4GEMM_BALANCE_HANDOFFS", "FP4GEMM_SHARE_EPILOGUE",
     "FP4GEMM_TILE_TOKENS",   "FP4GEMM_NARROW_ROWS",    "FP4GEMM_MAX_CTAS",      "FP4GEMM_RING_KB",
     "FP4GEMM_TMA_STORE",     "FP4GEMM_CONVERT_SCALES", "FP4GEMM_PREPASS_INLINE", "FP4GEMM_META_PREFETCH",
-    "FP4GEMM_EARLY_WEIGHTS", "FP4GEMM_NO_PDL",        "FP4GEMM_MOE_SPLIT_GAIN"};
+    "FP4GEMM_EARLY_WEIGHTS", "FP4GEMM_NO_PDL",        "FP4GEMM_MOE_SPLIT_GAIN", "FP4GEMM_MOE_EARLY_KBLOCKS"};
 
 std::optional<std::string> variable(const char* name) {
   const char* v = std::getenv(name);
@@ -96,6 +96,7 @@ Tuning tuning_from_environment() {
   if (const auto no_pdl = bool_knob("FP4GEMM_NO_PDL")) t.pdl = !*no_pdl;
   cost_knob("FP4GEMM_MOE_SPLIT_GAIN", t.moe_split_gain16, t.moe_split_gain32);
   if (t.moe_split_gain16 && !t.moe_split_gain32) t.moe_split_gain32 = t.moe_split_gain16;  // (G16 alone: both)
+  t.moe_early_kblocks = int_knob("FP4GEMM_MOE_EARLY_KBLOCKS");
   return t;
 }
 

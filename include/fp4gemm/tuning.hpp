@@ -41,6 +41,10 @@ struct Tuning {
   // stream-K where that saves at least this many k-blocks per CTA (whole numbers 0..100000;
   // default 16 / 12, moe_tiles.hpp moe_split_min_gain). FP4GEMM_MOE_SPLIT_GAIN=G16[:G32]
   std::optional<double> moe_split_gain16, moe_split_gain32;
+  // MoE plans only: k-blocks of its first piece's weights each CTA issues before the CTA's barrier
+  // (the rest after it, through the ring); 0..64, clamped to the ring's stages (16 on Hopper);
+  // default: the whole ring. FP4GEMM_MOE_EARLY_KBLOCKS
+  std::optional<int> moe_early_kblocks;
 
   // ---- kernel resources, pre-pass and launch -------------------------------------------------
   // Cap on the ring of pipeline stages in KiB (>= 0; clamped to [two stages, all the shared

@@ -442,7 +442,7 @@ TEST(MoeStreamK, SplitLastRoundMatchesTheReference) {
 }
 
 // MoeOptions::tuning: the knobs an MoE plan reads change its schedule, never its result. Stream-K
-// off, forced 128- and 256-row narrow tiles and another cost model, on the routings of the test
+// off, forced 128- and 256-row narrow tiles, another cost model and 0 / 3 / 64 early weight k-blocks, on the routings of the test
 // above (a split last round when stream-K is on); GPU MODE data bit-exact, full range within the
 // bound.
 TEST(MoeTuning, KnobsChangeTheScheduleNotTheResult) {
@@ -460,6 +460,7 @@ TEST(MoeTuning, KnobsChangeTheScheduleNotTheResult) {
     o.tuning.narrow_rows = i == 0 ? 128 : 256;
     if (i == 1) o.tuning.narrow_fixed = 100.0, o.tuning.narrow_per_token = 10.0;
     if (i == 2) o.tuning.moe_split_gain16 = 0.0, o.tuning.moe_split_gain32 = 1000.0;  // (split any / no last round)
+    o.tuning.moe_early_kblocks = i == 0 ? 0 : i == 1 ? 3 : 64;  // (none before the barrier / an odd count / the ring)
     const MoeGemm plan(ws.weights(), o);
     ASSERT_EQ(plan.describe().find("no stream-K") != std::string::npos, i != 2) << plan.describe();
     ASSERT_NE(plan.describe().find(i == 0 ? "narrow tiles 128" : "narrow tiles 256"), std::string::npos)
@@ -843,6 +844,56 @@ TEST(MoeDeterminism, SameInputsSameBits) {
       unwritten += std::isnan(v);
     }
     EXPECT_EQ(unwritten, 0) << "run " << run;
+    if (run == 0)
+      first = cells;
+    else
+      EXPECT_TRUE(cells == first) << "run " << run << " differs bitwise from run 0";
+  }
+}
+
+// Determinism where a tile is split over CTAs: the 16-token class's partial last round runs
+// stream-K (checked: the plan splits), full-range values and FP32 output, so the partial sums'
+// order shows in the bits. Runs on one plan, two streams and a second plan are bitwise equal.
+TEST(MoeDeterminism, StreamKSplitSameBits) {
+  REQUIRE_FAST_KERNEL();
+  MoeConfig cfg =
+      base_config(Format::nvfp4, MoeActivation::fp4, MoeLayout::contiguous, true, 150, 256, 2048, 150 * 24, 4003);
+  cfg.values = Values::full;
+  cfg.out_type = OutType::f32;
+  cfg.num_tokens = 1000;
+  const MoeWeightSet ws(cfg);
+  const MoeBuffers buffers(ws);
+  MoeOptions o = ws.options();
+  o.tuning.moe_split_gain16 = 0.0, o.tuning.moe_split_gain32 = 0.0;  // (split any partial last round)
+  const MoeGemm plan(ws.weights(), o), plan2(ws.weights(), o);
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  // (150 one-tile experts of 32 k-blocks: a partial last round on any SM count below 150, split)
+  ASSERT_GT(detail::moe_sk_tiles(cfg.experts, cfg.k / 64, sms, 0), 0) << sms << " SMs";
+  std::mt19937_64 rng(cfg.seed);
+  std::vector<int> counts(cfg.experts);
+  for (int& c : counts) c = 1 + static_cast<int>(rng() % 16);  // (one 16-token tile per expert)
+  const MoeInputs in = make_inputs(ws, rng, routing_from_counts(cfg, rng, counts, 0, "1..16 rows each"));
+  ASSERT_TRUE(run_and_check(plan, ws, buffers, in));
+  const Stream s1, s2;
+  buffers.upload(in, s1);
+  std::vector<std::uint8_t> first;
+  for (int run = 0; run < 6; ++run) {
+    const Poison poison = run % 2 ? Poison::finite : Poison::nan;  // (a cell left unwritten differs between runs)
+    buffers.reset_c(poison, s1);
+    ASSERT_EQ(cudaStreamSynchronize(s1), cudaSuccess);
+    const cudaStream_t s = run % 2 ? s2 : s1;
+    (run < 4 ? plan : plan2).run(buffers.args(), s);
+    const std::vector<std::uint8_t> cells = owned_cells(ws, buffers, in.routing, buffers.download_c(s));
+    ASSERT_FALSE(cells.empty());
+    std::int64_t unwritten = 0;
+    for (std::size_t i = 0; i < cells.size(); i += 4) {
+      float v;
+      std::memcpy(&v, cells.data() + i, 4);
+      unwritten += std::isnan(v);
+    }
+    EXPECT_EQ(unwritten, 0) << "run " << run << " (" << to_string(poison) << " poison)";
     if (run == 0)
       first = cells;
     else

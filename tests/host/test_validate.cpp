@@ -165,6 +165,8 @@ TEST(Validate, TuningOutOfRange) {
   expect_tuning_error([](Tuning& t) { t.moe_split_gain16 = 0.5; }, "moe_split_gain16", "whole number");
   // (an MoE plan's knob: a pointer-array plan rejects it even in range)
   expect_tuning_error([](Tuning& t) { t.moe_split_gain32 = 12.0; }, "moe_split_gain32", "pointer-array plan does not read");
+  expect_tuning_error([](Tuning& t) { t.moe_early_kblocks = 65; }, "moe_early_kblocks", "0..64");
+  expect_tuning_error([](Tuning& t) { t.moe_early_kblocks = 4; }, "moe_early_kblocks", "pointer-array plan does not read");
   expect_tuning_error([](Tuning& t) { t.tile_tokens = 7; }, "tile_tokens", "8..256");
   expect_tuning_error([](Tuning& t) { t.tile_tokens = 257; }, "tile_tokens", "257");
   expect_tuning_error([](Tuning& t) { t.narrow_rows = 64; }, "narrow_rows", "128 or 256");

@@ -46,7 +46,7 @@ MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
     auto unread = [](const char* field) {
       fail(std::string("options.tuning.") + field,
            "an MoE plan does not read this knob (it reads split_k, narrow_rows, wide_fixed, wide_per_token, "
-           "narrow_fixed, narrow_per_token, moe_split_gain16 and moe_split_gain32)");
+           "narrow_fixed, narrow_per_token, moe_split_gain16, moe_split_gain32 and moe_early_kblocks)");
     };
     if (t.epilogue_cost) unread("epilogue_cost");
     if (t.class_round) unread("class_round");

@@ -374,7 +374,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   // (Fixed per plan: the kernel's ring addresses derive from it as a constant, v16.)
   const std::int64_t reachable = o.layout == MoeLayout::contiguous ? std::min(w.experts, o.capacity) : w.experts;
   pr.narrow_rows = tuning.narrow_rows.value_or(2 * reachable * ((krows + 255) / 256) > num_ctas ? 256 : 128);
-  pr.early_kblocks = KC::kMaxStages;
+  pr.early_kblocks = tuning.moe_early_kblocks.value_or(KC::kMaxStages);  // (the kernel clamps it to its stages)
   pr.layout = ScaleLayout::blocked;
   const std::size_t fixed = 2 * KC::kMaxStages * sizeof(std::uint64_t) + KC::kEpiBytes + 2048;
   if (p.device.smem_per_block_optin < fixed + 2 * KC::kStageBytes)
