@@ -17,7 +17,8 @@ DataSettings up_settings(DataSettings s) {
 void check_dual_backend(Backend backend) {
   if (backend == Backend::reference)
     throw Error("--backend", -1,
-                "the dual GEMM runs on the fast kernel only (its host reference is fp4gemm dual --check)");
+                "the CLI's dual GEMM runs on the fast kernel only (--check compares it with the host reference; the "
+                "library's Backend::reference runs the GPU reference's dual GEMM)");
 }
 
 DualProblem::DualProblem(const ProblemShape& shape, const DataSettings& data, bool full_values, Epilogue epilogue,

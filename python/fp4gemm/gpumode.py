@@ -120,7 +120,8 @@ _dual_plans: dict = {}
 
 def _dual_plan(data):
     a, b1, b2, _sfa, _sfb1, _sfb2, pa, pb1, pb2, c = data
-    key = (a.data_ptr(), b1.data_ptr(), b2.data_ptr(), pa.data_ptr(), pb1.data_ptr(), pb2.data_ptr(),
+    # (the default backend too: a plan is built for the one in force then)
+    key = (_C.get_default_backend(), a.data_ptr(), b1.data_ptr(), b2.data_ptr(), pa.data_ptr(), pb1.data_ptr(), pb2.data_ptr(),
            c.data_ptr(), tuple(a.shape), tuple(b1.shape), tuple(c.shape), tuple(a.stride()), tuple(b1.stride()),
            tuple(pa.stride()), tuple(pb1.stride()), tuple(c.stride()))
     plan = _dual_plans.get(key)

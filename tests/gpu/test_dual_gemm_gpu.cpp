@@ -44,6 +44,7 @@ struct DualCase {
   std::vector<int> m, n, k;  // per group
   bool up_below = false, alpha_device = false, rescale = false;
   bool share = true;  // Tuning::share_epilogue
+  Backend backend = Backend::automatic;  // reference: the GPU reference kernel's dual GEMM
   bool check = true;  // false: only run (the caller compares the output with a checked run's)
   std::optional<bool> split_k;
   std::optional<int> max_ctas;
@@ -56,7 +57,7 @@ struct DualCase {
     os << (up_below ? ", b_up below b" : "") << (alpha_device ? ", device alphas" : "")
        << (rescale ? ", rescale_each_run" : "") << (split_k ? (*split_k ? ", stream-K forced" : ", whole tiles") : "")
        << (max_ctas ? ", max_ctas " + std::to_string(*max_ctas) : "") << (share ? "" : ", epilogue not shared")
-       << ", seed " << seed;
+       << (backend == Backend::reference ? ", reference backend" : "") << ", seed " << seed;
     return os.str();
   }
 };
@@ -155,6 +156,7 @@ std::vector<std::uint8_t> in_layout(ScaleLayout layout, const std::vector<std::u
   Options o;
   o.format = c.format, o.scale_layout = c.layout, o.out_type = c.out, o.epilogue = c.epilogue;
   o.rescale_each_run = c.rescale;
+  o.backend = c.backend;
   o.tuning.split_k = c.split_k, o.tuning.max_ctas = c.max_ctas, o.tuning.share_epilogue = c.share;
   const Plan plan(groups, o);
   if (plan_text) *plan_text = plan.describe();
@@ -308,6 +310,23 @@ TEST_P(DualGemm, RandomCasesMatchTheReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Seeds, DualGemm, ::testing::Range(0, 48));
 
+// The GPU reference kernel's dual GEMM (Backend::reference; any GPU): the same random cases
+// (formats, layouts, activations, output types, device alphas, b_up below b, empty groups,
+// rescaled weights) against the host reference -- bit-exact on GPU MODE data (its FP32 sums are
+// exact and its activation is the fast kernel's FP32 formula), within the FP32 bound on full-range
+// data. The fast kernel's tuning knobs do not apply to it.
+class DualGemmReference : public ::testing::TestWithParam<int> {};
+
+TEST_P(DualGemmReference, RandomCasesMatchTheHostReference) {
+  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  DualCase c = random_dual_case(static_cast<std::uint64_t>(GetParam()) + 1000);
+  c.backend = Backend::reference;
+  c.split_k.reset(), c.max_ctas.reset(), c.share = true;
+  SCOPED_TRACE(c.describe());
+  EXPECT_TRUE(run_dual_case(c));
+}
+INSTANTIATE_TEST_SUITE_P(Seeds, DualGemmReference, ::testing::Range(0, 24));
+
 // Split tiles whose epilogue the owner and the writer share (v20) give the bits of the owner
 // finishing them alone (the sum o + w either way), on GPU MODE and full-range data, both
 // activations, every output type; the plans must actually share (their description counts the
@@ -350,6 +369,22 @@ TEST(DualGemmShapes, GpuModeBenchmarkShapes) {
   }
 }
 
+// GPU MODE's 256 x 3072 x 4096 on both backends: each bit-exact against the host reference, and
+// the two outputs byte for byte the same.
+TEST(DualGemmReference, GpuModeShapeSameBytesAsTheFastKernel) {
+  if (!fast_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the fast dual GEMM needs H100/H200";
+  for (const Epilogue e : {Epilogue::silu, Epilogue::swigluoai}) {
+    DualCase c;
+    c.layout = ScaleLayout::blocked, c.out = OutType::f16, c.seed = 600 + static_cast<int>(e), c.epilogue = e;
+    c.m = {256}, c.n = {3072}, c.k = {4096};
+    std::vector<std::uint8_t> fast, ref;
+    EXPECT_TRUE(run_dual_case(c, &fast));
+    c.backend = Backend::reference;
+    EXPECT_TRUE(run_dual_case(c, &ref));
+    EXPECT_TRUE(!fast.empty() && fast == ref) << c.describe();
+  }
+}
+
 TEST(DualGemmArgs, BadArgumentsNamed) {
   if (!fast_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the dual GEMM needs H100/H200";
   const int m = 16, n = 64, k = 128;
@@ -376,9 +411,9 @@ TEST(DualGemmArgs, BadArgumentsNamed) {
   { GroupDesc g = d; g.alpha_up = NAN; expect_named(g, o, "groups[0].alpha_up"); }
   { GroupDesc g = d; g.c = buf.get() + 16384; expect_named(g, o, "groups[0].c"); }  // C over B_up
   { Options p = o; p.swiglu_limit = 0; expect_named(d, p, "options.swiglu_limit"); }
-  { Options p = o; p.backend = Backend::reference; expect_named(d, p, "options.backend"); }
   { alignas(16) static std::uint8_t host[64]; GroupDesc g = d; g.sfb_up = host; expect_named(g, o, "groups[0].sfb_up"); }
   EXPECT_NO_THROW(Plan(std::span<const GroupDesc>(&d, 1), o));
+  { Options p = o; p.backend = Backend::reference; EXPECT_NO_THROW(Plan(std::span<const GroupDesc>(&d, 1), p)); }
 }
 
 }  // namespace

@@ -412,6 +412,22 @@ std::vector<LayerCase> layer_cases() {
       c.ids_int64 = v == 1, c.weights_bf16 = v == 3, c.padded = v >= 2, c.alphas = v != 1;
       cases.push_back(c);
     }
+  // top-k 3, 5, 6 and 7 (the cases above have 1, 2, 4 and 8: every k of 1..8), W4A4 of both formats.
+  for (const int k : {3, 5, 6, 7}) {
+    LayerCase c;
+    c.format = k % 2 ? Format::nvfp4 : Format::mxfp4, c.act = MoeActivation::fp4, c.seed = seed++;
+    c.activation = k == 5 ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
+    c.gate_up = k == 5 ? GateUpLayout::interleaved : GateUpLayout::stacked;
+    c.experts = 4 * k, c.topk = k, c.hidden = 256, c.inter = 64 * (k % 3 + 1), c.max_tokens = 40;
+    c.padded = k == 6;
+    cases.push_back(c);
+  }
+  // T up to 16384 (the plans and workspace sized for 16384 x top-2 rows; the sizes run are 1, 3,
+  // 16384, 8193 and 17), W4A16 so that the W4A4-only tests below need not run it.
+  LayerCase big;
+  big.format = Format::mxfp4, big.act = MoeActivation::bf16, big.seed = seed++;
+  big.experts = 32, big.topk = 2, big.hidden = 128, big.inter = 64, big.max_tokens = 16384;
+  cases.push_back(big);
   return cases;
 }
 

@@ -41,6 +41,26 @@ def test_small_batched_bit_exact():
         assert np.array_equal(got.view(np.uint16), _host_glu(data, i).view(np.uint16)), i
 
 
+def test_reference_backend_same_bytes():
+    """The GPU reference kernel's dual GEMM (backend 'reference'): the same bytes as the fast kernel
+    and the host reference on GPU MODE values; the drop-in's plan cache keys on the backend."""
+    import fp4gemm
+
+    data = gpumode.dual_generate_input(96, 512, 1024, l=2, seed=7)
+    fast = gpumode.dual_gemm_custom_kernel(data).clone()
+    before = fp4gemm.get_default_backend()
+    try:
+        fp4gemm.set_default_backend("reference")
+        data[-1].fill_(float("nan"))
+        ref = gpumode.dual_gemm_custom_kernel(data)
+        torch.cuda.synchronize()
+    finally:
+        fp4gemm.set_default_backend(before)
+    assert torch.equal(fast.view(torch.int16), ref.view(torch.int16))
+    for i in range(2):
+        assert np.array_equal(ref[:, :, i].cpu().numpy().view(np.uint16), _host_glu(data, i).view(np.uint16)), i
+
+
 def test_benchmark_shape_within_gpumode_rule_and_refilled_inputs():
     data = gpumode.dual_generate_input(256, 3072, 4096, l=1, seed=4)
     for seed in (4, 5):

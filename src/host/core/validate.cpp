@@ -183,10 +183,6 @@ void validate_options(const Options& options) {
     throw Error("options.epilogue", -1, "unknown epilogue value " + std::to_string(epilogue) +
                                             " (expected none, silu or swigluoai)");
   if (options.epilogue != Epilogue::none) {
-    if (options.backend == Backend::reference)
-      throw Error("options.backend", -1, "the reference backend computes plain GEMMs; a dual GEMM (epilogue " +
-                                             std::string(to_string(options.epilogue)) +
-                                             ") runs on the fast kernel (its host reference: reference::dual_gemm)");
     if (!std::isfinite(options.swiglu_alpha))
       throw Error("options.swiglu_alpha", -1, "swiglu_alpha must be finite (got " + std::to_string(options.swiglu_alpha) + ")");
     if (!(options.swiglu_limit > 0))
