@@ -327,7 +327,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if any(c < 1 or c > len(moe_bench.suite()) for c in moe_cases):
             ap.error(f"--moe-cases: each case must be in 1..{len(moe_bench.suite())}")
         fmt = "mxfp4" if args.act == "bf16" else args.act
-        result["moe"] = moe_bench.run(moe_cases, args.act, fmt, args.reps, args.steps, not args.no_peers)
+        result["moe_ceilings"] = moe_bench.ceilings()
+        result["moe"] = moe_bench.run(moe_cases, args.act, fmt, args.reps, args.steps, not args.no_peers,
+                                      ceil=result["moe_ceilings"])
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(result, fh, indent=2, default=str)

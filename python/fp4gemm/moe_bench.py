@@ -15,7 +15,10 @@ top-k routing:
     per step over back-to-back steps, nothing synchronised in between. Eager ("dyn": Python and
     launch overheads included) and as a CUDA graph captured once and replayed with a new routing
     copied into its input each step ("graph": how vLLM/SGLang run decode).
-The C++ tool's `fp4gemm bench --suite moe` times fp4gemm alone with the measured floors.
+  * floors, measured at the start of the same run (torch.mm bf16 8192^3, a 1 GiB device copy): per
+    case max(FLOPs / bf16 rate, bytes / copy bandwidth), bytes as the CLI counts them (the active
+    experts' weights and scales, the activations once, the output), and fp4gemm's fraction of it.
+The C++ tool's `fp4gemm bench --suite moe` times fp4gemm with the same floors (cuBLAS, cudaMemcpy).
 """
 
 from __future__ import annotations
@@ -110,8 +113,36 @@ def _graph_us_per_step(step: Callable[[torch.Tensor], None], pool: Sequence[torc
         del graph
 
 
+def ceilings(reps: int = 10) -> dict:
+    """The floors' rates, measured now as the CLI does: torch.mm bf16 8192^3 (cuBLAS) in TFLOP/s, and
+    a device-to-device copy of 1 GiB in TB/s (read + write bytes); medians of `reps`."""
+    flush = torch_utils.l2_flush_buffer()
+    x = torch.randn(8192, 8192, device=_DEVICE).to(torch.bfloat16)
+    y = torch.randn(8192, 8192, device=_DEVICE).to(torch.bfloat16)
+    mm_us = statistics.median(_events_us(lambda: torch.mm(x, y), reps, flush))
+    del x, y
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=_DEVICE)
+    dst = torch.empty_like(src)
+    copy_us = statistics.median(_events_us(lambda: dst.copy_(src), reps, flush))
+    del src, dst
+    torch.cuda.empty_cache()
+    return {"bf16_tflops": 2 * 8192.0 ** 3 / mm_us / 1e6, "bf16_method": "torch.mm bf16 8192^3, median",
+            "copy_tbps": 2.0 * (1 << 30) / copy_us / 1e6, "copy_method": "1 GiB device-to-device copy_, read+write"}
+
+
+def _floor_us(c: dict, act: str, fmt: str, ids: torch.Tensor, ceil: dict) -> float:
+    """max(FLOPs / bf16 rate, bytes / copy bandwidth), bytes as the CLI counts them: the active
+    experts' weights and scales, the activations (each token once) and the output."""
+    e, n, k, t, topk = c["experts"], c["n"], c["kdim"], c["tokens"], c["topk"]
+    vec = 16 if fmt == "nvfp4" else 32
+    active = int(torch.unique(ids).numel())
+    a_bytes = t * k * 2 if act == "bf16" else t * (k // 2 + k // vec)
+    bytes_ = active * n * (k // 2 + k // vec) + a_bytes + t * topk * n * 2
+    return max(2.0 * t * topk * n * k / (ceil["bf16_tflops"] * 1e6), bytes_ / (ceil["copy_tbps"] * 1e6))
+
+
 def bench_case(c: dict, act: str, fmt: str, reps: int, steps: int, peers: bool, flush: torch.Tensor,
-               seed: int = 1111) -> dict:
+               seed: int = 1111, ceil: Optional[dict] = None) -> dict:
     gen = torch.Generator(device=_DEVICE).manual_seed(seed)
     e, n, k, t, topk = c["experts"], c["n"], c["kdim"], c["tokens"], c["topk"]
     vec = 16 if fmt == "nvfp4" else 32
@@ -131,6 +162,9 @@ def bench_case(c: dict, act: str, fmt: str, reps: int, steps: int, peers: bool, 
     us = _events_us(run, reps, flush)
     row["fp4gemm_us"] = statistics.median(us)
     row["fp4gemm_tflops"] = 2 * t * topk * n * k / row["fp4gemm_us"] / 1e6
+    if ceil is not None:
+        row["floor_us"] = _floor_us(c, act, fmt, pool[0], ceil)
+        row["fraction_of_floor"] = row["floor_us"] / row["fp4gemm_us"]
 
     def dyn_fp4gemm(s):
         off, gat, _ = moe.align_routing(pool[s % len(pool)], e)
@@ -241,18 +275,23 @@ def _peer_pointer_array(a, sa, w, ws_lin, fmt, offsets, gather, reps, flush) -> 
         return {"pointer_array_status": f"n/a: {type(ex).__name__}: {str(ex).splitlines()[0][:160]}"}
 
 
-def run(cases: Optional[Sequence[int]], act: str, fmt: str, reps: int, steps: int, peers: bool) -> List[dict]:
+def run(cases: Optional[Sequence[int]], act: str, fmt: str, reps: int, steps: int, peers: bool,
+        ceil: Optional[dict] = None) -> List[dict]:
     all_cases = suite()
     picked = [all_cases[i - 1] for i in cases] if cases else all_cases
+    if ceil is None:
+        ceil = ceilings()
+    print(f"ceilings, measured now: bf16 {ceil['bf16_tflops']:.1f} TFLOP/s ({ceil['bf16_method']}); "
+          f"copy {ceil['copy_tbps']:.3f} TB/s ({ceil['copy_method']})")
     flush = torch_utils.l2_flush_buffer()
     rows = []
     print(f"\nMoE suite: {'W4A16 (bf16 x mxfp4)' if act == 'bf16' else f'W4A4 {fmt}'}, uniform top-k routing, "
           f"median of {reps} reps (L2 flushed), dynamic loop {steps} steps; us")
     print(f"{'model gemm':<24} {'T':>6} {'rows':>7} {'fp4gemm':>10} {'TFLOP/s':>8} {'_grouped_mm':>12} "
           f"{'speed-up':>8} {'dyn fp4gemm':>12} {'dyn torch':>10} {'graph fp4gemm':>14} {'graph torch':>12} "
-          f"{'fp8 scaled':>10} {'ptr-array':>10}")
+          f"{'fp8 scaled':>10} {'ptr-array':>10} {'floor':>8} {'of floor':>8}")
     for c in picked:
-        r = bench_case(c, act, fmt, reps, steps, peers, flush)
+        r = bench_case(c, act, fmt, reps, steps, peers, flush, ceil=ceil)
         rows.append(r)
         gm = r.get("grouped_mm_us")
         gm_text = f"{gm:12.1f}" if gm is not None else f"{'n/a':>12}"
@@ -264,7 +303,8 @@ def run(cases: Optional[Sequence[int]], act: str, fmt: str, reps: int, steps: in
         print(f"{c['model'] + ' ' + c['gemm']:<24} {c['tokens']:>6} {r['rows']:>7} {r['fp4gemm_us']:10.1f} "
               f"{r['fp4gemm_tflops']:8.1f} {gm_text} {sp} {r['fp4gemm_dynamic_us_per_step']:12.1f} {dt_text} "
               f"{r['fp4gemm_graph_us_per_step']:14.1f} {gt_text} "
-              f"{_num(r.get('scaled_grouped_mm_fp8_us'), 10)} {_num(r.get('pointer_array_us'), 10)}"
+              f"{_num(r.get('scaled_grouped_mm_fp8_us'), 10)} {_num(r.get('pointer_array_us'), 10)} "
+              f"{r['floor_us']:8.1f} {r['fraction_of_floor']:8.2f}"
               + ("" if r.get("grouped_mm_agrees", True) else "  ! peer disagrees"))
         if peers and r["grouped_mm_status"] != "ok":
             print(f"  _grouped_mm: {r['grouped_mm_status']}")
