@@ -107,7 +107,8 @@ struct Options {
   Backend backend = Backend::automatic;
   int device = -1;  // -1: the current device
   // Dual GEMM (GroupDesc::b_up): the gated activation; swigluoai's constants (gpt-oss's values;
-  // limit > 0). The fast kernel only.
+  // limit > 0). Both backends: the fast kernel, and Backend::reference (the GPU reference kernel:
+  // both products in FP32 in K order, the same FP32 activation).
   Epilogue epilogue = Epilogue::none;
   float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
   // Dual GEMMs read the weight scales from a copy with gate and up rows paired, made at plan time
