@@ -6,29 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "cli_run.hpp"
 #include "fp4gemm/fp4gemm.hpp"
 
 namespace {
 
-struct CliResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using fp4gemm::test::CliResult;
 
 const std::string kCliPath = FP4GEMM_CLI_PATH;
 
-// `env` ("NAME=value ..."): environment variables for this run only.
 CliResult run_cli(const std::string& args, const std::string& env = "") {
-  const std::string command = (env.empty() ? "" : "env " + env + " ") + "'" + kCliPath + "' " + args + " 2>&1";
-  CliResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return fp4gemm::test::run_cli_at(kCliPath, args, env);
 }
 
 int count_lines(const std::string& text) {

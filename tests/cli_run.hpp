@@ -1,0 +1,31 @@
+// Runs the built fp4gemm CLI (FP4GEMM_CLI_PATH) and collects its exit code and output: shared by the
+// host tier's argument tests (host/test_cli.cpp) and the GPU tier's --check tests (gpu/test_cli_gpu.cpp).
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace fp4gemm::test {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// `env` ("NAME=value ..."): environment variables for this run only.
+inline CliResult run_cli_at(const std::string& cli, const std::string& args, const std::string& env = "") {
+  const std::string command = (env.empty() ? "" : "env " + env + " ") + "'" + cli + "' " + args + " 2>&1";
+  CliResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace fp4gemm::test
