@@ -115,15 +115,12 @@ int run_dual(const DualCommandOptions& o) {
   const Ceilings ceilings = measure_ceilings(stream.get());
   const L2Flusher flusher(device.l2_bytes);
   const TimingStats t = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { plan.run(st); });
-#ifdef FP4GEMM_TRACE  // diagnostic build: the fused kernel's last launch, per-CTA cycle counters
+  // a trace build's per-CTA cycle counters of the fused kernel's last launch ("" otherwise)
   const std::string trace = detail::sm90::trace_report(s.data.format);
-#endif
   const TimingStats tu = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { problem.run_plain(st); });
   const double floor_us = plan.flops() / (ceilings.bf16_tflops * 1e12) * 1e6;
   std::cout << time_line(t, plan.flops(), plan.min_bytes()) << "\n";
-#ifdef FP4GEMM_TRACE
   std::cout << trace;
-#endif
   std::cout << "bf16 floor " << floor_us << " us (cuBLAS bf16 " << ceilings.bf16_tflops << " TFLOP/s in this run): "
             << floor_us / t.median_us << " of the floor\n";
   std::cout << "unfused (two plain fp4gemm GEMMs, no elementwise kernel): " << tu.median_us << " us, fused is "

@@ -6,9 +6,7 @@
 #include "moe_problem.hpp"
 #include "report.hpp"
 #include "tuning_env.hpp"
-#ifdef FP4GEMM_TRACE
-#include "kernels/sm90/fused_grouped_gemm.hpp"
-#endif
+#include "kernels/sm90/fused_grouped_gemm.hpp"  // trace_report
 
 namespace fp4gemm::cli {
 
@@ -89,9 +87,7 @@ int run_moe(const MoeCommandOptions& o) {
   const TimingStats t = time_region(stream.get(), &flusher, timing, [&](cudaStream_t st) { problem.run(st); });
   const double flops = problem.flops(), bytes = problem.bytes();
   std::cout << time_line(t, flops, bytes) << "\n";
-#ifdef FP4GEMM_TRACE  // diagnostic build: the last timed launch's per-CTA cycle counters
-  std::cout << detail::sm90::trace_report(s.format);
-#endif
+  std::cout << detail::sm90::trace_report(s.format);  // a trace build's per-CTA cycle counters ("" otherwise)
   double dynamic_us = 0;
   if (o.dynamic) {
     dynamic_us = problem.dynamic_us_per_step(o.iters, stream.get());

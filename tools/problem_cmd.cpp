@@ -4,9 +4,7 @@
 #include "check.hpp"
 #include "cli.hpp"
 #include "report.hpp"
-#ifdef FP4GEMM_TRACE
-#include "kernels/sm90/fused_grouped_gemm.hpp"
-#endif
+#include "kernels/sm90/fused_grouped_gemm.hpp"  // trace_report
 
 namespace fp4gemm::cli {
 
@@ -62,9 +60,7 @@ int run_problem(const char* command, const ProblemShape& shape, const RunSetting
   const L2Flusher flusher(device.l2_bytes);
   const TimingStats t = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { plan.plan->run(st); });
   std::cout << time_line(t, plan.plan->flops(), plan.plan->min_bytes()) << "\n";
-#ifdef FP4GEMM_TRACE  // diagnostic build: the last timed launch's per-CTA cycle counters
-  std::cout << detail::sm90::trace_report(s.data.format);
-#endif
+  std::cout << detail::sm90::trace_report(s.data.format);  // a trace build's per-CTA cycle counters ("" otherwise)
   if (!s.json_path.empty()) {
     Json doc = problem_json(command, shape, device, s, plan, t);
     doc["check"] = check ? check_json(report) : Json();

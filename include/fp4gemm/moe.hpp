@@ -163,6 +163,7 @@ class MoeGemm {
   void check(cudaStream_t stream = nullptr) const;
 
   std::string describe() const;
+  const char* kernel_name() const;  // the registry's MoE kernel behind the plan ("sm90_fused_swapab_moe")
   const MoeOptions& options() const;
   int experts() const;
   int n() const;

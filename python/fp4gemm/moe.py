@@ -134,6 +134,8 @@ class MoeGemm:
     def __repr__(self) -> str:
         return f"fp4gemm.moe.MoeGemm({self.describe()})"
 
+    kernel_name = property(lambda self: self._plan.kernel_name,
+                           doc="The registry's MoE kernel behind the plan (``cpu_reference`` on host arrays).")
     experts = property(lambda self: self._plan.experts)
     n = property(lambda self: self._plan.n)
     k = property(lambda self: self._plan.k)

@@ -146,6 +146,7 @@ NB_MODULE(_fp4gemm, m) {
            "Synchronise `stream`, then raise ArgumentError naming expert_offsets / expert_counts / gather_index if a "
            "run since the last check saw bad routing data.")
       .def("describe", &MoeGemmObject::describe)
+      .def_prop_ro("kernel_name", &MoeGemmObject::kernel_name)
       .def_prop_ro("experts", [](const MoeGemmObject& g) { return g.weights().experts; })
       .def_prop_ro("n", [](const MoeGemmObject& g) { return g.weights().n; })
       .def_prop_ro("k", [](const MoeGemmObject& g) { return g.weights().k; })

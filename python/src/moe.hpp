@@ -79,6 +79,7 @@ class MoeGemmObject {
            nb::handle gather_index, nb::handle out, nb::handle stream, int threads);
   void check(nb::handle stream) const;
   std::string describe() const;
+  std::string kernel_name() const { return plan_ ? plan_->kernel_name() : "cpu_reference"; }
   const MoeOptions& options() const { return options_; }
   const MoeWeights& weights() const { return weights_.weights; }
   int rows() const;

@@ -18,6 +18,7 @@
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/wgmma_rs.cuh"
 #include "device/trace.cuh"
+#include "formats/scale_layout.hpp"
 
 namespace fp4gemm::detail::sm90 {
 
@@ -103,8 +104,7 @@ struct ConsumerState {
   int stages, act_stage_bytes;  // the CTA's ring geometry
   int stage = 0;
   std::uint32_t phase = 0;
-  FP4GEMM_TRACE_DO(unsigned long long* trace = nullptr;  // shared-memory row of the recording thread, else null
-                   long long c_entry = 0;)              // clock64 at kernel entry
+  Trace::Row trace;  // the recording thread's counters (TraceOff: empty)
 };
 
 // Keeps the compiler from moving accumulator reads/writes across wgmma fences, for every half.
@@ -152,7 +152,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // (r % 32 is < 24 for every consumer row r). NVFP4: this thread's column is 4 kb + t, so c % 4 =
   // t; MXFP4 (one atom spans two k-blocks): 2 kb + t / 2, so c % 4 = 2 (kb % 2) + t / 2.
   const int tcol = F == Format::nvfp4 ? t : t / 2;  // scale column of this thread within the k-block
-  const int s_off = (st.row_in_tile % 32) * 16 + (st.row_in_tile / 32) * 4 + tcol;
+  const int s_off = formats::detail::blocked_atom_offset(st.row_in_tile, tcol);
   // Columns past K read as scale 0 (the padding of a user's blocked buffer may hold anything,
   // NaN codes included): k-block kb has this thread's column iff kb * kColsPerKb < col_end.
   const int col_end = cols - tcol;
@@ -245,15 +245,12 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     issue_wgmmas(kb, st.stage, h0, h1, buf);
     ptx::wgmma_commit();
   };
-  FP4GEMM_TRACE_DO(const long long t_piece = clock64();)
+  const Trace::Stamp t_piece = st.trace.now();
   auto wait_stage = [&](int stage, std::uint32_t phase) {
-    FP4GEMM_TRACE_DO(const long long t0 = clock64();)
+    const Trace::Stamp t0 = st.trace.now();
     ptx::mbarrier_wait(&full[stage], phase);
-    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceBarrier, clock64() - t0);
-                     if (st.trace && st.trace[kTraceFirstNs] == 0) {
-                       st.trace[kTraceFirstNs] = globaltimer();
-                       st.trace[kTraceCyclesFirst] = clock64() - st.c_entry;
-                     })
+    st.trace.add_since(kTraceBarrier, t0);
+    st.trace.first_full();
   };
   auto wait_full = [&] { wait_stage(st.stage, st.phase); };
   auto next_stage = [&] {
@@ -414,10 +411,11 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     const std::uint32_t bad = bad_code[0] | (H == 2 && tile.row0 + 128 < g.n ? bad_code[H - 1] : 0u);
     if (bad >> 31) moe_report(p.moe.error, kMoeBadScaleCode, tile.group, -1);
   }
-  FP4GEMM_TRACE_DO(long long t_mark = clock64(); FP4GEMM_TRACE_ADD(st.trace, kTraceMainloop, t_mark - t_piece);
-                   FP4GEMM_TRACE_ADD(st.trace, kTraceKblocks, piece.kb_end - piece.kb_begin);
-                   FP4GEMM_TRACE_ADD(st.trace, kTracePieces, 1);
-                   FP4GEMM_TRACE_ADD(st.trace, kTraceTokenKblocks, (piece.kb_end - piece.kb_begin) * 8 * N8 * H);)
+  Trace::Stamp t_mark = st.trace.now();
+  st.trace.add_between(kTraceMainloop, t_piece, t_mark);
+  st.trace.add(kTraceKblocks, piece.kb_end - piece.kb_begin);
+  st.trace.add(kTracePieces, 1);
+  st.trace.add(kTraceTokenKblocks, (piece.kb_end - piece.kb_begin) * 8 * N8 * H);
 
   // ---- split-K hand-off (see device/schedule.hpp) ----
   // Partials: accumulators 4i..4i+3 of half h as one float4 at [(h * kAcc / 4 + i)][thread], so a
@@ -466,7 +464,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   if (piece.slot >= 0) {  // a writer: its partial (a sharing one: of the others' units)
     publish(slot_of(piece.slot), [&](int h, int i) { return !shared || !own(h, i); });
     if (!shared) {
-      FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceHandoff, clock64() - t_mark);)
+      st.trace.add_since(kTraceHandoff, t_mark);
       return;
     }
   } else if (shared) {  // a sharing owner: its partial of the writers' units
@@ -501,7 +499,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       }
     }
   }
-  FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceHandoff, clock64() - t_mark); t_mark = clock64();)
+  st.trace.add_since(kTraceHandoff, t_mark);
+  t_mark = st.trace.now();
 
   // ---- epilogue: C[m][n] = alpha * acc (transposed back from the swap-AB tile) ----
   float mul = g.alpha_device ? *g.alpha_device : g.alpha;
@@ -535,7 +534,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
         }
       }
-      FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceEpilogue, clock64() - t_mark);)
+      st.trace.add_since(kTraceEpilogue, t_mark);
       return;
     }
   }
@@ -556,7 +555,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
       }
     }
-    FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceEpilogue, clock64() - t_mark);)
+    st.trace.add_since(kTraceEpilogue, t_mark);
     return;
   }
   std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
@@ -571,7 +570,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
     }
   }
-  FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(st.trace, kTraceEpilogue, clock64() - t_mark);)
+  st.trace.add_since(kTraceEpilogue, t_mark);
 }
 
 }  // namespace fp4gemm::detail::sm90

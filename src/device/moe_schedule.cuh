@@ -18,6 +18,7 @@
 #include "device/prepass.cuh"
 #include "device/moe_tiles.hpp"
 #include "device/schedule.hpp"
+#include "device/trace.cuh"
 
 namespace fp4gemm::detail::sm90 {
 
@@ -58,7 +59,6 @@ struct MoeScheduleScratch {
   int total_tiles;
   int begin, end, n16, rank, ctas;  // this CTA's result: its whole tiles' slots, class, and rank among the class's CTAs
   int stream_k;                     // the class's tiles that run stream-K (moe_sk_tiles: the bucket's last ones)
-  FP4GEMM_TRACE_DO(long long t_step[4];)  // trace build: clock64 after each step (thread 0)
 };
 
 // Inclusive sums over the warp's lanes of each of the N values (lane l ends with the sum of lanes
@@ -120,7 +120,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     s.experts[e] = moe_expert_tiles(base, bad ? 0 : rows, a.n, a.narrow_rows);
   }
   const bool any_bad = __syncthreads_or(bad);  // then nothing runs; C stays untouched
-  FP4GEMM_TRACE_DO(if (tid == 0) s.t_step[0] = clock64();)
+  Trace::schedule_step(0);
   // CTAs interleave over their class's bucket (below): CTA k runs tiles k, k + n, ..., so the CTAs
   // running at once share a token tile's activations and an expert's weights in L2. v16 did so
   // only for prefill (an expert with more than one token tile) and gave decode-like runs
@@ -153,7 +153,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     if (lane < kClasses) s.warp_tiles[warp][lane] = mine;
   }
   __syncthreads();
-  FP4GEMM_TRACE_DO(if (tid == 0) s.t_step[1] = clock64();)
+  Trace::schedule_step(1);
 
   // 3. CTAs per class (moe_tiles.hpp, moe_class_ctas is the host's copy of this step): one class
   //    present takes every CTA it can use; more search the smallest makespan the run's CTAs can
@@ -235,7 +235,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
     }
   }
   __syncthreads();
-  FP4GEMM_TRACE_DO(if (tid == 0) s.t_step[2] = clock64();)
+  Trace::schedule_step(2);
   const int n16 = s.n16, c = n16 - 1, rank = s.rank, ctas = s.ctas;
 
   // 3b. The exclusive prefix of class c's tile counts over the experts (tile_at's search): chunks
@@ -321,7 +321,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
                               a.weight_maps + kMoeMapsPerExpert * tile.group, a.scales + tile.group * a.scale_stride, nullptr);
   }
   __syncthreads();  // the records above are read by this CTA's producers and consumers
-  FP4GEMM_TRACE_DO(if (tid == 0) s.t_step[3] = clock64();)
+  Trace::schedule_step(3);
   begin_out = first, end_out = first + sk_count + (end - begin), n16_out = n16;
 }
 

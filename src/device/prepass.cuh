@@ -14,6 +14,7 @@
 #include "device/dequant.cuh"
 #include "device/group_params.hpp"
 #include "device/ptx/ptx.cuh"
+#include "device/moe_error.hpp"
 #include "device/trace.cuh"
 #include "formats/scale_layout.hpp"
 #include "fp4gemm/fp4gemm.hpp"
@@ -71,16 +72,7 @@ static_assert(sizeof(PrepassArgs) <= 4096, "kernel parameters beyond 4 KB");
 // rows or of bf16 rows (W4A16: the pre-pass only reorders them into wgmma K order).
 enum class PrepassSource { grouped_fp4, routed_fp4, routed_bf16 };
 
-// The device error word of an MoE plan: the bits of everything that was wrong, and the place of
-// the first report (its kind, the offset / count index or the row, the bad value).
-struct MoeErrorWord {
-  int bits;
-  int kind;   // the bit of the first report, 0 while there is none
-  int index;  // expert_offsets / expert_counts index, or gather_index row
-  int value;  // the bad value (offset, count or gather index)
-};
-constexpr int kMoeBadOffsets = 1, kMoeOverCapacity = 2, kMoeBadCount = 4, kMoeBadGather = 8, kMoeBadScaleCode = 16;
-
+// Sets a bit of the MoE plan's error word (device/moe_error.hpp).
 __device__ __forceinline__ void moe_report(int* error, int bit, int index, int value) {
   MoeErrorWord* e = reinterpret_cast<MoeErrorWord*>(error);
   atomicOr(&e->bits, bit);
@@ -260,7 +252,7 @@ template <Format F, PrepassSource S = PrepassSource::grouped_fp4>
 __global__ void __launch_bounds__(256) dequant_activations(const __grid_constant__ PrepassArgs args) {
   constexpr bool kRouted = S != PrepassSource::grouped_fp4;
   ptx::launch_dependents();  // the GEMM's CTAs may start their prologue as SMs free up
-  FP4GEMM_TRACE_DO(if (threadIdx.x == 0) atomicMin(&g_prepass_ns[0], globaltimer());)
+  Trace::prepass_begin();
   __shared__ uint4 staging[8][32 * 8];  // per warp: [unit = lane][chunk, XOR-swizzled by lane % 8]
   const int lane = threadIdx.x % 32;
   if (threadIdx.x < 32) {  // the GEMM's metadata into L2, one line per lane of the first blocks
@@ -284,7 +276,7 @@ __global__ void __launch_bounds__(256) dequant_activations(const __grid_constant
     for (int base = blockIdx.x * blockDim.x; base < units; base += gridDim.x * blockDim.x)  // block-uniform
       prepass_unit<F, S>(args, g, first * kblocks + base + threadIdx.x, end, buf, lane);
   }
-  FP4GEMM_TRACE_DO(__syncwarp(); if (lane == 0) atomicMax(&g_prepass_ns[1], globaltimer());)
+  Trace::prepass_end(lane);
 }
 
 // Linear weight scales whose rows are not 16-byte multiples (K not a multiple of 16 scale

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/sm90/fused_grouped_gemm.hpp"
+#include "kernels/sm90/moe_gemm.hpp"
 #include "reference/gpu_reference.hpp"
 
 namespace fp4gemm::detail {
@@ -17,9 +18,23 @@ constexpr KernelEntry kKernels[] = {
     {"reference", Backend::reference, any_gpu, make_reference_plan},
 };
 
+constexpr MoeKernelEntry kMoeKernels[] = {
+    {"sm90_fused_swapab_moe", is_sm90, sm90::make_fused_moe_plan},
+};
+
 }  // namespace
 
 std::span<const KernelEntry> kernels() { return kKernels; }
+
+std::span<const MoeKernelEntry> moe_kernels() { return kMoeKernels; }
+
+const MoeKernelEntry& select_moe_kernel(const DeviceInfo& device) {
+  for (const MoeKernelEntry& k : kMoeKernels)
+    if (k.runs_on(device)) return k;
+  throw Error("options.device", -1,
+              "no fast kernel for " + device.name + " (sm_" + std::to_string(device.sm_major) +
+                  std::to_string(device.sm_minor) + "): fp4gemm's MoE GEMM needs sm_90 (H100/H200)");
+}
 
 const KernelEntry& select_kernel(Backend requested, const DeviceInfo& device) {
   const Backend wanted = requested == Backend::reference ? Backend::reference : Backend::fast;

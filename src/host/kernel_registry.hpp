@@ -1,5 +1,6 @@
-// The kernels a pointer-array Plan can run, behind one interface: each entry says where it runs
-// and builds its per-plan set-up; the plan picks one by the requested backend.
+// The kernels behind the plans, one interface per plan kind: each entry says where it runs and
+// builds its per-plan set-up. A pointer-array Plan picks its kernel by the requested backend; an
+// MoeGemm takes the first MoE kernel that runs on its device.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,6 +12,7 @@
 
 #include "device/group_params.hpp"
 #include "fp4gemm/fp4gemm.hpp"
+#include "fp4gemm/moe.hpp"
 
 namespace fp4gemm::detail {
 
@@ -47,5 +49,41 @@ std::span<const KernelEntry> kernels();
 // The kernel for `requested` on `device`: automatic and fast take the first fast kernel that runs
 // there (Error naming options.backend when none does); reference the reference kernel.
 const KernelEntry& select_kernel(Backend requested, const DeviceInfo& device);
+
+// ---- MoE kernels (MoeGemm) ----
+
+// One MoE kernel's set-up for one weight set: built once (throws fp4gemm::Error), then enqueued
+// with a new routing each run. `enqueue` launches only (no allocation, no synchronisation, no
+// validation: MoeGemm has checked the arguments); bad routing data is reported through the plan's
+// device error word (device/moe_error.hpp).
+class MoeKernelPlan {
+ public:
+  virtual ~MoeKernelPlan() = default;
+  virtual void enqueue(const MoeArgs& args, cudaStream_t stream) const = 0;
+  virtual std::string describe() const = 0;  // configuration after the kernel's name
+  virtual std::size_t device_bytes() const = 0;
+};
+
+// What an MoE kernel's build gets: the validated weights (linear scale strides resolved) and
+// options, the device, and the plan's device error word (zeroed; MoeGemm::check reads it).
+struct MoeKernelContext {
+  const MoeWeights& weights;
+  const MoeOptions& options;
+  const DeviceInfo& device;
+  int rows;    // of A and C: capacity, or experts x capacity (masked)
+  int* error;  // MoeErrorWord
+};
+
+struct MoeKernelEntry {
+  const char* name;  // MoeGemm::kernel_name()
+  bool (*runs_on)(const DeviceInfo& device);
+  std::unique_ptr<MoeKernelPlan> (*build)(const MoeKernelContext& context);
+};
+
+// Every MoE kernel, in order of preference.
+std::span<const MoeKernelEntry> moe_kernels();
+
+// The first MoE kernel that runs on `device` (Error naming options.device when none does).
+const MoeKernelEntry& select_moe_kernel(const DeviceInfo& device);
 
 }  // namespace fp4gemm::detail

@@ -462,6 +462,9 @@ TEST(MoeTuning, KnobsChangeTheScheduleNotTheResult) {
     if (i == 2) o.tuning.moe_split_gain16 = 0.0, o.tuning.moe_split_gain32 = 1000.0;  // (split any / no last round)
     o.tuning.moe_early_kblocks = i == 0 ? 0 : i == 1 ? 3 : 64;  // (none before the barrier / an odd count / the ring)
     const MoeGemm plan(ws.weights(), o);
+    // (the registry's MoE kernel, named first in describe())
+    ASSERT_STREQ(plan.kernel_name(), "sm90_fused_swapab_moe");
+    ASSERT_EQ(plan.describe().rfind(std::string(plan.kernel_name()) + " on ", 0), 0u) << plan.describe();
     ASSERT_EQ(plan.describe().find("no stream-K") != std::string::npos, i != 2) << plan.describe();
     ASSERT_NE(plan.describe().find(i == 0 ? "narrow tiles 128" : "narrow tiles 256"), std::string::npos)
         << plan.describe();

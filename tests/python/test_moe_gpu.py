@@ -218,6 +218,7 @@ def test_mxfp4_scale_code_rewritten_after_planning(backend):
     w_scales = cuda(d.w_scales)
     plan = moe.MoeGemm(cuda(d.w), w_scales, format="mxfp4", activation="bf16", capacity=16, out_dtype="float32")
     assert "one multiply" in plan.describe() and "checked at every run" in plan.describe()
+    assert plan.kernel_name == "sm90_fused_swapab_moe" and plan.describe().startswith(plan.kernel_name + " on ")
     want = host_reference(d)
     assert_bit_exact(run_device(d, plan=plan), want)
     flat = w_scales.view(-1)

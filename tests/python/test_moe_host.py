@@ -21,6 +21,7 @@ def _run(d, out_dtype="float32", alpha=None, gather=True):
     if d.layout == "masked":
         g = moe.MoeGemm(d.w, d.w_scales, format=d.format, scale_layout=d.scale_layout, out_dtype=out_dtype,
                         activation=d.activation, layout="masked", capacity=d.capacity, alpha=alpha)
+        assert g.kernel_name == "cpu_reference" and g.describe().startswith("CPU reference")
         return g.run(d.a, d.a_scales, expert_counts=d.counts, out=out)
     if gather:
         return moe.grouped_gemm(d.a, d.a_scales, d.w, d.w_scales, d.offsets, gather_index=d.gather, out=out,

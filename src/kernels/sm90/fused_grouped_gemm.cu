@@ -156,7 +156,7 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   if (device.smem_per_block_optin < fixed + 2 * C::kStageBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   fp.smem_bytes = device.smem_per_block_optin;
-  FP4GEMM_TRACE_DO(fp.smem_bytes -= kTraceSmemBytes;)
+  fp.smem_bytes -= Trace::kSmemBytes;  // (a trace build's static counters)
   int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
   if (tuning.ring_kb)  // measurement knob: a shallower ring
     ring_bytes = static_cast<int>(std::clamp<std::int64_t>(std::int64_t{*tuning.ring_kb} * 1024, 2 * C::kStageBytes, ring_bytes));
@@ -429,8 +429,8 @@ std::string FastPlan::describe() const {
   return os.str();
 }
 
-#ifdef FP4GEMM_TRACE
 std::string trace_report(Format format) {
+  if constexpr (!Trace::kOn) return {};
   std::vector<unsigned long long> v(static_cast<std::size_t>(kTraceCtas) * kTraceRoles * kTraceCounters + 2);
   FP4GEMM_CUDA_CHECK(cudaDeviceSynchronize(), "trace");
   FP4GEMM_CUDA_CHECK(format == Format::nvfp4 ? read_trace<Format::nvfp4>(v.data()) : read_trace<Format::mxfp4>(v.data()),
@@ -505,6 +505,5 @@ std::string trace_report(Format format) {
   }
   return os.str();
 }
-#endif
 
 }  // namespace fp4gemm::detail::sm90

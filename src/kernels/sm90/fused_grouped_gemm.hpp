@@ -17,9 +17,8 @@ namespace fp4gemm::detail::sm90 {
 // time (throws fp4gemm::Error); run enqueues the pre-pass and the GEMM.
 std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context);
 
-#ifdef FP4GEMM_TRACE
-// Diagnostic build only: a table of the last launch's per-CTA cycle counters (docs/PERF.md).
+// A table of the last launch's per-CTA cycle counters in a trace build (cmake -DFP4GEMM_TRACE=ON,
+// docs/PERF.md; device/trace.cuh); "" in any other build.
 std::string trace_report(Format format);
-#endif
 
 }  // namespace fp4gemm::detail::sm90

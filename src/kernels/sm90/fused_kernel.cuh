@@ -74,24 +74,18 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const bool producer = threadIdx.x >= C::kConsumerThreads;
   const CUtensorMap* first_wmap = nullptr;
   int first_kb0 = 0, first_kbs = 0, first_row0 = 0, first_loaded = 0;
-  FP4GEMM_TRACE_DO(const unsigned long long ns_entry = globaltimer(); const long long c_entry = clock64();)
+  Trace::Cta trace;  // (TraceOff: nothing)
   // (The MoE schedule works in the ring's memory: nothing is loaded into it yet.)
   const CtaWork work = Scheduler::initial_work(p, smem);
   const int begin = work.begin, n16 = work.n16;
-  FP4GEMM_TRACE_DO(const unsigned long long ns_prologue = globaltimer(); const long long c_work = clock64() - c_entry;
-                   long long c_setup = 0, c_issued = 0; long long c_steps[4] = {0, 0, 0, 0};
-                   if constexpr (Scheduler::kRoutedOutput) {
-                     if (threadIdx.x == 0)
-                       for (int i = 0; i < 4; ++i) c_steps[i] = reinterpret_cast<const MoeScheduleScratch*>(smem)->t_step[i] - c_entry;
-                   })
+  trace.work_known(/*moe_schedule=*/Scheduler::kRoutedOutput);
   if (threadIdx.x == C::kConsumerThreads) {  // (a CTA without work never uses it)
     const ProducerPiece& r = p.first_pieces[blockIdx.x];
     first_wmap = r.wmap, first_kb0 = r.kb_begin, first_kbs = r.kb_end - r.kb_begin, first_row0 = r.row0,
     first_loaded = r.loaded;
   }
   if (work.empty()) {
-    FP4GEMM_TRACE_DO(if (threadIdx.x < kTraceRoles * kTraceCounters && blockIdx.x < kTraceCtas)
-                       g_trace[blockIdx.x][threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
+    trace.no_work();
     return;
   }
   // Every piece of this CTA has one token-width class (device/schedule.hpp), so the ring's
@@ -122,8 +116,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   auto stage_kblocks = [&] { return Scheduler::kRoutedOutput && n16 == 1 ? kMoeWideStageKblocks : 1; };
   static_assert(kMoeWideStageKblocks == 2, "the producer's pair arithmetic (stage + 1, atoms) is written for two");
 
-  FP4GEMM_TRACE_DO(const long long t_start = clock64(); __shared__ unsigned long long s_trace[kTraceRoles][kTraceCounters];
-                   if (threadIdx.x < kTraceRoles * kTraceCounters) s_trace[threadIdx.x / kTraceCounters][threadIdx.x % kTraceCounters] = 0;)
+  trace.start();
   // The main producer thread initialises the barriers and issues the weights of the ring's first
   // fill before the CTA's barrier: they depend on nothing the other threads do.
   int pre_issued = 0;  // k-blocks whose weights are already in flight (producer warp 0, lane 0)
@@ -140,7 +133,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       ptx::mbarrier_init(&empty[s], C::kConsumerThreads);  // one arrive per consumer thread
     }
     ptx::fence_barrier_init();
-    FP4GEMM_TRACE_DO(c_setup = clock64() - c_entry;)
+    trace.setup_done();
     ptx::prefetch_tensormap(act_map);
     // Weights of the first piece only (later pieces' records come through the chain).
     // (two-k-block stages: whole pairs, the last one possibly past the piece's end)
@@ -153,7 +146,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                               first_row0);
       pre_issued += kbps;
     }
-    FP4GEMM_TRACE_DO(c_issued = clock64() - c_entry;)
+    trace.early_issued();
   }
   __syncthreads();
 
@@ -164,10 +157,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     // producer thread's issue of a k-block takes ~500 cycles, as long as the decode consumers' use
     // of it, and every cycle added to it adds to the decode loop's k-block, PERF.md v33.)
     ptx::setmaxnreg_dec<C::kProducerRegs>();
-    FP4GEMM_TRACE_DO(if (threadIdx.x == C::kConsumerThreads) {
-      s_trace[2][kTraceCyclesWork] = c_work, s_trace[2][kTraceCyclesSetup] = c_setup,
-      s_trace[2][kTraceCyclesIssued] = c_issued, s_trace[2][kTraceCyclesBranch] = clock64() - c_entry;
-    })
+    trace.producer_branch(/*recorder=*/threadIdx.x == C::kConsumerThreads);
     const int pwarp = threadIdx.x / 32 - C::kConsumerThreads / 32;
     // (1 gives the pre-v6 single producer warp, measured: PERF.md v6; the MoE kernel's third warp
     // issues the activations, PERF.md v33)
@@ -196,12 +186,13 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                                                       // for warp 0), then the chain
       if (loads_acts && lane == 0) {
         ptx::wait_prerequisites();
-        FP4GEMM_TRACE_DO(s_trace[2][kTraceFirstNs] = globaltimer(); s_trace[2][kTraceCyclesFirst] = clock64() - c_entry;)
+        trace.producer_past_wait();
       }
       int issued = 0;  // stages issued so far (the first pre_issued have their weights in flight)
       int stage = 0;
       std::uint32_t phase = 0;
-      FP4GEMM_TRACE_DO(unsigned long long* trace = pwarp == 0 && lane == 0 ? s_trace[2] : nullptr; const long long t_loop = clock64();)
+      const Trace::Row counters = trace.row(kTraceProducerRole, /*recorder=*/pwarp == 0 && lane == 0);
+      const Trace::Stamp t_loop = counters.now();
       // The piece loop, one instantiation per stage width (k-blocks per weight load): a run-time
       // width made ptxas spill in the producer and load spilled values in every consumer loop
       // (stack 32 -> 128 B; PERF.md v34).
@@ -228,11 +219,12 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 4 * C::kMaxHalves; ++i) valid_rows |= (pp.row0 + 32 * i + lane < rows ? 1u : 0u) << i;
         for (int kb = pp.kb_begin; kb < pp.kb_end; kb += kbps) {  // stages [stage, stage + kbps)
-          FP4GEMM_TRACE_DO(const long long t0 = clock64();)
+          const Trace::Stamp t0 = counters.now();
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           if constexpr (kbps > 1) ptx::mbarrier_wait(&empty[stage + 1], phase ^ 1);  // (stages is even: no wrap)
-          FP4GEMM_TRACE_DO(const long long t1 = clock64(); FP4GEMM_TRACE_ADD(trace, kTraceBarrier, t1 - t0);
-                           FP4GEMM_TRACE_ADD(trace, kTraceKblocks, min(kbps, pp.kb_end - kb));)  // (a stage pair: 2)
+          const Trace::Stamp t1 = counters.now();
+          counters.add_between(kTraceBarrier, t0, t1);
+          counters.add(kTraceKblocks, min(kbps, pp.kb_end - kb));  // (a stage pair: 2)
           if constexpr (kActWarp) {
             if (loads_main && lane == 0) {
               if (issued < pre_issued) {
@@ -262,7 +254,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
             ptx::tma_load_2d(act_smem + stage * act_stage_bytes, act_map, &full[stage], kb * C::kBlockK,
                              pp.act_row0);
           }
-          FP4GEMM_TRACE_DO(FP4GEMM_TRACE_ADD(trace, kTraceIssue, clock64() - t1);)
+          counters.add_since(kTraceIssue, t1);
           if (loads_scales) {
             std::uint8_t* s_stage = s_smem + stage * halves * C::kScaleAtomBytes;
             if (kActWarp || slin == nullptr) {  // (MoE plans: always blocked)
@@ -325,31 +317,22 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         produce(std::integral_constant<int, kMoeWideStageKblocks>{});
       else
         produce(std::integral_constant<int, 1>{});
-      FP4GEMM_TRACE_DO(if (trace && blockIdx.x < kTraceCtas) {
-        trace[kTraceMainloop] = clock64() - t_loop;
-        trace[kTraceTotal] = clock64() - t_start;
-        trace[kTraceEntryNs] = ns_entry;
-        trace[kTracePrologueNs] = ns_prologue;
-        trace[kTraceExitNs] = globaltimer();
-        for (int i = 0; i < kTraceCounters; ++i) g_trace[blockIdx.x][2][i] = trace[i];
-      })
+      counters.add_since(kTraceMainloop, t_loop);
+      trace.finish(counters, kTraceProducerRole);
     }
     return;
   }
 
   // ---------------- consumers ----------------
   ptx::setmaxnreg_inc<C::kConsumerRegs>();
-  FP4GEMM_TRACE_DO(if (threadIdx.x == 0) {
-    s_trace[0][kTraceCyclesWork] = c_work, s_trace[0][kTraceCyclesBranch] = clock64() - c_entry;
-    for (int i = 0; i < 4; ++i) s_trace[0][kTraceCyclesStep1 + i] = c_steps[i];
-  })
+  trace.consumer_branch(/*recorder=*/threadIdx.x == 0);
   ConsumerState st;
   st.cw = threadIdx.x / 128;
   st.s_smem = s_smem;
   st.stages = stages;
   st.act_stage_bytes = act_stage_bytes;
   st.ctid = threadIdx.x;
-  FP4GEMM_TRACE_DO(st.trace = threadIdx.x % 128 == 0 ? s_trace[st.cw] : nullptr; st.c_entry = c_entry;)
+  st.trace = trace.row(st.cw, /*recorder=*/threadIdx.x % 128 == 0);
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   st.lane = lane;
   st.t = lane % 4;
@@ -384,13 +367,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // The last TMA stores must have read the epilogue buffer before the CTA's shared memory goes
   // (their global writes complete with the grid, as in CUTLASS's TMA-store epilogue).
   if (p.c_maps != nullptr && threadIdx.x % 128 == 0) ptx::bulk_wait_group_read_0();
-  FP4GEMM_TRACE_DO(if (st.trace && blockIdx.x < kTraceCtas) {
-    st.trace[kTraceTotal] = clock64() - t_start;
-    st.trace[kTraceEntryNs] = ns_entry;
-    st.trace[kTracePrologueNs] = ns_prologue;
-    st.trace[kTraceExitNs] = globaltimer();
-    for (int i = 0; i < kTraceCounters; ++i) g_trace[blockIdx.x][st.cw][i] = st.trace[i];
-  })
+  trace.finish(st.trace, st.cw);
 }
 
 // The persistent GEMM, launched as a programmatic dependent of the pre-pass before it: its CTAs
@@ -433,10 +410,7 @@ cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ct
     scales_to_blocked<F><<<conversion_grid, 256, 0, stream>>>(conversions, num_conversions);
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-#ifdef FP4GEMM_TRACE
-  static const unsigned long long reset[2] = {~0ull, 0ull};  // (static: a captured graph replays the copy from it)
-  cudaMemcpyToSymbolAsync(g_prepass_ns, reset, sizeof reset, 0, cudaMemcpyHostToDevice, stream);
-#endif
+  Trace::reset_prepass(stream);  // (a trace build's pre-pass stamps)
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(prepass);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
@@ -449,10 +423,7 @@ template <Format F, PrepassSource S>
 cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
                           const PrepassArgs& prepass, dim3 pre_grid, bool pdl, cudaStream_t stream) {
   static_assert(S != PrepassSource::routed_bf16 || F == Format::mxfp4, "bf16 activations pair with bf16 weights");
-#ifdef FP4GEMM_TRACE
-  static const unsigned long long reset[2] = {~0ull, 0ull};  // (static: a captured graph replays the copy from it)
-  cudaMemcpyToSymbolAsync(g_prepass_ns, reset, sizeof reset, 0, cudaMemcpyHostToDevice, stream);
-#endif
+  Trace::reset_prepass(stream);  // (a trace build's pre-pass stamps)
   dequant_activations<F, S><<<pre_grid, 256, 0, stream>>>(prepass);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
@@ -478,27 +449,21 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
                               static_cast<int>(smem_bytes));
 }
 
-#ifdef FP4GEMM_TRACE
-// Copies the last launch's counters out: [kTraceCtas][kTraceRoles][kTraceCounters].
+// Copies the last launch's counters out (Trace::read; cudaErrorNotSupported unless a trace build).
 template <Format F>
 cudaError_t read_trace(unsigned long long* out) {
-  if (cudaError_t e = cudaMemcpyFromSymbol(out, g_trace, sizeof(g_trace)); e != cudaSuccess) return e;
-  return cudaMemcpyFromSymbol(out + sizeof(g_trace) / sizeof(*out), g_prepass_ns, sizeof(g_prepass_ns));
+  return Trace::read(out);
 }
-#define FP4GEMM_TRACE_INSTANTIATION(PREFIX, F) PREFIX template cudaError_t read_trace<F>(unsigned long long*);
-#else
-#define FP4GEMM_TRACE_INSTANTIATION(PREFIX, F)
-#endif
 
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
   PREFIX template cudaError_t launch_fused<F>(const FusedParams&, OutType, int, std::size_t, \
                                        const PrepassArgs&, dim3, const ScaleConversion*, int, dim3, bool, \
                                        cudaStream_t);                                                     \
   PREFIX template cudaError_t set_fused_smem<F>(std::size_t);                                           \
+  PREFIX template cudaError_t read_trace<F>(unsigned long long*);                                       \
   PREFIX template cudaError_t launch_routed<F, PrepassSource::routed_fp4>(const FusedParams&, OutType, int,        \
                                                                       std::size_t, const PrepassArgs&, dim3, bool, \
-                                                                      cudaStream_t);                              \
-  FP4GEMM_TRACE_INSTANTIATION(PREFIX, F)
+                                                                      cudaStream_t);
 
 #define FP4GEMM_W4A16_INSTANTIATION(PREFIX)                                                              \
   PREFIX template cudaError_t launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(                     \

@@ -1,4 +1,5 @@
-// The device-driven MoE grouped GEMM: plan (weights bound once) and the launch.
+// The sm_90a fused kernel as the MoE GEMM's kernel (registry entry sm90_fused_swapab_moe, behind
+// fp4gemm::MoeGemm: host/moe_gemm.cpp): the per-weight-set set-up and the launch.
 //
 // The fused kernel (fused_kernel.cuh) reads its work as tiles, pieces and per-CTA ranges; the
 // pointer-array plan builds them on the host (host/core/schedule.cpp), this plan's kernel builds
@@ -15,30 +16,18 @@
 #include <string>
 #include <vector>
 
+#include "kernels/sm90/moe_gemm.hpp"
+
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
 #include "host/core/cuda_check.hpp"
 #include "host/core/moe_validate.hpp"
-#include "host/core/validate.hpp"
-#include "host/moe_gemm_owner.hpp"
-#include "host/device_guard.hpp"
-#include "host/graph_cache.hpp"
-#include "host/pimpl.hpp"
-#include "host/run_serializer.hpp"
 #include "host/tensor_map.hpp"
 #include "formats/scale_layout.hpp"
 #include "kernels/sm90/fused_kernel.cuh"
 #include "kernels/sm90/glu_scales.hpp"
 
-namespace fp4gemm {
-
-const char* to_string(MoeActivation a) { return a == MoeActivation::fp4 ? "fp4" : "bf16"; }
-const char* to_string(MoeLayout l) { return l == MoeLayout::contiguous ? "contiguous" : "masked"; }
-const char* to_string(GateUpLayout g) {
-  return g == GateUpLayout::stacked ? "stacked" : g == GateUpLayout::interleaved ? "interleaved" : "separate";
-}
-
-namespace detail::sm90 {
+namespace fp4gemm::detail::sm90 {
 
 static_assert(kMoeMaxExperts == detail::kMaxMoeExperts, "the device schedule's scratch holds every expert");
 
@@ -103,52 +92,47 @@ cudaError_t launch_glu_scales(const GluScaleJob& job, int experts, cudaStream_t 
   return cudaGetLastError();
 }
 
-}  // namespace detail::sm90
-
 // ---------------------------------------------------------------------------------------------
-// The plan
+// The kernel's plan
 // ---------------------------------------------------------------------------------------------
 
-using detail::GroupParams;
-using detail::SchedulePolicy;
-using detail::TileDesc;
-using detail::WorkPiece;
-using namespace detail::sm90;
+namespace {
 
-struct MoeGemm::Impl {
-  MoeWeights weights;
+using KC = KernelConfig;
+
+[[noreturn]] void fail(const std::string& argument, const std::string& message) { throw Error(argument, -1, message); }
+
+class FusedMoePlan final : public MoeKernelPlan {
+ public:
+  explicit FusedMoePlan(const MoeKernelContext& context);
+  ~FusedMoePlan() override {
+    for (void* p : allocations) cudaFree(p);
+  }
+  void enqueue(const MoeArgs& args, cudaStream_t stream) const override;
+  std::string describe() const override;
+  std::size_t device_bytes() const override { return bytes; }
+
+ private:
+  MoeWeights weights;  // validated (MoeGemm)
   MoeOptions options;
   DeviceInfo device;
   int rows = 0;  // of A and C
-  int vec = 16;
   std::vector<void*> allocations;
-  std::size_t device_bytes = 0;
+  std::size_t bytes = 0;
   FusedParams params{};
   PrepassArgs prepass{};
   dim3 prepass_grid{1, 1, 1};
   std::size_t smem_bytes = 0;
-  int* error = nullptr;  // MoeErrorWord
-  detail::RunSerializer runs;  // runs share the workspace and the work list: never overlapping
-  // Eager runs as graph replays (MoeOptions::graph_cache), guarded by `runs`' lock.
-  struct RunKey {
-    const void *a, *a_scales;
-    const int *offsets, *counts, *gather;
-    void *c, *c_scales;
-    std::int64_t lda, ldc;
-    int num_tokens;
-    bool operator==(const RunKey&) const = default;
-  };
-  mutable detail::GraphCache<RunKey> graphs;
   // The weight-scale conversion into the plan's blocked copy (null when the user's blocked scales
   // are read directly): run at plan time, and at every run with MoeOptions::rescale_each_run.
   std::function<cudaError_t(cudaStream_t)> convert_scales;
 
   template <typename T>
-  T* allocate(std::size_t bytes, const char* what) {
+  T* allocate(std::size_t n, const char* what) {
     void* p = nullptr;
-    FP4GEMM_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 16)), what);
+    FP4GEMM_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 16)), what);
     allocations.push_back(p);
-    device_bytes += bytes;
+    bytes += n;
     return static_cast<T*>(p);
   }
   template <typename T>
@@ -157,58 +141,19 @@ struct MoeGemm::Impl {
     if (!v.empty()) FP4GEMM_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), what);
     return d;
   }
-  ~Impl() {
-    for (void* p : allocations) cudaFree(p);
-  }
 };
 
-namespace {
-
-using KC = detail::sm90::KernelConfig;
-
-using detail::DeviceGuard;
-
-[[noreturn]] void fail(const std::string& argument, const std::string& message) { throw Error(argument, -1, message); }
-
-}  // namespace
-
-MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(std::make_unique<Impl>()) {
-  Impl& p = *impl_;
-  const MoeWeights resolved = detail::validate_moe(weights, options);
-  if (device_count() == 0) throw Error("device", -1, "no CUDA device is available (no GPU or no driver)");
-  p.device = device_info(options.device);
-  if (!p.device.has_fast_kernel)
-    throw Error("options.device", -1, "no fast kernel for " + p.device.name + ": fp4gemm's MoE GEMM needs sm_90 (H100/H200)");
-  DeviceGuard guard(p.device.index);
-  p.weights = resolved;
-  p.options = options;
-  p.options.device = p.device.index;
-  MoeWeights& w = p.weights;
+// (MoeGemm has validated the weights and options, checked the buffers and made the device current.)
+FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
+    : weights(context.weights), options(context.options), device(context.device), rows(context.rows) {
+  FusedMoePlan& p = *this;
+  const MoeWeights& w = p.weights;
   const MoeOptions& o = p.options;
-  const int vec = p.vec = scale_block_size(o.format);
-  const int cols = w.k / vec;
+  const int cols = w.k / scale_block_size(o.format);
   const bool glu = o.epilogue != MoeEpilogue::none;
   const bool separate = glu && o.gate_up == GateUpLayout::separate;
   const int wrows = detail::moe_weight_rows(w, o);          // rows of W per expert (and of w_up)
   const int krows = glu ? 2 * w.n : w.n;                     // the kernel's weight rows per expert
-  const std::int64_t dense_scales = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, wrows, cols));
-  p.rows = static_cast<int>(detail::moe_rows(w.experts, o));
-
-  // The weights and their scales must lie inside device allocations of this device.
-  const std::int64_t w_extent = (w.experts - 1) * w.expert_stride + (wrows - 1) * w.ldw + w.k / 2;
-  const std::int64_t s_extent = (w.experts - 1) * w.scale_expert_stride + dense_scales;
-  const std::string s_what = std::string(to_string(o.scale_layout)) + " scales of every expert";
-  detail::check_device_buffer("weights.w", -1, w.w, w_extent, p.device.index);
-  detail::check_device_buffer("weights.scales", -1, w.scales, s_extent, p.device.index, s_what);
-  if (separate) {
-    detail::check_device_buffer("weights.w_up", -1, w.w_up, w_extent, p.device.index);
-    detail::check_device_buffer("weights.scales_up", -1, w.scales_up, s_extent, p.device.index, s_what);
-  }
-  if (w.alpha_device != nullptr)
-    detail::check_device_buffer("weights.alpha_device", -1, w.alpha_device, 4 * std::int64_t{w.experts}, p.device.index);
-  if (w.alpha_up_device != nullptr)
-    detail::check_device_buffer("weights.alpha_up_device", -1, w.alpha_up_device, 4 * std::int64_t{w.experts},
-                                p.device.index);
 
   // Separate gate and up weights are one 4-D map whose gate|up dimension strides from the lower
   // buffer to the higher one: `swap` when the up rows are the lower.
@@ -380,7 +325,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   if (p.device.smem_per_block_optin < fixed + 2 * KC::kStageBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   p.smem_bytes = p.device.smem_per_block_optin;
-  FP4GEMM_TRACE_DO(p.smem_bytes -= kTraceSmemBytes;)  // (the trace build's static counters)
+  p.smem_bytes -= Trace::kSmemBytes;  // (a trace build's static counters)
   pr.ring_bytes = static_cast<int>(p.smem_bytes - fixed);
   {
     // The 16-token class fills its ring two stages at a time (fused_kernel.cuh, kbps): its stage
@@ -395,9 +340,6 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   FP4GEMM_CUDA_CHECK(o.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(p.smem_bytes)
                                               : set_fused_smem<Format::mxfp4>(p.smem_bytes),
                      "plan");
-
-  p.error = p.allocate<int>(sizeof(MoeErrorWord), "plan workspace");
-  FP4GEMM_CUDA_CHECK(cudaMemset(p.error, 0, sizeof(MoeErrorWord)), "plan");
 
   if (static_cast<std::size_t>(pr.ring_bytes) < sizeof(MoeScheduleScratch))
     throw Error("device", -1, "not enough shared memory for the MoE GEMM's device schedule");
@@ -431,7 +373,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   sa.weight_maps = d_wmaps;
   sa.scales = sblk;
   sa.scale_stride = sblk_stride;
-  sa.error = p.error;
+  sa.error = context.error;
   sa.q_format = o.quantize_output ? static_cast<int>(o.format) + 1 : 0;
   sa.q_gs = o.format == Format::nvfp4 ? o.output_global_scale : 1.0f;
   sa.q_scales = nullptr;  // per run
@@ -443,26 +385,14 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   pa.out = workspace;
   pa.out_cols = act_cols;
   pa.layout = ScaleLayout::linear;  // activation scales
-  pa.error = p.error;
+  pa.error = context.error;
   p.prepass_grid = dim3(static_cast<unsigned>(4 * num_ctas), 1, 1);  // grid-stride over the rows in use
-  p.runs.create();
 }
 
-MoeGemm::~MoeGemm() = default;
-MoeGemm::MoeGemm(MoeGemm&&) noexcept = default;
-MoeGemm& MoeGemm::operator=(MoeGemm&&) noexcept = default;
-
-namespace {
-
-const MoeGemm::Impl& checked(const std::unique_ptr<MoeGemm::Impl>& impl) { return detail::checked_impl(impl, "MoeGemm"); }
-
-}  // namespace
-
-namespace {
-
 // One run's launches on `s`: the pre-pass and the GEMM (its programmatic dependent), after the
-// run's scale conversion if the plan converts every run. No serialisation: the caller's.
-void enqueue_run(const MoeGemm::Impl& p, const MoeArgs& args, cudaStream_t s) {
+// run's scale conversion if the plan converts every run. No serialisation: MoeGemm's.
+void FusedMoePlan::enqueue(const MoeArgs& args, cudaStream_t s) const {
+  const FusedMoePlan& p = *this;
   FusedParams params = p.params;  // the run's routing and output
   params.moe.offsets = args.expert_offsets;
   params.moe.counts = args.expert_counts;
@@ -496,100 +426,21 @@ void enqueue_run(const MoeGemm::Impl& p, const MoeArgs& args, cudaStream_t s) {
   FP4GEMM_CUDA_CHECK(err, "run");
 }
 
-}  // namespace
-
-void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
-  const Impl& p = checked(impl_);
-  detail::check_moe_args(p.weights, p.options, args);
-  DeviceGuard guard(p.device.index);
-  p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
-    const MoeGemm::Impl::RunKey key{args.a, args.a_scales, args.expert_offsets, args.expert_counts, args.gather_index,
-                                    args.c, args.c_scales, args.lda, args.ldc, args.num_tokens};
-    p.graphs.run(key, p.options.graph_cache, s, [&](cudaStream_t q) { enqueue_run(p, args, q); });
-  });
-}
-
-std::size_t MoeGemm::graph_replays() const { return checked(impl_).graphs.replays(); }
-
-void detail::MoeGemmOwner::enqueue(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream) {
-  const MoeGemm::Impl& p = checked(gemm.impl_);
-  detail::check_moe_args(p.weights, p.options, args);
-  enqueue_run(p, args, stream);
-}
-
-void MoeGemm::check(cudaStream_t stream) const {
-  const Impl& p = checked(impl_);
-  DeviceGuard guard(p.device.index);
-  MoeErrorWord word{};
-  // Read and clear in stream order, after every run enqueued before (on any stream).
-  p.runs.after_runs(stream, [&](cudaStream_t s) {
-    FP4GEMM_CUDA_CHECK(cudaMemcpyAsync(&word, p.error, sizeof word, cudaMemcpyDeviceToHost, s), "check");
-    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(p.error, 0, sizeof word, s), "check");
-  });
-  FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(stream), "check");
-  if (word.bits == 0) return;
-  const int E = p.weights.experts;
-  std::string also;
-  for (int bit : {kMoeBadOffsets, kMoeOverCapacity, kMoeBadCount, kMoeBadGather, kMoeBadScaleCode})
-    if ((word.bits & bit) && bit != word.kind)
-      also += bit == kMoeBadGather      ? "; also a gather index out of range"
-              : bit == kMoeBadCount     ? "; also a count out of range"
-              : bit == kMoeBadScaleCode ? "; also an MXFP4 weight scale code > 128 (written after planning)"
-                                        : "; also bad offsets";
-  const std::string i = std::to_string(word.index), v = std::to_string(word.value);
-  switch (word.kind) {
-    case kMoeBadOffsets:
-      throw Error("expert_offsets", word.index,
-                  "a run saw expert_offsets[" + i + "] = " + v +
-                      (word.index == 0 ? " < 0" : ", less than expert_offsets[" + std::to_string(word.index - 1) + "]") +
-                      ": offsets must be non-decreasing from >= 0; that run computed nothing" + also);
-    case kMoeOverCapacity:
-      throw Error("expert_offsets", E,
-                  "a run saw expert_offsets[" + std::to_string(E) + "] = " + v + ", more rows than the plan's capacity " +
-                      std::to_string(p.options.capacity) + "; that run computed nothing" + also);
-    case kMoeBadCount:
-      throw Error("expert_counts", word.index,
-                  "a run saw expert_counts[" + i + "] = " + v + ", outside [0, " + std::to_string(p.options.capacity) +
-                      "]; that run computed nothing" + also);
-    case kMoeBadScaleCode:
-      throw Error("weights.scales", word.index,
-                  "a run read an MXFP4 scale code > 128 in expert " + i +
-                      "'s blocked scales, but every code was <= 128 when the plan was built, and the plan decodes "
-                      "them with one multiply that holds only codes <= 128: that run's output is undefined. Build a "
-                      "new plan after rewriting the scales, or set MoeOptions::rescale_each_run (any code, two "
-                      "multiplies)" + also);
-    default:
-      throw Error("gather_index", -1,
-                  "a run saw gather_index[" + i + "] = " + v +
-                      ", outside [0, num_tokens); that row's output is undefined (nothing was read out of bounds)" + also);
-  }
-}
-
-std::string MoeGemm::describe() const {
-  const Impl& p = checked(impl_);
+std::string FusedMoePlan::describe() const {
   std::ostringstream os;
-  os << "sm90_fused_swapab (device-scheduled MoE) on " << p.device.name << ": " << p.weights.experts << " experts, N "
-     << p.weights.n << ", K " << p.weights.k << ", " << to_string(p.options.format) << " weights x "
-     << (p.options.activation == MoeActivation::fp4 ? to_string(p.options.format) : "bf16") << " activations -> "
-     << to_string(p.options.out_type)
-     << (p.options.epilogue != MoeEpilogue::none
-             ? std::string(", ") + to_string(p.options.epilogue) + " GLU (" + to_string(p.options.gate_up) + " gate/up)"
-             : std::string())
-     << ", " << to_string(p.options.layout) << " rows " << p.rows << ", "
-     << p.params.moe.num_ctas << " CTAs, up to " << p.params.moe.max_tiles << " tiles, narrow tiles "
-     << p.params.narrow_rows << " rows" << (p.params.moe.stream_k != 0 ? "" : ", no stream-K (options.tuning.split_k)")
-     << (p.params.small_mx_scales == kMxOne          ? ", one multiply per weight pair (every scale code <= 128)"
-         : p.params.small_mx_scales == kMxOneChecked ? ", one multiply per weight pair (every scale code <= 128, "
-                                                       "checked at every run)"
-                                                     : "");
+  os << params.moe.num_ctas << " CTAs, up to " << params.moe.max_tiles << " tiles, narrow tiles " << params.narrow_rows
+     << " rows" << (params.moe.stream_k != 0 ? "" : ", no stream-K (options.tuning.split_k)")
+     << (params.small_mx_scales == kMxOne          ? ", one multiply per weight pair (every scale code <= 128)"
+         : params.small_mx_scales == kMxOneChecked ? ", one multiply per weight pair (every scale code <= 128, "
+                                                     "checked at every run)"
+                                                   : "");
   return os.str();
 }
 
-const MoeOptions& MoeGemm::options() const { return checked(impl_).options; }
-int MoeGemm::experts() const { return checked(impl_).weights.experts; }
-int MoeGemm::n() const { return checked(impl_).weights.n; }
-int MoeGemm::k() const { return checked(impl_).weights.k; }
-int MoeGemm::rows() const { return checked(impl_).rows; }
-std::size_t MoeGemm::device_bytes() const { return checked(impl_).device_bytes; }
+}  // namespace
 
-}  // namespace fp4gemm
+std::unique_ptr<MoeKernelPlan> make_fused_moe_plan(const MoeKernelContext& context) {
+  return std::make_unique<FusedMoePlan>(context);
+}
+
+}  // namespace fp4gemm::detail::sm90
