@@ -203,7 +203,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         const int rows = pp.rows;
         const int loaded = pp.loaded;
         const CUtensorMap* wmap = kbps > 1 ? pp.wmap + kMoeWideStageMaps : pp.wmap;
-        const std::uint32_t bytes = loaded * C::kHalfWeightBytes + act_stage_bytes;  // class N >= tile tokens
+        // (bytes, lane_src, row32: the pointer-array kernels' paths only; unused in the MoE kernel's)
+        [[maybe_unused]] const std::uint32_t bytes = loaded * C::kHalfWeightBytes + act_stage_bytes;  // class N >= tile tokens
         const std::uint8_t* sblk = pp.sblk;
         const std::uint8_t* slin = pp.slin;
         constexpr int kColsPerKb = F == Format::nvfp4 ? 4 : 2;
@@ -212,8 +213,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         // Linear scales, gathered into the blocked atoms: row r's 4 columns go to byte
         // (r % 32) * 16 + (r / 32) * 4 of its half's atom, so lane l fills bytes 16l..16l+15
         // (rows l + 32q) of each. Rows past N are zero-filled (their weights are TMA's zero fill).
-        const std::uint8_t* lane_src = slin + static_cast<std::int64_t>(pp.row0 + lane) * cols;
-        const std::int64_t row32 = static_cast<std::int64_t>(32) * cols;
+        [[maybe_unused]] const std::uint8_t* lane_src = slin + static_cast<std::int64_t>(pp.row0 + lane) * cols;
+        [[maybe_unused]] const std::int64_t row32 = static_cast<std::int64_t>(32) * cols;
         // Bit 4h + q: row row0 + 128h + 32q + lane exists.
         unsigned valid_rows = 0;
 #pragma unroll
