@@ -38,7 +38,7 @@ if ! cmake_ok; then
 fi
 
 py_missing=()
-for mod in numpy pytest ml_dtypes nanobind scikit_build_core; do
+for mod in numpy pytest hypothesis ml_dtypes nanobind scikit_build_core; do
   python3 -c "import $mod" 2>/dev/null || py_missing+=("$mod")
 done
 if [ ${#py_missing[@]} -gt 0 ]; then
@@ -60,3 +60,15 @@ if ! command -v nvcc >/dev/null; then
   for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do [ -x "$d/nvcc" ] && export PATH="$d:$PATH" && break; done
 fi
 command -v nvcc >/dev/null || { echo "[deps] ERROR: nvcc not found: install the CUDA toolkit 13 (https://developer.nvidia.com/cuda-downloads) and put its bin/ on PATH" >&2; exit 1; }
+
+# cuobjdump (the CUDA toolkit's; some toolkit installs leave it out): the host tier's stack-frame
+# check reads the built kernels' resource usage with it (scripts/check_kernel_stack.py). NVIDIA
+# ships it on PyPI as nvidia-cuda-cuobjdump; the check finds it there.
+if ! command -v cuobjdump >/dev/null && [ ! -x "$(dirname "$(command -v nvcc)")/cuobjdump" ] &&
+   ! python3 -c "import glob, importlib.util as u; s = u.find_spec('nvidia'); import sys; sys.exit(0 if s and any(glob.glob(p + '/cu*/bin/cuobjdump') for p in s.submodule_search_locations) else 1)" 2>/dev/null; then
+  cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+  echo "[deps] installing cuobjdump for CUDA ${cuda_major} with pip (nvidia-cuda-cuobjdump; the stack-frame check uses it)"
+  with_progress "pip install nvidia-cuda-cuobjdump" build/deps-pip-cuobjdump.log \
+    python3 -m pip install "nvidia-cuda-cuobjdump>=${cuda_major},<$((cuda_major + 1))" ||
+    { echo "[deps] ERROR: no cuobjdump: install the CUDA toolkit's cuobjdump or nvidia-cuda-cuobjdump" >&2; exit 1; }
+fi

@@ -134,7 +134,11 @@ struct Options {
 // reads or writes freed memory. Movable, not copyable.
 class Plan {
  public:
-  Plan(std::span<const GroupDesc> groups, const Options& options);
+  // Plan-time device work that reads the caller's arrays (a dual GEMM's paired scale copy) is
+  // ordered after the work enqueued so far on `stream` -- the stream that wrote them (the legacy
+  // default stream, nullptr, also orders after every blocking stream; pass a non-blocking stream
+  // that wrote the scales explicitly). The constructor returns when that work is done.
+  Plan(std::span<const GroupDesc> groups, const Options& options, cudaStream_t stream = nullptr);
   // A moved-from Plan holds nothing: every member but assignment and destruction throws
   // fp4gemm::Error (argument "plan").
   ~Plan();

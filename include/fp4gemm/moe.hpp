@@ -151,7 +151,12 @@ struct MoeGemmOwner;  // internal: lets fp4gemm::MoeLayer enqueue its private GE
 
 class MoeGemm {
  public:
-  MoeGemm(const MoeWeights& weights, const MoeOptions& options);
+  // Plan-time device work that reads the weights (the blocked copy of linear or GLU scales, the
+  // MXFP4 scale-code scan) is ordered after the work enqueued so far on `stream`: weights written
+  // there just before (a GPU quantiser's output) are read complete. nullptr is the legacy default
+  // stream, which also orders after every blocking stream; weights written on a non-blocking
+  // stream need that stream here. Returns when that work is done.
+  MoeGemm(const MoeWeights& weights, const MoeOptions& options, cudaStream_t stream = nullptr);
   ~MoeGemm();
   MoeGemm(MoeGemm&&) noexcept;
   MoeGemm& operator=(MoeGemm&&) noexcept;
@@ -161,6 +166,16 @@ class MoeGemm {
   void run(const MoeArgs& args, cudaStream_t stream = nullptr) const;
   // Synchronises `stream`, then throws if any run since the last check found bad routing data.
   void check(cudaStream_t stream = nullptr) const;
+  // After the weights' scales (or alpha_device) were changed in place: makes the plan's own copy
+  // of the scales again from them, on `stream` after its earlier work (runs enqueued later see the
+  // new values; so do replays of graphs captured earlier, which read the same copy). The packed
+  // weights, blocked scales of a plain plan and alpha arrays are read at every run and need no
+  // reload. MXFP4 plans that decode with one multiply (every code <= 128 when built) scan the
+  // scales again and throw Error("weights.scales") naming the expert when a code is now > 128
+  // (the plan is unchanged then: build a new one, or use rescale_each_run); that scan
+  // synchronises `stream`. Not while `stream` is being captured (Error "stream"). Serialised with
+  // runs of the plan.
+  void reload_scales(cudaStream_t stream = nullptr) const;
 
   std::string describe() const;
   const char* kernel_name() const;  // the registry's MoE kernel behind the plan ("sm90_fused_swapab_moe")

@@ -91,7 +91,10 @@ struct MoeLayerArgs {
 
 class MoeLayer {
  public:
-  MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& options);
+  // Plan-time device work that reads the weights (GEMM1's paired scale copy, linear scale
+  // conversions, alphas folded with a1_scale / a2_scale) is ordered after the work enqueued so far
+  // on `stream` (see MoeGemm's constructor): weights written there just before are read complete.
+  MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& options, cudaStream_t stream = nullptr);
   ~MoeLayer();
   MoeLayer(MoeLayer&&) noexcept;
   MoeLayer& operator=(MoeLayer&&) noexcept;
@@ -102,6 +105,12 @@ class MoeLayer {
   // Synchronises `stream`; throws fp4gemm::Error if a run since the last check saw bad routing
   // data (the GEMMs' device checks, see MoeGemm::check).
   void check(cudaStream_t stream = nullptr) const;
+  // After weights were changed in place (scales, or the alpha arrays of a layer that folds them
+  // with a1_scale / a2_scale): makes the layer's own copies again from them, on `stream` after its
+  // earlier work (MoeGemm::reload_scales for both GEMMs: the same MXFP4 rule and errors, named
+  // weights.w13_scales / weights.w2_scales). The packed weights and blocked w2 scales are read at
+  // every run. Later runs and replays of graphs captured earlier see the new values.
+  void reload_weights(cudaStream_t stream = nullptr) const;
   std::string describe() const;
   std::size_t device_bytes() const;
   const MoeLayerOptions& options() const;

@@ -45,8 +45,10 @@ class MoeGemm:
     w_scales: the weights' scales (uint8, or float8_e4m3fn for nvfp4 / float8_e8m0fnu for mxfp4):
         ``scale_layout="linear"``: ``[E, N, K/vec]``; ``"blocked"`` (the fast path; cuBLASLt /
         torch._scaled_mm layout per expert): ``[E, pad128(N) * pad4(K/vec)]`` or
-        ``[E, pad128(N), pad4(K/vec)]``. Dense within an expert. Linear scales are converted to
-        the blocked layout once, here: later in-place changes of them are not seen.
+        ``[E, pad128(N), pad4(K/vec)]``. Dense within an expert. Linear scales (and any GLU's
+        scales, whose gate and up rows the plan pairs) are copied into the plan's blocked copy
+        here; torch scales changed in place later (``copy_``, ``mul_``, ...: torch's version
+        counter) are copied again before the next run, other arrays after :meth:`reload_weights`.
     format: 'nvfp4' or 'mxfp4'; None: mxfp4 for bf16 activations, else nvfp4.
     out_dtype: 'bfloat16' (default), 'float16' or 'float32' (names, torch or NumPy dtypes).
     activation: 'fp4' (W4A4, the weights' format) or 'bf16' (W4A16, MXFP4 weights).
@@ -70,10 +72,12 @@ class MoeGemm:
         the kernel decodes with one multiply; a code > 128 written into blocked ``w_scales``
         later makes ``check()`` raise (naming weights.scales); with it: two multiplies, any code.
 
-    CUDA arrays build a plan (TMA descriptors, workspace) on the weights' device; host (NumPy)
-    weights make an object whose runs compute the exact CPU reference with the same checks. The
-    weight arrays are kept alive; a torch weight whose address, shape, strides or dtype changed
-    is refused at run time.
+    CUDA arrays build a plan (TMA descriptors, workspace) on the weights' device, after the work
+    already enqueued on the current stream (weights quantised there just before are read
+    complete); host (NumPy) weights make an object whose runs compute the exact CPU reference with
+    the same checks, reading the arrays at every run. The weight arrays (and torch storages) are
+    kept alive; a torch weight whose address, shape, strides or dtype changed is refused at run
+    time.
     """
 
     def __init__(self, w: Any, w_scales: Any, *, format: Optional[str] = None, scale_layout: str = "blocked",
@@ -118,6 +122,15 @@ class MoeGemm:
         ``expert_counts`` or ``gather_index`` if a run since the last check saw bad routing data
         (and clears that state)."""
         self._plan.check(stream)
+
+    def reload_weights(self, stream: Any = None) -> None:
+        """Makes the plan's copy of the weight scales again from the arrays, on ``stream`` after its
+        earlier work. Needed after in-place changes that torch's version counter does not see
+        (non-torch arrays, writes through ``data_ptr()``), and before replaying a CUDA graph
+        captured earlier (replays read the plan's copy; an eager run reloads torch scales itself).
+        MXFP4 plans that decode with one multiply refuse scales with a code > 128 (ArgumentError
+        naming the scales; the plan keeps the old ones). A no-op for host arrays."""
+        self._plan.reload_weights(stream)
 
     def output_shape(self) -> Tuple[int, ...]:
         """``(rows, N)`` (contiguous) or ``(E, capacity, N)`` (masked)."""
@@ -258,8 +271,16 @@ class MoeLayer:
         of w13 and w2).
     max_tokens, topk: the most tokens a run takes (sizes the workspace) and experts per token.
 
-    CUDA arrays plan on their device; NumPy arrays run ``reference::moe_layer`` (the same steps on
-    the host, exact then rounded as the device rounds) after the same checks.
+    CUDA arrays plan on their device, after the work already enqueued on the current stream
+    (weights quantised there just before are read complete); NumPy arrays run
+    ``reference::moe_layer`` (the same steps on the host, exact then rounded as the device
+    rounds) after the same checks, reading the arrays at every run.
+
+    Weights may change in place between runs (RL weight sync: ``w.copy_(new)``): the packed
+    weights and blocked w2 scales are read at every run; the scales and alphas the layer copies
+    (w13's gate/up pairing, linear scales, alphas folded with a1/a2_scale) are copied again before
+    the next run when torch's version counter moved, and by :meth:`reload_weights` otherwise. A
+    torch weight re-pointed (``set_``, ``.data = ...``, resized) is refused with ArgumentError.
     """
 
     def __init__(self, w13: Any, w13_scales: Any, w2: Any, w2_scales: Any, *, max_tokens: int, topk: int,
@@ -304,6 +325,14 @@ class MoeLayer:
     def check(self, stream: Any = None) -> None:
         """Synchronises, then raises if a run since the last check saw bad routing data."""
         self._layer.check(stream)
+
+    def reload_weights(self, stream: Any = None) -> None:
+        """Makes the layer's copies of the weight scales (and folded alphas) again from the arrays,
+        on ``stream`` after its earlier work: after in-place changes torch's version counter does
+        not see, and before replaying a CUDA graph captured earlier. MXFP4 layers that decode with
+        one multiply refuse scales with a code > 128 (ArgumentError naming w13_scales / w2_scales;
+        the layer keeps the old ones). A no-op for host arrays."""
+        self._layer.reload_weights(stream)
 
     def describe(self) -> str:
         return self._layer.describe()

@@ -82,6 +82,10 @@ DualGemmObject::DualGemmObject(nb::handle a, nb::handle b1, nb::handle b2, nb::h
       const std::string name = field == 1 ? b_name : field == 3 ? sfb_name : kNames[field];
       watched_.push_back(Watched{o, name + "[" + std::to_string(i / 5) + "]"});
       states_.add(p.views[i]);
+      if (field == 3 && !options_.rescale_each_run) {
+        copied_.add(o);
+        copied_names_.push_back(watched_.back().name);
+      }
     }
   };
   watch(gate, pg, "b1", "sfb1", false);
@@ -89,10 +93,16 @@ DualGemmObject::DualGemmObject(nb::handle a, nb::handle b1, nb::handle b2, nb::h
   for (nb::handle h : {alpha, alpha_up})
     if (!h.is_none()) refs_.append(nb::borrow(h));  // (device alphas: the plan reads them at run time)
   c_ = PyList_Check(c.ptr()) || PyTuple_Check(c.ptr()) ? nb::borrow(c) : gate.seqs[4].owner;
-  if (cuda_ && !groups_.empty())
-    plan_ = build_outside_capture(false, [&] { return std::make_shared<const Plan>(std::span<const GroupDesc>(groups_), options_); });
-  else
+  if (cuda_ && !groups_.empty()) {
+    // (plan-time reads -- the paired scale copy -- wait for the current stream's work: sfb1 / sfb2
+    // may have just been written there)
+    const cudaStream_t s = bind.resolve_stream(nb::none(), framework_, device_);
+    plan_ = build_outside_capture(Binding::is_capturing(s), [&] {
+      return std::make_shared<const Plan>(std::span<const GroupDesc>(groups_), options_, s);
+    });
+  } else {
     detail::validate_groups(groups_, options_, /*check_pointers=*/false);  // the host path accepts what the device does
+  }
 }
 
 void DualGemmObject::run(nb::handle stream, int threads) const {
@@ -102,6 +112,11 @@ void DualGemmObject::run(nb::handle stream, int threads) const {
       throw Error(watched_[j].name, -1,
                   "changed since this DualGemm was built: its data_ptr(), shape, strides or dtype differ (set_(), "
                   "resize_(), .data = ...). The plan is bound to the old memory and layout; build a new DualGemm");
+  if (plan_ && copied_.changed())
+    throw Error(copied_names_.empty() ? "sfb1" : copied_names_.front(), -1,
+                "a weight scale array (sfb1 / sfb2) was changed in place since this DualGemm was built, but the plan "
+                "pairs gate and up scales in its own copy made then: build a new DualGemm, or pass "
+                "rescale_each_run=True (every run reads the scales as they are)");
   if (plan_) {
     const cudaStream_t s = bind.resolve_stream(stream, framework_, device_);
     bind.run(plan_, s, Binding::is_capturing(s));

@@ -41,6 +41,9 @@ class DualGemmObject {
   };
   std::vector<Watched> watched_;
   TorchStates states_;
+  // torch weight scales the plan pairs into its own copy at build time (not with rescale_each_run)
+  CopiedArrays copied_;
+  std::vector<std::string> copied_names_;
   nb::object c_;
 };
 

@@ -385,9 +385,10 @@ Prepared prepare_from(const CallOptions& options, const std::vector<GroupViews>&
 
 }  // namespace
 
-PlanPtr Binding::make_plan(const Prepared& p, bool capturing) {
+PlanPtr Binding::make_plan(const Prepared& p, bool capturing, cudaStream_t stream) {
   const Options o = library_options(p);
-  return build_outside_capture(capturing, [&] { return std::make_shared<const Plan>(std::span<const GroupDesc>(p.groups), o); });
+  return build_outside_capture(capturing,
+                               [&] { return std::make_shared<const Plan>(std::span<const GroupDesc>(p.groups), o, stream); });
 }
 
 void Binding::run(const PlanPtr& plan, cudaStream_t stream, bool capturing) {
@@ -441,13 +442,13 @@ void Binding::grouped_gemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handl
   }
   const cudaStream_t s = resolve_stream(stream, p.framework, p.placement.device);
   const bool capturing = is_capturing(s);
-  const PlanPtr plan = find_or_build(p, capturing);
+  const PlanPtr plan = find_or_build(p, capturing, s);
   if (memoizable)
     remember(std::move(signature), sig_hash, args.objects, p.views, plan, p.placement.device, capturing);
   run(plan, s, capturing);
 }
 
-PlanPtr Binding::find_or_build(const Prepared& p, bool capturing) {
+PlanPtr Binding::find_or_build(const Prepared& p, bool capturing, cudaStream_t stream) {
   const std::uint64_t h = hash_words(p.key);
   PlanPtr plan;
   {
@@ -456,7 +457,7 @@ PlanPtr Binding::find_or_build(const Prepared& p, bool capturing) {
     ++(plan ? hits_ : misses_);
   }
   if (!plan) {
-    PlanPtr built = make_plan(p, capturing);  // releases the GIL: other threads may use the caches
+    PlanPtr built = make_plan(p, capturing, stream);  // releases the GIL: other threads may use the caches
     std::vector<PlanPtr> evicted;
     std::lock_guard lock(mutex_);
     plan = plans_.insert(p.key, h, std::move(built), /*may_evict=*/!capturing, evicted);
@@ -511,7 +512,7 @@ void Binding::grouped_gemm_views(const GroupedViewsCall& call, cudaStream_t stre
   const Prepared p = prepare_from(options, views, al);
   if (!p.placement.cuda) throw Error("a", -1, "is on the CPU; this path runs CUDA arrays");
   const bool capturing = is_capturing(stream);
-  const PlanPtr plan = find_or_build(p, capturing);
+  const PlanPtr plan = find_or_build(p, capturing, stream);
   // Not remembered: alpha in host memory (its values went into the plan when it was read; a
   // later call must read them again).
   if (!(call.alpha_is_array && !call.alpha_view.cuda)) {
@@ -643,7 +644,10 @@ BoundGemm::BoundGemm(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb,
   c_ = PyList_Check(c.ptr()) || PyTuple_Check(c.ptr()) ? nb::borrow(c) : args.seqs[4].owner;
   framework_ = p.framework;
   device_ = p.placement.device;
-  if (!p.groups.empty()) plan_ = bind.make_plan(p, /*capturing=*/false);
+  if (!p.groups.empty()) {
+    const cudaStream_t s = bind.resolve_stream(nb::none(), framework_, device_);
+    plan_ = bind.make_plan(p, Binding::is_capturing(s), s);
+  }
 }
 
 void BoundGemm::run(nb::handle stream) const {

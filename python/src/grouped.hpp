@@ -84,7 +84,8 @@ class Binding {
   // The views point into the arrays: `args` and `keep` must outlive any use of the result.
   Prepared prepare(const CallOptions& options, const CallArgs& args, nb::handle alpha, Keepalive& keep);
   CallOptions parse_options(nb::handle format, nb::handle scale_layout, nb::handle out_dtype, nb::handle backend) const;
-  PlanPtr make_plan(const Prepared& p, bool capturing);
+  // `stream`: plan-time reads of the arrays wait for its work (the stream that wrote them).
+  PlanPtr make_plan(const Prepared& p, bool capturing, cudaStream_t stream);
   // Enqueues `plan`, pinning it when the stream is being captured.
   void run(const PlanPtr& plan, cudaStream_t stream, bool capturing);
   cudaStream_t resolve_stream(nb::handle stream, Framework f, int device);
@@ -109,7 +110,7 @@ class Binding {
   void remember(std::vector<std::uint64_t> signature, std::uint64_t hash, const std::vector<PyObject*>& objects,
                 const std::vector<TensorView>& views, const PlanPtr& plan, int device, bool capturing);
   void run_host(const Prepared& p, int threads);
-  PlanPtr find_or_build(const Prepared& p, bool capturing);  // the plan cache's plan for `p`
+  PlanPtr find_or_build(const Prepared& p, bool capturing, cudaStream_t stream);  // the plan cache's plan for `p`
 
   TensorReader reader_;
   // Guards plans_, memo_ and the counters against concurrent callers (Python threads; the GIL is

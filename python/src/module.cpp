@@ -145,6 +145,9 @@ NB_MODULE(_fp4gemm, m) {
       .def("check", &MoeGemmObject::check, "stream"_a = nb::none(),
            "Synchronise `stream`, then raise ArgumentError naming expert_offsets / expert_counts / gather_index if a "
            "run since the last check saw bad routing data.")
+      .def("reload_weights", &MoeGemmObject::reload_weights, "stream"_a = nb::none(),
+           "Make the plan's copy of the weight scales again from the arrays (after in-place changes that torch's "
+           "version counter does not see, or before replaying a captured graph).")
       .def("describe", &MoeGemmObject::describe)
       .def_prop_ro("kernel_name", &MoeGemmObject::kernel_name)
       .def_prop_ro("experts", [](const MoeGemmObject& g) { return g.weights().experts; })
@@ -199,6 +202,8 @@ NB_MODULE(_fp4gemm, m) {
            "Enqueue the layer into `out` (host arrays: run the reference now).")
       .def("check", &MoeLayerObject::check, "stream"_a = nb::none(),
            "Synchronise `stream`, then raise if a run since the last check saw bad routing data.")
+      .def("reload_weights", &MoeLayerObject::reload_weights, "stream"_a = nb::none(),
+           "Make the layer's copies of the weight scales (and folded alphas) again from the arrays.")
       .def("describe", &MoeLayerObject::describe)
       .def_prop_ro("experts", [](const MoeLayerObject& l) { return l.weights().experts; })
       .def_prop_ro("hidden", [](const MoeLayerObject& l) { return l.weights().hidden; })

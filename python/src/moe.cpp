@@ -502,10 +502,30 @@ void enqueue(const MoePlanPtr& plan, const MoeArgs& args, cudaStream_t stream, b
   plan->run(args, stream);
 }
 
-MoePlanPtr build_plan(const MoeWeightsRead& wr, const MoeOptions& o, bool capturing) {
+// `plan` as a pointer that also owns a reference to `obj` (released with the GIL held, from
+// whichever thread drops the plan last).
+MoePlanPtr holding(MoePlanPtr plan, nb::handle obj) {
+  struct Holder {
+    MoePlanPtr plan;
+    PyObject* ref = nullptr;
+    ~Holder() {
+      if (ref == nullptr || !Py_IsInitialized()) return;
+      const PyGILState_STATE g = PyGILState_Ensure();
+      Py_DECREF(ref);
+      PyGILState_Release(g);
+    }
+  };
+  auto h = std::make_shared<Holder>();
+  h->plan = std::move(plan);
+  h->ref = obj.inc_ref().ptr();
+  const MoeGemm* raw = h->plan.get();
+  return MoePlanPtr(std::move(h), raw);
+}
+
+MoePlanPtr build_plan(const MoeWeightsRead& wr, const MoeOptions& o, bool capturing, cudaStream_t stream) {
   MoeOptions options = o;
   options.device = wr.device;
-  return build_outside_capture(capturing, [&] { return std::make_shared<const MoeGemm>(wr.weights, options); });
+  return build_outside_capture(capturing, [&] { return std::make_shared<const MoeGemm>(wr.weights, options, stream); });
 }
 
 // Everything a plan is bound to: options, device and the weights' description (pointers, strides,
@@ -566,6 +586,12 @@ MoeGemmObject::MoeGemmObject(nb::handle w, nb::handle w_scales, nb::handle forma
   };
   keep_alive(w, weights_.w, "w");
   keep_alive(w_scales, weights_.scales, "w_scales");
+  // The plan keeps its own copy of linear or GLU scales (unless rescale_each_run remakes it at
+  // every run): in-place changes of torch scales are seen by reloading it before the next run.
+  const bool copies = (options_.scale_layout == ScaleLayout::linear || options_.epilogue != MoeEpilogue::none) &&
+                      !options_.rescale_each_run;
+  if (copies && reader.is_torch(w_scales)) copied_.add(w_scales);
+  if (copies && weights_.has_up && reader.is_torch(w_up_scales)) copied_.add(w_up_scales);
   if (weights_.alpha_array) keep_alive(alpha, weights_.alpha, "alpha");
   if (weights_.has_up) {
     keep_alive(w_up, weights_.w_up, "w_up");
@@ -574,7 +600,7 @@ MoeGemmObject::MoeGemmObject(nb::handle w, nb::handle w_scales, nb::handle forma
   if (weights_.alpha_up_array) keep_alive(alpha_up, weights_.alpha_up, "alpha_up");
   if (weights_.cuda) {
     const cudaStream_t s = bind.resolve_stream(nb::none(), weights_.framework, weights_.device);
-    plan_ = build_plan(weights_, options_, Binding::is_capturing(s));
+    plan_ = build_plan(weights_, options_, Binding::is_capturing(s), s);
   }
 }
 
@@ -596,7 +622,29 @@ void MoeGemmObject::run(nb::handle a, nb::handle a_scales, nb::handle expert_off
     return;
   }
   const cudaStream_t s = Binding::get().resolve_stream(stream, views.a.framework, weights_.device);
+  reload_if_changed(s);
   enqueue(plan_, run.args, s, Binding::is_capturing(s));
+}
+
+void MoeGemmObject::reload_if_changed(cudaStream_t stream) {
+  if (!plan_ || !copied_.changed()) return;
+  const std::vector<std::uint64_t> now = copied_.versions_now();
+  {
+    nb::gil_scoped_release release;
+    plan_->reload_scales(stream);
+  }
+  copied_.copied(now);
+}
+
+void MoeGemmObject::reload_weights(nb::handle stream) {
+  if (!plan_) return;  // the host path reads the arrays at every run
+  const cudaStream_t s = Binding::get().resolve_stream(stream, weights_.framework, weights_.device);
+  const std::vector<std::uint64_t> now = copied_.versions_now();
+  {
+    nb::gil_scoped_release release;
+    plan_->reload_scales(s);
+  }
+  copied_.copied(now);
 }
 
 void MoeGemmObject::check(nb::handle stream) const {
@@ -669,7 +717,14 @@ void MoeBinding::grouped_gemm(nb::handle a, nb::handle a_scales, nb::handle w, n
     run_host(wr, *options, run, threads);
     return;
   }
-  run_on_device(views, wr, *options, Binding::get().resolve_stream(stream, views.a.framework, wr.device));
+  // A plan for linear scales holds its own blocked copy of them, and the cache finds plans by the
+  // arrays' addresses (and the scales' _version): the plan holds the scales' storage, so that no
+  // other array can be handed that address while the plan is cached (it would be served the old
+  // copy). Blocked scales are read at every run: any array at the address is served right.
+  nb::object held;
+  if (options->scale_layout == ScaleLayout::linear)
+    held = reader.is_torch(w_scales) ? reader.torch_storage(w_scales) : nb::borrow(w_scales);
+  run_on_device(views, wr, *options, Binding::get().resolve_stream(stream, views.a.framework, wr.device), nullptr, held);
 }
 
 namespace {
@@ -738,7 +793,7 @@ void MoeBinding::forget_memo(std::vector<MoePlanPtr>& release) {
 }
 
 MoePlanPtr MoeBinding::run_on_device(const MoeRunViews& views, const MoeWeightsRead& wr, const MoeOptions& options,
-                                     cudaStream_t s, MoeArgs* args) {
+                                     cudaStream_t s, MoeArgs* args, nb::handle keep) {
   const MoeRun run = check_run(views, wr, options);
   if (args != nullptr) *args = run.args;
   const std::vector<std::uint64_t> key = plan_key(wr, options);
@@ -751,7 +806,8 @@ MoePlanPtr MoeBinding::run_on_device(const MoeRunViews& views, const MoeWeightsR
   }
   const bool capturing = Binding::is_capturing(s);
   if (!plan) {
-    MoePlanPtr built = build_plan(wr, options, capturing);  // releases the GIL
+    MoePlanPtr built = build_plan(wr, options, capturing, s);  // releases the GIL
+    if (keep.is_valid()) built = holding(std::move(built), keep);
     std::vector<MoePlanPtr> evicted;                         // destroyed after the lock is released
     std::lock_guard lock(mutex_);
     plan = plans_.insert(key, h, std::move(built), /*may_evict=*/!capturing, evicted);

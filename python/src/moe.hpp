@@ -78,6 +78,9 @@ class MoeGemmObject {
   void run(nb::handle a, nb::handle a_scales, nb::handle expert_offsets, nb::handle expert_counts,
            nb::handle gather_index, nb::handle out, nb::handle stream, int threads);
   void check(nb::handle stream) const;
+  // The plan's copy of the weight scales made again from the arrays, on `stream`
+  // (fp4gemm::MoeGemm::reload_scales); the host path reads the arrays at every run.
+  void reload_weights(nb::handle stream);
   std::string describe() const;
   std::string kernel_name() const { return plan_ ? plan_->kernel_name() : "cpu_reference"; }
   const MoeOptions& options() const { return options_; }
@@ -93,6 +96,8 @@ class MoeGemmObject {
   nb::list refs_, storages_;
   std::vector<std::pair<nb::handle, const char*>> watched_;  // torch weights, borrowed from refs_
   TorchStates states_;
+  CopiedArrays copied_;  // torch scales the plan copies (linear or GLU, not rescale_each_run)
+  void reload_if_changed(cudaStream_t stream);
 };
 
 // Holds the MoE plan cache of moe_grouped_gemm; guarded by its own mutex (see Binding).
@@ -127,8 +132,9 @@ class MoeBinding {
  private:
   MoeBinding();
   // Checks the run, finds or builds the plan, enqueues; returns the plan (and the run's arguments).
+  // `keep`: what a plan built here must hold (the linear scales it copies: see grouped_gemm).
   MoePlanPtr run_on_device(const MoeRunViews& views, const MoeWeightsRead& wr, const MoeOptions& options, cudaStream_t s,
-                           MoeArgs* args = nullptr);
+                           MoeArgs* args = nullptr, nb::handle keep = nb::handle());
   // Under mutex_, whenever a plan may leave the cache: empties the memo, its plan moved to
   // `release` (destroyed by the caller after the lock).
   void forget_memo(std::vector<MoePlanPtr>& release);

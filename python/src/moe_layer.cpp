@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "checks.hpp"
 #include "fp4gemm/formats.hpp"
@@ -88,6 +89,17 @@ MoeLayerObject::MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle
                      "; all arrays of a layer must live on one device");
   w.w13 = reinterpret_cast<const void*>(v13.ptr), w.w13_scales = reinterpret_cast<const void*>(v13s.ptr);
   w.w2 = reinterpret_cast<const void*>(v2.ptr), w.w2_scales = reinterpret_cast<const void*>(v2s.ptr);
+  // What the layer reads is kept alive (torch: the storage too, so that set_() or .data = ...
+  // cannot free it); torch arrays are watched for such changes (refused at run time), and the
+  // scales and alphas, which the layer copies, for in-place changes (copies made again).
+  auto keep_alive = [&](nb::handle o, const TensorView& view, const char* name, bool copied) {
+    refs_.append(nb::borrow(o));
+    if (!reader.is_torch(o)) return;
+    storages_.append(reader.torch_storage(o));
+    watched_.emplace_back(o, name);
+    states_.add(view);
+    if (copied) copied_.add(o);
+  };
   const float** alpha_slots[3] = {&w.w13_alpha, &w.w13_alpha_up, &w.w2_alpha};
   const char* alpha_names[3] = {"w13_alpha", "w13_alpha_up", "w2_alpha"};
   nb::handle alphas[3] = {w13_alpha, w13_alpha_up, w2_alpha};
@@ -100,32 +112,49 @@ MoeLayerObject::MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle
     if (a.cuda != cuda_ || (cuda_ && a.device != device_))
       fail(alpha_names[i], "is on " + a.device_text() + " but w13 is on " + v13.device_text());
     *alpha_slots[i] = reinterpret_cast<const float*>(a.ptr);
-    refs_.append(nb::borrow(alphas[i]));
+    keep_alive(alphas[i], a, alpha_names[i], true);
   }
-  for (nb::handle h : {w13, w13_scales, w2, w2_scales}) refs_.append(nb::borrow(h));
+  keep_alive(w13, v13, "w13", false);
+  keep_alive(w13_scales, v13s, "w13_scales", true);
+  keep_alive(w2, v2, "w2", false);
+  keep_alive(w2_scales, v2s, "w2_scales", true);
   detail::validate_moe_layer(w, options_);
   if (cuda_) {
     options_.device = device_;
     const cudaStream_t s = bind.resolve_stream(nb::none(), v13.framework, device_);
-    layer_ = build_outside_capture(Binding::is_capturing(s), [&] { return std::make_shared<const MoeLayer>(w, options_); });
+    // (plan-time reads of the weights wait for this stream's work: they may have just been written
+    // there, e.g. by fp4gemm.quantize)
+    layer_ = build_outside_capture(Binding::is_capturing(s), [&] { return std::make_shared<const MoeLayer>(w, options_, s); });
     return;
   }
-  // Host: linear scales for the reference (blocked ones converted per expert).
-  auto linear = [&](const TensorView& v, std::int64_t rows, std::int64_t k) {
-    const std::int64_t cols = k / scale_block_size(options_.format);
-    std::vector<std::uint8_t> out(static_cast<std::size_t>(w.experts * rows * cols));
-    const auto* src = reinterpret_cast<const std::uint8_t*>(v.ptr);
-    if (options_.scale_layout == ScaleLayout::linear) {
-      std::memcpy(out.data(), src, out.size());
-    } else {
-      const std::size_t blocked = formats::blocked_scale_bytes(rows, cols);
-      for (int e = 0; e < w.experts; ++e)
-        formats::blocked_to_linear(src + e * blocked, rows, cols, out.data() + static_cast<std::size_t>(e) * rows * cols);
-    }
-    return out;
-  };
-  host_w13_scales_ = linear(v13s, 2 * std::int64_t{w.inter}, w.hidden);
-  host_w2_scales_ = linear(v2s, w.hidden, w.inter);
+  // Host: the reference's linear scale copies are made at every run (the arrays may change in place).
+}
+
+void MoeLayerObject::check_weights(cudaStream_t stream) const {
+  TensorReader& reader = Binding::get().reader();
+  for (std::size_t j = 0; j < watched_.size(); ++j)
+    if (!states_.unchanged(reader, j, watched_[j].first))
+      throw Error(watched_[j].second, -1,
+                  "changed since this MoeLayer was built: its data_ptr(), shape, strides or dtype differ (set_(), "
+                  "resize_(), .data = ...). The layer is bound to the old memory and layout; build a new MoeLayer "
+                  "(in-place changes of the values, e.g. copy_(), are seen)");
+  if (layer_ && copied_.changed()) reload_on(stream);
+}
+
+void MoeLayerObject::reload_on(cudaStream_t stream) const {
+  const std::vector<std::uint64_t> now = copied_.versions_now();
+  {
+    nb::gil_scoped_release release;
+    layer_->reload_weights(stream);
+  }
+  copied_.copied(now);
+}
+
+void MoeLayerObject::reload_weights(nb::handle stream) {
+  if (!layer_) return;  // the host path reads the arrays at every run
+  const cudaStream_t s = Binding::get().resolve_stream(stream, framework_, device_);
+  check_weights(s);  // (may reload already)
+  reload_on(s);
 }
 
 // The tokens are bf16 hidden_states [T, H], or (W4A4) hidden_packed [T, H/2] uint8 with linear
@@ -153,9 +182,11 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
   const MoeLayerArgs a = checked_args(x, pre ? &xs : nullptr, ids, wt, y);
   if (layer_) {
     const cudaStream_t s = Binding::get().resolve_stream(stream, x.framework, device_);
+    check_weights(s);
     layer_->run(a, s);
     return;
   }
+  check_weights(nullptr);  // (host: only the watched state)
   run_host(a, ids, wt, pre ? nullptr : reinterpret_cast<const std::uint16_t*>(x.ptr),
            pre ? reinterpret_cast<const std::uint8_t*>(x.ptr) : nullptr,
            pre ? reinterpret_cast<const std::uint8_t*>(xs.ptr) : nullptr, threads);
@@ -164,7 +195,9 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
 void MoeLayerObject::run_on_stream(const TensorView& hidden, const TensorView& topk_ids,
                                    const TensorView& topk_weights, const TensorView& out, cudaStream_t stream) const {
   if (!layer_) fail("hidden_states", "this layer's weights are host arrays; run it through fp4gemm.moe");
-  layer_->run(checked_args(hidden, nullptr, topk_ids, topk_weights, out), stream);
+  const MoeLayerArgs a = checked_args(hidden, nullptr, topk_ids, topk_weights, out);
+  check_weights(stream);  // (the caller holds the GIL)
+  layer_->run(a, stream);
 }
 
 // The run's arrays checked against the layer (as read: placement, dtypes, shapes, strides).
@@ -240,6 +273,21 @@ void MoeLayerObject::run_host(const MoeLayerArgs& a, const TensorView& ids, cons
   const MoeLayerWeights& w = weights_;
   const int k = options_.topk;
   const std::int64_t T = a.tokens, n = T * k;
+  // Linear scales for the reference, from the arrays as they are now (blocked ones converted per expert).
+  auto linear = [&](const void* v, std::int64_t rows, std::int64_t kk, std::vector<std::uint8_t>& out) {
+    const std::int64_t cols = kk / scale_block_size(options_.format);
+    out.resize(static_cast<std::size_t>(w.experts * rows * cols));
+    const auto* src = static_cast<const std::uint8_t*>(v);
+    if (options_.scale_layout == ScaleLayout::linear) {
+      std::memcpy(out.data(), src, out.size());
+    } else {
+      const std::size_t blocked = formats::blocked_scale_bytes(rows, cols);
+      for (int e = 0; e < w.experts; ++e)
+        formats::blocked_to_linear(src + e * blocked, rows, cols, out.data() + static_cast<std::size_t>(e) * rows * cols);
+    }
+  };
+  linear(w.w13_scales, 2 * std::int64_t{w.inter}, w.hidden, host_w13_scales_);
+  linear(w.w2_scales, w.hidden, w.inter, host_w2_scales_);
   const bool ids64 = ids.dtype == DType::i64, wbf16 = wt.dtype == DType::bf16;
   std::vector<std::int64_t> id64(static_cast<std::size_t>(n));
   std::vector<float> wf(static_cast<std::size_t>(n));

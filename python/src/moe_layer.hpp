@@ -31,6 +31,9 @@ class MoeLayerObject {
   void run_on_stream(const TensorView& hidden, const TensorView& topk_ids, const TensorView& topk_weights,
                      const TensorView& out, cudaStream_t stream) const;
   void check(nb::handle stream) const;
+  // The layer's copies of the weights' scales (and folded alphas) made again from the arrays, on
+  // `stream` (fp4gemm::MoeLayer::reload_weights); the host path reads the arrays at every run.
+  void reload_weights(nb::handle stream);
   std::string describe() const;
   int device() const { return device_; }
   const MoeLayerOptions& options() const { return options_; }
@@ -43,14 +46,22 @@ class MoeLayerObject {
                             const TensorView& wt, const TensorView& y) const;
   void run_host(const MoeLayerArgs& a, const TensorView& ids, const TensorView& wt, const std::uint16_t* x,
                 const std::uint8_t* x_packed, const std::uint8_t* x_scales, int threads);
+  // Before a run (needs the GIL): refuses torch weights whose data_ptr(), shape, strides or dtype
+  // changed since the layer was built; reloads the layer's copies on `stream` when a torch
+  // scale or alpha array was changed in place since they were made (its _version moved).
+  void check_weights(cudaStream_t stream) const;
+  void reload_on(cudaStream_t stream) const;
   MoeLayerOptions options_;
   MoeLayerWeights weights_;
   bool cuda_ = false;
   int device_ = -1;
   Framework framework_ = Framework::other;
   std::shared_ptr<const MoeLayer> layer_;  // null on the host
-  std::vector<std::uint8_t> host_w13_scales_, host_w2_scales_;  // host: linear copies
-  nb::list refs_;  // the weight arrays, kept alive
+  std::vector<std::uint8_t> host_w13_scales_, host_w2_scales_;  // host: linear copies, made at every run
+  nb::list refs_, storages_;  // the weight arrays and their torch storages, kept alive
+  std::vector<std::pair<nb::handle, const char*>> watched_;  // torch weights (borrowed from refs_)
+  TorchStates states_;
+  mutable CopiedArrays copied_;  // torch scales and alphas the layer copies from (borrowed from refs_)
 };
 
 // fp4gemm.quantize on CUDA arrays: fp4gemm::quantize_activations into caller-allocated outputs.

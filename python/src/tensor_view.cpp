@@ -457,4 +457,39 @@ bool weak_ref_is(nb::handle ref, nb::handle obj) {
 #endif
 }
 
+std::optional<std::uint64_t> torch_version(nb::handle obj) {
+  static PyObject* const name = PyUnicode_InternFromString("_version");
+  PyObject* v = PyObject_GetAttr(obj.ptr(), name);
+  if (v == nullptr) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  const unsigned long long version = PyLong_AsUnsignedLongLong(v);
+  Py_DECREF(v);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  return version;
+}
+
+void CopiedArrays::add(nb::handle obj) {
+  if (const auto v = torch_version(obj)) {
+    objs_.push_back(obj);
+    versions_.push_back(*v);
+  }
+}
+
+bool CopiedArrays::changed() const {
+  for (std::size_t i = 0; i < objs_.size(); ++i)
+    if (torch_version(objs_[i]).value_or(versions_[i]) != versions_[i]) return true;
+  return false;
+}
+
+std::vector<std::uint64_t> CopiedArrays::versions_now() const {
+  std::vector<std::uint64_t> now(objs_.size());
+  for (std::size_t i = 0; i < objs_.size(); ++i) now[i] = torch_version(objs_[i]).value_or(versions_[i]);
+  return now;
+}
+
 }  // namespace fp4gemm::python

@@ -12,6 +12,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,29 @@ class TorchStates {
   std::vector<std::uint8_t> ndim_;
   std::vector<DType> dtype_;
   std::vector<std::int64_t> dims_;
+};
+
+// torch's in-place change counter of `obj` (shared by a tensor and its views); nullopt for
+// inference tensors (no counter: they cannot change in place) and other arrays. Needs the GIL.
+std::optional<std::uint64_t> torch_version(nb::handle obj);
+
+// The torch arrays an object copies from at set-up (a plan's scale copies), each with its
+// _version when last copied: changed() says whether any was written in place since (the caller
+// then makes its copies again and calls copied()). Objects are borrowed: the owner keeps them.
+// Needs the GIL.
+class CopiedArrays {
+ public:
+  void add(nb::handle obj);  // no-op for arrays without a version counter
+  bool empty() const { return objs_.empty(); }
+  bool changed() const;
+  // Records the current versions (read before the copies are made: a write during the copy
+  // is seen by the next changed()).
+  std::vector<std::uint64_t> versions_now() const;
+  void copied(const std::vector<std::uint64_t>& versions) { versions_ = versions; }
+
+ private:
+  std::vector<nb::handle> objs_;
+  std::vector<std::uint64_t> versions_;
 };
 
 // Object identity helpers (weak references) for the call memo.

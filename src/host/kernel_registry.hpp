@@ -34,6 +34,7 @@ struct KernelContext {
   const DeviceInfo& device;
   const GroupParams* d_groups;
   int max_m, max_n;  // over the groups with work
+  cudaStream_t after;  // plan-time reads of the caller's arrays wait for this stream's work
 };
 
 struct KernelEntry {
@@ -60,6 +61,9 @@ class MoeKernelPlan {
  public:
   virtual ~MoeKernelPlan() = default;
   virtual void enqueue(const MoeArgs& args, cudaStream_t stream) const = 0;
+  // Makes the plan's copies of the caller's weight data again, on `stream` (not being captured;
+  // MoeGemm serialises it with runs): MoeGemm::reload_scales.
+  virtual void reload(cudaStream_t stream) const = 0;
   virtual std::string describe() const = 0;  // configuration after the kernel's name
   virtual std::size_t device_bytes() const = 0;
 };
@@ -72,6 +76,7 @@ struct MoeKernelContext {
   const DeviceInfo& device;
   int rows;    // of A and C: capacity, or experts x capacity (masked)
   int* error;  // MoeErrorWord
+  cudaStream_t after;  // plan-time reads of the weights wait for this stream's work
 };
 
 struct MoeKernelEntry {

@@ -57,7 +57,8 @@ struct MoeGemm::Impl {
   }
 };
 
-MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(std::make_unique<Impl>()) {
+MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options, cudaStream_t stream)
+    : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
   const MoeWeights resolved = detail::validate_moe(weights, options);
   if (device_count() == 0) throw Error("device", -1, "no CUDA device is available (no GPU or no driver)");
@@ -94,7 +95,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options) : impl_(s
   FP4GEMM_CUDA_CHECK(cudaMalloc(&error, sizeof(MoeErrorWord)), "plan workspace");
   p.error = static_cast<int*>(error);
   FP4GEMM_CUDA_CHECK(cudaMemset(p.error, 0, sizeof(MoeErrorWord)), "plan");
-  p.kernel = p.entry->build(detail::MoeKernelContext{w, o, p.device, p.rows, p.error});
+  p.kernel = p.entry->build(detail::MoeKernelContext{w, o, p.device, p.rows, p.error, stream});
   p.runs.create();
 }
 
@@ -119,6 +120,15 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
   });
 }
 
+void MoeGemm::reload_scales(cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  detail::DeviceGuard guard(p.device.index);
+  if (detail::check_run_preconditions(p.device.index, stream))
+    throw Error("stream", -1, "is being captured into a CUDA graph: reload the scales outside the capture (replays "
+                              "read the plan's copy, so they see the reloaded values)");
+  p.runs.after_runs(stream, [&](cudaStream_t s) { p.kernel->reload(s); });
+}
+
 std::size_t MoeGemm::graph_replays() const { return checked(impl_).graphs.replays(); }
 
 void detail::MoeGemmOwner::enqueue(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream) {
@@ -126,6 +136,8 @@ void detail::MoeGemmOwner::enqueue(const MoeGemm& gemm, const MoeArgs& args, cud
   detail::check_moe_args(p.weights, p.options, args);
   p.kernel->enqueue(args, stream);
 }
+
+void detail::MoeGemmOwner::reload(const MoeGemm& gemm, cudaStream_t stream) { checked(gemm.impl_).kernel->reload(stream); }
 
 void MoeGemm::check(cudaStream_t stream) const {
   using namespace detail::sm90;

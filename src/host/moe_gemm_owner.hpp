@@ -14,6 +14,8 @@ struct MoeGemmOwner {
   // MoeGemm::run without the device guard and the run serialiser: the caller holds both. The
   // arguments are validated as run() validates them.
   static void enqueue(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream);
+  // MoeGemm::reload_scales' work on `stream` (not captured) without its serialisation: the caller's.
+  static void reload(const MoeGemm& gemm, cudaStream_t stream);
 };
 
 }  // namespace fp4gemm::detail

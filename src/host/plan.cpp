@@ -52,7 +52,7 @@ const Plan::Impl& checked(const std::unique_ptr<Plan::Impl>& impl) {
 
 }  // namespace
 
-Plan::Plan(std::span<const GroupDesc> groups, const Options& options)
+Plan::Plan(std::span<const GroupDesc> groups, const Options& options, cudaStream_t stream)
     : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
   p.options = options;
@@ -93,7 +93,8 @@ Plan::Plan(std::span<const GroupDesc> groups, const Options& options)
                                   cudaMemcpyHostToDevice),
                        "plan");
   }
-  p.kernel_plan = p.kernel->build(detail::KernelContext{groups, p.options, p.device, p.d_groups, p.max_m, p.max_n});
+  p.kernel_plan = p.kernel->build(
+      detail::KernelContext{groups, p.options, p.device, p.d_groups, p.max_m, p.max_n, stream});
   p.runs.create();
 }
 

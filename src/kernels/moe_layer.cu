@@ -111,12 +111,22 @@ struct MoeLayer::Impl {
     return static_cast<T*>(p);
   }
   // A per-expert alpha array times a global activation scale, in a plan-owned array (null: none).
+  struct Fold {
+    const float* alpha;
+    float s;
+    float* out;
+  };
+  std::vector<Fold> folds;  // made at plan time and again by reload_weights
   const float* folded(const float* alpha, float s, cudaStream_t stream) {
     if (alpha == nullptr || s == 1.0f) return alpha;
     auto* out = allocate<float>(sizeof(float) * weights.experts, "plan workspace");
-    scale_array<<<(weights.experts + 255) / 256, 256, 0, stream>>>(alpha, s, out, weights.experts);
-    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "plan");
+    folds.push_back(Fold{alpha, s, out});
+    fold(folds.back(), stream);
     return out;
+  }
+  void fold(const Fold& f, cudaStream_t stream) const {
+    scale_array<<<(weights.experts + 255) / 256, 256, 0, stream>>>(f.alpha, f.s, f.out, weights.experts);
+    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "plan");
   }
   ~Impl() {
     gemm1.reset();
@@ -125,7 +135,8 @@ struct MoeLayer::Impl {
   }
 };
 
-MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& options) : impl_(std::make_unique<Impl>()) {
+MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& options, cudaStream_t stream)
+    : impl_(std::make_unique<Impl>()) {
   Impl& p = *impl_;
   detail::validate_moe_layer(weights, options);
   if (device_count() == 0) throw Error("device", -1, "no CUDA device is available (no GPU or no driver)");
@@ -152,6 +163,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     cudaStream_t s;
     ~StreamOwner() { cudaStreamDestroy(s); }
   } owner{s};
+  detail::order_after(s, stream, "plan");  // the alphas folded below may have been written there just now
 
   p.offsets = p.allocate<int>(sizeof(int) * (E + 1), "plan workspace");
   p.gather = p.allocate<int>(sizeof(int) * p.capacity, "plan workspace");
@@ -199,8 +211,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   o2.quantize_output = false, o2.output_global_scale = 1.0f;
   FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(s), "plan");
   try {
-    p.gemm1 = std::make_unique<MoeGemm>(w1, o1);
-    p.gemm2 = std::make_unique<MoeGemm>(w2, o2);
+    p.gemm1 = std::make_unique<MoeGemm>(w1, o1, stream);
+    p.gemm2 = std::make_unique<MoeGemm>(w2, o2, stream);
   } catch (const Error& e) {  // name the layer's fields, not the GEMMs'
     std::string arg = e.argument();
     const bool first = !p.gemm1;
@@ -292,6 +304,27 @@ void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
     const Impl::GraphKey key{args.hidden, args.hidden_packed, args.hidden_scales, args.topk_ids, args.topk_weights,
                              args.out, args.ld_hidden, args.ld_out, args.tokens, args.ids_int64, args.weights_bf16};
     p.graphs.run(key, p.options.graph_cache, s, [&](cudaStream_t q) { p.enqueue(args, q); });
+  });
+}
+
+void MoeLayer::reload_weights(cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  detail::DeviceGuard guard(p.device.index);
+  if (detail::check_run_preconditions(p.device.index, stream))
+    throw Error("stream", -1, "is being captured into a CUDA graph: reload the weights outside the capture (replays "
+                              "read the layer's copies, so they see the reloaded values)");
+  p.runs.after_runs(stream, [&](cudaStream_t s) {
+    for (const Impl::Fold& f : p.folds) p.fold(f, s);
+    for (const auto& [gemm, name] : {std::pair{p.gemm1.get(), "weights.w13_scales"}, std::pair{p.gemm2.get(), "weights.w2_scales"}}) {
+      try {
+        detail::MoeGemmOwner::reload(*gemm, s);
+      } catch (const Error& e) {
+        std::string message = e.what();
+        if (const std::string prefix = "fp4gemm: " + e.argument() + ": "; message.rfind(prefix, 0) == 0)
+          message.erase(0, prefix.size());
+        throw Error(e.argument() == "weights.scales" ? name : e.argument(), e.group(), message);
+      }
+    }
   });
 }
 

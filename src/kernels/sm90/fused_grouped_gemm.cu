@@ -381,7 +381,7 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
     pr.moe.swiglu_limit = options.swiglu_limit;
     fp.rescale_each_run = options.rescale_each_run;
     // The paired scale copies, once now.
-    detail::run_on_private_stream("plan", [&](cudaStream_t st) {
+    detail::run_on_private_stream("plan", context.after, [&](cudaStream_t st) {
       for (const GluScaleJob& job : fp.glu_jobs)
         if (const cudaError_t e = launch_glu_scales(job, 1, st); e != cudaSuccess) return e;
       return cudaSuccess;

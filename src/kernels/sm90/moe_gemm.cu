@@ -109,6 +109,7 @@ class FusedMoePlan final : public MoeKernelPlan {
     for (void* p : allocations) cudaFree(p);
   }
   void enqueue(const MoeArgs& args, cudaStream_t stream) const override;
+  void reload(cudaStream_t stream) const override;
   std::string describe() const override;
   std::size_t device_bytes() const override { return bytes; }
 
@@ -126,6 +127,15 @@ class FusedMoePlan final : public MoeKernelPlan {
   // The weight-scale conversion into the plan's blocked copy (null when the user's blocked scales
   // are read directly): run at plan time, and at every run with MoeOptions::rescale_each_run.
   std::function<cudaError_t(cudaStream_t)> convert_scales;
+  // What the plan's MXFP4 one-multiply decode of its own copy relies on (every code <= 128): the
+  // caller's scale bytes that convert_scales reads, as (first byte, bytes per expert, expert
+  // stride), scanned again by reload before the copy is remade. Empty when nothing relies on it.
+  struct ScaleSource {
+    const std::uint8_t* p;
+    std::int64_t bytes, stride;
+  };
+  std::vector<ScaleSource> one_multiply_sources;
+  unsigned* d_max = nullptr;  // the scans' result
 
   template <typename T>
   T* allocate(std::size_t n, const char* what) {
@@ -197,7 +207,7 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
                                   : convert_expert_scales<Format::mxfp4>(d_jobs, experts, n, cols, st);
       };
     }
-    detail::run_on_private_stream("plan", p.convert_scales);
+    detail::run_on_private_stream("plan", context.after, p.convert_scales);
     sblk = dst, sblk_stride = blocked_bytes;
   }
   // MXFP4: one multiply per weight register when every scale code the kernel can read is <= 128
@@ -208,9 +218,9 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   // by check() (the run's output is then undefined). Not with rescale_each_run (new codes each
   // run, any code).
   if (o.format == Format::mxfp4 && !o.rescale_each_run) {
-    unsigned* d_max = p.allocate<unsigned>(sizeof(unsigned), "plan workspace");
+    unsigned* d_max = p.d_max = p.allocate<unsigned>(sizeof(unsigned), "plan workspace");
     const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>((blocked_bytes + 255) / 256, 256));
-    detail::run_on_private_stream("plan", [&](cudaStream_t st) {
+    detail::run_on_private_stream("plan", context.after, [&](cudaStream_t st) {
       cudaError_t e = cudaMemsetAsync(d_max, 0, sizeof(unsigned), st);
       if (e != cudaSuccess) return e;
       max_byte<<<dim3(blocks, static_cast<unsigned>(w.experts)), 256, 0, st>>>(sblk, blocked_bytes, sblk_stride, d_max);
@@ -219,6 +229,14 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
     unsigned largest = 0;
     FP4GEMM_CUDA_CHECK(cudaMemcpy(&largest, d_max, sizeof(unsigned), cudaMemcpyDeviceToHost), "plan");
     p.params.small_mx_scales = largest > 128 ? kMxTwo : own_copy ? kMxOne : kMxOneChecked;
+    if (p.params.small_mx_scales == kMxOne) {
+      // the caller's bytes the copy is made from (dense per expert; a blocked GLU source with its
+      // padding, which a caller's blocked layout keeps zero)
+      const std::int64_t src_bytes = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, wrows, cols));
+      p.one_multiply_sources.push_back({static_cast<const std::uint8_t*>(w.scales), src_bytes, w.scale_expert_stride});
+      if (separate)
+        p.one_multiply_sources.push_back({static_cast<const std::uint8_t*>(w.scales_up), src_bytes, w.scale_expert_stride});
+    }
   }
 
   // Weight maps (four per expert: boxes of 128 and 256 rows of one k-block's 32 bytes, and of two
@@ -424,6 +442,32 @@ void FusedMoePlan::enqueue(const MoeArgs& args, cudaStream_t s) const {
           : launch_routed<Format::mxfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
                                                                     pa, p.prepass_grid, true, s);
   FP4GEMM_CUDA_CHECK(err, "run");
+}
+
+// Reloads the plan's copy of the caller's scales (MoeGemm::reload_scales: serialised with runs,
+// `s` not being captured). A one-multiply MXFP4 copy is remade only when every new code the copy
+// would hold is <= 128; otherwise the plan is left as it was and the caller is told.
+void FusedMoePlan::reload(cudaStream_t s) const {
+  const FusedMoePlan& p = *this;
+  if (!p.convert_scales) return;  // the caller's blocked scales are read at every run
+  if (!p.one_multiply_sources.empty()) {
+    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(p.d_max, 0, sizeof(unsigned), s), "run");
+    for (const ScaleSource& src : p.one_multiply_sources) {
+      const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>((src.bytes + 255) / 256, 256));
+      max_byte<<<dim3(blocks, static_cast<unsigned>(p.weights.experts)), 256, 0, s>>>(src.p, src.bytes, src.stride, p.d_max);
+      FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
+    }
+    unsigned largest = 0;
+    FP4GEMM_CUDA_CHECK(cudaMemcpyAsync(&largest, p.d_max, sizeof(unsigned), cudaMemcpyDeviceToHost, s), "run");
+    FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(s), "run");
+    if (largest > 128)
+      throw Error("weights.scales", -1,
+                  "now hold an MXFP4 scale code of " + std::to_string(largest) +
+                      " (> 128), but every code was <= 128 when the plan was built and it decodes them with one "
+                      "multiply that holds only codes <= 128: the reload was refused and the plan still holds the "
+                      "old scales. Build a new plan for these scales, or set MoeOptions::rescale_each_run");
+  }
+  FP4GEMM_CUDA_CHECK(p.convert_scales(s), "run");
 }
 
 std::string FusedMoePlan::describe() const {

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One batched run on a GPU machine of binaries built elsewhere and carried over (the device tool's
+# `carry`): the C++ GPU tier in shards, compute-sanitizer on the layer / MoE / ordering tests, the
+# Python tiers, the long randomized call sequences and the host overhead per call. Logs go to $OUT.
+#
+# Layout expected under the repository root (scripts/carry_build.sh makes it):
+#   .carry/build/tests/fp4gemm_gpu_tests, .carry/build/tools/fp4gemm   (C++; the CLI path baked into
+#        the tests is the build folder's, so it is linked there: FP4GEMM_BUILD_DIR)
+#   .carry/pkg/fp4gemm/                                               (the Python package + extension)
+#
+# Usage: scripts/device_carried.sh [gpu|sanitize|python|random|overhead]...  (default: all, in order)
+# Environment: FP4GEMM_BUILD_DIR (the build folder the binaries were built in), SHARDS (3),
+# RANDOM_LONG (10000 sequences), RANDOM_PROCS (8 processes), PYTEST_ARGS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-./out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/.carry/pkg${PYTHONPATH:+:$PYTHONPATH}"
+B=${FP4GEMM_BUILD_DIR:-}
+if [ -n "$B" ] && [ ! -e "$B" ]; then mkdir -p "$(dirname "$B")" && ln -s "$PWD/.carry/build" "$B"; fi
+BIN=.carry/build
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(gpu sanitize python random overhead)
+declare -A rc=()
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv | tee "$OUT/gpu.txt"
+for step in "${steps[@]}"; do
+  t0=$SECONDS
+  case "$step" in
+    gpu)
+      n=${SHARDS:-3}; pids=()
+      for ((i = 0; i < n; i++)); do
+        GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i timeout 900 "$BIN/tests/fp4gemm_gpu_tests" --gtest_brief=1 \
+          > "$OUT/gpu_shard$i.log" 2>&1 & pids+=($!)
+      done
+      rc[gpu]=0
+      for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc[gpu]=$?; done
+      for ((i = 0; i < n; i++)); do
+        echo "-- shard $i"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST|tests ran" "$OUT/gpu_shard$i.log" | head -12
+      done ;;
+    sanitize)
+      filter=${SAN_FILTER:-PlanOrdering*:MoeLayerCases*:MoeLayerGraph*:MoeLayerPrequantised*:MoeLayerArgs*}
+      timeout 480 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tests/fp4gemm_gpu_tests" --gtest_filter="$filter" \
+        > "$OUT/sanitizer_memcheck.log" 2>&1
+      rc[sanitize]=$?
+      grep -E "ERROR SUMMARY|tests ran|PASSED|FAILED" "$OUT/sanitizer_memcheck.log" | head -6
+      # the Python layer path under memcheck too (the lifetimes tests: GPU-quantised weights, reloads)
+      timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest tests/python/test_lifetimes_gpu.py -q -x \
+        -p no:cacheprovider -k "not describe" > "$OUT/sanitizer_python.log" 2>&1
+      r=$?; [ $r -ne 0 ] && rc[sanitize]=$r
+      grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer_python.log" | tail -3 ;;
+    python)
+      timeout 900 python3 -m pytest tests/python -q -rs -p no:cacheprovider ${PYTEST_ARGS:-} > "$OUT/py_tests.log" 2>&1
+      rc[python]=$?
+      grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/py_tests.log" | tail -15 ;;
+    random)
+      total=${RANDOM_LONG:-10000}; procs=${RANDOM_PROCS:-8}; per=$(( (total + procs - 1) / procs )); pids=()
+      for ((i = 0; i < procs; i++)); do
+        FP4GEMM_RANDOM_LONG=$per FP4GEMM_RANDOM_SEED=$((1000 + i)) timeout 1500 python3 -m pytest \
+          tests/python/test_random_sequences.py -q -s -p no:cacheprovider -k gpu > "$OUT/random_$i.log" 2>&1 & pids+=($!)
+      done
+      rc[random]=0
+      for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc[random]=$?; done
+      cat "$OUT"/random_*.log > "$OUT/random_all.log"
+      grep -hE "sequences|passed|failed|Falsifying|Error" "$OUT"/random_*.log | sort | uniq -c | head -20 ;;
+    overhead)
+      timeout 300 python3 bench/host_overhead.py > "$OUT/host_overhead.txt" 2>&1
+      rc[overhead]=$?
+      tail -25 "$OUT/host_overhead.txt" ;;
+    *) echo "unknown step $step"; rc[$step]=2 ;;
+  esac
+  echo "[device] $step: rc=${rc[$step]:-?}, $((SECONDS - t0)) s"
+done
+summary=""; status=0
+for s in "${steps[@]}"; do summary+=" $s=${rc[$s]:-?}"; [ "${rc[$s]:-1}" != 0 ] && status=1; done
+echo "[device] summary:$summary" | tee "$OUT/summary.txt"
+exit $status
