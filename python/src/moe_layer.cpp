@@ -98,6 +98,7 @@ MoeLayerObject::MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle
     storages_.append(reader.torch_storage(o));
     watched_.emplace_back(o, name);
     states_.add(view);
+    seen_.push_back(Seen{torch_version(o).value_or(0), view.ptr});
     if (copied) copied_.add(o);
   };
   const float** alpha_slots[3] = {&w.w13_alpha, &w.w13_alpha_up, &w.w2_alpha};
@@ -132,6 +133,11 @@ MoeLayerObject::MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle
 
 void MoeLayerObject::check_weights(cudaStream_t stream) const {
   TensorReader& reader = Binding::get().reader();
+  bool moved = false;
+  for (std::size_t j = 0; j < watched_.size() && !moved; ++j)
+    moved = torch_version(watched_[j].first).value_or(0) != seen_[j].version ||
+            reader.torch_data_ptr(watched_[j].first) != seen_[j].ptr;
+  if (!moved) return;
   for (std::size_t j = 0; j < watched_.size(); ++j)
     if (!states_.unchanged(reader, j, watched_[j].first))
       throw Error(watched_[j].second, -1,
@@ -139,6 +145,8 @@ void MoeLayerObject::check_weights(cudaStream_t stream) const {
                   "resize_(), .data = ...). The layer is bound to the old memory and layout; build a new MoeLayer "
                   "(in-place changes of the values, e.g. copy_(), are seen)");
   if (layer_ && copied_.changed()) reload_on(stream);
+  for (std::size_t j = 0; j < watched_.size(); ++j)
+    seen_[j].version = torch_version(watched_[j].first).value_or(0);  // (the state is unchanged: so is data_ptr)
 }
 
 void MoeLayerObject::reload_on(cudaStream_t stream) const {

@@ -61,6 +61,14 @@ class MoeLayerObject {
   nb::list refs_, storages_;  // the weight arrays and their torch storages, kept alive
   std::vector<std::pair<nb::handle, const char*>> watched_;  // torch weights (borrowed from refs_)
   TorchStates states_;
+  // Per watched tensor, what a run compares first (two attribute reads instead of the state's
+  // four): its _version (any in-place op, set_() and resize_() included) and data_ptr() (.data =).
+  // When either moved, the whole state is checked and the copies remade as needed.
+  struct Seen {
+    std::uint64_t version;
+    std::uintptr_t ptr;
+  };
+  mutable std::vector<Seen> seen_;
   mutable CopiedArrays copied_;  // torch scales and alphas the layer copies from (borrowed from refs_)
 };
 
