@@ -123,4 +123,24 @@ class MoeLayer {
   std::unique_ptr<Impl> impl_;
 };
 
+// The layer's combine alone, on the device (step 6; expert parallelism's last step, on rows that
+// came back in pair order): out[t, h] = bf16(acc), acc = fma(w[t, j], y[t * k + j, h], acc) in
+// FP32 over j = 0..k-1 in order from 0, ids outside [0, experts) skipped -- bit for bit the layer's
+// combine and reference::moe_combine. All pointers are device memory of `device`; y and out
+// 16-byte aligned, hidden and the row strides (elements) multiples of 8. Enqueues one kernel on
+// `stream` (no allocation, no synchronisation, graph-capturable).
+struct MoeCombineArgs {
+  const void* y = nullptr;  // bf16 [tokens * topk, hidden], row stride ld_y
+  std::int64_t ld_y = 0;
+  const void* topk_ids = nullptr;  // [tokens, topk] int32 (int64 with ids_int64)
+  bool ids_int64 = false;
+  const void* topk_weights = nullptr;  // [tokens, topk] float32 (bf16 with weights_bf16)
+  bool weights_bf16 = false;
+  int tokens = 0, topk = 0, experts = 0, hidden = 0;
+  void* out = nullptr;  // bf16 [tokens, hidden], row stride ld_out
+  std::int64_t ld_out = 0;
+  int device = -1;
+};
+void moe_combine(const MoeCombineArgs& args, cudaStream_t stream = nullptr);
+
 }  // namespace fp4gemm

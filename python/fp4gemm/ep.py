@@ -43,41 +43,32 @@ def _is_torch(x: Any) -> bool:
     return type(x).__module__.split(".")[0] == "torch"
 
 
-def combine(y: Any, topk_weights: Any, topk_ids: Any, experts: int, out: Any = None):
+def combine(y: Any, topk_weights: Any, topk_ids: Any, experts: int, out: Any = None, stream: Any = None):
     """The expert layer's combine: ``out[t] = sum_j topk_weights[t, j] * y[t * k + j]`` in FP32 fmas,
     j in order, ids outside ``[0, experts)`` skipped, rounded once to bf16 (the layer's own rule).
-    y: bf16 ``[T * k, H]``. Host arrays (NumPy, torch CPU): ``reference::moe_combine``, bit for bit the
-    layer's. CUDA tensors: torch in FP32 in the same order (not bit-checked against the layer)."""
+    y: bf16 ``[T * k, H]``. Host arrays (NumPy, torch CPU): ``reference::moe_combine``; CUDA tensors:
+    one kernel (``fp4gemm::moe_combine``, on ``stream`` or the current one, graph-capturable) --
+    both bit for bit the layer's combine."""
     t, k = topk_ids.shape
-    if _is_torch(y) and y.is_cuda:
-        import torch
-
-        valid = (topk_ids >= 0) & (topk_ids < experts)
-        w = torch.where(valid, topk_weights.float(), torch.zeros_like(topk_weights, dtype=torch.float32))
-        yy = y.float().view(t, k, -1)
-        acc = torch.zeros((t, yy.shape[2]), dtype=torch.float32, device=y.device)
-        for j in range(k):
-            acc = torch.addcmul(acc, w[:, j:j + 1], yy[:, j])
-        result = acc.to(torch.bfloat16)
-        if out is not None:
-            out.copy_(result)
-            return out
-        return result
+    cuda = _is_torch(y) and y.is_cuda
     if out is None:
         if _is_torch(y):
             import torch
 
-            out = torch.empty((t, y.shape[1]), dtype=torch.bfloat16)
+            out = torch.empty((t, y.shape[1]), dtype=torch.bfloat16, device=y.device)
         else:
             out = np.empty((t, y.shape[1]), dtype=y.dtype)
     weights = topk_weights
     if _is_torch(weights):
         import torch
 
-        weights = weights.to(torch.float32).contiguous()
+        if not (cuda and weights.dtype == torch.bfloat16):
+            weights = weights.to(torch.float32)
+        weights = weights.contiguous()
     elif weights.dtype != np.float32:
         weights = np.ascontiguousarray(weights, dtype=np.float32)
-    _C.moe_combine(y, weights, topk_ids, int(experts), out)
+    ids = topk_ids.contiguous() if _is_torch(topk_ids) else np.ascontiguousarray(topk_ids)
+    _C.moe_combine(y, weights, ids, int(experts), out, stream)
     return out
 
 

@@ -248,8 +248,8 @@ NB_MODULE(_fp4gemm, m) {
         },
         "ids"_a, "ids_int64"_a, "count"_a, "k"_a, "experts"_a, "offsets"_a, "gather"_a, "order"_a, "stream"_a,
         "device"_a, "Device routing alignment on raw CUDA pointers (see fp4gemm.moe.align_routing).");
-  m.def("moe_combine", &fp4gemm::python::combine_on_host, "y"_a, "topk_weights"_a, "topk_ids"_a, "experts"_a,
-        "out"_a, "The expert layer's top-k combine on host arrays (use fp4gemm.moe.combine).");
+  m.def("moe_combine", &fp4gemm::python::combine, "y"_a, "topk_weights"_a, "topk_ids"_a, "experts"_a, "out"_a,
+        "stream"_a = nb::none(), "The expert layer's top-k combine, host or CUDA arrays (use fp4gemm.ep.combine).");
   m.def("quantize_activations", &fp4gemm::python::quantize_on_device, "x"_a, "packed"_a, "scales"_a, "format"_a,
         "scale_layout"_a, "global_scale"_a, "stream"_a,
         "fp4gemm::quantize_activations on CUDA arrays into packed / scales (use fp4gemm.quantize).");

@@ -389,21 +389,25 @@ void quantize_on_device(nb::handle x, nb::handle packed, nb::handle scales, nb::
   if (previous >= 0 && previous != vx.device) cudaSetDevice(previous);
 }
 
-void combine_on_host(nb::handle y, nb::handle topk_weights, nb::handle topk_ids, int experts, nb::handle out) {
+void combine(nb::handle y, nb::handle topk_weights, nb::handle topk_ids, int experts, nb::handle out, nb::handle stream) {
   TensorReader& reader = Binding::get().reader();
   Keepalive keep;
   const TensorView vy = reader.read(y, "y", -1, false, keep);
   const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep);
   const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep);
   const TensorView vo = reader.read(out, "out", -1, true, keep);
+  const bool cuda = vy.cuda;
   for (const auto& [v, name] : {std::pair{&vy, "y"}, std::pair{&wt, "topk_weights"}, std::pair{&ids, "topk_ids"},
                                 std::pair{&vo, "out"}})
-    if (v->cuda) fail(name, "must be a host array (this is the host combine)");
+    if (v->cuda != cuda || (cuda && v->device != vy.device))
+      fail(name, "is on " + v->device_text() + " but y is on " + vy.device_text() + "; all arrays must live on one device");
   if (ids.ndim != 2 || !is_row_major_dense(ids) || (ids.dtype != DType::i32 && ids.dtype != DType::i64))
     fail("topk_ids", "must be a dense int32 / int64 [T, topk] array, got shape " + ids.shape_text());
   const std::int64_t T = ids.shape[0], k = ids.shape[1];
-  if (wt.dtype != DType::f32 || wt.ndim != 2 || wt.shape[0] != T || wt.shape[1] != k || !is_row_major_dense(wt))
-    fail("topk_weights", "must be a dense float32 [T, topk] array like topk_ids, got shape " + wt.shape_text());
+  if ((wt.dtype != DType::f32 && !(cuda && wt.dtype == DType::bf16)) || wt.ndim != 2 || wt.shape[0] != T ||
+      wt.shape[1] != k || !is_row_major_dense(wt))
+    fail("topk_weights", std::string("must be a dense float32 ") + (cuda ? "(or bfloat16) " : "") +
+                             "[T, topk] array like topk_ids, got shape " + wt.shape_text());
   if ((vy.dtype != DType::bf16 && vy.dtype != DType::raw16) || vy.ndim != 2 || vy.shape[0] != T * k ||
       !is_row_major_dense(vy))
     fail("y", "must be a dense bfloat16 [T * topk, H] array (a row per token and slot), got shape " + vy.shape_text());
@@ -411,6 +415,19 @@ void combine_on_host(nb::handle y, nb::handle topk_weights, nb::handle topk_ids,
   if ((vo.dtype != DType::bf16 && vo.dtype != DType::raw16) || vo.ndim != 2 || vo.shape[0] != T || vo.shape[1] != H ||
       !is_row_major_dense(vo))
     fail("out", "must be a dense bfloat16 [T, H] array, got shape " + vo.shape_text());
+  if (cuda) {
+    if (T > INT32_MAX / std::max<std::int64_t>(k, 1)) fail("topk_ids", "more than 2^31 - 1 pairs");
+    MoeCombineArgs a;
+    a.y = reinterpret_cast<const void*>(vy.ptr), a.ld_y = H;
+    a.topk_ids = reinterpret_cast<const void*>(ids.ptr), a.ids_int64 = ids.dtype == DType::i64;
+    a.topk_weights = reinterpret_cast<const void*>(wt.ptr), a.weights_bf16 = wt.dtype == DType::bf16;
+    a.tokens = static_cast<int>(T), a.topk = static_cast<int>(k), a.experts = experts, a.hidden = static_cast<int>(H);
+    a.out = reinterpret_cast<void*>(vo.ptr), a.ld_out = H, a.device = vy.device;
+    const cudaStream_t s = Binding::get().resolve_stream(stream, vy.framework, vy.device);
+    nb::gil_scoped_release release;
+    moe_combine(a, s);
+    return;
+  }
   std::vector<std::int64_t> id64(static_cast<std::size_t>(T * k));
   for (std::int64_t i = 0; i < T * k; ++i)
     id64[i] = ids.dtype == DType::i64 ? reinterpret_cast<const std::int64_t*>(ids.ptr)[i]

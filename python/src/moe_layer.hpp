@@ -76,9 +76,10 @@ class MoeLayerObject {
 void quantize_on_device(nb::handle x, nb::handle packed, nb::handle scales, nb::handle format, nb::handle layout,
                         float global_scale, std::uintptr_t stream);
 
-// The layer's combine on host arrays (reference::moe_combine): out[t] = sum_j w[t, j] * y[t * k + j]
-// in FP32 fmas, j in order, ids outside [0, experts) skipped.
-void combine_on_host(nb::handle y, nb::handle topk_weights, nb::handle topk_ids, int experts, nb::handle out);
+// The layer's combine: out[t] = sum_j w[t, j] * y[t * k + j] in FP32 fmas, j in order, ids outside
+// [0, experts) skipped, rounded once to bf16 -- on host arrays reference::moe_combine, on CUDA
+// arrays fp4gemm::moe_combine (one kernel on `stream`, the same bits).
+void combine(nb::handle y, nb::handle topk_weights, nb::handle topk_ids, int experts, nb::handle out, nb::handle stream);
 
 }  // namespace fp4gemm::python
 

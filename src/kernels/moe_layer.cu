@@ -36,10 +36,11 @@ __global__ void scale_array(const float* __restrict__ in, float s, float* __rest
 }
 
 // The top-k combine: out[t, h] = sum_j w[t, j] * y[row_of[t * k + j], h] over j = 0..k-1 in
-// order, skipping ids outside [0, E), each step one FP32 fma (acc = fma(w, y, acc), from acc =
-// 0), rounded once to bf16. A thread owns 8 columns of one token: 16-byte loads and stores.
+// order (row_of null: row t * k + j), skipping ids outside [0, E), each step one FP32 fma (acc =
+// fma(w, y, acc), from acc = 0), rounded once to bf16. A thread owns 8 columns of one token:
+// 16-byte loads and stores.
 template <typename Id, typename Wt>
-__global__ void __launch_bounds__(256) combine_kernel(const __nv_bfloat16* __restrict__ y, int hidden,
+__global__ void __launch_bounds__(256) combine_kernel(const __nv_bfloat16* __restrict__ y, long long ld_y, int hidden,
                                                       const int* __restrict__ row_of, const Id* __restrict__ ids,
                                                       const Wt* __restrict__ weights, int k, int experts, int tokens,
                                                       __nv_bfloat16* __restrict__ out, long long ld_out) {
@@ -54,7 +55,8 @@ __global__ void __launch_bounds__(256) combine_kernel(const __nv_bfloat16* __res
       const long long id = static_cast<long long>(ids[i]);
       if (id < 0 || id >= experts) continue;
       const float w = static_cast<float>(weights[i]);
-      const uint4 v = *reinterpret_cast<const uint4*>(y + static_cast<long long>(row_of[i]) * hidden + 8 * c);
+      const long long row = row_of != nullptr ? static_cast<long long>(row_of[i]) : i;
+      const uint4 v = *reinterpret_cast<const uint4*>(y + row * ld_y + 8 * c);
       const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
@@ -68,6 +70,25 @@ __global__ void __launch_bounds__(256) combine_kernel(const __nv_bfloat16* __res
 #pragma unroll
     for (int q = 0; q < 4; ++q) po[q] = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
     *reinterpret_cast<uint4*>(out + t * ld_out + 8 * c) = o;
+  }
+}
+
+// combine_kernel's launch for the id and weight types of the call.
+void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const int* row_of, const void* ids,
+                    bool ids_int64, const void* weights, bool weights_bf16, int k, int experts, int tokens,
+                    __nv_bfloat16* out, long long ld_out, int multiprocessors, cudaStream_t s) {
+  const long long total = static_cast<long long>(tokens) * (hidden / 8);
+  const unsigned grid = static_cast<unsigned>(std::max<long long>(1, std::min<long long>((total + 255) / 256, 16LL * multiprocessors)));
+  auto go = [&](auto id_tag, auto wt_tag) {
+    using Id = decltype(id_tag);
+    using Wt = decltype(wt_tag);
+    combine_kernel<Id, Wt><<<grid, 256, 0, s>>>(y, ld_y, hidden, row_of, static_cast<const Id*>(ids),
+                                                static_cast<const Wt*>(weights), k, experts, tokens, out, ld_out);
+  };
+  if (ids_int64) {
+    if (weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
+  } else {
+    if (weights_bf16) go(0, __nv_bfloat16{}); else go(0, 0.0f);
   }
 }
 
@@ -278,20 +299,8 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   g2.c = p.y, g2.ldc = H;
   detail::MoeGemmOwner::enqueue(*p.gemm2, g2, s);
 
-  const long long total = static_cast<long long>(T) * (H / 8);
-  const unsigned grid = static_cast<unsigned>(std::min<long long>((total + 255) / 256, 16LL * p.device.multiprocessors));
-  auto* out = static_cast<__nv_bfloat16*>(args.out);
-  auto go = [&](auto id_tag, auto wt_tag) {
-    using Id = decltype(id_tag);
-    using Wt = decltype(wt_tag);
-    combine_kernel<Id, Wt><<<grid, 256, 0, s>>>(p.y, H, p.row_of, static_cast<const Id*>(args.topk_ids),
-                                                static_cast<const Wt*>(args.topk_weights), k, E, T, out, ldo);
-  };
-  if (args.ids_int64) {
-    if (args.weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
-  } else {
-    if (args.weights_bf16) go(0, __nv_bfloat16{}); else go(0, 0.0f);
-  }
+  launch_combine(p.y, H, H, p.row_of, args.topk_ids, args.ids_int64, args.topk_weights, args.weights_bf16, k, E, T,
+                 static_cast<__nv_bfloat16*>(args.out), ldo, p.device.multiprocessors, s);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
 }
 
@@ -359,6 +368,31 @@ std::size_t MoeLayer::device_bytes() const {
 }
 
 const MoeLayerOptions& MoeLayer::options() const { return checked(impl_).options; }
+
+void moe_combine(const MoeCombineArgs& a, cudaStream_t stream) {
+  auto fail = [](const char* arg, const std::string& m) { throw Error(arg, -1, m); };
+  if (a.tokens < 0) fail("tokens", "must be >= 0, got " + std::to_string(a.tokens));
+  if (a.topk < 1) fail("topk", "must be >= 1, got " + std::to_string(a.topk));
+  if (a.hidden < 8 || a.hidden % 8 != 0) fail("hidden", "must be a positive multiple of 8, got " + std::to_string(a.hidden));
+  if (a.ld_y < a.hidden || a.ld_y % 8 != 0) fail("ld_y", "must be a multiple of 8 and >= hidden, got " + std::to_string(a.ld_y));
+  if (a.ld_out < a.hidden || a.ld_out % 8 != 0)
+    fail("ld_out", "must be a multiple of 8 and >= hidden, got " + std::to_string(a.ld_out));
+  if (a.tokens == 0) return;
+  const std::int64_t pairs = std::int64_t{a.tokens} * a.topk;
+  const std::int64_t y_bytes = ((pairs - 1) * a.ld_y + a.hidden) * 2, out_bytes = ((std::int64_t{a.tokens} - 1) * a.ld_out + a.hidden) * 2;
+  for (auto [name, p] : {std::pair<const char*, const void*>{"y", a.y}, {"out", a.out}})
+    if (p == nullptr || reinterpret_cast<std::uintptr_t>(p) % 16 != 0) fail(name, "must be a 16-byte aligned device pointer");
+  const DeviceInfo d = device_info(a.device);
+  detail::DeviceGuard guard(d.index);
+  detail::check_device_buffer("y", -1, a.y, y_bytes, d.index);
+  detail::check_device_buffer("out", -1, a.out, out_bytes, d.index);
+  detail::check_device_buffer("topk_ids", -1, a.topk_ids, pairs * (a.ids_int64 ? 8 : 4), d.index);
+  detail::check_device_buffer("topk_weights", -1, a.topk_weights, pairs * (a.weights_bf16 ? 2 : 4), d.index);
+  launch_combine(static_cast<const __nv_bfloat16*>(a.y), a.ld_y, a.hidden, nullptr, a.topk_ids, a.ids_int64,
+                 a.topk_weights, a.weights_bf16, a.topk, a.experts, a.tokens, static_cast<__nv_bfloat16*>(a.out),
+                 a.ld_out, d.multiprocessors, stream);
+  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "moe_combine");
+}
 
 std::size_t MoeLayer::graph_replays() const {
   return checked(impl_).graphs.replays();

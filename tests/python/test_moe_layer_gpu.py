@@ -360,3 +360,37 @@ def test_fused_experts_opcheck():
     args = (cuda(p["x"]), cuda(p["w13"]), cuda(_blocked(p["s13"])), cuda(p["w2"]), cuda(_blocked(p["s2"])),
             cuda(p["wts"]), cuda(p["ids"]), None, None, None, "silu", "nvfp4", "", "blocked", 1.0, 1.0)
     torch.library.opcheck(torch.ops.fp4gemm.fused_experts.default, args)
+
+
+@pytest.mark.parametrize("ids_dtype,w_dtype", [(torch.int32, torch.float32), (torch.int64, torch.bfloat16)])
+def test_device_combine_is_the_host_combine_bit_for_bit(ids_dtype, w_dtype):
+    """fp4gemm.ep.combine on CUDA tensors (fp4gemm::moe_combine, one kernel) against the host
+    combine (reference::moe_combine, the layer's rule) on the same values: equal bits, ids outside
+    [0, E) skipped, every output written (NaN-poisoned out)."""
+    from fp4gemm import ep
+
+    rng = np.random.default_rng(77)
+    t, k, h, e = 37, 6, 264, 16
+    y = (rng.standard_normal((t * k, h)) * 4).astype(np.float32).astype(BF16)
+    ids = rng.integers(-2, e + 2, (t, k))
+    w = rng.uniform(-1, 1, (t, k)).astype(np.float32)
+    if w_dtype == torch.bfloat16:
+        w = w.astype(BF16).astype(np.float32)  # the values the bf16 weights hold
+    want = ep.combine(y, w, ids.astype(np.int64), e)
+    out = torch.full((t, h), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ep.combine(cuda(y), cuda(w).to(w_dtype), torch.from_numpy(ids).to(ids_dtype).cuda(), e, out=out)
+    torch.cuda.synchronize()
+    assert np.array_equal(host(out).view(np.uint16), want.view(np.uint16))
+    # graph-capturable: the same call captured and replayed with new values in the same buffers
+    yd, wd = cuda(y), cuda(w).to(w_dtype)
+    idd = torch.from_numpy(ids).to(ids_dtype).cuda()
+    ep.combine(yd, wd, idd, e, out=out)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ep.combine(yd, wd, idd, e, out=out)
+    y2 = (rng.standard_normal((t * k, h))).astype(np.float32).astype(BF16)
+    yd.copy_(cuda(y2))
+    g.replay()
+    torch.cuda.synchronize()
+    assert np.array_equal(host(out).view(np.uint16), ep.combine(y2, w, ids.astype(np.int64), e).view(np.uint16))
