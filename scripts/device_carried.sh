@@ -52,15 +52,28 @@ for step in "${steps[@]}"; do
       rc[python]=$?
       grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/py_tests.log" | tail -15 ;;
     random)
-      total=${RANDOM_LONG:-10000}; procs=${RANDOM_PROCS:-8}; per=$(( (total + procs - 1) / procs )); pids=()
+      # RANDOM_PROCS processes, each running batches of RANDOM_BATCH sequences (a new seed per batch)
+      # until RANDOM_LONG sequences in all or RANDOM_SECONDS have passed; every batch prints its counts.
+      total=${RANDOM_LONG:-10000}; procs=${RANDOM_PROCS:-8}; batch=${RANDOM_BATCH:-100}; budget=${RANDOM_SECONDS:-480}
+      per=$(( (total + procs - 1) / procs )); pids=(); start=$SECONDS
       for ((i = 0; i < procs; i++)); do
-        FP4GEMM_RANDOM_LONG=$per FP4GEMM_RANDOM_SEED=$((1000 + i)) timeout 1500 python3 -m pytest \
-          tests/python/test_random_sequences.py -q -s -p no:cacheprovider -k gpu > "$OUT/random_$i.log" 2>&1 & pids+=($!)
+        (
+          done_=0; b=0
+          while [ $done_ -lt $per ] && [ $((SECONDS - start)) -lt "$budget" ]; do
+            FP4GEMM_RANDOM_LONG=$batch FP4GEMM_RANDOM_SEED=$((100000 * (i + 1) + b)) timeout 600 python3 -m pytest \
+              tests/python/test_random_sequences.py -q -rN -p no:cacheprovider -k "gpu_random" > "$OUT/random_${i}_$b.log" 2>&1 ||
+              echo "FAILED batch $i/$b" >> "$OUT/random_failures.txt"
+            done_=$((done_ + batch)); b=$((b + 1))
+          done
+        ) & pids+=($!)
       done
-      rc[random]=0
-      for i in "${!pids[@]}"; do wait "${pids[$i]}" || rc[random]=$?; done
-      cat "$OUT"/random_*.log > "$OUT/random_all.log"
-      grep -hE "sequences|passed|failed|Falsifying|Error" "$OUT"/random_*.log | sort | uniq -c | head -20 ;;
+      for p in "${pids[@]}"; do wait "$p"; done
+      rc[random]=0; [ -s "$OUT/random_failures.txt" ] && rc[random]=1
+      cat "$OUT"/random_*_*.log > "$OUT/random_all.log"; rm -f "$OUT"/random_*_*.log
+      echo "batches: $(grep -c 'passed' "$OUT/random_all.log") passed, $(grep -cE '[0-9]+ failed' "$OUT/random_all.log") failed"
+      grep -oE "random sequences \(gpu\): [0-9]+ sequences, [0-9]+ library calls, [0-9]+ results checked" "$OUT/random_all.log" |
+        awk '{s += $4; c += $6; r += $9} END {print "GPU random sequences:", s, "sequences,", c, "library calls,", r, "results checked"}'
+      cat "$OUT/random_failures.txt" 2>/dev/null | head ;;
     overhead)
       timeout 300 python3 bench/host_overhead.py > "$OUT/host_overhead.txt" 2>&1
       rc[overhead]=$?

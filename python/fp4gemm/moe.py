@@ -34,7 +34,8 @@ from .experts import ExpertWeights  # noqa: F401  (checkpoint loaders: from_mode
 
 _MAX_EXPERTS = 512  # fp4gemm::align_routing's and MoeGemm's limit
 
-__all__ = ["ExpertWeights", "MoeGemm", "MoeLayer", "align_routing", "check", "fused_experts", "grouped_gemm"]
+__all__ = ["ExpertWeights", "MoeGemm", "MoeLayer", "align_routing", "check", "clear_layer_cache", "fused_experts",
+           "grouped_gemm"]
 
 
 class MoeGemm:

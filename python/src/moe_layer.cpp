@@ -240,7 +240,9 @@ MoeLayerArgs MoeLayerObject::checked_args(const TensorView& x, const TensorView*
       fail("hidden_states", std::string("has dtype ") + to_string(x.dtype) + "; expected bfloat16");
     if (x.ndim != 2 || x.shape[1] != w.hidden)
       fail("hidden_states", "has shape " + x.shape_text() + "; expected [T, " + std::to_string(w.hidden) + "]");
-    if (x.strides[1] != 1 && w.hidden > 1) fail("hidden_states", "must be contiguous along the hidden dimension");
+    // (an empty array's strides say nothing: NumPy 2 gives (0, 0))
+    if (x.strides[1] != 1 && w.hidden > 1 && x.shape[0] > 0)
+      fail("hidden_states", "must be contiguous along the hidden dimension");
     a.hidden = reinterpret_cast<const void*>(x.ptr), a.ld_hidden = x.shape[0] > 1 ? x.strides[0] : w.hidden;
   }
   const std::int64_t T = x.shape[0];
@@ -261,7 +263,7 @@ MoeLayerArgs MoeLayerObject::checked_args(const TensorView& x, const TensorView*
                              "] array, got shape " + wt.shape_text());
   if (y.dtype != DType::bf16 && y.dtype != DType::raw16)
     fail("out", std::string("has dtype ") + to_string(y.dtype) + "; expected bfloat16");
-  if (y.ndim != 2 || y.shape[0] != T || y.shape[1] != w.hidden || (w.hidden > 1 && y.strides[1] != 1))
+  if (y.ndim != 2 || y.shape[0] != T || y.shape[1] != w.hidden || (w.hidden > 1 && T > 0 && y.strides[1] != 1))
     fail("out", "has shape " + y.shape_text() + "; expected [T, " + std::to_string(w.hidden) + "], contiguous rows");
   if (T > options_.max_tokens)
     fail(tokens_arg, std::to_string(T) + " tokens; this layer was planned for at most " +

@@ -15,6 +15,7 @@ from fp4gemm.testing import numpy_reference, random_groups, round_to
 def test_byte_bound_setting():
     """The cache is bounded by the device memory its plans hold, not only by their count: 1 GiB
     unless set (64 plans of a large MoE shape used to pin tens of GB)."""
+    fp4gemm.clear_plan_cache(pinned=True)  # (plans an earlier test's graphs pinned; those graphs are gone)
     info = fp4gemm.plan_cache_info()
     assert info["max_bytes"] == 1 << 30 and info["bytes"] == 0
     try:
