@@ -60,7 +60,7 @@ for step in "${steps[@]}"; do
         (
           done_=0; b=0
           while [ $done_ -lt $per ] && [ $((SECONDS - start)) -lt "$budget" ]; do
-            FP4GEMM_RANDOM_LONG=$batch FP4GEMM_RANDOM_SEED=$((100000 * (i + 1) + b)) timeout 600 python3 -m pytest \
+            FP4GEMM_RANDOM_LONG=$batch FP4GEMM_RANDOM_SEED=$((100000 * (i + 1) + b + ${RANDOM_SEED0:-0})) timeout 600 python3 -m pytest \
               tests/python/test_random_sequences.py -q -rN -p no:cacheprovider -k "gpu_random" > "$OUT/random_${i}_$b.log" 2>&1 ||
               echo "FAILED batch $i/$b" >> "$OUT/random_failures.txt"
             done_=$((done_ + batch)); b=$((b + 1))
