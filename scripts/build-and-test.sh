@@ -29,8 +29,13 @@ fi
 
 echo "[test] Python tiers"
 if [ -f pyproject.toml ] && [ -d tests/python ]; then
-  with_progress "building and installing the Python package (pip install .; minutes: it compiles the CUDA kernels)" \
-    build/pip-install.log python3 -m pip install --no-build-isolation .
+  # One CUDA compile per checkout: the package links the library just built in $BUILD (its
+  # fp4gemmTargets.cmake) instead of compiling the kernels again; only the binding is compiled.
+  # (its own scikit-build folder: a later plain `pip install .` must not inherit the cached setting)
+  prebuilt=$(cd "$BUILD" && pwd)
+  with_progress "building and installing the Python package (pip install . linking $BUILD's library)" \
+    build/pip-install.log python3 -m pip install --no-build-isolation . \
+    -C "cmake.define.FP4GEMM_PREBUILT_DIR=$prebuilt" -C "build-dir=build/py-prebuilt/{wheel_tag}"
   python3 -m pytest -q -rs tests/python
 else
   echo "[test] ERROR: tests/python or pyproject.toml missing" >&2
