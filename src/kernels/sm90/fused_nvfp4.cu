@@ -1,5 +1,4 @@
-// The NVFP4 launchers and pre-pass kernels (the GEMM kernel instantiations have a translation unit
-// each: fused_variants.cuh, fused_variant_*.cu).
+// Instantiates the fused kernel for NVFP4 (one translation unit per format).
 #define FP4GEMM_FUSED_INSTANTIATE
 #include "kernels/sm90/fused_kernel.cuh"
 
