@@ -627,24 +627,13 @@ void MoeGemmObject::run(nb::handle a, nb::handle a_scales, nb::handle expert_off
 }
 
 void MoeGemmObject::reload_if_changed(cudaStream_t stream) {
-  if (!plan_ || !copied_.changed()) return;
-  const std::vector<std::uint64_t> now = copied_.versions_now();
-  {
-    nb::gil_scoped_release release;
-    plan_->reload_scales(stream);
-  }
-  copied_.copied(now);
+  if (plan_ && copied_.changed()) copied_.recopy([&] { plan_->reload_scales(stream); });
 }
 
 void MoeGemmObject::reload_weights(nb::handle stream) {
   if (!plan_) return;  // the host path reads the arrays at every run
   const cudaStream_t s = Binding::get().resolve_stream(stream, weights_.framework, weights_.device);
-  const std::vector<std::uint64_t> now = copied_.versions_now();
-  {
-    nb::gil_scoped_release release;
-    plan_->reload_scales(s);
-  }
-  copied_.copied(now);
+  copied_.recopy([&] { plan_->reload_scales(s); });
 }
 
 void MoeGemmObject::check(nb::handle stream) const {

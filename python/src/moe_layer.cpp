@@ -150,12 +150,7 @@ void MoeLayerObject::check_weights(cudaStream_t stream) const {
 }
 
 void MoeLayerObject::reload_on(cudaStream_t stream) const {
-  const std::vector<std::uint64_t> now = copied_.versions_now();
-  {
-    nb::gil_scoped_release release;
-    layer_->reload_weights(stream);
-  }
-  copied_.copied(now);
+  copied_.recopy([&] { layer_->reload_weights(stream); });
 }
 
 void MoeLayerObject::reload_weights(nb::handle stream) {

@@ -126,19 +126,28 @@ std::optional<std::uint64_t> torch_version(nb::handle obj);
 
 // The torch arrays an object copies from at set-up (a plan's scale copies), each with its
 // _version when last copied: changed() says whether any was written in place since (the caller
-// then makes its copies again and calls copied()). Objects are borrowed: the owner keeps them.
+// then makes its copies again through recopy()). Objects are borrowed: the owner keeps them.
 // Needs the GIL.
 class CopiedArrays {
  public:
   void add(nb::handle obj);  // no-op for arrays without a version counter
   bool empty() const { return objs_.empty(); }
   bool changed() const;
-  // Records the current versions (read before the copies are made: a write during the copy
-  // is seen by the next changed()).
-  std::vector<std::uint64_t> versions_now() const;
-  void copied(const std::vector<std::uint64_t>& versions) { versions_ = versions; }
+  // Runs `remake()` (the copies made again, with the GIL released) and records the versions read
+  // before it: a write during the copy is seen by the next changed(). Nothing is recorded when
+  // remake throws.
+  template <class F>
+  void recopy(F&& remake) {
+    const std::vector<std::uint64_t> now = versions_now();
+    {
+      nb::gil_scoped_release release;
+      remake();
+    }
+    versions_ = now;
+  }
 
  private:
+  std::vector<std::uint64_t> versions_now() const;
   std::vector<nb::handle> objs_;
   std::vector<std::uint64_t> versions_;
 };

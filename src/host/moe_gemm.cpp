@@ -123,10 +123,7 @@ void MoeGemm::run(const MoeArgs& args, cudaStream_t stream) const {
 void MoeGemm::reload_scales(cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   detail::DeviceGuard guard(p.device.index);
-  if (detail::check_run_preconditions(p.device.index, stream))
-    throw Error("stream", -1, "is being captured into a CUDA graph: reload the scales outside the capture (replays "
-                              "read the plan's copy, so they see the reloaded values)");
-  p.runs.after_runs(stream, [&](cudaStream_t s) { p.kernel->reload(s); });
+  p.runs.reload(p.device.index, stream, [&](cudaStream_t s) { p.kernel->reload(s); });
 }
 
 std::size_t MoeGemm::graph_replays() const { return checked(impl_).graphs.replays(); }

@@ -55,6 +55,17 @@ class RunSerializer {
     last_eager_ = capturing ? 0 : id;
   }
 
+  // A plan's copies of the caller's data remade by `work(stream)` (MoeGemm::reload_scales,
+  // MoeLayer::reload_weights) after every run so far and before any later one; refused with Error
+  // "stream" while `stream` is being captured (replays read the copies: reload outside the graph).
+  template <typename Work>
+  void reload(int device, cudaStream_t stream, Work&& work) const {
+    if (check_run_preconditions(device, stream))
+      throw Error("stream", -1, "is being captured into a CUDA graph: reload outside the capture (replays read the "
+                                "plan's copies, so they see the reloaded values)");
+    after_runs(stream, std::forward<Work>(work));
+  }
+
   // Enqueues `work(stream)` (not capturable: a synchronising check) after every run so far and
   // before any later one.
   template <typename Work>

@@ -319,10 +319,7 @@ void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
 void MoeLayer::reload_weights(cudaStream_t stream) const {
   const Impl& p = checked(impl_);
   detail::DeviceGuard guard(p.device.index);
-  if (detail::check_run_preconditions(p.device.index, stream))
-    throw Error("stream", -1, "is being captured into a CUDA graph: reload the weights outside the capture (replays "
-                              "read the layer's copies, so they see the reloaded values)");
-  p.runs.after_runs(stream, [&](cudaStream_t s) {
+  p.runs.reload(p.device.index, stream, [&](cudaStream_t s) {
     for (const Impl::Fold& f : p.folds) p.fold(f, s);
     for (const auto& [gemm, name] : {std::pair{p.gemm1.get(), "weights.w13_scales"}, std::pair{p.gemm2.get(), "weights.w2_scales"}}) {
       try {

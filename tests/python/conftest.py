@@ -77,3 +77,20 @@ def d():
     from fp4gemm.testing import random_groups
 
     return random_groups([16, 32], 64, 128, seed=0)
+
+
+@pytest.fixture(scope="module")
+def release_pinned_plans():
+    """For modules whose graphs pin plans in the caches: once the module's graphs are gone, the
+    pinned plans are released, so later modules start from empty caches."""
+    yield
+    import gc
+    import sys
+
+    import fp4gemm
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.synchronize()
+    fp4gemm.clear_plan_cache(pinned=True)

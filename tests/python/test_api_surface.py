@@ -30,7 +30,6 @@ import importlib
 import inspect
 import os
 import socket
-import sys
 
 import numpy as np
 import pytest
@@ -38,6 +37,8 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import fp4gemm  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("release_pinned_plans")  # (conftest.py)
 from fp4gemm import ep, moe  # noqa: E402
 from fp4gemm.testing import random_groups  # noqa: E402
 
@@ -1113,16 +1114,3 @@ def test_gpu_expert_parallel_nccl_world_one(backend):
         assert {"__call__", "layer", "fp4"} <= T.used["fp4gemm.ep.ExpertParallel"]
     finally:
         dist.destroy_process_group()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _release_pinned_plans():
-    """Graphs captured here pin their plans in the caches; once this module's graphs are gone,
-    release them (later modules start from empty caches)."""
-    yield
-    import gc
-
-    gc.collect()
-    if "torch" in sys.modules and sys.modules["torch"].cuda.is_available():
-        sys.modules["torch"].cuda.synchronize()
-    fp4gemm.clear_plan_cache(pinned=True)

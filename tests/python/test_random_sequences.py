@@ -52,7 +52,6 @@ from __future__ import annotations
 import gc
 import itertools
 import os
-import sys
 import threading
 
 import numpy as np
@@ -61,6 +60,8 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import fp4gemm  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("release_pinned_plans")  # (conftest.py)
 from fp4gemm import moe  # noqa: E402
 
 import _sequences as S  # noqa: E402
@@ -1263,16 +1264,3 @@ def test_gpu_random_sequences(backend):
         pytest.skip(f"the MoE layer runs only the fast kernel (sm_90); this tier runs backend {backend!r}")
     _drive("gpu", GPU_SEQUENCES, _gpu_body, shrink=False)
     assert S.COUNTS["gpu"]["sequences"] >= 1
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _release_pinned_plans():
-    """Graphs captured here pin their plans in the caches; once this module's graphs are gone,
-    release them (later modules start from empty caches)."""
-    yield
-    import gc
-
-    gc.collect()
-    if "torch" in sys.modules and sys.modules["torch"].cuda.is_available():
-        sys.modules["torch"].cuda.synchronize()
-    fp4gemm.clear_plan_cache(pinned=True)
