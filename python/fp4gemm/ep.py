@@ -21,8 +21,18 @@ the host tests use it). With a W4A4 layer the rows travel quantised (NVFP4: pack
 scales, 4.5 bits per value, quantised at the source exactly as the layer would, so the result is
 still bit-identical); W4A16 sends bf16 rows.
 
-Not yet: CUDA-graph capture of the step (NCCL's all-to-all with host-known split sizes needs the
-counts on the host: one synchronisation per step), and a run on two GPUs.
+Two paths, chosen by the communicator:
+
+* **The device path** (:class:`SymmetricMemoryComm` on torch.distributed, or :class:`LocalGroup`:
+  W ranks on one GPU): ``fp4gemm::EpExchange`` kernels write the rows straight into the other
+  ranks' buffers (PyTorch SymmetricMemory, peer-mapped over NVLink), with every split size on the
+  device: no host synchronisation, and the whole step (dispatch -> local layer -> combine) can be
+  captured once in a CUDA graph and replayed with a new routing every step. W4A4 rows are quantised
+  inside the dispatch kernel (the layer's rule, bit for bit) and travel as packed e2m1 + scales.
+  Three barriers per step (SymmetricMemory's, on the stream).
+* **The host path** (:class:`TorchComm`: NCCL or gloo ``all_to_all_single``; :class:`ThreadGroup`:
+  NumPy ranks as threads): the split sizes go through the host (one synchronisation per step), no
+  graph capture. The fallback where peer memory is not available (CPU, gloo, no NVLink / P2P).
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from . import _fp4gemm as _C
 from .api import _argument_error
 from . import moe
 
-__all__ = ["ExpertParallel", "ThreadGroup", "TorchComm", "combine"]
+__all__ = ["ExpertParallel", "LocalGroup", "SymmetricMemoryComm", "ThreadGroup", "TorchComm", "combine"]
 
 
 def _is_torch(x: Any) -> bool:
@@ -174,6 +184,107 @@ class TorchComm:
         return recv.view(torch.bfloat16) if send.dtype == torch.bfloat16 else recv
 
 
+# ---- device-path communicators ----------------------------------------------------------------------
+
+
+class SymmetricMemoryComm:
+    """The device path on torch.distributed: each rank's exchange buffer is PyTorch SymmetricMemory
+    (``torch.distributed._symmetric_memory``, CUDA backend: peer-mapped device memory, NVLink on
+    H100 / H200 nodes) and the barriers between the phases are its ``barrier()`` -- a kernel on
+    the current stream, so the step stays free of host synchronisation and capturable in a CUDA
+    graph. One GPU per rank (``torch.cuda.current_device()``); the group must be intra-node with
+    peer access. NVLink multicast is not used: this sets ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` (and
+    ``NCCL_NVLS_ENABLE=0``, ``NVSHMEM_DISABLE_NVLS=1``) unless the environment already says."""
+
+    device_path = True
+
+    def __init__(self, group: Any = None):
+        import os
+
+        import torch
+        import torch.distributed as dist
+
+        for k, v in (("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NCCL_NVLS_ENABLE", "0"), ("NVSHMEM_DISABLE_NVLS", "1")):
+            os.environ.setdefault(k, v)
+        self.group = group if group is not None else dist.group.WORLD
+        self.rank = dist.get_rank(self.group)
+        self.world = dist.get_world_size(self.group)
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self._handle = None
+
+    def buffers(self, nbytes: int):
+        """This rank's exchange buffer (a uint8 tensor) and every rank's buffer address here (a
+        collective: every rank calls it with the same size)."""
+        import torch
+        import torch.distributed._symmetric_memory as symm_mem
+
+        buf = symm_mem.empty(int(nbytes), dtype=torch.uint8, device=self.device)
+        self._handle = symm_mem.rendezvous(buf, self.group.group_name)
+        return buf, [int(p) for p in self._handle.buffer_ptrs]
+
+    def barrier(self) -> None:
+        self._handle.barrier(channel=0)
+
+
+class LocalGroup:
+    """W ranks on one GPU in one process (tests and single-GPU experiments of the device path):
+    plain device buffers, and :meth:`step` runs each phase for every rank in turn on one stream
+    (stream order is the barrier), so a step of all W ranks is also one capturable sequence."""
+
+    def __init__(self, world: int, device: Any = None):
+        import torch
+
+        if world < 1 or world > 8:
+            raise _argument_error("world", f"must be in 1..8, got {world}")
+        self.world = world
+        self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        self._bufs: List[Any] = []
+
+    def comm(self, rank: int) -> "_LocalComm":
+        if not 0 <= rank < self.world:
+            raise _argument_error("rank", f"must be in 0..{self.world - 1}, got {rank}")
+        return _LocalComm(self, rank)
+
+    def step(self, parts: List["ExpertParallel"], inputs: List[Any], out: Optional[List[Any]] = None) -> List[Any]:
+        """One forward of every rank: parts[r] (rank r's ExpertParallel), inputs[r] = (hidden_states,
+        topk_ids, topk_weights); returns the W outputs."""
+        if len(parts) != self.world or len(inputs) != self.world:
+            raise _argument_error("parts", f"needs one part and one input per rank ({self.world})")
+        for p, (x, ids, w) in zip(parts, inputs):
+            p._check_device_step(x, ids, w)
+        for p, (x, ids, w) in zip(parts, inputs):
+            p._phase_counts(ids)
+        for p, (x, ids, w) in zip(parts, inputs):
+            p._phase_rows(x, ids)
+        for p in parts:
+            p._phase_local()
+        for p in parts:
+            p._phase_back()
+        return [p._phase_combine(ids, w, None if out is None else out[r]) for r, (p, (x, ids, w)) in enumerate(zip(parts, inputs))]
+
+
+class _LocalComm:
+    device_path = True
+
+    def __init__(self, group: LocalGroup, rank: int):
+        self.group, self.rank, self.world, self.device = group, rank, group.world, group.device
+
+    def buffers(self, nbytes: int):
+        import torch
+
+        g = self.group
+        if not g._bufs:
+            g._bufs = [torch.zeros(int(nbytes) + 256, dtype=torch.uint8, device=g.device) for _ in range(g.world)]
+        if g._bufs[0].numel() < nbytes + 256:
+            raise _argument_error("nbytes", "every rank of a LocalGroup must use the same layer shape")
+        # 256-byte aligned views (the caching allocator's blocks are 512-aligned already).
+        views = [b[(-b.data_ptr()) % 256:][:nbytes] for b in g._bufs]
+        return views[self.rank], [v.data_ptr() for v in views]
+
+    def barrier(self) -> None:
+        raise _argument_error("comm", "ranks of a LocalGroup run together: use LocalGroup.step(parts, inputs)")
+
+
 # ---- the expert-parallel layer ----------------------------------------------------------------------
 
 
@@ -209,12 +320,134 @@ class ExpertParallel:
         self.fp4 = act != "bf16" and dispatch != "bf16"
         self.format = "nvfp4" if act == "nvfp4" else "mxfp4"
         self.a1 = float(layer_kwargs.get("a1_scale", 1.0))
+        self.device_path = bool(getattr(comm, "device_path", False))
+        self.hidden = int(w13.shape[2]) * 2
+        if self.device_path:
+            self._setup_device(w13.device)
         self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens * topk, topk=1,
                                   **layer_kwargs)
-        self.last_bytes = 0  # activation bytes this rank sent in the last step's dispatch
+        self.last_bytes = 0  # host path: activation bytes this rank sent in the last step's dispatch
 
-    def forward(self, hidden_states: Any, topk_ids: Any, topk_weights: Any):
-        """This rank's tokens -> their layer output, bf16 ``[T, H]`` (the single-process layer's bits)."""
+    # ---- the device path ----------------------------------------------------------------------------
+
+    def _setup_device(self, device):
+        import torch
+
+        rows = self.format if self.fp4 else "bf16"
+        h, cap = self.hidden, self.world * self.max_tokens * self.topk
+        nbytes = _C.ep_buffer_bytes(self.world, self.rank, self.experts, self.topk, h, self.max_tokens, rows)
+        self._buf, ptrs = self.comm.buffers(nbytes)
+        gs = self.a1 if rows == "nvfp4" else 1.0
+        self.exchange = _C.EpExchange(self.world, self.rank, self.experts, self.topk, h, self.max_tokens, rows, gs,
+                                      device.index if device.index is not None else torch.cuda.current_device(), ptrs)
+        got = self.exchange.received()
+        base = self._buf.data_ptr()
+
+        def view(ptr, dtype, shape):
+            n = 1
+            for d in shape:
+                n *= d
+            off = int(ptr) - base
+            return self._buf[off:off + n * torch.empty((), dtype=dtype).element_size()].view(dtype).view(shape)
+
+        self.capacity = cap
+        self._recv_ids = view(got["ids"], torch.int32, (cap, 1))
+        self._recv_counts = view(got["counts"], torch.int32, (self.world,))
+        if self.fp4:
+            vec = 16 if self.format == "nvfp4" else 32
+            self._recv = (view(got["packed"], torch.uint8, (cap, h // 2)), view(got["scales"], torch.uint8, (cap, h // vec)))
+        else:
+            self._recv = view(got["rows"], torch.bfloat16, (cap, h))
+        self._ones = torch.ones((cap, 1), dtype=torch.float32, device=device)
+        self._y = torch.empty((cap, h), dtype=torch.bfloat16, device=device)
+        self.row_bytes = h // 2 + h // (16 if self.format == "nvfp4" else 32) if self.fp4 else 2 * h
+
+    @staticmethod
+    def _stream():
+        import torch
+
+        return torch.cuda.current_stream().cuda_stream
+
+    def _check_device_step(self, x, ids, w):
+        import torch
+
+        t, k = ids.shape if ids.dim() == 2 else (-1, -1)
+        if ids.dim() != 2 or k != self.topk or ids.dtype not in (torch.int32, torch.int64) or not (ids.is_contiguous() or t == 0):
+            raise _argument_error("topk_ids", f"must be a contiguous int32 / int64 [T, {self.topk}] tensor, got "
+                                              f"{ids.dtype} {tuple(ids.shape)}")
+        if t > self.max_tokens:
+            raise _argument_error("hidden_states", f"{t} tokens; this layer was planned for at most {self.max_tokens}")
+        if x.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[0] != t or x.shape[1] != self.hidden or (t > 0 and x.stride(1) != 1):
+            raise _argument_error("hidden_states", f"must be bf16 [T, {self.hidden}] with unit column stride, got "
+                                                   f"{x.dtype} {tuple(x.shape)}")
+        if w.dtype not in (torch.float32, torch.bfloat16) or tuple(w.shape) != (t, k) or not (w.is_contiguous() or t == 0):
+            raise _argument_error("topk_weights", f"must be a contiguous float32 / bf16 [T, {self.topk}] tensor, got "
+                                                  f"{w.dtype} {tuple(w.shape)}")
+        for name, a in (("hidden_states", x), ("topk_ids", ids), ("topk_weights", w)):
+            if a.device != self._buf.device:
+                raise _argument_error(name, f"is on {a.device}; this rank's layer is on {self._buf.device}")
+
+    def _phase_counts(self, ids):
+        import torch
+
+        self.exchange.send_counts(ids.data_ptr(), ids.dtype == torch.int64, ids.shape[0], self._stream())
+
+    def _phase_rows(self, x, ids):
+        import torch
+
+        self.exchange.send_rows(x.data_ptr(), x.stride(0), ids.data_ptr(), ids.dtype == torch.int64, ids.shape[0],
+                                self._stream())
+
+    def _phase_local(self):
+        if self.fp4:
+            self.layer.run(None, self._recv_ids, self._ones, out=self._y, hidden_fp4=self._recv)
+        else:
+            self.layer.run(self._recv, self._recv_ids, self._ones, out=self._y)
+
+    def _phase_back(self):
+        self.exchange.send_back(self._y.data_ptr(), self.hidden, self._stream())
+
+    def _phase_combine(self, ids, w, out=None):
+        import torch
+
+        t = ids.shape[0]
+        if out is None:
+            out = torch.empty((t, self.hidden), dtype=torch.bfloat16, device=self._buf.device)
+        self.exchange.combine(ids.data_ptr(), ids.dtype == torch.int64, w.data_ptr(), w.dtype == torch.bfloat16, t,
+                              out.data_ptr(), self._stream())
+        return out
+
+    def dispatch_bytes(self, topk_ids) -> dict:
+        """What a step with these ids moves (for reports; reads the ids on the host): rows sent to
+        other ranks and kept here, and the bytes of each way (dispatch rows, bf16 rows back)."""
+        ids = np.asarray(topk_ids.cpu() if _is_torch(topk_ids) else topk_ids).reshape(-1)
+        valid = (ids >= 0) & (ids < self.experts)
+        dest = ids[valid] // self.local
+        remote = int(np.sum(dest != self.rank))
+        row = (self.row_bytes if self.device_path else
+               (self.hidden // 2 + self.hidden // (16 if self.format == "nvfp4" else 32) if self.fp4 else 2 * self.hidden))
+        return {"rows_remote": remote, "rows_local": int(dest.size) - remote,
+                "dispatch_bytes": remote * row, "combine_bytes": remote * 2 * self.hidden}
+
+    def _forward_device(self, x, ids, w, out=None):
+        if isinstance(self.comm, _LocalComm):
+            raise _argument_error("comm", "ranks of a LocalGroup run together: use LocalGroup.step(parts, inputs)")
+        self._check_device_step(x, ids, w)
+        self._phase_counts(ids)
+        self.comm.barrier()
+        self._phase_rows(x, ids)
+        self.comm.barrier()
+        self._phase_local()
+        self._phase_back()
+        self.comm.barrier()
+        return self._phase_combine(ids, w, out)
+
+    def forward(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None):
+        """This rank's tokens -> their layer output, bf16 ``[T, H]`` (the single-process layer's bits).
+        Device path: never synchronises, capturable in a CUDA graph (every rank must run the step:
+        it contains barriers); out: an optional bf16 ``[T, H]`` output."""
+        if self.device_path:
+            return self._forward_device(hidden_states, topk_ids, topk_weights, out)
         t, k = topk_ids.shape
         if k != self.topk:
             raise _argument_error("topk_ids", f"has {k} ids per token; this layer was built for top-{self.topk}")

@@ -21,6 +21,7 @@ using namespace nb::literals;
 
 namespace fp4gemm::python {
 void bind_formats(nb::module_& m);
+void bind_ep(nb::module_& m);
 }
 
 namespace {
@@ -348,4 +349,5 @@ NB_MODULE(_fp4gemm, m) {
   m.def("get_default_backend", []() { return std::string(fp4gemm::to_string(Binding::get().default_backend())); });
 
   fp4gemm::python::bind_formats(m);
+  fp4gemm::python::bind_ep(m);
 }

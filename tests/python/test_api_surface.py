@@ -52,6 +52,8 @@ MEMBER_DUNDERS = ("__call__", "__repr__", "__len__")
 HOST_UNCONSTRUCTED = {
     "fp4gemm.GroupedGemm": "GroupedGemm needs CUDA arrays (host arrays are refused, checked here)",
     "fp4gemm.ep.TorchComm": "TorchComm needs torch.distributed (the GPU variant runs it on a world-size-1 group)",
+    "fp4gemm.ep.LocalGroup": "the device path needs CUDA tensors (the GPU variant runs two ranks on one GPU)",
+    "fp4gemm.ep.SymmetricMemoryComm": "SymmetricMemory needs CUDA and torch.distributed (the GPU variant: world 1)",
 }
 
 
@@ -856,6 +858,8 @@ def _ep_layer(T, env, comm, c, t, rank, world, k, convert, dispatch="auto"):
     assert T.use(K, layer, "fp4") == (c.act != "bf16" and dispatch != "bf16")
     assert T.use(K, layer, "format") == c.fmt and T.use(K, layer, "a1") == c.a1
     assert isinstance(T.use(K, layer, "layer"), moe.MoeLayer)
+    assert T.use(K, layer, "hidden") == c.h
+    assert T.use(K, layer, "device_path") == bool(getattr(comm, "device_path", False))
     return layer
 
 
@@ -879,6 +883,11 @@ def r_expert_parallel(T, env):
         first = T.use(K, layer, "forward")(*batch)
         second = T.use(K, layer, "__call__")(*batch)
         sent = T.use(K, layer, "last_bytes")
+        moved = T.use(K, layer, "dispatch_bytes")(batch[1])
+        assert moved["rows_remote"] + moved["rows_local"] == int(np.sum((batch[1] >= 0) & (batch[1] < c.e)))
+        # last_bytes counts every row the host path sent, this rank's own included
+        row = moved["dispatch_bytes"] // max(1, moved["rows_remote"])
+        assert moved["rows_remote"] == 0 or (moved["rows_remote"] + moved["rows_local"]) * row == sent, (moved, sent)
         return first, second, sent
 
     for r, (first, second, sent) in enumerate(group.run(step, tokens)):
@@ -924,6 +933,59 @@ def r_torch_comm(T, env):
         else:  # CUDA: the device layer, torch's FP32 combine
             gf, wf = g.astype(np.float32), want.astype(np.float32)
             assert S.rel_error(gf, wf) < 2.0**-7 and np.mean(gf == wf) > 0.5, dispatch
+
+
+def _device_path_check(T, env, parts, single, tokens, run):
+    """parts: every rank's ExpertParallel on the device path; run(inputs) -> the outputs."""
+    K = "fp4gemm.ep.ExpertParallel"
+    for p in parts:
+        assert T.use(K, p, "device_path")
+        assert T.use(K, p, "capacity") == p.world * 8 * 2
+        assert T.use(K, p, "row_bytes") == (p.hidden // 2 + p.hidden // 16 if p.fp4 else 2 * p.hidden)
+        assert "EpExchange rank" in T.use(K, p, "exchange").describe()
+    inputs = [tuple(env.dev(a) for a in batch) for batch in tokens]
+    for r, got in enumerate(run(inputs)):
+        assert bits_equal(env.host(got), single.run(*tokens[r])), r
+
+
+@recipe("fp4gemm.ep", "LocalGroup", host=False,
+        why_not_host="the device path (fp4gemm::EpExchange kernels) needs CUDA tensors; the GPU variant runs two ranks "
+                     "on one GPU")
+def r_local_group(T, env):
+    K = "fp4gemm.ep.LocalGroup"
+    group = T.instance(K, T.use("fp4gemm.ep", ep, "LocalGroup")(2))
+    assert T.use(K, group, "world") == 2 and T.use(K, group, "device").type == "cuda"
+    rng = np.random.default_rng(16)
+    c, t = _ep_case(rng)
+    single = S.host_layer(c, t, 16, 2)
+    parts = [_ep_layer(T, env, T.use(K, group, "comm")(r), c, t, r, 2, 2, env.dev) for r in range(2)]
+    tokens = []
+    for n in (3, 8):
+        x = S.random_tokens(rng, n, c.h, "gpumode")
+        ids, wts = S.random_routing(rng, n, c.e, 2, "dropped", np.int32, False)
+        tokens.append((x, ids, wts))
+    _device_path_check(T, env, parts, single, tokens, lambda inputs: T.use(K, group, "step")(parts, inputs))
+
+
+@recipe("fp4gemm.ep", "SymmetricMemoryComm", host=False,
+        why_not_host="PyTorch SymmetricMemory needs CUDA and torch.distributed; the GPU variant runs a world-size-1 group")
+def r_symmetric_memory_comm(T, env):
+    K = "fp4gemm.ep.SymmetricMemoryComm"
+    comm = T.instance(K, T.use("fp4gemm.ep", ep, "SymmetricMemoryComm")())
+    assert (T.use(K, comm, "rank"), T.use(K, comm, "world")) == (0, 1)
+    assert T.use(K, comm, "device").type == "cuda" and T.use(K, comm, "group") is not None
+    assert T.use(K, comm, "device_path")
+    buf, ptrs = T.use(K, comm, "buffers")(4096)
+    assert ptrs == [buf.data_ptr()]
+    T.use(K, comm, "barrier")()
+    rng = np.random.default_rng(17)
+    c, t = _ep_case(rng)
+    single = S.host_layer(c, t, 8, 2)
+    layer = _ep_layer(T, env, ep.SymmetricMemoryComm(), c, t, 0, 1, 2, env.dev)
+    x = S.random_tokens(rng, 6, c.h, "gpumode")
+    ids, wts = S.random_routing(rng, 6, c.e, 2, "dropped", np.int32, False)
+    _device_path_check(T, env, [layer], single, [(x, ids, wts)],
+                       lambda inputs: [T.use("fp4gemm.ep.ExpertParallel", layer, "__call__")(*inputs[0])])
 
 
 # ---- fp4gemm.ops (torch custom ops) ----------------------------------------------------------------------------

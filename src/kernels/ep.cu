@@ -1,0 +1,486 @@
+// fp4gemm::EpExchange (fp4gemm/ep.hpp): the expert-parallel dispatch and combine as kernels that
+// write the other ranks' exchange buffers directly (peer-mapped memory over NVLink), with the
+// split sizes on the device.
+//
+// Exchange buffer of every rank (the same offsets on every rank, each region 256-byte aligned):
+//   counts  int32 [8]            counts[s]: rows rank s sends here this step (written by s, phase 1)
+//   ids     int32 [capacity]     local expert id of each received row (-1 past the count)
+//   origin  int2  [capacity]     (source rank, pair index t * k + j at the source)
+//   rows    bf16 [capacity, H]   or packed e2m1 [capacity, H/2] + linear scales [capacity, H/vec]
+//   back    bf16 [max_tokens * k, H]  this rank's pairs' expert outputs, written by their experts'
+//                                     ranks (phase 3), read by the combine (phase 4)
+// capacity = W * max_tokens * k: every pair of every rank can land here.
+#include <cub/block/block_scan.cuh>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "device/quantize_rule.cuh"
+#include "fp4gemm/ep.hpp"
+#include "fp4gemm/fp4gemm.hpp"
+#include "fp4gemm/moe_layer.hpp"
+#include "host/core/cuda_check.hpp"
+#include "host/device_guard.hpp"
+
+namespace fp4gemm {
+
+namespace {
+
+constexpr int kMaxWorld = 8, kMaxTopk = 32;
+constexpr int kCountThreads = 1024, kSendThreads = 256, kBackThreads = 256;
+
+struct Layout {
+  std::size_t counts = 0, ids = 0, origin = 0, rows = 0, packed = 0, scales = 0, back = 0, total = 0;
+};
+
+std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
+
+int vec_of(EpRows r) { return r == EpRows::nvfp4 ? 16 : 32; }
+
+Layout layout_of(const EpConfig& c) {
+  Layout l;
+  const std::size_t cap = std::size_t{1} * c.world * c.max_tokens * c.topk, H = static_cast<std::size_t>(c.hidden);
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t here = at;
+    at = align256(at + bytes);
+    return here;
+  };
+  l.counts = take(sizeof(int) * kMaxWorld);
+  l.ids = take(sizeof(int) * cap);
+  l.origin = take(sizeof(int2) * cap);
+  if (c.rows == EpRows::bf16) {
+    l.rows = take(cap * H * 2);
+  } else {
+    l.packed = take(cap * H / 2);
+    l.scales = take(cap * (H / vec_of(c.rows)));
+  }
+  l.back = take(std::size_t{1} * c.max_tokens * c.topk * H * 2);
+  l.total = at;
+  return l;
+}
+
+// Every rank's buffer base as mapped here: a small device table (indexing a kernel parameter array
+// with a run-time rank would copy it to the stack).
+struct Peers {
+  char* const* base;
+};
+
+struct Counts {
+  int c[kMaxWorld];
+};
+
+template <typename Id>
+__device__ __forceinline__ int destination(const Id* ids, long long i, int experts, int local) {
+  const long long id = static_cast<long long>(ids[i]);
+  return id >= 0 && id < experts ? static_cast<int>(id / local) : -1;
+}
+
+// Phase 1, one block: slot[i] = the place of pair i among the pairs going to its destination (in
+// pair order; -1 for ids outside [0, E)), and counts[rank] of every destination's buffer. Thread
+// u owns a contiguous run of pairs: count, block-wide exclusive scan of the per-destination
+// counts, then place.
+template <typename Id>
+__global__ void __launch_bounds__(kCountThreads) ep_count_kernel(const Id* __restrict__ ids, int n, int experts,
+                                                                 int local, int world, int rank, Peers peers,
+                                                                 std::size_t counts_at, int* __restrict__ slot) {
+  using Scan = cub::BlockScan<int, kCountThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const int per = (n + kCountThreads - 1) / kCountThreads;
+  const int lo = min(n, static_cast<int>(threadIdx.x) * per), hi = min(n, lo + per);
+  Counts mine;
+#pragma unroll
+  for (int q = 0; q < kMaxWorld; ++q) mine.c[q] = 0;
+  for (int i = lo; i < hi; ++i) {
+    const int d = destination(ids, i, experts, local);
+#pragma unroll
+    for (int q = 0; q < kMaxWorld; ++q) mine.c[q] += d == q;
+  }
+  Counts base, total;
+#pragma unroll
+  for (int q = 0; q < kMaxWorld; ++q) {
+    base.c[q] = total.c[q] = 0;
+    if (q < world) {  // (uniform over the block)
+      Scan(scan).ExclusiveSum(mine.c[q], base.c[q], total.c[q]);
+      __syncthreads();  // the scan storage is reused
+    }
+  }
+  for (int i = lo; i < hi; ++i) {
+    const int d = destination(ids, i, experts, local);
+    int s = -1;
+#pragma unroll
+    for (int q = 0; q < kMaxWorld; ++q)
+      if (d == q) s = base.c[q]++;
+    slot[i] = s;
+  }
+  if (threadIdx.x < world) {
+    int value = 0;
+#pragma unroll
+    for (int q = 0; q < kMaxWorld; ++q)
+      if (q == static_cast<int>(threadIdx.x)) value = total.c[q];
+    reinterpret_cast<int*>(peers.base[threadIdx.x] + counts_at)[rank] = value;
+  }
+}
+
+struct SendParams {
+  const __nv_bfloat16* x;
+  long long ldx;
+  const void* ids;
+  const int* slot;
+  int tokens, k, experts, local, world, rank, hidden, capacity;
+  float gs;
+  Peers peers;
+  Layout at;
+};
+
+__device__ __forceinline__ int own_total(const SendParams& p) {
+  const int* counts = reinterpret_cast<const int*>(p.peers.base[p.rank] + p.at.counts);
+  int total = 0;
+  for (int s = 0; s < p.world; ++s) total += counts[s];
+  return total;
+}
+
+// The quantised bytes of one scale block of a row: the layer's quantiser's rule
+// (device/quantize_rule.cuh), kVec bf16 values -> kVec / 2 packed bytes and a scale code.
+template <EpRows R>
+struct QuantBlock {
+  static constexpr Format F = R == EpRows::nvfp4 ? Format::nvfp4 : Format::mxfp4;
+  static constexpr int kVec = R == EpRows::nvfp4 ? 16 : 32;
+  std::uint32_t words[kVec / 8];
+  std::uint32_t code;
+  __device__ __forceinline__ void make(const __nv_bfloat16* src, float gs) {
+    float x[kVec];
+#pragma unroll
+    for (int v = 0; v < kVec / 8; ++v) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(src + 8 * v);
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = __bfloat1622float2(h[q]);
+        x[8 * v + 2 * q] = f.x, x[8 * v + 2 * q + 1] = f.y;
+      }
+    }
+    float m = 0.0f;
+    bool nan = false;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) m = fmaxf(m, fabsf(x[e])), nan |= x[e] != x[e];
+    const float amax = nan ? __uint_as_float(0x7FC00000u) : m;
+    code = F == Format::nvfp4 ? detail::quant::nv_scale_code_exact(amax, gs) : detail::quant::mx_scale_code(amax);
+#pragma unroll
+    for (int w = 0; w < kVec / 8; ++w) {
+      std::uint32_t word = 0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) word |= detail::quant::element_nibble<F>(x[8 * w + e], code, gs) << (4 * e);
+      words[w] = word;
+    }
+  }
+};
+
+// Phase 2: every token's row to the rank of each of its pairs' experts, at offset(destination) +
+// slot, with the pair's local id and origin; then ids -1 past this rank's own received count.
+template <EpRows R, typename Id>
+__global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
+  __shared__ int offset[kMaxWorld];
+  __shared__ char* dest[kMaxTopk];
+  __shared__ int row_at[kMaxTopk];
+  if (threadIdx.x < p.world) {  // rows ranks before this one send to destination d come first
+    const int* counts = reinterpret_cast<const int*>(p.peers.base[threadIdx.x] + p.at.counts);
+    int before = 0;
+    for (int s = 0; s < p.rank; ++s) before += counts[s];
+    offset[threadIdx.x] = before;
+  }
+  {
+    const int total = own_total(p);
+    int* ids = reinterpret_cast<int*>(p.peers.base[p.rank] + p.at.ids);
+    for (long long r = total + blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < p.capacity;
+         r += static_cast<long long>(gridDim.x) * blockDim.x)
+      ids[r] = -1;
+  }
+  __syncthreads();
+  const Id* ids = static_cast<const Id*>(p.ids);
+  const int H = p.hidden;
+  for (int t = blockIdx.x; t < p.tokens; t += gridDim.x) {
+    if (threadIdx.x < p.k) {
+      const long long i = static_cast<long long>(t) * p.k + threadIdx.x;
+      const int d = destination(ids, i, p.experts, p.local);
+      dest[threadIdx.x] = nullptr;
+      if (d >= 0) {
+        const int r = offset[d] + p.slot[i];
+        char* base = p.peers.base[d];
+        reinterpret_cast<int*>(base + p.at.ids)[r] = static_cast<int>(static_cast<long long>(ids[i]) - static_cast<long long>(d) * p.local);
+        reinterpret_cast<int2*>(base + p.at.origin)[r] = make_int2(p.rank, static_cast<int>(i));
+        dest[threadIdx.x] = base;
+        row_at[threadIdx.x] = r;
+      }
+    }
+    __syncthreads();
+    const __nv_bfloat16* x = p.x + t * p.ldx;
+    if constexpr (R == EpRows::bf16) {
+      for (int c = threadIdx.x; c < H / 8; c += blockDim.x) {
+        const uint4 v = *reinterpret_cast<const uint4*>(x + 8 * c);
+        for (int j = 0; j < p.k; ++j)
+          if (dest[j] != nullptr)
+            reinterpret_cast<uint4*>(dest[j] + p.at.rows)[static_cast<long long>(row_at[j]) * (H / 8) + c] = v;
+      }
+    } else {
+      constexpr int kVec = QuantBlock<R>::kVec;
+      const int blocks = H / kVec;
+      for (int b = threadIdx.x; b < blocks; b += blockDim.x) {
+        QuantBlock<R> q;
+        q.make(x + b * kVec, p.gs);
+        for (int j = 0; j < p.k; ++j) {
+          if (dest[j] == nullptr) continue;
+          const long long r = row_at[j];
+          char* packed = dest[j] + p.at.packed + r * (H / 2) + b * (kVec / 2);
+          if constexpr (kVec == 16) *reinterpret_cast<uint2*>(packed) = make_uint2(q.words[0], q.words[1]);
+          else *reinterpret_cast<uint4*>(packed) = make_uint4(q.words[0], q.words[1], q.words[2], q.words[3]);
+          reinterpret_cast<std::uint8_t*>(dest[j] + p.at.scales)[r * blocks + b] = static_cast<std::uint8_t>(q.code);
+        }
+      }
+    }
+    __syncthreads();  // dest / row_at are the next token's
+  }
+}
+
+// Phase 3: received row r's expert output back to its origin's pair-ordered rows.
+__global__ void __launch_bounds__(kBackThreads) ep_back_kernel(const __nv_bfloat16* __restrict__ y, long long ldy,
+                                                               int hidden, int world, int rank, int pairs, Peers peers,
+                                                               Layout at) {
+  const int* counts = reinterpret_cast<const int*>(peers.base[rank] + at.counts);
+  int total = 0;
+  for (int s = 0; s < world; ++s) total += counts[s];
+  const int2* origin = reinterpret_cast<const int2*>(peers.base[rank] + at.origin);
+  const int chunks = hidden / 8;
+  const long long n = static_cast<long long>(total) * chunks;
+  for (long long u = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; u < n;
+       u += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long r = u / chunks;
+    const int c = static_cast<int>(u - r * chunks);
+    const int2 o = origin[r];
+    if (o.x < 0 || o.x >= world || o.y < 0 || o.y >= pairs) continue;  // (written by phase 2 only)
+    const uint4 v = *reinterpret_cast<const uint4*>(y + r * ldy + 8 * c);
+    reinterpret_cast<uint4*>(peers.base[o.x] + at.back)[static_cast<long long>(o.y) * chunks + c] = v;
+  }
+}
+
+[[noreturn]] void fail(const char* argument, const std::string& message) { throw Error(argument, -1, message); }
+
+void validate_config(const EpConfig& c) {
+  if (c.world < 1 || c.world > kMaxWorld) fail("config.world", "must be in 1..8, got " + std::to_string(c.world));
+  if (c.rank < 0 || c.rank >= c.world)
+    fail("config.rank", "must be in 0..world-1 = " + std::to_string(c.world - 1) + ", got " + std::to_string(c.rank));
+  if (c.experts < 1 || c.experts % c.world != 0)
+    fail("config.experts", "must be a positive multiple of world = " + std::to_string(c.world) + ", got " +
+                               std::to_string(c.experts));
+  if (c.topk < 1 || c.topk > kMaxTopk) fail("config.topk", "must be in 1..32, got " + std::to_string(c.topk));
+  if (c.hidden < 64 || c.hidden % 64 != 0)
+    fail("config.hidden", "must be a positive multiple of 64, got " + std::to_string(c.hidden));
+  if (c.max_tokens < 1) fail("config.max_tokens", "must be >= 1, got " + std::to_string(c.max_tokens));
+  if (std::int64_t{c.world} * c.max_tokens * c.topk > INT32_MAX)
+    fail("config.max_tokens", "world * max_tokens * topk must be below 2^31");
+  if (c.rows == EpRows::nvfp4 && !(c.global_scale > 0.0f && c.global_scale < INFINITY))
+    fail("config.global_scale", "must be a positive finite number, got " + std::to_string(c.global_scale));
+}
+
+}  // namespace
+
+struct EpExchange::Impl {
+  EpConfig config;
+  Layout at;
+  Peers peers{nullptr};
+  DeviceInfo device;
+  int* slot = nullptr;     // [max_tokens * k] phase 1's places (this rank's own)
+  float* ones = nullptr;   // [capacity] 1.0f
+  int capacity = 0;
+
+  char** table = nullptr;  // [kMaxWorld] device copy of the buffer bases (Peers::base)
+  std::vector<char*> bases;
+
+  ~Impl() {
+    for (void* q : {static_cast<void*>(slot), static_cast<void*>(ones), static_cast<void*>(table)})
+      if (q != nullptr) cudaFree(q);
+  }
+  void check_step(const EpStepArgs& a, bool ids, bool hidden) const {
+    const EpConfig& c = config;
+    if (a.tokens < 0 || a.tokens > c.max_tokens)
+      fail("tokens", "must be in 0..max_tokens = " + std::to_string(c.max_tokens) + ", got " + std::to_string(a.tokens));
+    if (a.tokens == 0) return;
+    if (ids && a.topk_ids == nullptr) fail("topk_ids", "null pointer");
+    if (hidden) {
+      const std::int64_t ld = a.ld_hidden == 0 ? c.hidden : a.ld_hidden;
+      if (a.hidden == nullptr || reinterpret_cast<std::uintptr_t>(a.hidden) % 16 != 0)
+        fail("hidden", "must be a 16-byte aligned device pointer");
+      if (ld < c.hidden || ld % 8 != 0)
+        fail("ld_hidden", "must be a multiple of 8 and >= hidden, got " + std::to_string(ld));
+    }
+  }
+  char* own() const { return bases[config.rank]; }
+};
+
+std::size_t EpExchange::buffer_bytes(const EpConfig& config) {
+  validate_config(config);
+  return layout_of(config).total;
+}
+
+EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) : impl_(std::make_unique<Impl>()) {
+  validate_config(config);
+  Impl& p = *impl_;
+  p.config = config;
+  p.at = layout_of(config);
+  p.device = device_info(config.device);
+  p.config.device = p.device.index;
+  p.capacity = config.world * config.max_tokens * config.topk;
+  if (static_cast<int>(buffers.size()) != config.world)
+    fail("buffers", "needs one buffer per rank (" + std::to_string(config.world) + "), got " + std::to_string(buffers.size()));
+  for (int r = 0; r < config.world; ++r) {
+    if (buffers[r] == nullptr || reinterpret_cast<std::uintptr_t>(buffers[r]) % 256 != 0)
+      fail("buffers", "buffer of rank " + std::to_string(r) + " must be a 256-byte aligned device pointer");
+    p.bases.push_back(static_cast<char*>(buffers[r]));
+  }
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, buffers[config.rank]) != cudaSuccess || attr.type != cudaMemoryTypeDevice ||
+      attr.device != p.device.index) {
+    (void)cudaGetLastError();
+    fail("buffers", "this rank's buffer (rank " + std::to_string(config.rank) + ") is not device memory of device " +
+                        std::to_string(p.device.index));
+  }
+  detail::DeviceGuard guard(p.device.index);
+  FP4GEMM_CUDA_CHECK(cudaMalloc(&p.slot, sizeof(int) * std::max(1, config.max_tokens * config.topk)), "EpExchange workspace");
+  FP4GEMM_CUDA_CHECK(cudaMalloc(&p.ones, sizeof(float) * p.capacity), "EpExchange workspace");
+  FP4GEMM_CUDA_CHECK(cudaMalloc(&p.table, sizeof(char*) * kMaxWorld), "EpExchange workspace");
+  std::vector<char*> table(p.bases);
+  table.resize(kMaxWorld, nullptr);
+  FP4GEMM_CUDA_CHECK(cudaMemcpy(p.table, table.data(), sizeof(char*) * kMaxWorld, cudaMemcpyHostToDevice),
+                     "EpExchange workspace");
+  p.peers.base = p.table;
+  const std::vector<float> ones(static_cast<std::size_t>(p.capacity), 1.0f);
+  FP4GEMM_CUDA_CHECK(cudaMemcpy(p.ones, ones.data(), sizeof(float) * p.capacity, cudaMemcpyHostToDevice),
+                     "EpExchange workspace");
+  // This rank's own rows start empty (ids -1, no counts): a layer run on them before a first step
+  // reads nothing.
+  FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.counts, 0, sizeof(int) * kMaxWorld), "buffers");
+  FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.ids, 0xFF, sizeof(int) * p.capacity), "buffers");
+  FP4GEMM_CUDA_CHECK(cudaDeviceSynchronize(), "buffers");
+}
+
+EpExchange::~EpExchange() = default;
+EpExchange::EpExchange(EpExchange&&) noexcept = default;
+EpExchange& EpExchange::operator=(EpExchange&&) noexcept = default;
+
+static const EpExchange::Impl& checked(const std::unique_ptr<EpExchange::Impl>& p) {
+  if (!p) throw Error("exchange", -1, "used after being moved from");
+  return *p;
+}
+
+void EpExchange::send_counts(const EpStepArgs& a, cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  p.check_step(a, true, false);
+  const EpConfig& c = p.config;
+  detail::DeviceGuard guard(p.device.index);
+  const int n = a.tokens * c.topk, local = c.experts / c.world;
+  if (a.ids_int64)
+    ep_count_kernel<long long><<<1, kCountThreads, 0, stream>>>(static_cast<const long long*>(a.topk_ids), n, c.experts,
+                                                                local, c.world, c.rank, p.peers, p.at.counts, p.slot);
+  else
+    ep_count_kernel<int><<<1, kCountThreads, 0, stream>>>(static_cast<const int*>(a.topk_ids), n, c.experts, local,
+                                                          c.world, c.rank, p.peers, p.at.counts, p.slot);
+  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "send_counts");
+}
+
+void EpExchange::send_rows(const EpStepArgs& a, cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  p.check_step(a, true, true);
+  const EpConfig& c = p.config;
+  detail::DeviceGuard guard(p.device.index);
+  SendParams s;
+  s.x = static_cast<const __nv_bfloat16*>(a.hidden);
+  s.ldx = a.ld_hidden == 0 ? c.hidden : a.ld_hidden;
+  s.ids = a.topk_ids, s.slot = p.slot;
+  s.tokens = a.tokens, s.k = c.topk, s.experts = c.experts, s.local = c.experts / c.world;
+  s.world = c.world, s.rank = c.rank, s.hidden = c.hidden, s.capacity = p.capacity;
+  s.gs = c.rows == EpRows::nvfp4 ? c.global_scale : 1.0f;
+  s.peers = p.peers, s.at = p.at;
+  // At least a wave (the padding ids are written by the whole grid), a block per token beyond.
+  const unsigned grid = static_cast<unsigned>(std::clamp(a.tokens, p.device.multiprocessors, 8 * p.device.multiprocessors));
+  auto go = [&](auto rows_tag, auto id_tag) {
+    constexpr EpRows R = decltype(rows_tag)::value;
+    ep_send_kernel<R, decltype(id_tag)><<<grid, kSendThreads, 0, stream>>>(s);
+  };
+  using B = std::integral_constant<EpRows, EpRows::bf16>;
+  using N = std::integral_constant<EpRows, EpRows::nvfp4>;
+  using M = std::integral_constant<EpRows, EpRows::mxfp4>;
+  auto with_ids = [&](auto rows_tag) {
+    if (a.ids_int64) go(rows_tag, 0LL);
+    else go(rows_tag, 0);
+  };
+  if (c.rows == EpRows::bf16) with_ids(B{});
+  else if (c.rows == EpRows::nvfp4) with_ids(N{});
+  else with_ids(M{});
+  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "send_rows");
+}
+
+EpReceived EpExchange::received() const {
+  const Impl& p = checked(impl_);
+  EpReceived r;
+  r.capacity = p.capacity;
+  r.counts = reinterpret_cast<const int*>(p.own() + p.at.counts);
+  r.ids = reinterpret_cast<const int*>(p.own() + p.at.ids);
+  r.ones = p.ones;
+  if (p.config.rows == EpRows::bf16) {
+    r.rows = p.own() + p.at.rows;
+  } else {
+    r.packed = p.own() + p.at.packed;
+    r.scales = p.own() + p.at.scales;
+  }
+  return r;
+}
+
+void EpExchange::send_back(const EpStepArgs& a, cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  const EpConfig& c = p.config;
+  const std::int64_t ld = a.ld_y == 0 ? c.hidden : a.ld_y;
+  if (a.y == nullptr || reinterpret_cast<std::uintptr_t>(a.y) % 16 != 0) fail("y", "must be a 16-byte aligned device pointer");
+  if (ld < c.hidden || ld % 8 != 0) fail("ld_y", "must be a multiple of 8 and >= hidden, got " + std::to_string(ld));
+  detail::DeviceGuard guard(p.device.index);
+  const long long rows_per_block = std::max(1, kBackThreads / (c.hidden / 8));
+  const unsigned grid = static_cast<unsigned>(std::min<long long>(
+      8LL * p.device.multiprocessors, std::max<long long>(1, (static_cast<long long>(p.capacity) + rows_per_block - 1) / rows_per_block)));
+  ep_back_kernel<<<grid, kBackThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(a.y), ld, c.hidden, c.world,
+                                                    c.rank, c.max_tokens * c.topk, p.peers, p.at);
+  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "send_back");
+}
+
+void EpExchange::combine(const EpStepArgs& a, cudaStream_t stream) const {
+  const Impl& p = checked(impl_);
+  p.check_step(a, true, false);
+  const EpConfig& c = p.config;
+  if (a.tokens == 0) return;
+  if (a.topk_weights == nullptr) fail("topk_weights", "null pointer");
+  MoeCombineArgs m;
+  m.y = p.own() + p.at.back, m.ld_y = c.hidden;
+  m.topk_ids = a.topk_ids, m.ids_int64 = a.ids_int64;
+  m.topk_weights = a.topk_weights, m.weights_bf16 = a.weights_bf16;
+  m.tokens = a.tokens, m.topk = c.topk, m.experts = c.experts, m.hidden = c.hidden;
+  m.out = a.out, m.ld_out = a.ld_out == 0 ? c.hidden : a.ld_out;
+  m.device = p.device.index;
+  moe_combine(m, stream);
+}
+
+const EpConfig& EpExchange::config() const { return checked(impl_).config; }
+
+std::string EpExchange::describe() const {
+  const Impl& p = checked(impl_);
+  const EpConfig& c = p.config;
+  std::ostringstream os;
+  os << "EpExchange rank " << c.rank << " of " << c.world << ": " << c.experts << " experts (" << c.experts / c.world
+     << " here), top-" << c.topk << ", H " << c.hidden << ", up to " << c.max_tokens << " tokens per rank; rows travel as "
+     << (c.rows == EpRows::bf16 ? "bf16" : c.rows == EpRows::nvfp4 ? "NVFP4 (packed e2m1 + E4M3 scales)" : "MXFP4 (packed e2m1 + UE8M0 scales)")
+     << "; receive capacity " << p.capacity << " rows; exchange buffer " << p.at.total / 1024 << " KiB per rank";
+  return os.str();
+}
+
+}  // namespace fp4gemm

@@ -1,0 +1,186 @@
+"""GPU tier, one GPU: the expert-parallel device path (fp4gemm::EpExchange kernels: counts, rows
+written into the destination ranks' buffers, FP4 quantisation inside the dispatch, rows back, the
+combine) with W = 1, 2, 4 ranks sharing one device (fp4gemm.ep.LocalGroup). Every rank's output
+must equal the single-GPU layer over all experts bit for bit -- W4A4 NVFP4 and MXFP4 (rows travel
+quantised) and W4A16 (bf16 rows) -- for eager steps and for 100 replays of one CUDA graph of the
+whole step, each with a new routing and new tokens written into the captured buffers. The same path
+across real GPUs (PyTorch SymmetricMemory, NCCL) is tested in test_ep_torch.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the GPU tier needs torch and a CUDA device)")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+import fp4gemm  # noqa: E402
+from fp4gemm import ep, moe  # noqa: E402
+
+from test_ep_host import EpCase  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _needs_cuda(backend):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    if backend != "auto":
+        pytest.skip(f"the MoE layer runs only the fast kernel (sm_90); this tier runs backend {backend!r}")
+
+
+def _cuda(a):
+    if a.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+def _bits(t):
+    return t.view(torch.int16).cpu().numpy()
+
+
+class Ranks:
+    """W ranks of one EpCase on this GPU, and the single-GPU layer they must match."""
+
+    def __init__(self, world, act, max_tokens=16):
+        self.case = c = EpCase(world, act)
+        self.world, self.max_tokens = world, max_tokens
+        self.group = ep.LocalGroup(world)
+        self.parts = []
+        for r in range(world):
+            weights, alphas = c.rank_weights(r, _cuda)
+            self.parts.append(ep.ExpertParallel(*weights, experts=c.e, comm=self.group.comm(r), max_tokens=max_tokens,
+                                                topk=c.k, **alphas, **c.kw))
+        self.single = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=world * max_tokens,
+                                   topk=c.k, w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2),
+                                   **c.kw)
+
+    def draw(self, rng, wide=False):
+        """Fresh tokens for every rank: (x, ids, weights) as CUDA tensors; ids include -1 and E
+        (skipped), and some rank may bring no token."""
+        c, out = self.case, []
+        for r in range(self.world):
+            t = int(rng.integers(0, self.max_tokens + 1))
+            x = rng.standard_normal((t, c.h)).astype(np.float32) * 0.5
+            if wide:  # magnitudes over many binades, some exact zeros
+                x *= np.exp2(rng.integers(-20, 20, (t, c.h)))
+                x[rng.random((t, c.h)) < 0.05] = 0.0
+            ids = np.array([rng.permutation(c.e)[:c.k] for _ in range(t)], np.int32).reshape(t, c.k)
+            if t:
+                ids[rng.random((t, c.k)) < 0.1] = -1
+                ids[rng.random((t, c.k)) < 0.05] = c.e
+            w = rng.uniform(0.05, 1, (t, c.k)).astype(np.float32)
+            out.append((_cuda(x.astype(ml_dtypes.bfloat16)), _cuda(ids), _cuda(w)))
+        return out
+
+    def expected(self, inputs):
+        """Each rank's tokens through the single-GPU layer over all experts."""
+        return [self.single.run(x, ids, w) if x.shape[0] else x.clone() for x, ids, w in inputs]
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("act", ["nvfp4", "mxfp4", "bf16"])
+def test_device_path_equals_the_single_gpu_layer(world, act):
+    rs = Ranks(world, act)
+    rng = np.random.default_rng(100 + world)
+    for step in range(6):
+        inputs = rs.draw(rng, wide=step % 2 == 1)
+        got = rs.group.step(rs.parts, inputs)
+        want = rs.expected(inputs)
+        for r in range(world):
+            assert got[r].shape == want[r].shape
+            assert np.array_equal(_bits(got[r]), _bits(want[r])), f"step {step} rank {r} differs from the single-GPU layer"
+
+
+@pytest.mark.parametrize("world,act", [(2, "nvfp4"), (4, "mxfp4"), (4, "bf16")])
+def test_one_graph_replayed_with_new_routings(world, act):
+    rs = Ranks(world, act)
+    rng = np.random.default_rng(7)
+    c, t = rs.case, rs.max_tokens
+    # Fixed buffers the graph reads: every rank brings max_tokens tokens; the routing and the tokens
+    # change in place before each replay.
+    xs = [torch.empty((t, c.h), dtype=torch.bfloat16, device="cuda") for _ in range(world)]
+    ids = [torch.empty((t, c.k), dtype=torch.int32, device="cuda") for _ in range(world)]
+    ws = [torch.empty((t, c.k), dtype=torch.float32, device="cuda") for _ in range(world)]
+    outs = [torch.full((t, c.h), float("nan"), dtype=torch.bfloat16, device="cuda") for _ in range(world)]
+
+    def fill():
+        for r in range(world):
+            while True:
+                x, i, w = rs.draw(rng, wide=bool(rng.integers(0, 2)))[r]
+                if x.shape[0] == t:
+                    break
+            xs[r].copy_(x), ids[r].copy_(i), ws[r].copy_(w)
+
+    inputs = list(zip(xs, ids, ws))
+    fill()
+    rs.group.step(rs.parts, inputs, outs)  # warm-up outside the capture (plans, graph caches)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        rs.group.step(rs.parts, inputs, outs)
+    torch.cuda.current_stream().wait_stream(stream)
+    for replay in range(100):
+        fill()
+        for o in outs:
+            o.fill_(float("nan"))
+        graph.replay()
+        want = rs.expected(inputs)
+        for r in range(world):
+            assert np.array_equal(_bits(outs[r]), _bits(want[r])), f"replay {replay} rank {r}"
+
+
+def test_bad_steps_are_refused():
+    rs = Ranks(2, "nvfp4")
+    c = rs.case
+    x, ids, w = rs.draw(np.random.default_rng(1))[0]
+    p = rs.parts[0]
+    too_many = torch.zeros((rs.max_tokens + 1, c.k), dtype=torch.int32, device="cuda")
+    with pytest.raises(fp4gemm.ArgumentError, match="hidden_states"):
+        p._check_device_step(torch.zeros((rs.max_tokens + 1, c.h), dtype=torch.bfloat16, device="cuda"), too_many,
+                             torch.zeros((rs.max_tokens + 1, c.k), device="cuda"))
+    with pytest.raises(fp4gemm.ArgumentError, match="topk_ids"):
+        p._check_device_step(x, ids[:, :1].contiguous(), w)
+    with pytest.raises(fp4gemm.ArgumentError, match="topk_weights"):
+        p._check_device_step(x, ids, w.double())
+    with pytest.raises(fp4gemm.ArgumentError, match="hidden_states"):
+        p._check_device_step(x.float(), ids, w)
+    with pytest.raises(fp4gemm.ArgumentError, match="comm"):
+        p(x, ids, w)  # a LocalGroup rank alone: the step needs every rank
+    with pytest.raises(fp4gemm.ArgumentError, match="world"):
+        ep.LocalGroup(9)
+    with pytest.raises(fp4gemm.ArgumentError, match="config.hidden"):
+        fp4gemm._fp4gemm.ep_buffer_bytes(2, 0, 8, 2, 96, 4, "nvfp4")
+    with pytest.raises(fp4gemm.ArgumentError, match="config.experts"):
+        fp4gemm._fp4gemm.ep_buffer_bytes(3, 0, 8, 2, 64, 4, "nvfp4")
+    with pytest.raises(fp4gemm.ArgumentError, match="rows"):
+        fp4gemm._fp4gemm.ep_buffer_bytes(2, 0, 8, 2, 64, 4, "fp8")
+    with pytest.raises(fp4gemm.ArgumentError, match="buffers"):
+        fp4gemm._fp4gemm.EpExchange(2, 0, 8, 2, 64, 4, "nvfp4", 1.0, 0, [p._buf.data_ptr()])
+    with pytest.raises(fp4gemm.ArgumentError, match="buffers"):  # host memory is not this rank's buffer
+        host = np.zeros(1 << 20, np.uint8)
+        fp4gemm._fp4gemm.EpExchange(1, 0, 8, 2, 64, 4, "nvfp4", 1.0, 0, [host.ctypes.data // 256 * 256 + 256])
+    assert "EpExchange rank 0 of 2" in p.exchange.describe()
+
+
+def test_shapes_with_odd_scale_rows():
+    """H = 2880 (gpt-oss: H/16 = 180 and H/32 = 90 scale bytes per row, not 16-byte multiples),
+    W4A4 MXFP4 and NVFP4, two ranks."""
+    for act in ("mxfp4", "nvfp4"):
+        c = EpCase(2, act, e=4, h=2880, i=64, k=2)
+        group = ep.LocalGroup(2)
+        parts = []
+        for r in range(2):
+            weights, alphas = c.rank_weights(r, _cuda)
+            parts.append(ep.ExpertParallel(*weights, experts=c.e, comm=group.comm(r), max_tokens=16, topk=c.k, **alphas,
+                                           **c.kw))
+        single = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k,
+                              w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2), **c.kw)
+        inputs = [tuple(_cuda(a) for a in tok) for tok in c.tokens[:2]]
+        got = group.step(parts, inputs)
+        for r in range(2):
+            want = single.run(*inputs[r])
+            assert np.array_equal(_bits(got[r]), _bits(want)), f"{act} rank {r}"
