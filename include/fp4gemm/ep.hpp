@@ -77,6 +77,7 @@ struct EpStepArgs {
 struct EpReceived {
   int capacity = 0;            // rows: W * max_tokens * k
   const int* counts = nullptr;  // [W]: rows from each source rank this step
+  const int* count = nullptr;   // their sum: MoeLayerArgs::token_count of the local layer's run
   const int* ids = nullptr;     // [capacity] local expert ids (0..E/W-1; -1 past the count): the layer's top-1 ids
   const float* ones = nullptr;  // [capacity] 1.0f: the layer's top-1 weights
   const void* rows = nullptr;   // bf16 rows [capacity, H] (EpRows::bf16), or

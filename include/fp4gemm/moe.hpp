@@ -214,9 +214,12 @@ namespace detail {
 void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets,
                           int* gather, std::int64_t* order, cudaStream_t stream);
 // The same with row_of[i] (int32, count) = the sorted row of index i = t * k + j (the inverse of
-// `order`; the expert layer's combine reads it), instead of `order`.
+// `order`; the expert layer's combine reads it), instead of `order`. token_count (optional, a
+// device int): pairs of tokens at or past it are absent -- their ids unread, sorted last, past
+// offsets[E].
 void launch_align_routing_rows(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
-                               int* offsets, int* gather, int* row_of, cudaStream_t stream);
+                               int* offsets, int* gather, int* row_of, cudaStream_t stream,
+                               const int* token_count = nullptr);
 }  // namespace detail
 
 }  // namespace fp4gemm

@@ -87,6 +87,11 @@ struct MoeLayerArgs {
   int tokens = 0;       // T, 0..max_tokens
   void* out = nullptr;  // bf16 [T, H], row stride ld_out elements
   std::int64_t ld_out = 0;  // 0: H
+  // Optional, a device int32: this run's token count when it is only known on the device (e.g. the
+  // rows an expert-parallel dispatch received). Tokens at or past min(*token_count, tokens) are
+  // absent: their ids are not read, no work is done for them and their out rows are not written.
+  // `tokens` stays the bound (the arrays' extent). Null: all `tokens` tokens.
+  const int* token_count = nullptr;
 };
 
 class MoeLayer {

@@ -40,6 +40,10 @@ void quantize_activations(const QuantizeArgs& args, cudaStream_t stream = nullpt
 namespace detail {
 // Without the device-pointer checks (callers that own their buffers, e.g. the expert layer).
 void launch_quantize(const QuantizeArgs& args, cudaStream_t stream);
+// The same for rows [*row_begin, *row_end) only (device ints, clamped to [0, rows); linear scale
+// layout): e.g. the expert layer's sorted intermediate, whose rows past its routing's offsets are
+// unused.
+void launch_quantize(const QuantizeArgs& args, cudaStream_t stream, const int* row_begin, const int* row_end);
 }  // namespace detail
 
 }  // namespace fp4gemm

@@ -353,6 +353,7 @@ class ExpertParallel:
         self.capacity = cap
         self._recv_ids = view(got["ids"], torch.int32, (cap, 1))
         self._recv_counts = view(got["counts"], torch.int32, (self.world,))
+        self._recv_count = view(got["count"], torch.int32, (1,))  # their sum: the local layer's token count
         if self.fp4:
             vec = 16 if self.format == "nvfp4" else 32
             self._recv = (view(got["packed"], torch.uint8, (cap, h // 2)), view(got["scales"], torch.uint8, (cap, h // vec)))
@@ -400,9 +401,10 @@ class ExpertParallel:
 
     def _phase_local(self):
         if self.fp4:
-            self.layer.run(None, self._recv_ids, self._ones, out=self._y, hidden_fp4=self._recv)
+            self.layer.run(None, self._recv_ids, self._ones, out=self._y, hidden_fp4=self._recv,
+                           token_count=self._recv_count)
         else:
-            self.layer.run(self._recv, self._recv_ids, self._ones, out=self._y)
+            self.layer.run(self._recv, self._recv_ids, self._ones, out=self._y, token_count=self._recv_count)
 
     def _phase_back(self):
         self.exchange.send_back(self._y.data_ptr(), self.hidden, self._stream())

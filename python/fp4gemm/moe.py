@@ -298,14 +298,19 @@ class MoeLayer:
         self._like = w13
 
     def run(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None, stream: Any = None,
-            hidden_fp4: Any = None):
+            hidden_fp4: Any = None, token_count: Any = None):
         """hidden_states bf16 ``[T, H]`` (T <= max_tokens), topk_ids int32/int64 ``[T, topk]``,
         topk_weights float32/bf16 ``[T, topk]`` -> out bf16 ``[T, H]`` (allocated when None).
         Never synchronises; ids outside ``[0, E)`` contribute nothing.
 
         hidden_fp4: W4A4 only, instead of hidden_states (pass None there): ``(packed, scales)``, the
         tokens already quantised as the layer would (``fp4gemm.quantize(x, format,
-        global_scale=a1_scale)``: packed uint8 ``[T, H/2]``, linear scales ``[T, H/vec]``)."""
+        global_scale=a1_scale)``: packed uint8 ``[T, H/2]``, linear scales ``[T, H/vec]``).
+
+        token_count: optional CUDA int32 ``[1]`` on the layer's device: this run's token count when
+        only the device knows it (e.g. the rows an expert-parallel dispatch received). Tokens at or
+        past ``min(token_count[0], T)`` are absent: their ids are not read, nothing is computed for
+        them and their ``out`` rows are left as they were."""
         if out is None:
             if hidden_fp4 is None and type(hidden_states).__module__ == "torch":
                 import torch
@@ -318,7 +323,7 @@ class MoeLayer:
                 like = hidden_states if hidden_fp4 is None else hidden_fp4[0]
                 out = empty_like_framework(like, (like.shape[0], self.hidden), "bfloat16", "out")
         packed, scales = (None, None) if hidden_fp4 is None else hidden_fp4
-        self._layer.run(hidden_states, topk_ids, topk_weights, out, stream, 0, packed, scales)
+        self._layer.run(hidden_states, topk_ids, topk_weights, out, stream, 0, packed, scales, token_count)
         return out
 
     __call__ = run

@@ -103,6 +103,7 @@ void bind_ep(nb::module_& m) {
              nb::dict d;
              d["capacity"] = r.capacity;
              d["counts"] = reinterpret_cast<std::uintptr_t>(r.counts);
+             d["count"] = reinterpret_cast<std::uintptr_t>(r.count);
              d["ids"] = reinterpret_cast<std::uintptr_t>(r.ids);
              d["ones"] = reinterpret_cast<std::uintptr_t>(r.ones);
              d["rows"] = reinterpret_cast<std::uintptr_t>(r.rows);

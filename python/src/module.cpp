@@ -200,7 +200,7 @@ NB_MODULE(_fp4gemm, m) {
            "a1_scale"_a = 1.0f, "a2_scale"_a = 1.0f, "max_tokens"_a, "topk"_a)
       .def("run", &MoeLayerObject::run, "hidden_states"_a.none(), "topk_ids"_a, "topk_weights"_a, "out"_a,
            "stream"_a = nb::none(), "threads"_a = 0, "hidden_packed"_a = nb::none(), "hidden_scales"_a = nb::none(),
-           "Enqueue the layer into `out` (host arrays: run the reference now).")
+           "token_count"_a = nb::none(), "Enqueue the layer into `out` (host arrays: run the reference now).")
       .def("check", &MoeLayerObject::check, "stream"_a = nb::none(),
            "Synchronise `stream`, then raise if a run since the last check saw bad routing data.")
       .def("reload_weights", &MoeLayerObject::reload_weights, "stream"_a = nb::none(),

@@ -163,7 +163,8 @@ void MoeLayerObject::reload_weights(nb::handle stream) {
 // The tokens are bf16 hidden_states [T, H], or (W4A4) hidden_packed [T, H/2] uint8 with linear
 // hidden_scales [T, H/vec], dense: the tokens as step 2 would quantise them.
 void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out,
-                         nb::handle stream, int threads, nb::handle hidden_packed, nb::handle hidden_scales) {
+                         nb::handle stream, int threads, nb::handle hidden_packed, nb::handle hidden_scales,
+                         nb::handle token_count) {
   TensorReader& reader = Binding::get().reader();
   Keepalive keep;
   TensorView x, xs;
@@ -182,7 +183,15 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
   const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep, false);
   const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep, false);
   const TensorView y = reader.read(out, "out", -1, true, keep, false);
-  const MoeLayerArgs a = checked_args(x, pre ? &xs : nullptr, ids, wt, y);
+  MoeLayerArgs a = checked_args(x, pre ? &xs : nullptr, ids, wt, y);
+  if (!token_count.is_none()) {
+    const TensorView c = reader.read(token_count, "token_count", -1, false, keep, false);
+    if (!layer_ || c.device != device_)
+      fail("token_count", "must be a CUDA array on the layer's device (a device-side token count)");
+    if (c.dtype != DType::i32 || c.ndim != 1 || c.shape[0] < 1)
+      fail("token_count", "must be an int32 array of at least one element, got shape " + c.shape_text());
+    a.token_count = reinterpret_cast<const int*>(c.ptr);
+  }
   if (layer_) {
     const cudaStream_t s = Binding::get().resolve_stream(stream, x.framework, device_);
     check_weights(s);
@@ -548,7 +557,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
   }
   const nb::object layer = hit->layer;  // alive through the run whatever happens to the cache
   MoeLayerObject* raw = hit->raw;
-  raw->run(hidden, topk_ids, topk_weights, result, stream, 0, nb::none(), nb::none());
+  raw->run(hidden, topk_ids, topk_weights, result, stream, 0, nb::none(), nb::none(), nb::none());
   return result;
 }
 

@@ -25,7 +25,7 @@ class MoeLayerObject {
                  nb::handle w13_alpha_up, nb::handle w2_alpha, const MoeLayerOptions& options);
   // hidden bf16 [T, H]; topk_ids int32/int64 [T, topk]; topk_weights f32/bf16 [T, topk]; out bf16 [T, H].
   void run(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out, nb::handle stream,
-           int threads, nb::handle hidden_packed, nb::handle hidden_scales);
+           int threads, nb::handle hidden_packed, nb::handle hidden_scales, nb::handle token_count);
   // The CUDA run on arrays read elsewhere (the torch.ops kernel, torch_native.cpp): the same checks
   // as run(); hidden_states bf16 only.
   void run_on_stream(const TensorView& hidden, const TensorView& topk_ids, const TensorView& topk_weights,

@@ -3,7 +3,8 @@
 // split sizes on the device.
 //
 // Exchange buffer of every rank (the same offsets on every rank, each region 256-byte aligned):
-//   counts  int32 [8]            counts[s]: rows rank s sends here this step (written by s, phase 1)
+//   counts  int32 [16]           counts[s]: rows rank s sends here this step (written by s, phase 1);
+//                                counts[8]: their sum (written here, phase 2: the layer's token count)
 //   ids     int32 [capacity]     local expert id of each received row (-1 past the count)
 //   origin  int2  [capacity]     (source rank, pair index t * k + j at the source)
 //   rows    bf16 [capacity, H]   or packed e2m1 [capacity, H/2] + linear scales [capacity, H/vec]
@@ -50,7 +51,7 @@ Layout layout_of(const EpConfig& c) {
     at = align256(at + bytes);
     return here;
   };
-  l.counts = take(sizeof(int) * kMaxWorld);
+  l.counts = take(sizeof(int) * 2 * kMaxWorld);
   l.ids = take(sizeof(int) * cap);
   l.origin = take(sizeof(int2) * cap);
   if (c.rows == EpRows::bf16) {
@@ -195,6 +196,7 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
   }
   {
     const int total = own_total(p);
+    if (blockIdx.x == 0 && threadIdx.x == 0) reinterpret_cast<int*>(p.peers.base[p.rank] + p.at.counts)[kMaxWorld] = total;
     int* ids = reinterpret_cast<int*>(p.peers.base[p.rank] + p.at.ids);
     for (long long r = total + blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < p.capacity;
          r += static_cast<long long>(gridDim.x) * blockDim.x)
@@ -255,15 +257,24 @@ __global__ void __launch_bounds__(kBackThreads) ep_back_kernel(const __nv_bfloat
   for (int s = 0; s < world; ++s) total += counts[s];
   const int2* origin = reinterpret_cast<const int2*>(peers.base[rank] + at.origin);
   const int chunks = hidden / 8;
-  const long long n = static_cast<long long>(total) * chunks;
-  for (long long u = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; u < n;
-       u += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long r = u / chunks;
-    const int c = static_cast<int>(u - r * chunks);
-    const int2 o = origin[r];
-    if (o.x < 0 || o.x >= world || o.y < 0 || o.y >= pairs) continue;  // (written by phase 2 only)
-    const uint4 v = *reinterpret_cast<const uint4*>(y + r * ldy + 8 * c);
-    reinterpret_cast<uint4*>(peers.base[o.x] + at.back)[static_cast<long long>(o.y) * chunks + c] = v;
+  const long long n = static_cast<long long>(total) * chunks, stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  // kUnroll 16-byte loads in flight per thread before their remote stores.
+  constexpr int kUnroll = 4;
+  for (long long u0 = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; u0 < n; u0 += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int q = 0; q < kUnroll; ++q) {
+      const long long u = u0 + q * stride, r = u / chunks;
+      if (u < n) v[q] = __ldcs(reinterpret_cast<const uint4*>(y + r * ldy + 8 * (u - r * chunks)));
+    }
+#pragma unroll
+    for (int q = 0; q < kUnroll; ++q) {
+      const long long u = u0 + q * stride, r = u / chunks;
+      if (u >= n) break;
+      const int2 o = origin[r];
+      if (o.x < 0 || o.x >= world || o.y < 0 || o.y >= pairs) continue;  // (written by phase 2 only)
+      reinterpret_cast<uint4*>(peers.base[o.x] + at.back)[static_cast<long long>(o.y) * chunks + (u - r * chunks)] = v[q];
+    }
   }
 }
 
@@ -362,7 +373,7 @@ EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) :
                      "EpExchange workspace");
   // This rank's own rows start empty (ids -1, no counts): a layer run on them before a first step
   // reads nothing.
-  FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.counts, 0, sizeof(int) * kMaxWorld), "buffers");
+  FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.counts, 0, sizeof(int) * 2 * kMaxWorld), "buffers");
   FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.ids, 0xFF, sizeof(int) * p.capacity), "buffers");
   FP4GEMM_CUDA_CHECK(cudaDeviceSynchronize(), "buffers");
 }
@@ -428,6 +439,7 @@ EpReceived EpExchange::received() const {
   EpReceived r;
   r.capacity = p.capacity;
   r.counts = reinterpret_cast<const int*>(p.own() + p.at.counts);
+  r.count = r.counts + kMaxWorld;
   r.ids = reinterpret_cast<const int*>(p.own() + p.at.ids);
   r.ones = p.ones;
   if (p.config.rows == EpRows::bf16) {

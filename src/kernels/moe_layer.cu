@@ -43,7 +43,9 @@ template <typename Id, typename Wt>
 __global__ void __launch_bounds__(256) combine_kernel(const __nv_bfloat16* __restrict__ y, long long ld_y, int hidden,
                                                       const int* __restrict__ row_of, const Id* __restrict__ ids,
                                                       const Wt* __restrict__ weights, int k, int experts, int tokens,
-                                                      __nv_bfloat16* __restrict__ out, long long ld_out) {
+                                                      __nv_bfloat16* __restrict__ out, long long ld_out,
+                                                      const int* __restrict__ token_count) {
+  if (token_count != nullptr) tokens = min(tokens, max(*token_count, 0));  // the rest are absent
   const int chunks = hidden / 8;
   const long long total = static_cast<long long>(tokens) * chunks;
   for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < total;
@@ -76,14 +78,16 @@ __global__ void __launch_bounds__(256) combine_kernel(const __nv_bfloat16* __res
 // combine_kernel's launch for the id and weight types of the call.
 void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const int* row_of, const void* ids,
                     bool ids_int64, const void* weights, bool weights_bf16, int k, int experts, int tokens,
-                    __nv_bfloat16* out, long long ld_out, int multiprocessors, cudaStream_t s) {
+                    __nv_bfloat16* out, long long ld_out, int multiprocessors, cudaStream_t s,
+                    const int* token_count = nullptr) {
   const long long total = static_cast<long long>(tokens) * (hidden / 8);
   const unsigned grid = static_cast<unsigned>(std::max<long long>(1, std::min<long long>((total + 255) / 256, 16LL * multiprocessors)));
   auto go = [&](auto id_tag, auto wt_tag) {
     using Id = decltype(id_tag);
     using Wt = decltype(wt_tag);
     combine_kernel<Id, Wt><<<grid, 256, 0, s>>>(y, ld_y, hidden, row_of, static_cast<const Id*>(ids),
-                                                static_cast<const Wt*>(weights), k, experts, tokens, out, ld_out);
+                                                static_cast<const Wt*>(weights), k, experts, tokens, out, ld_out,
+                                                token_count);
   };
   if (ids_int64) {
     if (weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
@@ -113,7 +117,7 @@ struct MoeLayer::Impl {
 
   // Eager runs as graph replays (MoeLayerOptions::graph_cache), guarded by `runs`' lock.
   struct GraphKey {
-    const void *hidden, *hidden_packed, *hidden_scales, *ids, *weights, *out;
+    const void *hidden, *hidden_packed, *hidden_scales, *ids, *weights, *out, *token_count;
     std::int64_t ld_hidden, ld_out;
     int tokens;
     bool ids_int64, weights_bf16;
@@ -263,11 +267,13 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   const std::int64_t ldh = args.ld_hidden == 0 ? H : args.ld_hidden, ldo = args.ld_out == 0 ? H : args.ld_out;
   const std::int64_t rows = std::int64_t{T} * k;
   const bool w4a4 = o.activations == MoeActivation::fp4;
-  detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, p.row_of, s);
+  detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, p.row_of, s,
+                                    args.token_count);
   // A GEMM's activations: bf16 rows as given (W4A16), or those rows quantised into the plan's
   // buffers with global scale gs (W4A4).
+  // (sorted: only the routed rows [offsets[0], offsets[E]) are quantised; null: all n_rows)
   auto activations = [&](MoeArgs& g, const void* x, std::int64_t ldx, std::int64_t n_rows, int cols,
-                         std::uint8_t* packed, std::uint8_t* scales, float gs) {
+                         std::uint8_t* packed, std::uint8_t* scales, float gs, bool sorted) {
     if (!w4a4) {
       g.a = x, g.lda = ldx * 2;
       return;
@@ -277,14 +283,14 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
     q.x = x, q.ldx = ldx, q.rows = n_rows, q.k = cols;
     q.packed = packed, q.scales = scales, q.scale_layout = ScaleLayout::linear;
     q.global_scale = o.format == Format::nvfp4 ? gs : 1.0f;
-    detail::launch_quantize(q, s);
+    detail::launch_quantize(q, s, sorted ? p.offsets : nullptr, sorted ? p.offsets + E : nullptr);
     g.a = packed, g.lda = cols / 2, g.a_scales = scales;
   };
   MoeArgs g1;
   if (args.hidden_packed != nullptr) {  // quantised by the caller (the same rule, a1_scale)
     g1.a = args.hidden_packed, g1.lda = H / 2, g1.a_scales = args.hidden_scales;
   } else {
-    activations(g1, args.hidden, ldh, T, H, p.x_packed, p.x_scales, o.a1_scale);
+    activations(g1, args.hidden, ldh, T, H, p.x_packed, p.x_scales, o.a1_scale, false);
   }
   g1.expert_offsets = p.offsets, g1.gather_index = p.gather, g1.num_tokens = T;
   const bool fused = p.gemm1->options().quantize_output;
@@ -294,13 +300,13 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
 
   MoeArgs g2;
   if (fused) g2.a = p.i_packed, g2.lda = I / 2, g2.a_scales = p.i_scales;
-  else activations(g2, p.inter, I, rows, I, p.i_packed, p.i_scales, o.a2_scale);
+  else activations(g2, p.inter, I, rows, I, p.i_packed, p.i_scales, o.a2_scale, true);
   g2.expert_offsets = p.offsets;
   g2.c = p.y, g2.ldc = H;
   detail::MoeGemmOwner::enqueue(*p.gemm2, g2, s);
 
   launch_combine(p.y, H, H, p.row_of, args.topk_ids, args.ids_int64, args.topk_weights, args.weights_bf16, k, E, T,
-                 static_cast<__nv_bfloat16*>(args.out), ldo, p.device.multiprocessors, s);
+                 static_cast<__nv_bfloat16*>(args.out), ldo, p.device.multiprocessors, s, args.token_count);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
 }
 
@@ -311,7 +317,7 @@ void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
   detail::DeviceGuard guard(p.device.index);
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
     const Impl::GraphKey key{args.hidden, args.hidden_packed, args.hidden_scales, args.topk_ids, args.topk_weights,
-                             args.out, args.ld_hidden, args.ld_out, args.tokens, args.ids_int64, args.weights_bf16};
+                             args.out, args.token_count, args.ld_hidden, args.ld_out, args.tokens, args.ids_int64, args.weights_bf16};
     p.graphs.run(key, p.options.graph_cache, s, [&](cudaStream_t q) { p.enqueue(args, q); });
   });
 }

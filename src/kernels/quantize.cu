@@ -96,6 +96,9 @@ __device__ void build_table(std::uint32_t (*table)[kTableWords], float gs) {
 struct QuantizeWalk {
   std::int64_t rows = 0, blocks_per_row = 0;
   std::int64_t stride_rows = 0, stride_blocks = 0;
+  // Optional device bounds: only rows [*row_begin, *row_end) (clamped to [0, rows)) are quantised.
+  const int* row_begin = nullptr;
+  const int* row_end = nullptr;
 };
 
 // The packed pair type of a 16-bit input type, and a 32-bit word seen as one.
@@ -255,7 +258,11 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, Quan
   const float inv6gs_rn = __frcp_rn(__fmul_rn(6.0f, gs));  // (0: no shortcut, quantize_block)
   const float inv6gs = inv6gs_rn >= 0x1p-120f && inv6gs_rn <= 0x1p120f ? inv6gs_rn : 0.0f;
   const std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const std::int64_t begin = walk.row_begin != nullptr ? min(walk.rows, static_cast<std::int64_t>(max(*walk.row_begin, 0))) : 0;
+  const std::int64_t end = walk.row_end != nullptr ? min(walk.rows, static_cast<std::int64_t>(max(*walk.row_end, 0))) : walk.rows;
+  walk.rows = end;
   std::int64_t row = u / walk.blocks_per_row, b = u - row * walk.blocks_per_row;
+  row += begin;
   const T* x = static_cast<const T*>(a.x);
   RawBlock<F, T> cur;
   if (row < walk.rows) cur.load(x + row * a.ldx + b * kVec);  // in flight while the table is built
@@ -357,7 +364,9 @@ QuantizeArgs resolved(const QuantizeArgs& in) {
 
 namespace detail {
 
-void launch_quantize(const QuantizeArgs& in, cudaStream_t stream) {
+void launch_quantize(const QuantizeArgs& in, cudaStream_t stream) { launch_quantize(in, stream, nullptr, nullptr); }
+
+void launch_quantize(const QuantizeArgs& in, cudaStream_t stream, const int* row_begin, const int* row_end) {
   const QuantizeArgs a = resolved(in);
   validate(a);
   if (a.rows == 0 || a.k == 0) return;
@@ -371,6 +380,7 @@ void launch_quantize(const QuantizeArgs& in, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((total + kThreads - 1) / kThreads, wave)));
   QuantizeWalk walk;
   walk.rows = a.rows, walk.blocks_per_row = bpr;
+  walk.row_begin = row_begin, walk.row_end = row_end;
   const std::int64_t stride = static_cast<std::int64_t>(grid) * kThreads;
   walk.stride_rows = stride / bpr, walk.stride_blocks = stride % bpr;
   auto go = [&](auto fmt_tag, auto type_tag) {

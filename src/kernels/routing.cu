@@ -34,7 +34,8 @@ __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __res
                                                                   int experts, int* __restrict__ offsets,
                                                                   int* __restrict__ gather,
                                                                   long long* __restrict__ order,
-                                                                  int* __restrict__ row_of) {
+                                                                  int* __restrict__ row_of,
+                                                                  const int* __restrict__ token_count) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   extern __shared__ int cursor[];  // [kWarps][buckets]: counts, then each warp's next slot
@@ -45,7 +46,10 @@ __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __res
 
   const long long per = (n + kWarps - 1) / kWarps;
   const long long lo = min(n, warp * per), hi = min(n, lo + per);
+  // Pairs of tokens at or past *token_count are absent: the last bucket, their ids unread.
+  const long long present = token_count != nullptr ? min(n, static_cast<long long>(max(*token_count, 0)) * k) : n;
   auto bucket_of = [&](long long i) {
+    if (i >= present) return experts + 1;
     const long long id = static_cast<long long>(ids[i]);
     return id < 0 ? 0 : id >= experts ? experts + 1 : static_cast<int>(id) + 1;
   };
@@ -108,15 +112,15 @@ void validate_routing_args(const void* topk_ids, std::int64_t count, int k, int 
 
 // The launch, arguments already validated.
 void launch(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets, int* gather,
-            std::int64_t* order, cudaStream_t stream, int* row_of = nullptr) {
+            std::int64_t* order, cudaStream_t stream, int* row_of = nullptr, const int* token_count = nullptr) {
   const std::size_t smem = static_cast<std::size_t>(kWarps) * (experts + 2) * sizeof(int);
   auto* ord = reinterpret_cast<long long*>(order);
   if (ids_int64)
     align_routing_kernel<long long><<<1, kThreads, smem, stream>>>(static_cast<const long long*>(topk_ids), count, k,
-                                                                   experts, offsets, gather, ord, row_of);
+                                                                   experts, offsets, gather, ord, row_of, token_count);
   else
     align_routing_kernel<int><<<1, kThreads, smem, stream>>>(static_cast<const int*>(topk_ids), count, k, experts,
-                                                             offsets, gather, ord, row_of);
+                                                             offsets, gather, ord, row_of, token_count);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "align_routing");
 }
 
@@ -131,9 +135,9 @@ void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t cou
 }
 
 void launch_align_routing_rows(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
-                               int* offsets, int* gather, int* row_of, cudaStream_t stream) {
+                               int* offsets, int* gather, int* row_of, cudaStream_t stream, const int* token_count) {
   validate_routing_args(topk_ids, count, k, experts, offsets, gather);
-  launch(topk_ids, ids_int64, count, k, experts, offsets, gather, nullptr, stream, row_of);
+  launch(topk_ids, ids_int64, count, k, experts, offsets, gather, nullptr, stream, row_of, token_count);
 }
 
 }  // namespace detail

@@ -184,3 +184,29 @@ def test_shapes_with_odd_scale_rows():
         for r in range(2):
             want = single.run(*inputs[r])
             assert np.array_equal(_bits(got[r]), _bits(want)), f"{act} rank {r}"
+
+
+@pytest.mark.parametrize("act", ["nvfp4", "bf16"])
+def test_layer_token_count_on_the_device(act):
+    """MoeLayer.run(token_count=c): tokens at or past c are absent -- the rows before are the bits of
+    a run of c tokens, the rows after keep what they held; c past T means all T, c <= 0 none."""
+    c = EpCase(1, act)
+    layer = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k,
+                         w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2), **c.kw)
+    x, ids, w = (_cuda(a) for a in c.tokens[0])  # 5 tokens
+    t = x.shape[0]
+    count = torch.empty(1, dtype=torch.int32, device="cuda")
+    out = torch.empty_like(x)
+    for n in (0, 1, 3, t, t + 7, -2):
+        count.fill_(n)
+        out.fill_(float("nan"))
+        layer.run(x, ids, w, out=out, token_count=count)
+        m = max(0, min(n, t))
+        if m:
+            want = layer.run(x[:m].contiguous(), ids[:m].contiguous(), w[:m].contiguous())
+            assert np.array_equal(_bits(out[:m]), _bits(want)), n
+        assert torch.isnan(out[m:].float()).all(), f"count {n}: rows past it were written"
+    with pytest.raises(fp4gemm.ArgumentError, match="token_count"):
+        layer.run(x, ids, w, token_count=torch.zeros(1, dtype=torch.int64, device="cuda"))
+    with pytest.raises(fp4gemm.ArgumentError, match="token_count"):
+        layer.run(x, ids, w, token_count=torch.zeros(1, dtype=torch.int32))

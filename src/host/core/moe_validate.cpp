@@ -296,6 +296,8 @@ void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, co
     fail("topk_weights", std::string("must be an aligned device pointer to [T, topk] ") +
                              (a.weights_bf16 ? "bf16" : "float32"));
   if (a.out == nullptr || !aligned(a.out, 16)) fail("out", "must be a 16-byte aligned device pointer");
+  if (a.token_count != nullptr && !aligned(a.token_count, 4))
+    fail("token_count", "must be null or an aligned device pointer to one int32");
 }
 
 }  // namespace fp4gemm::detail
