@@ -71,6 +71,17 @@ def nccl_a2a_us(nbytes, world, dev, reps=20):
     return timed(lambda: dist.all_to_all_single(recv, send), reps)[0]
 
 
+def progress(rank, what, t0=[None]):
+    """A line on stderr from rank 0 with the seconds since the start (long runs show where they are)."""
+    import sys
+    import time
+
+    if t0[0] is None:
+        t0[0] = time.perf_counter()
+    if rank == 0:
+        print(f"[{time.perf_counter() - t0[0]:7.1f} s] {what}", file=sys.stderr, flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--experts", type=int, default=256)
@@ -97,6 +108,8 @@ def main():
     comm = ep.SymmetricMemoryComm() if args.path == "device" else ep.TorchComm()
     layer = ep.ExpertParallel(w13, s13, w2, s2, experts=e, comm=comm, max_tokens=t, topk=k, act_format=args.act,
                               scale_layout="linear")
+    progress(rank, f"rank 0 of {world}: ExpertParallel built ({layer.capacity if args.path == 'device' else '-'} rows "
+                   f"receive capacity)")
     steps = args.steps
     x = (torch.randn((t, h), generator=g, device=dev) * 0.5).to(torch.bfloat16)
     bank_ids, bank_w = routings(g, dev, steps + 3, t, e, k)
@@ -108,6 +121,7 @@ def main():
         wts.copy_(bank_w[n % len(bank_w)])
 
     moved = [layer.dispatch_bytes(bank_ids[n]) for n in range(steps)]
+    progress(rank, "routings drawn")
     disp_bytes = float(np.mean([m["dispatch_bytes"] for m in moved]))
     comb_bytes = float(np.mean([m["combine_bytes"] for m in moved]))
     report = {"rank": rank, "world": world, "tokens_per_rank": t, "act": args.act, "path": args.path,
@@ -141,6 +155,7 @@ def main():
                 ph["combine"].append(ev[2].elapsed_time(ev[3]) * 1e3)
         for key, v in ph.items():
             report[key + "_us"] = float(np.median(v))
+        progress(rank, f"{steps + 3} eager steps timed by phase")
         # The step as one CUDA graph, replayed with a new routing each time.
         graph = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
@@ -160,6 +175,7 @@ def main():
                 step_us.append(a.elapsed_time(b) * 1e3)
         report["step_us"] = [float(np.median(step_us)), float(np.min(step_us)), float(np.max(step_us))]
         report["step_kind"] = "graph replay"
+        progress(rank, f"{steps + 3} graph replays timed")
     else:
         step_us = []
         for n in range(steps + 3):
@@ -176,6 +192,7 @@ def main():
         report["step_kind"] = "eager (host split sizes)"
 
     dist.barrier(device_ids=[local_rank])
+    progress(rank, "NCCL all-to-all baseline")
     report["nccl_dispatch_us"] = nccl_a2a_us(int(disp_bytes), world, dev)
     report["nccl_combine_us"] = nccl_a2a_us(int(comb_bytes), world, dev)
     nccl_gbs = (disp_bytes + comb_bytes) / (report["nccl_dispatch_us"] + report["nccl_combine_us"]) / 1e3
@@ -188,6 +205,7 @@ def main():
     del layer, comm
     torch.cuda.empty_cache()
 
+    progress(rank, "the one-GPU layer" if args.single == "auto" else "done")
     if rank == 0 and args.single == "auto":
         try:  # the same layer on one GPU for all W x T tokens (where it fits)
             gw13, gs13 = weights(g, dev, e, 2 * i, h, fmt)
