@@ -62,7 +62,9 @@ def timed(fn, reps):
 
 
 def nccl_a2a_us(nbytes, world, dev, reps=20):
-    """A plain NCCL all_to_all_single moving `nbytes` from this rank to the others (equal splits)."""
+    """A plain NCCL all_to_all_single moving `nbytes` from this rank to the others (equal splits).
+    Every rank must pass the same size (all_to_all_single with equal splits needs equal tensors:
+    the callers take the largest rank's bytes)."""
     per = max(1, nbytes // max(1, world - 1))
     send = torch.empty(per * world, dtype=torch.uint8, device=dev)
     recv = torch.empty_like(send)
@@ -193,9 +195,14 @@ def main():
 
     dist.barrier(device_ids=[local_rank])
     progress(rank, "NCCL all-to-all baseline")
-    report["nccl_dispatch_us"] = nccl_a2a_us(int(disp_bytes), world, dev)
-    report["nccl_combine_us"] = nccl_a2a_us(int(comb_bytes), world, dev)
-    nccl_gbs = (disp_bytes + comb_bytes) / (report["nccl_dispatch_us"] + report["nccl_combine_us"]) / 1e3
+    # The same bytes on every rank (the largest rank's): equal-split all-to-alls of unequal tensors hang.
+    sizes = torch.tensor([disp_bytes, comb_bytes], dtype=torch.float64, device=dev)
+    dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
+    nd, nc = int(sizes[0].item()), int(sizes[1].item())
+    report["nccl_bytes"] = [nd, nc]
+    report["nccl_dispatch_us"] = nccl_a2a_us(nd, world, dev)
+    report["nccl_combine_us"] = nccl_a2a_us(nc, world, dev)
+    nccl_gbs = (nd + nc) / (report["nccl_dispatch_us"] + report["nccl_combine_us"]) / 1e3
     report["nccl_gbs"] = nccl_gbs
     if args.path == "device":
         ours = (disp_bytes + comb_bytes) / (report["dispatch_us"] + report["combine_us"]) / 1e3
