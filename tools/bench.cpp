@@ -119,8 +119,8 @@ CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const C
   r.requested = s.backend;
 
   // Measured on H200: seed case 1 timed right after the cuBLAS 8192^3 ceiling loop took 138.7 us,
-  // after seed case 2 128.3 us, alone in a process 124 us (docs/PERF.md v6). An idle pause before
-  // each case keeps one case's timing from depending on what ran before it.
+  // after seed case 2 128.3 us, alone in a process 124 us. An idle pause before each case keeps one
+  // case's timing from depending on what ran before it.
   CLI_CUDA_CHECK(cudaDeviceSynchronize(), "bench");
   if (settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
   progress(tag + ": timing fp4gemm [" + r.label + "]...");

@@ -65,10 +65,10 @@ struct MoeLayerOptions {
   // W4A4: GEMM1's GLU epilogue writes the intermediate already quantised (MoeOptions::
   // quantize_output) instead of bf16 rows that a separate quantiser then reads: one launch and a
   // round trip of the intermediate through memory fewer, the same bytes (tested). Off by default:
-  // measured slower on every model shape (H200, docs/PERF.md v23c: +2 % at DeepSeek-V3 T 32, +23 %
-  // at Mixtral T 256, +45 % at Qwen3 T 4096) -- the epilogue runs on the consumer warps while the
-  // tensor cores idle, and the per-element exact rounding costs more there than the separate
-  // memory-bound kernel.
+  // measured slower on every model shape (H200: +2 % at DeepSeek-V3 T 32, +23 % at Mixtral T 256,
+  // +45 % at Qwen3 T 4096) -- the epilogue runs on the consumer warps while the tensor cores
+  // idle, and the per-element exact rounding costs more there than the separate memory-bound
+  // kernel.
   bool fuse_quantize = false;
 };
 

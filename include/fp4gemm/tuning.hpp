@@ -28,11 +28,11 @@ struct Tuning {
   // (1/16); owner_cost then overrides the owner side. Finite, >= 0.
   std::optional<double> handoff_cost;    // FP4GEMM_HANDOFF_COST
   std::optional<double> owner_cost;      // FP4GEMM_OWNER_COST
-  bool balance_handoffs = true;          // false: stream-K by k-block midpoints (v4-v10); FP4GEMM_BALANCE_HANDOFFS=0
+  bool balance_handoffs = true;          // false: stream-K by k-block midpoints; FP4GEMM_BALANCE_HANDOFFS=0
   // Dual (GLU) plans: split tiles of one writer share the epilogue between the owner and the
-  // writer (true, the default since v28); false: the owner finishes every split tile. H200, 5
-  // rounds on GPU MODE's four shapes: -18 % on 256x4096x7168, -0.4..-4 % on the others (docs/PERF.md
-  // v28; v20 had measured it on an H100: -9 % there, +2..+4 % elsewhere). FP4GEMM_SHARE_EPILOGUE=0|1
+  // writer (true, the default); false: the owner finishes every split tile. H200, 5 rounds on
+  // GPU MODE's four shapes: -18 % on 256x4096x7168, -0.4..-4 % on the others (on an H100: -9 %
+  // there, +2..+4 % elsewhere). FP4GEMM_SHARE_EPILOGUE=0|1
   bool share_epilogue = true;
   std::optional<int> tile_tokens;        // token tiles at most this wide (8..256), no width search; FP4GEMM_TILE_TOKENS
   std::optional<int> narrow_rows;        // weight rows of the <= 128-token tiles: 128 or 256; FP4GEMM_NARROW_ROWS
@@ -56,7 +56,7 @@ struct Tuning {
   bool convert_scales = false;  // linear weight scales always take the per-run conversion to blocked; FP4GEMM_CONVERT_SCALES=1
   bool prepass_inline = true;   // false: the pre-pass reads every group from global memory; FP4GEMM_PREPASS_INLINE=0
   bool meta_prefetch = true;    // false: the pre-pass leaves the plan's metadata out of L2; FP4GEMM_META_PREFETCH=0
-  bool early_weights = true;    // false: every load after the pre-pass wait (v10); FP4GEMM_EARLY_WEIGHTS=0
+  bool early_weights = true;    // false: every load after the pre-pass wait; FP4GEMM_EARLY_WEIGHTS=0
   bool pdl = true;              // false: the GEMM launched without programmatic dependent launch; FP4GEMM_NO_PDL=1
 };
 

@@ -55,7 +55,7 @@ FP4GEMM_HD std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, std::uint32
 // bit; the low byte is zero): 3 operations make that byte for the four high nibbles, 4 for the
 // four low ones, and one PRMT per register spreads two bytes into place -- 15 operations per 4
 // registers with the scale multiply, against 19 for pairing nibbles p and p+4 by shifts and masks
-// (the v1-v8 scheme, still used for bf16 below).
+// (the pairing that bf16 below keeps).
 FP4GEMM_HD void e2m1_quad_f16_raw(std::uint32_t w, std::uint32_t (&out)[4]) {
   const std::uint32_t hi = (w & 0x80808080u) | ((w >> 3) & 0x0E0E0E0Eu);
   const std::uint32_t lo = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0E0E0E0Eu);
@@ -73,7 +73,7 @@ FP4GEMM_HD void e2m1_quad_f16_raw(std::uint32_t w, std::uint32_t (&out)[4]) {
 // 6-9 and 12-15, do not overlap, so there are no carries), and the nibble p + 4 at bits 16-19
 // lands 16 bits higher. Pairs (1, 5) sit 4 bits up (times 2^2 + 2^8), pairs (2, 6) and (3, 7)
 // reuse both after one shift by 8: 13 operations per word, against 16 for a shift per piece
-// (v1-v20: mask(w << 6 - 4p) | mask(w << 12 - 4p) per register; docs/PERF.md v20 census).
+// (mask(w << 6 - 4p) | mask(w << 12 - 4p) per register; counted in the SASS).
 FP4GEMM_HD void e2m1_quad_bf16_raw(std::uint32_t w, std::uint32_t (&out)[4]) {
   constexpr std::uint32_t kPlaced = 0x81C081C0u;  // sign bit 15, e2m1 bits 6-8, per half
   const std::uint32_t v = w >> 8;

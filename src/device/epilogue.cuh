@@ -163,15 +163,15 @@ struct GluArgs {
 // the pair of output column n_wg / 2 + warp * 8 + lane / 4 for tokens 2t, 2t + 1 of each 8-token
 // step j. The pairs (alpha-scaled, FP32) are staged in the warpgroup's epilogue buffer, 64 tokens
 // at a time ([token][32 columns] float2 = 16 KB), and a rolled loop evaluates the activation and
-// stores: 16 threads per token row, two adjacent columns each (I is a multiple of 8). v17's version
-// evaluated the activation in registers, unrolled per j: ~2000 straight-line instructions per
-// width class that ran once per tile, cold in the instruction cache -- the dual GEMM ran at half
-// the plain GEMM's tensor rate (ncu: "no instruction" stalls 11 % -> 25 %, docs/PERF.md v18).
-// The drain's loop body is one basic block (v20): both activations' kinds are one formula (glu.hpp,
+// stores: 16 threads per token row, two adjacent columns each (I is a multiple of 8). Evaluating
+// the activation in registers, unrolled per j, gives ~2000 straight-line instructions per width
+// class that run once per tile, cold in the instruction cache -- the dual GEMM ran at half the
+// plain GEMM's tensor rate that way (ncu: "no instruction" stalls 11 % -> 25 %).
+// The drain's loop body is one basic block: both activations' kinds are one formula (glu.hpp,
 // GluParams) and the division is glu_div_fast, so the compiler can interleave the two independent
-// chains; before, the kind's branch and the IEEE division's slow-path branch serialised them.
+// chains, which the kind's branch and the IEEE division's slow-path branch would serialise.
 // (Tried: a rolled pass loop with one drain copy of 4 activations per iteration -- every
-// accumulator then stays live across the loop and ptxas spilled them; docs/PERF.md v20.)
+// accumulator then stays live across the loop and ptxas spilled them.)
 struct GluDrain {
   void* c;
   std::int64_t ldc;  // elements (quantised output: bytes of packed FP4)

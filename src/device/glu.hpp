@@ -21,9 +21,9 @@ enum GluKind : int { kGluNone = 0, kGluSilu = 1, kGluSwigluOai = 2 };
 
 // exp(x) in FP32, ~2 ulp: x = n ln2 + r (Cody-Waite, n = rint(x log2 e)), Cephes' degree-7
 // polynomial for exp(r), times 2^n in two exact power-of-two steps (gradual underflow below
-// 2^-126). NaN -> NaN, x > 88.72... -> +inf, x < -104 -> 0. Branch-free (v19): the polynomial runs
-// on x clamped to [-104, 88.72...] and the three ends are selected after it -- the same value as
-// v18's early returns everywhere, without divergent branches in the epilogue's loop.
+// 2^-126). NaN -> NaN, x > 88.72... -> +inf, x < -104 -> 0. Branch-free: the polynomial runs on x
+// clamped to [-104, 88.72...] and the three ends are selected after it -- the same value as early
+// returns everywhere, without divergent branches in the epilogue's loop.
 // The shared core of glu_exp and glu_one_plus_exp: for an already clamped xc, y = exp(r) in
 // [0.70, 1.42] with xc = n ln2 + r, and t = 1.5 * 2^23 + n, which holds the integer n in its low
 // mantissa bits (t in [2^23, 2^24): ulp 1), so n's int is read from t's bits rather than converted
@@ -66,7 +66,7 @@ FP4GEMM_GLU_HD float glu_exp(float x) {
 }
 
 // 1 + glu_exp(x), bit for bit for every FP32 x (a host test checks all 2^32), in ~8 fewer
-// operations -- the GLU divisor, evaluated once per output element (v28). Below x = -87,
+// operations -- the GLU divisor, evaluated once per output element. Below x = -87,
 // exp(x) < 2^-125 and 1 + exp(x) rounds to 1 whatever that tiny value is, so x is clamped there
 // instead of at -104 and y * 2^n (n in [-126, 128]) is one integer add to y's exponent field
 // (y = exp(r) in [0.70, 1.42]: the field stays in [0, 254]; a field of 0 reads as a tiny
@@ -87,7 +87,7 @@ FP4GEMM_GLU_HD float glu_one_plus_exp(float x) {
 // g / d for d = 1 + exp(...) >= 1 or NaN: IEEE's quotient. d = +inf (the exponential overflowed,
 // half of all gates on GPU MODE's data) gives g * 0 -- g's signed zero, NaN for g = +-inf, as
 // g / inf does -- without the division, whose out-of-line slow path an infinite divisor takes
-// (v18: 5 % of the dual GEMM's samples).
+// (measured: 5 % of the dual GEMM's samples).
 FP4GEMM_GLU_HD float glu_div(float g, float d) {
   const bool inf = d == __builtin_huge_valf();
   const float q = g / (inf ? 1.0f : d);
@@ -136,7 +136,7 @@ FP4GEMM_GLU_HD float glu_activate(int kind, float g, float u, float alpha, float
 // reciprocal's Newton step and the residual correction that ptxas emits for an IEEE division
 // (MUFU.RCP, 5 FMAs), whose result is the correctly rounded quotient whenever no intermediate
 // leaves the normal range -- ptxas guards that with FCHK and an out-of-line slow path, a branch
-// that keeps the compiler from interleaving independent activations (v19: ~550 cycles per
+// that keeps the compiler from interleaving independent activations (measured: ~550 cycles per
 // activation in the GLU epilogue). Here `ok` is set instead, over a range well inside the safe one
 // (|g| and d' in [2^-100, 2^100] with |g| >= 2^-60 d', so every intermediate is normal; or a zero
 // result: g = +-0 or d = +inf give g * 0, IEEE's signed zero); the caller redoes the rare rest
@@ -147,7 +147,7 @@ FP4GEMM_GLU_HD float glu_activate(int kind, float g, float u, float alpha, float
 // bits are the correctly rounded g / d. Unscaled, |g| >= 2^-60 d declined every silu gate in about
 // (-88.7, -45) (d > |g| 2^60) -- ~10 % of the activations on GPU MODE's data, whose gates are sums
 // of thousands of products, so nearly every warp of the dual GEMM's drain took the slow branch and
-// its out-of-line division (v29, ncu source counters). Now a silu gate passes down to -88.7, where
+// its out-of-line division (ncu source counters). Scaled, a silu gate passes down to -88.7, where
 // d becomes +inf (the zero case): unscaled, e^|g| <= |g| 2^60 up to |g| = 44.4 (d = 2^64); scaled,
 // d' <= 2^64 <= 16 * 2^60 <= |g| 2^60.
 __device__ __forceinline__ float glu_div_fast(float g, float d, bool& ok) {

@@ -55,7 +55,7 @@ struct KernelConfig {
   // Tiles of <= 16 * kPairMaxN8 / 2 tokens run two k-blocks per commit group (mainloop.cuh): the
   // 16-token class. Paired, the 32-token class made ptxas spill more around every class's loop
   // (consumer spill instructions 188 -> 341) and the 48-token class serialised every wgmma of the
-  // kernel (C7512); the 64-token class alone spills in its loop (docs/PERF.md v25).
+  // kernel (C7512); the 64-token class alone spills in its loop.
   static constexpr int kPairMaxN8 = 2;
   // ... which holds the previous pair's two stages while both of the next pair fill: >= 4 stages
   // in the smallest ring a plan allows (2 * kStageBytes: the largest stages, twice).
@@ -79,8 +79,8 @@ constexpr int kMoeSlotFloats = KernelConfig::kConsumerThreads * 32;
 // The MoE kernel's 16-token class loads its weights and scales two k-blocks at a time
 // (kMoeWideStageKblocks) into ring stages 2i and 2i + 1, which its paired loop consumes together:
 // one weight box of 64-byte rows per pair streams at 4.35 instead of 3.50 TB/s (TMA's 32-byte
-// rows, PERF.md v33), and the producers issue half as many weight and scale copies. Barriers and
-// activation boxes stay one per k-block (fused_kernel.cuh, mainloop.cuh).
+// rows; the ring alone, measured on H200), and the producers issue half as many weight and scale
+// copies. Barriers and activation boxes stay one per k-block (fused_kernel.cuh, mainloop.cuh).
 // Weight maps per expert: [0, 1] one k-block (32-byte rows) of 128 / 256 rows, [2, 3] two k-blocks
 // (64-byte rows, 64-byte swizzle: 16-byte chunk c of smem row r at c ^ ((r >> 1) & 3)).
 constexpr int kMoeMapsPerExpert = 4;

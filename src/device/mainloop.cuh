@@ -140,7 +140,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // dequantised into set kb % 2 while the group of k-block kb - 1 still runs, and a set is
   // rewritten only after wgmma_wait<1> has retired the group that read it. Two halves of 112 or
   // 128 tokens have no registers for two sets of both halves: there each half is its own group
-  // and has its own set (v6 order: retire, dequantise, issue, half by half).
+  // and has its own set (in the order retire, dequantise, issue, half by half).
   constexpr bool kKblockGroups = H == 1 || H * kAcc <= 96;
   constexpr int kSets = kKblockGroups ? 2 : 1;
   // Tiles of 16 tokens: two k-blocks per commit group (below).
@@ -162,9 +162,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // Arrives on the `empty` barrier of the stage before the current one (its groups are done).
   // Every consumer thread arrives, after its own retiring wait, so each thread's LDS of the stage
   // is ordered before the producer's refill by its own arrive (as CUTLASS's consumer release
-  // does). v9-v11 arrived once per warpgroup, relying on the wgmma being a warpgroup operation;
-  // racecheck flagged the stage refills that this leaves unordered for the other threads once a
-  // test CTA reused its ring's stages (docs/PERF.md v12).
+  // does). One arrive per warpgroup, relying on the wgmma being a warpgroup operation, leaves the
+  // stage refills unordered for the other threads' loads: racecheck flagged them once a test CTA
+  // reused its ring's stages.
   auto release_previous_stage = [&] { ptx::mbarrier_arrive(&empty[st.stage == 0 ? stages - 1 : st.stage - 1]); };
   // Half h of k-block kb as read from stage `stage`: its two rows' 16 weights and scale codes.
   struct HalfRaw {
@@ -196,7 +196,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       // between the halves: both stay < 0x10000); the HMUL2s read the low half (.H0_H0) and one
       // LOP3 per half and k-block collects the high halves' bits (reported below). The mode is a
       // kernel template parameter, not a run-time branch: a branch on it inside the k-loop (tried
-      // first) cost 5-16 % on both paths (docs/PERF.md v21). No past-K select: the plan scanned
+      // first) cost 5-16 % on both paths (H100). No past-K select: the plan scanned
       // every byte it reads, padding included, to be <= 128.
       if constexpr (kSmallMx == kMxOneChecked) {
         s0 = r.c0 * 0x00810080u + 0x3F003F00u;
@@ -271,9 +271,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // 16-token tiles: two k-blocks (two ring stages) per commit group, as triton_kernels' 128-k
     // stages. Both stages' waits come first, then the two k-blocks' dequantisation as one block of
     // straight-line code, 16 wgmmas, one retiring wait and two releases. ptxas then computes the
-    // activation descriptors in uniform registers (no R2UR before each HGMMA, the `wait` stalls
-    // that v22's profile found on them): 222.5 -> 200.8 instructions per k-block (W4A16
-    // small-scale MXFP4), 208.5 -> 192.8 (NVFP4), docs/PERF.md v25. Four A register sets:
+    // activation descriptors in uniform registers (no R2UR before each HGMMA, where a profile
+    // found `wait` stalls): 222.5 -> 200.8 instructions per k-block (W4A16 small-scale MXFP4),
+    // 208.5 -> 192.8 (NVFP4), against one k-block per group. Four A register sets:
     // [pair parity][k-block of the pair]. The odd last k-block of a piece runs alone after a full
     // drain. Holding the previous pair while both stages of this one fill needs a ring of >= 4
     // stages (KernelConfig::kMinPairStages).
@@ -371,7 +371,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // Per k-block: wait for the stage, dequantise every half into the free register set, issue
     // them as one commit group, then retire the previous k-block's group and release its stage.
     // (With one group per half and the retiring wait before each half's dequantisation, ptxas
-    // spread the next half's dequantisation between the current half's wgmmas: PERF.md v8.)
+    // spread the next half's dequantisation between the current half's wgmmas.)
     for (int kb0 = piece.kb_begin; kb0 < piece.kb_end; kb0 += 2) {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {  // unrolled so the A register sets have fixed names
@@ -419,8 +419,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
 
   // ---- split-K hand-off (see device/schedule.hpp) ----
   // Partials: accumulators 4i..4i+3 of half h as one float4 at [(h * kAcc / 4 + i)][thread], so a
-  // warp stores or loads 512 contiguous bytes per instruction (v4-v11: one float per thread and
-  // instruction, 4x the instructions).
+  // warp stores or loads 512 contiguous bytes per instruction (one float per thread and
+  // instruction takes 4x the instructions: seed cases 1-3 0.7-1.4 % slower on H200).
   static_assert(kAcc % 4 == 0, "float4 partials");
   // (MoE plans: slots of kMoeSlotFloats, for the 16- and 32-token classes that their schedule
   // splits; the pointer-array plan's hold any tile)
@@ -541,7 +541,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // The MoE kernel's 16-token tiles store straight from the accumulators (2-byte stores, 8
   // consecutive n for 4 tokens per warp instruction, 8 per thread and half): no shared-memory
   // round trip and none of its named barriers, so the warpgroup goes on to its next piece at once.
-  // PERF.md v37 (H200): (a) -2.4 %, (c) -2.7 %, Qwen3 T 32 -5.9 %, its layer -4.8 %, (b) W4A4
+  // Measured on H200: (a) -2.4 %, (c) -2.7 %, Qwen3 T 32 -5.9 %, its layer -4.8 %, (b) W4A4
   // +0.6 %; the 32-token class too cost (b) W4A4 +1.9 %, so it keeps the staged stores.
   constexpr bool kDirect = kRouted && N8 <= 2;
   if constexpr (kDirect) {

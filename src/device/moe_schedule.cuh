@@ -1,4 +1,4 @@
-// The MoE plan's device scheduler, run by every CTA of the fused GEMM in its prologue (v16).
+// The MoE plan's device scheduler, run by every CTA of the fused GEMM in its prologue.
 //
 // Each CTA reads the expert offsets (or masked counts) of the run, cuts every expert's rows into
 // token tiles (host/core/schedule.cpp's rule), buckets the tiles by token-width class, shares the
@@ -7,7 +7,7 @@
 // (and the tile prefix of its own class) from the same offsets, so no CTA waits for another and no
 // separate scheduler launch is needed:
 // the work overlaps the activation pre-pass that the GEMM is a programmatic dependent of
-// (v15 ran this as a one-block kernel before the pre-pass: 11 us on the critical path).
+// (as a one-block kernel before the pre-pass it put 11 us on the critical path).
 //
 // A bad routing leaves every CTA without work; CTA 0 sets the error word. C is then untouched.
 #pragma once
@@ -122,19 +122,18 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   const bool any_bad = __syncthreads_or(bad);  // then nothing runs; C stays untouched
   Trace::schedule_step(0);
   // CTAs interleave over their class's bucket (below): CTA k runs tiles k, k + n, ..., so the CTAs
-  // running at once share a token tile's activations and an expert's weights in L2. v16 did so
-  // only for prefill (an expert with more than one token tile) and gave decode-like runs
-  // contiguous ranges; there one CTA ran an expert's row blocks one after another, ~50 us apart,
-  // and re-read its activations from DRAM for each (PERF.md v22: (c) 2.41 -> 2.03 GB DRAM reads,
-  // H100 (c) -7 % W4A16 / -13 % NVFP4, H200 within +-2 %).
+  // running at once share a token tile's activations and an expert's weights in L2. Decode-like
+  // runs interleave too: with contiguous ranges one CTA ran an expert's row blocks one after
+  // another, ~50 us apart, and re-read its activations from DRAM for each (interleaving: (c) 2.41
+  // -> 2.03 GB DRAM reads, H100 (c) -7 % W4A16 / -13 % NVFP4, H200 within +-2 %).
   constexpr bool interleave = true;
 
   // 2. Each class's tiles: warp w takes experts w * 32 + l, + kThreads, ... (lane l; consecutive
   //    lanes read consecutive records, no bank conflicts), one REDUX per class present among them
   //    (an expert has tiles in at most two classes), lane c keeps class c's sum. Step 3 adds the
-  //    warps' sums; the prefix over the experts is needed for this CTA's class only (step 3b). (v16-
-  //    v31: warp c scanned class c over runs of E / 32 experts per lane, 16 times over, with 8-way
-  //    bank conflicts at E 256: 7.5 k cycles there, PERF.md v32.)
+  //    warps' sums; the prefix over the experts is needed for this CTA's class only (step 3b). (A
+  //    scan of class c by warp c over runs of E / 32 experts per lane, 16 times over, has 8-way
+  //    bank conflicts at E 256: 7.5 k cycles there, against ~1 k for this.)
   static_assert(kWarps <= MoeScheduleScratch::kMaxWarps, "one row of warp sums per warp");
   {
     int mine = 0;
@@ -220,15 +219,15 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
         k = cta - s.cta_base[c2], n = s.ctas_of[c2];
         // Stream-K (moe_tiles.hpp, moe_sk_tiles) where whole tiles would leave a quarter or more
         // of the class's CTAs idle (decode-like runs: at most 3/4 of a tile per CTA), and for the
-        // partial last round of a class with full rounds before it (v31). Only the 16- and
+        // partial last round of a class with full rounds before it. Only the 16- and
         // 32-token classes: their partials fit the plan's slots (one per CTA, kMoeSlotFloats).
         // The rest of the bucket runs whole, interleaved tiles.
         sk = a.stream_k != 0 && c2 <= 1 ? moe_sk_tiles(s.class_tiles[c2], a.kblocks, n, c2 == 0 ? a.split_gain16 : a.split_gain32) : 0;
         const SlotRange r = moe_cta_slots(s.bucket_base[c2], s.class_tiles[c2] - sk, k, n, interleave);
         begin = r.begin, end = r.end;
         // (contiguous ranges had every token tile of every expert in flight and re-read the
-        // activations from DRAM for each row block: prefill (d) 1776 -> 1421 us with interleaving,
-        // v16; decode-like runs interleave since v22, where v16's 10 % loss on (a) and (c) was gone)
+        // activations from DRAM for each row block: prefill (d) 1776 -> 1421 us with interleaving;
+        // decode-like runs too: the 10 % it once cost (a) and (c) no longer shows)
         n16 = c2 + 1;
       }
       s.begin = begin, s.end = end, s.n16 = n16, s.rank = k, s.ctas = n, s.stream_k = sk;
@@ -281,9 +280,9 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   // 4'. Stream-K: this CTA's (<= 3) pieces of the bucket's last s.stream_k tiles; every CTA
   //     touching a tile writes its (identical) record. A writer's partial goes to the slot of its
   //     CTA. They run before the CTA's whole tiles (below), a writer piece first, so an owner waits
-  //     only on pieces that were each their CTA's first. (v31b ran them after the whole tiles, so
-  //     that a CTA's first piece is a whole tile with a full early fill: slower on most shapes,
-  //     PERF.md v31.)
+  //     only on pieces that were each their CTA's first. (Running them after the whole tiles, so
+  //     that a CTA's first piece is a whole tile with a full early fill, measured slower on most
+  //     shapes.)
   const int sk_tiles = s.stream_k, whole = s.class_tiles[c] - sk_tiles;
   const int begin = s.begin, end = s.end;
   const int first = begin + kMoeStreamKMaxPieces * static_cast<int>(blockIdx.x);  // this CTA's pieces

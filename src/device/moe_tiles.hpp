@@ -80,15 +80,15 @@ constexpr TileCoord moe_tile_coord(const ExpertTiles& x, int c, int local) {
   return TileCoord{rb, j, x.base + j * x.size, j == x.count - 1 ? x.last : x.size};
 }
 
-// CTAs per width class (v30). A CTA runs one class, so the run's CTAs are shared among the
-// classes present; the schedule's makespan is the slowest class's. Whole tiles take rounds of
-// one tile per CTA: a class of t tiles on n CTAs costs ceil(t / n) tiles, so few tiles per CTA
-// make the split coarse. v16-v29 shared the CTAs in proportion to each class's cost, which in
-// that regime can give a class one CTA fewer than its tiles need for the round count the others
-// have: Mixtral-8x7B's down projection at T 256 (classes of 48 / 64 / 80 tokens, 32 / 96 / 128
-// tiles on 132 SMs) got 15 CTAs for the 48-token class's 32 tiles -- 3 rounds where every other
-// CTA ran 2, one SM in three idle for the last (ncu: SMs active 66 % of the kernel). Now, with
-// more than one class present, the smallest makespan T is searched for (moe_balance_makespan):
+// CTAs per width class. A CTA runs one class, so the run's CTAs are shared among the classes
+// present; the schedule's makespan is the slowest class's. Whole tiles take rounds of one tile per
+// CTA: a class of t tiles on n CTAs costs ceil(t / n) tiles, so few tiles per CTA make the split
+// coarse. Sharing the CTAs in proportion to each class's cost can, in that regime, give a class
+// one CTA fewer than its tiles need for the round count the others have: Mixtral-8x7B's down
+// projection at T 256 (classes of 48 / 64 / 80 tokens, 32 / 96 / 128 tiles on 132 SMs) got 15
+// CTAs for the 48-token class's 32 tiles -- 3 rounds where every other CTA ran 2, one SM in three
+// idle for the last (ncu: SMs active 66 % of the kernel). So, with more than one class present,
+// the smallest makespan T is searched for (moe_balance_makespan):
 // the fewest CTAs with which each class finishes within T (moe_class_need) must add up to at most
 // the run's CTAs. The CTAs left over go to the classes in proportion to their cost
 // (moe_class_extra), up to what each can use. One class present takes every CTA it can use.
@@ -118,7 +118,8 @@ FP4GEMM_MOE_HD float moe_ceil_div_rcp(float t, float r, float rr) {
 // ceil(t / r) for whole numbers 1 <= t < 2^24 and r >= 1 held in floats: on the device from
 // rcp.approx (MUFU.RCP, within 1 ulp) through moe_ceil_div_rcp below t = 2^21, the same value as
 // the host's integer division without the ~20-instruction dependent chain of an integer division
-// in every step of the search (v30a's first cut: ~5 us of prologue per GEMM).
+// in every step of the search (with integer divisions the search cost ~5 us of prologue per GEMM,
+// measured on H200).
 FP4GEMM_MOE_HD float moe_ceil_div(float t, float r) {
 #if defined(__CUDA_ARCH__)
   if (t < 2097152.0f) {
@@ -134,10 +135,10 @@ FP4GEMM_MOE_HD float moe_ceil_div(float t, float r) {
 }
 
 // The fewest CTAs with which class l finishes within T, capped at `most` (more than `most`:
-// most + 1). Whole tiles run floor(T / w) rounds; a divisible class (its last round split, v31)
-// ceil(t * w / T) CTAs from one round on; below one tile's cost only stream-K can, in equal
-// shares of t * w / n, with at least ceil(4t / 3) CTAs (moe_sk_eligible's 3/4 of a tile per CTA)
-// and at most cap. Non-increasing in T, which the search needs. inv_w = 1 / l.w.
+// most + 1). Whole tiles run floor(T / w) rounds; a divisible class (its last round split by
+// moe_sk_tiles) ceil(t * w / T) CTAs from one round on; below one tile's cost only stream-K can,
+// in equal shares of t * w / n, with at least ceil(4t / 3) CTAs (moe_sk_eligible's 3/4 of a tile
+// per CTA) and at most cap. Non-increasing in T, which the search needs. inv_w = 1 / l.w.
 FP4GEMM_MOE_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, int most) {
   if (l.tiles <= 0) return 0;
   const float tf = static_cast<float>(l.tiles);
@@ -168,8 +169,8 @@ FP4GEMM_MOE_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, i
 // lo = the total cost over the CTAs (no allocation beats it); hi = 2 (lo + the largest tile cost)
 // when that is feasible (it is unless rounding to whole tiles or the one-CTA-per-class minimum
 // needs more: then tiny totals), else hi_safe = the max over the classes of (tiles + 1) * w,
-// which needs one CTA per class. Searching from [0, hi_safe] took 15 steps for the same
-// precision (v30b).
+// which needs one CTA per class. Searching from [0, hi_safe] would take 15 steps for the same
+// precision.
 template <class NeedSums>
 FP4GEMM_MOE_HD float moe_balance_makespan(float lo, float w_max, float hi_safe, int num_ctas, NeedSums&& need_sums) {
   const float h2 = 2.0f * (lo + w_max);
@@ -190,10 +191,10 @@ FP4GEMM_MOE_HD float moe_balance_makespan(float lo, float w_max, float hi_safe, 
 }
 
 // CTAs beyond its need that class l (of cost `cost` = tiles * w) takes from the `spare` ones: its
-// share of them by cost, as v16-v29 shared all the CTAs, up to its cap. They do not lower the
-// model's makespan but leave fewer CTAs running its last round. (v30b shared them by tiles; v30e
-// tried the v16-v29 split raised to the needs instead, which costs its remainder ranking in
-// every prologue and measured 1-2 % slower than this on multi-class shapes, PERF.md v30.)
+// share of them by cost, up to its cap. They do not lower the model's makespan but leave fewer
+// CTAs running its last round. (Sharing all the CTAs by cost and raising each class to its need
+// instead costs a remainder ranking, 16 dependent shuffles, in every prologue and measured 1-2 %
+// slower than this on multi-class shapes, H200.)
 FP4GEMM_MOE_HD int moe_class_extra(const MoeClassLoad& l, int need, int spare, float cost, float total_cost) {
   if (l.tiles <= 0 || !(total_cost > 0.0f) || spare <= 0) return 0;
   const int share = static_cast<int>(static_cast<float>(spare) * (cost / total_cost));
@@ -245,31 +246,32 @@ constexpr int kMoeStreamKMinKblocks = 4;  // smallest share: fewer CTAs take par
 // Whether a class of `count` tiles of `kblocks` k-blocks on n CTAs runs stream-K: at most 3/4 of a
 // tile per CTA (whole tiles would leave a quarter or more of the class's CTAs idle), and K of at
 // least kMoeStreamKMinKblocks k-blocks (every share is then < 1 tile + 1 k-block, so it touches at
-// most 2 <= kMoeStreamKMaxPieces tiles). Measured (H200, PERF.md v24b): 64 tiles on 132 CTAs
-// (Mixtral's down projection at T 1) -36 %; 96 tiles neutral; 128 tiles on 132 CTAs +2 % (each
-// tile split in two for 3 % of balance), 224 tiles neutral -- hence the 3/4. count * kblocks * n
-// < 2^31 keeps the arithmetic below in 32 bits: a 64-bit division is a called routine, and its
-// call in the GEMM's prologue made ptxas spill in the producer's and consumers' loops (v24b: 22 %
+// most 2 <= kMoeStreamKMaxPieces tiles). Measured on H200: 64 tiles on 132 CTAs (Mixtral's down
+// projection at T 1) -36 %; 96 tiles neutral; 128 tiles on 132 CTAs +2 % (each tile split in two
+// for 3 % of balance), 224 tiles neutral -- hence the 3/4. count * kblocks * n < 2^31 keeps the
+// arithmetic below in 32 bits: a 64-bit division is a called routine, and its call in the GEMM's
+// prologue made ptxas spill in the producer's and consumers' loops (every MoE shape 11-22 %
 // slower).
 constexpr bool moe_sk_eligible(int count, int kblocks, int n) {
   return count > 0 && n >= moe_sk_min_ctas(count) && kblocks >= kMoeStreamKMinKblocks &&
          static_cast<long long>(count) * kblocks * n < (1ll << 31);
 }
 
-// v31: a class with one or more full rounds of whole tiles (count >= n) and a partial last round
+// A class with one or more full rounds of whole tiles (count >= n) and a partial last round
 // splits that round's r = count % n tiles by stream-K over its n CTAs instead: a makespan of
-// count / n tiles instead of ceil(count / n). ncu of issue 20's decode shapes (v30, H200) had the
-// SMs active 95 / 92 / 96 % of the GEMM at (a) / (b) / (c) -- (a)'s 512 tiles on 132 CTAs are 3.88
-// rounds run as 4. A split costs each CTA a second piece (the wgmma drain, its hand-off, a shorter
-// first piece), measured at roughly 8-14 k-blocks of the 16-token loop (H200, PERF.md v31: +1.1 %
-// where it saved 12.4 k-blocks per CTA (K 1024), +1.5 % at 6.8, -1.2 % at 13.6, -2.9 % at 24.7;
-// issue 20's (b) loses -2.6 % of W4A16 when its 32-token class's split, 12.2-12.8 k-blocks, is
-// declined), so the round is split only where that saves at least kMoeSplitMinGain k-blocks per
+// count / n tiles instead of ceil(count / n). ncu of issue 20's decode shapes (H200, whole tiles
+// only) had the SMs active 95 / 92 / 96 % of the GEMM at (a) / (b) / (c) -- (a)'s 512 tiles on 132
+// CTAs are 3.88 rounds run as 4. A split costs each CTA a second piece (the wgmma drain, its
+// hand-off, a shorter first piece), measured at roughly 8-14 k-blocks of the 16-token loop (H200:
+// +1.1 % where it saved 12.4 k-blocks per CTA (K 1024), +1.5 % at 6.8, -1.2 % at 13.6, -2.9 % at
+// 24.7; issue 20's (b) loses -2.6 % of W4A16 when its 32-token class's split, 12.2-12.8 k-blocks,
+// is declined), so the round is split only where that saves at least kMoeSplitMinGain k-blocks per
 // CTA: kblocks * (n - r) / n.
-// v36: since v34's stage pairs a 16-token k-block is cheaper, so a split's fixed cost is more of
-// them: (a)'s 16-token split (13.6 k-blocks saved per CTA) cost W4A4 +2.0 % on the H200 and
-// +8 % on an H100 (W4A16 +4 %), so that class splits from kMoeSplitMinGain16; the 32-token class
-// keeps 12 ((b)'s, 12.2-12.8, still pays). PERF.md v36.
+// The 16-token class loads two k-blocks per stage (stage pairs), so its k-block is cheaper and a
+// split's fixed cost is more of them: (a)'s 16-token split (13.6 k-blocks saved per CTA) cost W4A4
+// +2.0 % on the H200 and +8 % on an H100 (W4A16 +4 %), so that class splits from
+// kMoeSplitMinGain16; the 32-token class keeps 12 ((b)'s, 12.2-12.8, still pays; 16 or 24 there
+// cost +2.5 %). docs/PERF.md has the measurements.
 constexpr int kMoeSplitMinGain = 12;
 constexpr int kMoeSplitMinGain16 = 16;
 constexpr int kMoeHybridMinKblocks = kMoeSplitMinGain;  // (no gain of that size with fewer k-blocks)

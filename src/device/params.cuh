@@ -18,10 +18,10 @@
 
 namespace fp4gemm::detail::sm90 {
 
-// The producer warps' view of one work piece. The plan writes one for each CTA's first piece
-// (v13): one 64-byte load instead of the chain piece -> tile -> group -> scale pointers / weight
-// map, whose dependent misses set the time of the ring's first fill (docs/PERF.md v13). Later
-// pieces are read through the chain (records for every piece cost dense1 2.6 %).
+// The producer warps' view of one work piece. The plan writes one for each CTA's first piece:
+// one 64-byte load instead of the chain piece -> tile -> group -> scale pointers / weight map,
+// whose dependent misses set the time of the ring's first fill (small shapes 1.5-3 % faster on
+// H200). Later pieces are read through the chain (records for every piece cost dense1 2.6 %).
 struct ProducerPiece {
   const CUtensorMap* wmap;   // the tile's weight map (box of its `loaded` halves)
   const std::uint8_t* sblk;  // the group's blocked weight scales, or null

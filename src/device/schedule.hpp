@@ -56,10 +56,10 @@ struct SchedulePolicy {
   // per_token * tokens (rounded up to 8), with separate figures for 128-row (wide) and 256-row
   // (narrow) tiles; the owner of a tile also pays its epilogue, epilogue_per_elem * rows * tokens.
   // Defaults: a fit of the trace build's cycles per k-block of every tile shape in seed case 1
-  // (docs/PERF.md v12: wide 815 / 862 / 1063 cycles at 160 / 176 / 248 tokens, narrow 1044 /
-  // 1100 / 1146 / 1284 at 64 / 80 / 96 / 128). The v4-v11 model (200 + n, 340 + 2 n) charged the
-  // wide tiles too little per token, so case 1's 248-token bucket got too few CTAs (-4 % with
-  // the fit). The epilogue term (0.05 per element) pays off since v11's hand-off-aware packing.
+  // (H200: wide 815 / 862 / 1063 cycles at 160 / 176 / 248 tokens, narrow 1044 / 1100 / 1146 /
+  // 1284 at 64 / 80 / 96 / 128). An earlier model (200 + n, 340 + 2 n) charged the wide tiles too
+  // little per token, so case 1's 248-token bucket got too few CTAs (-4 % with the fit). The
+  // epilogue term (0.05 per element) pays off with the hand-off-aware packing (balance_handoffs).
   double wide_fixed = 165, wide_per_token = 1.28;
   double narrow_fixed = 365, narrow_per_token = 1.7;
   double epilogue_per_elem = 0.05;
@@ -70,15 +70,15 @@ struct SchedulePolicy {
   // With split_k: build the stream-K and the whole-tile schedule and keep the one with the
   // smaller estimated makespan (Schedule::est_makespan), which charges every split-K hand-off
   // (a writer's FP32 partial out, the owner's read of it) handoff_per_elem per tile element to
-  // both CTAs. 1/16 picks the faster of the two on all ten shapes measured in docs/PERF.md v10
+  // both CTAs. 1/16 picks the faster of the two on all ten shapes measured on the H200
   // (whole tiles: case 4 -11 %, dense 2048^2 x 512 -24 %; stream-K: cases 1-3 +11 to +34 %).
   bool split_auto = true;
   double handoff_per_elem = 1.0 / 16;
   double owner_read_per_elem = 1.0 / 16;  // the owner's side of a hand-off (per writer)
   // Stream-K balances the hand-offs and epilogues too (each CTA filled up to a common budget that
   // includes them, and an owner's reads start after its writers end; build_schedule step 3), not
-  // only the k-blocks (the v4-v10 midpoint split). Measured on the H200 (PERF.md v11): seed case 3
-  // -8 %, 256 x 4096 x 2048 -11 %, dense 8192^2 x 1024 -1.5 %, the rest within +-1 %.
+  // only the k-blocks (a midpoint split of them). Measured on the H200: seed case 3 -8 %,
+  // 256 x 4096 x 2048 -11 %, dense 8192^2 x 1024 -1.5 %, the rest within +-1 %.
   bool balance_handoffs = true;
   // Token tiles are at most this wide (token_tiles). With tile_auto the plan also tries every
   // narrower width of kTileTokenChoices and keeps the smallest estimated makespan: when a problem
@@ -90,7 +90,8 @@ struct SchedulePolicy {
   // The simpler schedule wins unless the other is estimated cheaper by more than this share:
   // whole tiles over stream-K, wider token tiles over narrower ones. The estimate leaves out what
   // makes stream-K and many small tiles dear in practice (an owner's idle wait, more pipeline
-  // fills), and the measured costs are within a few % of the model (docs/PERF.md v12).
+  // fills), and the measured costs are within a few % of the model (H200: schedules it preferred
+  // by < 3 % ran up to 4.5 % slower).
   double simpler_margin = 0.03;
   // Weight rows of the <= 128-token tiles: 0 = the plan decides (256 when that still leaves a tile
   // per CTA), else 128 or 256 (measurement knob Tuning::narrow_rows).
@@ -98,17 +99,18 @@ struct SchedulePolicy {
   // Tiles split in two whose writer piece ends its CTA's range share the epilogue between the
   // owner and the writer (TileDesc::owner_slot) instead of the writer's CTA going idle while
   // the owner finishes the whole tile. Dual (GLU) plans set it from Tuning::share_epilogue: their
-  // epilogue is ~10x a plain one (docs/PERF.md v19), so an owner's epilogue dominates the tile's
-  // time (v20: a win on one GPU MODE shape only, so off by default).
+  // epilogue is ~10x a plain one, so an owner's epilogue dominates the tile's time (measured on
+  // H100: -9 % on one GPU MODE shape, +2 % on another, the geometric mean unchanged, so off by
+  // default).
   bool share_epilogue = false;
 };
 
 // Weight rows of a tile of `ntok` tokens when narrow tiles take `narrow_rows` (256 or 128; the
 // plan decides, see build_schedule). Per wgmma, the tensor core's efficiency falls with N
-// (measured on H200, docs/PERF.md v6: 646 TFLOP/s at N = 256, 499 at 128, 329 at 64 with 128-row
-// tiles); a narrow tile can therefore take 256 rows -- each consumer warpgroup issues two m64
-// wgmmas per k-step, twice the work per synchronisation and half the activation traffic -- while
-// a wide one keeps 128 rows so that its accumulators fit (2 x N/2 FP32 <= 128 per thread).
+// (measured on H200: 646 TFLOP/s at N = 256, 499 at 128, 329 at 64 with 128-row tiles); a narrow
+// tile can therefore take 256 rows -- each consumer warpgroup issues two m64 wgmmas per k-step,
+// twice the work per synchronisation and half the activation traffic -- while a wide one keeps
+// 128 rows so that its accumulators fit (2 x N/2 FP32 <= 128 per thread).
 constexpr int tile_rows(int ntok, int narrow_rows) {
   return ntok <= SchedulePolicy::kNarrowTokens ? narrow_rows : 128;
 }
@@ -128,7 +130,7 @@ struct Schedule {
   double est_makespan = 0;        // max over CTAs of k-block costs + hand-off charges (see split_auto)
   // Weight rows of the narrow (<= 128-token) tiles: 256 when there are at least as many tiles
   // as CTAs that way, else 128 (a small problem would otherwise be cut into many split-K pieces
-  // whose FP32 hand-off costs more than the wider wgmma gains: 35 vs 20 us, PERF.md v6).
+  // whose FP32 hand-off costs more than the wider wgmma gains: 35 vs 20 us measured on H200).
   int narrow_rows = 256;
   int max_tile_tokens = SchedulePolicy::kMaxTokens;  // the token-tile width it was built with
   bool split() const { return num_slots > 0; }  // some tile is cut between CTAs (stream-K pieces)

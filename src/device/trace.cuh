@@ -1,8 +1,8 @@
 // The fused kernel's diagnostic trace as a policy type: `Trace` is TraceOff, whose types are empty
 // and whose members compile to nothing, unless the build is configured with
 // cmake -DFP4GEMM_TRACE=ON; then it is TraceOn, which keeps per-CTA cycle counters of the last
-// launch for `fp4gemm grouped / moe / dual` to print (docs/PERF.md). The kernels call `Trace::`
-// members only; this file holds the build's one preprocessor switch.
+// launch for `fp4gemm grouped / moe / dual` to print (docs/DESIGN.md, "Trace build"). The kernels
+// call `Trace::` members only; this file holds the build's one preprocessor switch.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -144,9 +144,10 @@ void blocked_to_linear(const std::uint8_t* blocked, std::int64_t rows, std::int6
 //  * NVFP4: scale code = float_to_e4m3(amax / 6) (RNE, saturating at 448). If that scale is 0
 //    (amax == 0 or amax / 6 below half the smallest subnormal, 2^-10) every element is encoded
 //    as +0 (the scale code is then 0x00).
-//  * MXFP4 (OCP MX v1.0 §6.3): scale = 2^(floor(log2 amax) - 2), 2 being emax of e2m1, with the
-//    exponent clamped to [-127, 127]. amax == 0 gives code 0x00 (2^-127) and all-zero elements;
-//    amax == inf gives 0xFE. amax/scale lies in [4, 8), so elements above 6 saturate.
+//  * MXFP4 (OCP MX specification 1.0, §6.3): scale = 2^(floor(log2 amax) - 2), 2 being emax of
+//    e2m1, with the exponent clamped to [-127, 127]. amax == 0 gives code 0x00 (2^-127) and
+//    all-zero elements; amax == inf gives 0xFE. amax/scale lies in [4, 8), so elements above 6
+//    saturate.
 //  * elements: float_to_e2m1(x / scale) — RNE on the e2m1 grid, saturating to +-6, sign kept
 //    (a small negative element becomes -0, nibble 0x8).
 //  * NaN anywhere in a block gives the NaN scale code (0x7F / 0xFF) and elements 0 where x/NaN,

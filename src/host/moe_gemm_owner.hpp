@@ -2,7 +2,7 @@
 // own runs (one RunSerializer for the whole layer). Its runs enqueue the GEMMs through here, without
 // each GEMM's own event wait / record: inside the layer's cached CUDA graph those would be four
 // external event nodes, which make every replay cost 11 us of host time instead of 4.5
-// (bench/micro/graph_launch.cu, docs/PERF.md v23).
+// (measured on an H200 host with bench/micro/graph_launch.cu).
 #pragma once
 #include <cuda_runtime_api.h>
 

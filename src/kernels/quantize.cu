@@ -2,8 +2,9 @@
 // bit for bit the host rule of fp4gemm::formats::quantize (formats.hpp).
 //
 // One thread per scale block (16 / 32 elements), persistent: a grid of whole waves, each thread
-// loads its next block's 32-128 bytes before it quantises the current one (the loads of v17b had
-// nothing in flight while a thread computed, so the kernel was latency-bound at ~35 % issue).
+// loads its next block's 32-128 bytes before it quantises the current one (with only the current
+// block's loads, a thread had nothing in flight while it computed, and the kernel was
+// latency-bound at ~35 % issue).
 // Per block: amax (packed bf16x2 / f16x2 max for 16-bit inputs), the scale code, 16 / 32 nibbles
 // stored as 8-byte words, one scale byte (linear, or at its blocked-atom offset).
 //

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   const int act_stage_bytes = n16 * C::kActClassBytes;
   const CUtensorMap* act_map = p.act_maps + (n16 - 1);
   // (halves from the plan's constant, not a register: ptxas rematerialises the ring's addresses
-  // from it; a halves computed in the prologue made it spill them in the mainloops, v16)
+  // from it; a halves computed in the prologue made it spill them, 136-172 bytes in every mainloop)
   const int halves = halves_of_class(n16, p.narrow_rows);
   const int stages = min(C::kMaxStages,
                          p.ring_bytes / (act_stage_bytes + halves * (C::kHalfWeightBytes + C::kScaleAtomBytes)));
@@ -153,14 +153,16 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   if (producer) {
     // ---------------- producers (warpgroup 2: warp 0 loads weights and activations, warp 1 the
     // weight scales, the other two idle; in the MoE kernel warp 2 loads the activations) ----------------
-    // (One warp issued everything until v6; splitting the work gained 1-2 %, docs/PERF.md. A
-    // producer thread's issue of a k-block takes ~500 cycles, as long as the decode consumers' use
-    // of it, and every cycle added to it adds to the decode loop's k-block, PERF.md v33.)
+    // (One warp issuing everything measured 1-2 % slower than this split. A producer thread's
+    // issue of a k-block takes ~500 cycles, as long as the decode consumers' use of it, and every
+    // cycle added to it adds to the decode loop's k-block: measured in a fed micro-benchmark of
+    // the decode loop, bench/micro/decode_loop.cu.)
     ptx::setmaxnreg_dec<C::kProducerRegs>();
     trace.producer_branch(/*recorder=*/threadIdx.x == C::kConsumerThreads);
     const int pwarp = threadIdx.x / 32 - C::kConsumerThreads / 32;
-    // (1 gives the pre-v6 single producer warp, measured: PERF.md v6; the MoE kernel's third warp
-    // issues the activations, PERF.md v33)
+    // (The MoE kernel's third warp issues the activations and alone waits for the pre-pass, so the
+    // weights run a whole ring ahead of it; with the scale warp's lighter MoE path: -2 % on the
+    // Mixtral T 256, Qwen3 T 1 and DeepSeek-V3 T 32 layers, H200.)
     constexpr int kProducerWarps = kActWarp ? 3 : 2;
     if (pwarp < kProducerWarps) {
       const int lane = threadIdx.x % 32;
@@ -195,7 +197,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
       const Trace::Stamp t_loop = counters.now();
       // The piece loop, one instantiation per stage width (k-blocks per weight load): a run-time
       // width made ptxas spill in the producer and load spilled values in every consumer loop
-      // (stack 32 -> 128 B; PERF.md v34).
+      // (stack 32 -> 128 B).
       auto produce = [&](auto kbps_constant) {
       constexpr int kbps = decltype(kbps_constant)::value;
       for (int pi = begin; work.is_valid(pi); pi = work.next_work(pi)) {
