@@ -3,7 +3,7 @@
 
 Reads `cuobjdump -res-usage` of the built library objects (no GPU needed), takes every function of
 the fast path -- the fused GEMM kernel instantiations, the activation pre-pass and the MoE layer's
-kernels (FAST_PATH below) -- and compares its STACK bytes with tests/kernel_stack_budget.json:
+kernels and the expert-parallel exchange kernels (FAST_PATH below) -- and compares its STACK bytes with tests/kernel_stack_budget.json:
 
   * a kernel over its budget fails (a new spill or a register array indexed at run time);
   * a fast-path kernel missing from the budget fails (a new instantiation needs a line);
@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 
-FAST_PATH = re.compile(r"fused_grouped_gemm|dequant_activations|quantize_kernel|combine_kernel|align_routing")
+FAST_PATH = re.compile(r"fused_grouped_gemm|dequant_activations|quantize_kernel|combine_kernel|align_routing|ep_count_kernel|ep_send_kernel|ep_back_kernel")
 
 
 def find_cuobjdump() -> str | None:
