@@ -25,6 +25,7 @@
 #include "fp4gemm/fp4gemm.hpp"
 #include "fp4gemm/moe_layer.hpp"
 #include "host/core/cuda_check.hpp"
+#include "host/core/device_memory.hpp"
 #include "host/device_guard.hpp"
 
 namespace fp4gemm {
@@ -209,9 +210,11 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
     if (threadIdx.x < p.k) {
       const long long i = static_cast<long long>(t) * p.k + threadIdx.x;
       const int d = destination(ids, i, p.experts, p.local);
+      const int s = p.slot[i];
       dest[threadIdx.x] = nullptr;
-      if (d >= 0) {
-        const int r = offset[d] + p.slot[i];
+      // (s < 0 with a valid id: the ids changed since send_counts -- nothing is written for the pair)
+      if (d >= 0 && s >= 0) {
+        const int r = offset[d] + s;
         char* base = p.peers.base[d];
         reinterpret_cast<int*>(base + p.at.ids)[r] = static_cast<int>(static_cast<long long>(ids[i]) - static_cast<long long>(d) * p.local);
         reinterpret_cast<int2*>(base + p.at.origin)[r] = make_int2(p.rank, static_cast<int>(i));
@@ -304,17 +307,12 @@ struct EpExchange::Impl {
   Layout at;
   Peers peers{nullptr};
   DeviceInfo device;
+  detail::DeviceAllocations memory;
   int* slot = nullptr;     // [max_tokens * k] phase 1's places (this rank's own)
   float* ones = nullptr;   // [capacity] 1.0f
   int capacity = 0;
-
   char** table = nullptr;  // [kMaxWorld] device copy of the buffer bases (Peers::base)
   std::vector<char*> bases;
-
-  ~Impl() {
-    for (void* q : {static_cast<void*>(slot), static_cast<void*>(ones), static_cast<void*>(table)})
-      if (q != nullptr) cudaFree(q);
-  }
   void check_step(const EpStepArgs& a, bool ids, bool hidden) const {
     const EpConfig& c = config;
     if (a.tokens < 0 || a.tokens > c.max_tokens)
@@ -360,17 +358,12 @@ EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) :
                         std::to_string(p.device.index));
   }
   detail::DeviceGuard guard(p.device.index);
-  FP4GEMM_CUDA_CHECK(cudaMalloc(&p.slot, sizeof(int) * std::max(1, config.max_tokens * config.topk)), "EpExchange workspace");
-  FP4GEMM_CUDA_CHECK(cudaMalloc(&p.ones, sizeof(float) * p.capacity), "EpExchange workspace");
-  FP4GEMM_CUDA_CHECK(cudaMalloc(&p.table, sizeof(char*) * kMaxWorld), "EpExchange workspace");
+  p.slot = p.memory.allocate<int>(sizeof(int) * config.max_tokens * config.topk, "EpExchange workspace");
+  p.ones = p.memory.upload(std::vector<float>(static_cast<std::size_t>(p.capacity), 1.0f), "EpExchange workspace");
   std::vector<char*> table(p.bases);
   table.resize(kMaxWorld, nullptr);
-  FP4GEMM_CUDA_CHECK(cudaMemcpy(p.table, table.data(), sizeof(char*) * kMaxWorld, cudaMemcpyHostToDevice),
-                     "EpExchange workspace");
+  p.table = p.memory.upload(table, "EpExchange workspace");
   p.peers.base = p.table;
-  const std::vector<float> ones(static_cast<std::size_t>(p.capacity), 1.0f);
-  FP4GEMM_CUDA_CHECK(cudaMemcpy(p.ones, ones.data(), sizeof(float) * p.capacity, cudaMemcpyHostToDevice),
-                     "EpExchange workspace");
   // This rank's own rows start empty (ids -1, no counts): a layer run on them before a first step
   // reads nothing.
   FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.counts, 0, sizeof(int) * 2 * kMaxWorld), "buffers");
