@@ -35,6 +35,9 @@ enum class OutType { f16, bf16, f32 };
 //              g' * sigmoid(swiglu_alpha * g') * (u' + 1)
 // evaluated in FP32 from the FP32 accumulators and rounded once to the output type.
 enum class Epilogue { none, silu, swigluoai };
+// swigluoai's constants as gpt-oss sets them: the default swiglu_alpha / swiglu_limit of every
+// options struct and binding.
+inline constexpr float kSwigluAlpha = 1.702f, kSwigluLimit = 7.0f;
 
 // Which kernel a plan runs. `automatic` picks the fast fused kernel and fails (with a clear
 // error) on a GPU that has none; the reference kernel runs only when asked for.
@@ -110,7 +113,7 @@ struct Options {
   // limit > 0). Both backends: the fast kernel, and Backend::reference (the GPU reference kernel:
   // both products in FP32 in K order, the same FP32 activation).
   Epilogue epilogue = Epilogue::none;
-  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+  float swiglu_alpha = kSwigluAlpha, swiglu_limit = kSwigluLimit;
   // Dual GEMMs read the weight scales from a copy with gate and up rows paired, made at plan time
   // (later changes of the scale bytes are not seen). true: every run reads the scale buffers as
   // they are then -- the kernel gathers them itself (blocked scales, or linear rows of a multiple

@@ -77,7 +77,7 @@ struct MoeOptions {
   int device = -1;
   MoeEpilogue epilogue = MoeEpilogue::none;
   GateUpLayout gate_up = GateUpLayout::stacked;  // GLU only
-  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  // swigluoai only (gpt-oss's values); limit > 0
+  float swiglu_alpha = kSwigluAlpha, swiglu_limit = kSwigluLimit;  // swigluoai only; limit > 0
   // Where the plan keeps its own blocked copy of the weight scales (linear input, or any GLU):
   // false: made once at plan time (later changes of the scale bytes are not seen); true: made
   // again at the start of every run, on the run's stream (one small kernel, graph-capturable) --

@@ -47,7 +47,7 @@ struct MoeLayerOptions {
   ScaleLayout scale_layout = ScaleLayout::blocked;
   MoeEpilogue activation = MoeEpilogue::silu;   // silu or swigluoai
   GateUpLayout gate_up = GateUpLayout::stacked;  // stacked (vLLM w13) or interleaved (gpt-oss)
-  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+  float swiglu_alpha = kSwigluAlpha, swiglu_limit = kSwigluLimit;
   // W4A4 NVFP4: the activations' global scales (ModelOpt's input_scale of w13 and w2); they fold
   // into the GEMMs' alphas. 1 for MXFP4.
   float a1_scale = 1.0f, a2_scale = 1.0f;

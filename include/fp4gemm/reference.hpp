@@ -59,6 +59,7 @@ enum class Activation {
 struct DualActivation {
   Activation kind = Activation::silu;
   // swigluoai only (gpt-oss's values); alpha must be finite, limit > 0 (+inf: no clamping).
+  // kSwigluAlpha / kSwigluLimit as decimals: the double reference takes gpt-oss's 1.702 itself.
   double swiglu_alpha = 1.702;
   double swiglu_limit = 7.0;
 };

@@ -34,6 +34,10 @@ from .experts import ExpertWeights  # noqa: F401  (checkpoint loaders: from_mode
 
 _MAX_EXPERTS = 512  # fp4gemm::align_routing's and MoeGemm's limit
 
+# swigluoai's constants as gpt-oss sets them (C++: fp4gemm::kSwigluAlpha / kSwigluLimit), the
+# defaults of every swiglu_alpha / swiglu_limit argument.
+SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
+
 __all__ = ["ExpertWeights", "MoeGemm", "MoeLayer", "align_routing", "check", "clear_layer_cache", "fused_experts",
            "grouped_gemm"]
 
@@ -84,8 +88,8 @@ class MoeGemm:
     def __init__(self, w: Any, w_scales: Any, *, format: Optional[str] = None, scale_layout: str = "blocked",
                  out_dtype: Any = "bfloat16", activation: str = "fp4", layout: str = "contiguous",
                  capacity: int, alpha: Any = None, epilogue: str = "none", gate_up: str = "stacked",
-                 w_up: Any = None, w_up_scales: Any = None, alpha_up: Any = None, swiglu_alpha: float = 1.702,
-                 swiglu_limit: float = 7.0, rescale_each_run: bool = False):
+                 w_up: Any = None, w_up_scales: Any = None, alpha_up: Any = None, swiglu_alpha: float = SWIGLU_ALPHA,
+                 swiglu_limit: float = SWIGLU_LIMIT, rescale_each_run: bool = False):
         self._plan = _C.MoeGemm(w, w_scales, format, scale_layout, out_dtype, activation, layout, capacity, alpha,
                                 epilogue, gate_up, w_up, w_up_scales, alpha_up, float(swiglu_alpha),
                                 float(swiglu_limit), bool(rescale_each_run))
@@ -287,8 +291,8 @@ class MoeLayer:
     def __init__(self, w13: Any, w13_scales: Any, w2: Any, w2_scales: Any, *, max_tokens: int, topk: int,
                  act_format: str = "nvfp4", activation: str = "silu", gate_up: Optional[str] = None,
                  scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
-                 a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = 1.702,
-                 swiglu_limit: float = 7.0):
+                 a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = SWIGLU_ALPHA,
+                 swiglu_limit: float = SWIGLU_LIMIT):
         acts, fmt = _act_format(act_format)
         if gate_up is None:
             gate_up = "interleaved" if activation == "swigluoai" else "stacked"
@@ -409,8 +413,8 @@ _cache = _C.FusedExpertsCache()
 def fused_experts(hidden_states: Any, w13: Any, w13_scale: Any, w2: Any, w2_scale: Any, topk_weights: Any,
                   topk_ids: Any, *, activation: str = "silu", act_format: str = "nvfp4", gate_up: Optional[str] = None,
                   scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
-                  a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = 1.702,
-                  swiglu_limit: float = 7.0, out: Any = None, stream: Any = None):
+                  a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = SWIGLU_ALPHA,
+                  swiglu_limit: float = SWIGLU_LIMIT, out: Any = None, stream: Any = None):
     """The MoE expert layer in one call (vLLM's ``fused_experts``); returns bf16 ``[T, H]``.
 
     Arguments as for :class:`MoeLayer` and its ``run``. The layer plan is cached on the weights'

@@ -120,7 +120,7 @@ NB_MODULE(_fp4gemm, m) {
                     nb::handle, nb::handle, nb::handle, nb::handle, const std::string&, float, float, bool>(),
            "a"_a, "b1"_a, "b2"_a, "sfa"_a, "sfb1"_a, "sfb2"_a, "c"_a, "alpha"_a = nb::none(), "alpha_up"_a = nb::none(),
            "format"_a = "nvfp4", "scale_layout"_a = "linear", "out_dtype"_a = "float16", "activation"_a = "silu",
-           "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "rescale_each_run"_a = false)
+           "swiglu_alpha"_a = fp4gemm::kSwigluAlpha, "swiglu_limit"_a = fp4gemm::kSwigluLimit, "rescale_each_run"_a = false)
       .def("run", &DualGemmObject::run, "stream"_a = nb::none(), "threads"_a = 0,
            "Enqueue on `stream` (CUDA arrays), or compute with the CPU reference now (host arrays).")
       .def("__call__", &DualGemmObject::run, "stream"_a = nb::none(), "threads"_a = 0)
@@ -138,7 +138,7 @@ NB_MODULE(_fp4gemm, m) {
            "w"_a, "w_scales"_a, "format"_a = nb::none(), "scale_layout"_a = "blocked", "out_dtype"_a = "bfloat16",
            "activation"_a = "fp4", "layout"_a = "contiguous", "capacity"_a, "alpha"_a = nb::none(),
            "epilogue"_a = "none", "gate_up"_a = "stacked", "w_up"_a = nb::none(), "w_up_scales"_a = nb::none(),
-           "alpha_up"_a = nb::none(), "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f,
+           "alpha_up"_a = nb::none(), "swiglu_alpha"_a = fp4gemm::kSwigluAlpha, "swiglu_limit"_a = fp4gemm::kSwigluLimit,
            "rescale_each_run"_a = false)
       .def("run", &MoeGemmObject::run, "a"_a, "a_scales"_a = nb::none(), "expert_offsets"_a = nb::none(),
            "expert_counts"_a = nb::none(), "gather_index"_a = nb::none(), "out"_a, "stream"_a = nb::none(),
@@ -196,7 +196,7 @@ NB_MODULE(_fp4gemm, m) {
            },
            "w13"_a, "w13_scales"_a, "w2"_a, "w2_scales"_a, "w13_alpha"_a = nb::none(), "w13_alpha_up"_a = nb::none(),
            "w2_alpha"_a = nb::none(), "format"_a = nb::none(), "act_format"_a = "fp4", "scale_layout"_a = "blocked",
-           "activation"_a = "silu", "gate_up"_a = "stacked", "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f,
+           "activation"_a = "silu", "gate_up"_a = "stacked", "swiglu_alpha"_a = fp4gemm::kSwigluAlpha, "swiglu_limit"_a = fp4gemm::kSwigluLimit,
            "a1_scale"_a = 1.0f, "a2_scale"_a = 1.0f, "max_tokens"_a, "topk"_a)
       .def("run", &MoeLayerObject::run, "hidden_states"_a.none(), "topk_ids"_a, "topk_weights"_a, "out"_a,
            "stream"_a = nb::none(), "threads"_a = 0, "hidden_packed"_a = nb::none(), "hidden_scales"_a = nb::none(),

@@ -74,7 +74,7 @@ class MoeGemmObject {
                 nb::handle activation, nb::handle layout, int capacity, nb::handle alpha,
                 const std::string& epilogue = "none", const std::string& gate_up = "stacked",
                 nb::handle w_up = nb::none(), nb::handle w_up_scales = nb::none(), nb::handle alpha_up = nb::none(),
-                float swiglu_alpha = 1.702f, float swiglu_limit = 7.0f, bool rescale_each_run = false);
+                float swiglu_alpha = kSwigluAlpha, float swiglu_limit = kSwigluLimit, bool rescale_each_run = false);
   void run(nb::handle a, nb::handle a_scales, nb::handle expert_offsets, nb::handle expert_counts,
            nb::handle gather_index, nb::handle out, nb::handle stream, int threads);
   void check(nb::handle stream) const;

@@ -11,11 +11,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FP4GEMM_HD __host__ __device__ __forceinline__
-#else
-#define FP4GEMM_HD inline
-#endif
+#include "formats/host_device.hpp"
 
 namespace fp4gemm::detail {
 

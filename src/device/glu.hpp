@@ -9,11 +9,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define FP4GEMM_GLU_HD __host__ __device__ __forceinline__
-#else
-#define FP4GEMM_GLU_HD inline
-#endif
+#include "formats/host_device.hpp"
 
 namespace fp4gemm::detail {
 
@@ -33,7 +29,7 @@ struct GluExpCore {
   float y, t;
 };
 
-FP4GEMM_GLU_HD GluExpCore glu_exp_core(float xc) {
+FP4GEMM_HD GluExpCore glu_exp_core(float xc) {
   const float t = fmaf(xc, 1.44269502925872802734375f, 12582912.0f);
   const float n = t - 12582912.0f;
   float r = fmaf(n, -0.693145751953125f, xc);
@@ -48,7 +44,7 @@ FP4GEMM_GLU_HD GluExpCore glu_exp_core(float xc) {
   return {fmaf(p, z, r) + 1.0f, t};
 }
 
-FP4GEMM_GLU_HD float glu_exp(float x) {
+FP4GEMM_HD float glu_exp(float x) {
   const float xc = fminf(fmaxf(x, -104.0f), 88.72283935546875f);  // (NaN -> -104, selected away below)
   const GluExpCore c = glu_exp_core(xc);
   const float y = c.y;
@@ -72,7 +68,7 @@ FP4GEMM_GLU_HD float glu_exp(float x) {
 // (y = exp(r) in [0.70, 1.42]: the field stays in [0, 254]; a field of 0 reads as a tiny
 // subnormal, which 1 + rounds away as it did the exact value). Where glu_exp's two power-of-two
 // steps give a normal result, the add gives the same bits.
-FP4GEMM_GLU_HD float glu_one_plus_exp(float x) {
+FP4GEMM_HD float glu_one_plus_exp(float x) {
   const float xc = fminf(fmaxf(x, -87.0f), 88.72283935546875f);  // (NaN -> -87, selected away below)
   const GluExpCore c = glu_exp_core(xc);
   unsigned tb, yb;
@@ -88,7 +84,7 @@ FP4GEMM_GLU_HD float glu_one_plus_exp(float x) {
 // half of all gates on GPU MODE's data) gives g * 0 -- g's signed zero, NaN for g = +-inf, as
 // g / inf does -- without the division, whose out-of-line slow path an infinite divisor takes
 // (measured: 5 % of the dual GEMM's samples).
-FP4GEMM_GLU_HD float glu_div(float g, float d) {
+FP4GEMM_HD float glu_div(float g, float d) {
   const bool inf = d == __builtin_huge_valf();
   const float q = g / (inf ? 1.0f : d);
   return inf ? g * 0.0f : q;
@@ -104,7 +100,7 @@ struct GluParams {
   float alpha, limit, offset;
 };
 
-FP4GEMM_GLU_HD GluParams glu_params(int kind, float alpha, float limit) {
+FP4GEMM_HD GluParams glu_params(int kind, float alpha, float limit) {
   if (kind == kGluSwigluOai) return {alpha, limit, 1.0f};
   return {1.0f, __builtin_huge_valf(), -0.0f};
 }
@@ -114,7 +110,7 @@ struct GluTerms {
   float g, d, u;
 };
 
-FP4GEMM_GLU_HD GluTerms glu_terms(float g, float u, const GluParams& p) {
+FP4GEMM_HD GluTerms glu_terms(float g, float u, const GluParams& p) {
   g = g > p.limit ? p.limit : g;
   // clamp(u, -limit, limit) for limit > 0 (validated), NaN passed through, as selects: the
   // two-sided conditional compiled to a branch in the epilogue's loop.
@@ -122,12 +118,12 @@ FP4GEMM_GLU_HD GluTerms glu_terms(float g, float u, const GluParams& p) {
   return {g, glu_one_plus_exp(-(p.alpha * g)), u + p.offset};
 }
 
-FP4GEMM_GLU_HD float glu_apply(float g, float u, const GluParams& p) {
+FP4GEMM_HD float glu_apply(float g, float u, const GluParams& p) {
   const GluTerms t = glu_terms(g, u, p);
   return glu_div(t.g, t.d) * t.u;
 }
 
-FP4GEMM_GLU_HD float glu_activate(int kind, float g, float u, float alpha, float limit) {
+FP4GEMM_HD float glu_activate(int kind, float g, float u, float alpha, float limit) {
   return glu_apply(g, u, glu_params(kind, alpha, limit));
 }
 

@@ -8,15 +8,11 @@
 
 #include "device/schedule.hpp"
 
-#if defined(__CUDACC__)
-#define FP4GEMM_MOE_HD __host__ __device__ __forceinline__
-#else
-#define FP4GEMM_MOE_HD inline
-#endif
+#include "formats/host_device.hpp"
 
 namespace fp4gemm::detail {
 
-// An expert's token tiles (token_tiles in host/core/schedule.cpp, the same rule): `count` tiles
+// An expert's token tiles (token_split in device/schedule.hpp, the host schedule's rule): `count` tiles
 // of `size` tokens (a multiple of 8), the last one `last` tokens; their width classes (0-based;
 // -1: none) and tile counts (token tiles x row blocks): the count - 1 full token tiles, and the
 // last one.
@@ -33,10 +29,8 @@ constexpr int moe_row_blocks(int ntok, int n, int narrow_rows) {
 constexpr ExpertTiles moe_expert_tiles(int base, int rows, int n, int narrow_rows) {
   ExpertTiles t{base, rows, 0, 0, 0, -1, -1, 0, 0};
   if (rows <= 0) return t;
-  constexpr int kMax = SchedulePolicy::kMaxTokens;
-  t.count = (rows + kMax - 1) / kMax;
-  t.size = ((rows + t.count - 1) / t.count + 7) / 8 * 8;
-  t.last = rows - (t.count - 1) * t.size;
+  const TokenSplit split = token_split(rows, SchedulePolicy::kMaxTokens);
+  t.count = split.count, t.size = split.size, t.last = split.last;
   if (t.count > 1)
     t.class_full = width_class(t.size) - 1, t.tiles_full = (t.count - 1) * moe_row_blocks(t.size, n, narrow_rows);
   t.class_last = width_class(t.last) - 1, t.tiles_last = moe_row_blocks(t.last, n, narrow_rows);
@@ -110,7 +104,7 @@ constexpr int kMoeBalanceSteps = 11;  // search steps, each a third of [lo, hi]:
 // ceil(t / r) for whole numbers 1 <= t < 2^21 and r >= 1 held in floats, given rr, an
 // approximation of 1 / r within 2 ulps: t * rr is then within 1/2 of t / r, and the ceiling is
 // corrected both ways with exact products (whole numbers < 2^24).
-FP4GEMM_MOE_HD float moe_ceil_div_rcp(float t, float r, float rr) {
+FP4GEMM_HD float moe_ceil_div_rcp(float t, float r, float rr) {
   float n = ceilf(t * rr);
   n = (n - 1.0f) * r >= t ? n - 1.0f : n;
   return n * r < t ? n + 1.0f : n;
@@ -120,7 +114,7 @@ FP4GEMM_MOE_HD float moe_ceil_div_rcp(float t, float r, float rr) {
 // the host's integer division without the ~20-instruction dependent chain of an integer division
 // in every step of the search (with integer divisions the search cost ~5 us of prologue per GEMM,
 // measured on H200).
-FP4GEMM_MOE_HD float moe_ceil_div(float t, float r) {
+FP4GEMM_HD float moe_ceil_div(float t, float r) {
 #if defined(__CUDA_ARCH__)
   if (t < 2097152.0f) {
     float rr;
@@ -139,7 +133,7 @@ FP4GEMM_MOE_HD float moe_ceil_div(float t, float r) {
 // moe_sk_tiles) ceil(t * w / T) CTAs from one round on; below one tile's cost only stream-K can,
 // in equal shares of t * w / n, with at least ceil(4t / 3) CTAs (moe_sk_eligible's 3/4 of a tile
 // per CTA) and at most cap. Non-increasing in T, which the search needs. inv_w = 1 / l.w.
-FP4GEMM_MOE_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, int most) {
+FP4GEMM_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, int most) {
   if (l.tiles <= 0) return 0;
   const float tf = static_cast<float>(l.tiles);
   const float rounds = T * inv_w;
@@ -172,7 +166,7 @@ FP4GEMM_MOE_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, i
 // which needs one CTA per class. Searching from [0, hi_safe] would take 15 steps for the same
 // precision.
 template <class NeedSums>
-FP4GEMM_MOE_HD float moe_balance_makespan(float lo, float w_max, float hi_safe, int num_ctas, NeedSums&& need_sums) {
+FP4GEMM_HD float moe_balance_makespan(float lo, float w_max, float hi_safe, int num_ctas, NeedSums&& need_sums) {
   const float h2 = 2.0f * (lo + w_max);
   float hi = h2 < hi_safe && (need_sums(h2, h2) & 0xFFFF) <= num_ctas ? h2 : hi_safe;
   for (int i = 0; i < kMoeBalanceSteps; ++i) {
@@ -195,7 +189,7 @@ FP4GEMM_MOE_HD float moe_balance_makespan(float lo, float w_max, float hi_safe, 
 // CTAs running its last round. (Sharing all the CTAs by cost and raising each class to its need
 // instead costs a remainder ranking, 16 dependent shuffles, in every prologue and measured 1-2 %
 // slower than this on multi-class shapes, H200.)
-FP4GEMM_MOE_HD int moe_class_extra(const MoeClassLoad& l, int need, int spare, float cost, float total_cost) {
+FP4GEMM_HD int moe_class_extra(const MoeClassLoad& l, int need, int spare, float cost, float total_cost) {
   if (l.tiles <= 0 || !(total_cost > 0.0f) || spare <= 0) return 0;
   const int share = static_cast<int>(static_cast<float>(spare) * (cost / total_cost));
   const int room = l.cap - need;
@@ -345,7 +339,7 @@ struct MoeCostFigures {
 // as step 3 of moe_schedule_cta builds it (and the host tests): the tile cost at the tile's height;
 // with stream-K (the 16- and 32-token classes, K of >= kMoeStreamKMinKblocks k-blocks) up to one
 // CTA per kMoeStreamKMinKblocks k-blocks, else one per tile; divisible from kMoeHybridMinKblocks.
-FP4GEMM_MOE_HD MoeClassLoad moe_class_load(int c, int tiles, int kblocks, int num_ctas, int narrow_rows, bool stream_k,
+FP4GEMM_HD MoeClassLoad moe_class_load(int c, int tiles, int kblocks, int num_ctas, int narrow_rows, bool stream_k,
                                            const MoeCostFigures& f) {
   const int tokens = 16 * (c + 1);
   const bool narrow_tile = tile_rows(tokens, narrow_rows) == 256;

@@ -14,11 +14,13 @@
 // kernel when a loop carries state across the class dispatch (C7512, measured). So tiles are
 // bucketed by class, each bucket gets CTAs in proportion to its cost, and stream-K runs inside
 // the bucket.
+//
+// This header holds what host and device share (the tile and piece records, the policy and the
+// tiling rules, all constexpr); the host-only work list and its builder are in
+// host/core/schedule.hpp.
 #pragma once
 
 #include <cstdint>
-#include <span>
-#include <vector>
 
 namespace fp4gemm::detail {
 
@@ -43,9 +45,6 @@ struct WorkPiece {
   int slot;              // >= 0: a writer storing its FP32 partial in this slot; -1: owner/whole
 };
 
-struct ScheduleShape {  // what the schedule needs of a group
-  int m, n, k;
-};
 
 struct SchedulePolicy {
   static constexpr int kMaxTokens = 256;     // wgmma N <= 256
@@ -115,26 +114,6 @@ constexpr int tile_rows(int ntok, int narrow_rows) {
   return ntok <= SchedulePolicy::kNarrowTokens ? narrow_rows : 128;
 }
 
-struct Schedule {
-  std::vector<TileDesc> tiles;
-  std::vector<WorkPiece> pieces;
-  std::vector<int> cta_begin;     // pieces of CTA i: [cta_begin[i], cta_begin[i+1])
-  std::vector<int> cta_class;     // width class (mainloop instantiation) of CTA i
-  std::vector<int> act_row0;      // per group: first row in the activation workspace
-  int num_ctas = 0;               // >= 1 per width class present (can exceed max_ctas only
-                                  // when there are more classes than CTAs; then no split-K)
-  int num_slots = 0;              // writer partial buffers needed
-  int total_act_rows = 0;
-  int max_kblocks = 0;
-  double imbalance = 0;           // est_makespan / mean CTA cost (hand-offs included)
-  double est_makespan = 0;        // max over CTAs of k-block costs + hand-off charges (see split_auto)
-  // Weight rows of the narrow (<= 128-token) tiles: 256 when there are at least as many tiles
-  // as CTAs that way, else 128 (a small problem would otherwise be cut into many split-K pieces
-  // whose FP32 hand-off costs more than the wider wgmma gains: 35 vs 20 us measured on H200).
-  int narrow_rows = 256;
-  int max_tile_tokens = SchedulePolicy::kMaxTokens;  // the token-tile width it was built with
-  bool split() const { return num_slots > 0; }  // some tile is cut between CTAs (stream-K pieces)
-};
 
 // The smallest mainloop instantiation (1..16) that can run a tile of `ntok` tokens: N = 16 * class.
 constexpr int width_class(int ntok) { return (ntok + 15) / 16; }
@@ -142,12 +121,19 @@ constexpr int width_class(int ntok) { return (ntok + 15) / 16; }
 // of 8, so narrow tiles stay narrow).
 constexpr int bucket_class(int ntok, int round) { return (width_class(ntok) + round - 1) / round * round; }
 
-// Token tiles of a group: ceil(m / max_tokens) tiles of near-equal size, each a multiple of 8
-// except possibly the last. Returns (tok0, ntok) pairs.
-std::vector<std::pair<int, int>> token_tiles(int m, int max_tokens = SchedulePolicy::kMaxTokens);
-
-// Builds the schedule for up to `max_ctas` CTAs (fewer when there is less work).
-Schedule build_schedule(std::span<const ScheduleShape> groups, int max_ctas,
-                        const SchedulePolicy& policy = {});
+// The token-tile rule, the one both schedules use (the host's work list through token_tiles, the
+// MoE kernel's device schedule through moe_expert_tiles): m token rows as `count` =
+// ceil(m / max_tokens) tiles of near-equal `size` tokens, a multiple of 8, and a last tile of
+// `last` (<= size) tokens. max_tokens: a multiple of 8 in [8, kMaxTokens]. size <= max_tokens, so
+// (count - 1) * size < m and every tile is non-empty.
+struct TokenSplit {
+  int count = 0, size = 0, last = 0;
+};
+constexpr TokenSplit token_split(int m, int max_tokens) {
+  if (m <= 0) return TokenSplit{};
+  const int count = (m + max_tokens - 1) / max_tokens;
+  const int size = ((m + count - 1) / count + 7) / 8 * 8;
+  return TokenSplit{count, size, m - (count - 1) * size};
+}
 
 }  // namespace fp4gemm::detail

@@ -16,13 +16,7 @@
 
 #include "fp4gemm/fp4gemm.hpp"  // ScaleLayout
 
-#if !defined(FP4GEMM_HD)
-#if defined(__CUDACC__)
-#define FP4GEMM_HD __host__ __device__ __forceinline__
-#else
-#define FP4GEMM_HD inline
-#endif
-#endif
+#include "formats/host_device.hpp"
 
 namespace fp4gemm::formats::detail {
 

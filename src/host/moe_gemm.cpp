@@ -11,6 +11,7 @@
 #include "device/moe_error.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
+#include "host/core/device_memory.hpp"
 #include "host/core/cuda_check.hpp"
 #include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
@@ -36,6 +37,7 @@ struct MoeGemm::Impl {
   MoeOptions options;
   DeviceInfo device;
   int rows = 0;          // of A and C
+  detail::DeviceAllocations memory;  // the error word
   int* error = nullptr;  // MoeErrorWord, in device memory
   const detail::MoeKernelEntry* entry = nullptr;
   std::unique_ptr<detail::MoeKernelPlan> kernel;
@@ -53,7 +55,6 @@ struct MoeGemm::Impl {
 
   ~Impl() {
     kernel.reset();
-    if (error != nullptr) cudaFree(error);
   }
 };
 
@@ -91,9 +92,7 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options, cudaStrea
     detail::check_device_buffer("weights.alpha_up_device", -1, w.alpha_up_device, 4 * std::int64_t{w.experts},
                                 p.device.index);
 
-  void* error = nullptr;
-  FP4GEMM_CUDA_CHECK(cudaMalloc(&error, sizeof(MoeErrorWord)), "plan workspace");
-  p.error = static_cast<int*>(error);
+  p.error = p.memory.allocate<int>(sizeof(MoeErrorWord), "plan workspace");
   FP4GEMM_CUDA_CHECK(cudaMemset(p.error, 0, sizeof(MoeErrorWord)), "plan");
   p.kernel = p.entry->build(detail::MoeKernelContext{w, o, p.device, p.rows, p.error, stream});
   p.runs.create();

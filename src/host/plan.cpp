@@ -7,6 +7,7 @@
 
 #include "fp4gemm/fp4gemm.hpp"
 #include "fp4gemm/formats.hpp"
+#include "host/core/device_memory.hpp"
 #include "host/core/cuda_check.hpp"
 #include "host/core/validate.hpp"
 #include "device/group_params.hpp"
@@ -24,6 +25,7 @@ struct Plan::Impl {
   DeviceInfo device;
   std::vector<GroupDesc> groups;
   const detail::KernelEntry* kernel = nullptr;
+  detail::DeviceAllocations memory;  // the group table
   GroupParams* d_groups = nullptr;
   int max_m = 0, max_n = 0;
   std::unique_ptr<detail::KernelPlan> kernel_plan;
@@ -36,7 +38,6 @@ struct Plan::Impl {
 
   ~Impl() {
     kernel_plan.reset();
-    if (d_groups) cudaFree(d_groups);
   }
 };
 
@@ -88,10 +89,7 @@ Plan::Plan(std::span<const GroupDesc> groups, const Options& options, cudaStream
       p.min_bytes += (m + products * n) * (k / 2 + k / vec) + m * n * out_type_size(options.out_type);
   }
   if (!params.empty()) {
-    FP4GEMM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p.d_groups), params.size() * sizeof(GroupParams)), "plan");
-    FP4GEMM_CUDA_CHECK(cudaMemcpy(p.d_groups, params.data(), params.size() * sizeof(GroupParams),
-                                  cudaMemcpyHostToDevice),
-                       "plan");
+    p.d_groups = p.memory.upload(params, "plan");
   }
   p.kernel_plan = p.kernel->build(
       detail::KernelContext{groups, p.options, p.device, p.d_groups, p.max_m, p.max_n, stream});

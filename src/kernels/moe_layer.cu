@@ -16,6 +16,7 @@
 #include "fp4gemm/moe_layer.hpp"
 #include "fp4gemm/quantize.hpp"
 #include "host/core/cuda_check.hpp"
+#include "host/core/device_memory.hpp"
 #include "host/core/moe_validate.hpp"
 #include "host/core/validate.hpp"
 #include "host/device_guard.hpp"
@@ -102,8 +103,7 @@ struct MoeLayer::Impl {
   MoeLayerWeights weights;
   MoeLayerOptions options;
   DeviceInfo device;
-  std::vector<void*> allocations;
-  std::size_t device_bytes = 0;
+  detail::DeviceAllocations memory;  // the layer's own workspace
   std::unique_ptr<MoeGemm> gemm1, gemm2;
   int capacity = 0;  // max_tokens x topk: rows of the sorted intermediates
   int* offsets = nullptr;  // [E + 1]
@@ -129,11 +129,7 @@ struct MoeLayer::Impl {
 
   template <typename T>
   T* allocate(std::size_t bytes, const char* what) {
-    void* p = nullptr;
-    FP4GEMM_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 16)), what);
-    allocations.push_back(p);
-    device_bytes += bytes;
-    return static_cast<T*>(p);
+    return memory.allocate<T>(bytes, what);
   }
   // A per-expert alpha array times a global activation scale, in a plan-owned array (null: none).
   struct Fold {
@@ -156,7 +152,6 @@ struct MoeLayer::Impl {
   ~Impl() {
     gemm1.reset();
     gemm2.reset();
-    for (void* p : allocations) cudaFree(p);
   }
 };
 
@@ -360,14 +355,14 @@ std::string MoeLayer::describe() const {
              ? (p.gemm1->options().quantize_output ? "; intermediate quantised in GEMM1's epilogue"
                                                    : "; intermediate quantised separately")
              : "")
-     << "; workspace " << (p.device_bytes + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
+     << "; workspace " << (p.memory.bytes() + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
      << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();
   return os.str();
 }
 
 std::size_t MoeLayer::device_bytes() const {
   const Impl& p = checked(impl_);
-  return p.device_bytes + p.gemm1->device_bytes() + p.gemm2->device_bytes();
+  return p.memory.bytes() + p.gemm1->device_bytes() + p.gemm2->device_bytes();
 }
 
 const MoeLayerOptions& MoeLayer::options() const { return checked(impl_).options; }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device/moe_tiles.hpp"
+#include "host/core/schedule.hpp"
 
 namespace fp4gemm::detail {
 namespace {
@@ -414,6 +415,27 @@ TEST(MoeClassCtas, NeverWorseThanTheProportionalRuleOnLayerRoutings) {
       }
   EXPECT_EQ(cases, 56);
   EXPECT_GE(improved, 3) << "Mixtral T 128 / 256 / 1024 down projections, Qwen3 T 1024";
+}
+
+}  // namespace
+}  // namespace fp4gemm::detail
+
+namespace fp4gemm::detail {
+namespace {
+
+// The MoE device schedule and the host work list cut token rows the same way (one rule,
+// token_split): every m, the same tiles at the same offsets.
+TEST(MoeScheduleArithmetic, TokenTilesAreTheHostRule) {
+  for (int m = 0; m <= 5000; ++m) {
+    const ExpertTiles x = moe_expert_tiles(0, m, 256, 256);
+    const auto host = token_tiles(m);
+    ASSERT_EQ(static_cast<int>(host.size()), x.count) << m;
+    for (int i = 0; i < x.count; ++i) {
+      ASSERT_EQ(host[i].first, i * x.size) << m;
+      ASSERT_EQ(host[i].second, i + 1 < x.count ? x.size : x.last) << m;
+    }
+  }
+  static_assert(token_split(320, 256).size == 160 && token_split(384, 128).count == 3 && token_split(1, 256).last == 1);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "device/schedule.hpp"
+#include "host/core/schedule.hpp"
 #include "fp4gemm/fp4gemm.hpp"
 
 using namespace fp4gemm::detail;

@@ -1,5 +1,5 @@
 // Builds the stream-K work list of the fused kernel (see src/device/schedule.hpp).
-#include "device/schedule.hpp"
+#include "host/core/schedule.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,12 +12,8 @@ namespace fp4gemm::detail {
 
 std::vector<std::pair<int, int>> token_tiles(int m, int max_tokens) {
   std::vector<std::pair<int, int>> out;
-  if (m <= 0) return out;
-  max_tokens = std::clamp(max_tokens / 8 * 8, 8, SchedulePolicy::kMaxTokens);
-  const int count = (m + max_tokens - 1) / max_tokens;
-  int size = (m + count - 1) / count;
-  size = (size + 7) / 8 * 8;
-  for (int t0 = 0; t0 < m; t0 += size) out.emplace_back(t0, std::min(size, m - t0));
+  const TokenSplit s = token_split(m, std::clamp(max_tokens / 8 * 8, 8, SchedulePolicy::kMaxTokens));
+  for (int i = 0; i < s.count; ++i) out.emplace_back(i * s.size, i + 1 < s.count ? s.size : s.last);
   return out;
 }
 

@@ -44,7 +44,7 @@
 #include <string>
 #include <vector>
 
-#include "device/schedule.hpp"
+#include "host/core/schedule.hpp"
 #include "fp4gemm/formats.hpp"
 
 namespace fp4gemm::detail {

@@ -11,6 +11,8 @@
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
 #include "host/core/cuda_check.hpp"
+#include "host/core/device_memory.hpp"
+#include "host/core/schedule.hpp"
 #include "host/tensor_map.hpp"
 #include "kernels/sm90/fused_grouped_gemm.hpp"
 #include "kernels/sm90/fused_kernel.cuh"
@@ -94,23 +96,14 @@ struct FastPlan final : KernelPlan {
   std::vector<GluScaleJob> glu_jobs;
   bool rescale_each_run = false;
   bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (Tuning::pdl)
-  std::vector<void*> allocations;
-  std::size_t device_bytes_ = 0;  // sum of the allocations' sizes
+  DeviceAllocations memory;  // owned (and freed) by the plan
 
-  ~FastPlan() override {
-    for (void* ptr : allocations) cudaFree(ptr);
-  }
   void run(cudaStream_t stream) const override;
   std::string describe() const override;
-  std::size_t device_bytes() const override { return device_bytes_; }
-  // Device memory owned (and freed) by the plan.
+  std::size_t device_bytes() const override { return memory.bytes(); }
   template <typename T>
   T* allocate(std::size_t bytes, const char* what) {
-    void* ptr = nullptr;
-    FP4GEMM_CUDA_CHECK(cudaMalloc(&ptr, bytes), what);
-    allocations.push_back(ptr);
-    device_bytes_ += bytes;
-    return static_cast<T*>(ptr);
+    return memory.allocate<T>(bytes, what, 0);  // (a plain cudaMalloc of `bytes`)
   }
 };
 
@@ -203,11 +196,11 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   // 64 n x 8 tokens, 128-byte swizzle (the epilogue buffer's layout). Taken when CTAs run at
   // least 4 pieces on average: then the epilogues recur between mainloops and TMA lets the warps
   // go on (dense 8192^2 x 1024, 16 tiles per CTA: 205 -> 194 us on the H200); with 1-3 pieces
-  // per CTA (seed cases 1-4) it measured 0-2 % slower than the warps' own stores (docs/PERF.md
-  // v12). TMA needs 16-byte multiples for C's row pitch, and it clips a row's end in 16-byte
-  // steps: a store would write up to 7 padding elements past an N that is not a multiple of 8
-  // (measured), so such groups keep the warps' stores (c_tma[group] = 0). Tuning::tma_store
-  // (measurement and test knob) turns it off / on wherever allowed.
+  // per CTA (seed cases 1-4) it measured 0-2 % slower than the warps' own stores. TMA needs
+  // 16-byte multiples for C's row pitch, and it clips a row's end in 16-byte steps: a store would
+  // write up to 7 padding elements past an N that is not a multiple of 8 (measured), so such
+  // groups keep the warps' stores (c_tma[group] = 0). Tuning::tma_store (measurement and test
+  // knob) turns it off / on wherever allowed.
   std::vector<CUtensorMap> cmaps;
   std::vector<std::uint8_t> c_tma;
   int active_ctas = 0;
@@ -250,8 +243,8 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
       // atoms (the fastest kernel). With rescale_each_run the producer instead gathers the user's
       // gate / up scales in the kernel's row order at every k-block (linear rows of a multiple of
       // 4 bytes, or blocked): scale_linear = the map's first half's, scale_blocked = the second's
-      // -- no per-run copy, a slower kernel (H200, 256 x 4096 x 7168: ~74 vs ~80 us; docs/PERF.md
-      // v18); other layouts copy before every run.
+      // -- no per-run copy, a slower kernel (H200, 256 x 4096 x 7168: ~74 vs ~80 us); other
+      // layouts copy before every run.
       const auto* sfb_up = static_cast<const std::uint8_t*>(g.sfb_up);
       const bool swap = g.b_up < g.b;
       const std::uint8_t* first = swap ? sfb_up : sfb;
@@ -348,8 +341,11 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   pa.num_groups = static_cast<int>(prepass_groups.size());
   pa.inline_count = std::min(PrepassArgs::kInline, pa.num_groups);
   std::copy_n(prepass_groups.begin(), pa.inline_count, pa.inline_groups);
-  // Measurement knobs (docs/PERF.md v12): Tuning::prepass_inline = false reads every group from
-  // the table in global memory; Tuning::meta_prefetch = false leaves the metadata out of L2.
+  // The groups by value and the metadata's L2 prefetch shorten the start: without them the GEMM
+  // producer's first TMA sits behind 4-5 dependent DRAM misses on the plan's metadata (together,
+  // H200: -2 % on seed case 3, -4 % on case 4). Measurement knobs: Tuning::prepass_inline = false
+  // reads every group from the table in global memory; Tuning::meta_prefetch = false leaves the
+  // metadata out of L2.
   if (!tuning.prepass_inline) pa.inline_count = 0;
   pa.groups = at(o_pre, prepass_groups);
   // One thread per (token row, k-block) of the largest group; make_fused_plan checked that the
@@ -371,8 +367,9 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   FP4GEMM_CUDA_CHECK(cudaMemset(pr.flags, 0, s.tiles.size() * sizeof(int)), "plan workspace");
   pr.ring_bytes = ring_bytes;
   pr.narrow_rows = s.narrow_rows;
-  // The ring's first fill of weights is issued while the pre-pass runs (PERF.md v11); measurement
-  // knob Tuning::early_weights = false issues every load after the wait, as before v11.
+  // The ring's first fill of weights is issued while the pre-pass runs, so those loads overlap it
+  // (H200: -0.7 to -1.6 % on seed cases 1, 2 and 4, +1.2 % on case 3); measurement knob
+  // Tuning::early_weights = false issues every load after the wait.
   pr.early_kblocks = tuning.early_weights ? C::kMaxStages : 0;
   pr.layout = options.scale_layout;
   if (dual) {  // read by the GLU epilogue and the weight loads (the work list stays the host's)

@@ -21,6 +21,7 @@
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
 #include "host/core/cuda_check.hpp"
+#include "host/core/device_memory.hpp"
 #include "host/core/moe_validate.hpp"
 #include "host/tensor_map.hpp"
 #include "formats/scale_layout.hpp"
@@ -105,21 +106,17 @@ using KC = KernelConfig;
 class FusedMoePlan final : public MoeKernelPlan {
  public:
   explicit FusedMoePlan(const MoeKernelContext& context);
-  ~FusedMoePlan() override {
-    for (void* p : allocations) cudaFree(p);
-  }
   void enqueue(const MoeArgs& args, cudaStream_t stream) const override;
   void reload(cudaStream_t stream) const override;
   std::string describe() const override;
-  std::size_t device_bytes() const override { return bytes; }
+  std::size_t device_bytes() const override { return memory.bytes(); }
 
  private:
   MoeWeights weights;  // validated (MoeGemm)
   MoeOptions options;
   DeviceInfo device;
   int rows = 0;  // of A and C
-  std::vector<void*> allocations;
-  std::size_t bytes = 0;
+  DeviceAllocations memory;  // owned (and freed) by the plan
   FusedParams params{};
   PrepassArgs prepass{};
   dim3 prepass_grid{1, 1, 1};
@@ -139,17 +136,11 @@ class FusedMoePlan final : public MoeKernelPlan {
 
   template <typename T>
   T* allocate(std::size_t n, const char* what) {
-    void* p = nullptr;
-    FP4GEMM_CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 16)), what);
-    allocations.push_back(p);
-    bytes += n;
-    return static_cast<T*>(p);
+    return memory.allocate<T>(n, what);
   }
   template <typename T>
   T* upload(const std::vector<T>& v, const char* what) {
-    T* d = allocate<T>(v.size() * sizeof(T), what);
-    if (!v.empty()) FP4GEMM_CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), what);
-    return d;
+    return memory.upload(v, what);
   }
 };
 
@@ -331,10 +322,12 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   // `capacity` experts have rows in the contiguous layout, so decode plans (capacity = tokens x
   // top-k, a few experts) spread each expert's weights over twice the CTAs. Between half and all
   // of the CTAs, 256-row tiles run in one round where 128-row tiles need two (the cost model: 501
-  // against 2 x 267 per k-block at 80 tokens); v16-v29 asked for every CTA (the pointer-array
-  // plan's rule), which gave Mixtral's down projection (8 experts x 16 row blocks on 132 SMs)
-  // 128-row tiles in two rounds (PERF.md v30).
-  // (Fixed per plan: the kernel's ring addresses derive from it as a constant, v16.)
+  // against 2 x 267 per k-block at 80 tokens). The pointer-array plan's rule, 256 rows only when
+  // they give every CTA a tile, would give Mixtral's down projection (8 experts x 16 row blocks on
+  // 132 SMs) 128-row tiles in two rounds: measured on H200 this rule runs that GEMM at T 256 in
+  // 152 instead of 173 us (-12 %), the Mixtral layer -4 % at T 256 and -8 % at T 128.
+  // (Fixed per plan: the kernel's ring addresses derive from it as a constant; a choice made on
+  // the device made ptxas spill 136-172 bytes in every mainloop.)
   const std::int64_t reachable = o.layout == MoeLayout::contiguous ? std::min(w.experts, o.capacity) : w.experts;
   pr.narrow_rows = tuning.narrow_rows.value_or(2 * reachable * ((krows + 255) / 256) > num_ctas ? 256 : 128);
   pr.early_kblocks = tuning.moe_early_kblocks.value_or(KC::kMaxStages);  // (the kernel clamps it to its stages)
