@@ -211,6 +211,7 @@ class SymmetricMemoryComm:
         self.world = dist.get_world_size(self.group)
         self.device = torch.device("cuda", torch.cuda.current_device())
         self._handle = None
+        self._handles: List[Any] = []
 
     def buffers(self, nbytes: int):
         """This rank's exchange buffer (a uint8 tensor) and every rank's buffer address here (a
@@ -220,6 +221,7 @@ class SymmetricMemoryComm:
 
         buf = symm_mem.empty(int(nbytes), dtype=torch.uint8, device=self.device)
         self._handle = symm_mem.rendezvous(buf, self.group.group_name)
+        self._handles.append(self._handle)  # every layer's peer mappings stay while this comm lives
         return buf, [int(p) for p in self._handle.buffer_ptrs]
 
     def barrier(self) -> None:
@@ -238,7 +240,8 @@ class LocalGroup:
             raise _argument_error("world", f"must be in 1..8, got {world}")
         self.world = world
         self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
-        self._bufs: List[Any] = []
+        self._sets: List[List[Any]] = []  # the n-th layers' buffers, one per rank
+        self._calls = [0] * world          # layers made so far, per rank
 
     def comm(self, rank: int) -> "_LocalComm":
         if not 0 <= rank < self.world:
@@ -273,12 +276,19 @@ class _LocalComm:
         import torch
 
         g = self.group
-        if not g._bufs:
-            g._bufs = [torch.zeros(int(nbytes) + 256, dtype=torch.uint8, device=g.device) for _ in range(g.world)]
-        if g._bufs[0].numel() < nbytes + 256:
-            raise _argument_error("nbytes", "every rank of a LocalGroup must use the same layer shape")
+        # Rank r's n-th layer shares the n-th set of buffers with the other ranks' n-th layers (the
+        # first rank to ask makes the set), so several layers can live on one group.
+        n = g._calls[self.rank]
+        if n == len(g._sets):
+            g._sets.append([torch.zeros(int(nbytes) + 256, dtype=torch.uint8, device=g.device) for _ in range(g.world)])
+        bufs = g._sets[n]
+        if bufs[0].numel() != nbytes + 256:
+            raise _argument_error("nbytes", f"rank {self.rank}'s layer {n} needs {nbytes} bytes of exchange buffer, but "
+                                            f"another rank's layer {n} made it {bufs[0].numel() - 256}: the n-th "
+                                            "ExpertParallel of every rank must have the same shape")
+        g._calls[self.rank] += 1
         # 256-byte aligned views (the caching allocator's blocks are 512-aligned already).
-        views = [b[(-b.data_ptr()) % 256:][:nbytes] for b in g._bufs]
+        views = [b[(-b.data_ptr()) % 256:][:nbytes] for b in bufs]
         return views[self.rank], [v.data_ptr() for v in views]
 
     def barrier(self) -> None:
@@ -337,6 +347,7 @@ class ExpertParallel:
         h, cap = self.hidden, self.world * self.max_tokens * self.topk
         nbytes = _C.ep_buffer_bytes(self.world, self.rank, self.experts, self.topk, h, self.max_tokens, rows)
         self._buf, ptrs = self.comm.buffers(nbytes)
+        self._mapping = getattr(self.comm, "_handle", None)  # (SymmetricMemory: the peer mappings of _buf)
         gs = self.a1 if rows == "nvfp4" else 1.0
         self.exchange = _C.EpExchange(self.world, self.rank, self.experts, self.topk, h, self.max_tokens, rows, gs,
                                       device.index if device.index is not None else torch.cuda.current_device(), ptrs)

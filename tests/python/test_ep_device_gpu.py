@@ -210,3 +210,45 @@ def test_layer_token_count_on_the_device(act):
         layer.run(x, ids, w, token_count=torch.zeros(1, dtype=torch.int64, device="cuda"))
     with pytest.raises(fp4gemm.ArgumentError, match="token_count"):
         layer.run(x, ids, w, token_count=torch.zeros(1, dtype=torch.int32))
+
+
+def test_lifetimes_two_layers_and_in_place_weights():
+    """Two layers of different shapes on one LocalGroup (each rank's n-th layer shares the n-th
+    buffers), steps alternating between them, inputs reallocated every step, and the weights
+    changed in place between steps (torch's version counter: the local layers copy their scales
+    again), each step bit for bit the single-GPU layer on the same weights."""
+    group = ep.LocalGroup(2)
+    cases = [EpCase(2, "nvfp4"), EpCase(2, "nvfp4", e=4, h=128, i=64, k=2)]
+    ranks, singles, full = [], [], []  # per layer
+    for c in cases:
+        weights = [tuple(_cuda(a[r * c.local:(r + 1) * c.local]) for a in (c.w13, c.s13, c.w2, c.s2)) for r in range(2)]
+        alphas = [c.rank_weights(r, _cuda)[1] for r in range(2)]
+        ranks.append([ep.ExpertParallel(*weights[r], experts=c.e, comm=group.comm(r), max_tokens=16, topk=c.k,
+                                        **alphas[r], **c.kw) for r in range(2)])
+        fw = [_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)]
+        full.append((fw, weights))
+        singles.append(moe.MoeLayer(*fw, max_tokens=16, topk=c.k, w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u),
+                                    w2_alpha=_cuda(c.a2), **c.kw))
+    rng = np.random.default_rng(3)
+    for step in range(8):
+        n = step % 2
+        c = cases[n]
+        if step >= 4:  # new w13 scales, in place, on the ranks' slices and the full copy alike
+            fw, weights = full[n]
+            codes = np.array([0x30, 0x38, 0x40], np.uint8)[rng.integers(0, 3, c.s13.shape)]
+            fw[1].copy_(_cuda(codes))
+            for r in range(2):
+                weights[r][1].copy_(_cuda(codes[r * c.local:(r + 1) * c.local]))
+        inputs = [tuple(_cuda(a) for a in tok) for tok in (c.tokens[0], c.tokens[1])]
+        got = group.step(ranks[n], inputs)
+        for r in range(2):
+            want = singles[n].run(*inputs[r])
+            assert np.array_equal(_bits(got[r]), _bits(want)), f"step {step} layer {n} rank {r}"
+    # A rank's next layer must match the other ranks' next layer in shape.
+    c = cases[0]
+    weights, alphas = c.rank_weights(0, _cuda)
+    ep.ExpertParallel(*weights, experts=c.e, comm=group.comm(0), max_tokens=16, topk=c.k, **alphas, **c.kw)
+    c2 = cases[1]
+    w2_, a2_ = c2.rank_weights(1, _cuda)
+    with pytest.raises(fp4gemm.ArgumentError, match="nbytes"):
+        ep.ExpertParallel(*w2_, experts=c2.e, comm=group.comm(1), max_tokens=16, topk=c2.k, **a2_, **c2.kw)
