@@ -333,6 +333,9 @@ class ExpertParallel:
         self.device_path = bool(getattr(comm, "device_path", False))
         self.hidden = int(w13.shape[2]) * 2
         if self.device_path:
+            if not (_is_torch(w13) and w13.is_cuda):
+                raise _argument_error("w13", "the device path (SymmetricMemoryComm, LocalGroup) needs the weights as "
+                                             "CUDA tensors on this rank's GPU")
             self._setup_device(w13.device)
         self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens * topk, topk=1,
                                   **layer_kwargs)

@@ -252,3 +252,11 @@ def test_lifetimes_two_layers_and_in_place_weights():
     w2_, a2_ = c2.rank_weights(1, _cuda)
     with pytest.raises(fp4gemm.ArgumentError, match="nbytes"):
         ep.ExpertParallel(*w2_, experts=c2.e, comm=group.comm(1), max_tokens=16, topk=c2.k, **a2_, **c2.kw)
+
+
+def test_device_path_refuses_host_weights():
+    c = EpCase(2, "nvfp4")
+    weights, alphas = c.rank_weights(0)  # NumPy arrays
+    with pytest.raises(fp4gemm.ArgumentError, match="w13"):
+        ep.ExpertParallel(*weights, experts=c.e, comm=ep.LocalGroup(2).comm(0), max_tokens=16, topk=c.k, **alphas,
+                          **c.kw)
