@@ -1,7 +1,7 @@
 """Expert-parallel MoE layer on W GPUs (torch.distributed), DeepSeek-V3 layer shapes by default.
 
     torchrun --nproc-per-node W examples/ep_moe.py [--tokens 128] [--act nvfp4|bf16] [--path device|host]
-             [--steps 50] [--json FILE]
+             [--steps 50] [--check] [--json FILE]
 
 Each rank holds E/W experts (random weights: NVFP4 for --act nvfp4, W4A4; MXFP4 for --act bf16,
 W4A16), draws its own tokens and a new uniform top-k routing every step, and runs
@@ -17,7 +17,9 @@ Prints per rank: the step time (median and range over the steps; graph replays f
 path), the dispatch and combine times (CUDA events around the phases of eager steps, barriers
 included), the bytes this rank sent to other ranks and the GB/s that makes, a plain NCCL
 all-to-all of the same bytes measured in the same run, and (rank 0) the same layer on one GPU for
-all W x T tokens. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+all W x T tokens. --check: every rank also runs the one-GPU layer (all experts, the same global
+weights) on its own tokens for every timed routing and reports how many steps were bit-identical.
+NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1).
 """
 import argparse
@@ -95,6 +97,9 @@ def main():
     ap.add_argument("--act", default="nvfp4", choices=["nvfp4", "bf16"])
     ap.add_argument("--path", default="device", choices=["device", "host"])
     ap.add_argument("--single", default="auto", choices=["auto", "off"], help="time the one-GPU layer on rank 0")
+    ap.add_argument("--check", action="store_true",
+                    help="every rank also runs the one-GPU layer (all experts) on its tokens: outputs must be equal, "
+                         "bit for bit, for every timed routing")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -104,9 +109,18 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     e, h, i, k, t = args.experts, args.hidden, args.inter, args.topk, args.tokens
     fmt = "nvfp4" if args.act == "nvfp4" else "mxfp4"
-    g = torch.Generator(device=dev).manual_seed(1234 + rank)
-    w13, s13 = weights(g, dev, e // world, 2 * i, h, fmt)
-    w2, s2 = weights(g, dev, e // world, h, i, fmt)
+    # The global weights, the same on every rank (one seed); rank r keeps its slice of experts. With
+    # --check every rank also keeps the whole set, for the one-GPU layer its outputs must equal.
+    gw = torch.Generator(device=dev).manual_seed(1234)
+    local = e // world
+    sl = slice(rank * local, (rank + 1) * local)
+    full = [weights(gw, dev, e, 2 * i, h, fmt), weights(gw, dev, e, h, i, fmt)]
+    w13, s13 = (a[sl].clone() for a in full[0])
+    w2, s2 = (a[sl].clone() for a in full[1])
+    if not (args.check or (rank == 0 and args.single == "auto")):
+        del full
+        torch.cuda.empty_cache()
+    g = torch.Generator(device=dev).manual_seed(5678 + rank)
     comm = ep.SymmetricMemoryComm() if args.path == "device" else ep.TorchComm()
     layer = ep.ExpertParallel(w13, s13, w2, s2, experts=e, comm=comm, max_tokens=t, topk=k, act_format=args.act,
                               scale_layout="linear")
@@ -193,6 +207,17 @@ def main():
         report["step_us"] = [float(np.median(step_us)), float(np.min(step_us)), float(np.max(step_us))]
         report["step_kind"] = "eager (host split sizes)"
 
+    if args.check:  # every timed routing again, eager, against the one-GPU layer on this rank
+        single = moe.MoeLayer(*full[0], *full[1], max_tokens=t, topk=k, act_format=args.act, scale_layout="linear")
+        bad = 0
+        for n in range(steps):
+            new_routing(n)
+            got = layer(x, ids, wts)
+            want = single.run(x, ids, wts)
+            bad += int(not torch.equal(got.view(torch.int16), want.view(torch.int16)))
+        report["check"] = f"{steps - bad} of {steps} steps bit-identical to the one-GPU layer"
+        progress(rank, report["check"])
+        del single
     dist.barrier(device_ids=[local_rank])
     progress(rank, "NCCL all-to-all baseline")
     # The same bytes on every rank (the largest rank's): equal-split all-to-alls of unequal tensors hang.
@@ -215,8 +240,7 @@ def main():
     progress(rank, "the one-GPU layer" if args.single == "auto" else "done")
     if rank == 0 and args.single == "auto":
         try:  # the same layer on one GPU for all W x T tokens (where it fits)
-            gw13, gs13 = weights(g, dev, e, 2 * i, h, fmt)
-            gw2, gs2 = weights(g, dev, e, h, i, fmt)
+            (gw13, gs13), (gw2, gs2) = full
             one = moe.MoeLayer(gw13, gs13, gw2, gs2, max_tokens=world * t, topk=k, act_format=args.act,
                                scale_layout="linear")
             xs = (torch.randn((world * t, h), generator=g, device=dev) * 0.5).to(torch.bfloat16)
@@ -249,6 +273,9 @@ def main():
             if "exchange_vs_nccl" in r:
                 line += f" (ours {r['exchange_vs_nccl']:.2f}x)"
             print(line, flush=True)
+        for r in rows:
+            if "check" in r:
+                print(f"rank {r['rank']}: {r['check']}", flush=True)
         one = rows[0].get("single_gpu_us")
         if isinstance(one, list):
             print(f"one GPU, {world * t} tokens: {one[0]:.0f} us [{one[1]:.0f}, {one[2]:.0f}]; "

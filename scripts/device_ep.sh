@@ -33,7 +33,7 @@ for step in "$@"; do
       for cfg in ${EP_CONFIGS:-nvfp4:128 nvfp4:4096 bf16:128 bf16:4096}; do
         act=${cfg%%:*}; t=${cfg##*:}
         echo "== $G GPUs, $act, T $t per rank"
-        timeout 240 torchrun --nproc-per-node "$G" examples/ep_moe.py --act "$act" --tokens "$t" --steps "${EP_STEPS:-30}" \
+        timeout 240 torchrun --nproc-per-node "$G" examples/ep_moe.py --act "$act" --tokens "$t" --steps "${EP_STEPS:-30}" --check \
           --json "$OUT/ep${G}_${act}_${t}.json" > "$OUT/ep${G}_${act}_${t}.log" 2>&1 || echo "(rc $?)"
         grep -E "^rank|^one GPU|Error" "$OUT/ep${G}_${act}_${t}.log" | head -8
       done ;;
