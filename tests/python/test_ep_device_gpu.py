@@ -260,3 +260,22 @@ def test_device_path_refuses_host_weights():
     with pytest.raises(fp4gemm.ArgumentError, match="w13"):
         ep.ExpertParallel(*weights, experts=c.e, comm=ep.LocalGroup(2).comm(0), max_tokens=16, topk=c.k, **alphas,
                           **c.kw)
+
+
+def test_w4a4_layer_with_bf16_rows():
+    """dispatch='bf16' on a W4A4 layer: bf16 rows travel, the receiving layer quantises them (its own
+    step 2): still the single-GPU layer's bits."""
+    c = EpCase(2, "nvfp4")
+    group = ep.LocalGroup(2)
+    parts = []
+    for r in range(2):
+        weights, alphas = c.rank_weights(r, _cuda)
+        parts.append(ep.ExpertParallel(*weights, experts=c.e, comm=group.comm(r), max_tokens=16, topk=c.k,
+                                       dispatch="bf16", **alphas, **c.kw))
+        assert not parts[-1].fp4 and parts[-1].row_bytes == 2 * c.h
+    single = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k,
+                          w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2), **c.kw)
+    inputs = [tuple(_cuda(a) for a in tok) for tok in c.tokens[:2]]
+    got = group.step(parts, inputs)
+    for r in range(2):
+        assert np.array_equal(_bits(got[r]), _bits(single.run(*inputs[r]))), r
