@@ -50,16 +50,20 @@ def routings(g, dev, n, t, e, k):
     return ids.contiguous(), torch.rand((n, t, k), generator=g, device=dev)
 
 
-def timed(fn, reps):
-    """Median, min and max of `reps` CUDA-event timings of fn() (µs)."""
+def timed(fn, reps, before=None, skip=0):
+    """Median, min and max of CUDA-event timings of fn() (µs) over `reps` calls, the first `skip`
+    left out; before(n), when given, runs ahead of call n outside the timed window."""
     out = []
-    for _ in range(reps):
+    for n in range(reps):
+        if before is not None:
+            before(n)
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
         b.record()
         b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
+        if n >= skip:
+            out.append(a.elapsed_time(b) * 1e3)
     return float(np.median(out)), float(np.min(out)), float(np.max(out))
 
 
@@ -179,32 +183,15 @@ def main():
         with torch.cuda.stream(s), torch.cuda.graph(graph, stream=s):
             layer(x, ids, wts, out=out)
         torch.cuda.current_stream().wait_stream(s)
-        step_us = []
-        for n in range(steps + 3):
-            new_routing(n)
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            graph.replay()
-            b.record()
-            b.synchronize()
-            if n >= 3:
-                step_us.append(a.elapsed_time(b) * 1e3)
-        report["step_us"] = [float(np.median(step_us)), float(np.min(step_us)), float(np.max(step_us))]
+        report["step_us"] = list(timed(graph.replay, steps + 3, before=new_routing, skip=3))
         report["step_kind"] = "graph replay"
         progress(rank, f"{steps + 3} graph replays timed")
     else:
-        step_us = []
-        for n in range(steps + 3):
+        def before(n):
             new_routing(n)
             dist.barrier(device_ids=[local_rank])
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            layer(x, ids, wts)
-            b.record()
-            b.synchronize()
-            if n >= 3:
-                step_us.append(a.elapsed_time(b) * 1e3)
-        report["step_us"] = [float(np.median(step_us)), float(np.min(step_us)), float(np.max(step_us))]
+
+        report["step_us"] = list(timed(lambda: layer(x, ids, wts), steps + 3, before=before, skip=3))
         report["step_kind"] = "eager (host split sizes)"
 
     if args.check:  # every timed routing again, eager, against the one-GPU layer on this rank

@@ -332,6 +332,9 @@ class ExpertParallel:
         self.a1 = float(layer_kwargs.get("a1_scale", 1.0))
         self.device_path = bool(getattr(comm, "device_path", False))
         self.hidden = int(w13.shape[2]) * 2
+        # bytes of one dispatched row: packed e2m1 + one scale per block (FP4), or bf16
+        self.row_bytes = (self.hidden // 2 + self.hidden // (16 if self.format == "nvfp4" else 32) if self.fp4
+                          else 2 * self.hidden)
         if self.device_path:
             if not (_is_torch(w13) and w13.is_cuda):
                 raise _argument_error("w13", "the device path (SymmetricMemoryComm, LocalGroup) needs the weights as "
@@ -375,7 +378,6 @@ class ExpertParallel:
             self._recv = view(got["rows"], torch.bfloat16, (cap, h))
         self._ones = torch.ones((cap, 1), dtype=torch.float32, device=device)
         self._y = torch.empty((cap, h), dtype=torch.bfloat16, device=device)
-        self.row_bytes = h // 2 + h // (16 if self.format == "nvfp4" else 32) if self.fp4 else 2 * h
 
     @staticmethod
     def _stream():
@@ -440,10 +442,8 @@ class ExpertParallel:
         valid = (ids >= 0) & (ids < self.experts)
         dest = ids[valid] // self.local
         remote = int(np.sum(dest != self.rank))
-        row = (self.row_bytes if self.device_path else
-               (self.hidden // 2 + self.hidden // (16 if self.format == "nvfp4" else 32) if self.fp4 else 2 * self.hidden))
         return {"rows_remote": remote, "rows_local": int(dest.size) - remote,
-                "dispatch_bytes": remote * row, "combine_bytes": remote * 2 * self.hidden}
+                "dispatch_bytes": remote * self.row_bytes, "combine_bytes": remote * 2 * self.hidden}
 
     def _forward_device(self, x, ids, w, out=None):
         if isinstance(self.comm, _LocalComm):

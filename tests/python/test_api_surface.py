@@ -859,6 +859,8 @@ def _ep_layer(T, env, comm, c, t, rank, world, k, convert, dispatch="auto"):
     assert T.use(K, layer, "format") == c.fmt and T.use(K, layer, "a1") == c.a1
     assert isinstance(T.use(K, layer, "layer"), moe.MoeLayer)
     assert T.use(K, layer, "hidden") == c.h
+    vec = 16 if c.fmt == "nvfp4" else 32
+    assert T.use(K, layer, "row_bytes") == (c.h // 2 + c.h // vec if layer.fp4 else 2 * c.h)
     assert T.use(K, layer, "device_path") == bool(getattr(comm, "device_path", False))
     return layer
 
