@@ -15,7 +15,7 @@ I 64..128, per-expert alphas or none, global scales) and objects built on them:
 * runs with random T (0 included), routings (uniform, one hot expert, most experts empty,
   duplicates, ids outside [0, E) -- -1, E, the dtype's extremes -- and all dropped), int32 /
   int64 ids, float32 / bf16 weights, NaN-poisoned ``out`` or none, pre-quantised tokens
-  (``hidden_fp4``); ``moe.fused_experts`` and ``moe.grouped_gemm`` one-call paths; cache clears;
+  (``hidden_fp4``), a device-side ``token_count`` (GPU); ``moe.fused_experts`` and ``moe.grouped_gemm`` one-call paths; cache clears;
   a refused call (too many tokens, wrong top-k) followed by a good one; describe() / repr() /
   every property.
 
@@ -888,8 +888,8 @@ class GpuSequence(HostSequence):
         if t is None:
             t = self.draw_tokens(rec.max_tokens)
         x, ids, wts, what = self.draw_batch(c, t, rec.topk)
-        mode = self.d.choice(["alloc", "out", "call", "stream", "hidden_fp4"] if c.act != "bf16" and t
-                             else ["alloc", "out", "call", "stream"])
+        mode = self.d.choice(["alloc", "out", "call", "stream", "token_count"] + (["hidden_fp4"] if c.act != "bf16" and t
+                                                                                  else []))
         self.log(f"run {rec.name} T={t} {what} ({mode})")
         xd, idsd, wtsd = self.dev(x), self.dev(ids), self.dev(wts)
         if mode == "hidden_fp4":
@@ -901,6 +901,13 @@ class GpuSequence(HostSequence):
             assert got is out
         elif mode == "call":
             got = rec.obj(xd, idsd, wtsd)
+        elif mode == "token_count":  # a device-side count n <= T: tokens from n on are absent
+            n = self.d.integer(0, t)
+            self.log(f"  token_count {n}")
+            out = torch.full((t, c.h), float("nan"), dtype=torch.bfloat16, device="cuda")
+            got = rec.obj.run(xd, idsd, wtsd, out=out, token_count=torch.tensor([n], dtype=torch.int32, device="cuda"))
+            assert torch.isnan(got[n:].float()).all(), f"{self.described(rec)}: rows past token_count {n} were written"
+            x, ids, wts, got = x[:n], ids[:n], wts[:n], got[:n]
         elif mode == "stream":
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
