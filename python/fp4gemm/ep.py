@@ -353,7 +353,6 @@ class ExpertParallel:
         h, cap = self.hidden, self.world * self.max_tokens * self.topk
         nbytes = _C.ep_buffer_bytes(self.world, self.rank, self.experts, self.topk, h, self.max_tokens, rows)
         self._buf, ptrs = self.comm.buffers(nbytes)
-        self._mapping = getattr(self.comm, "_handle", None)  # (SymmetricMemory: the peer mappings of _buf)
         gs = self.a1 if rows == "nvfp4" else 1.0
         self.exchange = _C.EpExchange(self.world, self.rank, self.experts, self.topk, h, self.max_tokens, rows, gs,
                                       device.index if device.index is not None else torch.cuda.current_device(), ptrs)
@@ -369,7 +368,6 @@ class ExpertParallel:
 
         self.capacity = cap
         self._recv_ids = view(got["ids"], torch.int32, (cap, 1))
-        self._recv_counts = view(got["counts"], torch.int32, (self.world,))
         self._recv_count = view(got["count"], torch.int32, (1,))  # their sum: the local layer's token count
         if self.fp4:
             vec = 16 if self.format == "nvfp4" else 32
