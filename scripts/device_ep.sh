@@ -24,7 +24,7 @@ for step in "$@"; do
       for p in "${pids[@]}"; do wait "$p" || echo "a C++ shard failed"; done
       for ((i = 0; i < G; i++)); do grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST" "$OUT/gpu_shard$i.log" | head -6; done
       timeout 500 python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_ep_device_gpu.py tests/python/test_ep_torch.py \
-        tests/python/test_moe_layer_gpu.py tests/python/test_lifetimes_gpu.py tests/python/test_api_surface.py > "$OUT/py_ep.log" 2>&1
+        tests/python/test_moe_layer_gpu.py tests/python/test_lifetimes_gpu.py tests/python/test_api_surface.py tests/python/test_random_sequences.py > "$OUT/py_ep.log" 2>&1
       grep -E "^(FAILED|ERROR)|passed|failed|SKIPPED" "$OUT/py_ep.log" | tail -12
       CUDA_VISIBLE_DEVICES=0 timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider \
         tests/python/test_ep_device_gpu.py -k "equals or token_count or odd" > "$OUT/sanitizer_ep.log" 2>&1

@@ -19,10 +19,11 @@
 //      get id -1.                                                                  -- barrier --
 //   3. the caller runs its local experts on the received rows (received(): a MoeLayer of E/W
 //      experts with top-1, weight 1 -- its output row r is exactly the full layer's row for that
-//      pair), then send_back writes output row r into its origin rank's pair-ordered rows.
-//                                                                                  -- barrier --
-//   4. combine: the layer's combine over the pairs that came back (FP32 fmas in slot order, one
-//      rounding): bit for bit the single-GPU layer's output, for any W.
+//      pair), then send_back writes output row r into its origin rank's pair-ordered rows (rows
+//      whose origin is this rank stay where they are).                             -- barrier --
+//   4. combine: the layer's combine over the pairs that came back and the pairs that stayed (read
+//      from the local layer's output y, which must be unchanged since send_back; FP32 fmas in slot
+//      order, one rounding): bit for bit the single-GPU layer's output, for any W.
 //
 // The barriers are the caller's (every rank's writes of a phase visible to every rank before the
 // next phase starts: e.g. SymmetricMemory's barrier(), or a device synchronisation when all ranks
@@ -49,7 +50,7 @@ struct EpConfig {
   int world = 1, rank = 0;  // W (1..8) and this rank
   int experts = 0;          // E, the global expert count (ids are global), divisible by W
   int topk = 0;             // k
-  int hidden = 0;           // H: a multiple of 64
+  int hidden = 0;           // H: a multiple of 64, at most 65536
   int max_tokens = 0;       // the most tokens one rank brings to a step
   EpRows rows = EpRows::bf16;
   float global_scale = 1.0f;  // NVFP4 rows: the layer's a1_scale (the quantiser's global scale)
@@ -67,7 +68,7 @@ struct EpStepArgs {
   int tokens = 0;                // 0..max_tokens
   void* out = nullptr;           // combine: bf16 [tokens, H], row stride ld_out (0: H)
   std::int64_t ld_out = 0;
-  const void* y = nullptr;       // send_back: the local layer's output, bf16 [capacity, H] rows
+  const void* y = nullptr;       // send_back and combine: the local layer's output, bf16 [capacity, H] rows
   std::int64_t ld_y = 0;         // (0: H)
 };
 

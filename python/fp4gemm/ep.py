@@ -430,7 +430,7 @@ class ExpertParallel:
         if out is None:
             out = torch.empty((t, self.hidden), dtype=torch.bfloat16, device=self._buf.device)
         self.exchange.combine(ids.data_ptr(), ids.dtype == torch.int64, w.data_ptr(), w.dtype == torch.bfloat16, t,
-                              out.data_ptr(), self._stream())
+                              out.data_ptr(), self._y.data_ptr(), self.hidden, self._stream())
         return out
 
     def dispatch_bytes(self, topk_ids) -> dict:

@@ -92,11 +92,13 @@ void bind_ep(nb::module_& m) {
       .def(
           "combine",
           [](const EpExchange& x, std::uintptr_t ids, bool ids_int64, std::uintptr_t weights, bool weights_bf16,
-             int tokens, std::uintptr_t out, std::uintptr_t stream) {
+             int tokens, std::uintptr_t out, std::uintptr_t y, std::int64_t ld_y, std::uintptr_t stream) {
+            EpStepArgs a = step(0, 0, ids, ids_int64, weights, weights_bf16, tokens, out, 0);
+            a.y = reinterpret_cast<const void*>(y), a.ld_y = ld_y;
             nb::gil_scoped_release release;
-            x.combine(step(0, 0, ids, ids_int64, weights, weights_bf16, tokens, out, 0), as_stream(stream));
+            x.combine(a, as_stream(stream));
           },
-          "ids"_a, "ids_int64"_a, "weights"_a, "weights_bf16"_a, "tokens"_a, "out"_a, "stream"_a)
+          "ids"_a, "ids_int64"_a, "weights"_a, "weights_bf16"_a, "tokens"_a, "out"_a, "y"_a, "ld_y"_a, "stream"_a)
       .def("received",
            [](const EpExchange& x) {
              const EpReceived r = x.received();

@@ -26,7 +26,9 @@
 #include "fp4gemm/moe_layer.hpp"
 #include "host/core/cuda_check.hpp"
 #include "host/core/device_memory.hpp"
+#include "host/core/validate.hpp"
 #include "host/device_guard.hpp"
+#include "kernels/combine.hpp"
 
 namespace fp4gemm {
 
@@ -133,6 +135,7 @@ struct SendParams {
   long long ldx;
   const void* ids;
   const int* slot;
+  int* local_row;  // [tokens * k] the received row of pairs that stay here, -1 for the others
   int tokens, k, experts, local, world, rank, hidden, capacity;
   float gs;
   Peers peers;
@@ -212,6 +215,7 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
       const int d = destination(ids, i, p.experts, p.local);
       const int s = p.slot[i];
       dest[threadIdx.x] = nullptr;
+      p.local_row[i] = d == p.rank && s >= 0 ? offset[d] + s : -1;
       // (s < 0 with a valid id: the ids changed since send_counts -- nothing is written for the pair)
       if (d >= 0 && s >= 0) {
         const int r = offset[d] + s;
@@ -232,20 +236,42 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
             reinterpret_cast<uint4*>(dest[j] + p.at.rows)[static_cast<long long>(row_at[j]) * (H / 8) + c] = v;
       }
     } else {
+      // The row is quantised into shared memory once, then copied to each destination with the
+      // widest stores the row's bytes allow (16-byte packed chunks; scales 16, 8, 4 or 2 bytes):
+      // remote writes of a few bytes each would cost NVLink a transaction apiece.
       constexpr int kVec = QuantBlock<R>::kVec;
       const int blocks = H / kVec;
+      extern __shared__ uint4 stage[];  // packed [H / 2] bytes, then scales [blocks] (16-byte padded)
+      char* sp = reinterpret_cast<char*>(stage);
+      std::uint8_t* ss = reinterpret_cast<std::uint8_t*>(sp + H / 2);
       for (int b = threadIdx.x; b < blocks; b += blockDim.x) {
         QuantBlock<R> q;
         q.make(x + b * kVec, p.gs);
-        for (int j = 0; j < p.k; ++j) {
-          if (dest[j] == nullptr) continue;
-          const long long r = row_at[j];
-          char* packed = dest[j] + p.at.packed + r * (H / 2) + b * (kVec / 2);
-          if constexpr (kVec == 16) *reinterpret_cast<uint2*>(packed) = make_uint2(q.words[0], q.words[1]);
-          else *reinterpret_cast<uint4*>(packed) = make_uint4(q.words[0], q.words[1], q.words[2], q.words[3]);
-          reinterpret_cast<std::uint8_t*>(dest[j] + p.at.scales)[r * blocks + b] = static_cast<std::uint8_t>(q.code);
-        }
+        if constexpr (kVec == 16) *reinterpret_cast<uint2*>(sp + b * 8) = make_uint2(q.words[0], q.words[1]);
+        else *reinterpret_cast<uint4*>(sp + b * 16) = make_uint4(q.words[0], q.words[1], q.words[2], q.words[3]);
+        ss[b] = static_cast<std::uint8_t>(q.code);
       }
+      __syncthreads();
+      const int chunks = H / 32;  // 16-byte chunks of the packed row (H % 64 == 0)
+      for (int u = threadIdx.x; u < p.k * chunks; u += blockDim.x) {
+        const int j = u / chunks, c = u - j * chunks;
+        if (dest[j] == nullptr) continue;
+        reinterpret_cast<uint4*>(dest[j] + p.at.packed + static_cast<long long>(row_at[j]) * (H / 2))[c] = stage[c];
+      }
+      auto copy_scales = [&](auto word) {  // blocks % sizeof(word) == 0: every row's scales aligned to it
+        using W = decltype(word);
+        const int n = blocks / static_cast<int>(sizeof(W));
+        for (int u = threadIdx.x; u < p.k * n; u += blockDim.x) {
+          const int j = u / n, c = u - j * n;
+          if (dest[j] == nullptr) continue;
+          reinterpret_cast<W*>(dest[j] + p.at.scales + static_cast<long long>(row_at[j]) * blocks)[c] =
+              reinterpret_cast<const W*>(ss)[c];
+        }
+      };
+      if (blocks % 16 == 0) copy_scales(uint4{});
+      else if (blocks % 8 == 0) copy_scales(uint2{});
+      else if (blocks % 4 == 0) copy_scales(std::uint32_t{});
+      else copy_scales(std::uint16_t{});  // (H % 64 == 0: blocks is even)
     }
     __syncthreads();  // dest / row_at are the next token's
   }
@@ -275,7 +301,8 @@ __global__ void __launch_bounds__(kBackThreads) ep_back_kernel(const __nv_bfloat
       const long long u = u0 + q * stride, r = u / chunks;
       if (u >= n) break;
       const int2 o = origin[r];
-      if (o.x < 0 || o.x >= world || o.y < 0 || o.y >= pairs) continue;  // (written by phase 2 only)
+      // (origin written by phase 2 only; pairs that stayed here are read by the combine from y)
+      if (o.x < 0 || o.x >= world || o.x == rank || o.y < 0 || o.y >= pairs) continue;
       reinterpret_cast<uint4*>(peers.base[o.x] + at.back)[static_cast<long long>(o.y) * chunks + (u - r * chunks)] = v[q];
     }
   }
@@ -291,8 +318,8 @@ void validate_config(const EpConfig& c) {
     fail("config.experts", "must be a positive multiple of world = " + std::to_string(c.world) + ", got " +
                                std::to_string(c.experts));
   if (c.topk < 1 || c.topk > kMaxTopk) fail("config.topk", "must be in 1..32, got " + std::to_string(c.topk));
-  if (c.hidden < 64 || c.hidden % 64 != 0)
-    fail("config.hidden", "must be a positive multiple of 64, got " + std::to_string(c.hidden));
+  if (c.hidden < 64 || c.hidden % 64 != 0 || c.hidden > 65536)
+    fail("config.hidden", "must be a multiple of 64 in 64..65536, got " + std::to_string(c.hidden));
   if (c.max_tokens < 1) fail("config.max_tokens", "must be >= 1, got " + std::to_string(c.max_tokens));
   if (std::int64_t{c.world} * c.max_tokens * c.topk > INT32_MAX)
     fail("config.max_tokens", "world * max_tokens * topk must be below 2^31");
@@ -309,6 +336,7 @@ struct EpExchange::Impl {
   DeviceInfo device;
   detail::DeviceAllocations memory;
   int* slot = nullptr;     // [max_tokens * k] phase 1's places (this rank's own)
+  int* local_row = nullptr;  // [max_tokens * k] phase 2: received row of the pairs that stay here, else -1
   float* ones = nullptr;   // [capacity] 1.0f
   int capacity = 0;
   char** table = nullptr;  // [kMaxWorld] device copy of the buffer bases (Peers::base)
@@ -359,6 +387,7 @@ EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) :
   }
   detail::DeviceGuard guard(p.device.index);
   p.slot = p.memory.allocate<int>(sizeof(int) * config.max_tokens * config.topk, "EpExchange workspace");
+  p.local_row = p.memory.allocate<int>(sizeof(int) * config.max_tokens * config.topk, "EpExchange workspace");
   p.ones = p.memory.upload(std::vector<float>(static_cast<std::size_t>(p.capacity), 1.0f), "EpExchange workspace");
   std::vector<char*> table(p.bases);
   table.resize(kMaxWorld, nullptr);
@@ -403,7 +432,7 @@ void EpExchange::send_rows(const EpStepArgs& a, cudaStream_t stream) const {
   SendParams s;
   s.x = static_cast<const __nv_bfloat16*>(a.hidden);
   s.ldx = a.ld_hidden == 0 ? c.hidden : a.ld_hidden;
-  s.ids = a.topk_ids, s.slot = p.slot;
+  s.ids = a.topk_ids, s.slot = p.slot, s.local_row = p.local_row;
   s.tokens = a.tokens, s.k = c.topk, s.experts = c.experts, s.local = c.experts / c.world;
   s.world = c.world, s.rank = c.rank, s.hidden = c.hidden, s.capacity = p.capacity;
   s.gs = c.rows == EpRows::nvfp4 ? c.global_scale : 1.0f;
@@ -412,7 +441,8 @@ void EpExchange::send_rows(const EpStepArgs& a, cudaStream_t stream) const {
   const unsigned grid = static_cast<unsigned>(std::clamp(a.tokens, p.device.multiprocessors, 8 * p.device.multiprocessors));
   auto go = [&](auto rows_tag, auto id_tag) {
     constexpr EpRows R = decltype(rows_tag)::value;
-    ep_send_kernel<R, decltype(id_tag)><<<grid, kSendThreads, 0, stream>>>(s);
+    const std::size_t stage = R == EpRows::bf16 ? 0 : (c.hidden / 2 + (c.hidden / vec_of(R) + 15) / 16 * 16);
+    ep_send_kernel<R, decltype(id_tag)><<<grid, kSendThreads, stage, stream>>>(s);
   };
   using B = std::integral_constant<EpRows, EpRows::bf16>;
   using N = std::integral_constant<EpRows, EpRows::nvfp4>;
@@ -465,14 +495,23 @@ void EpExchange::combine(const EpStepArgs& a, cudaStream_t stream) const {
   const EpConfig& c = p.config;
   if (a.tokens == 0) return;
   if (a.topk_weights == nullptr) fail("topk_weights", "null pointer");
-  MoeCombineArgs m;
-  m.y = p.own() + p.at.back, m.ld_y = c.hidden;
-  m.topk_ids = a.topk_ids, m.ids_int64 = a.ids_int64;
-  m.topk_weights = a.topk_weights, m.weights_bf16 = a.weights_bf16;
-  m.tokens = a.tokens, m.topk = c.topk, m.experts = c.experts, m.hidden = c.hidden;
-  m.out = a.out, m.ld_out = a.ld_out == 0 ? c.hidden : a.ld_out;
-  m.device = p.device.index;
-  moe_combine(m, stream);
+  const std::int64_t ld_y = a.ld_y == 0 ? c.hidden : a.ld_y, ld_out = a.ld_out == 0 ? c.hidden : a.ld_out;
+  if (a.y == nullptr || reinterpret_cast<std::uintptr_t>(a.y) % 16 != 0) fail("y", "must be a 16-byte aligned device pointer");
+  if (ld_y < c.hidden || ld_y % 8 != 0) fail("ld_y", "must be a multiple of 8 and >= hidden, got " + std::to_string(ld_y));
+  if (a.out == nullptr || reinterpret_cast<std::uintptr_t>(a.out) % 16 != 0) fail("out", "must be a 16-byte aligned device pointer");
+  if (ld_out < c.hidden || ld_out % 8 != 0) fail("ld_out", "must be a multiple of 8 and >= hidden, got " + std::to_string(ld_out));
+  detail::DeviceGuard guard(p.device.index);
+  const std::int64_t pairs = std::int64_t{a.tokens} * c.topk;
+  detail::check_device_buffer("out", -1, a.out, ((std::int64_t{a.tokens} - 1) * ld_out + c.hidden) * 2, p.device.index);
+  detail::check_device_buffer("topk_ids", -1, a.topk_ids, pairs * (a.ids_int64 ? 8 : 4), p.device.index);
+  detail::check_device_buffer("topk_weights", -1, a.topk_weights, pairs * (a.weights_bf16 ? 2 : 4), p.device.index);
+  detail::check_device_buffer("y", -1, a.y, ((std::int64_t{p.capacity} - 1) * ld_y + c.hidden) * 2, p.device.index);
+  // Pairs sent away come back into this rank's `back` rows; pairs that stayed are read from y.
+  detail::launch_combine(reinterpret_cast<const __nv_bfloat16*>(p.own() + p.at.back), c.hidden, c.hidden, nullptr,
+                         a.topk_ids, a.ids_int64, a.topk_weights, a.weights_bf16, c.topk, c.experts, a.tokens,
+                         static_cast<__nv_bfloat16*>(a.out), ld_out, p.device.multiprocessors, stream, nullptr,
+                         detail::CombineLocal{static_cast<const __nv_bfloat16*>(a.y), ld_y, p.local_row});
+  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "combine");
 }
 
 const EpConfig& EpExchange::config() const { return checked(impl_).config; }

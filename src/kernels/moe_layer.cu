@@ -24,6 +24,7 @@
 #include "host/moe_gemm_owner.hpp"
 #include "host/pimpl.hpp"
 #include "host/run_serializer.hpp"
+#include "kernels/combine.hpp"
 
 namespace fp4gemm {
 
@@ -34,67 +35,6 @@ namespace {
 __global__ void scale_array(const float* __restrict__ in, float s, float* __restrict__ out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = __fmul_rn(in[i], s);
-}
-
-// The top-k combine: out[t, h] = sum_j w[t, j] * y[row_of[t * k + j], h] over j = 0..k-1 in
-// order (row_of null: row t * k + j), skipping ids outside [0, E), each step one FP32 fma (acc =
-// fma(w, y, acc), from acc = 0), rounded once to bf16. A thread owns 8 columns of one token:
-// 16-byte loads and stores.
-template <typename Id, typename Wt>
-__global__ void __launch_bounds__(256) combine_kernel(const __nv_bfloat16* __restrict__ y, long long ld_y, int hidden,
-                                                      const int* __restrict__ row_of, const Id* __restrict__ ids,
-                                                      const Wt* __restrict__ weights, int k, int experts, int tokens,
-                                                      __nv_bfloat16* __restrict__ out, long long ld_out,
-                                                      const int* __restrict__ token_count) {
-  if (token_count != nullptr) tokens = min(tokens, max(*token_count, 0));  // the rest are absent
-  const int chunks = hidden / 8;
-  const long long total = static_cast<long long>(tokens) * chunks;
-  for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const int t = static_cast<int>(idx / chunks), c = static_cast<int>(idx % chunks);
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < k; ++j) {
-      const long long i = static_cast<long long>(t) * k + j;
-      const long long id = static_cast<long long>(ids[i]);
-      if (id < 0 || id >= experts) continue;
-      const float w = static_cast<float>(weights[i]);
-      const long long row = row_of != nullptr ? static_cast<long long>(row_of[i]) : i;
-      const uint4 v = *reinterpret_cast<const uint4*>(y + row * ld_y + 8 * c);
-      const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float2 f = __bfloat1622float2(p[q]);
-        acc[2 * q] = fmaf(w, f.x, acc[2 * q]);
-        acc[2 * q + 1] = fmaf(w, f.y, acc[2 * q + 1]);
-      }
-    }
-    uint4 o;
-    __nv_bfloat162* po = reinterpret_cast<__nv_bfloat162*>(&o);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) po[q] = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
-    *reinterpret_cast<uint4*>(out + t * ld_out + 8 * c) = o;
-  }
-}
-
-// combine_kernel's launch for the id and weight types of the call.
-void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const int* row_of, const void* ids,
-                    bool ids_int64, const void* weights, bool weights_bf16, int k, int experts, int tokens,
-                    __nv_bfloat16* out, long long ld_out, int multiprocessors, cudaStream_t s,
-                    const int* token_count = nullptr) {
-  const long long total = static_cast<long long>(tokens) * (hidden / 8);
-  const unsigned grid = static_cast<unsigned>(std::max<long long>(1, std::min<long long>((total + 255) / 256, 16LL * multiprocessors)));
-  auto go = [&](auto id_tag, auto wt_tag) {
-    using Id = decltype(id_tag);
-    using Wt = decltype(wt_tag);
-    combine_kernel<Id, Wt><<<grid, 256, 0, s>>>(y, ld_y, hidden, row_of, static_cast<const Id*>(ids),
-                                                static_cast<const Wt*>(weights), k, experts, tokens, out, ld_out,
-                                                token_count);
-  };
-  if (ids_int64) {
-    if (weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
-  } else {
-    if (weights_bf16) go(0, __nv_bfloat16{}); else go(0, 0.0f);
-  }
 }
 
 }  // namespace
@@ -300,7 +240,7 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   g2.c = p.y, g2.ldc = H;
   detail::MoeGemmOwner::enqueue(*p.gemm2, g2, s);
 
-  launch_combine(p.y, H, H, p.row_of, args.topk_ids, args.ids_int64, args.topk_weights, args.weights_bf16, k, E, T,
+  detail::launch_combine(p.y, H, H, p.row_of, args.topk_ids, args.ids_int64, args.topk_weights, args.weights_bf16, k, E, T,
                  static_cast<__nv_bfloat16*>(args.out), ldo, p.device.multiprocessors, s, args.token_count);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
 }
@@ -386,7 +326,7 @@ void moe_combine(const MoeCombineArgs& a, cudaStream_t stream) {
   detail::check_device_buffer("out", -1, a.out, out_bytes, d.index);
   detail::check_device_buffer("topk_ids", -1, a.topk_ids, pairs * (a.ids_int64 ? 8 : 4), d.index);
   detail::check_device_buffer("topk_weights", -1, a.topk_weights, pairs * (a.weights_bf16 ? 2 : 4), d.index);
-  launch_combine(static_cast<const __nv_bfloat16*>(a.y), a.ld_y, a.hidden, nullptr, a.topk_ids, a.ids_int64,
+  detail::launch_combine(static_cast<const __nv_bfloat16*>(a.y), a.ld_y, a.hidden, nullptr, a.topk_ids, a.ids_int64,
                  a.topk_weights, a.weights_bf16, a.topk, a.experts, a.tokens, static_cast<__nv_bfloat16*>(a.out),
                  a.ld_out, d.multiprocessors, stream);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "moe_combine");

@@ -217,6 +217,8 @@ TEST(EpExchangeGpu, BadArgumentsNamed) {
   s.hidden = b.get(), s.ld_hidden = 60;
   named([&] { x.send_rows(s); }, "ld_hidden");
   named([&] { x.send_back(s); }, "y");
+  s.topk_weights = a.get(), s.out = b.get();
+  named([&] { x.combine(s); }, "y");  // the pairs that stayed are read from the local layer's output
   EXPECT_NE(x.describe().find("rank 0 of 2"), std::string::npos);
   EpExchange moved(std::move(x));
   named([&] { (void)x.received(); }, "exchange");  // used after being moved from
