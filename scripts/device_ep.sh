@@ -21,11 +21,12 @@ for step in "$@"; do
         CUDA_VISIBLE_DEVICES=$i GTEST_TOTAL_SHARDS=$G GTEST_SHARD_INDEX=$i timeout 500 .carry/build/tests/fp4gemm_gpu_tests \
           --gtest_brief=1 > "$OUT/gpu_shard$i.log" 2>&1 & pids+=($!)
       done
-      for p in "${pids[@]}"; do wait "$p" || echo "a C++ shard failed"; done
-      for ((i = 0; i < G; i++)); do grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST" "$OUT/gpu_shard$i.log" | head -6; done
+      # (the Python GPU tests run while the C++ shards do)
       timeout 500 python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_ep_device_gpu.py tests/python/test_ep_torch.py \
         tests/python/test_moe_layer_gpu.py tests/python/test_lifetimes_gpu.py tests/python/test_api_surface.py tests/python/test_random_sequences.py > "$OUT/py_ep.log" 2>&1
       grep -E "^(FAILED|ERROR)|passed|failed|SKIPPED" "$OUT/py_ep.log" | tail -12
+      for p in "${pids[@]}"; do wait "$p" || echo "a C++ shard failed"; done
+      for ((i = 0; i < G; i++)); do grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST" "$OUT/gpu_shard$i.log" | head -6; done
       CUDA_VISIBLE_DEVICES=0 timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -x -p no:cacheprovider \
         tests/python/test_ep_device_gpu.py -k "equals or token_count or odd" > "$OUT/sanitizer_ep.log" 2>&1
       echo "sanitizer rc $?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer_ep.log" | tail -3 ;;
