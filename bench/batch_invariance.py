@@ -7,14 +7,12 @@ how many (probe, batch) pairs differed and the largest absolute difference.
     python3 bench/batch_invariance.py [--shapes gpt-oss-120b,Qwen3-30B-A3B,DeepSeek-V3]
                                       [--acts bf16,nvfp4] [--batches 37,64,200] [--probes 8]
 
-Environment knobs of the layer apply (e.g. FP4GEMM_MOE_SPLIT_GAIN=100000:100000 turns off the MoE
-device schedule's stream-K split of a class's last round, the one batch-dependent summation order
-in the MoE GEMM: run the script with and without it). Weights: random e2m1 nibbles with E4M3 /
+Each case runs with the layer's default and with MoeLayer(batch_invariant=True) (no stream-K split
+of a tile's K between CTAs: the schedule's one batch-dependent summation order). Weights: random e2m1 nibbles with E4M3 /
 UE8M0 scales in the normal range (within a few binades of 1/8); tokens: standard normal bf16.
 Needs torch and an sm_90 GPU.
 """
 import argparse
-import os
 
 import numpy as np
 import torch
@@ -49,8 +47,7 @@ def main():
     args = ap.parse_args()
     dev = torch.device("cuda")
     batches = [int(b) for b in args.batches.split(",")]
-    knobs = {k: v for k, v in os.environ.items() if k.startswith("FP4GEMM_")}
-    print(f"{torch.cuda.get_device_name()}; knobs {knobs or 'none'}", flush=True)
+    print(torch.cuda.get_device_name(), flush=True)
     for name in args.shapes.split(","):
         e, h, i, k, activation = SHAPES[name]
         for act in args.acts.split(","):
@@ -59,31 +56,36 @@ def main():
             w13, s13 = weights(g, dev, e, 2 * i, h, fmt)
             w2, s2 = weights(g, dev, e, h, i, fmt)
             kw = dict(a1_scale=0.05, a2_scale=0.05) if act == "nvfp4" else {}
-            layer = moe.MoeLayer(w13, s13, w2, s2, max_tokens=max(batches), topk=k, act_format=act,
-                                 activation=activation, scale_layout="linear", **kw)
-            rng = np.random.default_rng(args.seed + 1)
-            differed, pairs, worst = 0, 0, 0.0
-            for p in range(args.probes):
-                x = torch.randn((1, h), generator=g, device=dev).to(torch.bfloat16)
-                ids = torch.tensor(rng.permutation(e)[:k][None], dtype=torch.int32, device=dev)
-                wts = torch.rand((1, k), generator=g, device=dev)
-                alone = layer.run(x, ids, wts).clone()
-                for t in batches:
-                    xs = torch.randn((t, h), generator=g, device=dev).to(torch.bfloat16)
-                    all_ids = torch.tensor(np.stack([rng.permutation(e)[:k] for _ in range(t)]), dtype=torch.int32,
-                                           device=dev)
-                    ws = torch.rand((t, k), generator=g, device=dev)
-                    at = int(rng.integers(0, t))
-                    xs[at], all_ids[at], ws[at] = x[0], ids[0], wts[0]
-                    row = layer.run(xs, all_ids, ws)[at]
-                    pairs += 1
-                    if not torch.equal(row.view(torch.int16), alone[0].view(torch.int16)):
-                        differed += 1
-                        worst = max(worst, float((row.float() - alone[0].float()).abs().max()))
-            print(f"{name:15s} {act:6s}: {differed} of {pairs} (probe, batch) pairs differ from the probe alone; "
-                  f"max |diff| {worst:.4g}", flush=True)
-            del layer
+            for invariant in (False, True):
+                layer = moe.MoeLayer(w13, s13, w2, s2, max_tokens=max(batches), topk=k, act_format=act,
+                                     activation=activation, scale_layout="linear", batch_invariant=invariant, **kw)
+                probe(layer, g, dev, args, e, h, k, batches, f"{name:15s} {act:6s} batch_invariant={invariant!s:5s}")
+                del layer
             torch.cuda.empty_cache()
+
+
+def probe(layer, g, dev, args, e, h, k, batches, label):
+    rng = np.random.default_rng(args.seed + 1)
+    differed, pairs, worst = 0, 0, 0.0
+    for p in range(args.probes):
+        x = torch.randn((1, h), generator=g, device=dev).to(torch.bfloat16)
+        ids = torch.tensor(rng.permutation(e)[:k][None], dtype=torch.int32, device=dev)
+        wts = torch.rand((1, k), generator=g, device=dev)
+        alone = layer.run(x, ids, wts).clone()
+        for t in batches:
+            xs = torch.randn((t, h), generator=g, device=dev).to(torch.bfloat16)
+            all_ids = torch.tensor(np.stack([rng.permutation(e)[:k] for _ in range(t)]), dtype=torch.int32,
+                                   device=dev)
+            ws = torch.rand((t, k), generator=g, device=dev)
+            at = int(rng.integers(0, t))
+            xs[at], all_ids[at], ws[at] = x[0], ids[0], wts[0]
+            row = layer.run(xs, all_ids, ws)[at]
+            pairs += 1
+            if not torch.equal(row.view(torch.int16), alone[0].view(torch.int16)):
+                differed += 1
+                worst = max(worst, float((row.float() - alone[0].float()).abs().max()))
+    print(f"{label}: {differed} of {pairs} (probe, batch) pairs differ from the probe alone; "
+          f"max |diff| {worst:.4g}", flush=True)
 
 
 if __name__ == "__main__":

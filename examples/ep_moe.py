@@ -18,7 +18,8 @@ path), the dispatch and combine times (CUDA events around the phases of eager st
 included), the bytes this rank sent to other ranks and the GB/s that makes, a plain NCCL
 all-to-all of the same bytes measured in the same run, and (rank 0) the same layer on one GPU for
 all W x T tokens. --check: every rank also runs the one-GPU layer (all experts, the same global
-weights) on its own tokens for every timed routing and reports how many steps were bit-identical.
+weights, batch_invariant=True as the EP local layer) on its own tokens for every timed routing and
+reports how many steps were bit-identical. (The one-GPU timing uses the default, faster layer.)
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1).
 """
@@ -195,14 +196,15 @@ def main():
         report["step_kind"] = "eager (host split sizes)"
 
     if args.check:  # every timed routing again, eager, against the one-GPU layer on this rank
-        single = moe.MoeLayer(*full[0], *full[1], max_tokens=t, topk=k, act_format=args.act, scale_layout="linear")
+        single = moe.MoeLayer(*full[0], *full[1], max_tokens=t, topk=k, act_format=args.act, scale_layout="linear",
+                              batch_invariant=True)
         bad = 0
         for n in range(steps):
             new_routing(n)
             got = layer(x, ids, wts)
             want = single.run(x, ids, wts)
             bad += int(not torch.equal(got.view(torch.int16), want.view(torch.int16)))
-        report["check"] = f"{steps - bad} of {steps} steps bit-identical to the one-GPU layer"
+        report["check"] = f"{steps - bad} of {steps} steps bit-identical to the one-GPU layer (batch_invariant)"
         progress(rank, report["check"])
         del single
     dist.barrier(device_ids=[local_rank])

@@ -70,6 +70,13 @@ struct MoeLayerOptions {
   // idle, and the per-element exact rounding costs more there than the separate memory-bound
   // kernel.
   bool fuse_quantize = false;
+  // Batch invariance: every token's output independent of the other tokens of the run (their
+  // count and routing), bit for bit. The MoE schedule then never splits a tile's K between CTAs:
+  // stream-K's FP32 partial sums are added in an order that depends on the load, so with it on
+  // (the default) a row's last bits can change with the batch it runs in (W4A16 on real data;
+  // W4A4's exactly representable partial sums hide it on most data). Expert parallelism needs it
+  // for its results to equal one GPU's. Costs a few per cent at decode sizes (PERF.md).
+  bool batch_invariant = false;
 };
 
 struct MoeLayerArgs {

@@ -308,7 +308,9 @@ class ExpertParallel:
     rank (``world * max_tokens * topk`` rows). dispatch: 'auto' (W4A4 layers send the rows as FP4:
     packed e2m1 + scales, 4.5 bits per NVFP4 value, quantised at the source exactly as the layer
     would; W4A16 sends bf16), 'fp4' or 'bf16'. Other keyword arguments (act_format, activation,
-    a1_scale, ...) go to the local layer.
+    a1_scale, ...) go to the local layer, which is built ``batch_invariant=True`` unless they say
+    otherwise: the outputs are then bit for bit those of one GPU's ``MoeLayer(...,
+    batch_invariant=True)`` on the same tokens, for any world size.
     """
 
     def __init__(self, w13: Any, w13_scales: Any, w2: Any, w2_scales: Any, *, experts: int, comm: Any,
@@ -340,6 +342,9 @@ class ExpertParallel:
                 raise _argument_error("w13", "the device path (SymmetricMemoryComm, LocalGroup) needs the weights as "
                                              "CUDA tensors on this rank's GPU")
             self._setup_device(w13.device)
+        # Batch invariant by default: the local layer sees every rank's rows for its experts, a batch
+        # no single GPU would run, so results equal one GPU's only when no row depends on its batch.
+        layer_kwargs.setdefault("batch_invariant", True)
         self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens * topk, topk=1,
                                   **layer_kwargs)
         self.last_bytes = 0  # host path: activation bytes this rank sent in the last step's dispatch

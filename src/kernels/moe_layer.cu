@@ -159,6 +159,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   o1.graph_cache = 0;  // (the layer enqueues its GEMMs itself, inside its own cached graph)
   o1.swiglu_alpha = o.swiglu_alpha, o1.swiglu_limit = o.swiglu_limit;
   o1.quantize_output = w4a4 && o.fuse_quantize;  // the intermediate leaves GEMM1 as FP4
+  if (o.batch_invariant) o1.tuning.split_k = false;  // no stream-K: each tile's K summed by one CTA, in order
   o1.output_global_scale = o.format == Format::nvfp4 ? o.a2_scale : 1.0f;
   // GEMM2: the intermediate x w2, alphas with a2_scale folded in.
   MoeWeights w2;

@@ -53,7 +53,7 @@ class Ranks:
             self.parts.append(ep.ExpertParallel(*weights, experts=c.e, comm=self.group.comm(r), max_tokens=max_tokens,
                                                 topk=c.k, **alphas, **c.kw))
         self.single = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=world * max_tokens,
-                                   topk=c.k, w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2),
+                                   topk=c.k, batch_invariant=True, w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2),
                                    **c.kw)
 
     def draw(self, rng, wide=False):
@@ -177,7 +177,7 @@ def test_shapes_with_odd_scale_rows():
             weights, alphas = c.rank_weights(r, _cuda)
             parts.append(ep.ExpertParallel(*weights, experts=c.e, comm=group.comm(r), max_tokens=16, topk=c.k, **alphas,
                                            **c.kw))
-        single = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k,
+        single = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k, batch_invariant=True,
                               w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2), **c.kw)
         inputs = [tuple(_cuda(a) for a in tok) for tok in c.tokens[:2]]
         got = group.step(parts, inputs)
@@ -227,7 +227,7 @@ def test_lifetimes_two_layers_and_in_place_weights():
                                         **alphas[r], **c.kw) for r in range(2)])
         fw = [_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)]
         full.append((fw, weights))
-        singles.append(moe.MoeLayer(*fw, max_tokens=16, topk=c.k, w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u),
+        singles.append(moe.MoeLayer(*fw, max_tokens=16, topk=c.k, batch_invariant=True, w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u),
                                     w2_alpha=_cuda(c.a2), **c.kw))
     rng = np.random.default_rng(3)
     for step in range(8):
@@ -273,7 +273,7 @@ def test_w4a4_layer_with_bf16_rows():
         parts.append(ep.ExpertParallel(*weights, experts=c.e, comm=group.comm(r), max_tokens=16, topk=c.k,
                                        dispatch="bf16", **alphas, **c.kw))
         assert not parts[-1].fp4 and parts[-1].row_bytes == 2 * c.h
-    single = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k,
+    single = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k, batch_invariant=True,
                           w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2), **c.kw)
     inputs = [tuple(_cuda(a) for a in tok) for tok in c.tokens[:2]]
     got = group.step(parts, inputs)

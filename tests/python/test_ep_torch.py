@@ -98,7 +98,7 @@ def _symm_worker(rank, world, port, act, replays):
         weights, alphas = c.rank_weights(rank, cuda)
         layer = ep.ExpertParallel(*weights, experts=c.e, comm=ep.SymmetricMemoryComm(), max_tokens=16, topk=c.k,
                                   **alphas, **c.kw)
-        single = moe.MoeLayer(*(cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k,
+        single = moe.MoeLayer(*(cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k, batch_invariant=True,
                               w13_alpha=cuda(c.a13), w13_alpha_up=cuda(c.a13u), w2_alpha=cuda(c.a2), **c.kw)
         bits = lambda t: t.view(torch.int16).cpu().numpy()  # noqa: E731
         x, ids, wts = (cuda(a) for a in c.tokens[rank])

@@ -394,3 +394,51 @@ def test_device_combine_is_the_host_combine_bit_for_bit(ids_dtype, w_dtype):
     g.replay()
     torch.cuda.synchronize()
     assert np.array_equal(host(out).view(np.uint16), ep.combine(y2, w, ids.astype(np.int64), e).view(np.uint16))
+
+
+@pytest.mark.parametrize("act", ["bf16", "nvfp4"])
+def test_batch_invariant_layer_rows_do_not_depend_on_the_batch(act):
+    """MoeLayer(batch_invariant=True): a token's output row is the same bits alone (T = 1) and inside
+    batches of other random tokens (T 37, 200; the probe at a random place) -- shapes where the
+    default schedule splits tiles' K by stream-K at some of these sizes (E 64, H 4096, top-8)."""
+    e, h, i, k = 64, 4096, 1024, 8
+    fmt = "nvfp4" if act == "nvfp4" else "mxfp4"
+    vec = 16 if fmt == "nvfp4" else 32
+    g = torch.Generator(device="cuda").manual_seed(int(np.random.default_rng().integers(1 << 30)))
+
+    def weights(rows, cols):
+        w = torch.randint(0, 256, (e, rows, cols // 2), generator=g, dtype=torch.uint8, device="cuda")
+        lo, hi = (0x28, 0x39) if fmt == "nvfp4" else (120, 128)  # normal-range scales
+        return w, torch.randint(lo, hi, (e, rows, cols // vec), generator=g, device="cuda").to(torch.uint8)
+
+    w13, s13 = weights(2 * i, h)
+    w2, s2 = weights(h, i)
+    kw = dict(a1_scale=0.05, a2_scale=0.05) if act == "nvfp4" else {}
+    layer = moe.MoeLayer(w13, s13, w2, s2, max_tokens=256, topk=k, act_format=act, scale_layout="linear",
+                         batch_invariant=True, **kw)
+    default = moe.MoeLayer(w13, s13, w2, s2, max_tokens=256, topk=k, act_format=act, scale_layout="linear", **kw)
+    rng = np.random.default_rng()
+    differ_default = 0
+    for _ in range(3):
+        x = torch.randn((1, h), generator=g, device="cuda").to(torch.bfloat16)
+        ids = torch.tensor(rng.permutation(e)[:k][None], dtype=torch.int32, device="cuda")
+        w = torch.rand((1, k), generator=g, device="cuda")
+        alone = layer.run(x, ids, w).clone()
+        alone_default = default.run(x, ids, w).clone()
+        assert not torch.isnan(alone.float()).any()
+        for t in (37, 200):
+            xs = torch.randn((t, h), generator=g, device="cuda").to(torch.bfloat16)
+            all_ids = torch.tensor(np.stack([rng.permutation(e)[:k] for _ in range(t)]), dtype=torch.int32,
+                                   device="cuda")
+            ws = torch.rand((t, k), generator=g, device="cuda")
+            at = int(rng.integers(0, t))
+            xs[at], all_ids[at], ws[at] = x[0], ids[0], w[0]
+            out = torch.full((t, h), float("nan"), dtype=torch.bfloat16, device="cuda")
+            layer.run(xs, all_ids, ws, out=out)
+            assert torch.equal(out[at].view(torch.int16), alone[0].view(torch.int16)), (
+                f"{act}: the probe's row changed inside a batch of {t} with batch_invariant=True")
+            # the invariant layer's rows are the default layer's up to the FP32 summation order
+            got_default = default.run(xs, all_ids, ws)
+            torch.testing.assert_close(out.float(), got_default.float(), rtol=2e-2, atol=1e-2)
+            differ_default += int(not torch.equal(got_default[at].view(torch.int16), alone_default[0].view(torch.int16)))
+    print(f"\n{act}: the default layer's probe row differed from the probe alone in {differ_default} of 6 batches")
