@@ -83,6 +83,7 @@ struct LayerCommandOptions {
   int iters = 100, warmup = 10;
   std::uint64_t seed = 1111;
   std::string json;
+  bool batch_invariant = false;  // layer: MoeLayerOptions::batch_invariant (no stream-K; A/B)
   bool fuse_quantise = false;  // W4A4: the intermediate quantised in GEMM1's epilogue (A/B; off by default)
 };
 

@@ -32,9 +32,9 @@ void validate_layer_model(const LayerModel& m, const std::string& act);
 class LayerProblem {
  public:
   // act: nvfp4 / mxfp4 (W4A4) or bf16 (W4A16 on mxfp4 weights). Generates the weights on `stream`.
-  // fuse_quantise: MoeLayerOptions::fuse_quantize (W4A4).
+  // fuse_quantise: MoeLayerOptions::fuse_quantize (W4A4); batch_invariant: MoeLayerOptions::batch_invariant.
   LayerProblem(const LayerModel& model, const std::string& act, int max_tokens, std::uint64_t seed,
-               cudaStream_t stream, bool fuse_quantise = false);
+               cudaStream_t stream, bool fuse_quantise = false, bool batch_invariant = false);
   // New tokens and routing for `tokens` (1..max_tokens), uploaded on `stream` (synchronised).
   void set_tokens(int tokens, std::uint64_t seed, cudaStream_t stream);
   void run(cudaStream_t stream) const { layer_->run(args_, stream); }

@@ -126,6 +126,8 @@ CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
       ->check(CLI::IsMember({"silu", "swigluoai"}))->capture_default_str();
   cmd->add_flag("--fuse-quantise", o.fuse_quantise,
                 "W4A4: quantise the intermediate in GEMM1's epilogue instead of with its own kernel (measured slower; for A/B)");
+  cmd->add_flag("--batch-invariant", o.batch_invariant,
+                "every row independent of its batch (MoeLayerOptions::batch_invariant: no stream-K split); for A/B");
   cmd->add_option("--iters", o.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "untimed warm-up repetitions")->check(CLI::Range(0, 1000000))->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed of the data and the routing")->capture_default_str();
