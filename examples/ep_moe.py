@@ -165,7 +165,6 @@ def main():
             ev[1].record()
             layer._phase_local()
             ev[2].record()
-            layer._phase_back()
             comm.barrier()
             layer._phase_combine(ids, wts, out)
             ev[3].record()

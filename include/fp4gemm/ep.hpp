@@ -18,17 +18,19 @@
 //      travel as packed e2m1 + linear scales; bf16 rows travel as they are. Rows past the count
 //      get id -1.                                                                  -- barrier --
 //   3. the caller runs its local experts on the received rows (received(): a MoeLayer of E/W
-//      experts with top-1, weight 1 -- its output row r is exactly the full layer's row for that
-//      pair), then send_back writes output row r into its origin rank's pair-ordered rows (rows
-//      whose origin is this rank stay where they are).                             -- barrier --
-//   4. combine: the layer's combine over the pairs that came back and the pairs that stayed (read
-//      from the local layer's output y, which must be unchanged since send_back; FP32 fmas in slot
-//      order, one rounding): bit for bit the single-GPU layer's output, for any W.
+//      experts with top-1, weight 1, writing its output into received().y -- its row r is exactly
+//      the full layer's row for that pair).                                        -- barrier --
+//   4. combine: each rank reads its pairs' rows where their experts' ranks left them (received().y
+//      of every rank, over NVLink) and sums them with the layer's combine (FP32 fmas in slot
+//      order, one rounding): bit for bit the single-GPU layer's output, for any W. The rows are
+//      read in place: nothing is copied back.
 //
 // The barriers are the caller's (every rank's writes of a phase visible to every rank before the
 // next phase starts: e.g. SymmetricMemory's barrier(), or a device synchronisation when all ranks
 // share one device). Each phase enqueues one kernel on `stream`: no allocation, no host
-// synchronisation. Receive capacity is the worst case (every pair of every rank to one rank), so
+// synchronisation. A rank's next step may start as soon as its combine is enqueued: the next
+// step's first barrier keeps every rank's local layer from overwriting y before every combine
+// has read it. Receive capacity is the worst case (every pair of every rank to one rank), so
 // no routing can overflow it.
 #pragma once
 
@@ -68,8 +70,6 @@ struct EpStepArgs {
   int tokens = 0;                // 0..max_tokens
   void* out = nullptr;           // combine: bf16 [tokens, H], row stride ld_out (0: H)
   std::int64_t ld_out = 0;
-  const void* y = nullptr;       // send_back and combine: the local layer's output, bf16 [capacity, H] rows
-  std::int64_t ld_y = 0;         // (0: H)
 };
 
 // This rank's received rows (device pointers into its own exchange buffer), valid after the
@@ -84,6 +84,7 @@ struct EpReceived {
   const void* rows = nullptr;   // bf16 rows [capacity, H] (EpRows::bf16), or
   const void* packed = nullptr;  // packed e2m1 [capacity, H/2] and linear scales [capacity, H/vec]
   const void* scales = nullptr;
+  void* y = nullptr;  // bf16 [capacity, H] dense: where the local layer writes its output rows
 };
 
 class EpExchange {
@@ -101,8 +102,7 @@ class EpExchange {
 
   void send_counts(const EpStepArgs& args, cudaStream_t stream = nullptr) const;  // phase 1
   void send_rows(const EpStepArgs& args, cudaStream_t stream = nullptr) const;    // phase 2
-  EpReceived received() const;
-  void send_back(const EpStepArgs& args, cudaStream_t stream = nullptr) const;    // phase 3
+  EpReceived received() const;                                                    // phase 3: the caller's layer
   void combine(const EpStepArgs& args, cudaStream_t stream = nullptr) const;      // phase 4
   const EpConfig& config() const;
   std::string describe() const;

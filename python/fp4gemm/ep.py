@@ -9,8 +9,9 @@ rank's own tokens:
 2. the local experts run on the rows received, as an fp4gemm MoE layer with top-1 and weight 1
    (``fp4gemm.moe.MoeLayer``): one output row per pair, exactly the row the single-process layer
    computes for that pair (every step is per row: the activation quantisation, both GEMMs);
-3. combine: the rows go back (the reverse all-to-all) and each token's k rows are summed in slot
-   order with the layer's own combine (FP32 fmas, rounded once to bf16) — so the result equals the
+3. combine: each token's k rows (the host path sends them back with the reverse all-to-all; the
+   device path reads them in place from the experts' ranks) are summed in slot order with the
+   layer's own combine (FP32 fmas, rounded once to bf16) — so the result equals the
    single-process layer's bit for bit, for any world size. Ids outside ``[0, E)`` contribute
    nothing, as in the layer.
 
@@ -261,8 +262,6 @@ class LocalGroup:
             p._phase_rows(x, ids)
         for p in parts:
             p._phase_local()
-        for p in parts:
-            p._phase_back()
         return [p._phase_combine(ids, w, None if out is None else out[r]) for r, (p, (x, ids, w)) in enumerate(zip(parts, inputs))]
 
 
@@ -380,7 +379,7 @@ class ExpertParallel:
         else:
             self._recv = view(got["rows"], torch.bfloat16, (cap, h))
         self._ones = torch.ones((cap, 1), dtype=torch.float32, device=device)
-        self._y = torch.empty((cap, h), dtype=torch.bfloat16, device=device)
+        self._y = view(got["y"], torch.bfloat16, (cap, h))  # the local layer's output, read in place by the combines
 
     @staticmethod
     def _stream():
@@ -425,9 +424,6 @@ class ExpertParallel:
         else:
             self.layer.run(self._recv, self._recv_ids, self._ones, out=self._y, token_count=self._recv_count)
 
-    def _phase_back(self):
-        self.exchange.send_back(self._y.data_ptr(), self.hidden, self._stream())
-
     def _phase_combine(self, ids, w, out=None):
         import torch
 
@@ -435,7 +431,7 @@ class ExpertParallel:
         if out is None:
             out = torch.empty((t, self.hidden), dtype=torch.bfloat16, device=self._buf.device)
         self.exchange.combine(ids.data_ptr(), ids.dtype == torch.int64, w.data_ptr(), w.dtype == torch.bfloat16, t,
-                              out.data_ptr(), self._y.data_ptr(), self.hidden, self._stream())
+                              out.data_ptr(), self._stream())
         return out
 
     def dispatch_bytes(self, topk_ids) -> dict:
@@ -457,7 +453,6 @@ class ExpertParallel:
         self._phase_rows(x, ids)
         self.comm.barrier()
         self._phase_local()
-        self._phase_back()
         self.comm.barrier()
         return self._phase_combine(ids, w, out)
 

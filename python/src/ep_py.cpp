@@ -28,12 +28,12 @@ EpRows parse_rows(const std::string& s) {
 cudaStream_t as_stream(std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
 EpStepArgs step(std::uintptr_t hidden, std::int64_t ld_hidden, std::uintptr_t ids, bool ids_int64,
-                std::uintptr_t weights, bool weights_bf16, int tokens, std::uintptr_t out, std::uintptr_t y) {
+                std::uintptr_t weights, bool weights_bf16, int tokens, std::uintptr_t out) {
   EpStepArgs a;
   a.hidden = reinterpret_cast<const void*>(hidden), a.ld_hidden = ld_hidden;
   a.topk_ids = reinterpret_cast<const void*>(ids), a.ids_int64 = ids_int64;
   a.topk_weights = reinterpret_cast<const void*>(weights), a.weights_bf16 = weights_bf16;
-  a.tokens = tokens, a.out = reinterpret_cast<void*>(out), a.y = reinterpret_cast<const void*>(y);
+  a.tokens = tokens, a.out = reinterpret_cast<void*>(out);
   return a;
 }
 
@@ -69,7 +69,7 @@ void bind_ep(nb::module_& m) {
           "send_counts",
           [](const EpExchange& x, std::uintptr_t ids, bool ids_int64, int tokens, std::uintptr_t stream) {
             nb::gil_scoped_release release;
-            x.send_counts(step(0, 0, ids, ids_int64, 0, false, tokens, 0, 0), as_stream(stream));
+            x.send_counts(step(0, 0, ids, ids_int64, 0, false, tokens, 0), as_stream(stream));
           },
           "ids"_a, "ids_int64"_a, "tokens"_a, "stream"_a)
       .def(
@@ -77,28 +77,17 @@ void bind_ep(nb::module_& m) {
           [](const EpExchange& x, std::uintptr_t hidden, std::int64_t ld_hidden, std::uintptr_t ids, bool ids_int64,
              int tokens, std::uintptr_t stream) {
             nb::gil_scoped_release release;
-            x.send_rows(step(hidden, ld_hidden, ids, ids_int64, 0, false, tokens, 0, 0), as_stream(stream));
+            x.send_rows(step(hidden, ld_hidden, ids, ids_int64, 0, false, tokens, 0), as_stream(stream));
           },
           "hidden"_a, "ld_hidden"_a, "ids"_a, "ids_int64"_a, "tokens"_a, "stream"_a)
       .def(
-          "send_back",
-          [](const EpExchange& x, std::uintptr_t y, std::int64_t ld_y, std::uintptr_t stream) {
-            EpStepArgs a;
-            a.y = reinterpret_cast<const void*>(y), a.ld_y = ld_y;
-            nb::gil_scoped_release release;
-            x.send_back(a, as_stream(stream));
-          },
-          "y"_a, "ld_y"_a, "stream"_a)
-      .def(
           "combine",
           [](const EpExchange& x, std::uintptr_t ids, bool ids_int64, std::uintptr_t weights, bool weights_bf16,
-             int tokens, std::uintptr_t out, std::uintptr_t y, std::int64_t ld_y, std::uintptr_t stream) {
-            EpStepArgs a = step(0, 0, ids, ids_int64, weights, weights_bf16, tokens, out, 0);
-            a.y = reinterpret_cast<const void*>(y), a.ld_y = ld_y;
+             int tokens, std::uintptr_t out, std::uintptr_t stream) {
             nb::gil_scoped_release release;
-            x.combine(a, as_stream(stream));
+            x.combine(step(0, 0, ids, ids_int64, weights, weights_bf16, tokens, out), as_stream(stream));
           },
-          "ids"_a, "ids_int64"_a, "weights"_a, "weights_bf16"_a, "tokens"_a, "out"_a, "y"_a, "ld_y"_a, "stream"_a)
+          "ids"_a, "ids_int64"_a, "weights"_a, "weights_bf16"_a, "tokens"_a, "out"_a, "stream"_a)
       .def("received",
            [](const EpExchange& x) {
              const EpReceived r = x.received();
@@ -111,6 +100,7 @@ void bind_ep(nb::module_& m) {
              d["rows"] = reinterpret_cast<std::uintptr_t>(r.rows);
              d["packed"] = reinterpret_cast<std::uintptr_t>(r.packed);
              d["scales"] = reinterpret_cast<std::uintptr_t>(r.scales);
+             d["y"] = reinterpret_cast<std::uintptr_t>(r.y);
              return d;
            })
       .def("describe", &EpExchange::describe);

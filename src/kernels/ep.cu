@@ -6,10 +6,9 @@
 //   counts  int32 [16]           counts[s]: rows rank s sends here this step (written by s, phase 1);
 //                                counts[8]: their sum (written here, phase 2: the layer's token count)
 //   ids     int32 [capacity]     local expert id of each received row (-1 past the count)
-//   origin  int2  [capacity]     (source rank, pair index t * k + j at the source)
 //   rows    bf16 [capacity, H]   or packed e2m1 [capacity, H/2] + linear scales [capacity, H/vec]
-//   back    bf16 [max_tokens * k, H]  this rank's pairs' expert outputs, written by their experts'
-//                                     ranks (phase 3), read by the combine (phase 4)
+//   y       bf16 [capacity, H]   the local layer's output rows (phase 3), read in place by the
+//                                combines of the rows' origin ranks (phase 4)
 // capacity = W * max_tokens * k: every pair of every rank can land here.
 #include <cub/block/block_scan.cuh>
 #include <cuda_bf16.h>
@@ -28,17 +27,17 @@
 #include "host/core/device_memory.hpp"
 #include "host/core/validate.hpp"
 #include "host/device_guard.hpp"
-#include "kernels/combine.hpp"
+#include "kernels/combine.cuh"
 
 namespace fp4gemm {
 
 namespace {
 
 constexpr int kMaxWorld = 8, kMaxTopk = 32;
-constexpr int kCountThreads = 1024, kSendThreads = 256, kBackThreads = 256;
+constexpr int kCountThreads = 1024, kSendThreads = 256;
 
 struct Layout {
-  std::size_t counts = 0, ids = 0, origin = 0, rows = 0, packed = 0, scales = 0, back = 0, total = 0;
+  std::size_t counts = 0, ids = 0, rows = 0, packed = 0, scales = 0, y = 0, total = 0;
 };
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
@@ -56,14 +55,13 @@ Layout layout_of(const EpConfig& c) {
   };
   l.counts = take(sizeof(int) * 2 * kMaxWorld);
   l.ids = take(sizeof(int) * cap);
-  l.origin = take(sizeof(int2) * cap);
   if (c.rows == EpRows::bf16) {
     l.rows = take(cap * H * 2);
   } else {
     l.packed = take(cap * H / 2);
     l.scales = take(cap * (H / vec_of(c.rows)));
   }
-  l.back = take(std::size_t{1} * c.max_tokens * c.topk * H * 2);
+  l.y = take(cap * H * 2);
   l.total = at;
   return l;
 }
@@ -135,7 +133,7 @@ struct SendParams {
   long long ldx;
   const void* ids;
   const int* slot;
-  int* local_row;  // [tokens * k] the received row of pairs that stay here, -1 for the others
+  int2* pair_row;  // [tokens * k] (rank, received row) of each pair's row there; (-1, -1): none
   int tokens, k, experts, local, world, rank, hidden, capacity;
   float gs;
   Peers peers;
@@ -186,7 +184,8 @@ struct QuantBlock {
 };
 
 // Phase 2: every token's row to the rank of each of its pairs' experts, at offset(destination) +
-// slot, with the pair's local id and origin; then ids -1 past this rank's own received count.
+// slot, with the pair's local id (and the pair's (rank, row) noted here for the combine); then ids -1
+// past this rank's own received count.
 template <EpRows R, typename Id>
 __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
   __shared__ int offset[kMaxWorld];
@@ -215,13 +214,12 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
       const int d = destination(ids, i, p.experts, p.local);
       const int s = p.slot[i];
       dest[threadIdx.x] = nullptr;
-      p.local_row[i] = d == p.rank && s >= 0 ? offset[d] + s : -1;
+      p.pair_row[i] = d >= 0 && s >= 0 ? make_int2(d, offset[d] + s) : make_int2(-1, -1);
       // (s < 0 with a valid id: the ids changed since send_counts -- nothing is written for the pair)
       if (d >= 0 && s >= 0) {
         const int r = offset[d] + s;
         char* base = p.peers.base[d];
         reinterpret_cast<int*>(base + p.at.ids)[r] = static_cast<int>(static_cast<long long>(ids[i]) - static_cast<long long>(d) * p.local);
-        reinterpret_cast<int2*>(base + p.at.origin)[r] = make_int2(p.rank, static_cast<int>(i));
         dest[threadIdx.x] = base;
         row_at[threadIdx.x] = r;
       }
@@ -277,36 +275,19 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
   }
 }
 
-// Phase 3: received row r's expert output back to its origin's pair-ordered rows.
-__global__ void __launch_bounds__(kBackThreads) ep_back_kernel(const __nv_bfloat16* __restrict__ y, long long ldy,
-                                                               int hidden, int world, int rank, int pairs, Peers peers,
-                                                               Layout at) {
-  const int* counts = reinterpret_cast<const int*>(peers.base[rank] + at.counts);
-  int total = 0;
-  for (int s = 0; s < world; ++s) total += counts[s];
-  const int2* origin = reinterpret_cast<const int2*>(peers.base[rank] + at.origin);
-  const int chunks = hidden / 8;
-  const long long n = static_cast<long long>(total) * chunks, stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  // kUnroll 16-byte loads in flight per thread before their remote stores.
-  constexpr int kUnroll = 4;
-  for (long long u0 = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; u0 < n; u0 += kUnroll * stride) {
-    uint4 v[kUnroll];
-#pragma unroll
-    for (int q = 0; q < kUnroll; ++q) {
-      const long long u = u0 + q * stride, r = u / chunks;
-      if (u < n) v[q] = __ldcs(reinterpret_cast<const uint4*>(y + r * ldy + 8 * (u - r * chunks)));
-    }
-#pragma unroll
-    for (int q = 0; q < kUnroll; ++q) {
-      const long long u = u0 + q * stride, r = u / chunks;
-      if (u >= n) break;
-      const int2 o = origin[r];
-      // (origin written by phase 2 only; pairs that stayed here are read by the combine from y)
-      if (o.x < 0 || o.x >= world || o.x == rank || o.y < 0 || o.y >= pairs) continue;
-      reinterpret_cast<uint4*>(peers.base[o.x] + at.back)[static_cast<long long>(o.y) * chunks + (u - r * chunks)] = v[q];
-    }
+// Phase 4's rows: pair i's expert output where its expert's rank left it (its y row, read over
+// NVLink for the other ranks); null for a pair without one (its ids changed since phase 1).
+struct PeerRows {
+  Peers peers;
+  std::size_t y_at;
+  int hidden;
+  const int2* pair_row;
+  __device__ __forceinline__ const __nv_bfloat16* operator()(long long i) const {
+    const int2 at = pair_row[i];
+    if (at.x < 0) return nullptr;
+    return reinterpret_cast<const __nv_bfloat16*>(peers.base[at.x] + y_at) + static_cast<long long>(at.y) * hidden;
   }
-}
+};
 
 [[noreturn]] void fail(const char* argument, const std::string& message) { throw Error(argument, -1, message); }
 
@@ -336,7 +317,7 @@ struct EpExchange::Impl {
   DeviceInfo device;
   detail::DeviceAllocations memory;
   int* slot = nullptr;     // [max_tokens * k] phase 1's places (this rank's own)
-  int* local_row = nullptr;  // [max_tokens * k] phase 2: received row of the pairs that stay here, else -1
+  int2* pair_row = nullptr;  // [max_tokens * k] phase 2: (rank, row) of each pair's row there
   float* ones = nullptr;   // [capacity] 1.0f
   int capacity = 0;
   char** table = nullptr;  // [kMaxWorld] device copy of the buffer bases (Peers::base)
@@ -387,7 +368,7 @@ EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) :
   }
   detail::DeviceGuard guard(p.device.index);
   p.slot = p.memory.allocate<int>(sizeof(int) * config.max_tokens * config.topk, "EpExchange workspace");
-  p.local_row = p.memory.allocate<int>(sizeof(int) * config.max_tokens * config.topk, "EpExchange workspace");
+  p.pair_row = p.memory.allocate<int2>(sizeof(int2) * config.max_tokens * config.topk, "EpExchange workspace");
   p.ones = p.memory.upload(std::vector<float>(static_cast<std::size_t>(p.capacity), 1.0f), "EpExchange workspace");
   std::vector<char*> table(p.bases);
   table.resize(kMaxWorld, nullptr);
@@ -432,7 +413,7 @@ void EpExchange::send_rows(const EpStepArgs& a, cudaStream_t stream) const {
   SendParams s;
   s.x = static_cast<const __nv_bfloat16*>(a.hidden);
   s.ldx = a.ld_hidden == 0 ? c.hidden : a.ld_hidden;
-  s.ids = a.topk_ids, s.slot = p.slot, s.local_row = p.local_row;
+  s.ids = a.topk_ids, s.slot = p.slot, s.pair_row = p.pair_row;
   s.tokens = a.tokens, s.k = c.topk, s.experts = c.experts, s.local = c.experts / c.world;
   s.world = c.world, s.rank = c.rank, s.hidden = c.hidden, s.capacity = p.capacity;
   s.gs = c.rows == EpRows::nvfp4 ? c.global_scale : 1.0f;
@@ -471,22 +452,8 @@ EpReceived EpExchange::received() const {
     r.packed = p.own() + p.at.packed;
     r.scales = p.own() + p.at.scales;
   }
+  r.y = p.own() + p.at.y;
   return r;
-}
-
-void EpExchange::send_back(const EpStepArgs& a, cudaStream_t stream) const {
-  const Impl& p = checked(impl_);
-  const EpConfig& c = p.config;
-  const std::int64_t ld = a.ld_y == 0 ? c.hidden : a.ld_y;
-  if (a.y == nullptr || reinterpret_cast<std::uintptr_t>(a.y) % 16 != 0) fail("y", "must be a 16-byte aligned device pointer");
-  if (ld < c.hidden || ld % 8 != 0) fail("ld_y", "must be a multiple of 8 and >= hidden, got " + std::to_string(ld));
-  detail::DeviceGuard guard(p.device.index);
-  const long long rows_per_block = std::max(1, kBackThreads / (c.hidden / 8));
-  const unsigned grid = static_cast<unsigned>(std::min<long long>(
-      8LL * p.device.multiprocessors, std::max<long long>(1, (static_cast<long long>(p.capacity) + rows_per_block - 1) / rows_per_block)));
-  ep_back_kernel<<<grid, kBackThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(a.y), ld, c.hidden, c.world,
-                                                    c.rank, c.max_tokens * c.topk, p.peers, p.at);
-  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "send_back");
 }
 
 void EpExchange::combine(const EpStepArgs& a, cudaStream_t stream) const {
@@ -495,9 +462,7 @@ void EpExchange::combine(const EpStepArgs& a, cudaStream_t stream) const {
   const EpConfig& c = p.config;
   if (a.tokens == 0) return;
   if (a.topk_weights == nullptr) fail("topk_weights", "null pointer");
-  const std::int64_t ld_y = a.ld_y == 0 ? c.hidden : a.ld_y, ld_out = a.ld_out == 0 ? c.hidden : a.ld_out;
-  if (a.y == nullptr || reinterpret_cast<std::uintptr_t>(a.y) % 16 != 0) fail("y", "must be a 16-byte aligned device pointer");
-  if (ld_y < c.hidden || ld_y % 8 != 0) fail("ld_y", "must be a multiple of 8 and >= hidden, got " + std::to_string(ld_y));
+  const std::int64_t ld_out = a.ld_out == 0 ? c.hidden : a.ld_out;
   if (a.out == nullptr || reinterpret_cast<std::uintptr_t>(a.out) % 16 != 0) fail("out", "must be a 16-byte aligned device pointer");
   if (ld_out < c.hidden || ld_out % 8 != 0) fail("ld_out", "must be a multiple of 8 and >= hidden, got " + std::to_string(ld_out));
   detail::DeviceGuard guard(p.device.index);
@@ -505,12 +470,20 @@ void EpExchange::combine(const EpStepArgs& a, cudaStream_t stream) const {
   detail::check_device_buffer("out", -1, a.out, ((std::int64_t{a.tokens} - 1) * ld_out + c.hidden) * 2, p.device.index);
   detail::check_device_buffer("topk_ids", -1, a.topk_ids, pairs * (a.ids_int64 ? 8 : 4), p.device.index);
   detail::check_device_buffer("topk_weights", -1, a.topk_weights, pairs * (a.weights_bf16 ? 2 : 4), p.device.index);
-  detail::check_device_buffer("y", -1, a.y, ((std::int64_t{p.capacity} - 1) * ld_y + c.hidden) * 2, p.device.index);
-  // Pairs sent away come back into this rank's `back` rows; pairs that stayed are read from y.
-  detail::launch_combine(reinterpret_cast<const __nv_bfloat16*>(p.own() + p.at.back), c.hidden, c.hidden, nullptr,
-                         a.topk_ids, a.ids_int64, a.topk_weights, a.weights_bf16, c.topk, c.experts, a.tokens,
-                         static_cast<__nv_bfloat16*>(a.out), ld_out, p.device.multiprocessors, stream, nullptr,
-                         detail::CombineLocal{static_cast<const __nv_bfloat16*>(a.y), ld_y, p.local_row});
+  const PeerRows rows{p.peers, p.at.y, c.hidden, p.pair_row};
+  const unsigned grid = detail::combine_grid(a.tokens, c.hidden, p.device.multiprocessors);
+  auto go = [&](auto id_tag, auto wt_tag) {
+    using Id = decltype(id_tag);
+    using Wt = decltype(wt_tag);
+    detail::combine_kernel<Id, Wt, PeerRows><<<grid, 256, 0, stream>>>(
+        rows, c.hidden, static_cast<const Id*>(a.topk_ids), static_cast<const Wt*>(a.topk_weights), c.topk, c.experts,
+        a.tokens, static_cast<__nv_bfloat16*>(a.out), ld_out, nullptr);
+  };
+  if (a.ids_int64) {
+    if (a.weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
+  } else {
+    if (a.weights_bf16) go(0, __nv_bfloat16{}); else go(0, 0.0f);
+  }
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "combine");
 }
 

@@ -87,8 +87,6 @@ void run_case(int world, Format format, MoeActivation act, std::uint64_t seed) {
   }
   const int capacity = ex[0]->received().capacity;
   ASSERT_EQ(capacity, world * max_tokens * k);
-  std::vector<std::unique_ptr<DeviceBuffer>> ys;
-  for (int r = 0; r < world; ++r) ys.push_back(std::make_unique<DeviceBuffer>(std::size_t{2} * capacity * H));
 
   for (int step = 0; step < 4; ++step) {
     std::vector<Rows> in(world);
@@ -122,7 +120,7 @@ void run_case(int world, Format format, MoeActivation act, std::uint64_t seed) {
     auto args = [&](int r) {
       EpStepArgs a;
       a.hidden = dx[r]->get(), a.topk_ids = dids[r]->get(), a.topk_weights = dw[r]->get();
-      a.tokens = in[r].tokens, a.out = dout[r]->get(), a.y = ys[r]->get();
+      a.tokens = in[r].tokens, a.out = dout[r]->get();
       return a;
     };
     for (int r = 0; r < world; ++r) ex[r]->send_counts(args(r));
@@ -134,11 +132,10 @@ void run_case(int world, Format format, MoeActivation act, std::uint64_t seed) {
       MoeLayerArgs la;
       if (cfg.rows == EpRows::bf16) la.hidden = got.rows;
       else la.hidden_packed = got.packed, la.hidden_scales = got.scales;
-      la.topk_ids = got.ids, la.topk_weights = got.ones, la.tokens = capacity, la.out = ys[r]->get();
+      la.topk_ids = got.ids, la.topk_weights = got.ones, la.tokens = capacity, la.out = got.y;
       la.token_count = got.count;
       layers[r]->run(la);
     }
-    for (int r = 0; r < world; ++r) ex[r]->send_back(args(r));
     FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
     for (int r = 0; r < world; ++r) ex[r]->combine(args(r));
     FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
@@ -216,9 +213,9 @@ TEST(EpExchangeGpu, BadArgumentsNamed) {
   named([&] { x.send_rows(s); }, "hidden");
   s.hidden = b.get(), s.ld_hidden = 60;
   named([&] { x.send_rows(s); }, "ld_hidden");
-  named([&] { x.send_back(s); }, "y");
-  s.topk_weights = a.get(), s.out = b.get();
-  named([&] { x.combine(s); }, "y");  // the pairs that stayed are read from the local layer's output
+  named([&] { x.combine(s); }, "topk_weights");
+  s.topk_weights = a.get();
+  named([&] { x.combine(s); }, "out");
   EXPECT_NE(x.describe().find("rank 0 of 2"), std::string::npos);
   EpExchange moved(std::move(x));
   named([&] { (void)x.received(); }, "exchange");  // used after being moved from
