@@ -35,6 +35,7 @@
 #include "device/ptx/ptx.cuh"
 #include "device/trace.cuh"
 #include "formats/scale_layout.hpp"
+#include "kernels/sm90/fused_variants.cuh"
 #include "fp4gemm/fp4gemm.hpp"
 
 namespace fp4gemm::detail::sm90 {
@@ -389,15 +390,19 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
   attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   config.attrs = attr;
   config.numAttrs = 1;
+  // (each instantiation is compiled in its own unit: fused_variants.cuh)
   if constexpr (F == Format::mxfp4) {
-    if (params.moe.experts > 0 && params.small_mx_scales == kMxOne)
-      return cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule, kMxOne>, params, out_type);
+    if (params.moe.experts > 0 && params.small_mx_scales == kMxOne) return fused_launch_mxfp4_moe_one(config, params, out_type);
     if (params.moe.experts > 0 && params.small_mx_scales == kMxOneChecked)
-      return cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule, kMxOneChecked>, params, out_type);
+      return fused_launch_mxfp4_moe_checked(config, params, out_type);
+    return params.moe.experts > 0 ? fused_launch_mxfp4_moe(config, params, out_type)
+           : params.moe.glu != 0  ? fused_launch_mxfp4_host_glu(config, params, out_type)
+                                  : fused_launch_mxfp4_host(config, params, out_type);
+  } else {
+    return params.moe.experts > 0 ? fused_launch_nvfp4_moe(config, params, out_type)
+           : params.moe.glu != 0  ? fused_launch_nvfp4_host_glu(config, params, out_type)
+                                  : fused_launch_nvfp4_host(config, params, out_type);
   }
-  return params.moe.experts > 0 ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, MoeDeviceSchedule>, params, out_type)
-         : params.moe.glu != 0  ? cudaLaunchKernelEx(&config, fused_grouped_gemm<F, HostWorkListGlu>, params, out_type)
-                                : cudaLaunchKernelEx(&config, fused_grouped_gemm<F, HostWorkList>, params, out_type);
 }
 
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu
@@ -432,24 +437,15 @@ cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_c
   return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
 }
 
+// Every instantiation of format F that launch_gemm can launch (the table's rows of F).
 template <Format F>
 cudaError_t set_fused_smem(std::size_t smem_bytes) {
-  const cudaError_t e = cudaFuncSetAttribute(fused_grouped_gemm<F, HostWorkList>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem_bytes));
-  if (e != cudaSuccess) return e;
-  if (const cudaError_t g = cudaFuncSetAttribute(fused_grouped_gemm<F, HostWorkListGlu>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
-      g != cudaSuccess)
-    return g;
-  if constexpr (F == Format::mxfp4) {  // (every instantiation launch_gemm can launch)
-    for (auto kernel : {fused_grouped_gemm<F, MoeDeviceSchedule, kMxOne>, fused_grouped_gemm<F, MoeDeviceSchedule, kMxOneChecked>})
-      if (const cudaError_t m =
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));
-          m != cudaSuccess)
-        return m;
-  }
-  return cudaFuncSetAttribute(fused_grouped_gemm<F, MoeDeviceSchedule>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(smem_bytes));
+  cudaError_t e = cudaSuccess;
+#define FP4GEMM_SET_SMEM(name, format, scheduler, mx) \
+  if (e == cudaSuccess && format == F) e = fused_smem_##name(smem_bytes);
+  FP4GEMM_FUSED_VARIANTS(FP4GEMM_SET_SMEM)
+#undef FP4GEMM_SET_SMEM
+  return e;
 }
 
 // Copies the last launch's counters out (Trace::read; cudaErrorNotSupported unless a trace build).

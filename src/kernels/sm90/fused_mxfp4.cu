@@ -1,4 +1,5 @@
-// Instantiates the fused kernel for MXFP4 (one translation unit per format).
+// The MXFP4 launchers and pre-pass kernels (the GEMM kernel instantiations have a translation unit
+// each: fused_variants.cuh, fused_variant_*.cu).
 #define FP4GEMM_FUSED_INSTANTIATE
 #include "kernels/sm90/fused_kernel.cuh"
 

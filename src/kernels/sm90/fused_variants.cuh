@@ -1,0 +1,53 @@
+// The fused kernel's instantiations, one row each: (name, format, scheduler, MXFP4 scale decode).
+// Each row's kernel is compiled in a translation unit of its own, fused_variant_<name>.cu (one line:
+// FP4GEMM_DEFINE_FUSED_VARIANT(<name>)), so that the build compiles them side by side instead of
+// one format's whole set in one unit; launch_gemm and set_fused_smem (fused_kernel.cuh) reach them
+// through the two functions each row declares. A new variant is one row here and one such file.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "device/params.cuh"
+#include "device/scheduler.cuh"
+#include "fp4gemm/fp4gemm.hpp"
+
+#define FP4GEMM_FUSED_VARIANTS(X)                                      \
+  X(nvfp4_host, Format::nvfp4, HostWorkList, kMxTwo)                   \
+  X(nvfp4_host_glu, Format::nvfp4, HostWorkListGlu, kMxTwo)            \
+  X(nvfp4_moe, Format::nvfp4, MoeDeviceSchedule, kMxTwo)               \
+  X(mxfp4_host, Format::mxfp4, HostWorkList, kMxTwo)                   \
+  X(mxfp4_host_glu, Format::mxfp4, HostWorkListGlu, kMxTwo)            \
+  X(mxfp4_moe, Format::mxfp4, MoeDeviceSchedule, kMxTwo)               \
+  X(mxfp4_moe_one, Format::mxfp4, MoeDeviceSchedule, kMxOne)           \
+  X(mxfp4_moe_checked, Format::mxfp4, MoeDeviceSchedule, kMxOneChecked)
+
+namespace fp4gemm::detail::sm90 {
+
+#define FP4GEMM_DECLARE_FUSED_VARIANT(name, format, scheduler, mx)                                        \
+  struct FusedVariant_##name {                                                                            \
+    static constexpr Format kFormat = format;                                                             \
+    using Scheduler = scheduler;                                                                          \
+    static constexpr int kSmallMx = mx;                                                                   \
+  };                                                                                                      \
+  cudaError_t fused_launch_##name(const cudaLaunchConfig_t& config, const FusedParams& params, OutType out); \
+  cudaError_t fused_smem_##name(std::size_t smem_bytes);
+FP4GEMM_FUSED_VARIANTS(FP4GEMM_DECLARE_FUSED_VARIANT)
+#undef FP4GEMM_DECLARE_FUSED_VARIANT
+
+}  // namespace fp4gemm::detail::sm90
+
+// In fused_variant_<name>.cu (after including fused_kernel.cuh): the row's kernel and its two functions.
+#define FP4GEMM_DEFINE_FUSED_VARIANT(name)                                                                    \
+  namespace fp4gemm::detail::sm90 {                                                                           \
+  cudaError_t fused_launch_##name(const cudaLaunchConfig_t& config, const FusedParams& params, OutType out) { \
+    using V = FusedVariant_##name;                                                                            \
+    return cudaLaunchKernelEx(&config, fused_grouped_gemm<V::kFormat, V::Scheduler, V::kSmallMx>, params, out); \
+  }                                                                                                           \
+  cudaError_t fused_smem_##name(std::size_t smem_bytes) {                                                     \
+    using V = FusedVariant_##name;                                                                            \
+    return cudaFuncSetAttribute(fused_grouped_gemm<V::kFormat, V::Scheduler, V::kSmallMx>,                    \
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));   \
+  }                                                                                                           \
+  }
