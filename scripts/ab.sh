@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B timings of the seed cases with `fp4gemm grouped` (L2 flushed, median): one line per
-# (variant, case). Usage: scripts/ab.sh [ENV=VALUE,...|LABEL]...  e.g. scripts/ab.sh base FP4GEMM_NO_PDL=1
+# (variant, case). Usage: scripts/ab.sh [ENV=VALUE,...|LABEL]...  e.g. scripts/ab.sh base FP4GEMM_SPLIT_K=0
 # (a variant without '=' is only a label: no environment change).
 # BIN=path/to/fp4gemm picks another build; LAYOUT=blocked|linear (default linear); EXTRA=1 more shapes.
 set -uo pipefail

@@ -16,10 +16,14 @@ namespace {
 // Every knob variable, in the order of fp4gemm::Tuning.
 constexpr const char* kKnobs[] = {
     "FP4GEMM_WIDE_COST",     "FP4GEMM_NARROW_COST",    "FP4GEMM_EPILOGUE_COST", "FP4GEMM_CLASS_ROUND",
-    "FP4GEMM_SPLIT_K",       "FP4GEMM_HANDOFF_COST",   "FP4GEMM_OWNER_COST",    "FP4GEMM_BALANCE_HANDOFFS", "FP4GEMM_SHARE_EPILOGUE",
+    "FP4GEMM_SPLIT_K",       "FP4GEMM_HANDOFF_COST",   "FP4GEMM_OWNER_COST",    "FP4GEMM_SHARE_EPILOGUE",
     "FP4GEMM_TILE_TOKENS",   "FP4GEMM_NARROW_ROWS",    "FP4GEMM_MAX_CTAS",      "FP4GEMM_RING_KB",
-    "FP4GEMM_TMA_STORE",     "FP4GEMM_CONVERT_SCALES", "FP4GEMM_PREPASS_INLINE", "FP4GEMM_META_PREFETCH",
-    "FP4GEMM_EARLY_WEIGHTS", "FP4GEMM_NO_PDL",        "FP4GEMM_MOE_SPLIT_GAIN", "FP4GEMM_MOE_EARLY_KBLOCKS"};
+    "FP4GEMM_TMA_STORE",     "FP4GEMM_CONVERT_SCALES", "FP4GEMM_MOE_SPLIT_GAIN"};
+
+// Variables of removed knobs (ablations of past decisions): refused by name, so that a script
+// written for them does not silently time the default.
+constexpr const char* kRemoved[] = {"FP4GEMM_BALANCE_HANDOFFS", "FP4GEMM_PREPASS_INLINE", "FP4GEMM_META_PREFETCH",
+                                    "FP4GEMM_EARLY_WEIGHTS",    "FP4GEMM_NO_PDL",         "FP4GEMM_MOE_EARLY_KBLOCKS"};
 
 std::optional<std::string> variable(const char* name) {
   const char* v = std::getenv(name);
@@ -74,6 +78,10 @@ void cost_knob(const char* name, std::optional<double>& fixed, std::optional<dou
 }  // namespace
 
 Tuning tuning_from_environment() {
+  for (const char* name : kRemoved)
+    if (const auto v = variable(name))
+      throw Error(name, -1, "is no longer a knob (an ablation of a past decision, removed; its measurements are in "
+                            "docs/perf-history.md): unset it (got '" + *v + "')");
   Tuning t;
   cost_knob("FP4GEMM_WIDE_COST", t.wide_fixed, t.wide_per_token);
   cost_knob("FP4GEMM_NARROW_COST", t.narrow_fixed, t.narrow_per_token);
@@ -82,7 +90,6 @@ Tuning tuning_from_environment() {
   t.split_k = bool_knob("FP4GEMM_SPLIT_K");
   t.handoff_cost = number_knob("FP4GEMM_HANDOFF_COST");
   t.owner_cost = number_knob("FP4GEMM_OWNER_COST");
-  t.balance_handoffs = bool_knob("FP4GEMM_BALANCE_HANDOFFS").value_or(t.balance_handoffs);
   t.share_epilogue = bool_knob("FP4GEMM_SHARE_EPILOGUE").value_or(t.share_epilogue);
   t.tile_tokens = int_knob("FP4GEMM_TILE_TOKENS");
   t.narrow_rows = int_knob("FP4GEMM_NARROW_ROWS");
@@ -90,13 +97,8 @@ Tuning tuning_from_environment() {
   t.ring_kb = int_knob("FP4GEMM_RING_KB");
   t.tma_store = bool_knob("FP4GEMM_TMA_STORE");
   t.convert_scales = bool_knob("FP4GEMM_CONVERT_SCALES").value_or(t.convert_scales);
-  t.prepass_inline = bool_knob("FP4GEMM_PREPASS_INLINE").value_or(t.prepass_inline);
-  t.meta_prefetch = bool_knob("FP4GEMM_META_PREFETCH").value_or(t.meta_prefetch);
-  t.early_weights = bool_knob("FP4GEMM_EARLY_WEIGHTS").value_or(t.early_weights);
-  if (const auto no_pdl = bool_knob("FP4GEMM_NO_PDL")) t.pdl = !*no_pdl;
   cost_knob("FP4GEMM_MOE_SPLIT_GAIN", t.moe_split_gain16, t.moe_split_gain32);
   if (t.moe_split_gain16 && !t.moe_split_gain32) t.moe_split_gain32 = t.moe_split_gain16;  // (G16 alone: both)
-  t.moe_early_kblocks = int_knob("FP4GEMM_MOE_EARLY_KBLOCKS");
   return t;
 }
 

@@ -108,8 +108,7 @@ struct MoeOptions {
   // (weight rows of the <= 128-token tiles: 128 or 256; unset: the plan's rule), the device
   // schedule's cost model wide_fixed / wide_per_token / narrow_fixed / narrow_per_token, and
   // moe_split_gain16 / moe_split_gain32 (the least saving, in k-blocks per CTA, for which a class's
-  // partial last round is split) and moe_early_kblocks (k-blocks of weights a CTA issues before its
-  // barrier). Any other field set is rejected ("options.tuning.<field>").
+  // partial last round is split). Any other field set is rejected ("options.tuning.<field>").
   Tuning tuning = {};
 };
 

@@ -28,7 +28,6 @@ struct Tuning {
   // (1/16); owner_cost then overrides the owner side. Finite, >= 0.
   std::optional<double> handoff_cost;    // FP4GEMM_HANDOFF_COST
   std::optional<double> owner_cost;      // FP4GEMM_OWNER_COST
-  bool balance_handoffs = true;          // false: stream-K by k-block midpoints; FP4GEMM_BALANCE_HANDOFFS=0
   // Dual (GLU) plans: split tiles of one writer share the epilogue between the owner and the
   // writer (true, the default); false: the owner finishes every split tile. H200, 5 rounds on
   // GPU MODE's four shapes: -18 % on 256x4096x7168, -0.4..-4 % on the others (on an H100: -9 %
@@ -41,10 +40,6 @@ struct Tuning {
   // stream-K where that saves at least this many k-blocks per CTA (whole numbers 0..100000;
   // default 16 / 12, moe_tiles.hpp moe_split_min_gain). FP4GEMM_MOE_SPLIT_GAIN=G16[:G32]
   std::optional<double> moe_split_gain16, moe_split_gain32;
-  // MoE plans only: k-blocks of its first piece's weights each CTA issues before the CTA's barrier
-  // (the rest after it, through the ring); 0..64, clamped to the ring's stages (16 on Hopper);
-  // default: the whole ring. FP4GEMM_MOE_EARLY_KBLOCKS
-  std::optional<int> moe_early_kblocks;
 
   // ---- kernel resources, pre-pass and launch -------------------------------------------------
   // Cap on the ring of pipeline stages in KiB (>= 0; clamped to [two stages, all the shared
@@ -54,10 +49,10 @@ struct Tuning {
   // pieces per CTA.
   std::optional<bool> tma_store;         // FP4GEMM_TMA_STORE=0|1
   bool convert_scales = false;  // linear weight scales always take the per-run conversion to blocked; FP4GEMM_CONVERT_SCALES=1
-  bool prepass_inline = true;   // false: the pre-pass reads every group from global memory; FP4GEMM_PREPASS_INLINE=0
-  bool meta_prefetch = true;    // false: the pre-pass leaves the plan's metadata out of L2; FP4GEMM_META_PREFETCH=0
-  bool early_weights = true;    // false: every load after the pre-pass wait; FP4GEMM_EARLY_WEIGHTS=0
-  bool pdl = true;              // false: the GEMM launched without programmatic dependent launch; FP4GEMM_NO_PDL=1
+  // Knobs that only re-measured a past decision (the pre-pass's inline group table and metadata
+  // prefetch, weights issued before the pre-pass wait, programmatic dependent launch, the
+  // hand-off-aware stream-K packing forced off, the MoE CTAs' early k-blocks) are gone: their
+  // measurements are in docs/perf-history.md, and the CLI refuses their variables by name.
 };
 
 }  // namespace fp4gemm

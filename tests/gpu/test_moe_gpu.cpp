@@ -460,7 +460,6 @@ TEST(MoeTuning, KnobsChangeTheScheduleNotTheResult) {
     o.tuning.narrow_rows = i == 0 ? 128 : 256;
     if (i == 1) o.tuning.narrow_fixed = 100.0, o.tuning.narrow_per_token = 10.0;
     if (i == 2) o.tuning.moe_split_gain16 = 0.0, o.tuning.moe_split_gain32 = 1000.0;  // (split any / no last round)
-    o.tuning.moe_early_kblocks = i == 0 ? 0 : i == 1 ? 3 : 64;  // (none before the barrier / an odd count / the ring)
     const MoeGemm plan(ws.weights(), o);
     // (the registry's MoE kernel, named first in describe())
     ASSERT_STREQ(plan.kernel_name(), "sm90_fused_swapab_moe");

@@ -212,7 +212,8 @@ TEST(Cli, BadTuningVariablesGiveOneLineNamingTheVariable) {
       {"FP4GEMM_CLASS_ROUND=abc", {"FP4GEMM_CLASS_ROUND", "abc", "integer"}},
       {"FP4GEMM_MAX_CTAS=12x", {"FP4GEMM_MAX_CTAS", "12x"}},
       {"FP4GEMM_SPLIT_K=2", {"FP4GEMM_SPLIT_K", "0 or 1"}},
-      {"FP4GEMM_NO_PDL=yes", {"FP4GEMM_NO_PDL", "0 or 1"}},
+      {"FP4GEMM_NO_PDL=1", {"FP4GEMM_NO_PDL", "no longer a knob"}},  // (removed ablations: refused by name)
+      {"FP4GEMM_MOE_EARLY_KBLOCKS=4", {"FP4GEMM_MOE_EARLY_KBLOCKS", "no longer a knob"}},
       {"FP4GEMM_SHARE_EPILOGUE=on", {"FP4GEMM_SHARE_EPILOGUE", "0 or 1"}},
       {"FP4GEMM_WIDE_COST=165:x", {"FP4GEMM_WIDE_COST", "165:x", "number"}},
       {"FP4GEMM_EPILOGUE_COST=0.05.1", {"FP4GEMM_EPILOGUE_COST", "number"}},

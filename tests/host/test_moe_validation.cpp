@@ -54,7 +54,6 @@ TEST(MoePlanValidation, KnobsTheMoePlanReadsPassValidation) {
   v.o.tuning.wide_fixed = 100.0, v.o.tuning.wide_per_token = 1.0;
   v.o.tuning.narrow_fixed = 300.0, v.o.tuning.narrow_per_token = 2.0;
   v.o.tuning.moe_split_gain16 = 0.0, v.o.tuning.moe_split_gain32 = 100.0;
-  v.o.tuning.moe_early_kblocks = 0;
   const std::string arg = plan_error(v.w, v.o);
   EXPECT_TRUE(arg == "device" || arg == "options.device" || arg == "weights.w") << arg;
 }
@@ -92,11 +91,10 @@ TEST(MoePlanValidation, EachBadFieldNamed) {
   bad("options.tuning.ring_kb", [](MoeWeights&, MoeOptions& o) { o.tuning.ring_kb = 64; });
   bad("options.tuning.tile_tokens", [](MoeWeights&, MoeOptions& o) { o.tuning.tile_tokens = 64; });
   bad("options.tuning.max_ctas", [](MoeWeights&, MoeOptions& o) { o.tuning.max_ctas = 8; });
-  bad("options.tuning.pdl", [](MoeWeights&, MoeOptions& o) { o.tuning.pdl = false; });
+  bad("options.tuning.convert_scales", [](MoeWeights&, MoeOptions& o) { o.tuning.convert_scales = true; });
   bad("options.tuning.share_epilogue", [](MoeWeights&, MoeOptions& o) { o.tuning.share_epilogue = false; });
   bad("options.tuning.moe_split_gain16", [](MoeWeights&, MoeOptions& o) { o.tuning.moe_split_gain16 = 2.5; });
   bad("options.tuning.moe_split_gain32", [](MoeWeights&, MoeOptions& o) { o.tuning.moe_split_gain32 = -1.0; });
-  bad("options.tuning.moe_early_kblocks", [](MoeWeights&, MoeOptions& o) { o.tuning.moe_early_kblocks = -1; });
   // Quantised output: a GLU option, from bf16 values, N a multiple of the scale block, a usable
   // global scale.
   bad("options.quantize_output", [](MoeWeights&, MoeOptions& o) { o.quantize_output = true; });

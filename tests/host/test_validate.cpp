@@ -151,7 +151,7 @@ TEST(Validate, TuningOutOfRange) {
   Options o;
   o.tuning.split_k = true, o.tuning.max_ctas = 3, o.tuning.class_round = 8, o.tuning.tile_tokens = 8;
   o.tuning.narrow_rows = 128, o.tuning.ring_kb = 0, o.tuning.wide_fixed = 0, o.tuning.owner_cost = 0.5;
-  o.tuning.tma_store = false, o.tuning.pdl = false, o.tuning.convert_scales = true;
+  o.tuning.tma_store = false, o.tuning.convert_scales = true, o.tuning.share_epilogue = false;
   EXPECT_NO_THROW(validate(groups, o));
   auto expect_tuning_error = [&](auto set, const char* field, const char* needle) {
     for (Backend backend : {Backend::automatic, Backend::reference}) {
@@ -165,8 +165,6 @@ TEST(Validate, TuningOutOfRange) {
   expect_tuning_error([](Tuning& t) { t.moe_split_gain16 = 0.5; }, "moe_split_gain16", "whole number");
   // (an MoE plan's knob: a pointer-array plan rejects it even in range)
   expect_tuning_error([](Tuning& t) { t.moe_split_gain32 = 12.0; }, "moe_split_gain32", "pointer-array plan does not read");
-  expect_tuning_error([](Tuning& t) { t.moe_early_kblocks = 65; }, "moe_early_kblocks", "0..64");
-  expect_tuning_error([](Tuning& t) { t.moe_early_kblocks = 4; }, "moe_early_kblocks", "pointer-array plan does not read");
   expect_tuning_error([](Tuning& t) { t.tile_tokens = 7; }, "tile_tokens", "8..256");
   expect_tuning_error([](Tuning& t) { t.tile_tokens = 257; }, "tile_tokens", "257");
   expect_tuning_error([](Tuning& t) { t.narrow_rows = 64; }, "narrow_rows", "128 or 256");

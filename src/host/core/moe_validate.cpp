@@ -46,23 +46,18 @@ MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
     auto unread = [](const char* field) {
       fail(std::string("options.tuning.") + field,
            "an MoE plan does not read this knob (it reads split_k, narrow_rows, wide_fixed, wide_per_token, "
-           "narrow_fixed, narrow_per_token, moe_split_gain16, moe_split_gain32 and moe_early_kblocks)");
+           "narrow_fixed, narrow_per_token, moe_split_gain16 and moe_split_gain32)");
     };
     if (t.epilogue_cost) unread("epilogue_cost");
     if (t.class_round) unread("class_round");
     if (t.handoff_cost) unread("handoff_cost");
     if (t.owner_cost) unread("owner_cost");
-    if (t.balance_handoffs != d.balance_handoffs) unread("balance_handoffs");
     if (t.share_epilogue != d.share_epilogue) unread("share_epilogue");
     if (t.tile_tokens) unread("tile_tokens");
     if (t.max_ctas) unread("max_ctas");
     if (t.ring_kb) unread("ring_kb");
     if (t.tma_store) unread("tma_store");
     if (t.convert_scales != d.convert_scales) unread("convert_scales");
-    if (t.prepass_inline != d.prepass_inline) unread("prepass_inline");
-    if (t.meta_prefetch != d.meta_prefetch) unread("meta_prefetch");
-    if (t.early_weights != d.early_weights) unread("early_weights");
-    if (t.pdl != d.pdl) unread("pdl");
   }
   if (o.graph_cache < 0)
     fail("options.graph_cache", "must be >= 0 (0: no cached graphs), got " + std::to_string(o.graph_cache));

@@ -151,8 +151,6 @@ void validate_tuning(const Tuning& t) {
   for (const auto& [v, field] : {std::pair{t.moe_split_gain16, "moe_split_gain16"}, std::pair{t.moe_split_gain32, "moe_split_gain32"}})
     if (v && !(*v >= 0 && *v <= 100000 && *v == std::floor(*v)))
       fail_tuning(field, "must be a whole number of k-blocks, 0..100000 (got " + std::to_string(*v) + ")");
-  if (const auto e = t.moe_early_kblocks; e && (*e < 0 || *e > 64))
-    fail_tuning("moe_early_kblocks", "must be 0..64 k-blocks (got " + std::to_string(*e) + ")");
   if (const auto kb = t.ring_kb; kb && *kb < 0)
     fail_tuning("ring_kb", "must be >= 0 KiB (got " + std::to_string(*kb) + "; values past the limits are clamped)");
 }
@@ -192,10 +190,8 @@ void validate_options(const Options& options) {
     throw Error("options.device", -1, "device index " + std::to_string(options.device) +
                                           " is invalid (use -1 for the current device)");
   validate_tuning(options.tuning);
-  if (options.tuning.moe_split_gain16 || options.tuning.moe_split_gain32 || options.tuning.moe_early_kblocks)
-    throw Error(options.tuning.moe_split_gain16   ? "options.tuning.moe_split_gain16"
-                : options.tuning.moe_split_gain32 ? "options.tuning.moe_split_gain32"
-                                                  : "options.tuning.moe_early_kblocks",
+  if (options.tuning.moe_split_gain16 || options.tuning.moe_split_gain32)
+    throw Error(options.tuning.moe_split_gain16 ? "options.tuning.moe_split_gain16" : "options.tuning.moe_split_gain32",
                 -1,
                 "a knob of the MoE plans' device schedule (fp4gemm::MoeOptions::tuning); a pointer-array plan does not read it");
 }

@@ -64,7 +64,6 @@ SchedulePolicy schedule_policy(const Tuning& t) {
   }
   if (t.handoff_cost) policy.handoff_per_elem = policy.owner_read_per_elem = *t.handoff_cost;
   if (t.owner_cost) policy.owner_read_per_elem = *t.owner_cost;
-  policy.balance_handoffs = t.balance_handoffs;
   if (t.tile_tokens) {  // token tiles at most this wide, no search over narrower widths
     policy.max_tile_tokens = *t.tile_tokens;
     policy.tile_auto = false;
@@ -95,7 +94,6 @@ struct FastPlan final : KernelPlan {
   // time and, with Options::rescale_each_run, before every run.
   std::vector<GluScaleJob> glu_jobs;
   bool rescale_each_run = false;
-  bool pdl = true;  // GEMM launched as a programmatic dependent of the pre-pass (Tuning::pdl)
   DeviceAllocations memory;  // owned (and freed) by the plan
 
   void run(cudaStream_t stream) const override;
@@ -119,7 +117,6 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   fp.format = options.format;
   fp.layout = options.scale_layout;
   fp.out_type = options.out_type;
-  fp.pdl = tuning.pdl;
   // A dual GEMM's group has 2N kernel rows: 8 gate rows then their 8 up rows per 16, read through
   // a 4-D map (k bytes, 8 rows, gate|up, 8-row blocks) from the lower of b / b_up.
   const bool dual = options.epilogue != Epilogue::none;
@@ -343,10 +340,7 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   std::copy_n(prepass_groups.begin(), pa.inline_count, pa.inline_groups);
   // The groups by value and the metadata's L2 prefetch shorten the start: without them the GEMM
   // producer's first TMA sits behind 4-5 dependent DRAM misses on the plan's metadata (together,
-  // H200: -2 % on seed case 3, -4 % on case 4). Measurement knobs: Tuning::prepass_inline = false
-  // reads every group from the table in global memory; Tuning::meta_prefetch = false leaves the
-  // metadata out of L2.
-  if (!tuning.prepass_inline) pa.inline_count = 0;
+  // H200: -2 % on seed case 3, -4 % on case 4).
   pa.groups = at(o_pre, prepass_groups);
   // One thread per (token row, k-block) of the largest group; make_fused_plan checked that the
   // count fits an int.
@@ -358,7 +352,6 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   pa.layout = options.scale_layout;
   pa.meta = meta;
   pa.meta_lines = static_cast<int>(blob.size() / 128);
-  if (!tuning.meta_prefetch) pa.meta_lines = 0;
   if (s.num_slots > 0) {
     pr.partials = fp.allocate<float>(static_cast<std::size_t>(s.num_slots) * C::kPartialFloats * sizeof(float),
                                      "plan workspace");
@@ -368,9 +361,8 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   pr.ring_bytes = ring_bytes;
   pr.narrow_rows = s.narrow_rows;
   // The ring's first fill of weights is issued while the pre-pass runs, so those loads overlap it
-  // (H200: -0.7 to -1.6 % on seed cases 1, 2 and 4, +1.2 % on case 3); measurement knob
-  // Tuning::early_weights = false issues every load after the wait.
-  pr.early_kblocks = tuning.early_weights ? C::kMaxStages : 0;
+  // (H200: -0.7 to -1.6 % on seed cases 1, 2 and 4, +1.2 % on case 3).
+  pr.early_kblocks = C::kMaxStages;
   pr.layout = options.scale_layout;
   if (dual) {  // read by the GLU epilogue and the weight loads (the work list stays the host's)
     pr.moe.glu = static_cast<int>(options.epilogue);  // = detail::GluKind
@@ -400,9 +392,9 @@ void FastPlan::run(cudaStream_t stream) const {
   const cudaError_t err =
       fp.format == Format::nvfp4
           ? launch_fused<Format::nvfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.prepass, fp.prepass_grid,
-                                        fp.d_conversions, fp.num_conversions, fp.conversion_grid, fp.pdl, stream)
+                                        fp.d_conversions, fp.num_conversions, fp.conversion_grid, stream)
           : launch_fused<Format::mxfp4>(fp.params, fp.out_type, s.num_ctas, fp.smem_bytes, fp.prepass, fp.prepass_grid,
-                                        fp.d_conversions, fp.num_conversions, fp.conversion_grid, fp.pdl, stream);
+                                        fp.d_conversions, fp.num_conversions, fp.conversion_grid, stream);
   FP4GEMM_CUDA_CHECK(err, "run");
 }
 

@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 // start (barrier set-up, tensor-map prefetch) as the pre-pass drains; the producer waits for the
 // pre-pass with griddepcontrol.wait.
 template <Format F>
-cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes, bool pdl,
+cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
                         cudaStream_t stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(num_ctas);
@@ -387,7 +387,7 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
   config.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;  // a programmatic dependent of the pre-pass
   config.attrs = attr;
   config.numAttrs = 1;
   // (each instantiation is compiled in its own unit: fused_variants.cuh)
@@ -412,7 +412,7 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
 template <Format F>
 cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ctas,
                   std::size_t smem_bytes, const PrepassArgs& prepass, dim3 pre_grid,
-                  const ScaleConversion* conversions, int num_conversions, dim3 conversion_grid, bool pdl,
+                  const ScaleConversion* conversions, int num_conversions, dim3 conversion_grid,
                   cudaStream_t stream) {
   if (num_conversions > 0) {
     scales_to_blocked<F><<<conversion_grid, 256, 0, stream>>>(conversions, num_conversions);
@@ -421,7 +421,7 @@ cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ct
   Trace::reset_prepass(stream);  // (a trace build's pre-pass stamps)
   dequant_activations<F><<<pre_grid, 256, 0, stream>>>(prepass);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
+  return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, stream);
 }
 
 // The routed (MoE) path: the pre-pass reads the routed rows, then the same GEMM runs with the
@@ -429,12 +429,12 @@ cudaError_t launch_fused(const FusedParams& params, OutType out_type, int num_ct
 // prologue, device/moe_schedule.cuh).
 template <Format F, PrepassSource S>
 cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
-                          const PrepassArgs& prepass, dim3 pre_grid, bool pdl, cudaStream_t stream) {
+                          const PrepassArgs& prepass, dim3 pre_grid, cudaStream_t stream) {
   static_assert(S != PrepassSource::routed_bf16 || F == Format::mxfp4, "bf16 activations pair with bf16 weights");
   Trace::reset_prepass(stream);  // (a trace build's pre-pass stamps)
   dequant_activations<F, S><<<pre_grid, 256, 0, stream>>>(prepass);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, pdl, stream);
+  return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, stream);
 }
 
 // Every instantiation of format F that launch_gemm can launch (the table's rows of F).
@@ -456,17 +456,17 @@ cudaError_t read_trace(unsigned long long* out) {
 
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \
   PREFIX template cudaError_t launch_fused<F>(const FusedParams&, OutType, int, std::size_t, \
-                                       const PrepassArgs&, dim3, const ScaleConversion*, int, dim3, bool, \
+                                       const PrepassArgs&, dim3, const ScaleConversion*, int, dim3, \
                                        cudaStream_t);                                                     \
   PREFIX template cudaError_t set_fused_smem<F>(std::size_t);                                           \
   PREFIX template cudaError_t read_trace<F>(unsigned long long*);                                       \
   PREFIX template cudaError_t launch_routed<F, PrepassSource::routed_fp4>(const FusedParams&, OutType, int,        \
-                                                                      std::size_t, const PrepassArgs&, dim3, bool, \
+                                                                      std::size_t, const PrepassArgs&, dim3, \
                                                                       cudaStream_t);
 
 #define FP4GEMM_W4A16_INSTANTIATION(PREFIX)                                                              \
   PREFIX template cudaError_t launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(                     \
-      const FusedParams&, OutType, int, std::size_t, const PrepassArgs&, dim3, bool, cudaStream_t);
+      const FusedParams&, OutType, int, std::size_t, const PrepassArgs&, dim3, cudaStream_t);
 
 #ifndef FP4GEMM_FUSED_INSTANTIATE
 FP4GEMM_FUSED_INSTANTIATION(extern, Format::nvfp4)

@@ -330,7 +330,7 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   // the device made ptxas spill 136-172 bytes in every mainloop.)
   const std::int64_t reachable = o.layout == MoeLayout::contiguous ? std::min(w.experts, o.capacity) : w.experts;
   pr.narrow_rows = tuning.narrow_rows.value_or(2 * reachable * ((krows + 255) / 256) > num_ctas ? 256 : 128);
-  pr.early_kblocks = tuning.moe_early_kblocks.value_or(KC::kMaxStages);  // (the kernel clamps it to its stages)
+  pr.early_kblocks = KC::kMaxStages;  // the whole ring's first fill issued before the CTA's barrier
   pr.layout = ScaleLayout::blocked;
   const std::size_t fixed = 2 * KC::kMaxStages * sizeof(std::uint64_t) + KC::kEpiBytes + 2048;
   if (p.device.smem_per_block_optin < fixed + 2 * KC::kStageBytes)
@@ -428,12 +428,12 @@ void FusedMoePlan::enqueue(const MoeArgs& args, cudaStream_t s) const {
   const cudaError_t err =
       p.options.activation == MoeActivation::bf16
           ? launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(params, p.options.out_type, ctas, p.smem_bytes,
-                                                                     pa, p.prepass_grid, true, s)
+                                                                     pa, p.prepass_grid, s)
       : f == Format::nvfp4
           ? launch_routed<Format::nvfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
-                                                                    pa, p.prepass_grid, true, s)
+                                                                    pa, p.prepass_grid, s)
           : launch_routed<Format::mxfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
-                                                                    pa, p.prepass_grid, true, s);
+                                                                    pa, p.prepass_grid, s);
   FP4GEMM_CUDA_CHECK(err, "run");
 }
 
