@@ -13,28 +13,19 @@ and the HGMMA count of each build. Exit status 1 when a function present in both
 import argparse
 import glob
 import os
-import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sass_census  # noqa: E402  (the project's SASS listing parser)
+
 
 def functions(cuobjdump, objects):
+    """name -> instruction texts (no addresses), over every function of the objects."""
     out = {}
     for o in objects:
         text = subprocess.run([cuobjdump, "-sass", o], capture_output=True, text=True, check=True).stdout
-        name, body = None, []
-        for line in text.splitlines():
-            m = re.match(r"\s+Function : (\S+)", line)
-            if m:
-                if name:
-                    out[name] = body
-                name, body = m.group(1), []
-                continue
-            m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(.*?);", line)  # (any address width: whole functions)
-            if m and name:
-                body.append(m.group(1).strip())
-        if name:
-            out[name] = body
+        out.update({name: [t for _, t in body] for name, body in sass_census.functions(text).items()})
     return out
 
 
