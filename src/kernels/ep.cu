@@ -22,7 +22,6 @@
 #include "device/quantize_rule.cuh"
 #include "fp4gemm/ep.hpp"
 #include "fp4gemm/fp4gemm.hpp"
-#include "fp4gemm/moe_layer.hpp"
 #include "host/core/cuda_check.hpp"
 #include "host/core/device_memory.hpp"
 #include "host/core/validate.hpp"
