@@ -296,14 +296,19 @@ class HostSequence:
         c = ws.cfg
         max_tokens = self.d.integer(1, 16)
         topk = self.d.integer(1, min(c.e, 4))
+        invariant = self.d.choice([False, True])  # (checked against the host composition either way)
         lv = ws.live
         layer = moe.MoeLayer(lv["w13"], lv["s13"], lv["w2"], lv["s2"], max_tokens=max_tokens, topk=topk,
                              w13_alpha=lv["w13_alpha"], w13_alpha_up=lv["w13_alpha_up"], w2_alpha=lv["w2_alpha"],
-                             **c.layer_kwargs())
+                             batch_invariant=invariant, **c.layer_kwargs())
         self.call()
         rec = Rec(f"L{next(self.ids)}", "layer", layer, ws, max_tokens=max_tokens, topk=topk)
-        self.log(f"build {rec.name} = MoeLayer({ws.name}, max_tokens={max_tokens}, topk={topk})")
+        self.log(f"build {rec.name} = MoeLayer({ws.name}, max_tokens={max_tokens}, topk={topk}, "
+                 f"batch_invariant={invariant})")
         self.check_layer_properties(rec)
+        if self.gpu:  # both GEMMs planned without stream-K exactly when batch invariant
+            d = layer.describe()
+            assert (d.count("no stream-K") == 2) is invariant, d
         self.add_obj(rec)
 
     def check_layer_properties(self, rec):
