@@ -22,7 +22,7 @@ int run_layer(const LayerCommandOptions& o) {
   const DeviceInfo device = require_device();
   Stream stream;
   const cudaStream_t s = stream.get();
-  LayerProblem problem(model, o.act, o.tokens, o.seed, s, o.fuse_quantise, o.batch_invariant);
+  LayerProblem problem(model, o.act, o.tokens, o.seed, s, o.fuse_quantise, o.batch_invariant, o.decode_tokens);
   problem.set_tokens(o.tokens, o.seed, s);
   std::cout << "fp4gemm layer: E " << o.experts << ", H " << o.hidden << ", I " << o.inter << ", T " << o.tokens
             << ", top-" << o.topk << ", " << o.act << (problem.w4a16() ? " (W4A16)" : " (W4A4)") << ", "

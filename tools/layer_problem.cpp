@@ -30,7 +30,7 @@ void validate_layer_model(const LayerModel& m, const std::string& act) {
 }
 
 LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int max_tokens, std::uint64_t seed,
-                           cudaStream_t s, bool fuse_quantise, bool batch_invariant)
+                           cudaStream_t s, bool fuse_quantise, bool batch_invariant, int decode_tokens)
     : m_(model), w16_(act == "bf16"), max_tokens_(max_tokens) {
   validate_layer_model(model, act);
   if (max_tokens < 1) throw Error("--tokens", -1, "must be >= 1");
@@ -66,6 +66,7 @@ LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int 
   if (format == Format::nvfp4 && !w16_) lo.a1_scale = lo.a2_scale = 1.0f / 64;
   lo.fuse_quantize = fuse_quantise;
   lo.batch_invariant = batch_invariant;
+  lo.decode_tokens = decode_tokens;
   layer_ = std::make_unique<MoeLayer>(lw, lo);
   args_.hidden = hidden_.get(), args_.topk_ids = ids_.get(), args_.topk_weights = weights_.get();
   args_.out = out_.get();

@@ -77,6 +77,12 @@ struct MoeLayerOptions {
   // W4A4's exactly representable partial sums hide it on most data). Expert parallelism needs it
   // for its results to equal one GPU's. Costs a few per cent at decode sizes (PERF.md).
   bool batch_invariant = false;
+  // Runs of at most this many tokens (0..8) take the decode path: two kernels (gate/up + GLU,
+  // then down + the top-k combine) that stream every active expert's weights once over all SMs,
+  // instead of the six launches of the general path. W4A16 MXFP4 only, and not with
+  // batch_invariant (the two paths sum in different orders, so a token's row would change when
+  // the batch crosses this size; within the decode path no row depends on the others). 0: never.
+  int decode_tokens = 8;
 };
 
 struct MoeLayerArgs {

@@ -278,6 +278,9 @@ class MoeLayer:
     batch_invariant: every token's output row independent of the other tokens of the run, bit for
         bit (no stream-K split of a tile's K between CTAs, whose FP32 partial sums are added in a
         batch-dependent order). Off by default (the faster schedule); expert parallelism turns it on.
+    decode_tokens: runs of at most this many tokens (0..8) take the decode path -- two kernels that
+        stream every active expert's weights once over all SMs (W4A16 only; not with
+        batch_invariant). 0: always the general path.
 
     CUDA arrays plan on their device, after the work already enqueued on the current stream
     (weights quantised there just before are read complete); NumPy arrays run
@@ -295,13 +298,14 @@ class MoeLayer:
                  act_format: str = "nvfp4", activation: str = "silu", gate_up: Optional[str] = None,
                  scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
                  a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = SWIGLU_ALPHA,
-                 swiglu_limit: float = SWIGLU_LIMIT, batch_invariant: bool = False):
+                 swiglu_limit: float = SWIGLU_LIMIT, batch_invariant: bool = False, decode_tokens: int = 8):
         acts, fmt = _act_format(act_format)
         if gate_up is None:
             gate_up = "interleaved" if activation == "swigluoai" else "stacked"
         self._layer = _C.MoeLayer(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, fmt, acts,
                                   scale_layout, activation, gate_up, float(swiglu_alpha), float(swiglu_limit),
-                                  float(a1_scale), float(a2_scale), int(max_tokens), int(topk), bool(batch_invariant))
+                                  float(a1_scale), float(a2_scale), int(max_tokens), int(topk), bool(batch_invariant),
+                                  int(decode_tokens))
         self._like = w13
 
     def run(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None, stream: Any = None,

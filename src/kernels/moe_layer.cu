@@ -25,6 +25,8 @@
 #include "host/pimpl.hpp"
 #include "host/run_serializer.hpp"
 #include "kernels/combine.hpp"
+#include "device/glu.hpp"
+#include "kernels/decode_layer.hpp"
 
 namespace fp4gemm {
 
@@ -53,6 +55,9 @@ struct MoeLayer::Impl {
   __nv_bfloat16* inter = nullptr;                         // [capacity, I]
   std::uint8_t *i_packed = nullptr, *i_scales = nullptr;  // W4A4: quantised intermediate
   __nv_bfloat16* y = nullptr;                             // [capacity, H]
+  // The decode path (MoeLayerOptions::decode_tokens): runs of T <= decode_tokens
+  int decode_tokens = 0;  // 0: no decode path in this plan
+  detail::DecodeLayerArgs decode{};  // the plan's part of the arguments
   detail::RunSerializer runs;
 
   // Eager runs as graph replays (MoeLayerOptions::graph_cache), guarded by `runs`' lock.
@@ -170,6 +175,41 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   MoeOptions o2 = o1;
   o2.epilogue = MoeEpilogue::none;
   o2.quantize_output = false, o2.output_global_scale = 1.0f;
+  // The decode path: W4A16 MXFP4, top-k <= 8, not batch invariant (see MoeLayerOptions).
+  const std::int64_t decode_pairs = std::int64_t{std::min(o.decode_tokens, o.max_tokens)} * o.topk;
+  const bool decode_fits =  // the kernels' chunk counts are 32-bit
+      decode_pairs * (I / 8) * ((H + 63) / 64) < (std::int64_t{1} << 31) &&
+      decode_pairs * (H / 16) * ((I + 63) / 64) < (std::int64_t{1} << 31);
+  if (!w4a4 && o.format == Format::mxfp4 && !o.batch_invariant && o.decode_tokens > 0 &&
+      o.topk <= detail::kDecodeMaxTokens && decode_fits) {
+    p.decode_tokens = std::min(o.decode_tokens, o.max_tokens);
+    detail::DecodeLayerArgs& d = p.decode;
+    const int cap = p.decode_tokens * o.topk;
+    d.shape = detail::decode_shape(p.device.multiprocessors);
+    d.w13 = static_cast<const std::uint8_t*>(w.w13), d.s13 = static_cast<const std::uint8_t*>(w.w13_scales);
+    d.w2 = static_cast<const std::uint8_t*>(w.w2), d.s2 = static_cast<const std::uint8_t*>(w.w2_scales);
+    d.s13_stride = static_cast<long long>(formats::scale_bytes(o.scale_layout, 2 * std::int64_t{I}, H / 32));
+    d.s2_stride = static_cast<long long>(formats::scale_bytes(o.scale_layout, H, I / 32));
+    d.experts = E, d.hidden = H, d.inter = I;
+    d.blocked_scales = o.scale_layout == ScaleLayout::blocked;
+    d.interleaved = o.gate_up == GateUpLayout::interleaved;
+    d.glu_kind = o.activation == MoeEpilogue::swigluoai ? detail::kGluSwigluOai : detail::kGluSilu;
+    d.glu_alpha = o.swiglu_alpha, d.glu_limit = o.swiglu_limit;
+    d.alpha13 = w1.alpha_device, d.alpha13_up = w1.alpha_up_device, d.alpha2 = w2.alpha_device;
+    d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
+    d.inter_rows = p.inter, d.y_rows = p.y;
+    const std::size_t zeros = std::size_t{2} * (std::max(H, I) + 128);
+    auto* zero = p.allocate<__nv_bfloat16>(zeros, "plan workspace");
+    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zeros, s), "plan");
+    d.zero_row = zero;
+    const std::size_t records = std::size_t{2} * detail::kDecodeWarps * 128;
+    d.records1 = p.allocate<float>(sizeof(float) * records * d.shape.ctas1, "plan workspace");
+    d.records2 = p.allocate<float>(sizeof(float) * records * d.shape.ctas2, "plan workspace");
+    const std::size_t n1 = std::size_t{1} * cap * (I / 8), n2 = std::size_t{1} * cap * (H / 16), n3 = H / 16;
+    d.count1 = p.allocate<unsigned>(sizeof(unsigned) * (n1 + n2 + n3), "plan workspace");
+    d.count2 = d.count1 + n1, d.count_rows = d.count2 + n2;
+    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(d.count1, 0, sizeof(unsigned) * (n1 + n2 + n3), s), "plan");
+  }
   FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(s), "plan");
   try {
     p.gemm1 = std::make_unique<MoeGemm>(w1, o1, stream);
@@ -203,6 +243,17 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   const std::int64_t ldh = args.ld_hidden == 0 ? H : args.ld_hidden, ldo = args.ld_out == 0 ? H : args.ld_out;
   const std::int64_t rows = std::int64_t{T} * k;
   const bool w4a4 = o.activations == MoeActivation::fp4;
+  if (T <= p.decode_tokens && args.hidden_packed == nullptr) {
+    detail::DecodeLayerArgs d = p.decode;
+    d.x = static_cast<const __nv_bfloat16*>(args.hidden), d.ldx = ldh;
+    d.ids = args.topk_ids, d.ids_int64 = args.ids_int64;
+    d.weights = args.topk_weights, d.weights_bf16 = args.weights_bf16;
+    d.tokens = T, d.topk = k, d.token_count = args.token_count;
+    d.out = static_cast<__nv_bfloat16*>(args.out), d.ldo = ldo;
+    detail::launch_decode_layer(d, s);
+    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
+    return;
+  }
   detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, p.row_of, s,
                                     args.token_count);
   // A GEMM's activations: bf16 rows as given (W4A16), or those rows quantised into the plan's
@@ -296,6 +347,9 @@ std::string MoeLayer::describe() const {
              ? (p.gemm1->options().quantize_output ? "; intermediate quantised in GEMM1's epilogue"
                                                    : "; intermediate quantised separately")
              : "")
+     << (p.decode_tokens > 0 ? "; decode path for T <= " + std::to_string(p.decode_tokens) + " (2 kernels of " +
+                                   std::to_string(p.decode.shape.ctas1) + " / " + std::to_string(p.decode.shape.ctas2) + " CTAs)"
+                             : "; no decode path")
      << "; workspace " << (p.memory.bytes() + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
      << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();
   return os.str();

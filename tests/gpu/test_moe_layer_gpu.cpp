@@ -61,6 +61,8 @@ struct LayerCase {
   float a1 = 0, a2 = 0;                 // NVFP4 W4A4 global scales (0: powers of two chosen here)
   int graph_cache = 8;                  // MoeLayerOptions::graph_cache
   bool fuse_quantize = false;           // MoeLayerOptions::fuse_quantize
+  int decode_tokens = 8;                // MoeLayerOptions::decode_tokens
+  bool batch_invariant = false;         // MoeLayerOptions::batch_invariant
   std::uint64_t seed = 1;
   std::string describe() const {
     std::ostringstream os;
@@ -152,7 +154,8 @@ std::unique_ptr<Layer> make_layer(const LayerCase& c) {
   MoeLayerOptions o;
   o.format = c.format, o.activations = c.act, o.scale_layout = c.scale_layout, o.activation = c.activation;
   o.gate_up = c.gate_up, o.a1_scale = L->a1, o.a2_scale = L->a2s, o.max_tokens = c.max_tokens, o.topk = c.topk;
-  o.graph_cache = c.graph_cache, o.fuse_quantize = c.fuse_quantize;
+  o.graph_cache = c.graph_cache, o.fuse_quantize = c.fuse_quantize, o.decode_tokens = c.decode_tokens;
+  o.batch_invariant = c.batch_invariant;
   L->layer = std::make_unique<MoeLayer>(w, o);
   return L;
 }
@@ -461,6 +464,89 @@ TEST_P(MoeLayerCases, MatchesTheQuantisedComposition) {
 
 INSTANTIATE_TEST_SUITE_P(All, MoeLayerCases, ::testing::ValuesIn(layer_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& i) { return "case" + std::to_string(i.index); });
+
+// The decode path (W4A16, T <= MoeLayerOptions::decode_tokens): every T of 1..8 against the
+// reference composition, with routings the general tests do not draw -- a token listing the same
+// expert twice or three times (two or three slots of that expert), ids outside [0, E), all tokens
+// on one expert -- a run whose device token count is below T (the ids and hidden rows past it
+// left as garbage: not read; their out rows not written), K not a multiple of the 64-wide chunk
+// (H = 352, I = 96) and K split into parts; then the same runs on the general path
+// (decode_tokens = 0), checked the same way. Deterministic across repeated runs.
+TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (const int decode : {8, 0})
+    for (int v = 0; v < 2; ++v) {
+      LayerCase c;
+      c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.seed = 9300 + v;
+      c.activation = v ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
+      c.gate_up = v ? GateUpLayout::interleaved : GateUpLayout::stacked;
+      c.scale_layout = v ? ScaleLayout::linear : ScaleLayout::blocked;
+      c.experts = v ? 16 : 6, c.topk = v ? 4 : 3, c.hidden = v ? 352 : 256, c.inter = v ? 96 : 160;
+      c.max_tokens = 12, c.ids_int64 = v == 1, c.weights_bf16 = v == 0, c.padded = v == 1, c.alphas = v == 0;
+      c.decode_tokens = decode, c.graph_cache = 0;
+      const auto L = make_layer(c);
+      const std::string d = L->layer->describe();
+      EXPECT_EQ(d.find("decode path for T <= 8") != std::string::npos, decode == 8) << d;
+      std::mt19937_64 rng(c.seed * 5 + 3);
+      RunBuffers b(c, c.max_tokens, c.hidden + (c.padded ? 24 : 0), c.hidden + (c.padded ? 40 : 0), rng);
+      DeviceBuffer count(4);
+      cudaStream_t s = nullptr;
+      FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+      for (int T = 1; T <= 8; ++T)
+        for (int mode = 0; mode < 3; ++mode) {
+          Inputs in = make_inputs(c, rng, T, mode == 1 ? Route::invalid_ids : Route::random);
+          if (mode == 2) {  // repeats: token t lists its first expert again at j = 1 (and 2)
+            for (int t = 0; t < T; ++t)
+              for (int j = 1; j <= std::min(c.topk - 1, 1 + t % 2); ++j) in.ids[t * c.topk + j] = in.ids[t * c.topk];
+          }
+          if (T == 8 && mode == 0)  // every token on expert 0
+            for (auto& id : in.ids) id = 0;
+          // mode 1 with T > 2: the device count says T - 2 tokens; rows past it not uploaded
+          const int present = mode == 1 && T > 2 ? T - 2 : T;
+          Inputs used = in;
+          used.tokens = present;
+          used.hidden.resize(static_cast<std::size_t>(present) * in.ld_hidden);
+          used.ids.resize(static_cast<std::size_t>(present) * c.topk), used.weights.resize(used.ids.size());
+          const Expected x = reference_layer(*L, used);
+          b.upload(c, used, s);
+          MoeLayerArgs a = b.args(c, used);
+          a.tokens = T;
+          if (present < T) {
+            FP4GEMM_TEST_CUDA(cudaMemcpyAsync(count.get(), &present, 4, cudaMemcpyHostToDevice, s));
+            a.token_count = reinterpret_cast<const int*>(count.get());
+          }
+          L->layer->run(a, s);
+          const std::vector<std::uint8_t> first = b.download(s);
+          EXPECT_TRUE(check_output(c, used, b, first, x)) << "decode_tokens " << decode << ", T " << T << ", mode " << mode;
+          b.upload(c, used, s);
+          L->layer->run(a, s);
+          EXPECT_TRUE(b.download(s) == first) << "two runs differ: decode_tokens " << decode << ", T " << T;
+        }
+      EXPECT_NO_THROW(L->layer->check(s));
+      FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+    }
+}
+
+// A batch-invariant layer has no decode path (its rows would change when T crosses the path's
+// bound), nor has a W4A4 one; decode_tokens outside 0..8 is refused by name.
+TEST(MoeLayerDecode, OnlyWhereItApplies) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  LayerCase c;
+  c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.max_tokens = 4;
+  c.decode_tokens = 8;
+  EXPECT_NE(make_layer(c)->layer->describe().find("decode path for T <= 4"), std::string::npos);
+  c.act = MoeActivation::fp4;
+  EXPECT_NE(make_layer(c)->layer->describe().find("no decode path"), std::string::npos);
+  c.act = MoeActivation::bf16, c.batch_invariant = true;
+  EXPECT_NE(make_layer(c)->layer->describe().find("no decode path"), std::string::npos);
+  c.batch_invariant = false, c.decode_tokens = 9;
+  try {
+    make_layer(c);
+    ADD_FAILURE() << "decode_tokens 9 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "options.decode_tokens") << e.what();
+  }
+}
 
 // W4A4: the intermediate quantised in GEMM1's GLU epilogue (MoeLayerOptions::fuse_quantize)
 // against the separate quantiser reading GEMM1's bf16 rows (the default, which MoeLayerCases

@@ -1,0 +1,60 @@
+// The MoE layer's decode path (W4A16 MXFP4, up to kDecodeMaxTokens tokens): two kernels instead of
+// six -- gate/up + GLU for every (active expert, 8 intermediates), then down + the top-k combine
+// for every (16 output rows, active expert) -- each a warp-level stream-K over those units, so
+// every warp of the grid streams the same number of weight chunks. The routing is read on the
+// device by every CTA (T * k <= 64 pairs); a unit split between warps is summed in warp order by
+// its last piece, so the result is deterministic run to run. Internal (MoeLayer).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace fp4gemm::detail {
+
+inline constexpr int kDecodeMaxTokens = 8;  // token columns of one mma (n8)
+inline constexpr int kDecodeMaxPairs = 64;  // T * k
+
+// The plan-time shape of the decode path: each kernel's grid (as many CTAs as stay resident).
+struct DecodeShape {
+  int ctas1 = 0, ctas2 = 0;
+};
+DecodeShape decode_shape(int multiprocessors);
+inline constexpr int kDecodeWarps = 4;  // per CTA
+
+struct DecodeLayerArgs {
+  // weights (MXFP4, dense per expert) and the activation
+  const std::uint8_t *w13, *s13, *w2, *s2;
+  long long s13_stride, s2_stride;  // bytes per expert of each scale matrix
+  int experts, hidden, inter;
+  bool blocked_scales, interleaved;
+  int glu_kind;
+  float glu_alpha, glu_limit;
+  const float *alpha13, *alpha13_up, *alpha2;  // per-expert (null: alpha scalars below)
+  float alpha13_s, alpha13_up_s, alpha2_s;
+  // the run
+  const __nv_bfloat16* x;
+  long long ldx;
+  const void* ids;
+  bool ids_int64;
+  const void* weights;
+  bool weights_bf16;
+  int tokens, topk;
+  const int* token_count;
+  __nv_bfloat16* out;
+  long long ldo;
+  // plan workspace
+  __nv_bfloat16* inter_rows;  // [T * k, I], pair-major
+  __nv_bfloat16* y_rows;      // [T * k, H], pair-major
+  const __nv_bfloat16* zero_row;  // max(H, I) + 128 zeros: the activations of absent tokens
+  float* records1;            // [ctas1 * kDecodeWarps * 2, 128]: split units' pieces
+  float* records2;            // [ctas2 * kDecodeWarps * 2, 128]
+  unsigned* count1;           // [pairs * I / 8], zero between runs
+  unsigned* count2;           // [pairs * H / 16], zero between runs
+  unsigned* count_rows;       // [H / 16], zero between runs
+  DecodeShape shape;
+};
+
+void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s);
+
+}  // namespace fp4gemm::detail
