@@ -81,8 +81,10 @@ struct MoeLayerOptions {
   // then down + the top-k combine) that stream every active expert's weights once over all SMs,
   // instead of the six launches of the general path. W4A16 MXFP4 only, and not with
   // batch_invariant (the two paths sum in different orders, so a token's row would change when
-  // the batch crosses this size; within the decode path no row depends on the others). 0: never.
-  int decode_tokens = 8;
+  // the batch crosses this size). 0: never. The default, 2, is where it was measured faster on an
+  // H200 (gpt-oss-120b and Qwen3-30B-A3B shapes; PERF.md): its dequantisation is shared only by the
+  // tokens of one expert, so from ~4 tokens the general path's wgmma kernel is ahead.
+  int decode_tokens = 2;
 };
 
 struct MoeLayerArgs {

@@ -458,7 +458,7 @@ def test_decode_path_matches_the_general_path(activation):
     w2 = torch.randint(0, 256, (e, h, i // 2), generator=g, dtype=torch.uint8, device="cuda")
     s2 = torch.randint(118, 128, (e, h, i // 32), generator=g, device="cuda").to(torch.uint8)
     kw = dict(act_format="bf16", scale_layout="linear", activation=activation, max_tokens=16, topk=k)
-    fast = moe.MoeLayer(w13, s13, w2, s2, **kw)
+    fast = moe.MoeLayer(w13, s13, w2, s2, decode_tokens=8, **kw)
     general = moe.MoeLayer(w13, s13, w2, s2, decode_tokens=0, **kw)
     assert "decode path for T <= 8" in fast.describe() and "no decode path" in general.describe()
     rng = np.random.default_rng()
