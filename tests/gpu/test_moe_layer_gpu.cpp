@@ -470,8 +470,9 @@ INSTANTIATE_TEST_SUITE_P(All, MoeLayerCases, ::testing::ValuesIn(layer_cases()),
 // expert twice or three times (two or three slots of that expert), ids outside [0, E), all tokens
 // on one expert -- a run whose device token count is below T (the ids and hidden rows past it
 // left as garbage: not read; their out rows not written), K not a multiple of the 64-wide chunk
-// (H = 352, I = 96) and K split into parts; then the same runs on the general path
-// (decode_tokens = 0), checked the same way. Deterministic across repeated runs.
+// (H = 288 / 352, I = 160 / 96) and K split into parts; then the same runs on the general path
+// (decode_tokens = 0), checked the same way. Deterministic across repeated runs. Between them the
+// two layers take both scale layouts with and without a K tail in each kernel.
 TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   for (const int decode : {8, 0})
@@ -481,7 +482,7 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
       c.activation = v ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
       c.gate_up = v ? GateUpLayout::interleaved : GateUpLayout::stacked;
       c.scale_layout = v ? ScaleLayout::linear : ScaleLayout::blocked;
-      c.experts = v ? 16 : 6, c.topk = v ? 4 : 3, c.hidden = v ? 352 : 256, c.inter = v ? 96 : 160;
+      c.experts = v ? 16 : 6, c.topk = v ? 4 : 3, c.hidden = v ? 352 : 288, c.inter = v ? 96 : 160;
       c.max_tokens = 12, c.ids_int64 = v == 1, c.weights_bf16 = v == 0, c.padded = v == 1, c.alphas = v == 0;
       c.decode_tokens = decode, c.graph_cache = 0;
       const auto L = make_layer(c);
