@@ -12,6 +12,7 @@
 #include "reference/gpu_reference.hpp"
 
 #include "host/core/cuda_check.hpp"
+#include "host/core/device_memory.hpp"
 
 namespace fp4gemm::detail {
 namespace {
@@ -154,36 +155,30 @@ class ReferencePlan final : public KernelPlan {
     act_ = {c.options.epilogue == Epilogue::silu ? kGluSilu : kGluSwigluOai, c.options.swiglu_alpha,
             c.options.swiglu_limit};
     dual_bytes_ = table.size() * sizeof(DualReferenceGroup);
-    void* d = nullptr;
-    if (const cudaError_t e = cudaMalloc(&d, dual_bytes_); e != cudaSuccess) throw_cuda(e, "cudaMalloc", "plan");
-    dual_.reset(static_cast<DualReferenceGroup*>(d));
-    if (const cudaError_t e = cudaMemcpy(d, table.data(), dual_bytes_, cudaMemcpyHostToDevice); e != cudaSuccess)
-      throw_cuda(e, "cudaMemcpy", "plan");
+    dual_ = memory_.upload(table, "plan");
   }
   void run(cudaStream_t stream) const override {
-    if (dual_) {
+    if (dual_ != nullptr) {
       if (count_ == 0 || max_m_ == 0 || max_n_ == 0) return;
       reference_dual_kernel<<<reference_grid(max_m_, max_n_, count_), dim3(32, 8), 0, stream>>>(
-          dual_.get(), count_, format_, layout_, out_, act_);
+          dual_, count_, format_, layout_, out_, act_);
       if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) throw_cuda(e, "reference_dual_kernel launch", "run");
       return;
     }
     const cudaError_t e = launch_reference_gemm(groups_, count_, max_m_, max_n_, format_, layout_, out_, stream);
     if (e != cudaSuccess) throw_cuda(e, "reference_gemm_kernel launch", "run");
   }
-  std::string describe() const override { return dual_ ? "dual GEMM, FP32 activation" : ""; }
+  std::string describe() const override { return dual_ != nullptr ? "dual GEMM, FP32 activation" : ""; }
   std::size_t device_bytes() const override { return dual_bytes_; }  // (plain: the plan's group table only)
 
  private:
-  struct Free {
-    void operator()(DualReferenceGroup* p) const { cudaFree(p); }
-  };
   const GroupParams* groups_;
   int count_, max_m_, max_n_;
   Format format_;
   ScaleLayout layout_;
   OutType out_;
-  std::unique_ptr<DualReferenceGroup, Free> dual_;
+  DeviceAllocations memory_;  // the dual table
+  const DualReferenceGroup* dual_ = nullptr;
   std::size_t dual_bytes_ = 0;
   DualActivationArgs act_{};
 };
