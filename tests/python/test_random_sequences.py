@@ -297,18 +297,22 @@ class HostSequence:
         max_tokens = self.d.integer(1, 16)
         topk = self.d.integer(1, min(c.e, 4))
         invariant = self.d.choice([False, True])  # (checked against the host composition either way)
+        decode = self.d.choice([0, 2, 8])  # the decode path for runs of T <= decode (W4A16), or never
         lv = ws.live
         layer = moe.MoeLayer(lv["w13"], lv["s13"], lv["w2"], lv["s2"], max_tokens=max_tokens, topk=topk,
                              w13_alpha=lv["w13_alpha"], w13_alpha_up=lv["w13_alpha_up"], w2_alpha=lv["w2_alpha"],
-                             batch_invariant=invariant, **c.layer_kwargs())
+                             batch_invariant=invariant, decode_tokens=decode, **c.layer_kwargs())
         self.call()
         rec = Rec(f"L{next(self.ids)}", "layer", layer, ws, max_tokens=max_tokens, topk=topk)
         self.log(f"build {rec.name} = MoeLayer({ws.name}, max_tokens={max_tokens}, topk={topk}, "
-                 f"batch_invariant={invariant})")
+                 f"batch_invariant={invariant}, decode_tokens={decode})")
         self.check_layer_properties(rec)
         if self.gpu:  # both GEMMs planned without stream-K exactly when batch invariant
             d = layer.describe()
             assert (d.count("no stream-K") == 2) is invariant, d
+            # the decode path exactly for W4A16 layers that are not batch invariant and allow it
+            decodes = c.act == "bf16" and not invariant and decode > 0 and topk <= 8
+            assert ("decode path for T <= " in d) is decodes, d
         self.add_obj(rec)
 
     def check_layer_properties(self, rec):
