@@ -148,6 +148,22 @@ __device__ __forceinline__ void load(Stage& st, Cursor& cur, const Operand& op) 
 
 constexpr int kStages = 4;  // chunks in flight per warp
 
+// A warp's arrival on *counter, one of `arrivals`: true in the warp that arrives last (which resets
+// the counter for the next run), after every arriving warp's earlier global writes are visible to
+// it. Warp-uniform; every lane calls it.
+__device__ __forceinline__ bool last_arrival(unsigned* counter, unsigned arrivals) {
+  __threadfence();
+  __syncwarp();
+  unsigned last = 0;
+  if (threadIdx.x % 32 == 0) {
+    last = atomicAdd(counter, 1u) == arrivals - 1;
+    if (last) *counter = 0;
+  }
+  if (!__shfl_sync(0xFFFFFFFFu, last, 0)) return false;
+  __threadfence();
+  return true;
+}
+
 template <int R>
 __device__ __forceinline__ void rotate(Stage (&st)[kStages]) {  // st[d] <- st[(d + R) % kStages]
   Stage t[kStages];
@@ -200,16 +216,8 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
       const int slot = u == first ? 0 : 1;
       float* rec = records + (static_cast<long long>(w) * 2 + slot) * 128;
       *reinterpret_cast<float4*>(rec + lane * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      __threadfence();
-      __syncwarp();
-      unsigned last = 0;
       const int wf = warp_of(u * n), wl = warp_of(u * n + n - 1);  // the unit's first and last pieces
-      if (lane == 0) {
-        last = atomicAdd(counters + u, 1u) == static_cast<unsigned>(wl - wf);
-        if (last) counters[u] = 0;
-      }
-      if (!__shfl_sync(0xFFFFFFFFu, last, 0)) return;
-      __threadfence();
+      if (!last_arrival(counters + u, static_cast<unsigned>(wl - wf + 1))) return;
       for (int q = wf; q <= wl; ++q) {
         const int qfirst = start_of(q) / n;
         const float4 p = __ldcg(reinterpret_cast<const float4*>(records + (static_cast<long long>(q) * 2 + (u == qfirst ? 0 : 1)) * 128) + lane);

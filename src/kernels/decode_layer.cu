@@ -150,15 +150,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeL
         y[rh] = __float2bfloat16_rn(alpha * v[2 + h]);
       }
     }
-    __threadfence();
-    __syncwarp();
-    unsigned last = 0;
-    if (lane == 0) {
-      last = atomicAdd(a.count_rows + b, 1u) == static_cast<unsigned>(S - 1);
-      if (last) a.count_rows[b] = 0;
-    }
-    if (!__shfl_sync(0xFFFFFFFFu, last, 0)) return;
-    __threadfence();
+    if (!decode::last_arrival(a.count_rows + b, static_cast<unsigned>(S))) return;  // the block's last unit
     const int row = b * 16 + lane % 16;
     for (int t = lane / 16; t < T; t += 2) {
       float acc = 0.0f;
