@@ -79,7 +79,8 @@ struct MoeLayerOptions {
   bool batch_invariant = false;
   // Runs of at most this many tokens (0..8) take the decode path: two kernels (gate/up + GLU,
   // then down + the top-k combine) that stream every active expert's weights once over all SMs,
-  // instead of the six launches of the general path. W4A16 MXFP4 only, and not with
+  // instead of the six launches of the general path (W4A4: the tokens and the intermediate are
+  // first quantised and dequantised to bf16 by the layer's rule, two small launches more). Not with
   // batch_invariant (the two paths sum in different orders, so a token's row would change when
   // the batch crosses this size). 0: never. The default, 2, is where it was measured faster on an
   // H200 (gpt-oss-120b and Qwen3-30B-A3B shapes; PERF.md): its dequantisation is shared only by the

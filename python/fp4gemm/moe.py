@@ -279,7 +279,7 @@ class MoeLayer:
         bit (no stream-K split of a tile's K between CTAs, whose FP32 partial sums are added in a
         batch-dependent order). Off by default (the faster schedule); expert parallelism turns it on.
     decode_tokens: runs of at most this many tokens (0..8) take the decode path -- two kernels that
-        stream every active expert's weights once over all SMs (W4A16 only; not with
+        stream every active expert's weights once over all SMs (W4A16 and W4A4; not with
         batch_invariant). 0: always the general path; 2 (default): where it measured faster.
 
     CUDA arrays plan on their device, after the work already enqueued on the current stream

@@ -55,11 +55,10 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], std::uint32_t a0, std::u
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-template <int kMx>
-__device__ __forceinline__ void multiply(const Stage& st, std::uint32_t s0, std::uint32_t s1, float (&acc)[4]) {
-  std::uint32_t ag[8], ah[8];
-  sm90::dequant_row<Format::mxfp4, kMx>(st.wg, s0, ag);
-  sm90::dequant_row<Format::mxfp4, kMx>(st.wh, s1, ah);
+// acc += this chunk's A (the 8 + 8 dequantised registers of rows g and g + 8) times token g's 16
+// activations.
+__device__ __forceinline__ void multiply(const std::uint32_t (&ag)[8], const std::uint32_t (&ah)[8], const Stage& st,
+                                         float (&acc)[4]) {
   const std::uint32_t x[8] = {st.x0.x, st.x0.y, st.x0.z, st.x0.w, st.x1.x, st.x1.y, st.x1.z, st.x1.w};
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
@@ -71,26 +70,70 @@ __device__ __forceinline__ void multiply(const Stage& st, std::uint32_t s0, std:
   }
 }
 
-// A chunk with a scale code >= 128 (rare: out of line, so the hot loop keeps its registers).
+template <int kMx>
+__device__ __forceinline__ void multiply_mx(const Stage& st, std::uint32_t s0, std::uint32_t s1, float (&acc)[4]) {
+  std::uint32_t ag[8], ah[8];
+  sm90::dequant_row<Format::mxfp4, kMx>(st.wg, s0, ag);
+  sm90::dequant_row<Format::mxfp4, kMx>(st.wh, s1, ah);
+  multiply(ag, ah, st, acc);
+}
+
+// A chunk with a scale code >= 128 (rare).
 __device__ __forceinline__ void consume_full_range(const Stage& st, float (&acc)[4]) {
   std::uint32_t s0, s1;
   sm90::weight_scale_pairs<Format::mxfp4>(st.codes, s0, s1);
-  multiply<sm90::kMxTwo>(st, s0, s1, acc);
+  multiply_mx<sm90::kMxTwo>(st, s0, s1, acc);
+}
+
+// NVFP4 weights in bf16 (the activations are bf16 here): raw e2m1 * 2^-126 times 2^126, then times
+// the block's E4M3 scale as bf16 -- every step exact (e2m1 x E4M3 has <= 6 significant bits and
+// lies in [2^-10, 2688]); the same K order as MXFP4's, so the activations' permutation is shared.
+__device__ __forceinline__ std::uint32_t nv_scale_bf16x2(unsigned code) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  const __nv_bfloat16 b = __float2bfloat16_rn(__half2float(__half(h)));  // exact (NaN stays NaN)
+  const std::uint16_t bits = *reinterpret_cast<const std::uint16_t*>(&b);
+  return static_cast<std::uint32_t>(bits) | static_cast<std::uint32_t>(bits) << 16;
+}
+
+__device__ __forceinline__ void dequant_nv_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
+  const __nv_bfloat162 s = *reinterpret_cast<const __nv_bfloat162*>(&scale2);
+  const __nv_bfloat162 two126 = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
+  std::uint32_t lo[4], hi[4];
+  e2m1_quad_bf16_raw(q.x, lo);
+  e2m1_quad_bf16_raw(q.y, hi);
+  auto cvt = [&](std::uint32_t raw) {
+    const __nv_bfloat162 r = __hmul2(__hmul2(*reinterpret_cast<const __nv_bfloat162*>(&raw), two126), s);
+    return *reinterpret_cast<const std::uint32_t*>(&r);
+  };
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[i] = cvt(lo[i]);
+    out[4 + i] = cvt(hi[i]);
+  }
 }
 
 // acc (rows g, g + 8 x token columns 2c, 2c + 1) += this chunk's 16 x 64 weights x activations.
-// Scale codes <= 127 (real checkpoints): one multiply per weight pair, the multiplier 2^(code-1)
-// built with one IMAD (the raw e2m1 pattern carries 2^-126); a code >= 128 takes the full-range
-// decode (two multiplies, codes 0 and 0xFF special) for this chunk.
+// MXFP4: scale codes <= 127 (real checkpoints): one multiply per weight pair, the multiplier
+// 2^(code-1) built with one IMAD (the raw e2m1 pattern carries 2^-126); a code >= 128 takes the
+// full-range decode (two multiplies, codes 0 and 0xFF special) for this chunk. NVFP4: two
+// multiplies (dequant_nv_row).
+template <Format F>
 __device__ __forceinline__ void consume(const Stage& st, float (&acc)[4]) {
-  // (warp-uniform: mma.sync needs every lane; a lane with a large code sends the warp down the
-  // full-range path, exact for every code)
-  if (__builtin_expect(!__any_sync(0xFFFFFFFFu, st.codes & 0x8080u), 1)) {
-    const std::uint32_t s0 = (st.codes & 0xFFu) * 0x00800080u + 0x3F003F00u;
-    const std::uint32_t s1 = (st.codes >> 8) * 0x00800080u + 0x3F003F00u;
-    multiply<sm90::kMxOne>(st, s0, s1, acc);
+  if constexpr (F == Format::nvfp4) {
+    std::uint32_t ag[8], ah[8];
+    dequant_nv_row(st.wg, nv_scale_bf16x2(st.codes & 0xFFu), ag);
+    dequant_nv_row(st.wh, nv_scale_bf16x2(st.codes >> 8), ah);
+    multiply(ag, ah, st, acc);
   } else {
-    consume_full_range(st, acc);
+    // (warp-uniform: mma.sync needs every lane; a lane with a large code sends the warp down the
+    // full-range path, exact for every code)
+    if (__builtin_expect(!__any_sync(0xFFFFFFFFu, st.codes & 0x8080u), 1)) {
+      const std::uint32_t s0 = (st.codes & 0xFFu) * 0x00800080u + 0x3F003F00u;
+      const std::uint32_t s1 = (st.codes >> 8) * 0x00800080u + 0x3F003F00u;
+      multiply_mx<sm90::kMxOne>(st, s0, s1, acc);
+    } else {
+      consume_full_range(st, acc);
+    }
   }
 }
 
@@ -106,7 +149,7 @@ struct Unit {
 
 struct Operand {
   int k;           // K
-  int scale_cols;  // K / 32
+  int scale_cols;  // K / vec
   bool blocked;    // ScaleLayout::blocked (else linear)
   const __nv_bfloat16* zero;  // a zero row of >= K + 64 elements
 };
@@ -120,8 +163,9 @@ struct Cursor {
   int kk;  // this lane's first element
 };
 
+template <Format F>
 __device__ __forceinline__ Cursor cursor(const Unit& u, const Operand& op, int ch, int c) {
-  const int kk = 64 * ch + 16 * c, col = kk / 32;
+  const int kk = 64 * ch + 16 * c, col = kk / (F == Format::nvfp4 ? 16 : 32);
   const ScaleLayout l = op.blocked ? ScaleLayout::blocked : ScaleLayout::linear;
   return Cursor{u.wg + kk / 2, u.wh + kk / 2, u.scales + formats::detail::scale_offset(l, u.row_g, col, op.scale_cols),
                 u.scales + formats::detail::scale_offset(l, u.row_h, col, op.scale_cols), u.x + kk, kk};
@@ -129,6 +173,7 @@ __device__ __forceinline__ Cursor cursor(const Unit& u, const Operand& op, int c
 
 // Loads the cursor's chunk into st and advances the cursor. Past K: zero weights (scale 1) and
 // the zero row, nothing read.
+template <Format F>
 __device__ __forceinline__ void load(Stage& st, Cursor& cur, const Operand& op) {
   const bool live = cur.kk < op.k;
   if (live) {
@@ -142,7 +187,9 @@ __device__ __forceinline__ void load(Stage& st, Cursor& cur, const Operand& op) 
   const __nv_bfloat16* x = live ? cur.x : op.zero;
   st.x0 = load_activations(x);
   st.x1 = load_activations(x + 8);
-  const int step = op.blocked && ((cur.kk >> 6) & 1) ? 510 : 2;
+  // the next chunk's scale column: NVFP4 +4 (linear +4 bytes, blocked the next atom: +512),
+  // MXFP4 +2 (linear +2, blocked +2 inside an atom row or +510 to the next atom)
+  const int step = F == Format::nvfp4 ? (op.blocked ? 512 : 4) : (op.blocked && ((cur.kk >> 6) & 1) ? 510 : 2);
   cur.wg += 32, cur.wh += 32, cur.sg += step, cur.sh += step, cur.x += 64, cur.kk += 64;
 }
 
@@ -180,7 +227,7 @@ __device__ __forceinline__ void rotate(Stage (&st)[kStages]) {  // st[d] <- st[(
 // first and its last unit) and the last piece to arrive on counters[u] (reset by it) adds them in
 // warp order and calls finish -- deterministic for a given (C, W). unit_of(u) gives a unit's
 // operands.
-template <class UnitOf, class Finish>
+template <Format F, class UnitOf, class Finish>
 __device__ __forceinline__ void stream_units(int units, int n, const Operand& op, UnitOf unit_of, Finish finish,
                                              float* __restrict__ records, unsigned* __restrict__ counters, int w,
                                              int W) {
@@ -201,13 +248,13 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
   int lu = first, lleft = n - c0 % n;  // load side: unit, chunks left in it
   int cu = first, cleft = lleft;       // multiply side
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
-  Cursor cur = cursor(unit_of(lu), op, n - lleft, c);
+  Cursor cur = cursor<F>(unit_of(lu), op, n - lleft, c);
   float acc[4] = {0, 0, 0, 0};
   auto load_next = [&](Stage& st) {
-    load(st, cur, op);
+    load<F>(st, cur, op);
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
-      if (++lu * n < c1) cur = cursor(unit_of(lu), op, 0, c);
+      if (++lu * n < c1) cur = cursor<F>(unit_of(lu), op, 0, c);
     }
   };
   // A piece of unit u is in acc: finish it, or hand it over (the last piece finishes).
@@ -242,7 +289,7 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
     for (; j + kStages <= r; j += kStages) {
 #pragma unroll
       for (int d = 0; d < kStages; ++d) {
-        consume(st[d], acc);
+        consume<F>(st[d], acc);
         if (loads > 0) load_next(st[d]), --loads;
       }
     }
@@ -250,7 +297,7 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
 #pragma unroll
     for (int d = 0; d < kStages - 1; ++d) {
       if (d < rem) {
-        consume(st[d], acc);
+        consume<F>(st[d], acc);
         if (loads > 0) load_next(st[d]), --loads;
       }
     }

@@ -8,6 +8,7 @@
 #include "device/decode_stream.cuh"
 #include "device/glu.hpp"
 #include "device/ptx/ptx.cuh"
+#include "device/quantize_rule.cuh"
 #include "formats/scale_layout.hpp"
 #include "kernels/decode_layer.hpp"
 
@@ -80,13 +81,14 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r) {
 // ---- kernel 1: gate/up of (slot, 8 intermediates) units, then the GLU ------------------------
 // A unit's A rows: gate (g) and up (g + 8) of intermediate 8 ig + g, so a lane holds the gate and
 // up of the same (intermediate, token) and the GLU needs no exchange.
+template <Format F>
 __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerArgs a) {
   __shared__ Routing r;
   const int T = run_tokens(a), k = a.topk;
   read_routing(a, T, r);
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int groups = I / 8;
-  const decode::Operand op{H, H / 32, a.blocked_scales, a.zero_row};
+  const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.blocked_scales, a.zero_row};
   const std::int64_t w_stride = std::int64_t{2} * I * (H / 2);
   auto unit_of = [&](int u) {
     const int s = u / groups, i = (u % groups) * 8 + g, e = r.expert[s];
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
     }
   };
   const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
-  decode::stream_units(r.slots * groups, (H + 63) / 64, op, unit_of, finish, a.records1, a.count1, w, W);
+  decode::stream_units<F>(r.slots * groups, (H + 63) / 64, op, unit_of, finish, a.records1, a.count1, w, W);
   ptx::launch_dependents();
 }
 
@@ -116,6 +118,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
 // A unit's y (alpha times the FP32 sum, rounded to bf16: the layer's y) goes to y_rows per pair;
 // the last unit of a 16-row block to finish combines those rows for every token: pairs in j order,
 // one FP32 fma each, as the layer's combine.
+template <Format F>
 __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeLayerArgs a) {
   __shared__ Routing r;
   const int T = run_tokens(a), k = a.topk;
@@ -129,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeL
     return;
   }
   ptx::wait_prerequisites();  // kernel 1's intermediate rows
-  const decode::Operand op{I, I / 32, a.blocked_scales, a.zero_row};
+  const decode::Operand op{I, I / (F == Format::nvfp4 ? 16 : 32), a.blocked_scales, a.zero_row};
   const std::int64_t w_stride = std::int64_t{H} * (I / 2);
   auto unit_of = [&](int u) {
     const int s = u % S, rg = (u / S) * 16 + g, rh = rg + 8, e = r.expert[s];
@@ -166,7 +169,43 @@ __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeL
     }
   };
   const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
-  decode::stream_units(blocks * S, (I + 63) / 64, op, unit_of, finish, a.records2, a.count2, w, W);
+  decode::stream_units<F>(blocks * S, (I + 63) / 64, op, unit_of, finish, a.records2, a.count2, w, W);
+}
+
+// W4A4: the activations as the general path's GEMM reads them -- quantised by the layer's rule
+// (global scale gs) and dequantised exactly to bf16 without gs (which the alphas carry) -- in place
+// or into `out`: one thread per block of vec elements of rows [0, rows) (row stride ld).
+template <Format F>
+__global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
+                                                          long long ld_out, int rows, int cols, float gs,
+                                                          const int* tokens_at, int k) {
+  constexpr int vec = F == Format::nvfp4 ? 16 : 32;
+  if (tokens_at != nullptr) rows = min(rows, max(*tokens_at, 0) * k);
+  const int per_row = cols / vec;
+  const long long total = static_cast<long long>(rows) * per_row;
+  for (long long b = blockIdx.x * 256ll + threadIdx.x; b < total; b += 256ll * gridDim.x) {
+    const long long r = b / per_row;
+    const int c0 = static_cast<int>(b % per_row) * vec;
+    float v[vec];
+    float amax = 0.0f;
+    bool nan = false;
+#pragma unroll
+    for (int i = 0; i < vec; ++i) {
+      v[i] = __bfloat162float(in[r * ld_in + c0 + i]);
+      nan |= v[i] != v[i];
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+    const float am = nan ? __int_as_float(0x7FC00000) : amax;
+    const std::uint32_t code = F == Format::nvfp4 ? quant::nv_scale_code_exact(am, gs) : quant::mx_scale_code(am);
+    const float scale = quant::code_scale<F>(code);
+    static constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+#pragma unroll
+    for (int i = 0; i < vec; ++i) {
+      const std::uint32_t n = quant::element_nibble<F>(v[i], code, gs);
+      const float e = (n & 8u) ? -kE2m1[n & 7u] : kE2m1[n & 7u];
+      out[r * ld_out + c0 + i] = __float2bfloat16_rn(e * scale);  // exact: e2m1 x scale fits bf16
+    }
+  }
 }
 
 int resident(const void* kernel, int multiprocessors) {
@@ -175,17 +214,44 @@ int resident(const void* kernel, int multiprocessors) {
   return per_sm * multiprocessors;
 }
 
+const void* kernel1(Format f) {
+  return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_gate_up<Format::nvfp4>)
+                            : reinterpret_cast<const void*>(decode_gate_up<Format::mxfp4>);
+}
+const void* kernel2(Format f) {
+  return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_down_combine<Format::nvfp4>)
+                            : reinterpret_cast<const void*>(decode_down_combine<Format::mxfp4>);
+}
+
+void fake_quantize(const DecodeLayerArgs& a, const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
+                   long long ld_out, int rows, int cols, float gs, int k, cudaStream_t s) {
+  const long long blocks = static_cast<long long>(rows) * (cols / scale_block_size(a.format));
+  const unsigned grid = static_cast<unsigned>(std::max<long long>(1, std::min<long long>((blocks + 255) / 256, 1024)));
+  if (a.format == Format::nvfp4)
+    fake_quantize_rows<Format::nvfp4><<<grid, 256, 0, s>>>(in, ld_in, out, ld_out, rows, cols, gs, a.token_count, k);
+  else
+    fake_quantize_rows<Format::mxfp4><<<grid, 256, 0, s>>>(in, ld_in, out, ld_out, rows, cols, gs, a.token_count, k);
+}
+
 }  // namespace
 
-DecodeShape decode_shape(int multiprocessors) {
+DecodeShape decode_shape(Format format, int multiprocessors) {
   DecodeShape s;
-  s.ctas1 = resident(reinterpret_cast<const void*>(decode_gate_up), multiprocessors);
-  s.ctas2 = resident(reinterpret_cast<const void*>(decode_down_combine), multiprocessors);
+  s.ctas1 = resident(kernel1(format), multiprocessors);
+  s.ctas2 = resident(kernel2(format), multiprocessors);
   return s;
 }
 
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
-  decode_gate_up<<<a.shape.ctas1, kThreads, 0, s>>>(a);
+  DecodeLayerArgs args = a;
+  if (a.fp4_activations) {  // the tokens as GEMM1 reads them, into x_deq
+    fake_quantize(a, a.x, a.ldx, a.x_deq, a.hidden, a.tokens, a.hidden, a.a1_scale, 1, s);
+    args.x = a.x_deq, args.ldx = a.hidden;
+  }
+  void* params[] = {&args};
+  cudaLaunchKernel(kernel1(a.format), dim3(a.shape.ctas1), dim3(kThreads), params, 0, s);
+  if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
+    fake_quantize(a, a.inter_rows, a.inter, a.inter_rows, a.inter, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, s);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(a.shape.ctas2);
   cfg.blockDim = dim3(kThreads);
@@ -195,7 +261,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, decode_down_combine, a);
+  cudaLaunchKernelExC(&cfg, kernel2(a.format), params);
 }
 
 }  // namespace fp4gemm::detail

@@ -1,4 +1,4 @@
-// The MoE layer's decode path (W4A16 MXFP4, up to kDecodeMaxTokens tokens): two kernels instead of
+// The MoE layer's decode path (W4A16 MXFP4, W4A4 NVFP4 / MXFP4; up to kDecodeMaxTokens tokens): two kernels instead of
 // six -- gate/up + GLU for every (active expert, 8 intermediates), then down + the top-k combine
 // for every (16 output rows, active expert) -- each a warp-level stream-K over those units, so
 // every warp of the grid streams the same number of weight chunks. The routing is read on the
@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "fp4gemm/formats.hpp"
+
 namespace fp4gemm::detail {
 
 inline constexpr int kDecodeMaxTokens = 8;  // token columns of one mma (n8)
@@ -19,11 +21,13 @@ inline constexpr int kDecodeMaxPairs = 64;  // T * k
 struct DecodeShape {
   int ctas1 = 0, ctas2 = 0;
 };
-DecodeShape decode_shape(int multiprocessors);
 inline constexpr int kDecodeWarps = 4;  // per CTA
 
 struct DecodeLayerArgs {
-  // weights (MXFP4, dense per expert) and the activation
+  // weights (dense per expert) and the activation
+  Format format;         // the weights' (and, W4A4, the activations')
+  bool fp4_activations;  // W4A4: the tokens and the intermediate quantised (a1_scale, a2_scale)
+  float a1_scale, a2_scale;
   const std::uint8_t *w13, *s13, *w2, *s2;
   long long s13_stride, s2_stride;  // bytes per expert of each scale matrix
   int experts, hidden, inter;
@@ -46,6 +50,7 @@ struct DecodeLayerArgs {
   // plan workspace
   __nv_bfloat16* inter_rows;  // [T * k, I], pair-major
   __nv_bfloat16* y_rows;      // [T * k, H], pair-major
+  __nv_bfloat16* x_deq;       // W4A4: [T, H], the quantised tokens dequantised
   const __nv_bfloat16* zero_row;  // max(H, I) + 128 zeros: the activations of absent tokens
   float* records1;            // [ctas1 * kDecodeWarps * 2, 128]: split units' pieces
   float* records2;            // [ctas2 * kDecodeWarps * 2, 128]
@@ -55,6 +60,7 @@ struct DecodeLayerArgs {
   DecodeShape shape;
 };
 
+DecodeShape decode_shape(Format format, int multiprocessors);
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s);
 
 }  // namespace fp4gemm::detail

@@ -180,16 +180,17 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   const bool decode_fits =  // the kernels' chunk counts are 32-bit
       decode_pairs * (I / 8) * ((H + 63) / 64) < (std::int64_t{1} << 31) &&
       decode_pairs * (H / 16) * ((I + 63) / 64) < (std::int64_t{1} << 31);
-  if (!w4a4 && o.format == Format::mxfp4 && !o.batch_invariant && o.decode_tokens > 0 &&
+  if ((w4a4 || o.format == Format::mxfp4) && !o.batch_invariant && o.decode_tokens > 0 &&
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
     p.decode_tokens = std::min(o.decode_tokens, o.max_tokens);
     detail::DecodeLayerArgs& d = p.decode;
     const int cap = p.decode_tokens * o.topk;
-    d.shape = detail::decode_shape(p.device.multiprocessors);
+    d.shape = detail::decode_shape(o.format, p.device.multiprocessors);
+    d.format = o.format, d.fp4_activations = w4a4, d.a1_scale = o.a1_scale, d.a2_scale = o.a2_scale;
     d.w13 = static_cast<const std::uint8_t*>(w.w13), d.s13 = static_cast<const std::uint8_t*>(w.w13_scales);
     d.w2 = static_cast<const std::uint8_t*>(w.w2), d.s2 = static_cast<const std::uint8_t*>(w.w2_scales);
-    d.s13_stride = static_cast<long long>(formats::scale_bytes(o.scale_layout, 2 * std::int64_t{I}, H / 32));
-    d.s2_stride = static_cast<long long>(formats::scale_bytes(o.scale_layout, H, I / 32));
+    d.s13_stride = static_cast<long long>(formats::scale_bytes(o.scale_layout, 2 * std::int64_t{I}, H / vec));
+    d.s2_stride = static_cast<long long>(formats::scale_bytes(o.scale_layout, H, I / vec));
     d.experts = E, d.hidden = H, d.inter = I;
     d.blocked_scales = o.scale_layout == ScaleLayout::blocked;
     d.interleaved = o.gate_up == GateUpLayout::interleaved;
@@ -198,6 +199,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.alpha13 = w1.alpha_device, d.alpha13_up = w1.alpha_up_device, d.alpha2 = w2.alpha_device;
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
     d.inter_rows = p.inter, d.y_rows = p.y;
+    if (w4a4) d.x_deq = p.allocate<__nv_bfloat16>(std::size_t{2} * p.decode_tokens * H, "plan workspace");
     const std::size_t zeros = std::size_t{2} * (std::max(H, I) + 128);
     auto* zero = p.allocate<__nv_bfloat16>(zeros, "plan workspace");
     FP4GEMM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zeros, s), "plan");

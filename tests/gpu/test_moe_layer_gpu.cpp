@@ -465,7 +465,8 @@ TEST_P(MoeLayerCases, MatchesTheQuantisedComposition) {
 INSTANTIATE_TEST_SUITE_P(All, MoeLayerCases, ::testing::ValuesIn(layer_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& i) { return "case" + std::to_string(i.index); });
 
-// The decode path (W4A16, T <= MoeLayerOptions::decode_tokens): every T of 1..8 against the
+// The decode path (T <= MoeLayerOptions::decode_tokens; W4A16, and W4A4 NVFP4 / MXFP4 whose tokens
+// and intermediate are quantised and dequantised by the layer's rule first): every T of 1..8 against the
 // reference composition, with routings the general tests do not draw -- a token listing the same
 // expert twice or three times (two or three slots of that expert), ids outside [0, E), all tokens
 // on one expert -- a run whose device token count is below T (the ids and hidden rows past it
@@ -476,14 +477,17 @@ INSTANTIATE_TEST_SUITE_P(All, MoeLayerCases, ::testing::ValuesIn(layer_cases()),
 TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   for (const int decode : {8, 0})
-    for (int v = 0; v < 2; ++v) {
+    for (int v = 0; v < 6; ++v) {  // v % 2: the two shapes below; v / 2: W4A16, W4A4 NVFP4, W4A4 MXFP4
       LayerCase c;
-      c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.seed = 9300 + v;
-      c.activation = v ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
-      c.gate_up = v ? GateUpLayout::interleaved : GateUpLayout::stacked;
-      c.scale_layout = v ? ScaleLayout::linear : ScaleLayout::blocked;
-      c.experts = v ? 16 : 6, c.topk = v ? 4 : 3, c.hidden = v ? 352 : 288, c.inter = v ? 96 : 160;
-      c.max_tokens = 12, c.ids_int64 = v == 1, c.weights_bf16 = v == 0, c.padded = v == 1, c.alphas = v == 0;
+      c.format = v / 2 == 1 ? Format::nvfp4 : Format::mxfp4;
+      c.act = v / 2 == 0 ? MoeActivation::bf16 : MoeActivation::fp4;
+      c.seed = 9300 + v;
+      const bool second = v % 2 == 1;
+      c.activation = second ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
+      c.gate_up = second ? GateUpLayout::interleaved : GateUpLayout::stacked;
+      c.scale_layout = second ? ScaleLayout::linear : ScaleLayout::blocked;
+      c.experts = second ? 16 : 6, c.topk = second ? 4 : 3, c.hidden = second ? 352 : 288, c.inter = second ? 96 : 160;
+      c.max_tokens = 12, c.ids_int64 = second, c.weights_bf16 = !second, c.padded = second, c.alphas = !second;
       c.decode_tokens = decode, c.graph_cache = 0;
       const auto L = make_layer(c);
       const std::string d = L->layer->describe();
@@ -528,8 +532,8 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
     }
 }
 
-// A batch-invariant layer has no decode path (its rows would change when T crosses the path's
-// bound), nor has a W4A4 one; decode_tokens outside 0..8 is refused by name.
+// W4A16 and W4A4 layers have a decode path; a batch-invariant layer has none (its rows would change
+// when T crosses the path's bound); decode_tokens outside 0..8 is refused by name.
 TEST(MoeLayerDecode, OnlyWhereItApplies) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   LayerCase c;
@@ -537,7 +541,7 @@ TEST(MoeLayerDecode, OnlyWhereItApplies) {
   c.decode_tokens = 8;
   EXPECT_NE(make_layer(c)->layer->describe().find("decode path for T <= 4"), std::string::npos);
   c.act = MoeActivation::fp4;
-  EXPECT_NE(make_layer(c)->layer->describe().find("no decode path"), std::string::npos);
+  EXPECT_NE(make_layer(c)->layer->describe().find("decode path for T <= 4"), std::string::npos);
   c.act = MoeActivation::bf16, c.batch_invariant = true;
   EXPECT_NE(make_layer(c)->layer->describe().find("no decode path"), std::string::npos);
   c.batch_invariant = false, c.decode_tokens = 9;
