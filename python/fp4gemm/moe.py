@@ -280,7 +280,8 @@ class MoeLayer:
         batch-dependent order). Off by default (the faster schedule); expert parallelism turns it on.
     decode_tokens: runs of at most this many tokens (0..8) take the decode path -- two kernels that
         stream every active expert's weights once over all SMs (W4A16 and W4A4; not with
-        batch_invariant). 0: always the general path; 2 (default): where it measured faster.
+        batch_invariant, top-k > 8, or a hidden or intermediate size that is not a multiple of 32).
+        0: always the general path; 2 (default): where it measured faster.
 
     CUDA arrays plan on their device, after the work already enqueued on the current stream
     (weights quantised there just before are read complete); NumPy arrays run

@@ -110,7 +110,9 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
     }
   };
   const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
-  decode::stream_units<F>(r.slots * groups, (H + 63) / 64, op, unit_of, finish, a.records1, a.count1, w, W);
+  auto no_arrival = [](int, bool) {};
+  decode::stream_units<F, false>(r.slots * groups, (H + decode::kChunk - 1) / decode::kChunk, op, unit_of, finish,
+                                 no_arrival, a.records1, a.count1, w, W);
   ptx::launch_dependents();
 }
 
@@ -153,7 +155,9 @@ __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeL
         y[rh] = __float2bfloat16_rn(alpha * v[2 + h]);
       }
     }
-    if (!decode::last_arrival(a.count_rows + b, static_cast<unsigned>(S))) return;  // the block's last unit
+  };
+  // The 16-row block b: every pair's y rows to the output, pairs in j order (the block's last unit).
+  auto combine = [&](int b) {
     const int row = b * 16 + lane % 16;
     for (int t = lane / 16; t < T; t += 2) {
       float acc = 0.0f;
@@ -168,8 +172,25 @@ __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeL
       a.out[t * a.ldo + row] = __float2bfloat16_rn(acc);
     }
   };
+  // Each lane with `valid` arrives for its unit's block; the warp combines every block it completed.
+  auto arrive = [&](int u, bool valid) {
+    const int b = u / S;
+    unsigned done = 0;
+    if (valid) {
+      done = atomicAdd(a.count_rows + b, 1u) == static_cast<unsigned>(S - 1);
+      if (done) a.count_rows[b] = 0;  // for the next run
+    }
+    unsigned blocks_done = __ballot_sync(0xFFFFFFFFu, done);
+    if (blocks_done != 0) __threadfence();
+    while (blocks_done != 0) {
+      const int src = __ffs(blocks_done) - 1;
+      blocks_done &= blocks_done - 1;
+      combine(__shfl_sync(0xFFFFFFFFu, b, src));
+    }
+  };
   const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
-  decode::stream_units<F>(blocks * S, (I + 63) / 64, op, unit_of, finish, a.records2, a.count2, w, W);
+  decode::stream_units<F, true>(blocks * S, (I + decode::kChunk - 1) / decode::kChunk, op, unit_of, finish, arrive,
+                                a.records2, a.count2, w, W);
 }
 
 // W4A4: the activations as the general path's GEMM reads them -- quantised by the layer's rule
