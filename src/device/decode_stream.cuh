@@ -36,11 +36,13 @@ namespace fp4gemm::detail::decode {
 constexpr int kChunk = 128;  // k elements per chunk (a warp's 16 rows x 128 = 2048 weights)
 
 // One chunk's loads for one lane: 16 bytes of each of the two weight rows, their scale codes
-// (MXFP4: row g's | row g + 8's << 8; NVFP4: row g's two | row g + 8's two << 16) and where its
-// activations are (token g's, or the zero row past K / for an absent token).
+// (MXFP4: one per row; NVFP4: two per row, the first in the low byte) and where its activations
+// are (token g's, or the zero row past K / for an absent token). The codes stay in the registers
+// their loads write until the chunk is multiplied: combining them at load time would wait for the
+// load there (ncu: the largest stall of the first version, every chunk's latency exposed).
 struct Stage {
   uint4 wg, wh;
-  unsigned codes;
+  unsigned cg, ch;
   const __nv_bfloat16* x;
 };
 
@@ -117,7 +119,7 @@ __device__ __forceinline__ void multiply(const Stage& st, const std::uint32_t (&
 // A chunk with an MXFP4 scale code >= 128 (rare).
 __device__ __forceinline__ void consume_full_range(const Stage& st, float (&acc)[2][4]) {
   std::uint32_t s0, s1;
-  sm90::weight_scale_pairs<Format::mxfp4>(st.codes, s0, s1);
+  sm90::weight_scale_pairs<Format::mxfp4>(st.cg | st.ch << 8, s0, s1);
   const std::uint32_t sg[4] = {s0, s0, s0, s0}, sh[4] = {s1, s1, s1, s1};
   multiply<Scaling::kTwo>(st, sg, sh, acc);
 }
@@ -129,14 +131,14 @@ __device__ __forceinline__ void consume_full_range(const Stage& st, float (&acc)
 template <Format F>
 __device__ __forceinline__ void consume(const Stage& st, float (&acc)[2][4]) {
   if constexpr (F == Format::nvfp4) {
-    const std::uint32_t g0 = nv_scale_bf16x2(st.codes & 0xFFu), g1 = nv_scale_bf16x2((st.codes >> 8) & 0xFFu);
-    const std::uint32_t h0 = nv_scale_bf16x2((st.codes >> 16) & 0xFFu), h1 = nv_scale_bf16x2(st.codes >> 24);
+    const std::uint32_t g0 = nv_scale_bf16x2(st.cg & 0xFFu), g1 = nv_scale_bf16x2(st.cg >> 8);
+    const std::uint32_t h0 = nv_scale_bf16x2(st.ch & 0xFFu), h1 = nv_scale_bf16x2(st.ch >> 8);
     const std::uint32_t sg[4] = {g0, g0, g1, g1}, sh[4] = {h0, h0, h1, h1};
     multiply<Scaling::kNv>(st, sg, sh, acc);
   } else {
-    if (__builtin_expect(!__any_sync(0xFFFFFFFFu, st.codes & 0x8080u), 1)) {
-      const std::uint32_t s0 = (st.codes & 0xFFu) * 0x00800080u + 0x3F003F00u;
-      const std::uint32_t s1 = (st.codes >> 8) * 0x00800080u + 0x3F003F00u;
+    if (__builtin_expect(!__any_sync(0xFFFFFFFFu, (st.cg | st.ch) & 0x80u), 1)) {
+      const std::uint32_t s0 = st.cg * 0x00800080u + 0x3F003F00u;
+      const std::uint32_t s1 = st.ch * 0x00800080u + 0x3F003F00u;
       const std::uint32_t sg[4] = {s0, s0, s0, s0}, sh[4] = {s1, s1, s1, s1};
       multiply<Scaling::kOne>(st, sg, sh, acc);
     } else {
@@ -168,7 +170,6 @@ struct Operand {
 struct Cursor {
   const std::uint8_t *wg, *wh, *sg, *sh;
   const __nv_bfloat16* x;
-  int kk;  // this lane's first element
 };
 
 template <Format F>
@@ -177,46 +178,36 @@ __device__ __forceinline__ Cursor cursor(const Unit& u, const Operand& op, int c
   const int kk = kChunk * ch + 32 * c, col = kk / vec;
   const ScaleLayout l = op.blocked ? ScaleLayout::blocked : ScaleLayout::linear;
   return Cursor{u.wg + kk / 2, u.wh + kk / 2, u.scales + formats::detail::scale_offset(l, u.row_g, col, op.scale_cols),
-                u.scales + formats::detail::scale_offset(l, u.row_h, col, op.scale_cols), u.x + kk, kk};
+                u.scales + formats::detail::scale_offset(l, u.row_h, col, op.scale_cols), u.x + kk};
 }
 
-// Loads the cursor's chunk into st and advances the cursor. A lane past K: zero weights (codes of
-// scale 1) and the zero row, nothing read (K is a multiple of 32, so a lane is live or not whole).
+// Loads the cursor's chunk into st and advances the cursor. A lane past K (not `live`): zero
+// weights (codes of scale 1) and the zero row, nothing read (K is a multiple of 32, so a lane's 32
+// elements are live or not, whole).
 template <Format F>
-__device__ __forceinline__ void load(Stage& st, Cursor& cur, const Operand& op) {
-  const bool live = cur.kk < op.k;
+__device__ __forceinline__ void load(Stage& st, Cursor& cur, const Operand& op, bool live) {
   if (live) {
     st.wg = load_weights(cur.wg);
     st.wh = load_weights(cur.wh);
     if constexpr (F == Format::nvfp4)  // the lane's two adjacent columns (2-byte aligned: K % 32 == 0)
-      st.codes = static_cast<unsigned>(*reinterpret_cast<const std::uint16_t*>(cur.sg)) |
-                 static_cast<unsigned>(*reinterpret_cast<const std::uint16_t*>(cur.sh)) << 16;
+      st.cg = *reinterpret_cast<const std::uint16_t*>(cur.sg), st.ch = *reinterpret_cast<const std::uint16_t*>(cur.sh);
     else
-      st.codes = static_cast<unsigned>(*cur.sg) | static_cast<unsigned>(*cur.sh) << 8;
+      st.cg = *cur.sg, st.ch = *cur.sh;
     st.x = cur.x;
   } else {
     st.wg = st.wh = make_uint4(0, 0, 0, 0);
-    st.codes = F == Format::nvfp4 ? 0x38383838u : 0x7F7Fu;  // scale 1
+    st.cg = st.ch = F == Format::nvfp4 ? 0x3838u : 0x7Fu;  // scale 1
     st.x = op.zero;
   }
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   const int step = op.blocked ? step_blocked : step_linear;
-  cur.wg += kChunk / 2, cur.wh += kChunk / 2, cur.sg += step, cur.sh += step, cur.x += kChunk, cur.kk += kChunk;
+  cur.wg += kChunk / 2, cur.wh += kChunk / 2, cur.sg += step, cur.sh += step, cur.x += kChunk;
 }
 
 #ifndef FP4GEMM_DECODE_STAGES
 #define FP4GEMM_DECODE_STAGES 3
 #endif
 constexpr int kStages = FP4GEMM_DECODE_STAGES;  // chunks in flight per warp
-
-template <int R>
-__device__ __forceinline__ void rotate(Stage (&st)[kStages]) {  // st[d] <- st[(d + R) % kStages]
-  Stage t[kStages];
-#pragma unroll
-  for (int d = 0; d < kStages; ++d) t[d] = st[d];
-#pragma unroll
-  for (int d = 0; d < kStages; ++d) st[d] = t[(d + R) % kStages];
-}
 
 // Warp-level stream-K over `units` units of `n` chunks each: warp w of W takes a balanced share of
 // the flattened chunks (C = units * n < 2^31; W is capped at C, so no share is empty), walking
@@ -252,8 +243,10 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
   Cursor cur = cursor<F>(unit_of(lu), op, n - lleft, c);
   float acc[2][4] = {};
+  // chunk n - lleft of a unit is live in this lane iff lleft > live_above (32c + 128 ch < K)
+  const int live_above = n - (op.k - 32 * c + kChunk - 1) / kChunk;
   auto load_next = [&](Stage& st) {
-    load<F>(st, cur, op);
+    load<F>(st, cur, op, lleft > live_above);
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
       if (++lu * n < c1) cur = cursor<F>(unit_of(lu), op, 0, c);
@@ -261,43 +254,15 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
   };
   auto record = [&](int slot) -> float* { return records + (static_cast<long long>(w) * 2 + slot) * 128; };
 
-  // The ring: st[0] always holds the next chunk to multiply. Runs of chunks inside one unit go
-  // through the unrolled loop; at a unit's end the ring is rotated back to st[0] (rare).
-  Stage st[kStages];
-  int loads = total;  // chunks not yet loaded
-#pragma unroll
-  for (int d = 0; d < kStages; ++d)
-    if (loads > 0) load_next(st[d]), --loads;
-  int done = 0;
+  // The ring: the loop walks st[0], st[1], st[2], ... round and round, across unit boundaries
+  // (no rotation of registers, one copy of consume per ring slot: each is ~200 instructions, and
+  // the instruction cache was a measurable stall). A unit's last chunk ends its piece.
   bool split_first = false, split_last = false;
-  while (done < total) {
-    const int r = min(cleft, total - done);
-    int j = 0;
-    for (; j + kStages <= r; j += kStages) {
-#pragma unroll
-      for (int d = 0; d < kStages; ++d) {
-        consume<F>(st[d], acc);
-        if (loads > 0) load_next(st[d]), --loads;
-      }
-    }
-    const int rem = r - j;
-#pragma unroll
-    for (int d = 0; d < kStages - 1; ++d) {
-      if (d < rem) {
-        consume<F>(st[d], acc);
-        if (loads > 0) load_next(st[d]), --loads;
-      }
-    }
-    static_assert(kStages == 3 || kStages == 4, "the rotation below names each shift");
-    if (rem == 1) rotate<1>(st);  // st[rem] is next: rotate it to st[0]
-    else if (rem == 2) rotate<2>(st);
-    else if (kStages == 4 && rem == 3) rotate<3 % kStages>(st);
-    done += r;
-    cleft -= r;
+  auto piece_end = [&](bool at_unit_end) {
     float v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = acc[0][i] + acc[1][i], acc[0][i] = acc[1][i] = 0.0f;
-    if (whole && cleft == 0) {
+    if (whole && at_unit_end) {
       store(cu, v);
     } else {  // a piece: recorded now, handed over after the last chunk
       const bool is_first = cu == first;
@@ -305,7 +270,26 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
       *reinterpret_cast<float4*>(record(is_first ? 0 : 1) + lane * 4) = make_float4(v[0], v[1], v[2], v[3]);
     }
     ++cu, cleft = n, whole = true;
+  };
+  Stage st[kStages];
+  int loads = total;  // chunks not yet loaded
+#pragma unroll
+  for (int d = 0; d < kStages; ++d)
+    if (loads > 0) load_next(st[d]), --loads;
+  int left = total;  // chunks not yet multiplied
+#pragma unroll 1
+  while (left > 0) {
+#pragma unroll
+    for (int d = 0; d < kStages; ++d) {
+      if (d == 0 || left > 0) {
+        consume<F>(st[d], acc);
+        if (loads > 0) load_next(st[d]), --loads;
+        --left;
+        if (--cleft == 0) piece_end(true);
+      }
+    }
   }
+  if (cleft != n) piece_end(false);  // the share ends inside a unit
 
   // Hand-offs, once the warp has nothing in flight. Lane 0 arrives for the first unit's piece,
   // lane 1 for the last's, at the same time.
