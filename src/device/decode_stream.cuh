@@ -56,6 +56,16 @@ __device__ __forceinline__ uint4 load_weights(const std::uint8_t* p) {
   return v;
 }
 
+// Scale codes: read-only; the L2 fetches the 256 bytes around them (the row's next codes in the
+// linear layout, the neighbouring rows' in the blocked one).
+template <class T>
+__device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
+  unsigned v;
+  if constexpr (sizeof(T) == 1) asm volatile("ld.global.nc.L2::256B.u8 %0, [%1];" : "=r"(v) : "l"(p));
+  else asm volatile("ld.global.nc.L2::256B.u16 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ uint4 load_activations(const __nv_bfloat16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
@@ -190,9 +200,9 @@ __device__ __forceinline__ void load(Stage& st, Cursor& cur, const Operand& op, 
     st.wg = load_weights(cur.wg);
     st.wh = load_weights(cur.wh);
     if constexpr (F == Format::nvfp4)  // the lane's two adjacent columns (2-byte aligned: K % 32 == 0)
-      st.cg = *reinterpret_cast<const std::uint16_t*>(cur.sg), st.ch = *reinterpret_cast<const std::uint16_t*>(cur.sh);
+      st.cg = load_code<std::uint16_t>(cur.sg), st.ch = load_code<std::uint16_t>(cur.sh);
     else
-      st.cg = *cur.sg, st.ch = *cur.sh;
+      st.cg = load_code<std::uint8_t>(cur.sg), st.ch = load_code<std::uint8_t>(cur.sh);
     st.x = cur.x;
   } else {
     st.wg = st.wh = make_uint4(0, 0, 0, 0);
@@ -220,9 +230,9 @@ constexpr int kStages = FP4GEMM_DECODE_STAGES;  // chunks in flight per warp
 // calls store: deterministic for a given (C, W)), and, if kArrive, fences again and calls
 // arrive(u, valid) -- warp-wide, each lane naming its own unit u where valid -- for every unit it
 // stored (whole or as the last piece), up to 32 at a time.
-template <Format F, bool kArrive, class UnitOf, class Store, class Arrive>
-__device__ __forceinline__ void stream_units(int units, int n, const Operand& op, UnitOf unit_of, Store store,
-                                             Arrive arrive, float* __restrict__ records,
+template <Format F, bool kArrive, class UnitOf, class Ready, class Store, class Arrive>
+__device__ __forceinline__ void stream_units(int units, int n, const Operand& op, UnitOf unit_of, Ready ready,
+                                             Store store, Arrive arrive, float* __restrict__ records,
                                              unsigned* __restrict__ counters, int w, int W) {
   // Balanced shares without 64-bit division: warp w starts at w * base + min(w, extra).
   const int C = units * n;
@@ -276,6 +286,7 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
 #pragma unroll
   for (int d = 0; d < kStages; ++d)
     if (loads > 0) load_next(st[d]), --loads;
+  ready();  // (the activations are read from here on: a kernel may wait for their producer here)
   int left = total;  // chunks not yet multiplied
 #pragma unroll 1
   while (left > 0) {

@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
   };
   const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
   auto no_arrival = [](int, bool) {};
-  decode::stream_units<F, false>(r.slots * groups, (H + decode::kChunk - 1) / decode::kChunk, op, unit_of, finish,
-                                 no_arrival, a.records1, a.count1, w, W);
+  decode::stream_units<F, false>(r.slots * groups, (H + decode::kChunk - 1) / decode::kChunk, op, unit_of, [] {},
+                                 finish, no_arrival, a.records1, a.count1, w, W);
   ptx::launch_dependents();
 }
 
@@ -133,7 +133,6 @@ __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeL
       a.out[(q / H) * a.ldo + q % H] = __float2bfloat16_rn(0.0f);
     return;
   }
-  ptx::wait_prerequisites();  // kernel 1's intermediate rows
   const decode::Operand op{I, I / (F == Format::nvfp4 ? 16 : 32), a.blocked_scales, a.zero_row};
   const std::int64_t w_stride = std::int64_t{H} * (I / 2);
   auto unit_of = [&](int u) {
@@ -189,8 +188,11 @@ __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeL
     }
   };
   const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
-  decode::stream_units<F, true>(blocks * S, (I + decode::kChunk - 1) / decode::kChunk, op, unit_of, finish, arrive,
-                                a.records2, a.count2, w, W);
+  // The weights do not depend on kernel 1: the first chunks' loads are issued before waiting for
+  // its intermediate rows (PDL), overlapping kernel 1's tail.
+  auto ready = [] { ptx::wait_prerequisites(); };
+  decode::stream_units<F, true>(blocks * S, (I + decode::kChunk - 1) / decode::kChunk, op, unit_of, ready, finish,
+                                arrive, a.records2, a.count2, w, W);
 }
 
 // W4A4: the activations as the general path's GEMM reads them -- quantised by the layer's rule
