@@ -82,12 +82,12 @@ struct MoeLayerOptions {
   // instead of the six launches of the general path (W4A4: the tokens and the intermediate are
   // first quantised and dequantised to bf16 by the layer's rule, two small launches more). Not with
   // batch_invariant (the two paths sum in different orders, so a token's row would change when
-  // the batch crosses this size). 0: never. The default, 2, is where it was measured faster on an
-  // H200 (gpt-oss-120b and Qwen3-30B-A3B shapes; PERF.md): its dequantisation is shared only by the
-  // tokens of one expert, so from ~4 tokens the general path's wgmma kernel is ahead. Layers with
+  // the batch crosses this size). 0: never. The default, 3, is where it was measured faster on an
+  // H200 (gpt-oss-120b and Qwen3-30B-A3B shapes, L2 flushed; PERF.md): its dequantisation is shared
+  // only by the tokens of one expert, so from 4-5 tokens the general path's wgmma kernel is ahead. Layers with
   // top-k > 8, or a hidden or intermediate size that is not a multiple of 32 (NVFP4), have no
   // decode path.
-  int decode_tokens = 2;
+  int decode_tokens = 3;
 };
 
 struct MoeLayerArgs {
