@@ -437,9 +437,14 @@ def test_batch_invariant_layer_rows_do_not_depend_on_the_batch(act):
             layer.run(xs, all_ids, ws, out=out)
             assert torch.equal(out[at].view(torch.int16), alone[0].view(torch.int16)), (
                 f"{act}: the probe's row changed inside a batch of {t} with batch_invariant=True")
-            # the invariant layer's rows are the default layer's up to the FP32 summation order
-            got_default = default.run(xs, all_ids, ws)
-            torch.testing.assert_close(out.float(), got_default.float(), rtol=2e-2, atol=1e-2)
+            # the invariant layer's rows are the default layer's up to the FP32 summation order: a
+            # different order can flip a bf16 rounding of y or of the intermediate, which a row's
+            # cancellation can blow up in one element (seen: 288 in 7650), so the bound is on each
+            # row's error relative to the row, not per element
+            got_default = default.run(xs, all_ids, ws).float()
+            row_err = (out.float() - got_default).norm(dim=1) / got_default.norm(dim=1).clamp_min(1e-30)
+            assert float(row_err.max()) < 1e-2, f"{act}: rows differ by up to {float(row_err.max()):.3g} (relative L2)"
+            assert float((out.float() - got_default).abs().max()) <= 0.05 * float(got_default.abs().max())
             differ_default += int(not torch.equal(got_default[at].view(torch.int16), alone_default[0].view(torch.int16)))
     print(f"\n{act}: the default layer's probe row differed from the probe alone in {differ_default} of 6 batches")
 
