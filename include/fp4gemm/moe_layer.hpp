@@ -86,7 +86,8 @@ struct MoeLayerOptions {
   // H200 (gpt-oss-120b and Qwen3-30B-A3B shapes, L2 flushed; PERF.md): its dequantisation is shared
   // only by the tokens of one expert, so from 4-5 tokens the general path's wgmma kernel is ahead. Layers with
   // top-k > 8, or a hidden or intermediate size that is not a multiple of 32 (NVFP4), have no
-  // decode path.
+  // decode path; a large hidden size lowers the bound (its first kernel stages the run's tokens in
+  // shared memory, at most 96 KB: 6 tokens at H = 7168). describe() names the bound in force.
   int decode_tokens = 3;
 };
 

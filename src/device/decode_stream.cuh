@@ -13,12 +13,15 @@
 // g and g + 8 and, of each 128-wide k chunk, elements 32c..32c+31 -- 16 bytes per row, one MXFP4
 // scale block (two NVFP4 blocks). Word q of a row (elements 8q..8q+7) becomes 4 bf16 pairs
 // (e2m1_quad_bf16_raw: nibbles (p, p + 4)); k-step (q, h) multiplies pairs 2h (k slots 2c, 2c+1)
-// and 2h + 1 (slots 2c+8, 2c+9), and the B registers (token g's activations) are paired the same
-// way with one PRMT each. Exact: e2m1 * 2^e is exact in bf16, the products are exact in FP32. Two
-// accumulators (h = 0, 1) halve the mma dependency chain; they are added when a piece ends.
+// and 2h + 1 (slots 2c+8, 2c+9). The activations are stored in that pairing already (kernel 1
+// stages the tokens so in shared memory, and writes the intermediate so for kernel 2: within each
+// 8 elements, stored word p = elements (p, p + 4); `pair_position`), so a 16-byte load is the B
+// registers of two k-steps. Exact: e2m1 * 2^e is exact in bf16, the products are exact in FP32.
+// Two accumulators (h = 0, 1) halve the mma dependency chain; they are added when a piece ends.
 //
 // Per chunk and lane: two 16-byte weight loads, one or two scale loads, four 16-byte activation
-// loads (L1), and constant cursor steps (the scale column moves a whole blocked atom per chunk).
+// loads (shared memory or L1), and constant cursor steps (the scale column moves a whole blocked
+// atom per chunk).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -35,15 +38,45 @@ namespace fp4gemm::detail::decode {
 
 constexpr int kChunk = 128;  // k elements per chunk (a warp's 16 rows x 128 = 2048 weights)
 
+// Where element i of an activation row is stored: within each 8 elements, stored word p (elements
+// 2p, 2p + 1 of the row's storage) holds elements (p, p + 4) -- the B registers' pairing.
+__host__ __device__ __forceinline__ int pair_position(int i) {
+  const int e = i & 7;
+  return (i & ~7) | (e < 4 ? 2 * e : 2 * (e - 4) + 1);
+}
+
+// Where a unit's activations live: global memory (kernel 2's intermediate rows; a lane past K
+// reads the zero row) or the CTA's shared memory (kernel 1's staged tokens, padded with zeros to a
+// whole chunk, so a lane past K reads zeros where it is).
+struct XGlobal {
+  using Addr = const __nv_bfloat16*;
+  static constexpr bool kPadded = false;
+  __device__ static Addr from(const void* p) { return static_cast<Addr>(p); }
+  __device__ static Addr advance(Addr a, int elements) { return a + elements; }
+  __device__ static uint4 load(Addr a, int q) { return __ldg(reinterpret_cast<const uint4*>(a) + q); }
+};
+struct XShared {
+  using Addr = std::uint32_t;
+  static constexpr bool kPadded = true;
+  __device__ static Addr from(const void* p) { return static_cast<Addr>(__cvta_generic_to_shared(p)); }
+  __device__ static Addr advance(Addr a, int elements) { return a + 2 * elements; }
+  __device__ static uint4 load(Addr a, int q) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a + 16 * q));
+    return v;
+  }
+};
+
 // One chunk's loads for one lane: 16 bytes of each of the two weight rows, their scale codes
 // (MXFP4: one per row; NVFP4: two per row, the first in the low byte) and where its activations
-// are (token g's, or the zero row past K / for an absent token). The codes stay in the registers
+// are (token g's, or zeros past K / for an absent token). The codes stay in the registers
 // their loads write until the chunk is multiplied: combining them at load time would wait for the
 // load there (ncu: the largest stall of the first version, every chunk's latency exposed).
+template <class XS>
 struct Stage {
   uint4 wg, wh;
   unsigned cg, ch;
-  const __nv_bfloat16* x;
+  typename XS::Addr x;
 };
 
 // Streaming weight load: read once, not kept in L1; the L2 fetches the row's next 256 bytes with
@@ -66,7 +99,6 @@ __device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
   return v;
 }
 
-__device__ __forceinline__ uint4 load_activations(const __nv_bfloat16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
                                          std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
@@ -97,15 +129,15 @@ __device__ __forceinline__ std::uint32_t nv_scale_bf16x2(unsigned code) {
 
 // acc[h] (rows g, g + 8 x token columns 2c, 2c + 1) += this chunk's 16 x 128 weights times token
 // g's activations, word by word. sg[q], sh[q]: the multipliers of word q of each row.
-template <Scaling S>
-__device__ __forceinline__ void multiply(const Stage& st, const std::uint32_t (&sg)[4], const std::uint32_t (&sh)[4],
+template <Scaling S, class XS>
+__device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_t (&sg)[4], const std::uint32_t (&sh)[4],
                                          float (&acc)[2][4]) {
   const std::uint32_t wg[4] = {st.wg.x, st.wg.y, st.wg.z, st.wg.w};
   const std::uint32_t wh[4] = {st.wh.x, st.wh.y, st.wh.z, st.wh.w};
   constexpr std::uint32_t kTwo126 = 0x7E807E80u;  // bf16x2 (2^126, 2^126)
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    const uint4 xv = load_activations(st.x + 8 * q);  // elements 8q..8q+7: words (0,1) (2,3) (4,5) (6,7)
+    const uint4 xv = XS::load(st.x, q);  // elements 8q..8q+7, stored as (0,4) (1,5) (2,6) (3,7)
     std::uint32_t ag[4], ah[4];
     e2m1_quad_bf16_raw(wg[q], ag);
     e2m1_quad_bf16_raw(wh[q], ah);
@@ -115,19 +147,15 @@ __device__ __forceinline__ void multiply(const Stage& st, const std::uint32_t (&
       ag[p] = bf16x2_mul(ag[p], sg[q]);
       ah[p] = bf16x2_mul(ah[p], sh[q]);
     }
-    const std::uint32_t xlo[2] = {xv.x, xv.y}, xhi[2] = {xv.z, xv.w};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // pairs 2h = (e_2h, e_2h+4) and 2h + 1 = (e_2h+1, e_2h+5)
-      const std::uint32_t b0 = __byte_perm(xlo[h], xhi[h], 0x5410u);
-      const std::uint32_t b1 = __byte_perm(xlo[h], xhi[h], 0x7632u);
-      mma_bf16(acc[h], ag[2 * h], ah[2 * h], ag[2 * h + 1], ah[2 * h + 1], b0, b1);
-    }
+    // k-step h: pairs 2h = (e_2h, e_2h+4) and 2h + 1 = (e_2h+1, e_2h+5), stored words 2h and 2h + 1
+    mma_bf16(acc[0], ag[0], ah[0], ag[1], ah[1], xv.x, xv.y);
+    mma_bf16(acc[1], ag[2], ah[2], ag[3], ah[3], xv.z, xv.w);
   }
 }
 
 // A chunk with an MXFP4 scale code >= 128 (rare).
-__device__ __forceinline__ void consume_full_range(const Stage& st, float (&acc)[2][4]) {
+template <class XS>
+__device__ __forceinline__ void consume_full_range(const Stage<XS>& st, float (&acc)[2][4]) {
   std::uint32_t s0, s1;
   sm90::weight_scale_pairs<Format::mxfp4>(st.cg | st.ch << 8, s0, s1);
   const std::uint32_t sg[4] = {s0, s0, s0, s0}, sh[4] = {s1, s1, s1, s1};
@@ -138,8 +166,8 @@ __device__ __forceinline__ void consume_full_range(const Stage& st, float (&acc)
 // 2^(code-1) built with one IMAD (the raw e2m1 pattern carries 2^-126); a code >= 128 anywhere in
 // the warp sends the chunk to the full-range decode (warp-uniform: mma.sync needs every lane).
 // NVFP4: two multiplies per pair, words 0-1 under the lane's first block's scale, 2-3 its second.
-template <Format F>
-__device__ __forceinline__ void consume(const Stage& st, float (&acc)[2][4]) {
+template <Format F, class XS>
+__device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4]) {
   if constexpr (F == Format::nvfp4) {
     const std::uint32_t g0 = nv_scale_bf16x2(st.cg & 0xFFu), g1 = nv_scale_bf16x2(st.cg >> 8);
     const std::uint32_t h0 = nv_scale_bf16x2(st.ch & 0xFFu), h1 = nv_scale_bf16x2(st.ch >> 8);
@@ -163,7 +191,7 @@ struct Unit {
   const std::uint8_t* wg;  // row g at k = 0
   const std::uint8_t* wh;
   const std::uint8_t* scales;  // the expert's scale matrix [N, K / vec]
-  const __nv_bfloat16* x;
+  const void* x;  // token g's stored activations (XGlobal / XShared)
   int row_g, row_h;
 };
 
@@ -177,25 +205,27 @@ struct Operand {
 // The load side's position: this lane's bytes of the next chunk to load, advanced by constant
 // steps (the scale column moves 128 / vec columns per chunk: linear that many bytes, blocked one
 // or two whole 4-column atoms).
+template <class XS>
 struct Cursor {
   const std::uint8_t *wg, *wh, *sg, *sh;
-  const __nv_bfloat16* x;
+  typename XS::Addr x;
 };
 
-template <Format F>
-__device__ __forceinline__ Cursor cursor(const Unit& u, const Operand& op, int ch, int c) {
+template <Format F, class XS>
+__device__ __forceinline__ Cursor<XS> cursor(const Unit& u, const Operand& op, int ch, int c) {
   constexpr int vec = F == Format::nvfp4 ? 16 : 32;
   const int kk = kChunk * ch + 32 * c, col = kk / vec;
   const ScaleLayout l = op.blocked ? ScaleLayout::blocked : ScaleLayout::linear;
-  return Cursor{u.wg + kk / 2, u.wh + kk / 2, u.scales + formats::detail::scale_offset(l, u.row_g, col, op.scale_cols),
-                u.scales + formats::detail::scale_offset(l, u.row_h, col, op.scale_cols), u.x + kk};
+  return Cursor<XS>{u.wg + kk / 2, u.wh + kk / 2, u.scales + formats::detail::scale_offset(l, u.row_g, col, op.scale_cols),
+                    u.scales + formats::detail::scale_offset(l, u.row_h, col, op.scale_cols),
+                    XS::advance(XS::from(u.x), kk)};
 }
 
 // Loads the cursor's chunk into st and advances the cursor. A lane past K (not `live`): zero
 // weights (codes of scale 1) and the zero row, nothing read (K is a multiple of 32, so a lane's 32
 // elements are live or not, whole).
-template <Format F>
-__device__ __forceinline__ void load(Stage& st, Cursor& cur, const Operand& op, bool live) {
+template <Format F, class XS>
+__device__ __forceinline__ void load(Stage<XS>& st, Cursor<XS>& cur, const Operand& op, bool live) {
   if (live) {
     st.wg = load_weights(cur.wg);
     st.wh = load_weights(cur.wh);
@@ -203,15 +233,15 @@ __device__ __forceinline__ void load(Stage& st, Cursor& cur, const Operand& op, 
       st.cg = load_code<std::uint16_t>(cur.sg), st.ch = load_code<std::uint16_t>(cur.sh);
     else
       st.cg = load_code<std::uint8_t>(cur.sg), st.ch = load_code<std::uint8_t>(cur.sh);
-    st.x = cur.x;
   } else {
     st.wg = st.wh = make_uint4(0, 0, 0, 0);
     st.cg = st.ch = F == Format::nvfp4 ? 0x3838u : 0x7Fu;  // scale 1
-    st.x = op.zero;
   }
+  if constexpr (XS::kPadded) st.x = cur.x;  // zeros past K where it is
+  else st.x = live ? cur.x : XS::from(op.zero);
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   const int step = op.blocked ? step_blocked : step_linear;
-  cur.wg += kChunk / 2, cur.wh += kChunk / 2, cur.sg += step, cur.sh += step, cur.x += kChunk;
+  cur.wg += kChunk / 2, cur.wh += kChunk / 2, cur.sg += step, cur.sh += step, cur.x = XS::advance(cur.x, kChunk);
 }
 
 #ifndef FP4GEMM_DECODE_STAGES
@@ -230,7 +260,7 @@ constexpr int kStages = FP4GEMM_DECODE_STAGES;  // chunks in flight per warp
 // calls store: deterministic for a given (C, W)), and, if kArrive, fences again and calls
 // arrive(u, valid) -- warp-wide, each lane naming its own unit u where valid -- for every unit it
 // stored (whole or as the last piece), up to 32 at a time.
-template <Format F, bool kArrive, class UnitOf, class Ready, class Store, class Arrive>
+template <Format F, class XS, bool kArrive, class UnitOf, class Ready, class Store, class Arrive>
 __device__ __forceinline__ void stream_units(int units, int n, const Operand& op, UnitOf unit_of, Ready ready,
                                              Store store, Arrive arrive, float* __restrict__ records,
                                              unsigned* __restrict__ counters, int w, int W) {
@@ -251,15 +281,15 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
   int lu = first, lleft = n - c0 % n;  // load side: unit, chunks left in it
   int cu = first, cleft = lleft;       // multiply side
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
-  Cursor cur = cursor<F>(unit_of(lu), op, n - lleft, c);
+  Cursor<XS> cur = cursor<F, XS>(unit_of(lu), op, n - lleft, c);
   float acc[2][4] = {};
   // chunk n - lleft of a unit is live in this lane iff lleft > live_above (32c + 128 ch < K)
   const int live_above = n - (op.k - 32 * c + kChunk - 1) / kChunk;
-  auto load_next = [&](Stage& st) {
-    load<F>(st, cur, op, lleft > live_above);
+  auto load_next = [&](Stage<XS>& st) {
+    load<F, XS>(st, cur, op, lleft > live_above);
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
-      if (++lu * n < c1) cur = cursor<F>(unit_of(lu), op, 0, c);
+      if (++lu * n < c1) cur = cursor<F, XS>(unit_of(lu), op, 0, c);
     }
   };
   auto record = [&](int slot) -> float* { return records + (static_cast<long long>(w) * 2 + slot) * 128; };
@@ -281,7 +311,7 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
     }
     ++cu, cleft = n, whole = true;
   };
-  Stage st[kStages];
+  Stage<XS> st[kStages];
   int loads = total;  // chunks not yet loaded
 #pragma unroll
   for (int d = 0; d < kStages; ++d)
@@ -293,7 +323,7 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
 #pragma unroll
     for (int d = 0; d < kStages; ++d) {
       if (d == 0 || left > 0) {
-        consume<F>(st[d], acc);
+        consume<F, XS>(st[d], acc);
         if (loads > 0) load_next(st[d]), --loads;
         --left;
         if (--cleft == 0) piece_end(true);

@@ -84,9 +84,23 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r) {
 template <Format F>
 __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerArgs a) {
   __shared__ Routing r;
+  extern __shared__ uint4 x_staged[];  // [decode tokens][hpad], stored in the B pairing, zero-padded
   const int T = run_tokens(a), k = a.topk;
-  read_routing(a, T, r);
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int hpad = (H + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
+  // The run's tokens, every CTA its own copy: 8 elements (16 bytes) per step, re-paired so that
+  // stored word p = elements (p, p + 4) (decode::pair_position).
+  for (int v = threadIdx.x; v < T * (hpad / 8); v += kThreads) {
+    const int t = v / (hpad / 8), j = v % (hpad / 8);
+    uint4 w = make_uint4(0, 0, 0, 0);
+    if (8 * j < H) {
+      const uint4 e = __ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + 8 * j));  // (0,1) (2,3) (4,5) (6,7)
+      w = make_uint4(__byte_perm(e.x, e.z, 0x5410u), __byte_perm(e.x, e.z, 0x7632u), __byte_perm(e.y, e.w, 0x5410u),
+                     __byte_perm(e.y, e.w, 0x7632u));
+    }
+    x_staged[v] = w;
+  }
+  read_routing(a, T, r);  // (ends with a barrier: the staged tokens are complete too)
   const int groups = I / 8;
   const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.blocked_scales, a.zero_row};
   const std::int64_t w_stride = std::int64_t{2} * I * (H / 2);
@@ -95,8 +109,9 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
     const int gate = a.interleaved ? 2 * i : i, up = a.interleaved ? 2 * i + 1 : I + i;
     const std::uint8_t* w = a.w13 + e * w_stride;
     const int j = r.pick[s][g];
-    return decode::Unit{w + std::int64_t{gate} * (H / 2), w + std::int64_t{up} * (H / 2),
-                        a.s13 + e * a.s13_stride, j >= 0 ? a.x + g * a.ldx : a.zero_row, gate, up};
+    // an absent token's column is never stored: it multiplies token 0's row
+    return decode::Unit{w + std::int64_t{gate} * (H / 2), w + std::int64_t{up} * (H / 2), a.s13 + e * a.s13_stride,
+                        x_staged + (j >= 0 ? g : 0) * (hpad / 8), gate, up};
   };
   const GluParams act = glu_params(a.glu_kind, a.glu_alpha, a.glu_limit);
   auto finish = [&](int u, float(&v)[4]) {  // v: (gate, token 2c), (gate, 2c + 1), (up, 2c), (up, 2c + 1)
@@ -106,12 +121,14 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int t = 2 * c + h, j = r.pick[s][t];
-      if (j >= 0) a.inter_rows[std::int64_t{t * k + j} * I + i] = __float2bfloat16_rn(glu_apply(ag * v[h], au * v[2 + h], act));
+      if (j >= 0)  // stored in the B pairing kernel 2 reads
+        a.inter_rows[std::int64_t{t * k + j} * I + decode::pair_position(i)] =
+            __float2bfloat16_rn(glu_apply(ag * v[h], au * v[2 + h], act));
     }
   };
   const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
   auto no_arrival = [](int, bool) {};
-  decode::stream_units<F, false>(r.slots * groups, (H + decode::kChunk - 1) / decode::kChunk, op, unit_of, [] {},
+  decode::stream_units<F, decode::XShared, false>(r.slots * groups, (H + decode::kChunk - 1) / decode::kChunk, op, unit_of, [] {},
                                  finish, no_arrival, a.records1, a.count1, w, W);
   ptx::launch_dependents();
 }
@@ -191,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeL
   // The weights do not depend on kernel 1: the first chunks' loads are issued before waiting for
   // its intermediate rows (PDL), overlapping kernel 1's tail.
   auto ready = [] { ptx::wait_prerequisites(); };
-  decode::stream_units<F, true>(blocks * S, (I + decode::kChunk - 1) / decode::kChunk, op, unit_of, ready, finish,
+  decode::stream_units<F, decode::XGlobal, true>(blocks * S, (I + decode::kChunk - 1) / decode::kChunk, op, unit_of, ready, finish,
                                 arrive, a.records2, a.count2, w, W);
 }
 
@@ -231,9 +248,10 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
   }
 }
 
-int resident(const void* kernel, int multiprocessors) {
+int resident(const void* kernel, int multiprocessors, int smem) {
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess || per_sm < 1) per_sm = 1;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) != cudaSuccess || per_sm < 1)
+    per_sm = 1;
   return per_sm * multiprocessors;
 }
 
@@ -258,10 +276,17 @@ void fake_quantize(const DecodeLayerArgs& a, const __nv_bfloat16* in, long long 
 
 }  // namespace
 
-DecodeShape decode_shape(Format format, int multiprocessors) {
+int decode_staged_bytes(int tokens, int hidden) {
+  return tokens * ((hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk) * 2;
+}
+
+DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hidden) {
   DecodeShape s;
-  s.ctas1 = resident(kernel1(format), multiprocessors);
-  s.ctas2 = resident(kernel2(format), multiprocessors);
+  s.smem1 = decode_staged_bytes(tokens, hidden);
+  if (s.smem1 > 48 * 1024)
+    cudaFuncSetAttribute(kernel1(format), cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem1);
+  s.ctas1 = resident(kernel1(format), multiprocessors, s.smem1);
+  s.ctas2 = resident(kernel2(format), multiprocessors, 0);
   return s;
 }
 
@@ -272,7 +297,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
     args.x = a.x_deq, args.ldx = a.hidden;
   }
   void* params[] = {&args};
-  cudaLaunchKernel(kernel1(a.format), dim3(a.shape.ctas1), dim3(kThreads), params, 0, s);
+  cudaLaunchKernel(kernel1(a.format), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
     fake_quantize(a, a.inter_rows, a.inter, a.inter_rows, a.inter, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, s);
   cudaLaunchConfig_t cfg{};

@@ -17,10 +17,14 @@ namespace fp4gemm::detail {
 inline constexpr int kDecodeMaxTokens = 8;  // token columns of one mma (n8)
 inline constexpr int kDecodeMaxPairs = 64;  // T * k
 
-// The plan-time shape of the decode path: each kernel's grid (as many CTAs as stay resident).
+// The plan-time shape of the decode path: each kernel's grid (as many CTAs as stay resident) and
+// kernel 1's dynamic shared memory (the staged tokens).
 struct DecodeShape {
   int ctas1 = 0, ctas2 = 0;
+  int smem1 = 0;
 };
+// Kernel 1 stages up to kDecodeMaxStagedBytes of tokens (decode tokens x hidden, padded to a chunk).
+inline constexpr int kDecodeMaxStagedBytes = 96 * 1024;
 inline constexpr int kDecodeWarps = 4;  // per CTA
 
 struct DecodeLayerArgs {
@@ -60,7 +64,8 @@ struct DecodeLayerArgs {
   DecodeShape shape;
 };
 
-DecodeShape decode_shape(Format format, int multiprocessors);
+int decode_staged_bytes(int tokens, int hidden);
+DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hidden);
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s);
 
 }  // namespace fp4gemm::detail

@@ -180,12 +180,15 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   const bool decode_fits =  // the kernels' chunk counts are 32-bit; a lane's 32 k elements are all live or none
       decode_pairs * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
       decode_pairs * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) && H % 32 == 0 && I % 32 == 0;
-  if ((w4a4 || o.format == Format::mxfp4) && !o.batch_invariant && o.decode_tokens > 0 &&
+  // (kernel 1 stages the run's tokens in shared memory: fewer decode tokens where they do not fit)
+  int decode_tokens = std::min(o.decode_tokens, o.max_tokens);
+  while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;
+  if ((w4a4 || o.format == Format::mxfp4) && !o.batch_invariant && decode_tokens > 0 &&
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
-    p.decode_tokens = std::min(o.decode_tokens, o.max_tokens);
+    p.decode_tokens = decode_tokens;
     detail::DecodeLayerArgs& d = p.decode;
     const int cap = p.decode_tokens * o.topk;
-    d.shape = detail::decode_shape(o.format, p.device.multiprocessors);
+    d.shape = detail::decode_shape(o.format, p.device.multiprocessors, p.decode_tokens, H);
     d.format = o.format, d.fp4_activations = w4a4, d.a1_scale = o.a1_scale, d.a2_scale = o.a2_scale;
     d.w13 = static_cast<const std::uint8_t*>(w.w13), d.s13 = static_cast<const std::uint8_t*>(w.w13_scales);
     d.w2 = static_cast<const std::uint8_t*>(w.w2), d.s2 = static_cast<const std::uint8_t*>(w.w2_scales);
