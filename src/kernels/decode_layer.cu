@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
   };
   const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
   auto no_arrival = [](int, bool) {};
-  decode::stream_units<F, decode::XShared, false>(r.slots * groups, (H + decode::kChunk - 1) / decode::kChunk, op, unit_of, [] {},
-                                 finish, no_arrival, a.records1, a.count1, w, W);
+  decode::stream_units<F, decode::XShared, false>(r.slots * groups, hpad / decode::kChunk, op, unit_of, [] {}, finish,
+                                                  no_arrival, a.records1, a.count1, w, W);
   ptx::launch_dependents();
 }
 

@@ -175,14 +175,14 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   MoeOptions o2 = o1;
   o2.epilogue = MoeEpilogue::none;
   o2.quantize_output = false, o2.output_global_scale = 1.0f;
-  // The decode path: W4A16 MXFP4, top-k <= 8, not batch invariant (see MoeLayerOptions).
-  const std::int64_t decode_pairs = std::int64_t{std::min(o.decode_tokens, o.max_tokens)} * o.topk;
-  const bool decode_fits =  // the kernels' chunk counts are 32-bit; a lane's 32 k elements are all live or none
-      decode_pairs * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
-      decode_pairs * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) && H % 32 == 0 && I % 32 == 0;
-  // (kernel 1 stages the run's tokens in shared memory: fewer decode tokens where they do not fit)
+  // The decode path: W4A16 MXFP4 or W4A4, top-k <= 8, not batch invariant (see MoeLayerOptions).
+  // Kernel 1 stages the run's tokens in shared memory: fewer decode tokens where they do not fit.
   int decode_tokens = std::min(o.decode_tokens, o.max_tokens);
   while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;
+  const std::int64_t decode_pairs = std::int64_t{decode_tokens} * o.topk;
+  const bool decode_fits =  // the kernels' 128-wide chunk counts are 32-bit; a lane's 32 k elements are live or not
+      decode_pairs * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
+      decode_pairs * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) && H % 32 == 0 && I % 32 == 0;
   if ((w4a4 || o.format == Format::mxfp4) && !o.batch_invariant && decode_tokens > 0 &&
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
     p.decode_tokens = decode_tokens;
