@@ -85,3 +85,18 @@ def test_quantize_experts_matches_the_dequantised_model(arch):
     same = int((gr == gq).all(-1).sum()) if gr.shape == gq.shape else 0
     agree = float((gr[:, 8:] == gq[:, 8:]).float().mean()) if gr.shape == gq.shape else 0.0
     print(f"{arch}: greedy 32 tokens: {100 * agree:.1f} % of positions agree (identical sequences: {same})")
+
+
+def test_from_pretrained_with_the_quantization_config(tmp_path):
+    """A bf16 checkpoint (a small random Qwen3-MoE, saved) loaded with
+    ``quantization_config=Fp4gemmConfig()``: its experts run fp4gemm, with the bits of
+    quantize_experts on the same weights."""
+    ref = _model("qwen3_moe")
+    ref.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, device_map="cuda",
+                                                               quantization_config=fp4hf.Fp4gemmConfig())
+    assert loaded.config._experts_implementation == "fp4gemm"
+    fp4hf.quantize_experts(ref)
+    ids = torch.randint(0, ref.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(2)).cuda()
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, ref(ids).logits)

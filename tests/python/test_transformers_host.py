@@ -39,3 +39,28 @@ def test_forward_of_an_unconverted_module_is_named():
     with pytest.raises(fp4gemm.ArgumentError) as err:
         fp4hf.experts_forward(Experts(), None, None, None)
     assert err.value.argument == "experts_implementation"
+
+
+def test_quantization_config_registers_and_round_trips():
+    """Fp4gemmConfig: registered with transformers (quant_method "fp4gemm") the first time it is
+    named, serialised and read back through AutoQuantizationConfig; its arguments checked by name.
+    Needs transformers (not torch)."""
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING, AutoQuantizationConfig
+
+    from fp4gemm.integrations import transformers as fp4hf
+
+    cfg = fp4hf.Fp4gemmConfig(weights="mxfp4", activations="bf16", max_tokens=512, decode_tokens=2)
+    d = cfg.to_dict()
+    assert d["quant_method"] == "fp4gemm" and d["max_tokens"] == 512 and d["decode_tokens"] == 2
+    back = AutoQuantizationConfig.from_dict(d)
+    assert type(back) is type(cfg) and back.to_dict() == d
+    assert AUTO_QUANTIZER_MAPPING["fp4gemm"] is fp4hf.Fp4gemmHfQuantizer
+    q = fp4hf.Fp4gemmHfQuantizer(cfg, pre_quantized=False)
+    assert q.is_trainable is False and q.is_serializable() is False
+    for kwargs, argument in [(dict(weights="int8"), "weights"), (dict(max_tokens=0), "max_tokens"),
+                             (dict(decode_tokens=9), "decode_tokens"),
+                             (dict(weights="nvfp4", activations="fp4"), "a1_scale")]:
+        with pytest.raises(fp4gemm.ArgumentError) as err:
+            fp4hf.Fp4gemmConfig(**kwargs)
+        assert err.value.argument == argument

@@ -14,11 +14,20 @@
 experts, the KV cache) stays transformers'. The routers' ``top_k_index`` / ``top_k_weights`` go to
 the layer as they are; the layer never synchronises, so a CUDA graph of the decode step keeps it.
 
+Or at load, through transformers' quantization hooks (a bf16 checkpoint; the experts are
+quantised once its weights are in):
+
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16, device_map="cuda",
+                                                 quantization_config=fp4hf.Fp4gemmConfig())
+
+``Fp4gemmConfig`` (``quant_method="fp4gemm"``) and its quantizer are registered with
+``register_quantization_config`` / ``register_quantizer`` the first time either is named here
+(``fp4hf.Fp4gemmConfig``) or ``register()`` runs.
+
 Importing this module imports neither torch nor transformers (both are needed only when called).
 
-Not yet here (issue 53): the quantization config and quantizer registered with transformers'
-``register_quantization_config`` / ``register_quantizer``, loading ModelOpt / gpt-oss checkpoints'
-experts without a bf16 pass, and NVFP4 W4A4 activation scales from calibration.
+Not yet here (issue 53): loading ModelOpt / gpt-oss checkpoints' experts without a bf16 pass, saving a
+converted model, and NVFP4 W4A4 activation scales from calibration.
 """
 
 from __future__ import annotations
@@ -66,13 +75,99 @@ def layer_dtype() -> Any:
 
 
 def register() -> None:
-    """Registers ``"fp4gemm"`` with transformers' ``ExpertsInterface`` (idempotent)."""
+    """Registers ``"fp4gemm"`` with transformers' ``ExpertsInterface`` and its quantization config
+    and quantizer (idempotent)."""
     try:
         from transformers.integrations.moe import ExpertsInterface
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("fp4gemm.integrations.transformers needs transformers >= 5 "
                           "(transformers.integrations.moe.ExpertsInterface)") from e
     ExpertsInterface.register(IMPLEMENTATION, experts_forward)
+    _quantization_classes()
+
+
+_CLASSES: dict = {}
+
+
+def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2_scale: Optional[float],
+                   max_tokens: int, decode_tokens: int) -> None:
+    if weights not in _FORMATS:
+        raise _argument_error("weights", f"{weights!r} is not one of 'mxfp4', 'nvfp4'")
+    if activations not in ("bf16", "fp4"):
+        raise _argument_error("activations", f"{activations!r} is not one of 'bf16', 'fp4'")
+    if activations == "bf16" and weights != "mxfp4":
+        raise _argument_error("activations", "W4A16 (bf16 activations) runs MXFP4 weights; use weights='mxfp4'")
+    if activations == "fp4" and weights == "nvfp4" and (a1_scale is None or a2_scale is None):
+        raise _argument_error("a1_scale", "NVFP4 W4A4 needs the activations' global scales a1_scale and a2_scale")
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise _argument_error("max_tokens", f"must be a positive int, got {max_tokens!r}")
+    if not isinstance(decode_tokens, int) or not 0 <= decode_tokens <= 8:
+        raise _argument_error("decode_tokens", f"must be an int in 0..8, got {decode_tokens!r}")
+
+
+def _quantization_classes() -> dict:
+    """Fp4gemmConfig and Fp4gemmHfQuantizer, defined (and registered with transformers) once."""
+    if _CLASSES:
+        return _CLASSES
+    from transformers.quantizers.auto import (AUTO_QUANTIZATION_CONFIG_MAPPING, AUTO_QUANTIZER_MAPPING,
+                                              register_quantization_config, register_quantizer)
+    from transformers.quantizers.base import HfQuantizer
+    from transformers.utils.quantization_config import QuantizationConfigMixin
+
+    class Fp4gemmConfig(QuantizationConfigMixin):
+        """transformers quantization config: the experts of a bf16 checkpoint quantised at load
+        (``quantize_experts``' arguments). Everything else stays bf16."""
+
+        def __init__(self, weights: str = "mxfp4", activations: str = "bf16", max_tokens: int = 4096,
+                     a1_scale: Optional[float] = None, a2_scale: Optional[float] = None, decode_tokens: int = 3,
+                     **kwargs: Any):
+            _check_options(weights, activations, a1_scale, a2_scale, max_tokens, decode_tokens)
+            self.quant_method = IMPLEMENTATION
+            self.weights, self.activations, self.max_tokens = weights, activations, max_tokens
+            self.a1_scale, self.a2_scale, self.decode_tokens = a1_scale, a2_scale, decode_tokens
+
+    class Fp4gemmHfQuantizer(HfQuantizer):
+        """Loads the bf16 checkpoint as it is, then converts the experts (quantize_experts)."""
+
+        requires_calibration = False
+
+        def validate_environment(self, *args: Any, **kwargs: Any) -> None:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise RuntimeError("fp4gemm: quantization_config=Fp4gemmConfig needs a CUDA device (Hopper)")
+
+        def update_dtype(self, dtype: Any) -> Any:
+            import torch
+
+            return torch.bfloat16 if dtype is None else dtype
+
+        def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
+            c = self.quantization_config
+            quantize_experts(model, weights=c.weights, activations=c.activations, max_tokens=c.max_tokens,
+                             a1_scale=c.a1_scale, a2_scale=c.a2_scale, decode_tokens=c.decode_tokens)
+            return model
+
+        def is_serializable(self, *args: Any, **kwargs: Any) -> bool:
+            return False  # (the FP4 experts are the layers' own; save the bf16 checkpoint instead)
+
+        @property
+        def is_trainable(self) -> bool:
+            return False
+
+    if IMPLEMENTATION not in AUTO_QUANTIZATION_CONFIG_MAPPING:
+        register_quantization_config(IMPLEMENTATION)(Fp4gemmConfig)
+    if IMPLEMENTATION not in AUTO_QUANTIZER_MAPPING:
+        register_quantizer(IMPLEMENTATION)(Fp4gemmHfQuantizer)
+    _CLASSES.update(Fp4gemmConfig=AUTO_QUANTIZATION_CONFIG_MAPPING[IMPLEMENTATION],
+                    Fp4gemmHfQuantizer=AUTO_QUANTIZER_MAPPING[IMPLEMENTATION])
+    return _CLASSES
+
+
+def __getattr__(name: str) -> Any:  # Fp4gemmConfig / Fp4gemmHfQuantizer, imported on first use
+    if name in ("Fp4gemmConfig", "Fp4gemmHfQuantizer"):
+        return _quantization_classes()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _is_experts(m: Any) -> bool:
@@ -123,14 +218,7 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
     call with more tokens runs in slices). free_bf16: replace the bf16 expert parameters by empty
     ones (the layer holds the FP4 copies). A module whose activation fp4gemm does not have is left
     as it is (a warning says which)."""
-    if weights not in _FORMATS:
-        raise _argument_error("weights", f"{weights!r} is not one of 'mxfp4', 'nvfp4'")
-    if activations not in ("bf16", "fp4"):
-        raise _argument_error("activations", f"{activations!r} is not one of 'bf16', 'fp4'")
-    if activations == "bf16" and weights != "mxfp4":
-        raise _argument_error("activations", "W4A16 (bf16 activations) runs MXFP4 weights; use weights='mxfp4'")
-    if activations == "fp4" and weights == "nvfp4" and (a1_scale is None or a2_scale is None):
-        raise _argument_error("a1_scale", "NVFP4 W4A4 needs the activations' global scales a1_scale and a2_scale")
+    _check_options(weights, activations, a1_scale, a2_scale, max_tokens, decode_tokens)
     act_format = "bf16" if activations == "bf16" else weights
     import warnings
 
