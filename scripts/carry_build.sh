@@ -12,6 +12,7 @@ for f in tests/fp4gemm_gpu_tests tools/fp4gemm; do
 done
 rm -f .carry/pkg/fp4gemm/*.py .carry/pkg/fp4gemm/_fp4gemm*.so
 cp python/fp4gemm/*.py .carry/pkg/fp4gemm/
+rm -rf .carry/pkg/fp4gemm/integrations && cp -r python/fp4gemm/integrations .carry/pkg/fp4gemm/
 cp "$B"/python/_fp4gemm*.so .carry/pkg/fp4gemm/ && strip --strip-debug .carry/pkg/fp4gemm/_fp4gemm*.so
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
 du -sh .carry/build .carry/pkg

@@ -63,6 +63,12 @@ struct MoeWeights {
   // GateUpLayout::separate: the up weights and their scales (strides as w's and scales').
   const void* w_up = nullptr;
   const void* scales_up = nullptr;
+  // GLU epilogues only: a per-expert bias of the gate and up rows, a device array [E, 2N] in the
+  // rows' order (gate_up: stacked and separate gate rows first, then up; interleaved gate 2i, up
+  // 2i + 1), bf16 or (bias_f32) float, or null. Added in FP32 before the activation:
+  // gate = fma(acc, alpha, bias), likewise up (gpt-oss's gate_up_proj_bias). Read at every run.
+  const void* bias = nullptr;
+  bool bias_f32 = false;
 };
 
 struct MoeOptions {

@@ -39,6 +39,13 @@ struct MoeLayerWeights {
   const float* w13_alpha = nullptr;
   const float* w13_alpha_up = nullptr;
   const float* w2_alpha = nullptr;
+  // Expert biases (gpt-oss), device arrays or null, bf16 or (bias_f32) float, read at every run:
+  // w13_bias [E, 2I] in w13's row order, added in FP32 before the activation (gate = fma(acc,
+  // alpha, bias)); w2_bias [E, H], added in FP32 to each (token, expert) pair's bf16 y row before
+  // the weighted combine (out = bf16(sum_j fma(w_j, y_j + w2_bias[e_j], .))).
+  const void* w13_bias = nullptr;
+  const void* w2_bias = nullptr;
+  bool bias_f32 = false;
 };
 
 struct MoeLayerOptions {

@@ -129,6 +129,10 @@ struct MoeHostProblem {
   const std::uint8_t* w_up_scales = nullptr;
   const float* alpha_up = nullptr;
   bool glu_fp32 = false;
+  // GLU: a per-expert bias of W's rows, [experts, 2I] (gate and up as gate_up says; separate: the
+  // I gate rows, then the I up rows), or null: gate_i = alpha * product + bias (FP32: one fma of
+  // the FP32-rounded product with glu_fp32; float64 otherwise), likewise up_i.
+  const float* bias = nullptr;
 };
 void moe_gemm(const MoeHostProblem& problem, int threads = 0);
 
@@ -153,6 +157,11 @@ struct MoeLayerHostProblem {
   const float* w13_alpha = nullptr;          // [E] or null (1)
   const float* w13_alpha_up = nullptr;       // [E] or null (w13_alpha)
   const float* w2_alpha = nullptr;           // [E] or null (1)
+  // Biases (gpt-oss), or null: w13_bias [E, 2I] in w13's row order, added before the activation
+  // (MoeHostProblem::bias); w2_bias [E, H], added to each pair's bf16 y row in FP32 in the combine
+  // (moe_combine's bias).
+  const float* w13_bias = nullptr;
+  const float* w2_bias = nullptr;
   float a1_scale = 1.0f, a2_scale = 1.0f;
   const std::uint16_t* x = nullptr;          // the hidden states, bf16 bits [T, ld_x]
   std::int64_t ld_x = 0;
@@ -167,10 +176,12 @@ struct MoeLayerHostProblem {
 void moe_layer(const MoeLayerHostProblem& problem, int threads = 0);
 
 // The layer's combine alone (also expert parallelism's last step): out[t, h] = bf16(acc) with
-// acc = fma(w[t, j], y[t * k + j, h], acc) over j = 0..k-1 in order, from 0, skipping ids outside
-// [0, experts). y: bf16 bits [T * k, ld_y], one row per (token, slot); out: bf16 bits [T, ld_out].
+// acc = fma(w[t, j], y[t * k + j, h] + bias[e, h], acc) over j = 0..k-1 in order, from 0, skipping
+// ids outside [0, experts) (e = the pair's id; the sum in FP32; bias null: y alone). y: bf16 bits
+// [T * k, ld_y], one row per (token, slot); out: bf16 bits [T, ld_out]; bias [experts, hidden].
 void moe_combine(const std::uint16_t* y, std::int64_t ld_y, const float* weights, const std::int64_t* ids, int tokens,
-                 int k, int experts, int hidden, std::uint16_t* out, std::int64_t ld_out);
+                 int k, int experts, int hidden, std::uint16_t* out, std::int64_t ld_out,
+                 const float* bias = nullptr);
 
 // act(g, u) of a DualActivation in float64 (the dual GEMM reference's formulas).
 double activate(const DualActivation& act, double g, double u);

@@ -344,6 +344,9 @@ class ExpertParallel:
         # Batch invariant by default: the local layer sees every rank's rows for its experts, a batch
         # no single GPU would run, so results equal one GPU's only when no row depends on its batch.
         layer_kwargs.setdefault("batch_invariant", True)
+        for name in ("w13_bias", "w2_bias"):  # (the exchange's combine would add the down bias per rank)
+            if layer_kwargs.get(name) is not None:
+                raise _argument_error(name, "expert parallelism does not take expert biases yet")
         self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens * topk, topk=1,
                                   **layer_kwargs)
         self.last_bytes = 0  # host path: activation bytes this rank sent in the last step's dispatch

@@ -58,6 +58,13 @@ def _blocked_per_expert(linear: np.ndarray, argument: str) -> np.ndarray:
     return np.stack([formats.linear_to_blocked(formats._u8(linear[e])) for e in range(linear.shape[0])])
 
 
+def _column(x: Any, j: int) -> Any:
+    """Column j of a 2-D array, contiguous, in x's framework."""
+    if type(x).__module__ == "torch":
+        return x[:, j].contiguous()
+    return np.ascontiguousarray(np.asarray(x)[:, j])
+
+
 def _like(x: Any, like: Any):
     """`x` (NumPy) in the framework and on the device of `like`."""
     if type(like).__module__.split(".")[0] == "torch":
@@ -97,6 +104,52 @@ class ExpertWeights:
     w2_bias: Optional[Any] = None
     interleaved: bool = False
     source: Dict[str, str] = field(default_factory=dict)
+
+    # ---- the layer ----------------------------------------------------------------------------
+
+    def layer(self, *, max_tokens: int, topk: int, act_format: Optional[str] = None, **options: Any):
+        """The whole expert layer planned for these weights: ``fp4gemm.moe.MoeLayer``, with what the
+        checkpoint says filled in (any of it can be overridden through ``options``).
+
+        MXFP4 (gpt-oss): W4A16 by default (``act_format="bf16"``; ``"mxfp4"`` for W4A4); gate and up
+        interleaved with the ``swigluoai`` activation when ``interleaved``, else stacked with
+        ``silu``; the biases when present. NVFP4 (ModelOpt): W4A4 (``"nvfp4"``); ``w13_global``'s
+        gate and up columns and ``w2_global`` as the per-expert alphas; the activations' global
+        scales ``a1_scale`` / ``a2_scale`` from the experts' ``input_scale`` (their maximum, the
+        value every expert's tokens share; an ArgumentError naming it when the checkpoint has none
+        and ``options`` gives none). The arrays stay on their device (CUDA: the layer plans there;
+        NumPy: the host reference).
+        """
+        from .moe import MoeLayer
+
+        kw = dict(options)
+        if self.format == "mxfp4":
+            act_format = act_format or "bf16"
+            kw.setdefault("activation", "swigluoai" if self.interleaved else "silu")
+            kw.setdefault("gate_up", "interleaved" if self.interleaved else "stacked")
+            if self.w13_bias is not None:
+                kw.setdefault("w13_bias", self.w13_bias)
+            if self.w2_bias is not None:
+                kw.setdefault("w2_bias", self.w2_bias)
+        else:
+            act_format = act_format or "nvfp4"
+            kw.setdefault("gate_up", "interleaved" if self.interleaved else "stacked")
+            if self.w13_global is not None:
+                kw.setdefault("w13_alpha", _column(self.w13_global, 0))
+                kw.setdefault("w13_alpha_up", _column(self.w13_global, 1))
+            if self.w2_global is not None:
+                kw.setdefault("w2_alpha", self.w2_global)
+            if act_format == "nvfp4":
+                for name, scales, key in (("w13_input_scale", self.w13_input_scale, "a1_scale"),
+                                          ("w2_input_scale", self.w2_input_scale, "a2_scale")):
+                    if key in kw:
+                        continue
+                    v = np.asarray(_np(scales), dtype=np.float32) if scales is not None else np.array([np.nan])
+                    if not np.isfinite(v).any():
+                        raise _err(name, f"the checkpoint has no input_scale for W4A4 NVFP4; pass {key}=")
+                    kw[key] = float(np.nanmax(v))
+        return MoeLayer(self.w13, self.w13_scales, self.w2, self.w2_scales, max_tokens=max_tokens, topk=topk,
+                        act_format=act_format, scale_layout="blocked", **kw)
 
     # ---- NVIDIA ModelOpt NVFP4 ---------------------------------------------------------------
 

@@ -282,6 +282,11 @@ class MoeLayer:
         stream every active expert's weights once over all SMs (W4A16 and W4A4; not with
         batch_invariant, top-k > 8, or a hidden or intermediate size that is not a multiple of 32).
         0: always the general path; 3 (default): where it measured faster (H200, L2 flushed).
+    w13_bias, w2_bias: expert biases (gpt-oss's ``gate_up_proj_bias`` / ``down_proj_bias``), bf16 or
+        float32 (both the same), ``[E, 2I]`` in w13's row order and ``[E, H]``, on the weights'
+        device, or None. w13_bias is added before the activation (``gate = fma(acc, alpha, bias)`` in
+        FP32), w2_bias to each (token, expert) pair's bf16 output row in FP32 before the weighted
+        combine. Read at every run (in-place updates are seen).
 
     CUDA arrays plan on their device, after the work already enqueued on the current stream
     (weights quantised there just before are read complete); NumPy arrays run
@@ -299,14 +304,15 @@ class MoeLayer:
                  act_format: str = "nvfp4", activation: str = "silu", gate_up: Optional[str] = None,
                  scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
                  a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = SWIGLU_ALPHA,
-                 swiglu_limit: float = SWIGLU_LIMIT, batch_invariant: bool = False, decode_tokens: int = 3):
+                 swiglu_limit: float = SWIGLU_LIMIT, batch_invariant: bool = False, decode_tokens: int = 3,
+                 w13_bias: Any = None, w2_bias: Any = None):
         acts, fmt = _act_format(act_format)
         if gate_up is None:
             gate_up = "interleaved" if activation == "swigluoai" else "stacked"
         self._layer = _C.MoeLayer(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, fmt, acts,
                                   scale_layout, activation, gate_up, float(swiglu_alpha), float(swiglu_limit),
                                   float(a1_scale), float(a2_scale), int(max_tokens), int(topk), bool(batch_invariant),
-                                  int(decode_tokens))
+                                  int(decode_tokens), w13_bias, w2_bias)
         self._like = w13
 
     def run(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None, stream: Any = None,

@@ -176,7 +176,8 @@ NB_MODULE(_fp4gemm, m) {
               nb::handle w13_alpha, nb::handle w13_alpha_up, nb::handle w2_alpha, nb::handle format,
               nb::handle act_format, nb::handle scale_layout, const std::string& activation,
               const std::string& gate_up, float swiglu_alpha, float swiglu_limit, float a1_scale, float a2_scale,
-              int max_tokens, int topk, bool batch_invariant, int decode_tokens) {
+              int max_tokens, int topk, bool batch_invariant, int decode_tokens, nb::handle w13_bias,
+              nb::handle w2_bias) {
              fp4gemm::MoeLayerOptions o;
              const fp4gemm::MoeActivation acts = fp4gemm::python::parse_moe_activation(act_format);
              o.activations = acts;
@@ -193,13 +194,14 @@ NB_MODULE(_fp4gemm, m) {
              o.swiglu_alpha = swiglu_alpha, o.swiglu_limit = swiglu_limit;
              o.a1_scale = a1_scale, o.a2_scale = a2_scale, o.max_tokens = max_tokens, o.topk = topk;
              o.batch_invariant = batch_invariant, o.decode_tokens = decode_tokens;
-             new (self) MoeLayerObject(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, o);
+             new (self) MoeLayerObject(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, o, w13_bias,
+                                       w2_bias);
            },
            "w13"_a, "w13_scales"_a, "w2"_a, "w2_scales"_a, "w13_alpha"_a = nb::none(), "w13_alpha_up"_a = nb::none(),
            "w2_alpha"_a = nb::none(), "format"_a = nb::none(), "act_format"_a = "fp4", "scale_layout"_a = "blocked",
            "activation"_a = "silu", "gate_up"_a = "stacked", "swiglu_alpha"_a = fp4gemm::kSwigluAlpha, "swiglu_limit"_a = fp4gemm::kSwigluLimit,
            "a1_scale"_a = 1.0f, "a2_scale"_a = 1.0f, "max_tokens"_a, "topk"_a,
-           "batch_invariant"_a = false, "decode_tokens"_a = 3)
+           "batch_invariant"_a = false, "decode_tokens"_a = 3, "w13_bias"_a = nb::none(), "w2_bias"_a = nb::none())
       .def("run", &MoeLayerObject::run, "hidden_states"_a.none(), "topk_ids"_a, "topk_weights"_a, "out"_a,
            "stream"_a = nb::none(), "threads"_a = 0, "hidden_packed"_a = nb::none(), "hidden_scales"_a = nb::none(),
            "token_count"_a = nb::none(), "Enqueue the layer into `out` (host arrays: run the reference now).")

@@ -57,7 +57,7 @@ void check_scales(const TensorView& t, const char* arg, std::int64_t e, std::int
 
 MoeLayerObject::MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle w2, nb::handle w2_scales,
                                nb::handle w13_alpha, nb::handle w13_alpha_up, nb::handle w2_alpha,
-                               const MoeLayerOptions& options) {
+                               const MoeLayerOptions& options, nb::handle w13_bias, nb::handle w2_bias) {
   options_ = options;
   Binding& bind = Binding::get();
   TensorReader& reader = bind.reader();
@@ -114,6 +114,32 @@ MoeLayerObject::MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle
       fail(alpha_names[i], "is on " + a.device_text() + " but w13 is on " + v13.device_text());
     *alpha_slots[i] = reinterpret_cast<const float*>(a.ptr);
     keep_alive(alphas[i], a, alpha_names[i], true);
+  }
+  // Biases (gpt-oss): bf16 or float32, [E, 2I] and [E, H], both of one dtype; read at every run.
+  {
+    const std::int64_t cols[2] = {2 * std::int64_t{w.inter}, w.hidden};
+    const char* names[2] = {"w13_bias", "w2_bias"};
+    nb::handle biases[2] = {w13_bias, w2_bias};
+    const void** slots[2] = {&w.w13_bias, &w.w2_bias};
+    int dtype = -1;  // 0 bf16, 1 f32
+    for (int i = 0; i < 2; ++i) {
+      if (biases[i].is_none()) continue;
+      const TensorView b = reader.read(biases[i], names[i], -1, false, keep);
+      const bool contiguous = b.ndim == 2 && (b.shape[1] == 1 || b.strides[1] == 1) &&
+                              (b.shape[0] == 1 || b.strides[0] == cols[i]);
+      if ((b.dtype != DType::bf16 && b.dtype != DType::f32) || b.ndim != 2 || b.shape[0] != w.experts ||
+          b.shape[1] != cols[i] || !contiguous)
+        fail(names[i], "must be a contiguous bfloat16 or float32 array [" + std::to_string(w.experts) + ", " +
+                           std::to_string(cols[i]) + "], got " + to_string(b.dtype) + " of shape " + b.shape_text());
+      const int d = b.dtype == DType::f32 ? 1 : 0;
+      if (dtype >= 0 && d != dtype) fail(names[i], "must have the dtype of w13_bias");
+      dtype = d;
+      if (b.cuda != cuda_ || (cuda_ && b.device != device_))
+        fail(names[i], "is on " + b.device_text() + " but w13 is on " + v13.device_text());
+      *slots[i] = reinterpret_cast<const void*>(b.ptr);
+      keep_alive(biases[i], b, names[i], false);
+    }
+    w.bias_f32 = dtype == 1;
   }
   keep_alive(w13, v13, "w13", false);
   keep_alive(w13_scales, v13s, "w13_scales", true);
@@ -326,6 +352,24 @@ void MoeLayerObject::run_host(const MoeLayerArgs& a, const TensorView& ids, cons
   p.w13 = static_cast<const std::uint8_t*>(w.w13), p.w13_scales = host_w13_scales_.data();
   p.w2 = static_cast<const std::uint8_t*>(w.w2), p.w2_scales = host_w2_scales_.data();
   p.w13_alpha = w.w13_alpha, p.w13_alpha_up = w.w13_alpha_up, p.w2_alpha = w.w2_alpha;
+  // the biases as floats, read now (they may change in place between runs)
+  std::vector<float> b13, b2;
+  auto floats = [&](const void* b, std::int64_t count, std::vector<float>& out) {
+    if (b == nullptr) return static_cast<const float*>(nullptr);
+    out.resize(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) {
+      if (w.bias_f32) {
+        out[i] = static_cast<const float*>(b)[i];
+      } else {
+        std::uint16_t h;
+        std::memcpy(&h, static_cast<const std::uint8_t*>(b) + 2 * i, 2);
+        out[i] = static_cast<float>(reference::bf16_bits_to_double(h));
+      }
+    }
+    return static_cast<const float*>(out.data());
+  };
+  p.w13_bias = floats(w.w13_bias, std::int64_t{w.experts} * 2 * w.inter, b13);
+  p.w2_bias = floats(w.w2_bias, std::int64_t{w.experts} * w.hidden, b2);
   p.a1_scale = options_.a1_scale, p.a2_scale = options_.a2_scale;
   p.x = x, p.ld_x = a.ld_hidden == 0 ? w.hidden : a.ld_hidden, p.x_packed = x_packed, p.x_scales = x_scales;
   p.topk_ids = id64.data(), p.topk_weights = wf.data();

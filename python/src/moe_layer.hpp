@@ -22,7 +22,8 @@ namespace nb = nanobind;
 class MoeLayerObject {
  public:
   MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle w2, nb::handle w2_scales, nb::handle w13_alpha,
-                 nb::handle w13_alpha_up, nb::handle w2_alpha, const MoeLayerOptions& options);
+                 nb::handle w13_alpha_up, nb::handle w2_alpha, const MoeLayerOptions& options,
+                 nb::handle w13_bias = nb::none(), nb::handle w2_bias = nb::none());
   // hidden bf16 [T, H]; topk_ids int32/int64 [T, topk]; topk_weights f32/bf16 [T, topk]; out bf16 [T, H].
   void run(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out, nb::handle stream,
            int threads, nb::handle hidden_packed, nb::handle hidden_scales, nb::handle token_count);

@@ -157,7 +157,22 @@ struct GluArgs {
   int q_format;                 // MoeScheduleParams::q_format: 0, or quantised output (Format + 1)
   float q_gs;
   std::uint8_t* q_scales;
+  const void* bias;  // this tile's expert's [2 width] gate / up bias (MoeScheduleParams::glu_bias), or null
+  int bias_f32, bias_interleaved;
 };
+
+// Output column col's gate and up bias (-0 without one: x + -0 is x for every x, signed zeros
+// included, so a layer without biases keeps its bits).
+__device__ __forceinline__ float2 glu_bias_pair(const GluArgs& a, int col) {
+  if (a.bias == nullptr || col >= a.width) return make_float2(-0.0f, -0.0f);
+  const int g = a.bias_interleaved ? 2 * col : col, u = a.bias_interleaved ? 2 * col + 1 : a.width + col;
+  if (a.bias_f32) {
+    const float* b = static_cast<const float*>(a.bias);
+    return make_float2(b[g], b[u]);
+  }
+  const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(a.bias);
+  return make_float2(__bfloat162float(b[g]), __bfloat162float(b[u]));
+}
 
 // One warpgroup half of a GLU tile: the thread's accumulators of rows r (gate) and r + 8 (up) are
 // the pair of output column n_wg / 2 + warp * 8 + lane / 4 for tokens 2t, 2t + 1 of each 8-token
@@ -247,6 +262,7 @@ __device__ __forceinline__ void store_tile_glu(const float (&acc)[A], const Grou
   const int q = lane / 4, t = lane % 4;
   float2* buf = reinterpret_cast<float2*>(epi);
   const float mul_gate = a.swap ? a.mul_second : a.mul_first, mul_up = a.swap ? a.mul_first : a.mul_second;
+  const float2 bias = glu_bias_pair(a, n_wg / 2 + warp * 8 + q);  // this thread's output column
   GluDrain d{g.c, g.ldc, 0, 0, n_wg / 2, a.width, glu_params(a.kind, a.alpha, a.limit), a.q_format, a.q_gs, a.q_scales};
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
@@ -260,7 +276,7 @@ __device__ __forceinline__ void store_tile_glu(const float (&acc)[A], const Grou
       for (int v = 0; v < 2; ++v) {
         const float first = acc[4 * j + v], second = acc[4 * j + 2 + v];
         buf[(8 * jj + 2 * t + v) * 32 + warp * 8 + q] =
-            make_float2((a.swap ? second : first) * mul_gate, (a.swap ? first : second) * mul_up);
+            make_float2(fmaf(a.swap ? second : first, mul_gate, bias.x), fmaf(a.swap ? first : second, mul_up, bias.y));
       }
     }
     ptx::named_barrier_sync(kEpilogueBarrier0 + cw, 128);

@@ -519,8 +519,13 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         swap = g.glu_swap, width = g.n / 2;
       }
       if constexpr (F == Format::nvfp4) mul_up *= kNvfp4AccScale;
+      const void* bias = nullptr;  // (MoE only: this tile's expert's row of the bias)
+      if constexpr (kRouted)
+        if (m.glu_bias != nullptr)
+          bias = static_cast<const char*>(m.glu_bias) +
+                 static_cast<std::int64_t>(tile.group) * 2 * width * (m.glu_bias_f32 ? 4 : 2);
       const GluArgs glu{m.glu, swap, width, m.swiglu_alpha, m.swiglu_limit, swap ? mul_up : mul, swap ? mul : mul_up,
-                        kRouted ? m.q_format : 0, m.q_gs, m.q_scales};
+                        kRouted ? m.q_format : 0, m.q_gs, m.q_scales, bias, m.glu_bias_f32, m.glu_bias_interleaved};
       std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
       const int wtid = st.ctid % 128;
 #pragma unroll

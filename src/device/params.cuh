@@ -79,6 +79,10 @@ struct MoeScheduleParams {
   float swiglu_alpha, swiglu_limit;
   const float* alpha_up_device;  // per expert, or null (then alpha_up)
   float alpha_up;
+  // MoeWeights::bias: [E, 2 glu_width] in the caller's row order (glu_bias_interleaved: gate 2i,
+  // up 2i + 1; else gate i, up glu_width + i), bf16 or (glu_bias_f32) float; null: none.
+  const void* glu_bias;
+  int glu_bias_f32, glu_bias_interleaved;
   // MoeOptions::quantize_output: 0 none, else the Format + 1 (1 nvfp4, 2 mxfp4); `c` / `ldc` are
   // then the packed FP4 rows (ldc in bytes) and q_scales the linear scales [rows, glu_width / vec].
   int q_format;

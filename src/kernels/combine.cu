@@ -22,7 +22,7 @@ struct LayerRows {
 void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const int* row_of, const void* ids,
                     bool ids_int64, const void* weights, bool weights_bf16, int k, int experts, int tokens,
                     __nv_bfloat16* out, long long ld_out, int multiprocessors, cudaStream_t s,
-                    const int* token_count) {
+                    const int* token_count, const void* bias, bool bias_f32) {
   const unsigned grid = combine_grid(tokens, hidden, multiprocessors);
   const LayerRows rows{y, ld_y, row_of};
   auto go = [&](auto id_tag, auto wt_tag) {
@@ -30,7 +30,7 @@ void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const in
     using Wt = decltype(wt_tag);
     combine_kernel<Id, Wt, LayerRows><<<grid, 256, 0, s>>>(rows, hidden, static_cast<const Id*>(ids),
                                                            static_cast<const Wt*>(weights), k, experts, tokens, out,
-                                                           ld_out, token_count);
+                                                           ld_out, token_count, bias, bias_f32 ? 1 : 0);
   };
   if (ids_int64) {
     if (weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);

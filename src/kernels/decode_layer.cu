@@ -18,6 +18,12 @@ namespace {
 
 constexpr int kThreads = 32 * kDecodeWarps;
 
+// Element i of a bias row (bf16 or float); -0 without a bias (x + -0 is x).
+__device__ __forceinline__ float bias_at(const void* bias, bool f32, std::int64_t i) {
+  if (bias == nullptr) return -0.0f;
+  return f32 ? static_cast<const float*>(bias)[i] : __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
+}
+
 // ---- routing, read by every CTA (T * k <= 64 pairs) ------------------------------------------
 // A "slot" is one expert's weights streamed once for all the tokens that chose it: the pairs of
 // key (expert e, occurrence o) -- o counts e among the token's earlier picks, so a token that lists
@@ -118,12 +124,16 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
     const int s = u / groups, i = (u % groups) * 8 + g, e = r.expert[s];
     const float ag = a.alpha13 != nullptr ? a.alpha13[e] : a.alpha13_s;
     const float au = a.alpha13_up != nullptr ? a.alpha13_up[e] : a.alpha13 != nullptr ? ag : a.alpha13_up_s;
+    // the biases of the unit's gate and up rows (the general path's epilogue: fma(acc, alpha, bias))
+    const std::int64_t b0 = std::int64_t{e} * 2 * I;
+    const float bg = bias_at(a.bias13, a.bias_f32, b0 + (a.interleaved ? 2 * i : i));
+    const float bu = bias_at(a.bias13, a.bias_f32, b0 + (a.interleaved ? 2 * i + 1 : I + i));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int t = 2 * c + h, j = r.pick[s][t];
       if (j >= 0)  // stored in the B pairing kernel 2 reads
         a.inter_rows[std::int64_t{t * k + j} * I + decode::pair_position(i)] =
-            __float2bfloat16_rn(glu_apply(ag * v[h], au * v[2 + h], act));
+            __float2bfloat16_rn(glu_apply(fmaf(v[h], ag, bg), fmaf(v[2 + h], au, bu), act));
     }
   };
   const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
@@ -180,7 +190,8 @@ __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeL
       for (int j = 0; j < k; ++j) {
         const int pair = t * k + j;
         if (r.id[pair] < 0) continue;
-        const float yv = __bfloat162float(__ldcg(a.y_rows + std::int64_t{pair} * H + row));
+        const float yv = __bfloat162float(__ldcg(a.y_rows + std::int64_t{pair} * H + row)) +
+                         bias_at(a.bias2, a.bias_f32, std::int64_t{r.id[pair]} * H + row);
         const float wt = a.weights_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.weights)[pair])
                                         : static_cast<const float*>(a.weights)[pair];
         acc = fmaf(wt, yv, acc);

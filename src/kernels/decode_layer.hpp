@@ -40,6 +40,8 @@ struct DecodeLayerArgs {
   float glu_alpha, glu_limit;
   const float *alpha13, *alpha13_up, *alpha2;  // per-expert (null: alpha scalars below)
   float alpha13_s, alpha13_up_s, alpha2_s;
+  const void *bias13, *bias2;  // MoeLayerWeights::w13_bias / w2_bias, or null
+  bool bias_f32;
   // the run
   const __nv_bfloat16* x;
   long long ldx;

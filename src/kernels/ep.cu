@@ -476,7 +476,7 @@ void EpExchange::combine(const EpStepArgs& a, cudaStream_t stream) const {
     using Wt = decltype(wt_tag);
     detail::combine_kernel<Id, Wt, PeerRows><<<grid, 256, 0, stream>>>(
         rows, c.hidden, static_cast<const Id*>(a.topk_ids), static_cast<const Wt*>(a.topk_weights), c.topk, c.experts,
-        a.tokens, static_cast<__nv_bfloat16*>(a.out), ld_out, nullptr);
+        a.tokens, static_cast<__nv_bfloat16*>(a.out), ld_out, nullptr, nullptr, 0);
   };
   if (a.ids_int64) {
     if (a.weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);

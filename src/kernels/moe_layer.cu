@@ -121,6 +121,14 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
                          {"weights.w13_alpha_up", w.w13_alpha_up},
                          {"weights.w2_alpha", w.w2_alpha}})
     if (a != nullptr) detail::check_device_buffer(name, -1, a, 4 * std::int64_t{E}, p.device.index);
+  const int bias_bytes = w.bias_f32 ? 4 : 2;
+  if (w.w13_bias != nullptr)
+    detail::check_device_buffer("weights.w13_bias", -1, w.w13_bias, std::int64_t{E} * 2 * I * bias_bytes, p.device.index);
+  if (w.w2_bias != nullptr) {
+    detail::check_device_buffer("weights.w2_bias", -1, w.w2_bias, std::int64_t{E} * H * bias_bytes, p.device.index);
+    if (reinterpret_cast<std::uintptr_t>(w.w2_bias) % 16 != 0)  // (the combine reads 8 columns at a time)
+      throw Error("weights.w2_bias", -1, "must be 16-byte aligned");
+  }
 
   cudaStream_t s = nullptr;  // a private stream: a plan may be built while another stream is captured
   FP4GEMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "plan");
@@ -156,6 +164,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   w1.alpha_device = p.folded(w.w13_alpha, a1, s);
   w1.alpha = w.w13_alpha == nullptr ? a1 : 1.0f;
   if (w.w13_alpha_up != nullptr) w1.alpha_up_device = p.folded(w.w13_alpha_up, a1, s);
+  w1.bias = w.w13_bias, w1.bias_f32 = w.bias_f32;
   MoeOptions o1;
   o1.format = o.format, o1.scale_layout = o.scale_layout, o1.out_type = OutType::bf16;
   o1.activation = o.activations, o1.layout = MoeLayout::contiguous, o1.capacity = p.capacity;
@@ -201,6 +210,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.glu_alpha = o.swiglu_alpha, d.glu_limit = o.swiglu_limit;
     d.alpha13 = w1.alpha_device, d.alpha13_up = w1.alpha_up_device, d.alpha2 = w2.alpha_device;
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
+    d.bias13 = w.w13_bias, d.bias2 = w.w2_bias, d.bias_f32 = w.bias_f32;
     d.inter_rows = p.inter, d.y_rows = p.y;
     if (w4a4) d.x_deq = p.allocate<__nv_bfloat16>(std::size_t{2} * p.decode_tokens * H, "plan workspace");
     const std::size_t zeros = std::size_t{2} * (std::max(H, I) + 128);
@@ -298,7 +308,8 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   detail::MoeGemmOwner::enqueue(*p.gemm2, g2, s);
 
   detail::launch_combine(p.y, H, H, p.row_of, args.topk_ids, args.ids_int64, args.topk_weights, args.weights_bf16, k, E, T,
-                 static_cast<__nv_bfloat16*>(args.out), ldo, p.device.multiprocessors, s, args.token_count);
+                 static_cast<__nv_bfloat16*>(args.out), ldo, p.device.multiprocessors, s, args.token_count, w.w2_bias,
+                 w.bias_f32);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
 }
 

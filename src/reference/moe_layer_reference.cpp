@@ -60,7 +60,7 @@ void moe_layer(const MoeLayerHostProblem& p, int threads) {
   g1.w_scales = p.w13_scales, g1.w_layout = ScaleLayout::linear, g1.w_scale_expert_stride = std::int64_t{2} * I * (H / vec);
   g1.alpha = alpha1.data(), g1.alpha_up = alpha1_up.data();
   g1.offsets = offsets.data(), g1.gather = gather.data(), g1.c = inter.data(), g1.ldc = I, g1.out_type = OutType::bf16;
-  g1.glu = &p.act, g1.gate_up = p.gate_up, g1.glu_fp32 = true;
+  g1.glu = &p.act, g1.gate_up = p.gate_up, g1.glu_fp32 = true, g1.bias = p.w13_bias;
   if (rows > 0) moe_gemm(g1, threads);
   // 4. The intermediate as GEMM2 reads it; 5. GEMM2 -> bf16.
   MoeHostProblem g2;
@@ -86,18 +86,20 @@ void moe_layer(const MoeLayerHostProblem& p, int threads) {
   for (std::int64_t i = 0; i < n; ++i)
     if (row_of[i] >= 0)
       std::copy_n(y.begin() + static_cast<std::ptrdiff_t>(row_of[i]) * H, H, y_pairs.begin() + i * H);
-  moe_combine(y_pairs.data(), H, p.topk_weights, p.topk_ids, T, k, E, H, p.out, p.ld_out);
+  moe_combine(y_pairs.data(), H, p.topk_weights, p.topk_ids, T, k, E, H, p.out, p.ld_out, p.w2_bias);
 }
 
 void moe_combine(const std::uint16_t* y, std::int64_t ld_y, const float* weights, const std::int64_t* ids, int tokens,
-                 int k, int experts, int hidden, std::uint16_t* out, std::int64_t ld_out) {
+                 int k, int experts, int hidden, std::uint16_t* out, std::int64_t ld_out, const float* bias) {
   for (int t = 0; t < tokens; ++t)
     for (int h = 0; h < hidden; ++h) {
       float acc = 0.0f;
       for (int j = 0; j < k; ++j) {
         const std::int64_t i = std::int64_t{t} * k + j;
         if (ids[i] < 0 || ids[i] >= experts) continue;
-        acc = std::fma(weights[i], static_cast<float>(bf16_bits_to_double(y[i * ld_y + h])), acc);
+        float v = static_cast<float>(bf16_bits_to_double(y[i * ld_y + h]));
+        if (bias != nullptr) v += bias[ids[i] * hidden + h];  // (FP32)
+        acc = std::fma(weights[i], v, acc);
       }
       out[t * ld_out + h] = float_to_bf16_bits(acc);
     }

@@ -121,16 +121,24 @@ void glu_expert(const MoeHostProblem& p, int e, std::int64_t base, int rows, con
   const float alpha_up = p.alpha_up != nullptr ? p.alpha_up[e] : alpha;
   const DualActivation& act = *p.glu;
   const int kind = act.kind == Activation::silu ? fp4gemm::detail::kGluSilu : fp4gemm::detail::kGluSwigluOai;
+  // the bias of output column i's gate and up rows (-0: none; x + -0 = x for every x)
+  auto bias_of = [&](int row) { return p.bias != nullptr ? p.bias[std::int64_t{e} * 2 * I + row] : -0.0f; };
+  std::vector<float> bg(I), bu(I);
+  for (int i = 0; i < I; ++i) {
+    bg[i] = bias_of(p.gate_up == 1 ? 2 * i : i);
+    bu[i] = bias_of(p.gate_up == 1 ? 2 * i + 1 : I + i);
+  }
   for (int r = 0; r < rows; ++r)
     for (int i = 0; i < I; ++i) {
       const std::size_t at = static_cast<std::size_t>(r) * I + i;
       double v;
-      if (p.glu_fp32) {
-        const float g = static_cast<float>(gate[at]) * alpha, u = static_cast<float>(up[at]) * alpha_up;
+      if (p.glu_fp32) {  // the kernel's epilogue: one fma of the FP32 sum, its alpha and the bias
+        const float g = std::fma(static_cast<float>(gate[at]), alpha, bg[i]);
+        const float u = std::fma(static_cast<float>(up[at]), alpha_up, bu[i]);
         v = fp4gemm::detail::glu_activate(kind, g, u, static_cast<float>(act.swiglu_alpha),
                                           static_cast<float>(act.swiglu_limit));
       } else {
-        v = activate(act, static_cast<double>(alpha) * gate[at], static_cast<double>(alpha_up) * up[at]);
+        v = activate(act, static_cast<double>(alpha) * gate[at] + bg[i], static_cast<double>(alpha_up) * up[at] + bu[i]);
       }
       store(p.c, p.out_type, (base + r) * p.ldc + i, v);
     }

@@ -63,13 +63,15 @@ struct LayerCase {
   bool fuse_quantize = false;           // MoeLayerOptions::fuse_quantize
   int decode_tokens = 8;                // MoeLayerOptions::decode_tokens
   bool batch_invariant = false;         // MoeLayerOptions::batch_invariant
+  bool biases = false, bias_f32 = false;  // MoeLayerWeights::w13_bias / w2_bias (random), bf16 or float
   std::uint64_t seed = 1;
   std::string describe() const {
     std::ostringstream os;
     os << to_string(format) << (act == MoeActivation::fp4 ? " W4A4 " : " W4A16 ") << to_string(activation) << " "
        << to_string(gate_up) << " " << to_string(scale_layout) << " E " << experts << " H " << hidden << " I " << inter
        << " top-" << topk << " max_tokens " << max_tokens << (ids_int64 ? " int64-ids" : "")
-       << (weights_bf16 ? " bf16-weights" : "") << (padded ? " padded" : "") << (alphas ? " alphas" : "") << " w13 "
+       << (weights_bf16 ? " bf16-weights" : "") << (padded ? " padded" : "") << (alphas ? " alphas" : "")
+       << (biases ? (bias_f32 ? " f32-biases" : " bf16-biases") : "") << " w13 "
        << to_string(w13_values) << " seed "
        << seed;
     return os.str();
@@ -112,7 +114,8 @@ struct Layer {
   ExpertTensor w13, w2;
   std::vector<float> a13, a13_up, a2;  // per-expert weight scales
   float a1 = 1, a2s = 1;               // global activation scales
-  std::unique_ptr<DeviceBuffer> d_w13, d_s13, d_w2, d_s2, d_alpha;
+  std::vector<float> b13, b2;          // biases (LayerCase::biases): [E, 2I] in w13's row order, [E, H]
+  std::unique_ptr<DeviceBuffer> d_w13, d_s13, d_w2, d_s2, d_alpha, d_b13, d_b2;
   std::unique_ptr<MoeLayer> layer;
 };
 
@@ -150,6 +153,23 @@ std::unique_ptr<Layer> make_layer(const LayerCase& c) {
   if (c.alphas) {
     const auto* a = reinterpret_cast<const float*>(L->d_alpha->get());
     w.w13_alpha = a, w.w13_alpha_up = a + c.experts, w.w2_alpha = a + 2 * c.experts;
+  }
+  if (c.biases) {  // values of the storage type (bf16: rounded), |b| <= 2
+    std::uniform_real_distribution<float> bd(-2.0f, 2.0f);
+    auto draw = [&](std::size_t n, std::vector<float>& v) {
+      v.resize(n);
+      for (float& b : v) b = c.bias_f32 ? bd(rng) : bf16_value(reference::float_to_bf16_bits(bd(rng)));
+    };
+    draw(std::size_t{1} * c.experts * 2 * c.inter, L->b13);
+    draw(std::size_t{1} * c.experts * c.hidden, L->b2);
+    auto put = [&](const std::vector<float>& v) {
+      if (c.bias_f32) return upload(v.data(), 4 * v.size());
+      std::vector<std::uint16_t> bits(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) bits[i] = reference::float_to_bf16_bits(v[i]);
+      return upload(bits.data(), 2 * bits.size());
+    };
+    L->d_b13 = put(L->b13), L->d_b2 = put(L->b2);
+    w.w13_bias = L->d_b13->get(), w.w2_bias = L->d_b2->get(), w.bias_f32 = c.bias_f32;
   }
   MoeLayerOptions o;
   o.format = c.format, o.activations = c.act, o.scale_layout = c.scale_layout, o.activation = c.activation;
@@ -258,6 +278,7 @@ Expected reference_layer(const Layer& L, const Inputs& in) {
   p1.alpha = alpha1.data(), p1.alpha_up = alpha1_up.data();
   p1.offsets = offsets.data(), p1.gather = gather.data(), p1.c = inter.data(), p1.ldc = I, p1.out_type = OutType::bf16;
   p1.glu = &act, p1.gate_up = c.gate_up == GateUpLayout::stacked ? 0 : 1, p1.glu_fp32 = true;
+  p1.bias = c.biases ? L.b13.data() : nullptr;
   if (rows > 0) reference::moe_gemm(p1);
   // 3. The intermediate as GEMM2 reads it (dequantised), then GEMM2 and the combine in float64.
   std::vector<double> idq(static_cast<std::size_t>(rows) * I);
@@ -299,10 +320,13 @@ Expected reference_layer(const Layer& L, const Inputs& in) {
         const double y = alpha2[e] * s;
         // y: FP32 sum (any order) times alpha, rounded to FP32, then to bf16.
         const double y_bound = alpha2[e] * I * u * mag * 1.01 + std::fabs(y) * 2 * u;
-        const double y_err = y_bound + (std::fabs(y) + y_bound) * bf_rel;
-        x.value[static_cast<std::size_t>(t) * H + h] += w * y;
+        double y_err = y_bound + (std::fabs(y) + y_bound) * bf_rel;
+        // the down bias, added to the bf16 y in FP32 (one more rounding)
+        const double yb = c.biases ? y + L.b2[static_cast<std::size_t>(e) * H + h] : y;
+        if (c.biases) y_err += (std::fabs(yb) + y_err) * u;
+        x.value[static_cast<std::size_t>(t) * H + h] += w * yb;
         // The combine's fma: each step's rounding <= u |partial sum| <= u sum |w y|.
-        x.bound[static_cast<std::size_t>(t) * H + h] += std::fabs(w) * (y_err + k * u * 1.01 * (std::fabs(y) + y_err));
+        x.bound[static_cast<std::size_t>(t) * H + h] += std::fabs(w) * (y_err + k * u * 1.01 * (std::fabs(yb) + y_err));
       }
     }
   for (std::size_t i = 0; i < x.value.size(); ++i)  // the final bf16 rounding
@@ -432,6 +456,55 @@ std::vector<LayerCase> layer_cases() {
   big.experts = 32, big.topk = 2, big.hidden = 128, big.inter = 64, big.max_tokens = 16384;
   cases.push_back(big);
   return cases;
+}
+
+// Expert biases (gpt-oss's gate_up_proj_bias and down_proj_bias): W4A16 MXFP4 swigluoai interleaved
+// with bf16 biases, W4A4 NVFP4 silu stacked with float ones, each on the decode path (T 1, 3) and the
+// general path (T 17, max), against the reference with the same biases; then the biases updated in
+// place (both arrays rewritten) and the next run checked against the new values.
+TEST(MoeLayerBiases, BothPathsMatchTheReferenceAndSeeInPlaceUpdates) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (int v = 0; v < 2; ++v) {
+    LayerCase c;
+    c.biases = true, c.bias_f32 = v == 1, c.seed = 9700 + v;
+    c.format = v == 0 ? Format::mxfp4 : Format::nvfp4, c.act = v == 0 ? MoeActivation::bf16 : MoeActivation::fp4;
+    c.activation = v == 0 ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
+    c.gate_up = v == 0 ? GateUpLayout::interleaved : GateUpLayout::stacked;
+    c.experts = 8, c.hidden = 256, c.inter = 128, c.topk = 4, c.max_tokens = 40, c.decode_tokens = 8;
+    c.scale_layout = v == 0 ? ScaleLayout::linear : ScaleLayout::blocked;
+    auto L = make_layer(c);
+    EXPECT_NE(L->layer->describe().find("decode path for T <= 8"), std::string::npos);
+    std::mt19937_64 rng(c.seed * 3 + 1);
+    RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
+    cudaStream_t s = nullptr;
+    FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) {  // new bias values in the same device arrays
+        std::uniform_real_distribution<float> bd(-3.0f, 3.0f);
+        for (std::vector<float>* vec : {&L->b13, &L->b2}) {
+          for (float& x : *vec) x = c.bias_f32 ? bd(rng) : bf16_value(reference::float_to_bf16_bits(bd(rng)));
+        }
+        for (auto [vec, buf] : {std::pair{&L->b13, L->d_b13.get()}, std::pair{&L->b2, L->d_b2.get()}}) {
+          if (c.bias_f32) {
+            FP4GEMM_TEST_CUDA(cudaMemcpy(buf->get(), vec->data(), 4 * vec->size(), cudaMemcpyHostToDevice));
+          } else {
+            std::vector<std::uint16_t> bits(vec->size());
+            for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = reference::float_to_bf16_bits((*vec)[i]);
+            FP4GEMM_TEST_CUDA(cudaMemcpy(buf->get(), bits.data(), 2 * bits.size(), cudaMemcpyHostToDevice));
+          }
+        }
+      }
+      for (const int T : {1, 3, 17, c.max_tokens}) {
+        const Inputs in = make_inputs(c, rng, T, T == 17 ? Route::invalid_ids : Route::random);
+        const Expected x = reference_layer(*L, in);
+        b.upload(c, in, s);
+        L->layer->run(b.args(c, in), s);
+        EXPECT_TRUE(check_output(c, in, b, b.download(s), x)) << c.describe() << ", T " << T << ", round " << round;
+      }
+    }
+    EXPECT_NO_THROW(L->layer->check(s));
+    FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+  }
 }
 
 class MoeLayerCases : public ::testing::TestWithParam<LayerCase> {};

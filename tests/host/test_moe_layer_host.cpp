@@ -126,8 +126,10 @@ TEST(MoeLayerValidation, EachBadRunFieldNamed) {
 // reference::moe_layer (routing sort, moe_gemm with gather and GLU, quantisers, combine) against a
 // naive per-token float64 composition of the same steps: no sorting, no gather, dequantised
 // weights. GPU MODE weights and tokens keep every sum exact, so the two must agree bit for bit;
-// ids outside [0, E) and repeated experts included.
+// ids outside [0, E) and repeated experts included; with and without expert biases (gpt-oss: the
+// gate/up bias in the fma before the activation, the down bias added to each pair's bf16 y).
 TEST(MoeLayerReference, MatchesANaivePerTokenComposition) {
+ for (const bool with_bias : {false, true}) {
   struct Mode {
     Format f;
     bool bf16;
@@ -138,7 +140,7 @@ TEST(MoeLayerReference, MatchesANaivePerTokenComposition) {
                        Mode{Format::mxfp4, false, reference::Activation::swigluoai, 1},
                        Mode{Format::mxfp4, true, reference::Activation::silu, 1}}) {
     const int E = 5, H = 64, I = 32, k = 3, T = 7, vec = scale_block_size(m.f);
-    std::mt19937_64 rng(77 + static_cast<int>(m.f) + (m.bf16 ? 10 : 0));
+    std::mt19937_64 rng(77 + static_cast<int>(m.f) + (m.bf16 ? 10 : 0) + (with_bias ? 100 : 0));
     auto packed = [&](std::size_t bytes) {
       std::vector<std::uint8_t> v(bytes);
       static const std::uint8_t kNib[7] = {0x0, 0x1, 0x9, 0x2, 0xA, 0x3, 0xB};  // 0, +-0.5, +-1, +-1.5
@@ -164,8 +166,13 @@ TEST(MoeLayerReference, MatchesANaivePerTokenComposition) {
     std::vector<float> wts(ids.size());
     for (std::size_t i = 0; i < ids.size(); ++i)
       ids[i] = i % 11 == 4 ? -1 : i % 13 == 6 ? E : static_cast<std::int64_t>(rng() % E), wts[i] = 0.1f * (1 + rng() % 9);
+    std::vector<float> b13(static_cast<std::size_t>(E) * 2 * I), b2(static_cast<std::size_t>(E) * H);
+    static const float kBias[5] = {-1.0f, -0.5f, 0.0f, 0.25f, 1.0f};
+    for (auto& b : b13) b = kBias[rng() % 5];
+    for (auto& b : b2) b = kBias[rng() % 5];
     reference::MoeLayerHostProblem p;
     p.experts = E, p.hidden = H, p.inter = I, p.topk = k, p.tokens = T, p.format = m.f, p.bf16_activations = m.bf16;
+    if (with_bias) p.w13_bias = b13.data(), p.w2_bias = b2.data();
     p.act = reference::DualActivation{m.act}, p.gate_up = m.gate_up;
     p.w13 = w13.data(), p.w13_scales = s13.data(), p.w2 = w2.data(), p.w2_scales = s2.data();
     p.w13_alpha = a13.data(), p.w13_alpha_up = a13u.data(), p.w2_alpha = a2.data(), p.a1_scale = a1, p.a2_scale = a2s;
@@ -201,7 +208,9 @@ TEST(MoeLayerReference, MatchesANaivePerTokenComposition) {
           double g = 0, u = 0;
           for (int h = 0; h < H; ++h)
             g += double{xq[t * H + h]} * d13[gr * H + h], u += double{xq[t * H + h]} * d13[ur * H + h];
-          const float gf = static_cast<float>(g) * (a13[e] * a1), uf = static_cast<float>(u) * (a13u[e] * a1);
+          const float bg = with_bias ? b13[e * 2 * I + gr] : -0.0f, bu = with_bias ? b13[e * 2 * I + ur] : -0.0f;
+          const float gf = std::fma(static_cast<float>(g), a13[e] * a1, bg);
+          const float uf = std::fma(static_cast<float>(u), a13u[e] * a1, bu);
           const float v = detail::glu_activate(m.act == reference::Activation::silu ? detail::kGluSilu : detail::kGluSwigluOai,
                                                gf, uf, 1.702f, 7.0f);
           mid[i] = static_cast<float>(reference::bf16_bits_to_double(reference::float_to_bf16_bits(v)));
@@ -215,7 +224,8 @@ TEST(MoeLayerReference, MatchesANaivePerTokenComposition) {
           double y = 0;
           for (int i = 0; i < I; ++i) y += double{mid[i]} * d2[h * I + i];
           const double ya = y * (a2[e] * a2s);
-          const float yb = static_cast<float>(reference::bf16_bits_to_double(reference::float_to_bf16_bits(ya)));
+          float yb = static_cast<float>(reference::bf16_bits_to_double(reference::float_to_bf16_bits(ya)));
+          if (with_bias) yb += b2[e * H + h];
           acc[h] = std::fma(wts[static_cast<std::size_t>(t) * k + j], yb, acc[h]);
         }
       }
@@ -224,11 +234,13 @@ TEST(MoeLayerReference, MatchesANaivePerTokenComposition) {
     int bad = 0;
     for (std::size_t i = 0; i < out.size(); ++i)
       if (out[i] != naive[i] && bad++ < 5)
-        ADD_FAILURE() << "mode " << to_string(m.f) << (m.bf16 ? " W4A16" : " W4A4") << ": out[" << i / H << ", "
+        ADD_FAILURE() << "mode " << to_string(m.f) << (m.bf16 ? " W4A16" : " W4A4") << (with_bias ? " biases" : "")
+                      << ": out[" << i / H << ", "
                       << i % H << "] = " << reference::bf16_bits_to_double(out[i]) << ", naive "
                       << reference::bf16_bits_to_double(naive[i]);
     EXPECT_EQ(bad, 0);
   }
+ }
 }
 
 }  // namespace

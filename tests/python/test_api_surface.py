@@ -772,6 +772,15 @@ def r_expert_weights(T, env):
                             a1_scale=c.a1, a2_scale=c.a2, w13_alpha=env.dev(truth.w13_alpha),
                             w13_alpha_up=env.dev(truth.w13_alpha_up), w2_alpha=env.dev(truth.w2_alpha))
     _check_layer_out(env, c, truth, x, ids, wts, got, "ExpertWeights.from_modelopt -> fused_experts")
+    # .layer(): the checkpoint's alphas and input scales (0.5 each here) filled in -- the bits of the
+    # same layer called with them by hand
+    layer = T.use(K, ew, "layer")(max_tokens=8, topk=2)
+    by_hand = moe.fused_experts(env.dev(x), ew.w13, ew.w13_scales, ew.w2, ew.w2_scales, env.dev(wts), env.dev(ids),
+                                a1_scale=0.5, a2_scale=0.5, w13_alpha=env.dev(truth.w13_alpha),
+                                w13_alpha_up=env.dev(truth.w13_alpha_up), w2_alpha=env.dev(truth.w2_alpha))
+    assert np.array_equal(env.host(layer.run(env.dev(x), env.dev(ids), env.dev(wts))).view(np.uint16),
+                          env.host(by_hand).view(np.uint16)), "ExpertWeights.layer"
+
     # gpt-oss MXFP4
     blocks13 = S.rand_fp4(rng, (e, 2 * i, h // 32, 16), "gpumode")
     sc13 = S.rand_scales(rng, (e, 2 * i, h // 32), "mxfp4", "gpumode")

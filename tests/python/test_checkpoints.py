@@ -160,3 +160,67 @@ def test_gpt_oss_errors():
     bad["model.layers.0.mlp.experts.down_proj_scales"] = bad["model.layers.0.mlp.experts.down_proj_scales"][:, :, :1]
     with pytest.raises(fp4gemm.ArgumentError, match="down_proj"):
         ExpertWeights.from_mxfp4(bad, "model.layers.0.mlp.")
+
+
+def test_gpt_oss_layer_from_the_checkpoint_matches_a_numpy_layer():
+    """ExpertWeights.from_mxfp4(...).layer(): gpt-oss's layer as the checkpoint describes it (W4A16,
+    swigluoai on interleaved gate / up, both biases), on the host, against a float64 NumPy layer
+    built from gpt-oss's own dequantisation of the blocks."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(8)
+    experts, hidden, inter, k, t = 4, 128, 64, 2, 5
+    sd = _gpt_oss(rng, experts, hidden, inter)
+    p = "model.layers.0.mlp.experts."
+    ew = ExpertWeights.from_mxfp4(sd, "model.layers.0.mlp.")
+    layer = ew.layer(max_tokens=8, topk=k)
+    assert layer.on_host
+    x = rng.standard_normal((t, hidden)).astype(np.float32).astype(bf16)
+    ids = np.stack([rng.permutation(experts)[:k] for _ in range(t)]).astype(np.int32)
+    wts = rng.uniform(0.1, 1.0, (t, k)).astype(np.float32)
+    got = layer.run(x, ids, wts).astype(np.float64)
+    lut = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float64)
+
+    def dq(name, e, rows, cols):
+        blocks = sd[p + f"{name}_blocks"][e]
+        nib = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(rows, cols)
+        return lut[nib] * np.exp2(np.repeat(sd[p + f"{name}_scales"][e].astype(np.float64) - 127, 32, axis=1))
+
+    want = np.zeros((t, hidden))
+    xf = x.astype(np.float64)
+    for ti in range(t):
+        for j in range(k):
+            e = int(ids[ti, j])
+            gu = dq("gate_up_proj", e, 2 * inter, hidden) @ xf[ti] + sd[p + "gate_up_proj_bias"][e]
+            g, u = np.minimum(gu[0::2], 7.0), np.clip(gu[1::2], -7.0, 7.0)
+            mid = (g / (1 + np.exp(-1.702 * g)) * (u + 1)).astype(np.float32).astype(bf16).astype(np.float64)
+            y = (dq("down_proj", e, hidden, inter) @ mid).astype(np.float32).astype(bf16).astype(np.float64)
+            want[ti] += wts[ti, j] * (y + sd[p + "down_proj_bias"][e])
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert rel < 1e-2, rel
+
+
+def test_modelopt_layer_takes_the_checkpoints_scales():
+    """ExpertWeights.from_modelopt(...).layer(): W4A4 NVFP4 with weight_scale_2 of gate, up and down
+    as the per-expert alphas and the largest input_scale of each GEMM as its global scale -- the
+    same bits as the MoeLayer built from those values by hand; without input scales, the error
+    names them unless a1_scale / a2_scale are given."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(9)
+    experts, hidden, inter, k, t = 3, 64, 32, 2, 4
+    sd, _ = _modelopt(rng, experts, hidden, inter)
+    ew = ExpertWeights.from_modelopt(sd, "model.layers.0.mlp.")
+    layer = ew.layer(max_tokens=8, topk=k)
+    x = rng.standard_normal((t, hidden)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    ids = np.stack([rng.permutation(experts)[:k] for _ in range(t)]).astype(np.int32)
+    wts = rng.uniform(0.1, 1.0, (t, k)).astype(np.float32)
+    by_hand = fp4gemm.moe.MoeLayer(
+        ew.w13, ew.w13_scales, ew.w2, ew.w2_scales, max_tokens=8, topk=k, act_format="nvfp4",
+        w13_alpha=np.ascontiguousarray(ew.w13_global[:, 0]), w13_alpha_up=np.ascontiguousarray(ew.w13_global[:, 1]),
+        w2_alpha=ew.w2_global, a1_scale=0.25, a2_scale=0.5)
+    np.testing.assert_array_equal(layer.run(x, ids, wts).view(np.uint16), by_hand.run(x, ids, wts).view(np.uint16))
+    ew.w13_input_scale = np.full(experts, np.nan, np.float32)
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        ew.layer(max_tokens=8, topk=k)
+    assert err.value.argument == "w13_input_scale"
+    ew.layer(max_tokens=8, topk=k, a1_scale=0.25)  # given: taken

@@ -122,6 +122,10 @@ def test_bad_arguments_named():
         ep.ExpertParallel(w13[:4], s13[:4], w2[:4], s2[:4], experts=8, comm=group.comm(0), max_tokens=4, topk=2,
                           act_format="bf16", scale_layout="linear", dispatch="fp4")
     assert err.value.argument == "dispatch"
+    with pytest.raises(fp4gemm.ArgumentError) as err:  # (not yet: the exchange's combine would add them per rank)
+        ep.ExpertParallel(w13[:4], s13[:4], w2[:4], s2[:4], experts=8, comm=group.comm(0), max_tokens=4, topk=2,
+                          act_format="bf16", scale_layout="linear", w2_bias=np.zeros((4, 2 * w13.shape[2]), BF16))
+    assert err.value.argument == "w2_bias"
     with pytest.raises(fp4gemm.ArgumentError):
         ep.ThreadGroup(0)
 

@@ -40,7 +40,7 @@ def _problem(fmt="nvfp4", act="nvfp4", e=6, h=64, i=32, k=2, t=9, seed=0, gate_u
     return dict(w13=w13, s13=s13, w2=w2, s2=s2, x=x, ids=ids, wts=wts, fmt=fmt, act=act, gate_up=gate_up)
 
 
-def _numpy_layer(p, activation="silu", a1=1.0, a2=1.0, alphas=None):
+def _numpy_layer(p, activation="silu", a1=1.0, a2=1.0, alphas=None, biases=None):
     """The layer in float64 with NumPy: the same quantisation steps (fp4gemm.quantize), exact
     products, the activation in float64 (the library evaluates it in FP32: a few ulps apart)."""
     fmt, act = p["fmt"], p["act"]
@@ -64,6 +64,10 @@ def _numpy_layer(p, activation="silu", a1=1.0, a2=1.0, alphas=None):
             g, u = (gu[0::2], gu[1::2]) if p["gate_up"] == "interleaved" else (gu[:i], gu[i:])
             if alphas is not None:
                 g, u = g * alphas[0][ex], u * alphas[1][ex]
+            if biases is not None:  # w13_bias in w13's row order, added before the activation
+                b = biases[0][ex].astype(np.float64)
+                bg, bu = (b[0::2], b[1::2]) if p["gate_up"] == "interleaved" else (b[:i], b[i:])
+                g, u = g + bg, u + bu
             if activation == "silu":
                 mid = g / (1 + np.exp(-g)) * u
             else:
@@ -77,7 +81,10 @@ def _numpy_layer(p, activation="silu", a1=1.0, a2=1.0, alphas=None):
             y = w2 @ mid.astype(np.float64)
             if alphas is not None:
                 y = y * alphas[2][ex]
-            out[t] += p["wts"][t, j] * y.astype(BF16).astype(np.float64)
+            yb = y.astype(BF16).astype(np.float64)
+            if biases is not None:  # w2_bias, added to the bf16 y before the weighted combine
+                yb = yb + biases[1][ex].astype(np.float64)
+            out[t] += p["wts"][t, j] * yb
     return out
 
 
@@ -111,6 +118,46 @@ def test_matches_a_numpy_layer(fmt, act, activation, gate_up):
     # may round a value the other way where the two activations differ.
     assert _rel(got, want) < 1e-2, _rel(got, want)
     assert np.abs(want).max() > 0
+
+
+@pytest.mark.parametrize("fmt,act,activation,gate_up,dtype", [("mxfp4", "bf16", "swigluoai", "interleaved", "bf16"),
+                                                              ("nvfp4", "nvfp4", "silu", "stacked", "f32")])
+def test_biases_match_a_numpy_layer_and_are_read_at_every_run(fmt, act, activation, gate_up, dtype):
+    """gpt-oss's expert biases: w13_bias [E, 2I] (w13's row order, before the activation) and
+    w2_bias [E, H] (added to each pair's bf16 y before the combine), bf16 or float32; an in-place
+    update of both is seen by the next run."""
+    p = _problem(fmt, act, gate_up=gate_up, seed=5)
+    a1, a2 = (0.5, 0.25) if act == "nvfp4" else (1.0, 1.0)
+    e, two_i, half_h = p["w13"].shape
+    rng = np.random.default_rng(11)
+    store = BF16 if dtype == "bf16" else np.float32
+    b13 = rng.uniform(-2, 2, (e, two_i)).astype(store)
+    b2 = rng.uniform(-2, 2, (e, 2 * half_h)).astype(store)
+    layer = _layer(p, activation=activation, a1_scale=a1, a2_scale=a2, w13_bias=b13, w2_bias=b2)
+    for round_ in range(2):
+        if round_ == 1:  # new values in the same arrays
+            b13[...] = rng.uniform(-3, 3, b13.shape).astype(store)
+            b2[...] = rng.uniform(-3, 3, b2.shape).astype(store)
+        got = layer.run(p["x"], p["ids"], p["wts"])
+        want = _numpy_layer(p, activation, a1, a2, biases=(b13.astype(np.float32), b2.astype(np.float32)))
+        assert _rel(got, want) < 1e-2, (round_, _rel(got, want))
+        without = _numpy_layer(p, activation, a1, a2)
+        assert _rel(got, without) > 0.05  # the biases count
+
+
+def test_bad_biases_named():
+    p = _problem("mxfp4", "bf16", gate_up="interleaved", seed=1)
+    e, two_i, half_h = p["w13"].shape
+    good13, good2 = np.zeros((e, two_i), BF16), np.zeros((e, 2 * half_h), BF16)
+    for kwargs, name in [(dict(w13_bias=np.zeros((e, two_i + 1), BF16)), "w13_bias"),
+                         (dict(w2_bias=np.zeros((e + 1, 2 * half_h), BF16)), "w2_bias"),
+                         (dict(w13_bias=np.zeros((e, two_i), np.int32)), "w13_bias"),
+                         (dict(w13_bias=good13, w2_bias=np.zeros((e, 2 * half_h), np.float32)), "w2_bias"),
+                         (dict(w13_bias=np.zeros((e, 2 * two_i), BF16)[:, ::2]), "w13_bias")]:
+        with pytest.raises(fp4gemm.ArgumentError) as err:
+            _layer(p, activation="swigluoai", **kwargs)
+        assert err.value.argument == name, (kwargs.keys(), err.value)
+    _layer(p, activation="swigluoai", w13_bias=good13, w2_bias=good2)  # and the good ones are taken
 
 
 def test_options_that_must_not_change_a_bit():

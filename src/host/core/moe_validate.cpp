@@ -103,6 +103,11 @@ MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
     fail(w.alpha_up_device != nullptr ? "weights.alpha_up_device" : "weights.alpha_up",
          "only a GLU epilogue (options.epilogue silu / swigluoai) has an up alpha");
   }
+  if (w.bias != nullptr) {
+    if (!glu) fail("weights.bias", "only a GLU epilogue (options.epilogue silu / swigluoai) takes a bias");
+    if (!aligned(w.bias, w.bias_f32 ? 4 : 2))
+      fail("weights.bias", std::string("pointer is not ") + (w.bias_f32 ? "4" : "2") + "-byte aligned");
+  }
   const bool separate = glu && o.gate_up == GateUpLayout::separate;
   if (separate) {
     if (w.w_up == nullptr || !aligned(w.w_up, 16))

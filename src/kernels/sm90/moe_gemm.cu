@@ -368,6 +368,9 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   const bool own_up = w.alpha_up_device != nullptr || !std::isnan(w.alpha_up);
   sa.alpha_up_device = own_up ? w.alpha_up_device : w.alpha_device;
   sa.alpha_up = own_up ? w.alpha_up : w.alpha;
+  sa.glu_bias = o.epilogue != MoeEpilogue::none ? w.bias : nullptr;
+  sa.glu_bias_f32 = w.bias_f32 ? 1 : 0;
+  sa.glu_bias_interleaved = o.gate_up == GateUpLayout::interleaved ? 1 : 0;
   sa.split_gain16 = static_cast<int>(tuning.moe_split_gain16.value_or(detail::moe_split_min_gain(0)));
   sa.split_gain32 = static_cast<int>(tuning.moe_split_gain32.value_or(detail::moe_split_min_gain(1)));
   sa.cols = cols;

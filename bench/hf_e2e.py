@@ -1,0 +1,145 @@
+"""End to end in Hugging Face transformers: decode and prefill of MoE models whose experts run
+fp4gemm, against the same model with transformers' own bf16 experts (grouped_mm, batched_mm), in
+one run.
+
+    python bench/hf_e2e.py [--models gpt-oss,qwen3] [--layers 4] [--batches 1,8,64] [--prefill 2048]
+                           [--reps 50] [--json FILE]
+
+Models: gpt-oss-120b and Qwen3-30B-A3B layer shapes (hidden, experts, top-k, heads as the real
+models), a few layers, random weights (bf16; fp4gemm quantises the experts to MXFP4, W4A16).
+Decode: one step at a context of 512 tokens with a static KV cache, captured once in a CUDA graph
+and replayed (--reps, median of 5 rounds): tokens/s = batch / step time. Prefill: one forward of
+--prefill tokens (batch 1), CUDA events, median of 5. The share of a decode step spent in the
+experts is 1 - t(null experts) / t(step), where "null" is an experts implementation that returns
+zeros (everything else of the step unchanged). Prints a table and the GPU; --json writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+import transformers
+from transformers.integrations.moe import ExpertsInterface
+
+from fp4gemm.integrations import transformers as fp4hf
+
+
+def null_experts(self, hidden_states, top_k_index, top_k_weights):
+    return torch.zeros_like(hidden_states)
+
+
+ExpertsInterface.register("null", null_experts)
+
+
+def build(name: str, layers: int):
+    if name == "gpt-oss":
+        cfg = transformers.GptOssConfig(num_hidden_layers=layers, num_local_experts=128, num_experts_per_tok=4,
+                                        hidden_size=2880, intermediate_size=2880, head_dim=64, num_attention_heads=64,
+                                        num_key_value_heads=8, vocab_size=32000)
+        cls = transformers.GptOssForCausalLM
+    else:
+        cfg = transformers.Qwen3MoeConfig(num_hidden_layers=layers, num_experts=128, num_experts_per_tok=8,
+                                          hidden_size=2048, moe_intermediate_size=768, intermediate_size=6144,
+                                          num_attention_heads=32, num_key_value_heads=4, vocab_size=32000)
+        cls = transformers.Qwen3MoeForCausalLM
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = cls(cfg).to(torch.bfloat16).eval()
+    return model
+
+
+def decode_step_us(model, batch: int, context: int, reps: int) -> float:
+    """One decode step (batch tokens at position `context`) in a CUDA graph, replayed."""
+    cache = transformers.StaticCache(config=model.config, max_cache_len=context + 8)
+    ids = torch.randint(0, model.config.vocab_size, (batch, context), device="cuda")
+    with torch.no_grad():
+        model(ids, past_key_values=cache, use_cache=True)  # fills the cache
+        step_ids = torch.randint(0, model.config.vocab_size, (batch, 1), device="cuda")
+        pos = torch.tensor([context], device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                model(step_ids, past_key_values=cache, cache_position=pos, use_cache=True)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            model(step_ids, past_key_values=cache, cache_position=pos, use_cache=True)
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / reps)
+    return statistics.median(times)
+
+
+def prefill_ms(model, tokens: int) -> float:
+    ids = torch.randint(0, model.config.vocab_size, (1, tokens), device="cuda")
+    times = []
+    with torch.no_grad():
+        model(ids)
+        for _ in range(5):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            model(ids)
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="gpt-oss,qwen3")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--prefill", type=int, default=2048)
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    results = {"gpu": torch.cuda.get_device_name(), "layers": args.layers, "context": args.context, "models": {}}
+    for name in args.models.split(","):
+        model = build(name, args.layers)
+        row = {}
+        for impl in ("grouped_mm", "batched_mm", "null"):
+            model.set_experts_implementation(impl)
+            for b in batches:
+                print(f"{name} {impl} decode batch {b} ...", flush=True)
+                row[f"{impl}_decode_us_b{b}"] = decode_step_us(model, b, args.context, args.reps)
+            if impl != "null":
+                row[f"{impl}_prefill_ms"] = prefill_ms(model, args.prefill)
+        n = fp4hf.quantize_experts(model)  # MXFP4 W4A16, the bf16 expert weights freed
+        print(f"{name}: {n} experts modules converted to fp4gemm", flush=True)
+        for b in batches:
+            row[f"fp4gemm_decode_us_b{b}"] = decode_step_us(model, b, args.context, args.reps)
+        row["fp4gemm_prefill_ms"] = prefill_ms(model, args.prefill)
+        results["models"][name] = row
+        del model
+        torch.cuda.empty_cache()
+        print(f"\n== {name}, {args.layers} layers, {results['gpu']} ==")
+        print(f"{'experts':12s}" + "".join(f"  decode b{b} tok/s" for b in batches) + f"  prefill {args.prefill} ms"
+              + "".join(f"  experts share b{b}" for b in batches))
+        for impl in ("fp4gemm", "grouped_mm", "batched_mm"):
+            line = f"{impl:12s}"
+            for b in batches:
+                line += f"  {b / row[f'{impl}_decode_us_b{b}'] * 1e6:17.0f}"
+            line += f"  {row[f'{impl}_prefill_ms']:16.2f}"
+            for b in batches:
+                line += f"  {1 - row[f'null_decode_us_b{b}'] / row[f'{impl}_decode_us_b{b}']:17.2f}"
+            print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""fp4gemm inside other libraries (each submodule imports its library only when called)."""

@@ -1,0 +1,66 @@
+"""Host tier: fp4gemm.integrations.transformers imports without torch or transformers (both are
+needed only when its functions run) and names bad arguments before touching either."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import fp4gemm
+
+
+def test_import_is_light():
+    code = ("import sys, fp4gemm.integrations.transformers as t; "
+            "print('torch' in sys.modules, 'transformers' in sys.modules, t.IMPLEMENTATION)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False", "fp4gemm"], out
+
+
+@pytest.mark.parametrize("kwargs,argument", [(dict(weights="int4"), "weights"),
+                                             (dict(activations="fp8"), "activations"),
+                                             (dict(weights="nvfp4", activations="bf16"), "activations"),
+                                             (dict(weights="nvfp4", activations="fp4"), "a1_scale")])
+def test_bad_arguments_named_first(kwargs, argument):
+    from fp4gemm.integrations import transformers as fp4hf
+
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        fp4hf.quantize_experts(object(), **kwargs)
+    assert err.value.argument == argument
+
+
+def test_forward_of_an_unconverted_module_is_named():
+    from fp4gemm.integrations import transformers as fp4hf
+
+    class Experts:
+        pass
+
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        fp4hf.experts_forward(Experts(), None, None, None)
+    assert err.value.argument == "experts_implementation"
+
+
+def test_quantization_config_registers_and_round_trips():
+    """Fp4gemmConfig: registered with transformers (quant_method "fp4gemm") the first time it is
+    named, serialised and read back through AutoQuantizationConfig; its arguments checked by name.
+    Needs transformers (not torch)."""
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING, AutoQuantizationConfig
+
+    from fp4gemm.integrations import transformers as fp4hf
+
+    cfg = fp4hf.Fp4gemmConfig(weights="mxfp4", activations="bf16", max_tokens=512, decode_tokens=2)
+    d = cfg.to_dict()
+    assert d["quant_method"] == "fp4gemm" and d["max_tokens"] == 512 and d["decode_tokens"] == 2
+    back = AutoQuantizationConfig.from_dict(d)
+    assert type(back) is type(cfg) and back.to_dict() == d
+    assert AUTO_QUANTIZER_MAPPING["fp4gemm"] is fp4hf.Fp4gemmHfQuantizer
+    q = fp4hf.Fp4gemmHfQuantizer(cfg, pre_quantized=False)
+    assert q.is_trainable is False and q.is_serializable() is False
+    for kwargs, argument in [(dict(weights="int8"), "weights"), (dict(max_tokens=0), "max_tokens"),
+                             (dict(decode_tokens=9), "decode_tokens"),
+                             (dict(weights="nvfp4", activations="fp4"), "a1_scale")]:
+        with pytest.raises(fp4gemm.ArgumentError) as err:
+            fp4hf.Fp4gemmConfig(**kwargs)
+        assert err.value.argument == argument
