@@ -202,7 +202,6 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.alpha13 = w1.alpha_device, d.alpha13_up = w1.alpha_up_device, d.alpha2 = w2.alpha_device;
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
     d.inter_rows = p.inter, d.y_rows = p.y;
-    if (w4a4) d.x_deq = p.allocate<__nv_bfloat16>(std::size_t{2} * p.decode_tokens * H, "plan workspace");
     const std::size_t zeros = std::size_t{2} * (std::max(H, I) + 128);
     auto* zero = p.allocate<__nv_bfloat16>(zeros, "plan workspace");
     FP4GEMM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zeros, s), "plan");
