@@ -398,12 +398,14 @@ def clear_layer_cache() -> None:
 
 
 def _plan_layer(w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, hidden_states, topk_ids, activation,
-                act_format, gate_up, scale_layout, a1_scale, a2_scale, swiglu_alpha, swiglu_limit) -> "MoeLayer":
+                act_format, gate_up, scale_layout, a1_scale, a2_scale, swiglu_alpha, swiglu_limit, w13_bias=None,
+                w2_bias=None) -> "MoeLayer":
     """The layer plan for these weights and options, cached on the weights' addresses; its
     workspace covers hidden_states' T (doubling when a call needs more)."""
     t = hidden_states.shape[0]
     topk = topk_ids.shape[1]
-    key = (tuple(_address(x) for x in (w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha)), topk,
+    key = (tuple(_address(x) for x in (w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, w13_bias,
+                                       w2_bias)), topk,
            activation, act_format, gate_up, scale_layout, float(a1_scale), float(a2_scale), float(swiglu_alpha),
            float(swiglu_limit))
     layer = _layers.get(key)
@@ -413,7 +415,8 @@ def _plan_layer(w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha,
         layer = MoeLayer(w13, w13_scale, w2, w2_scale, max_tokens=max(t, 2 * layer.max_tokens if layer else t, 1),
                          topk=topk, act_format=act_format, activation=activation, gate_up=gate_up,
                          scale_layout=scale_layout, w13_alpha=w13_alpha, w13_alpha_up=w13_alpha_up, w2_alpha=w2_alpha,
-                         a1_scale=a1_scale, a2_scale=a2_scale, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit)
+                         a1_scale=a1_scale, a2_scale=a2_scale, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit,
+                         w13_bias=w13_bias, w2_bias=w2_bias)
         _layers[key] = layer
     return layer
 
@@ -428,13 +431,15 @@ def fused_experts(hidden_states: Any, w13: Any, w13_scale: Any, w2: Any, w2_scal
                   topk_ids: Any, *, activation: str = "silu", act_format: str = "nvfp4", gate_up: Optional[str] = None,
                   scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
                   a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = SWIGLU_ALPHA,
-                  swiglu_limit: float = SWIGLU_LIMIT, out: Any = None, stream: Any = None):
+                  swiglu_limit: float = SWIGLU_LIMIT, w13_bias: Any = None, w2_bias: Any = None, out: Any = None,
+                  stream: Any = None):
     """The MoE expert layer in one call (vLLM's ``fused_experts``); returns bf16 ``[T, H]``.
 
-    Arguments as for :class:`MoeLayer` and its ``run``. The layer plan is cached on the weights'
+    Arguments as for :class:`MoeLayer` and its ``run`` (w13_bias ``[E, 2I]`` / w2_bias ``[E, H]``,
+    bf16 or float32: gpt-oss's expert biases, read at every call). The layer plan is cached on the weights'
     addresses and the options; its workspace is sized for the largest T seen (doubling when a call
     needs more, so a warm-up call with the largest T before capturing a CUDA graph avoids a plan
     being built during capture). Superseded plans stay alive until :func:`clear_layer_cache`."""
     return _cache(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
                   w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale, swiglu_alpha,
-                  swiglu_limit, out, stream)
+                  swiglu_limit, out, stream, w13_bias, w2_bias)

@@ -403,8 +403,8 @@ def moe_grouped_gemm_out(
 
 def _fused_experts_kernel(*args):
     # (looked up per call, not registered itself: torch's op registry outlives the module, and
-    # the cache must go with it at interpreter exit)
-    return _moe._cache(*args)
+    # the cache must go with it at interpreter exit; the schema's last two arguments are the biases)
+    return _moe._cache(*args[:16], w13_bias=args[16], w2_bias=args[17])
 
 
 @_custom_op("fp4gemm::fused_experts", mutates_args=(), kernel=_fused_experts_kernel)
@@ -425,6 +425,8 @@ def _fused_experts(
     scale_layout: str,
     a1_scale: float,
     a2_scale: float,
+    w13_bias: Optional[Tensor] = None,
+    w2_bias: Optional[Tensor] = None,
 ) -> Tensor:
     """(The schema. The kernel is fp4gemm.moe's C++ plan cache, called with these arguments in
     this order: gate_up "" means the activation's default layout.)"""
@@ -432,7 +434,7 @@ def _fused_experts(
 
 
 def _fused_experts_python_kernel(*args):
-    return _moe._cache(*args)
+    return _moe._cache(*args[:16], w13_bias=args[16], w2_bias=args[17])
 
 
 # fused_experts' Python kernel under its own name: what its native CUDA kernel calls when it has no
@@ -442,7 +444,8 @@ _python_twin("fused_experts", _fused_experts_python_kernel)
 
 @_fused_experts.register_fake
 def _fused_experts_fake(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
-                        w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale):
+                        w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale, w13_bias=None,
+                        w2_bias=None):
     if hidden_states.dim() != 2 or w13.dim() != 3:
         raise _C.ArgumentError("fp4gemm: hidden_states / w13: expected [T, H] and [E, 2I, H/2]")
     return hidden_states.new_empty(hidden_states.shape, dtype=torch.bfloat16)
@@ -465,6 +468,8 @@ def fused_experts(
     w2_alpha: Optional[Tensor] = None,
     a1_scale: float = 1.0,
     a2_scale: float = 1.0,
+    w13_bias: Optional[Tensor] = None,
+    w2_bias: Optional[Tensor] = None,
 ) -> Tensor:
     """torch.ops.fp4gemm.fused_experts with defaults (CUDA tensors call the op's C++ kernel where
     registered, see native_status(); else plain eager tensors call the implementation directly);
@@ -472,17 +477,22 @@ def fused_experts(
     if _NATIVE_FUSED_EXPERTS is not None and hidden_states.is_cuda:  # the C++ kernel: fastest in every mode
         return _NATIVE_FUSED_EXPERTS(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha,
                                      w13_alpha_up, w2_alpha, activation, act_format, gate_up or "", scale_layout,
-                                     float(a1_scale), float(a2_scale))
+                                     float(a1_scale), float(a2_scale), w13_bias, w2_bias)
     # _plain_eager, spelled out (a generator over 10 tensors costs ~1.5 us per call)
     eager = (type(hidden_states) is Tensor and type(w13) is Tensor and type(w13_scale) is Tensor
              and type(w2) is Tensor and type(w2_scale) is Tensor and type(topk_weights) is Tensor
              and type(topk_ids) is Tensor and (w13_alpha is None or type(w13_alpha) is Tensor)
              and (w13_alpha_up is None or type(w13_alpha_up) is Tensor)
              and (w2_alpha is None or type(w2_alpha) is Tensor)
+             and (w13_bias is None or type(w13_bias) is Tensor) and (w2_bias is None or type(w2_bias) is Tensor)
              and not torch.compiler.is_compiling() and torch._C._get_tracing_state() is None)
-    op = _moe._cache if eager else torch.ops.fp4gemm.fused_experts
-    return op(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up, w2_alpha,
-              activation, act_format, gate_up or "", scale_layout, float(a1_scale), float(a2_scale))
+    if eager:
+        return _moe._cache(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
+                           w2_alpha, activation, act_format, gate_up or "", scale_layout, float(a1_scale),
+                           float(a2_scale), w13_bias=w13_bias, w2_bias=w2_bias)
+    return torch.ops.fp4gemm.fused_experts(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids,
+                                           w13_alpha, w13_alpha_up, w2_alpha, activation, act_format, gate_up or "",
+                                           scale_layout, float(a1_scale), float(a2_scale), w13_bias, w2_bias)
 
 
 # ---- native (C++) kernels through torch's stable C ABI ------------------------------------------

@@ -270,7 +270,8 @@ NB_MODULE(_fp4gemm, m) {
            "activation"_a.none() = "silu", "act_format"_a.none() = "nvfp4", "gate_up"_a.none() = nb::none(),
            "scale_layout"_a.none() = "blocked", "a1_scale"_a = 1.0, "a2_scale"_a = 1.0,
            "swiglu_alpha"_a = fp4gemm::python::FusedExpertsCache::kOpSwigluAlpha,
-           "swiglu_limit"_a = fp4gemm::python::FusedExpertsCache::kOpSwigluLimit, "out"_a.none() = nb::none(), "stream"_a.none() = nb::none())
+           "swiglu_limit"_a = fp4gemm::python::FusedExpertsCache::kOpSwigluLimit, "out"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+           "w13_bias"_a.none() = nb::none(), "w2_bias"_a.none() = nb::none())
       .def("clear", &fp4gemm::python::FusedExpertsCache::clear)
       .def("__len__", &fp4gemm::python::FusedExpertsCache::size);
 

@@ -501,9 +501,10 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
                                    nb::handle w13_alpha, nb::handle w13_alpha_up, nb::handle w2_alpha,
                                    nb::handle activation_arg, nb::handle act_format_arg, nb::handle gate_up,
                                    nb::handle scale_layout_arg, double a1_scale, double a2_scale,
-                                   double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream) {
+                                   double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream,
+                                   nb::handle w13_bias, nb::handle w2_bias) {
   TensorReader& reader = Binding::get().reader();
-  const nb::handle objs[kWeights] = {w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha};
+  const nb::handle objs[kWeights] = {w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, w13_bias, w2_bias};
   // Option strings as the Python layer checks them (a wrong value is named when the plan is built).
   auto text = [](nb::handle h, const char* name, const char* expected, bool none_ok) {
     if (none_ok && h.is_none()) return std::string();
@@ -556,7 +557,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
     // Python: the plan cached on the weights' addresses, grown to T (may build one).
     nb::object layer = nb::module_::import_("fp4gemm.moe").attr("_plan_layer")(w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, hidden, topk_ids,
                              activation, act_format, gate.empty() ? nb::object(nb::none()) : nb::object(nb::str(gate.c_str())), scale_layout,
-                             a1_scale, a2_scale, swiglu_alpha, swiglu_limit);
+                             a1_scale, a2_scale, swiglu_alpha, swiglu_limit, w13_bias, w2_bias);
     bool cacheable = fast;
     nb::object refs[kWeights];
     for (int i = 0; i < kWeights && cacheable; ++i) {
@@ -578,7 +579,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
       e.layer = layer_c, e.raw = raw_c;
       Keepalive keep;
       static const char* const names[kWeights] = {"w13", "w13_scale", "w2", "w2_scale", "w13_alpha", "w13_alpha_up",
-                                                   "w2_alpha"};
+                                                   "w2_alpha", "w13_bias", "w2_bias"};
       for (int i = 0; i < kWeights; ++i)
         if (!objs[i].is_none()) {
           e.views[i] = reader.read(objs[i], names[i], -1, false, keep, false);

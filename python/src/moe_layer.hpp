@@ -96,7 +96,8 @@ namespace fp4gemm::python {
 // (only the layers' _fp4gemm.MoeLayer objects), so the module's teardown frees it.
 class FusedExpertsCache {
  public:
-  static constexpr int kWeights = 7;  // w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha
+  static constexpr int kWeights = 9;  // w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha,
+                                      // w13_bias, w2_bias (None allowed from index 4)
   // torch.ops.fp4gemm.fused_experts' swigluoai constants (its schema has none: call()'s defaults)
   static constexpr double kOpSwigluAlpha = 1.702, kOpSwigluLimit = 7.0;
   FusedExpertsCache() = default;
@@ -108,7 +109,8 @@ class FusedExpertsCache {
                   nb::handle topk_weights, nb::handle topk_ids, nb::handle w13_alpha, nb::handle w13_alpha_up,
                   nb::handle w2_alpha, nb::handle activation, nb::handle act_format, nb::handle gate_up,
                   nb::handle scale_layout, double a1_scale, double a2_scale,
-                  double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream);
+                  double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream,
+                  nb::handle w13_bias, nb::handle w2_bias);
   void clear() { entries_.clear(); }
   std::size_t size() const { return entries_.size(); }
 

@@ -307,8 +307,8 @@ void native_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t nu
 // ---- fp4gemm::fused_experts -------------------------------------------------------------------------
 
 // (hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha?, w13_alpha_up?,
-// w2_alpha?, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale) -> Tensor
-constexpr char kFusedExpertsKinds[] = "TTTTTTTOOOSSSSdd";
+// w2_alpha?, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale, w13_bias?, w2_bias?) -> Tensor
+constexpr char kFusedExpertsKinds[] = "TTTTTTTOOOSSSSddOO";
 constexpr char kFusedExpertsPython[] = "fp4gemm::_fused_experts_python";
 
 // The hot path; true when it ran and left the output in stack[0] (the inputs released).
@@ -317,7 +317,8 @@ bool fused_experts_hot(StableIValue* stack) {
   const AtenTensorHandle weight_handles[FusedExpertsCache::kWeights] = {
       reinterpret_cast<AtenTensorHandle>(stack[1]), reinterpret_cast<AtenTensorHandle>(stack[2]),
       reinterpret_cast<AtenTensorHandle>(stack[3]), reinterpret_cast<AtenTensorHandle>(stack[4]),
-      optional_tensor(stack[7]), optional_tensor(stack[8]), optional_tensor(stack[9])};
+      optional_tensor(stack[7]), optional_tensor(stack[8]), optional_tensor(stack[9]),
+      optional_tensor(stack[16]), optional_tensor(stack[17])};
   if (!view_of(reinterpret_cast<AtenTensorHandle>(stack[0]), hidden) ||
       !view_of(reinterpret_cast<AtenTensorHandle>(stack[5]), wts) ||
       !view_of(reinterpret_cast<AtenTensorHandle>(stack[6]), ids))

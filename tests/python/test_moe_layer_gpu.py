@@ -538,3 +538,48 @@ def test_biases_on_both_paths_match_the_host_layer(dtype):
             want = want.astype(np.float64)
             rel = np.linalg.norm(got - want) / np.linalg.norm(want)
             assert rel < 5e-3, (round_, t, rel)
+
+
+def test_fused_experts_takes_the_biases_on_every_entry_point():
+    """fused_experts with gpt-oss's biases (moe.fused_experts, ops.fused_experts, the torch op with
+    the biases as its last two arguments): bit for bit the MoeLayer given the same biases, the bias
+    arrays read at every call (rewritten in place, then replaced by new arrays), and the biases'
+    absence a different cache entry (no stale plan)."""
+    e, h, i, k, t = 16, 512, 256, 4, 5
+    g = torch.Generator(device="cuda").manual_seed(int(np.random.default_rng().integers(1 << 30)))
+    w13 = torch.randint(0, 256, (e, 2 * i, h // 2), generator=g, dtype=torch.uint8, device="cuda")
+    s13 = torch.randint(118, 128, (e, 2 * i, h // 32), generator=g, device="cuda").to(torch.uint8)
+    w2 = torch.randint(0, 256, (e, h, i // 2), generator=g, dtype=torch.uint8, device="cuda")
+    s2 = torch.randint(118, 128, (e, h, i // 32), generator=g, device="cuda").to(torch.uint8)
+    kw = dict(act_format="bf16", scale_layout="linear", activation="swigluoai", gate_up="interleaved")
+    x = torch.randn((t, h), generator=g, device="cuda").to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(e, generator=g, device="cuda")[:k] for _ in range(t)]).to(torch.int32)
+    w = torch.rand((t, k), generator=g, device="cuda")
+
+    def biases():
+        return ((torch.rand((e, 2 * i), generator=g, device="cuda") * 4 - 2).to(torch.bfloat16),
+                (torch.rand((e, h), generator=g, device="cuda") * 4 - 2).to(torch.bfloat16))
+
+    def want(b13, b2):
+        layer = moe.MoeLayer(w13, s13, w2, s2, max_tokens=t, topk=k, w13_bias=b13, w2_bias=b2, **kw)
+        return layer.run(x, ids, w)
+
+    b13, b2 = biases()
+    calls = [("moe.fused_experts", lambda: moe.fused_experts(x, w13, s13, w2, s2, w, ids, w13_bias=b13, w2_bias=b2, **kw)),
+             ("ops.fused_experts", lambda: ops.fused_experts(x, w13, s13, w2, s2, w, ids, w13_bias=b13, w2_bias=b2, **kw)),
+             ("torch.ops.fp4gemm.fused_experts",
+              lambda: torch.ops.fp4gemm.fused_experts(x, w13, s13, w2, s2, w, ids, None, None, None, "swigluoai", "bf16",
+                                                      "interleaved", "linear", 1.0, 1.0, b13, b2))]
+    no_bias = moe.fused_experts(x, w13, s13, w2, s2, w, ids, **kw)
+    for round_ in range(3):
+        if round_ == 1:  # rewritten in place
+            n13, n2 = biases()
+            b13.copy_(n13), b2.copy_(n2)
+        elif round_ == 2:  # new arrays
+            b13, b2 = biases()
+        ref = want(b13, b2)
+        assert not torch.equal(ref, no_bias)
+        for name, call in calls:
+            got = call()
+            assert torch.equal(got.view(torch.int16), ref.view(torch.int16)), (round_, name)
+    assert torch.equal(moe.fused_experts(x, w13, s13, w2, s2, w, ids, **kw).view(torch.int16), no_bias.view(torch.int16))

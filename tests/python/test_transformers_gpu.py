@@ -1,7 +1,7 @@
 """GPU tier: fp4gemm as transformers' experts implementation (fp4gemm.integrations.transformers).
 
-Small random models of real architectures (Qwen3-MoE; gpt-oss with its biases, swigluoai and
-interleaved, transposed experts) are converted with quantize_experts (MXFP4 W4A16) and compared
+Small random models of real architectures (Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3; gpt-oss with
+its biases, swigluoai and interleaved, transposed experts) are converted with quantize_experts (MXFP4 W4A16) and compared
 with the same model whose experts hold the dequantised FP4 weights in bf16 and run transformers'
 own experts: the logits of a fixed prompt batch (relative error, top-1 agreement >= 99 %), then 32
 greedy tokens (reported)."""
@@ -22,19 +22,38 @@ import fp4gemm  # noqa: E402
 from fp4gemm.integrations import transformers as fp4hf  # noqa: E402
 
 
+_COMMON = dict(vocab_size=512, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+
+# arch -> (config class, model class, config fields): tiny random models of each architecture the
+# integration targets (Qwen2-MoE: a shared expert; DeepSeek-V3: grouped routing, a shared expert, a
+# dense first layer and routed_scaling_factor; gpt-oss: biases, swigluoai, interleaved transposed experts)
+_ARCHS = {
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  dict(intermediate_size=512, moe_intermediate_size=128, num_experts=16, num_experts_per_tok=4)),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                  dict(intermediate_size=512, moe_intermediate_size=128, shared_expert_intermediate_size=256,
+                       num_experts=16, num_experts_per_tok=4)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(intermediate_size=128, num_local_experts=8, num_experts_per_tok=2)),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                    dict(num_hidden_layers=3, first_k_dense_replace=1, intermediate_size=512, moe_intermediate_size=128,
+                         n_routed_experts=16, num_experts_per_tok=4, n_group=4, topk_group=2, n_shared_experts=1,
+                         kv_lora_rank=64, q_lora_rank=96, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=64,
+                         num_key_value_heads=4)),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                dict(intermediate_size=256, num_local_experts=16, num_experts_per_tok=4, head_dim=64, sliding_window=64)),
+}
+
+
 def _model(arch):
-    if arch == "qwen3_moe":
-        cfg = transformers.Qwen3MoeConfig(vocab_size=512, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
-                                          num_experts=16, num_experts_per_tok=4, num_hidden_layers=2,
-                                          num_attention_heads=4, num_key_value_heads=2)
-        cls = transformers.Qwen3MoeForCausalLM
-    else:
-        cfg = transformers.GptOssConfig(vocab_size=512, hidden_size=256, intermediate_size=256, num_local_experts=16,
-                                        num_experts_per_tok=4, num_hidden_layers=2, num_attention_heads=4,
-                                        num_key_value_heads=2, head_dim=64, sliding_window=64)
-        cls = transformers.GptOssForCausalLM
+    cfg_cls, model_cls, fields = _ARCHS[arch]
+    cfg = getattr(transformers, cfg_cls)(**{**_COMMON, **fields})
     torch.manual_seed(0)
-    return cls(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
+    return getattr(transformers, model_cls)(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
+
+
+def _experts_modules(model):
+    return sum(1 for m in model.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "num_experts"))
 
 
 def _dequantised_into(ref, q):
@@ -63,12 +82,12 @@ def _dequantised_into(ref, q):
     return n
 
 
-@pytest.mark.parametrize("arch", ["qwen3_moe", "gpt_oss"])
+@pytest.mark.parametrize("arch", sorted(_ARCHS))
 def test_quantize_experts_matches_the_dequantised_model(arch):
     ref = _model(arch)
     q = copy.deepcopy(ref)
     converted = fp4hf.quantize_experts(q, free_bf16=False)
-    assert converted == ref.config.num_hidden_layers
+    assert converted == _experts_modules(ref) > 0
     assert q.config._experts_implementation == "fp4gemm"
     assert _dequantised_into(ref, q) == converted
     ids = torch.randint(0, ref.config.vocab_size, (4, 48), generator=torch.Generator().manual_seed(1)).cuda()

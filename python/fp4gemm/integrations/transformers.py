@@ -24,10 +24,23 @@ quantised once its weights are in):
 ``register_quantization_config`` / ``register_quantizer`` the first time either is named here
 (``fp4hf.Fp4gemmConfig``) or ``register()`` runs.
 
+FP4 checkpoints load without a bf16 pass over their experts (the packed weights and scales go
+straight from the files into the layer):
+
+    model = fp4hf.from_pretrained("openai/gpt-oss-120b", dtype=torch.bfloat16, device_map="cuda")
+    model = fp4hf.from_pretrained(modelopt_nvfp4_checkpoint, dtype=torch.bfloat16, device_map="cuda")
+
+gpt-oss's MXFP4 experts (``*_blocks`` / ``*_scales`` / biases) run W4A16; a ModelOpt NVFP4
+checkpoint's experts (per-expert ``weight`` / ``weight_scale`` / ``weight_scale_2`` /
+``input_scale``, merged by transformers' own per-architecture converters) run W4A4 NVFP4 with the
+checkpoint's scales, and its other NVFP4 linears are dequantised to bf16 for transformers.
+After ``register()``, a plain ``AutoModelForCausalLM.from_pretrained`` of a ModelOpt checkpoint
+takes this path too (transformers itself has no ``"modelopt"`` method).
+
 Importing this module imports neither torch nor transformers (both are needed only when called).
 
-Not yet here (issue 53): loading ModelOpt / gpt-oss checkpoints' experts without a bf16 pass, saving a
-converted model, and NVFP4 W4A4 activation scales from calibration.
+Not here: saving a converted model, and NVFP4 W4A4 activation scales from calibration (a bf16
+checkpoint converted to NVFP4 W4A4 needs ``a1_scale`` / ``a2_scale``).
 """
 
 from __future__ import annotations
@@ -52,6 +65,8 @@ def experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weigh
         raise _argument_error(
             "experts_implementation",
             f"{type(self).__name__} was not converted by fp4gemm.integrations.transformers.quantize_experts")
+    if layer.on_host:  # (a checkpoint loaded on the CPU: fp4gemm's host reference, exact and slow)
+        return _run_on_host(layer, hidden_states, top_k_index, top_k_weights)
     x = hidden_states
     if x.dtype != layer_dtype():
         x = x.to(layer_dtype())
@@ -66,6 +81,16 @@ def experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weigh
         for s in range(0, t, cap):
             layer.run(x[s:s + cap], ids[s:s + cap], weights[s:s + cap], out=out[s:s + cap])
     return out if out.dtype == hidden_states.dtype else out.to(hidden_states.dtype)
+
+
+def _run_on_host(layer: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+    import ml_dtypes
+    import numpy as np
+    import torch
+
+    x = hidden_states.detach().float().numpy().astype(ml_dtypes.bfloat16)
+    out = layer.run(x, top_k_index.detach().numpy(), top_k_weights.detach().float().numpy())
+    return torch.from_numpy(np.asarray(out, dtype=np.float32)).to(hidden_states.dtype)
 
 
 def layer_dtype() -> Any:
@@ -89,15 +114,19 @@ def register() -> None:
 _CLASSES: dict = {}
 
 
+# checkpoint -> (weights, activations) by default
+_CHECKPOINTS = {"bf16": ("mxfp4", "bf16"), "mxfp4": ("mxfp4", "bf16"), "nvfp4": ("nvfp4", "fp4")}
+
+
 def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2_scale: Optional[float],
-                   max_tokens: int, decode_tokens: int) -> None:
+                   max_tokens: int, decode_tokens: int, a1_from_checkpoint: bool = False) -> None:
     if weights not in _FORMATS:
         raise _argument_error("weights", f"{weights!r} is not one of 'mxfp4', 'nvfp4'")
     if activations not in ("bf16", "fp4"):
         raise _argument_error("activations", f"{activations!r} is not one of 'bf16', 'fp4'")
     if activations == "bf16" and weights != "mxfp4":
         raise _argument_error("activations", "W4A16 (bf16 activations) runs MXFP4 weights; use weights='mxfp4'")
-    if activations == "fp4" and weights == "nvfp4" and (a1_scale is None or a2_scale is None):
+    if activations == "fp4" and weights == "nvfp4" and not a1_from_checkpoint and (a1_scale is None or a2_scale is None):
         raise _argument_error("a1_scale", "NVFP4 W4A4 needs the activations' global scales a1_scale and a2_scale")
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise _argument_error("max_tokens", f"must be a positive int, got {max_tokens!r}")
@@ -115,37 +144,75 @@ def _quantization_classes() -> dict:
     from transformers.utils.quantization_config import QuantizationConfigMixin
 
     class Fp4gemmConfig(QuantizationConfigMixin):
-        """transformers quantization config: the experts of a bf16 checkpoint quantised at load
-        (``quantize_experts``' arguments). Everything else stays bf16."""
+        """transformers quantization config: the experts run fp4gemm (``quantize_experts``'
+        arguments); everything else stays transformers'. ``checkpoint``: ``"bf16"`` (the experts
+        are quantised on the GPU once loaded), ``"mxfp4"`` (gpt-oss's MXFP4 experts, loaded as they
+        are) or ``"nvfp4"`` (ModelOpt's NVFP4 experts, loaded as they are). Built from a ModelOpt
+        checkpoint's own ``quantization_config`` (``quant_method="modelopt"``) it reads
+        ``checkpoint="nvfp4"``, W4A4."""
 
-        def __init__(self, weights: str = "mxfp4", activations: str = "bf16", max_tokens: int = 4096,
+        def __init__(self, weights: Optional[str] = None, activations: Optional[str] = None, max_tokens: int = 4096,
                      a1_scale: Optional[float] = None, a2_scale: Optional[float] = None, decode_tokens: int = 3,
-                     **kwargs: Any):
-            _check_options(weights, activations, a1_scale, a2_scale, max_tokens, decode_tokens)
+                     checkpoint: str = "bf16", quant_method: Optional[str] = None, **kwargs: Any):
+            if quant_method == "modelopt":  # a ModelOpt checkpoint's own config
+                algo = str(kwargs.get("quant_algo", "")).upper()
+                if algo != "NVFP4":
+                    raise _argument_error("quantization_config", f"ModelOpt quant_algo {algo!r}: fp4gemm loads NVFP4")
+                checkpoint = "nvfp4"
+            if checkpoint not in _CHECKPOINTS:
+                raise _argument_error("checkpoint", f"{checkpoint!r} is not one of {sorted(_CHECKPOINTS)}")
+            weights = weights or _CHECKPOINTS[checkpoint][0]
+            activations = activations or _CHECKPOINTS[checkpoint][1]
+            if checkpoint != "bf16" and weights != checkpoint:
+                raise _argument_error("weights", f"a {checkpoint} checkpoint's experts stay {checkpoint}, got {weights!r}")
+            _check_options(weights, activations, a1_scale, a2_scale, max_tokens, decode_tokens,
+                           a1_from_checkpoint=checkpoint == "nvfp4")
             self.quant_method = IMPLEMENTATION
+            self.checkpoint = checkpoint
             self.weights, self.activations, self.max_tokens = weights, activations, max_tokens
             self.a1_scale, self.a2_scale, self.decode_tokens = a1_scale, a2_scale, decode_tokens
 
     class Fp4gemmHfQuantizer(HfQuantizer):
-        """Loads the bf16 checkpoint as it is, then converts the experts (quantize_experts)."""
+        """A bf16 checkpoint: loaded as it is, then the experts converted (quantize_experts). An
+        FP4 checkpoint: each experts module replaced before loading by one holding the
+        checkpoint's packed weights and scales (``Fp4gemmExperts``), its layer planned after."""
 
         requires_calibration = False
+
+        def __init__(self, quantization_config: Any, **kwargs: Any):
+            if getattr(quantization_config, "checkpoint", "bf16") != "bf16":
+                kwargs["pre_quantized"] = True  # (also when the config came from the arguments)
+            super().__init__(quantization_config, **kwargs)
 
         def validate_environment(self, *args: Any, **kwargs: Any) -> None:
             import torch
 
-            if not torch.cuda.is_available():
-                raise RuntimeError("fp4gemm: quantization_config=Fp4gemmConfig needs a CUDA device (Hopper)")
+            # (an FP4 checkpoint also loads on the CPU, its experts on fp4gemm's host reference)
+            if self.quantization_config.checkpoint == "bf16" and not torch.cuda.is_available():
+                raise RuntimeError("fp4gemm: quantising a bf16 checkpoint's experts needs a CUDA device (Hopper)")
 
         def update_dtype(self, dtype: Any) -> Any:
             import torch
 
             return torch.bfloat16 if dtype is None else dtype
 
+        def _process_model_before_weight_loading(self, model: Any, **kwargs: Any) -> Any:
+            if self.quantization_config.checkpoint != "bf16":
+                _replace_experts(model, self.quantization_config.checkpoint)
+            return model
+
+        def update_weight_conversions(self, weight_conversions: Any) -> Any:
+            if self.quantization_config.checkpoint != "nvfp4":
+                return weight_conversions
+            return _nvfp4_conversions(weight_conversions)
+
         def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
             c = self.quantization_config
-            quantize_experts(model, weights=c.weights, activations=c.activations, max_tokens=c.max_tokens,
-                             a1_scale=c.a1_scale, a2_scale=c.a2_scale, decode_tokens=c.decode_tokens)
+            if c.checkpoint == "bf16":
+                quantize_experts(model, weights=c.weights, activations=c.activations, max_tokens=c.max_tokens,
+                                 a1_scale=c.a1_scale, a2_scale=c.a2_scale, decode_tokens=c.decode_tokens)
+            else:
+                _plan_loaded_experts(model, c)
             return model
 
         def is_serializable(self, *args: Any, **kwargs: Any) -> bool:
@@ -157,6 +224,8 @@ def _quantization_classes() -> dict:
 
     if IMPLEMENTATION not in AUTO_QUANTIZATION_CONFIG_MAPPING:
         register_quantization_config(IMPLEMENTATION)(Fp4gemmConfig)
+    if "modelopt" not in AUTO_QUANTIZATION_CONFIG_MAPPING:  # (transformers 5.17 has none: ModelOpt NVFP4 is ours)
+        register_quantization_config("modelopt")(Fp4gemmConfig)
     if IMPLEMENTATION not in AUTO_QUANTIZER_MAPPING:
         register_quantizer(IMPLEMENTATION)(Fp4gemmHfQuantizer)
     _CLASSES.update(Fp4gemmConfig=AUTO_QUANTIZATION_CONFIG_MAPPING[IMPLEMENTATION],
@@ -271,3 +340,249 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
     if converted:
         model.set_experts_implementation(IMPLEMENTATION)
     return converted
+
+
+# ---- FP4 checkpoints loaded as they are ---------------------------------------------------------
+
+
+def _dims(m: Any):
+    """(experts, hidden, intermediate) of a transformers experts module (on meta or not)."""
+    e, a, b = m.gate_up_proj.shape
+    if getattr(m, "is_transposed", False):  # [E, H, 2I]
+        return e, a, b // 2
+    return e, b, a // 2
+
+
+_LOADING: dict = {}
+
+
+def _loading_classes() -> dict:
+    """Fp4gemmExperts and the NVFP4 conversion ops (torch and transformers imported on first use)."""
+    if _LOADING:
+        return _LOADING
+    import torch
+    from transformers.core_model_loading import ConversionOps
+
+    class Fp4gemmExperts(torch.nn.Module):
+        """An experts module holding an FP4 checkpoint's tensors under the names transformers
+        loads them to, and fp4gemm's layer planned on them (``experts_forward``).
+
+        mxfp4 (gpt-oss): ``gate_up_proj_blocks [E, 2I, H/32, 16]`` / ``_scales [E, 2I, H/32]`` /
+        ``_bias [E, 2I]``, the same for ``down_proj`` (the checkpoint's names). nvfp4 (ModelOpt,
+        merged by transformers' converters): ``gate_up_proj [E, 2I, H/2]`` uint8 (gate rows, then
+        up), ``gate_up_proj_scale [E, 2I, H/16]`` E4M3, ``gate_up_proj_scale_2 [E, 2]`` /
+        ``gate_up_proj_input_scale [E, 2]`` (gate, up), ``down_proj`` likewise with ``[E]``."""
+
+        def __init__(self, fmt: str, experts: int, hidden: int, inter: int, has_bias: bool,
+                     swiglu: Optional[tuple] = None):
+            super().__init__()
+            e, h, i = experts, hidden, inter
+            self.num_experts, self.hidden_dim, self.intermediate_dim = e, h, i
+            self.fp4gemm_format, self.swiglu = fmt, swiglu
+            u8, f32 = torch.uint8, torch.float32
+
+            def param(name: str, shape, dtype):
+                setattr(self, name, torch.nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False))
+
+            if fmt == "mxfp4":
+                param("gate_up_proj_blocks", (e, 2 * i, h // 32, 16), u8)
+                self.register_buffer("gate_up_proj_scales", torch.empty((e, 2 * i, h // 32), dtype=u8))
+                param("down_proj_blocks", (e, h, i // 32, 16), u8)
+                self.register_buffer("down_proj_scales", torch.empty((e, h, i // 32), dtype=u8))
+                if has_bias:
+                    param("gate_up_proj_bias", (e, 2 * i), torch.bfloat16)
+                    param("down_proj_bias", (e, h), torch.bfloat16)
+            else:
+                param("gate_up_proj", (e, 2 * i, h // 2), u8)
+                self.register_buffer("gate_up_proj_scale", torch.empty((e, 2 * i, h // 16), dtype=torch.float8_e4m3fn))
+                self.register_buffer("gate_up_proj_scale_2", torch.empty((e, 2), dtype=f32))
+                self.register_buffer("gate_up_proj_input_scale", torch.empty((e, 2), dtype=f32))
+                param("down_proj", (e, h, i // 2), u8)
+                self.register_buffer("down_proj_scale", torch.empty((e, h, i // 16), dtype=torch.float8_e4m3fn))
+                self.register_buffer("down_proj_scale_2", torch.empty((e,), dtype=f32))
+                self.register_buffer("down_proj_input_scale", torch.empty((e,), dtype=f32))
+
+        def forward(self, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
+            return experts_forward(self, hidden_states, top_k_index, top_k_weights)
+
+    class PerExpertScalars(ConversionOps):
+        """ModelOpt's per-expert scalars (0-d or [1]) as [1] each, for MergeModulelist (-> [E, 1])
+        and Concatenate (gate, up -> [E, 2]) or Flatten (down -> [E])."""
+
+        def convert(self, input_dict: Any, source_patterns: Any = None, target_patterns: Any = None, **kw: Any):
+            return {k: [t.reshape(1) for t in (v if isinstance(v, list) else [v])] for k, v in input_dict.items()}
+
+    class Flatten(ConversionOps):
+        def convert(self, input_dict: Any, source_patterns: Any = None, target_patterns: Any = None, **kw: Any):
+            ((_, v),) = input_dict.items()
+            v = v[0] if isinstance(v, list) else v
+            return {target_patterns[0]: v.reshape(-1)}
+
+    class DequantizeNvfp4Linear(ConversionOps):
+        """A ModelOpt NVFP4 linear outside the experts (attention, shared experts, dense MLPs):
+        ``weight`` + ``weight_scale`` + ``weight_scale_2`` -> the bf16 weight transformers runs
+        (the ``input_scale`` dropped); any other ``*weight`` passes through."""
+
+        def convert(self, input_dict: Any, source_patterns: Any = None, target_patterns: Any = None,
+                    full_layer_name: Any = None, **kw: Any):
+            def get(pattern):
+                v = input_dict.get(pattern)
+                return v[0] if isinstance(v, list) else v
+
+            w, sc, s2 = get("weight$"), get("weight_scale$"), get("weight_scale_2$")
+            if sc is None:
+                return {full_layer_name: w}
+            lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], device=w.device)
+            w = w.view(torch.uint8)
+            v = torch.stack([lut[(w & 0xF).long()], lut[(w >> 4).long()]], -1).reshape(w.shape[0], -1)
+            v = v.view(w.shape[0], -1, 16) * sc.float()[..., None]
+            return {full_layer_name: (v.reshape(w.shape[0], -1) * s2.float()).to(torch.bfloat16)}
+
+    _LOADING.update(Fp4gemmExperts=Fp4gemmExperts, PerExpertScalars=PerExpertScalars, Flatten=Flatten,
+                    DequantizeNvfp4Linear=DequantizeNvfp4Linear)
+    return _LOADING
+
+
+def _replace_experts(model: Any, fmt: str) -> int:
+    """Every experts module of the (meta) model replaced by an Fp4gemmExperts for a `fmt` checkpoint."""
+    import torch
+
+    cls = _loading_classes()["Fp4gemmExperts"]
+    n = 0
+    for name, m in list(model.named_modules()):
+        if not _is_experts(m):
+            continue
+        e, h, i = _dims(m)
+        act = _activation(m, model.config)
+        if fmt == "mxfp4" and (act is None or act[0] != "swigluoai"):
+            raise _argument_error("checkpoint", f"{name} ({type(m).__name__}): fp4gemm loads MXFP4 checkpoints in "
+                                                "gpt-oss's convention (swigluoai, interleaved gate / up)")
+        if fmt == "nvfp4" and (act is None or act[0] != "silu"):
+            raise _argument_error("checkpoint", f"{name} ({type(m).__name__}): a ModelOpt NVFP4 checkpoint's experts "
+                                                f"need SiLU, the model has {getattr(model.config, 'hidden_act', None)!r}")
+        with torch.device("meta"):
+            holder = cls(fmt, e, h, i, bool(getattr(m, "has_bias", False)), swiglu=act[1:] if act[1] is not None else None)
+        model.set_submodule(name, holder)
+        n += 1
+    if n == 0:
+        raise _argument_error("checkpoint", f"{type(model).__name__} has no experts module fp4gemm knows")
+    return n
+
+
+def _nvfp4_conversions(conversions: list) -> list:
+    """transformers' converters for a ModelOpt NVFP4 checkpoint: the architecture's own expert
+    converters (they merge the per-expert ``weight`` and, by the same pattern, ``weight_scale``
+    into [E, ...]) preceded by converters for the per-expert ``weight_scale_2`` / ``input_scale``
+    scalars, and followed by one that dequantises the NVFP4 linears outside the experts."""
+    from transformers.core_model_loading import Concatenate, MergeModulelist, WeightConverter
+
+    c = _loading_classes()
+    extra = []
+    for conv in conversions:
+        if not isinstance(conv, WeightConverter) or not any(isinstance(o, MergeModulelist) for o in conv.operations):
+            continue
+        sources = [q for q in conv._original_source_patterns if q.endswith(".weight")]
+        if not sources:
+            continue
+        target = conv._original_target_patterns[0]
+        for suffix, new in (("weight_scale_2", "_scale_2"), ("input_scale", "_input_scale")):
+            src = [q[: -len("weight")] + suffix for q in sources]
+            ops = [c["PerExpertScalars"](), MergeModulelist(dim=0)]
+            ops.append(Concatenate(dim=1) if len(src) > 1 else c["Flatten"]())
+            extra.append(WeightConverter(source_patterns=src, target_patterns=target + new, operations=ops))
+    rest = WeightConverter(source_patterns=["weight$", "weight_scale$", "weight_scale_2$", "input_scale$"],
+                           target_patterns="weight", operations=[c["DequantizeNvfp4Linear"]()])
+    return extra + list(conversions) + [rest]
+
+
+def _plan_loaded_experts(model: Any, c: Any) -> int:
+    """One fp4gemm layer per Fp4gemmExperts module, on the tensors transformers loaded into it."""
+    import torch
+
+    from ..moe import MoeLayer
+
+    cls = _loading_classes()["Fp4gemmExperts"]
+    topk = int(getattr(model.config, "num_experts_per_tok"))
+    n = 0
+    for name, m in model.named_modules():
+        if not isinstance(m, cls):
+            continue
+        e, h, i = m.num_experts, m.hidden_dim, m.intermediate_dim
+        kw = dict(max_tokens=c.max_tokens, topk=topk, scale_layout="linear", decode_tokens=c.decode_tokens)
+        if m.fp4gemm_format == "mxfp4":
+            w13, s13 = m.gate_up_proj_blocks.view(e, 2 * i, h // 2), m.gate_up_proj_scales
+            w2, s2 = m.down_proj_blocks.view(e, h, i // 2), m.down_proj_scales
+            kw.update(act_format="bf16" if c.activations == "bf16" else "mxfp4", activation="swigluoai",
+                      gate_up="interleaved")
+            if m.swiglu is not None:
+                kw.update(swiglu_alpha=m.swiglu[0], swiglu_limit=m.swiglu[1])
+            if hasattr(m, "gate_up_proj_bias"):
+                kw.update(w13_bias=m.gate_up_proj_bias, w2_bias=m.down_proj_bias)
+        else:
+            w13, s13 = m.gate_up_proj, m.gate_up_proj_scale.view(torch.uint8)
+            w2, s2 = m.down_proj, m.down_proj_scale.view(torch.uint8)
+            kw.update(act_format="nvfp4", activation="silu", gate_up="stacked",
+                      w13_alpha=m.gate_up_proj_scale_2[:, 0].contiguous(),
+                      w13_alpha_up=m.gate_up_proj_scale_2[:, 1].contiguous(), w2_alpha=m.down_proj_scale_2)
+            for key, given, scales in (("a1_scale", c.a1_scale, m.gate_up_proj_input_scale),
+                                       ("a2_scale", c.a2_scale, m.down_proj_input_scale)):
+                # the experts' largest input_scale: the one global scale every expert's tokens share
+                v = float(scales.float().nan_to_num(nan=float("-inf")).max()) if given is None else float(given)
+                if not v > 0:
+                    raise _argument_error(key, f"{name}: the checkpoint has no input_scale; pass {key}= to Fp4gemmConfig")
+                kw[key] = v
+        arrays = [w13.contiguous(), s13.contiguous(), w2.contiguous(), s2.contiguous()]
+        if not w13.is_cuda:  # loaded on the CPU: the layer is fp4gemm's host reference (NumPy arrays)
+            arrays = [a.numpy() for a in arrays]
+            for k in ("w13_alpha", "w13_alpha_up", "w2_alpha", "w13_bias", "w2_bias"):
+                if kw.get(k) is not None:
+                    kw[k] = kw[k].float().numpy()
+        m._fp4gemm_layer = MoeLayer(*arrays, **kw)
+        m._fp4gemm_max_tokens = c.max_tokens
+        n += 1
+    return n
+
+
+def _checkpoint_of(qc: Any) -> str:
+    """The fp4gemm checkpoint kind of a checkpoint's quantization_config (dict or object)."""
+    d = qc if isinstance(qc, dict) else qc.to_dict()
+    method = d.get("quant_method")
+    if method == "mxfp4":
+        return "mxfp4"
+    if method == "modelopt" and str(d.get("quant_algo", "")).upper() == "NVFP4":
+        return "nvfp4"
+    if method == IMPLEMENTATION:
+        return d.get("checkpoint", "bf16")
+    raise _argument_error("pretrained_model_name_or_path",
+                          f"the checkpoint is quantised with {method!r} ({d.get('quant_algo', '')}); fp4gemm loads "
+                          "bf16, gpt-oss MXFP4 and ModelOpt NVFP4 checkpoints")
+
+
+def from_pretrained(pretrained_model_name_or_path: Any, *args: Any, weights: Optional[str] = None,
+                    activations: Optional[str] = None, max_tokens: int = 4096, a1_scale: Optional[float] = None,
+                    a2_scale: Optional[float] = None, decode_tokens: int = 3, **kwargs: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` with the experts on fp4gemm: a gpt-oss MXFP4 or
+    ModelOpt NVFP4 checkpoint's experts loaded as they are (no bf16 pass), a bf16 checkpoint's
+    quantised on the GPU after loading (``weights`` / ``activations`` as for ``quantize_experts``).
+    Other arguments go to transformers (``dtype=torch.bfloat16, device_map="cuda"`` are usual)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    register()
+    if "quantization_config" in kwargs:
+        raise _argument_error("quantization_config", "fp4gemm.integrations.transformers.from_pretrained makes its own; "
+                                                     "use AutoModelForCausalLM.from_pretrained to pass one")
+    config = kwargs.pop("config", None)
+    if config is None:
+        hub = {k: kwargs[k] for k in ("revision", "token", "cache_dir", "trust_remote_code", "local_files_only")
+               if k in kwargs}
+        config = AutoConfig.from_pretrained(pretrained_model_name_or_path, **hub)
+    qc = getattr(config, "quantization_config", None)
+    checkpoint = "bf16" if qc is None else _checkpoint_of(qc)
+    ours = _quantization_classes()["Fp4gemmConfig"](
+        weights=weights, activations=activations, max_tokens=max_tokens, a1_scale=a1_scale, a2_scale=a2_scale,
+        decode_tokens=decode_tokens, checkpoint=checkpoint)
+    if qc is None:
+        kwargs["quantization_config"] = ours
+    else:  # (transformers refuses a second config class beside the checkpoint's: replace it)
+        config.quantization_config = ours.to_dict()
+    return AutoModelForCausalLM.from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)

@@ -1,0 +1,258 @@
+"""FP4 checkpoints through transformers' from_pretrained (fp4gemm.integrations.transformers):
+synthetic gpt-oss MXFP4 and ModelOpt NVFP4 (Qwen3-MoE, Mixtral) checkpoints written with
+safetensors -- random nibbles, scales in the normal range, fresh each run -- loaded with
+``fp4hf.from_pretrained`` (and, for ModelOpt, a plain ``AutoModelForCausalLM.from_pretrained``).
+
+Checked: the experts land in fp4gemm's layers as the files hold them (byte for byte), the logits
+equal, bit for bit, those of the same model whose layers are built by fp4gemm's own loaders
+(``ExpertWeights.from_mxfp4`` / ``from_modelopt`` reading the safetensors directly), and they
+agree with transformers running the experts dequantised to bf16 (gpt-oss W4A16: relative error
+and top-1; ModelOpt W4A4: top-1, the activations being quantised too).
+
+Host tier on the CPU (the layers on fp4gemm's host reference) wherever torch and transformers are
+installed; the same on CUDA in the GPU tier."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (transformers' models need it)")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+safetensors_torch = pytest.importorskip("safetensors.torch", reason="safetensors is not installed")
+
+import fp4gemm  # noqa: E402
+from fp4gemm.experts import ExpertWeights  # noqa: E402
+from fp4gemm.integrations import transformers as fp4hf  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+_E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+
+
+def _unpack(p: np.ndarray) -> np.ndarray:
+    """[..., K/2] uint8 -> [..., K] e2m1 values (the lower index in the low nibble)."""
+    return np.stack([_E2M1[p & 0xF], _E2M1[p >> 4]], -1).reshape(*p.shape[:-1], -1)
+
+
+def _save(model, path, replace, qc):
+    """model.save_pretrained, then its tensors edited by replace(state_dict) and config.json given
+    `qc` as its quantization_config."""
+    model.save_pretrained(path)
+    sd = {}
+    for f in sorted(os.listdir(path)):
+        if f.endswith(".safetensors"):
+            sd.update(safetensors_torch.load_file(os.path.join(path, f)))
+            os.remove(os.path.join(path, f))
+    if os.path.exists(os.path.join(path, "model.safetensors.index.json")):
+        os.remove(os.path.join(path, "model.safetensors.index.json"))
+    sd = replace(sd)
+    safetensors_torch.save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = qc
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return sd
+
+
+def _gpt_oss(tmp_path, rng):
+    cfg = transformers.GptOssConfig(vocab_size=256, hidden_size=256, intermediate_size=128, num_local_experts=8,
+                                    num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=64, sliding_window=32)
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    ref = transformers.GptOssForCausalLM(cfg).to(torch.bfloat16).eval()
+    e, h, i = 8, 256, 128
+
+    def replace(sd):
+        out = {}
+        for k, v in sd.items():
+            if k.endswith("mlp.experts.gate_up_proj") or k.endswith("mlp.experts.down_proj"):
+                n, kk = (2 * i, h) if k.endswith("gate_up_proj") else (h, i)
+                out[k + "_blocks"] = torch.from_numpy(rng.integers(0, 256, (e, n, kk // 32, 16), dtype=np.uint8))
+                out[k + "_scales"] = torch.from_numpy(rng.integers(118, 129, (e, n, kk // 32), dtype=np.uint8))
+            elif k.endswith("_bias") and ".experts." in k:
+                out[k] = (torch.from_numpy(rng.standard_normal(tuple(v.shape)).astype(np.float32)) * 0.5).to(torch.bfloat16)
+            else:
+                out[k] = v
+        return out
+
+    path = str(tmp_path / "gpt-oss")
+    sd = _save(ref, path, replace, {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
+                                                                                       "model.layers.*.mlp.router",
+                                                                                       "model.embed_tokens", "lm_head"]})
+    # the reference: the same model, its experts the checkpoint's values dequantised (exact in bf16)
+    with torch.no_grad():
+        for li, layer in enumerate(ref.model.layers):
+            p = f"model.layers.{li}.mlp.experts."
+            for name in ("gate_up_proj", "down_proj"):
+                b, s = sd[p + name + "_blocks"].numpy(), sd[p + name + "_scales"].numpy()
+                v = _unpack(b.reshape(*b.shape[:2], -1)).reshape(*s.shape, 32) * np.exp2(s.astype(np.float32) - 127)[..., None]
+                w = torch.from_numpy(v.reshape(*b.shape[:2], -1)).transpose(1, 2)  # [E, K, N]: gpt-oss's layout
+                getattr(layer.mlp.experts, name).copy_(w.to(torch.bfloat16))
+                getattr(layer.mlp.experts, name + "_bias").copy_(sd[p + name + "_bias"])
+    return path, sd, ref
+
+
+def _modelopt(tmp_path, rng, arch):
+    common = dict(vocab_size=256, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    if arch == "qwen3_moe":
+        cfg = transformers.Qwen3MoeConfig(**common, intermediate_size=512, moe_intermediate_size=128, num_experts=8,
+                                          num_experts_per_tok=2, head_dim=64)
+        names = ("gate_proj", "up_proj", "down_proj")
+        experts_of = (lambda li: f"model.layers.{li}.mlp.experts.")
+    else:
+        cfg = transformers.MixtralConfig(**common, intermediate_size=128, num_local_experts=8, num_experts_per_tok=2)
+        names = ("w1", "w3", "w2")
+        experts_of = (lambda li: f"model.layers.{li}.mlp.experts.")
+    cls = transformers.Qwen3MoeForCausalLM if arch == "qwen3_moe" else transformers.MixtralForCausalLM
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    ref = cls(cfg).to(torch.bfloat16).eval()
+    e, h, i = 8, 256, 128
+    prefix = "model.layers.{}.block_sparse_moe.experts." if arch == "mixtral" else "model.layers.{}.mlp.experts."
+
+    def linear(n, k):
+        w = torch.from_numpy(rng.integers(0, 256, (n, k // 2), dtype=np.uint8))
+        codes = rng.integers(0x28, 0x40, (n, k // 16), dtype=np.uint8)  # E4M3 scales in the normal range
+        s = torch.from_numpy(codes).view(torch.float8_e4m3fn)
+        return w, s, torch.tensor(float(rng.uniform(0.5, 2.0)) / 64, dtype=torch.float32)
+
+    def replace(sd):
+        out = {k: v for k, v in sd.items() if ".experts." not in k}
+        for li in range(cfg.num_hidden_layers):
+            for ex in range(e):
+                for name in names:
+                    n, k = (h, i) if name in ("down_proj", "w2") else (i, h)
+                    w, s, s2 = linear(n, k)
+                    base = prefix.format(li) + f"{ex}.{name}."
+                    out[base + "weight"], out[base + "weight_scale"], out[base + "weight_scale_2"] = w, s, s2
+                    out[base + "input_scale"] = torch.tensor(float(rng.uniform(0.01, 0.05)), dtype=torch.float32)
+        return out
+
+    path = str(tmp_path / arch)
+    sd = _save(ref, path, replace, {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                                    "exclude_modules": ["lm_head"]})
+    with torch.no_grad():  # the reference's experts: the checkpoint's weights dequantised (W4A16-like)
+        for li, layer in enumerate(ref.model.layers):
+            mods = []
+            for name in names:
+                rows = []
+                for ex in range(e):
+                    base = prefix.format(li) + f"{ex}.{name}."
+                    w = _unpack(sd[base + "weight"].numpy())
+                    s = sd[base + "weight_scale"].float().numpy()
+                    v = (w.reshape(w.shape[0], -1, 16) * s[..., None]).reshape(w.shape) * float(sd[base + "weight_scale_2"])
+                    rows.append(v)
+                mods.append(np.stack(rows))
+            experts = layer.mlp.experts
+            experts.gate_up_proj.copy_(torch.from_numpy(np.concatenate(mods[:2], axis=1)).to(torch.bfloat16))
+            experts.down_proj.copy_(torch.from_numpy(mods[2]).to(torch.bfloat16))
+    return path, sd, ref, [prefix.format(li)[: -len("experts.")] for li in range(cfg.num_hidden_layers)]
+
+
+def _holders(model):
+    cls = fp4hf._loading_classes()["Fp4gemmExperts"]
+    return [m for m in model.modules() if isinstance(m, cls)]
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(ids).logits.float()
+
+
+def _compare(loaded, own_layers, ref, device, exact_rel, min_top1):
+    """Logits of `loaded`, then with its layers swapped for `own_layers` (bit for bit), and against
+    the dequantised reference `ref`."""
+    ids = torch.randint(0, loaded.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3)).to(device)
+    got = _logits(loaded, ids)
+    assert torch.isfinite(got).all()
+    holders = _holders(loaded)
+    assert len(holders) == len(own_layers)
+    saved = [m._fp4gemm_layer for m in holders]
+    for m, layer in zip(holders, own_layers):
+        m._fp4gemm_layer = layer
+    try:
+        own = _logits(loaded, ids)
+    finally:
+        for m, layer in zip(holders, saved):
+            m._fp4gemm_layer = layer
+    if device == "cpu":
+        assert torch.equal(got, own), "the loaded layers differ from fp4gemm's own loader's"
+    else:  # (the linear-scale and blocked-scale plans may take different kernels)
+        assert float((got - own).norm() / own.norm()) < 1e-2
+    want = _logits(ref.to(device), ids)
+    rel = float((got - want).norm() / want.norm())
+    top1 = float((got.argmax(-1) == want.argmax(-1)).float().mean())
+    print(f"\nlogits vs the dequantised bf16 experts: relative error {rel:.2e}, top-1 agreement {100 * top1:.1f} %")
+    assert rel < exact_rel and top1 >= min_top1, (rel, top1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gpt_oss_mxfp4_checkpoint_loads_as_it_is(tmp_path, device):
+    rng = np.random.default_rng()
+    path, sd, ref = _gpt_oss(tmp_path, rng)
+    loaded = fp4hf.from_pretrained(path, dtype=torch.bfloat16, device_map=device)
+    holders = _holders(loaded)
+    assert len(holders) == 2
+    for li, m in enumerate(holders):
+        p = f"model.layers.{li}.mlp.experts."
+        for name in ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales",
+                     "gate_up_proj_bias", "down_proj_bias"):
+            assert torch.equal(getattr(m, name).cpu(), sd[p + name]), name
+        assert "swigluoai" in m._fp4gemm_layer.describe() or m._fp4gemm_layer.on_host
+    own = []
+    for li in range(2):
+        tensors = {k: (v.to(device) if device == "cuda" else v.numpy() if v.dtype != torch.bfloat16 else v.float().numpy())
+                   for k, v in sd.items() if k.startswith(f"model.layers.{li}.mlp.experts.")}
+        own.append(ExpertWeights.from_mxfp4(tensors, f"model.layers.{li}.mlp.").layer(max_tokens=64, topk=2))
+    _compare(loaded, own, ref, device, exact_rel=2e-2, min_top1=0.95)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral"])
+def test_modelopt_nvfp4_checkpoint_loads_as_it_is(tmp_path, device, arch):
+    rng = np.random.default_rng()
+    path, sd, ref, prefixes = _modelopt(tmp_path, rng, arch)
+    fp4hf.register()  # a plain from_pretrained of a ModelOpt checkpoint then takes fp4gemm's path
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, device_map=device)
+    holders = _holders(loaded)
+    assert len(holders) == 2
+    names = ("gate_proj", "up_proj", "down_proj") if arch == "qwen3_moe" else ("w1", "w3", "w2")
+    for m, p in zip(holders, prefixes):
+        for ex in (0, 7):
+            b = f"{p}experts.{ex}."
+            assert torch.equal(m.gate_up_proj[ex].cpu(), torch.cat([sd[b + names[0] + ".weight"], sd[b + names[1] + ".weight"]]))
+            assert torch.equal(m.gate_up_proj_scale[ex].cpu().view(torch.uint8),
+                               torch.cat([sd[b + names[0] + ".weight_scale"], sd[b + names[1] + ".weight_scale"]]).view(torch.uint8))
+            assert torch.equal(m.down_proj[ex].cpu(), sd[b + names[2] + ".weight"])
+            assert m.gate_up_proj_scale_2[ex, 0] == sd[b + names[0] + ".weight_scale_2"]
+            assert m.gate_up_proj_scale_2[ex, 1] == sd[b + names[1] + ".weight_scale_2"]
+            assert m.down_proj_scale_2[ex] == sd[b + names[2] + ".weight_scale_2"]
+    own = []
+    for p in prefixes:
+        tensors = {k: (v.to(device) if device == "cuda" else (v.view(torch.uint8) if v.dtype == torch.float8_e4m3fn else v).numpy())
+                   for k, v in sd.items() if k.startswith(p + "experts.")}
+        own.append(ExpertWeights.from_modelopt(tensors, p).layer(max_tokens=64, topk=2))
+    _compare(loaded, own, ref, device, exact_rel=0.25, min_top1=0.75)
+
+
+def test_from_pretrained_names_what_it_cannot_load(tmp_path):
+    rng = np.random.default_rng()
+    path, _, _ = _gpt_oss(tmp_path, rng)
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    with pytest.raises(fp4gemm.ArgumentError, match="pretrained_model_name_or_path.*awq"):
+        fp4hf.from_pretrained(path)
+    with pytest.raises(fp4gemm.ArgumentError, match="quantization_config"):
+        fp4hf.from_pretrained(path, quantization_config=object())
+    with pytest.raises(fp4gemm.ArgumentError, match="weights"):
+        fp4hf.Fp4gemmConfig(checkpoint="mxfp4", weights="nvfp4")
+    with pytest.raises(fp4gemm.ArgumentError, match="checkpoint"):
+        fp4hf.Fp4gemmConfig(checkpoint="int4")
+    with pytest.raises(fp4gemm.ArgumentError, match="quantization_config.*FP8"):
+        fp4hf.Fp4gemmConfig(quant_method="modelopt", quant_algo="FP8")
