@@ -266,9 +266,6 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
   // Balanced shares without 64-bit division: warp w starts at w * base + min(w, extra).
   const int C = units * n;
   if (W > C) W = C;
-  // Between W / 2 and W units: one whole unit per warp (no split units, no hand-offs) -- fewer
-  // warps, each with a longer stream; below that, the stream-K split keeps every warp busy.
-  if (units < W && 2 * units >= W) W = units;
   if (w >= W) return;
   const int base = C / W, extra = C % W;
   auto start_of = [&](int v) { return v * base + min(v, extra); };
