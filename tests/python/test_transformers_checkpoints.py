@@ -29,6 +29,20 @@ from fp4gemm.experts import ExpertWeights  # noqa: E402
 from fp4gemm.integrations import transformers as fp4hf  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+try:
+    import accelerate  # noqa: F401  (transformers' device_map needs it)
+
+    HAS_ACCELERATE = True
+except ImportError:
+    HAS_ACCELERATE = False
+
+
+def _load(load, path, device):
+    """`load(path, dtype=bf16)` onto `device`: with device_map where accelerate is installed (the
+    layers planned at load), else loaded on the CPU and moved (planned again by their first call)."""
+    if HAS_ACCELERATE:
+        return load(path, dtype=torch.bfloat16, device_map=device)
+    return load(path, dtype=torch.bfloat16).to(device)
 _E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], np.float32)
 
 
@@ -123,12 +137,14 @@ def _modelopt(tmp_path, rng, arch):
         out = {k: v for k, v in sd.items() if ".experts." not in k}
         for li in range(cfg.num_hidden_layers):
             for ex in range(e):
-                for name in names:
+                # (gate and up read the same tokens: ModelOpt gives them one input_scale)
+                inputs = [float(rng.uniform(0.01, 0.05))] * 2 + [float(rng.uniform(0.01, 0.05))]
+                for name, inp in zip(names, inputs):
                     n, k = (h, i) if name in ("down_proj", "w2") else (i, h)
                     w, s, s2 = linear(n, k)
                     base = prefix.format(li) + f"{ex}.{name}."
                     out[base + "weight"], out[base + "weight_scale"], out[base + "weight_scale_2"] = w, s, s2
-                    out[base + "input_scale"] = torch.tensor(float(rng.uniform(0.01, 0.05)), dtype=torch.float32)
+                    out[base + "input_scale"] = torch.tensor(inp, dtype=torch.float32)
         return out
 
     path = str(tmp_path / arch)
@@ -162,9 +178,12 @@ def _logits(model, ids):
         return model(ids).logits.float()
 
 
-def _compare(loaded, own_layers, ref, device, exact_rel, min_top1):
-    """Logits of `loaded`, then with its layers swapped for `own_layers` (bit for bit), and against
-    the dequantised reference `ref`."""
+def _compare(loaded, own_layers, ref, device, layer_rel, min_top1):
+    """Logits of `loaded`, then with its layers swapped for `own_layers` (bit for bit on the CPU);
+    each experts module against the reference's (the checkpoint dequantised to bf16, transformers'
+    own experts) on the same tokens and routing (relative error < layer_rel); the logits' top-1
+    agreement with the reference (a loose check: a rounding difference flips near-tie routings of
+    a random model's later layers)."""
     ids = torch.randint(0, loaded.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(3)).to(device)
     got = _logits(loaded, ids)
     assert torch.isfinite(got).all()
@@ -182,18 +201,30 @@ def _compare(loaded, own_layers, ref, device, exact_rel, min_top1):
         assert torch.equal(got, own), "the loaded layers differ from fp4gemm's own loader's"
     else:  # (the linear-scale and blocked-scale plans may take different kernels)
         assert float((got - own).norm() / own.norm()) < 1e-2
-    want = _logits(ref.to(device), ids)
-    rel = float((got - want).norm() / want.norm())
+    ref = ref.to(device)
+    ref_experts = [m for m in ref.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "num_experts")]
+    g = torch.Generator().manual_seed(4)
+    for m, r in zip(holders, ref_experts):
+        t, k, e = 24, loaded.config.num_experts_per_tok, m.num_experts
+        x = (torch.randn((t, m.hidden_dim), generator=g) * 0.5).to(torch.bfloat16).to(device)
+        top = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(t)]).to(device)
+        w = torch.softmax(torch.randn((t, k), generator=g), -1).to(torch.bfloat16).to(device)
+        with torch.no_grad():
+            a, b = m(x, top, w).float(), r(x, top, w).float()
+        rel = float((a - b).norm() / b.norm())
+        print(f"\n{type(r).__name__}: experts output vs the dequantised bf16 experts: relative error {rel:.2e}")
+        assert torch.isfinite(a).all() and rel < layer_rel, rel
+    want = _logits(ref, ids)
     top1 = float((got.argmax(-1) == want.argmax(-1)).float().mean())
-    print(f"\nlogits vs the dequantised bf16 experts: relative error {rel:.2e}, top-1 agreement {100 * top1:.1f} %")
-    assert rel < exact_rel and top1 >= min_top1, (rel, top1)
+    print(f"logits' top-1 agreement with the dequantised model {100 * top1:.1f} %")
+    assert top1 >= min_top1, top1
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_gpt_oss_mxfp4_checkpoint_loads_as_it_is(tmp_path, device):
     rng = np.random.default_rng()
     path, sd, ref = _gpt_oss(tmp_path, rng)
-    loaded = fp4hf.from_pretrained(path, dtype=torch.bfloat16, device_map=device)
+    loaded = _load(fp4hf.from_pretrained, path, device)
     holders = _holders(loaded)
     assert len(holders) == 2
     for li, m in enumerate(holders):
@@ -207,7 +238,7 @@ def test_gpt_oss_mxfp4_checkpoint_loads_as_it_is(tmp_path, device):
         tensors = {k: (v.to(device) if device == "cuda" else v.numpy() if v.dtype != torch.bfloat16 else v.float().numpy())
                    for k, v in sd.items() if k.startswith(f"model.layers.{li}.mlp.experts.")}
         own.append(ExpertWeights.from_mxfp4(tensors, f"model.layers.{li}.mlp.").layer(max_tokens=64, topk=2))
-    _compare(loaded, own, ref, device, exact_rel=2e-2, min_top1=0.95)
+    _compare(loaded, own, ref, device, layer_rel=2e-2, min_top1=0.75)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -216,7 +247,7 @@ def test_modelopt_nvfp4_checkpoint_loads_as_it_is(tmp_path, device, arch):
     rng = np.random.default_rng()
     path, sd, ref, prefixes = _modelopt(tmp_path, rng, arch)
     fp4hf.register()  # a plain from_pretrained of a ModelOpt checkpoint then takes fp4gemm's path
-    loaded = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, device_map=device)
+    loaded = _load(transformers.AutoModelForCausalLM.from_pretrained, path, device)
     holders = _holders(loaded)
     assert len(holders) == 2
     names = ("gate_proj", "up_proj", "down_proj") if arch == "qwen3_moe" else ("w1", "w3", "w2")
@@ -235,7 +266,7 @@ def test_modelopt_nvfp4_checkpoint_loads_as_it_is(tmp_path, device, arch):
         tensors = {k: (v.to(device) if device == "cuda" else (v.view(torch.uint8) if v.dtype == torch.float8_e4m3fn else v).numpy())
                    for k, v in sd.items() if k.startswith(p + "experts.")}
         own.append(ExpertWeights.from_modelopt(tensors, p).layer(max_tokens=64, topk=2))
-    _compare(loaded, own, ref, device, exact_rel=0.25, min_top1=0.75)
+    _compare(loaded, own, ref, device, layer_rel=0.2, min_top1=0.5)
 
 
 def test_from_pretrained_names_what_it_cannot_load(tmp_path):

@@ -61,6 +61,9 @@ def experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weigh
     """The experts implementation: ``self`` is a transformers experts module converted by
     ``quantize_experts``; its layer runs the tokens (in slices of the layer's ``max_tokens``)."""
     layer = getattr(self, "_fp4gemm_layer", None)
+    options = getattr(self, "_fp4gemm_options", None)
+    if options is not None and (layer is None or self._fp4gemm_device != _holder_device(self)):
+        layer = _plan_holder(self, options)  # (an FP4 checkpoint's experts moved, e.g. model.to("cuda"))
     if layer is None:
         raise _argument_error(
             "experts_implementation",
@@ -495,51 +498,71 @@ def _nvfp4_conversions(conversions: list) -> list:
     return extra + list(conversions) + [rest]
 
 
-def _plan_loaded_experts(model: Any, c: Any) -> int:
-    """One fp4gemm layer per Fp4gemmExperts module, on the tensors transformers loaded into it."""
+def _holder_device(m: Any) -> Any:
+    return (m.gate_up_proj_blocks if m.fp4gemm_format == "mxfp4" else m.gate_up_proj).device
+
+
+def _plan_holder(m: Any, c: Any) -> Any:
+    """The fp4gemm layer on the tensors an Fp4gemmExperts holds, where they are now (CUDA: the
+    device's kernels; CPU: the host reference)."""
     import torch
 
     from ..moe import MoeLayer
 
+    e, h, i = m.num_experts, m.hidden_dim, m.intermediate_dim
+    kw = dict(max_tokens=c.max_tokens, topk=m.fp4gemm_topk, scale_layout="linear", decode_tokens=c.decode_tokens)
+    if m.fp4gemm_format == "mxfp4":
+        w13, s13 = m.gate_up_proj_blocks.view(e, 2 * i, h // 2), m.gate_up_proj_scales
+        w2, s2 = m.down_proj_blocks.view(e, h, i // 2), m.down_proj_scales
+        kw.update(act_format="bf16" if c.activations == "bf16" else "mxfp4", activation="swigluoai",
+                  gate_up="interleaved")
+        if m.swiglu is not None:
+            kw.update(swiglu_alpha=m.swiglu[0], swiglu_limit=m.swiglu[1])
+        if hasattr(m, "gate_up_proj_bias"):
+            kw.update(w13_bias=m.gate_up_proj_bias.detach(), w2_bias=m.down_proj_bias.detach())
+    else:
+        for b in ("gate_up_proj_scale", "down_proj_scale"):
+            if getattr(m, b).dtype != torch.float8_e4m3fn:
+                raise _argument_error("model", f"{m.fp4gemm_name}.{b} is {getattr(m, b).dtype}, not the checkpoint's "
+                                               "float8_e4m3fn (a model.to(dtype) casts it): move the model with "
+                                               "model.to(device) only")
+        w13, s13 = m.gate_up_proj, m.gate_up_proj_scale.view(torch.uint8)
+        w2, s2 = m.down_proj, m.down_proj_scale.view(torch.uint8)
+        kw.update(act_format="nvfp4", activation="silu", gate_up="stacked",
+                  w13_alpha=m.gate_up_proj_scale_2[:, 0].float().contiguous(),
+                  w13_alpha_up=m.gate_up_proj_scale_2[:, 1].float().contiguous(),
+                  w2_alpha=m.down_proj_scale_2.float().contiguous())
+        for key, given, scales in (("a1_scale", c.a1_scale, m.gate_up_proj_input_scale),
+                                   ("a2_scale", c.a2_scale, m.down_proj_input_scale)):
+            # the experts' largest input_scale: the one global scale every expert's tokens share
+            v = float(scales.float().nan_to_num(nan=float("-inf")).max()) if given is None else float(given)
+            if not v > 0:
+                raise _argument_error(key, f"{m.fp4gemm_name}: the checkpoint has no input_scale; pass {key}= "
+                                           "(Fp4gemmConfig / from_pretrained)")
+            kw[key] = v
+    arrays = [a.detach().contiguous() for a in (w13, s13, w2, s2)]
+    if not w13.is_cuda:  # on the CPU: the layer is fp4gemm's host reference (NumPy arrays)
+        arrays = [a.numpy() for a in arrays]
+        for k in ("w13_alpha", "w13_alpha_up", "w2_alpha", "w13_bias", "w2_bias"):
+            if kw.get(k) is not None:
+                kw[k] = kw[k].float().numpy()
+    m._fp4gemm_layer = MoeLayer(*arrays, **kw)
+    m._fp4gemm_max_tokens = c.max_tokens
+    m._fp4gemm_device = w13.device
+    return m._fp4gemm_layer
+
+
+def _plan_loaded_experts(model: Any, c: Any) -> int:
+    """One fp4gemm layer per Fp4gemmExperts module, on the tensors transformers loaded into it
+    (planned again by its first call after the model moved to another device)."""
     cls = _loading_classes()["Fp4gemmExperts"]
-    topk = int(getattr(model.config, "num_experts_per_tok"))
     n = 0
     for name, m in model.named_modules():
-        if not isinstance(m, cls):
-            continue
-        e, h, i = m.num_experts, m.hidden_dim, m.intermediate_dim
-        kw = dict(max_tokens=c.max_tokens, topk=topk, scale_layout="linear", decode_tokens=c.decode_tokens)
-        if m.fp4gemm_format == "mxfp4":
-            w13, s13 = m.gate_up_proj_blocks.view(e, 2 * i, h // 2), m.gate_up_proj_scales
-            w2, s2 = m.down_proj_blocks.view(e, h, i // 2), m.down_proj_scales
-            kw.update(act_format="bf16" if c.activations == "bf16" else "mxfp4", activation="swigluoai",
-                      gate_up="interleaved")
-            if m.swiglu is not None:
-                kw.update(swiglu_alpha=m.swiglu[0], swiglu_limit=m.swiglu[1])
-            if hasattr(m, "gate_up_proj_bias"):
-                kw.update(w13_bias=m.gate_up_proj_bias, w2_bias=m.down_proj_bias)
-        else:
-            w13, s13 = m.gate_up_proj, m.gate_up_proj_scale.view(torch.uint8)
-            w2, s2 = m.down_proj, m.down_proj_scale.view(torch.uint8)
-            kw.update(act_format="nvfp4", activation="silu", gate_up="stacked",
-                      w13_alpha=m.gate_up_proj_scale_2[:, 0].contiguous(),
-                      w13_alpha_up=m.gate_up_proj_scale_2[:, 1].contiguous(), w2_alpha=m.down_proj_scale_2)
-            for key, given, scales in (("a1_scale", c.a1_scale, m.gate_up_proj_input_scale),
-                                       ("a2_scale", c.a2_scale, m.down_proj_input_scale)):
-                # the experts' largest input_scale: the one global scale every expert's tokens share
-                v = float(scales.float().nan_to_num(nan=float("-inf")).max()) if given is None else float(given)
-                if not v > 0:
-                    raise _argument_error(key, f"{name}: the checkpoint has no input_scale; pass {key}= to Fp4gemmConfig")
-                kw[key] = v
-        arrays = [w13.contiguous(), s13.contiguous(), w2.contiguous(), s2.contiguous()]
-        if not w13.is_cuda:  # loaded on the CPU: the layer is fp4gemm's host reference (NumPy arrays)
-            arrays = [a.numpy() for a in arrays]
-            for k in ("w13_alpha", "w13_alpha_up", "w2_alpha", "w13_bias", "w2_bias"):
-                if kw.get(k) is not None:
-                    kw[k] = kw[k].float().numpy()
-        m._fp4gemm_layer = MoeLayer(*arrays, **kw)
-        m._fp4gemm_max_tokens = c.max_tokens
-        n += 1
+        if isinstance(m, cls):
+            m.fp4gemm_topk, m.fp4gemm_name = int(getattr(model.config, "num_experts_per_tok")), name
+            m._fp4gemm_options = c
+            _plan_holder(m, c)
+            n += 1
     return n
 
 
