@@ -34,6 +34,8 @@ def _np(x: Any) -> np.ndarray:
 
         if x.dtype in (torch.float8_e4m3fn, getattr(torch, "float8_e8m0fnu", None)):
             x = x.view(torch.uint8)
+        elif x.dtype == torch.bfloat16:  # (gpt-oss's biases; NumPy has no bf16: exact in float32)
+            x = x.float()
         return x.detach().cpu().numpy()
     return np.asarray(x)
 

@@ -401,10 +401,16 @@ def moe_grouped_gemm_out(
 # ---- the whole expert layer ---------------------------------------------------------------------
 
 
+def _bias_args(args):
+    # the schema's last two arguments, the biases (a Python kernel is called without the trailing
+    # arguments left at their defaults)
+    return dict(w13_bias=args[16] if len(args) > 16 else None, w2_bias=args[17] if len(args) > 17 else None)
+
+
 def _fused_experts_kernel(*args):
     # (looked up per call, not registered itself: torch's op registry outlives the module, and
-    # the cache must go with it at interpreter exit; the schema's last two arguments are the biases)
-    return _moe._cache(*args[:16], w13_bias=args[16], w2_bias=args[17])
+    # the cache must go with it at interpreter exit)
+    return _moe._cache(*args[:16], **_bias_args(args))
 
 
 @_custom_op("fp4gemm::fused_experts", mutates_args=(), kernel=_fused_experts_kernel)
@@ -434,7 +440,7 @@ def _fused_experts(
 
 
 def _fused_experts_python_kernel(*args):
-    return _moe._cache(*args[:16], w13_bias=args[16], w2_bias=args[17])
+    return _moe._cache(*args[:16], **_bias_args(args))
 
 
 # fused_experts' Python kernel under its own name: what its native CUDA kernel calls when it has no

@@ -12,10 +12,12 @@ import fp4gemm
 
 
 def test_import_is_light():
-    code = ("import sys, fp4gemm.integrations.transformers as t; "
-            "print('torch' in sys.modules, 'transformers' in sys.modules, t.IMPLEMENTATION)")
+    """The integration imports nothing fp4gemm itself does not (fp4gemm registers its torch ops
+    when torch is installed) and never transformers."""
+    code = ("import sys, fp4gemm; torch = 'torch' in sys.modules; import fp4gemm.integrations.transformers as t; "
+            "print(('torch' in sys.modules) == torch, 'transformers' in sys.modules, t.IMPLEMENTATION)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", "False", "fp4gemm"], out
+    assert out == ["True", "False", "fp4gemm"], out
 
 
 @pytest.mark.parametrize("kwargs,argument", [(dict(weights="int4"), "weights"),
