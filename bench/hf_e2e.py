@@ -51,11 +51,24 @@ def build(name: str, layers: int):
     return model
 
 
+def static_masks(model, batch: int, cache_len: int):
+    """gpt-oss builds its attention masks with a host-to-device copy that a CUDA graph cannot
+    capture; it takes them prepared instead (as generate() may pass them). All positions visible:
+    the same work per step as the real masks."""
+    cfg = model.config
+    if cfg.model_type != "gpt_oss":
+        return None
+    z = lambda n: torch.zeros((batch, 1, 1, n), dtype=torch.bfloat16, device="cuda")  # noqa: E731
+    return {"full_attention": z(cache_len), "sliding_attention": z(min(cache_len, cfg.sliding_window))}
+
+
 def decode_step_us(model, batch: int, context: int, reps: int) -> float:
     """One decode step (batch tokens at position `context`) in a CUDA graph, replayed."""
     # Every replay appends one position (the cache's own device counter), so the cache holds all of
     # them: 3 warm-up calls and 5 rounds of reps replays.
-    cache = transformers.StaticCache(config=model.config, max_cache_len=max(context, 5 * reps + 3) + 8)
+    cache_len = max(context, 5 * reps + 3) + 8
+    cache = transformers.StaticCache(config=model.config, max_cache_len=cache_len)
+    masks = static_masks(model, batch, cache_len)
     # (the cache is not filled first: its contents do not change the step's work, and a prefill of
     # batch x context tokens through batched_mm would gather a weight matrix per token and pair)
     with torch.no_grad():
@@ -65,11 +78,11 @@ def decode_step_us(model, batch: int, context: int, reps: int) -> float:
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             for _ in range(3):
-                model(step_ids, past_key_values=cache, cache_position=pos, use_cache=True)
+                model(step_ids, past_key_values=cache, cache_position=pos, attention_mask=masks, use_cache=True)
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            model(step_ids, past_key_values=cache, cache_position=pos, use_cache=True)
+            model(step_ids, past_key_values=cache, cache_position=pos, attention_mask=masks, use_cache=True)
     times = []
     for _ in range(5):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
