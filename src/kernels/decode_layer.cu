@@ -84,33 +84,6 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r) {
   __syncthreads();
 }
 
-// W4A4: one block of vec activations as the general path's GEMM reads them -- quantised by the
-// layer's rule (global scale gs) and dequantised exactly to bf16 values, without gs (which the
-// alphas carry). In place.
-template <Format F>
-__device__ __forceinline__ void fake_quantize_block(float (&v)[F == Format::nvfp4 ? 16 : 32], float gs) {
-  constexpr int vec = F == Format::nvfp4 ? 16 : 32;
-  float amax = 0.0f;
-  bool nan = false;
-#pragma unroll
-  for (int i = 0; i < vec; ++i) nan |= v[i] != v[i], amax = fmaxf(amax, fabsf(v[i]));
-  const float am = nan ? __int_as_float(0x7FC00000) : amax;
-  const std::uint32_t code = F == Format::nvfp4 ? quant::nv_scale_code_exact(am, gs) : quant::mx_scale_code(am);
-  const float scale = quant::code_scale<F>(code);
-  static constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-#pragma unroll
-  for (int i = 0; i < vec; ++i) {
-    const std::uint32_t n = quant::element_nibble<F>(v[i], code, gs);
-    v[i] = ((n & 8u) ? -kE2m1[n & 7u] : kE2m1[n & 7u]) * scale;  // exact: e2m1 x scale fits bf16
-  }
-}
-
-// Eight activations re-paired for the B registers: stored word p = elements (p, p + 4).
-__device__ __forceinline__ uint4 pair_eight(uint4 e) {  // e: (0,1) (2,3) (4,5) (6,7)
-  return make_uint4(__byte_perm(e.x, e.z, 0x5410u), __byte_perm(e.x, e.z, 0x7632u), __byte_perm(e.y, e.w, 0x5410u),
-                    __byte_perm(e.y, e.w, 0x7632u));
-}
-
 // ---- kernel 1: gate/up of (slot, 8 intermediates) units, then the GLU ------------------------
 // A unit's A rows: gate (g) and up (g + 8) of intermediate 8 ig + g, so a lane holds the gate and
 // up of the same (intermediate, token) and the GLU needs no exchange.
@@ -122,43 +95,16 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int hpad = (H + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
   // The run's tokens, every CTA its own copy: 8 elements (16 bytes) per step, re-paired so that
-  // stored word p = elements (p, p + 4) (decode::pair_position). W4A4: first quantised and
-  // dequantised by the layer's rule, a block of vec elements per thread.
-  if (!a.fp4_activations) {
-    for (int v = threadIdx.x; v < T * (hpad / 8); v += kThreads) {
-      const int t = v / (hpad / 8), j = v % (hpad / 8);
-      uint4 w = make_uint4(0, 0, 0, 0);
-      if (8 * j < H) w = pair_eight(__ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + 8 * j)));
-      x_staged[v] = w;
+  // stored word p = elements (p, p + 4) (decode::pair_position).
+  for (int v = threadIdx.x; v < T * (hpad / 8); v += kThreads) {
+    const int t = v / (hpad / 8), j = v % (hpad / 8);
+    uint4 w = make_uint4(0, 0, 0, 0);
+    if (8 * j < H) {
+      const uint4 e = __ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + 8 * j));  // (0,1) (2,3) (4,5) (6,7)
+      w = make_uint4(__byte_perm(e.x, e.z, 0x5410u), __byte_perm(e.x, e.z, 0x7632u), __byte_perm(e.y, e.w, 0x5410u),
+                     __byte_perm(e.y, e.w, 0x7632u));
     }
-  } else {
-    constexpr int vec = F == Format::nvfp4 ? 16 : 32;
-    const int per_row = H / vec;
-    for (int b = threadIdx.x; b < T * per_row; b += kThreads) {
-      const int t = b / per_row, c0 = (b % per_row) * vec;
-      float v[vec];
-#pragma unroll
-      for (int q = 0; q < vec / 8; ++q) {
-        const uint4 e = __ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + c0 + 8 * q));
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&e);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 f = __bfloat1622float2(h[i]);
-          v[8 * q + 2 * i] = f.x, v[8 * q + 2 * i + 1] = f.y;
-        }
-      }
-      fake_quantize_block<F>(v, a.a1_scale);
-#pragma unroll
-      for (int q = 0; q < vec / 8; ++q) {
-        uint4 e;
-        __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&e);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[8 * q + 2 * i], v[8 * q + 2 * i + 1]);
-        x_staged[t * (hpad / 8) + c0 / 8 + q] = pair_eight(e);
-      }
-    }
-    for (int v = threadIdx.x; v < T * ((hpad - H) / 8); v += kThreads)  // the padding past H
-      x_staged[(v / ((hpad - H) / 8)) * (hpad / 8) + H / 8 + v % ((hpad - H) / 8)] = make_uint4(0, 0, 0, 0);
+    x_staged[v] = w;
   }
   read_routing(a, T, r);  // (ends with a barrier: the staged tokens are complete too)
   const int groups = I / 8;
@@ -292,11 +238,24 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
     const long long r = b / per_row;
     const int c0 = static_cast<int>(b % per_row) * vec;
     float v[vec];
+    float amax = 0.0f;
+    bool nan = false;
 #pragma unroll
-    for (int i = 0; i < vec; ++i) v[i] = __bfloat162float(in[r * ld_in + c0 + i]);
-    fake_quantize_block<F>(v, gs);
+    for (int i = 0; i < vec; ++i) {
+      v[i] = __bfloat162float(in[r * ld_in + c0 + i]);
+      nan |= v[i] != v[i];
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+    const float am = nan ? __int_as_float(0x7FC00000) : amax;
+    const std::uint32_t code = F == Format::nvfp4 ? quant::nv_scale_code_exact(am, gs) : quant::mx_scale_code(am);
+    const float scale = quant::code_scale<F>(code);
+    static constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 #pragma unroll
-    for (int i = 0; i < vec; ++i) out[r * ld_out + c0 + i] = __float2bfloat16_rn(v[i]);
+    for (int i = 0; i < vec; ++i) {
+      const std::uint32_t n = quant::element_nibble<F>(v[i], code, gs);
+      const float e = (n & 8u) ? -kE2m1[n & 7u] : kE2m1[n & 7u];
+      out[r * ld_out + c0 + i] = __float2bfloat16_rn(e * scale);  // exact: e2m1 x scale fits bf16
+    }
   }
 }
 
@@ -343,7 +302,11 @@ DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hid
 }
 
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
-  DecodeLayerArgs args = a;  // (W4A4: kernel 1 quantises the tokens as it stages them)
+  DecodeLayerArgs args = a;
+  if (a.fp4_activations) {  // the tokens as GEMM1 reads them, into x_deq
+    fake_quantize(a, a.x, a.ldx, a.x_deq, a.hidden, a.tokens, a.hidden, a.a1_scale, 1, s);
+    args.x = a.x_deq, args.ldx = a.hidden;
+  }
   void* params[] = {&args};
   cudaLaunchKernel(kernel1(a.format), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)

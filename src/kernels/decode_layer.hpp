@@ -56,6 +56,7 @@ struct DecodeLayerArgs {
   // plan workspace
   __nv_bfloat16* inter_rows;  // [T * k, I], pair-major
   __nv_bfloat16* y_rows;      // [T * k, H], pair-major
+  __nv_bfloat16* x_deq;       // W4A4: [T, H], the quantised tokens dequantised
   const __nv_bfloat16* zero_row;  // max(H, I) + 128 zeros: the activations of absent tokens
   float* records1;            // [ctas1 * kDecodeWarps * 2, 128]: split units' pieces
   float* records2;            // [ctas2 * kDecodeWarps * 2, 128]

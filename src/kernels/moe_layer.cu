@@ -212,6 +212,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
     d.bias13 = w.w13_bias, d.bias2 = w.w2_bias, d.bias_f32 = w.bias_f32;
     d.inter_rows = p.inter, d.y_rows = p.y;
+    if (w4a4) d.x_deq = p.allocate<__nv_bfloat16>(std::size_t{2} * p.decode_tokens * H, "plan workspace");
     const std::size_t zeros = std::size_t{2} * (std::max(H, I) + 128);
     auto* zero = p.allocate<__nv_bfloat16>(zeros, "plan workspace");
     FP4GEMM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zeros, s), "plan");
