@@ -66,6 +66,9 @@ def decode_step_us(model, batch: int, context: int, reps: int) -> float:
     """One decode step (batch tokens at position `context`) in a CUDA graph, replayed."""
     # Every replay appends one position (the cache's own device counter), so the cache holds all of
     # them: 3 warm-up calls and 5 rounds of reps replays.
+    # (a sliding-window layer's static cache holds only its window: the replays must not outrun it)
+    window = getattr(model.config, "sliding_window", None) or (1 << 30)
+    reps = max(1, min(reps, (min(window, context) - 8) // 5))
     cache_len = max(context, 5 * reps + 3) + 8
     cache = transformers.StaticCache(config=model.config, max_cache_len=cache_len)
     masks = static_masks(model, batch, cache_len)
