@@ -30,6 +30,8 @@ def _u8(x: Any) -> np.ndarray:
 
 
 def _f32(x: Any) -> np.ndarray:
+    if type(x).__module__.split(".")[0] == "torch":  # (a CPU tensor; bf16 has no NumPy twin: exact in float32)
+        x = x.detach().cpu().float().numpy()
     return np.ascontiguousarray(np.asarray(x, dtype=np.float32))
 
 

@@ -287,3 +287,28 @@ def test_from_pretrained_names_what_it_cannot_load(tmp_path):
         fp4hf.Fp4gemmConfig(checkpoint="int4")
     with pytest.raises(fp4gemm.ArgumentError, match="quantization_config.*FP8"):
         fp4hf.Fp4gemmConfig(quant_method="modelopt", quant_algo="FP8")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_experts_compile_without_graph_breaks(tmp_path, device):
+    """torch.compile(fullgraph=True) of a loaded experts module and of a whole MoE decoder layer:
+    the layer runs through fp4gemm::experts_layer_run, bit for bit the eager result."""
+    rng = np.random.default_rng()
+    path, _, _ = _gpt_oss(tmp_path, rng)
+    loaded = _load(fp4hf.from_pretrained, path, device)
+    experts = _holders(loaded)[0]
+    g = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
+    t, k = 5, loaded.config.num_experts_per_tok
+    x = torch.randn((t, experts.hidden_dim), generator=g).to(torch.bfloat16).to(device)
+    top = torch.stack([torch.randperm(experts.num_experts, generator=g)[:k] for _ in range(t)]).to(device)
+    w = torch.softmax(torch.randn((t, k), generator=g), -1).to(torch.bfloat16).to(device)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = experts(x, top, w)
+        got = torch.compile(experts, fullgraph=True, backend="aot_eager")(x, top, w)
+        assert torch.equal(got, want)
+        block = loaded.model.layers[0].mlp  # router + experts
+        h = torch.randn((1, t, experts.hidden_dim), generator=g).to(torch.bfloat16).to(device)
+        want_b = block(h)[0]
+        got_b = torch.compile(block, fullgraph=True, backend="aot_eager")(h)[0]
+        assert torch.equal(got_b, want_b)

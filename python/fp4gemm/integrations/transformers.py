@@ -59,7 +59,10 @@ def _argument_error(argument: str, message: str) -> Exception:
 
 def experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
     """The experts implementation: ``self`` is a transformers experts module converted by
-    ``quantize_experts``; its layer runs the tokens (in slices of the layer's ``max_tokens``)."""
+    ``quantize_experts`` (or an ``Fp4gemmExperts`` of an FP4 checkpoint); its layer runs the tokens
+    (in slices of the layer's ``max_tokens``). Under ``torch.compile`` the layer runs through the
+    torch op ``fp4gemm::experts_layer_run`` (no graph break; CUDA graphs of ``mode=
+    "reduce-overhead"`` keep it)."""
     layer = getattr(self, "_fp4gemm_layer", None)
     options = getattr(self, "_fp4gemm_options", None)
     if options is not None and (layer is None or self._fp4gemm_device != _holder_device(self)):
@@ -68,22 +71,71 @@ def experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weigh
         raise _argument_error(
             "experts_implementation",
             f"{type(self).__name__} was not converted by fp4gemm.integrations.transformers.quantize_experts")
+    import torch
+
+    if torch.compiler.is_compiling():
+        out = torch.ops.fp4gemm.experts_layer_run(hidden_states, top_k_index, top_k_weights, self._fp4gemm_handle)
+    else:
+        out = _run_layer(layer, self._fp4gemm_max_tokens, hidden_states, top_k_index, top_k_weights)
+    return out if out.dtype == hidden_states.dtype else out.to(hidden_states.dtype)
+
+
+def _run_layer(layer: Any, cap: int, hidden_states: Any, ids: Any, weights: Any) -> Any:
+    """bf16 [T, H] out of the layer for any T (slices of `cap` tokens)."""
     if layer.on_host:  # (a checkpoint loaded on the CPU: fp4gemm's host reference, exact and slow)
-        return _run_on_host(layer, hidden_states, top_k_index, top_k_weights)
+        return _run_on_host(layer, hidden_states, ids, weights)
     x = hidden_states
     if x.dtype != layer_dtype():
         x = x.to(layer_dtype())
-    ids, weights = top_k_index, top_k_weights
-    t, cap = x.shape[0], self._fp4gemm_max_tokens
+    t = x.shape[0]
     if t <= cap:
-        out = layer.run(x, ids, weights)
-    else:
-        import torch
+        return layer.run(x, ids, weights)
+    import torch
 
-        out = torch.empty_like(x)
-        for s in range(0, t, cap):
-            layer.run(x[s:s + cap], ids[s:s + cap], weights[s:s + cap], out=out[s:s + cap])
-    return out if out.dtype == hidden_states.dtype else out.to(hidden_states.dtype)
+    out = torch.empty_like(x)
+    for s in range(0, t, cap):
+        layer.run(x[s:s + cap], ids[s:s + cap], weights[s:s + cap], out=out[s:s + cap])
+    return out
+
+
+# torch.compile's view of a layer: the op fp4gemm::experts_layer_run(x, ids, weights, layer) with
+# `layer` an int handle into this table (a module's handle is a constant to the compiled graph).
+_HANDLES: dict = {}  # handle -> (weakref to the module, its layer at registration)
+_OP: list = []
+
+
+def _register_handle(m: Any) -> None:
+    import weakref
+
+    _compile_op()
+    h = getattr(m, "_fp4gemm_handle", None)
+    if h is None:
+        h = m._fp4gemm_handle = len(_HANDLES) + 1
+    _HANDLES[h] = weakref.ref(m)
+
+
+def _compile_op() -> None:
+    """Defines fp4gemm::experts_layer_run once (torch imported by then)."""
+    if _OP:
+        return
+    import torch
+
+    lib = torch.library.Library("fp4gemm", "FRAGMENT")
+    lib.define("experts_layer_run(Tensor hidden_states, Tensor top_k_index, Tensor top_k_weights, int layer) -> Tensor")
+
+    def run(hidden_states, top_k_index, top_k_weights, layer):
+        ref = _HANDLES.get(layer)
+        m = ref() if ref is not None else None
+        if m is None:
+            raise _argument_error("layer", f"no fp4gemm experts module with handle {layer} is alive")
+        return _run_layer(m._fp4gemm_layer, m._fp4gemm_max_tokens, hidden_states, top_k_index, top_k_weights)
+
+    def fake(hidden_states, top_k_index, top_k_weights, layer):
+        return hidden_states.new_empty(hidden_states.shape, dtype=torch.bfloat16)
+
+    lib.impl("experts_layer_run", run, "CompositeExplicitAutograd")
+    torch.library.register_fake("fp4gemm::experts_layer_run", fake, lib=lib)
+    _OP.append(lib)  # (the library object keeps the registration alive)
 
 
 def _run_on_host(layer: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
@@ -264,6 +316,17 @@ def _quantize_rows(w: Any, fmt: str):
     from .. import quantize
 
     e, n, k = w.shape
+    if not w.is_cuda:  # (the CPU: fp4gemm's host quantiser and reference; NumPy arrays)
+        import numpy as np
+
+        if fmt == "mxfp4":
+            packed, scales = quantize(w.reshape(e * n, k), "mxfp4")
+            return packed.reshape(e, n, k // 2), scales.reshape(e, n, k // 32), None
+        amax = w.float().abs().amax(dim=(1, 2)).numpy()
+        gs = np.where(amax > 0, amax / (6.0 * 448.0), 1.0).astype(np.float32)
+        parts = [quantize(w[i], "nvfp4", global_scale=float(gs[i])) for i in range(e)]
+        return (np.stack([p.reshape(n, k // 2) for p, _ in parts]), np.stack([s.reshape(n, k // 16) for _, s in parts]),
+                gs)
     if fmt == "mxfp4":
         packed, scales = quantize(w.reshape(e * n, k).contiguous(), "mxfp4")
         return packed.view(e, n, k // 2), scales.view(e, n, k // 32), None
@@ -281,8 +344,9 @@ def _quantize_rows(w: Any, fmt: str):
 def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf16", *, max_tokens: int = 4096,
                      a1_scale: Optional[float] = None, a2_scale: Optional[float] = None, decode_tokens: int = 3,
                      free_bf16: bool = True) -> int:
-    """Converts every experts module of ``model`` (on a CUDA device, bf16 weights) to fp4gemm and
-    switches the model to the ``"fp4gemm"`` experts implementation. Returns how many modules.
+    """Converts every experts module of ``model`` (bf16 weights on a CUDA device; on the CPU the
+    layers are fp4gemm's host reference, exact and slow) to fp4gemm and switches the model to the
+    ``"fp4gemm"`` experts implementation. Returns how many modules.
 
     weights: ``"mxfp4"`` (default) or ``"nvfp4"``; activations: ``"bf16"`` (W4A16, MXFP4 weights
     only: no calibration needed) or ``"fp4"`` (W4A4 in the weights' format; NVFP4 needs the
@@ -312,8 +376,6 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
             continue
         activation, s_alpha, s_limit = act
         w13, w2 = m.gate_up_proj.detach(), m.down_proj.detach()
-        if not w13.is_cuda:
-            raise _argument_error("model", f"{name}: the experts' weights must be on a CUDA device")
         if getattr(m, "is_transposed", False):  # [E, H, 2I] / [E, I, H] -> [E, 2I, H] / [E, H, I]
             w13, w2 = w13.transpose(1, 2), w2.transpose(1, 2)
         w13 = w13.to(torch.bfloat16).contiguous()
@@ -332,9 +394,12 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
         if getattr(m, "has_bias", False):
             kw.update(w13_bias=m.gate_up_proj_bias.detach().to(torch.bfloat16).contiguous(),
                       w2_bias=m.down_proj_bias.detach().to(torch.bfloat16).contiguous())
+            if not w13.is_cuda:  # (host layer: NumPy float32, exact for bf16)
+                kw.update(w13_bias=kw["w13_bias"].float().numpy(), w2_bias=kw["w2_bias"].float().numpy())
         m._fp4gemm_tensors = (p13, s13, p2, s2, g13, g2, kw.get("w13_bias"), kw.get("w2_bias"))
         m._fp4gemm_layer = MoeLayer(p13, s13, p2, s2, **kw)
         m._fp4gemm_max_tokens = max_tokens
+        _register_handle(m)
         if free_bf16:
             for pname in ("gate_up_proj", "down_proj"):
                 setattr(m, pname, torch.nn.Parameter(torch.empty(0, dtype=torch.bfloat16, device=w13.device),
@@ -549,6 +614,7 @@ def _plan_holder(m: Any, c: Any) -> Any:
     m._fp4gemm_layer = MoeLayer(*arrays, **kw)
     m._fp4gemm_max_tokens = c.max_tokens
     m._fp4gemm_device = w13.device
+    _register_handle(m)
     return m._fp4gemm_layer
 
 
