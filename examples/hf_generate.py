@@ -3,8 +3,10 @@
     python examples/hf_generate.py [--model NAME_OR_PATH] [--weights mxfp4|nvfp4] [--tokens 64]
 
 Without --model a small random Qwen3-MoE (real layer shape, 4 layers) is built, so the example runs
-offline; with one, the checkpoint (bf16) is loaded with ``quantization_config=Fp4gemmConfig()``.
-Prints the text (or token ids) and the decode rate with and without fp4gemm's experts.
+offline; with one, the checkpoint is loaded by ``fp4hf.from_pretrained``: a bf16 checkpoint's
+experts quantised on the GPU, a gpt-oss MXFP4 or ModelOpt NVFP4 checkpoint's loaded as they are.
+Prints the text (or token ids) and the decode rate with fp4gemm's experts (--compare: also with
+transformers' bf16 experts, loading the model a second time).
 """
 
 from __future__ import annotations
@@ -37,30 +39,39 @@ def decode_rate(model, ids, tokens):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
-    ap.add_argument("--weights", default="mxfp4", choices=["mxfp4", "nvfp4"])
+    ap.add_argument("--weights", default=None, choices=["mxfp4", "nvfp4"],
+                    help="the experts' format for a bf16 model (default mxfp4, W4A16; nvfp4: W4A4 with unit "
+                         "activation scales, random model only); an FP4 checkpoint keeps its own")
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--compare", action="store_true", help="also time transformers' bf16 experts (--model)")
     args = ap.parse_args()
-    activations = "bf16" if args.weights == "mxfp4" else "fp4"
+    weights = args.weights or "mxfp4"
+    activations = "bf16" if weights == "mxfp4" else "fp4"
     if args.model is None:
         base = small_qwen3_moe()
         ids = torch.randint(0, base.config.vocab_size, (1, 16), device="cuda")
         _, rate_bf16 = decode_rate(base, ids, args.tokens)
-        fp4hf.quantize_experts(base, weights=args.weights, activations=activations, a1_scale=1.0, a2_scale=1.0)
+        fp4hf.quantize_experts(base, weights=weights, activations=activations, a1_scale=1.0, a2_scale=1.0)
         out, rate = decode_rate(base, ids, args.tokens)
         print("token ids:", out[0, ids.shape[1]:].tolist())
     else:
         tok = transformers.AutoTokenizer.from_pretrained(args.model)
         ids = tok("The expert layers of a mixture-of-experts model", return_tensors="pt").input_ids.cuda()
-        base = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, device_map="cuda")
-        _, rate_bf16 = decode_rate(base, ids, args.tokens)
-        del base
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            args.model, dtype=torch.bfloat16, device_map="cuda",
-            quantization_config=fp4hf.Fp4gemmConfig(weights=args.weights, activations=activations))
+        rate_bf16 = None
+        if args.compare:
+            base = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, device_map="cuda")
+            _, rate_bf16 = decode_rate(base, ids, args.tokens)
+            del base
+            torch.cuda.empty_cache()
+        # (an FP4 checkpoint keeps its own format: weights / activations only choose for a bf16 one)
+        model = fp4hf.from_pretrained(args.model, dtype=torch.bfloat16, device_map="cuda",
+                                      weights=None if weights == "nvfp4" else args.weights)
         out, rate = decode_rate(model, ids, args.tokens)
         print(tok.decode(out[0, ids.shape[1]:]))
-    print(f"decode, batch 1: {rate:.1f} tokens/s with fp4gemm experts ({args.weights}, {activations} activations), "
-          f"{rate_bf16:.1f} with transformers' bf16 experts ({torch.cuda.get_device_name()})")
+    line = f"decode, batch 1: {rate:.1f} tokens/s with fp4gemm experts"
+    if rate_bf16 is not None:
+        line += f", {rate_bf16:.1f} with transformers' bf16 experts"
+    print(f"{line} ({torch.cuda.get_device_name()})")
 
 
 if __name__ == "__main__":
