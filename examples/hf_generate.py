@@ -64,8 +64,10 @@ def main():
             del base
             torch.cuda.empty_cache()
         # (an FP4 checkpoint keeps its own format: weights / activations only choose for a bf16 one)
-        model = fp4hf.from_pretrained(args.model, dtype=torch.bfloat16, device_map="cuda",
-                                      weights=None if weights == "nvfp4" else args.weights)
+        if args.weights == "nvfp4":
+            ap.error("--weights nvfp4 with --model: a bf16 checkpoint's W4A4 NVFP4 needs calibrated activation "
+                     "scales (quantize_experts' a1_scale / a2_scale); a ModelOpt NVFP4 checkpoint needs no --weights")
+        model = fp4hf.from_pretrained(args.model, dtype=torch.bfloat16, device_map="cuda", weights=args.weights)
         out, rate = decode_rate(model, ids, args.tokens)
         print(tok.decode(out[0, ids.shape[1]:]))
     line = f"decode, batch 1: {rate:.1f} tokens/s with fp4gemm experts"
