@@ -56,3 +56,29 @@ def test_from_pretrained_with_the_quantization_config(tmp_path):
         la, lb = loaded(ids).logits.float(), ref(ids).logits.float()
     # (not bit for bit: transformers' loading may keep other modules in another dtype or order)
     assert float((la - lb).norm() / lb.norm()) < 1e-2
+
+
+def test_compiled_experts_and_cuda_graphs():
+    """torch.compile(fullgraph=True) (inductor) of a converted experts module: bit for bit its eager
+    output; mode="reduce-overhead" (inductor's CUDA graphs) replays it with new routings."""
+    q = _model("qwen3_moe")
+    fp4hf.quantize_experts(q)
+    experts = next(m for m in q.modules() if hasattr(m, "_fp4gemm_layer"))
+    g = torch.Generator(device="cuda").manual_seed(int(np.random.default_rng().integers(1 << 30)))
+    k, h = q.config.num_experts_per_tok, q.config.hidden_size
+
+    def batch(t):
+        x = torch.randn((t, h), generator=g, device="cuda").to(torch.bfloat16)
+        top = torch.stack([torch.randperm(experts.num_experts, generator=g, device="cuda")[:k] for _ in range(t)])
+        w = torch.softmax(torch.randn((t, k), generator=g, device="cuda"), -1).to(torch.bfloat16)
+        return x, top, w
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        full = torch.compile(experts, fullgraph=True)
+        graphs = torch.compile(experts, mode="reduce-overhead", fullgraph=True)
+        for t in (1, 3, 3, 3, 7):
+            x, top, w = batch(t)
+            want = experts(x, top, w)
+            assert torch.equal(full(x, top, w), want), t
+            assert torch.equal(graphs(x, top, w).clone(), want), t
