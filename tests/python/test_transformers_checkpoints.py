@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -110,62 +111,85 @@ def _gpt_oss(tmp_path, rng):
     return path, sd, ref
 
 
+_MODELOPT_ARCHS = {
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  dict(intermediate_size=512, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2,
+                       head_dim=64)),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                  dict(intermediate_size=512, moe_intermediate_size=128, shared_expert_intermediate_size=256,
+                       num_experts=8, num_experts_per_tok=2)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(intermediate_size=128, num_local_experts=8, num_experts_per_tok=2)),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                    dict(num_hidden_layers=3, first_k_dense_replace=1, intermediate_size=512, moe_intermediate_size=128,
+                         n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
+                         kv_lora_rank=64, q_lora_rank=96, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=64,
+                         num_key_value_heads=4)),
+}
+_EXPERT_KEY = re.compile(r"^(.*\.)experts\.(\d+)\.(\w+)\.weight$")
+
+
+def _dequant_nvfp4(w, s, s2) -> np.ndarray:
+    v = _unpack(w.numpy())
+    return (v.reshape(v.shape[0], -1, 16) * s.float().numpy()[..., None]).reshape(v.shape) * float(s2)
+
+
 def _modelopt(tmp_path, rng, arch):
-    common = dict(vocab_size=256, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-    if arch == "qwen3_moe":
-        cfg = transformers.Qwen3MoeConfig(**common, intermediate_size=512, moe_intermediate_size=128, num_experts=8,
-                                          num_experts_per_tok=2, head_dim=64)
-        names = ("gate_proj", "up_proj", "down_proj")
-        experts_of = (lambda li: f"model.layers.{li}.mlp.experts.")
-    else:
-        cfg = transformers.MixtralConfig(**common, intermediate_size=128, num_local_experts=8, num_experts_per_tok=2)
-        names = ("w1", "w3", "w2")
-        experts_of = (lambda li: f"model.layers.{li}.mlp.experts.")
-    cls = transformers.Qwen3MoeForCausalLM if arch == "qwen3_moe" else transformers.MixtralForCausalLM
+    """A ModelOpt NVFP4 checkpoint of a small random `arch` model (the per-expert linears and every
+    attention o_proj in NVFP4, as ModelOpt writes them), and the reference: the same model with
+    those weights dequantised to bf16. Returns (path, tensors, reference, experts prefixes, names)."""
+    cfg_cls, model_cls, fields = _MODELOPT_ARCHS[arch]
+    cfg = getattr(transformers, cfg_cls)(**{**dict(vocab_size=256, hidden_size=256, num_hidden_layers=2,
+                                                   num_attention_heads=4, num_key_value_heads=2), **fields})
     torch.manual_seed(int(rng.integers(1 << 30)))
-    ref = cls(cfg).to(torch.bfloat16).eval()
-    e, h, i = 8, 256, 128
-    prefix = "model.layers.{}.block_sparse_moe.experts." if arch == "mixtral" else "model.layers.{}.mlp.experts."
+    ref = getattr(transformers, model_cls)(cfg).to(torch.bfloat16).eval()
 
     def linear(n, k):
         w = torch.from_numpy(rng.integers(0, 256, (n, k // 2), dtype=np.uint8))
         codes = rng.integers(0x28, 0x40, (n, k // 16), dtype=np.uint8)  # E4M3 scales in the normal range
-        s = torch.from_numpy(codes).view(torch.float8_e4m3fn)
-        return w, s, torch.tensor(float(rng.uniform(0.5, 2.0)) / 64, dtype=torch.float32)
+        return w, torch.from_numpy(codes).view(torch.float8_e4m3fn), torch.tensor(float(rng.uniform(0.5, 2.0)) / 64)
+
+    found = {}
 
     def replace(sd):
-        out = {k: v for k, v in sd.items() if ".experts." not in k}
-        for li in range(cfg.num_hidden_layers):
-            for ex in range(e):
-                # (gate and up read the same tokens: ModelOpt gives them one input_scale)
-                inputs = [float(rng.uniform(0.01, 0.05))] * 2 + [float(rng.uniform(0.01, 0.05))]
-                for name, inp in zip(names, inputs):
-                    n, k = (h, i) if name in ("down_proj", "w2") else (i, h)
-                    w, s, s2 = linear(n, k)
-                    base = prefix.format(li) + f"{ex}.{name}."
-                    out[base + "weight"], out[base + "weight_scale"], out[base + "weight_scale_2"] = w, s, s2
-                    out[base + "input_scale"] = torch.tensor(inp, dtype=torch.float32)
+        out, inputs = {}, {}
+        for k, v in sd.items():
+            m = _EXPERT_KEY.match(k)
+            if m is None and not k.endswith("self_attn.o_proj.weight"):
+                out[k] = v
+                continue
+            n, kk = v.shape
+            base = k[: -len("weight")]
+            w, sc, s2 = linear(n, kk)
+            out[base + "weight"], out[base + "weight_scale"], out[base + "weight_scale_2"] = w, sc, s2.float()
+            # (gate and up of an expert read the same tokens: ModelOpt gives them one input_scale)
+            key = (m.group(1), m.group(2), m.group(3) in ("down_proj", "w2")) if m else k
+            inputs.setdefault(key, float(rng.uniform(0.01, 0.05)))
+            out[base + "input_scale"] = torch.tensor(inputs[key], dtype=torch.float32)
+            if m:
+                found.setdefault(m.group(1), set()).add(m.group(3))
         return out
 
     path = str(tmp_path / arch)
     sd = _save(ref, path, replace, {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
                                     "exclude_modules": ["lm_head"]})
-    with torch.no_grad():  # the reference's experts: the checkpoint's weights dequantised (W4A16-like)
+    prefixes = sorted(found, key=lambda q: int(q.split(".layers.")[1].split(".")[0]))
+    names = ("gate_proj", "up_proj", "down_proj") if "gate_proj" in found[prefixes[0]] else ("w1", "w3", "w2")
+    e = getattr(cfg, "num_local_experts", None) or cfg.num_experts
+    with torch.no_grad():
         for li, layer in enumerate(ref.model.layers):
-            mods = []
-            for name in names:
-                rows = []
-                for ex in range(e):
-                    base = prefix.format(li) + f"{ex}.{name}."
-                    w = _unpack(sd[base + "weight"].numpy())
-                    s = sd[base + "weight_scale"].float().numpy()
-                    v = (w.reshape(w.shape[0], -1, 16) * s[..., None]).reshape(w.shape) * float(sd[base + "weight_scale_2"])
-                    rows.append(v)
-                mods.append(np.stack(rows))
-            experts = layer.mlp.experts
-            experts.gate_up_proj.copy_(torch.from_numpy(np.concatenate(mods[:2], axis=1)).to(torch.bfloat16))
-            experts.down_proj.copy_(torch.from_numpy(mods[2]).to(torch.bfloat16))
-    return path, sd, ref, [prefix.format(li)[: -len("experts.")] for li in range(cfg.num_hidden_layers)]
+            o = f"model.layers.{li}.self_attn.o_proj."
+            layer.self_attn.o_proj.weight.copy_(torch.from_numpy(
+                _dequant_nvfp4(sd[o + "weight"], sd[o + "weight_scale"], sd[o + "weight_scale_2"])).to(torch.bfloat16))
+            p = next((q for q in prefixes if f".layers.{li}." in q), None)
+            if p is None:
+                continue  # (DeepSeek-V3's dense first layer)
+            mods = [np.stack([_dequant_nvfp4(sd[f"{p}experts.{ex}.{nm}.weight"], sd[f"{p}experts.{ex}.{nm}.weight_scale"],
+                                             sd[f"{p}experts.{ex}.{nm}.weight_scale_2"]) for ex in range(e)])
+                    for nm in names]
+            layer.mlp.experts.gate_up_proj.copy_(torch.from_numpy(np.concatenate(mods[:2], axis=1)).to(torch.bfloat16))
+            layer.mlp.experts.down_proj.copy_(torch.from_numpy(mods[2]).to(torch.bfloat16))
+    return path, sd, ref, prefixes, names
 
 
 def _holders(model):
@@ -242,17 +266,16 @@ def test_gpt_oss_mxfp4_checkpoint_loads_as_it_is(tmp_path, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("arch", ["qwen3_moe", "mixtral"])
+@pytest.mark.parametrize("arch", sorted(_MODELOPT_ARCHS))
 def test_modelopt_nvfp4_checkpoint_loads_as_it_is(tmp_path, device, arch):
     rng = np.random.default_rng()
-    path, sd, ref, prefixes = _modelopt(tmp_path, rng, arch)
+    path, sd, ref, prefixes, names = _modelopt(tmp_path, rng, arch)
     fp4hf.register()  # a plain from_pretrained of a ModelOpt checkpoint then takes fp4gemm's path
     loaded = _load(transformers.AutoModelForCausalLM.from_pretrained, path, device)
     holders = _holders(loaded)
-    assert len(holders) == 2
-    names = ("gate_proj", "up_proj", "down_proj") if arch == "qwen3_moe" else ("w1", "w3", "w2")
+    assert len(holders) == len(prefixes) > 0
     for m, p in zip(holders, prefixes):
-        for ex in (0, 7):
+        for ex in (0, m.num_experts - 1):
             b = f"{p}experts.{ex}."
             assert torch.equal(m.gate_up_proj[ex].cpu(), torch.cat([sd[b + names[0] + ".weight"], sd[b + names[1] + ".weight"]]))
             assert torch.equal(m.gate_up_proj_scale[ex].cpu().view(torch.uint8),
@@ -261,11 +284,13 @@ def test_modelopt_nvfp4_checkpoint_loads_as_it_is(tmp_path, device, arch):
             assert m.gate_up_proj_scale_2[ex, 0] == sd[b + names[0] + ".weight_scale_2"]
             assert m.gate_up_proj_scale_2[ex, 1] == sd[b + names[1] + ".weight_scale_2"]
             assert m.down_proj_scale_2[ex] == sd[b + names[2] + ".weight_scale_2"]
+    for li, layer in enumerate(loaded.model.layers):  # the NVFP4 o_proj dequantised for transformers, exactly
+        assert torch.equal(layer.self_attn.o_proj.weight.cpu(), ref.model.layers[li].self_attn.o_proj.weight), li
     own = []
     for p in prefixes:
         tensors = {k: (v.to(device) if device == "cuda" else (v.view(torch.uint8) if v.dtype == torch.float8_e4m3fn else v).numpy())
                    for k, v in sd.items() if k.startswith(p + "experts.")}
-        own.append(ExpertWeights.from_modelopt(tensors, p).layer(max_tokens=64, topk=2))
+        own.append(ExpertWeights.from_modelopt(tensors, p).layer(max_tokens=64, topk=loaded.config.num_experts_per_tok))
     _compare(loaded, own, ref, device, layer_rel=0.2, min_top1=0.5)
 
 
