@@ -190,6 +190,7 @@ class Config:
     values: str  # gpumode / wide
     a1: float = 1.0
     a2: float = 1.0
+    bias: str = "none"  # expert biases (gpt-oss's): none / bf16 / f32
 
     @property
     def gemm_activation(self) -> str:
@@ -201,7 +202,7 @@ class Config:
 
     def text(self) -> str:
         return (f"{self.fmt}/{self.act} {self.activation} {self.gate_up} {self.scale_layout} E{self.e} H{self.h} "
-                f"I{self.i} {self.values} a1={self.a1} a2={self.a2}")
+                f"I{self.i} {self.values} a1={self.a1} a2={self.a2} bias={self.bias}")
 
 
 def draw_config(d, gpu: bool) -> Config:
@@ -221,7 +222,8 @@ def draw_config(d, gpu: bool) -> Config:
     if act == "nvfp4":
         a1 = d.choice([1.0, 0.5] if gpu else [1.0, 0.5, 0.25])
         a2 = d.choice([1.0, 0.25, 0.125] if gpu else [1.0, 0.5, 0.125])
-    return Config(fmt, act, activation, gate_up, layout, e, h, i, values, a1, a2)
+    bias = d.choice(["none", "none", "bf16", "f32"])
+    return Config(fmt, act, activation, gate_up, layout, e, h, i, values, a1, a2, bias)
 
 
 @dataclasses.dataclass
@@ -236,6 +238,8 @@ class Truth:
     w13_alpha: Optional[np.ndarray] = None  # float32 [E]
     w13_alpha_up: Optional[np.ndarray] = None
     w2_alpha: Optional[np.ndarray] = None
+    w13_bias: Optional[np.ndarray] = None  # float32 [E, 2I] (bf16 values), in w13's row order
+    w2_bias: Optional[np.ndarray] = None  # float32 [E, H]
 
     def copy(self) -> "Truth":
         return Truth(*[None if a is None else a.copy() for a in dataclasses.astuple(self)])
@@ -258,7 +262,28 @@ def random_truth(rng: np.random.Generator, c: Config, alphas: str, gpu: bool) ->
         t.w2_alpha = pool[rng.integers(0, len(pool), c.e)]
         if alphas == "all":
             t.w13_alpha_up = pool[rng.integers(0, len(pool), c.e)]
+    if c.bias != "none":
+        t.w13_bias, t.w2_bias = random_bias(rng, (c.e, 2 * c.i)), random_bias(rng, (c.e, c.h))
     return t
+
+
+def random_bias(rng: np.random.Generator, shape) -> np.ndarray:
+    """Bias values of either sign and magnitudes 2^-4 .. 2^6 (some of them outweigh the products they
+    are added to, so that a bias lost or misplaced shows), bf16 values (the bf16 and float32 arrays
+    hold the same), float32."""
+    mag = np.exp2(rng.uniform(-4.0, 6.0, shape)) * rng.choice([-1.0, 1.0], shape)
+    return mag.astype(np.float32).astype(BF16).astype(np.float32)
+
+
+BIASES = ("w13_bias", "w2_bias")
+
+
+def bias_arrays(c: Config, t: Truth):
+    """The truth's biases as the library gets them (bf16 or float32 copies), or (None, None)."""
+    if c.bias == "none" or t.w13_bias is None:
+        return None, None
+    dt = BF16 if c.bias == "bf16" else np.float32
+    return np.ascontiguousarray(t.w13_bias.astype(dt)), np.ascontiguousarray(t.w2_bias.astype(dt))
 
 
 def live_scales(lin: np.ndarray, layout: str) -> np.ndarray:
@@ -453,6 +478,55 @@ def assert_layer_float64(c: Config, t: Truth, x, ids: np.ndarray, wts: np.ndarra
                            f"layer; first {np.argwhere(bad)[:2].tolist()}: {g_out[bad][:2]} vs {want[bad][:2]}")
 
 
+def assert_biased_layer_float64(c: Config, t: Truth, x, ids: np.ndarray, wts: np.ndarray, got: np.ndarray, what: str,
+                                hidden_fp4=None) -> None:
+    """A layer with expert biases against the float64 layer (biases added before the activation
+    and to each pair's y before the combine; the intermediate rounded to bf16 and, W4A4, quantised
+    by fp4gemm.quantize's rule as the layer does), in relative L2 over the output -- the
+    composition of host pieces has no bias to be compared with bit for bit. The GPU tier compares
+    the device layer with the host layer on the same biases."""
+    tt, k = ids.shape
+    if tt == 0:
+        return
+    a1 = c.a1 if c.act == "nvfp4" else 1.0
+    a2 = c.a2 if c.act == "nvfp4" else 1.0
+    if c.act == "bf16":
+        xq = np.asarray(x).astype(np.float64)
+    else:
+        q, s = hidden_fp4 if hidden_fp4 is not None else fp4gemm.quantize(np.asarray(x).astype(np.float32), c.fmt,
+                                                                          global_scale=a1)
+        xq = dq(q, s, c.fmt) * a1
+    one = np.ones(c.e)
+    ga = t.w13_alpha.astype(np.float64) if t.w13_alpha is not None else one
+    ua = t.w13_alpha_up.astype(np.float64) if t.w13_alpha_up is not None else ga
+    da = t.w2_alpha.astype(np.float64) if t.w2_alpha is not None else one
+    wf = np.asarray(wts).astype(np.float64)
+    want = np.zeros((tt, c.h))
+    for e in range(c.e):
+        tok, slot = np.nonzero(ids == e)
+        if len(tok) == 0:
+            continue
+        w13 = dq(t.w13[e], t.s13[e], c.fmt)
+        b = t.w13_bias[e].astype(np.float64)
+        if c.gate_up == "interleaved":
+            gw, uw, bg, bu = w13[0::2], w13[1::2], b[0::2], b[1::2]
+        else:
+            gw, uw, bg, bu = w13[: c.i], w13[c.i:], b[: c.i], b[c.i:]
+        xs = xq[tok]
+        mid = _act64(c.activation, ga[e] * (xs @ gw.T) + bg, ua[e] * (xs @ uw.T) + bu)
+        mid = mid.astype(np.float32).astype(BF16).astype(np.float64)
+        if c.act != "bf16":
+            q, s = fp4gemm.quantize(mid.astype(np.float32), c.fmt, global_scale=a2)
+            mid = dq(q, s, c.fmt) * a2
+        y = ((mid @ dq(t.w2[e], t.s2[e], c.fmt).T) * da[e]).astype(np.float32).astype(BF16).astype(np.float64)
+        np.add.at(want, tok, wf[tok, slot][:, None] * (y + t.w2_bias[e].astype(np.float64)))
+    g = np.asarray(got).astype(np.float64)
+    assert np.isfinite(g).all(), f"{what}: non-finite output"
+    r = rel_error(g, want)
+    bound = 2.0**-6 if c.act == "bf16" else 2.0**-3  # (W4A4: a one-ulp intermediate may move a block's scale)
+    assert r < bound, f"{what}: relative error {r:.3g} against the float64 layer with biases (bound {bound:.3g})"
+
+
 def rel_error(got: np.ndarray, want: np.ndarray) -> float:
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
@@ -618,8 +692,9 @@ def host_layer(c: Config, t: Truth, max_tokens: int, topk: int) -> "moe.MoeLayer
     t = t.copy()
     kw = c.layer_kwargs()
     kw["scale_layout"] = "linear"
+    b13, b2 = bias_arrays(c, t)
     return moe.MoeLayer(t.w13, t.s13, t.w2, t.s2, max_tokens=max(max_tokens, 1), topk=topk, w13_alpha=t.w13_alpha,
-                        w13_alpha_up=t.w13_alpha_up, w2_alpha=t.w2_alpha, **kw)
+                        w13_alpha_up=t.w13_alpha_up, w2_alpha=t.w2_alpha, w13_bias=b13, w2_bias=b2, **kw)
 
 
 def host_gemm(t_w: np.ndarray, t_lin: np.ndarray, fmt: str, **kw) -> "moe.MoeGemm":

@@ -256,6 +256,7 @@ class HostSequence:
                     s2=S.live_scales(t.s2, c.scale_layout))
         for k in ALPHAS:
             live[k] = None if getattr(t, k) is None else getattr(t, k).copy()
+        live["w13_bias"], live["w2_bias"] = S.bias_arrays(c, t)
         return live, None
 
     def add_set(self, c, t, live, base=None):
@@ -301,7 +302,8 @@ class HostSequence:
         lv = ws.live
         layer = moe.MoeLayer(lv["w13"], lv["s13"], lv["w2"], lv["s2"], max_tokens=max_tokens, topk=topk,
                              w13_alpha=lv["w13_alpha"], w13_alpha_up=lv["w13_alpha_up"], w2_alpha=lv["w2_alpha"],
-                             batch_invariant=invariant, decode_tokens=decode, **c.layer_kwargs())
+                             w13_bias=lv["w13_bias"], w2_bias=lv["w2_bias"], batch_invariant=invariant,
+                             decode_tokens=decode, **c.layer_kwargs())
         self.call()
         rec = Rec(f"L{next(self.ids)}", "layer", layer, ws, max_tokens=max_tokens, topk=topk)
         self.log(f"build {rec.name} = MoeLayer({ws.name}, max_tokens={max_tokens}, topk={topk}, "
@@ -386,6 +388,11 @@ class HostSequence:
         t = ids.shape[0]
         assert got.shape == (t, c.h) and got.dtype == BF16, (what, got.shape, got.dtype)
         assert not np.isnan(got.astype(np.float32)).any(), f"{what}: NaN in the output (no input holds NaN)"
+        if truth.w13_bias is not None:  # (the host pieces take no biases: the float64 layer with them)
+            S.assert_biased_layer_float64(c, truth, x, ids, wts, got, what, hidden_fp4)
+            S.count(self.tier, "results with biases")
+            self.checked()
+            return
         want, inter = S.compose_layer(c, truth, x, ids, wts, hidden_fp4, with_inter=True)
         same = S.bf16_bits(got) == S.bf16_bits(want)
         assert same.all(), (f"{what}: {int((~same).sum())} of {same.size} elements differ from the composition "
@@ -567,7 +574,7 @@ class HostSequence:
         got = moe.fused_experts(x, lv["w13"], lv["s13"], lv["w2"], lv["s2"], wts, ids, activation=c.activation,
                                 act_format=c.act, gate_up=c.gate_up, scale_layout=c.scale_layout,
                                 w13_alpha=lv["w13_alpha"], w13_alpha_up=lv["w13_alpha_up"], w2_alpha=lv["w2_alpha"],
-                                a1_scale=c.a1, a2_scale=c.a2, out=out)
+                                a1_scale=c.a1, a2_scale=c.a2, w13_bias=lv["w13_bias"], w2_bias=lv["w2_bias"], out=out)
         if out is not None:
             assert got is out
         self.call()
@@ -615,7 +622,8 @@ class HostSequence:
             used = [w for w in self.attached_sets() if any(o.ws is w for o in self.objs)]
             ws = self.d.choice(used) if used and self.d.integer(0, 3) else self.pick_set()
         c, t = ws.cfg, ws.truth
-        allowed = ["w13", "s13", "w2", "s2"] + [k for k in ALPHAS if getattr(t, k) is not None]
+        allowed = (["w13", "s13", "w2", "s2"] + [k for k in ALPHAS if getattr(t, k) is not None]
+                   + [k for k in S.BIASES if getattr(t, k) is not None])
         what = self.d.choice(allowed + ["all"])
         lo = self.d.integer(0, c.e - 1)
         hi = self.d.integer(lo + 1, c.e)
@@ -631,6 +639,11 @@ class HostSequence:
                 new = pool[self.rng.integers(0, len(pool), n)].astype(np.float32)
                 getattr(t, name)[lo:hi] = new
                 self.write(ws.base[name], slice(lo, hi), new, how)
+                continue
+            if name in S.BIASES:  # (read at every run: no reload needed, documented)
+                new = S.random_bias(self.rng, (n,) + getattr(t, name).shape[1:])
+                getattr(t, name)[lo:hi] = new
+                self.write(ws.base[name], slice(lo, hi), new.astype(BF16 if c.bias == "bf16" else np.float32), how)
                 continue
             if name == "w13":
                 new = S.rand_fp4(self.rng, (n, 2 * c.i, c.h // 2), values)
@@ -839,6 +852,8 @@ class GpuSequence(HostSequence):
             live["s13"], live["s2"] = base["s13"].view(f8), base["s2"].view(f8)
         for k in ALPHAS:
             live[k] = base[k] = self.dev(getattr(t, k))
+        for k, a in zip(S.BIASES, S.bias_arrays(c, t)):
+            live[k] = base[k] = self.dev(a)
         return live, base
 
     # -- results --
@@ -964,7 +979,7 @@ class GpuSequence(HostSequence):
         c, lv = ws.cfg, ws.live
         kw = dict(activation=c.activation, act_format=c.act, gate_up=c.gate_up, scale_layout=c.scale_layout,
                   w13_alpha=lv["w13_alpha"], w13_alpha_up=lv["w13_alpha_up"], w2_alpha=lv["w2_alpha"],
-                  a1_scale=c.a1, a2_scale=c.a2)
+                  a1_scale=c.a1, a2_scale=c.a2, w13_bias=lv.get("w13_bias"), w2_bias=lv.get("w2_bias"))
         if via == "ops":
             from fp4gemm import ops
 
