@@ -83,7 +83,12 @@ def experts_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weigh
 def _run_layer(layer: Any, cap: int, hidden_states: Any, ids: Any, weights: Any) -> Any:
     """bf16 [T, H] out of the layer for any T (slices of `cap` tokens)."""
     if layer.on_host:  # (a checkpoint loaded on the CPU: fp4gemm's host reference, exact and slow)
-        return _run_on_host(layer, hidden_states, ids, weights)
+        import torch
+
+        t = hidden_states.shape[0]
+        parts = [_run_on_host(layer, hidden_states[s:s + cap], ids[s:s + cap], weights[s:s + cap])
+                 for s in range(0, max(t, 1), cap)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
     x = hidden_states
     if x.dtype != layer_dtype():
         x = x.to(layer_dtype())
@@ -100,7 +105,7 @@ def _run_layer(layer: Any, cap: int, hidden_states: Any, ids: Any, weights: Any)
 
 # torch.compile's view of a layer: the op fp4gemm::experts_layer_run(x, ids, weights, layer) with
 # `layer` an int handle into this table (a module's handle is a constant to the compiled graph).
-_HANDLES: dict = {}  # handle -> (weakref to the module, its layer at registration)
+_HANDLES: dict = {}  # handle -> weak reference to the experts module (its layer is looked up at each call)
 _OP: list = []
 
 
