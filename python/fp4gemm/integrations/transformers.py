@@ -580,6 +580,21 @@ def _plan_holder(m: Any, c: Any) -> Any:
     from ..moe import MoeLayer
 
     e, h, i = m.num_experts, m.hidden_dim, m.intermediate_dim
+    # transformers skips its shape check when a quantizer loads: what the checkpoint put here is
+    # checked now (a bf16 expert excluded from quantisation, a different layout, a truncated file)
+    vec = 32 if m.fp4gemm_format == "mxfp4" else 16
+    want = ({"gate_up_proj_blocks": ((e, 2 * i, h // 32, 16), torch.uint8), "gate_up_proj_scales": ((e, 2 * i, h // 32), torch.uint8),
+             "down_proj_blocks": ((e, h, i // 32, 16), torch.uint8), "down_proj_scales": ((e, h, i // 32), torch.uint8)}
+            if m.fp4gemm_format == "mxfp4" else
+            {"gate_up_proj": ((e, 2 * i, h // 2), torch.uint8), "gate_up_proj_scale": ((e, 2 * i, h // vec), None),
+             "down_proj": ((e, h, i // 2), torch.uint8), "down_proj_scale": ((e, h, i // vec), None),
+             "gate_up_proj_scale_2": ((e, 2), None), "down_proj_scale_2": ((e,), None)})
+    for tname, (shape, dtype) in want.items():
+        got = getattr(m, tname)
+        if tuple(got.shape) != shape or (dtype is not None and got.dtype != dtype):
+            raise _argument_error("pretrained_model_name_or_path",
+                                  f"{m.fp4gemm_name}.{tname}: the checkpoint gave {got.dtype} {tuple(got.shape)}, expected "
+                                  f"{dtype or 'float'} {shape} (packed {m.fp4gemm_format.upper()} experts)")
     kw = dict(max_tokens=c.max_tokens, topk=m.fp4gemm_topk, scale_layout="linear", decode_tokens=c.decode_tokens)
     if m.fp4gemm_format == "mxfp4":
         w13, s13 = m.gate_up_proj_blocks.view(e, 2 * i, h // 2), m.gate_up_proj_scales
