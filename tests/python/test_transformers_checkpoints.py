@@ -344,3 +344,17 @@ def test_experts_compile_without_graph_breaks(tmp_path, device):
         want_b = block(h)[0]
         got_b = torch.compile(block, fullgraph=True, backend="aot_eager")(h)[0]
         assert torch.equal(got_b, want_b)
+
+
+def test_a_checkpoint_tensor_of_the_wrong_shape_is_named(tmp_path):
+    """transformers does not check shapes when a quantizer loads: fp4gemm checks what landed in its
+    experts before planning and names the tensor."""
+    rng = np.random.default_rng()
+    path, sd, _ = _gpt_oss(tmp_path, rng)
+    f = os.path.join(path, "model.safetensors")
+    tensors = safetensors_torch.load_file(f)
+    key = "model.layers.1.mlp.experts.down_proj_blocks"
+    tensors[key] = tensors[key][:, :-32].contiguous()  # a row block short
+    safetensors_torch.save_file(tensors, f)
+    with pytest.raises(fp4gemm.ArgumentError, match="down_proj_blocks"):
+        fp4hf.from_pretrained(path, dtype=torch.bfloat16)
