@@ -413,6 +413,25 @@ def glu_tolerance(g, u, sg, su, k, want, mant):
     return 2.0**-mant * (np.abs(want) + err) + err + 8 * U32 * np.abs(want) + 1e-37
 
 
+def _float64_inputs(c: Config, t: Truth, x, wts: np.ndarray, hidden_fp4=None):
+    """The float64 layers' inputs: a2, the tokens as GEMM1 reads them (W4A4: quantised by
+    fp4gemm.quantize's rule, global scale a1), the per-expert alphas (gate, up, down) and the
+    routing weights."""
+    a1 = c.a1 if c.act == "nvfp4" else 1.0
+    a2 = c.a2 if c.act == "nvfp4" else 1.0
+    if c.act == "bf16":
+        xq = np.asarray(x).astype(np.float64)
+    else:
+        q, s = hidden_fp4 if hidden_fp4 is not None else fp4gemm.quantize(np.asarray(x).astype(np.float32), c.fmt,
+                                                                          global_scale=a1)
+        xq = dq(q, s, c.fmt) * a1
+    one = np.ones(c.e)
+    ga = t.w13_alpha.astype(np.float64) if t.w13_alpha is not None else one
+    ua = t.w13_alpha_up.astype(np.float64) if t.w13_alpha_up is not None else ga
+    da = t.w2_alpha.astype(np.float64) if t.w2_alpha is not None else one
+    return a2, xq, ga, ua, da, np.asarray(wts).astype(np.float64)
+
+
 def assert_layer_float64(c: Config, t: Truth, x, ids: np.ndarray, wts: np.ndarray, got: np.ndarray, inter_pairs,
                          what: str, hidden_fp4=None) -> None:
     """The layer in float64 with NumPy, an independent check (decoders from SPEC; float64 products,
@@ -430,19 +449,7 @@ def assert_layer_float64(c: Config, t: Truth, x, ids: np.ndarray, wts: np.ndarra
     g_out = np.asarray(got).astype(np.float64)
     if tt == 0:
         return
-    a1 = c.a1 if c.act == "nvfp4" else 1.0
-    a2 = c.a2 if c.act == "nvfp4" else 1.0
-    if c.act == "bf16":
-        xq = np.asarray(x).astype(np.float64)
-    else:
-        q, s = hidden_fp4 if hidden_fp4 is not None else fp4gemm.quantize(np.asarray(x).astype(np.float32), c.fmt,
-                                                                          global_scale=a1)
-        xq = dq(q, s, c.fmt) * a1
-    one = np.ones(c.e)
-    ga = t.w13_alpha.astype(np.float64) if t.w13_alpha is not None else one
-    ua = t.w13_alpha_up.astype(np.float64) if t.w13_alpha_up is not None else ga
-    da = t.w2_alpha.astype(np.float64) if t.w2_alpha is not None else one
-    wf = np.asarray(wts).astype(np.float64)
+    a2, xq, ga, ua, da, wf = _float64_inputs(c, t, x, wts, hidden_fp4)
     want = np.zeros((tt, c.h))
     slack = np.zeros((tt, c.h))  # sum_j |w_j| * one ulp of y_j
     mag = np.zeros((tt, c.h))  # sum_j |w_j y_j|
@@ -488,19 +495,7 @@ def assert_biased_layer_float64(c: Config, t: Truth, x, ids: np.ndarray, wts: np
     tt, k = ids.shape
     if tt == 0:
         return
-    a1 = c.a1 if c.act == "nvfp4" else 1.0
-    a2 = c.a2 if c.act == "nvfp4" else 1.0
-    if c.act == "bf16":
-        xq = np.asarray(x).astype(np.float64)
-    else:
-        q, s = hidden_fp4 if hidden_fp4 is not None else fp4gemm.quantize(np.asarray(x).astype(np.float32), c.fmt,
-                                                                          global_scale=a1)
-        xq = dq(q, s, c.fmt) * a1
-    one = np.ones(c.e)
-    ga = t.w13_alpha.astype(np.float64) if t.w13_alpha is not None else one
-    ua = t.w13_alpha_up.astype(np.float64) if t.w13_alpha_up is not None else ga
-    da = t.w2_alpha.astype(np.float64) if t.w2_alpha is not None else one
-    wf = np.asarray(wts).astype(np.float64)
+    a2, xq, ga, ua, da, wf = _float64_inputs(c, t, x, wts, hidden_fp4)
     want = np.zeros((tt, c.h))
     for e in range(c.e):
         tok, slot = np.nonzero(ids == e)

@@ -28,6 +28,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch", reason="safetensors
 import fp4gemm  # noqa: E402
 from fp4gemm.experts import ExpertWeights  # noqa: E402
 from fp4gemm.integrations import transformers as fp4hf  # noqa: E402
+from hf_models import _ARCHS, _COMMON  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 try:
@@ -111,21 +112,8 @@ def _gpt_oss(tmp_path, rng):
     return path, sd, ref
 
 
-_MODELOPT_ARCHS = {
-    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
-                  dict(intermediate_size=512, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2,
-                       head_dim=64)),
-    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
-                  dict(intermediate_size=512, moe_intermediate_size=128, shared_expert_intermediate_size=256,
-                       num_experts=8, num_experts_per_tok=2)),
-    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
-                dict(intermediate_size=128, num_local_experts=8, num_experts_per_tok=2)),
-    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
-                    dict(num_hidden_layers=3, first_k_dense_replace=1, intermediate_size=512, moe_intermediate_size=128,
-                         n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
-                         kv_lora_rank=64, q_lora_rank=96, qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=64,
-                         num_key_value_heads=4)),
-}
+# the SiLU architectures of the GPU test's small models (gpt-oss's experts are MXFP4 in its own format)
+_MODELOPT_ARCHS = {arch: spec for arch, spec in _ARCHS.items() if arch != "gpt_oss"}
 _EXPERT_KEY = re.compile(r"^(.*\.)experts\.(\d+)\.(\w+)\.weight$")
 
 
@@ -139,8 +127,7 @@ def _modelopt(tmp_path, rng, arch):
     attention o_proj in NVFP4, as ModelOpt writes them), and the reference: the same model with
     those weights dequantised to bf16. Returns (path, tensors, reference, experts prefixes, names)."""
     cfg_cls, model_cls, fields = _MODELOPT_ARCHS[arch]
-    cfg = getattr(transformers, cfg_cls)(**{**dict(vocab_size=256, hidden_size=256, num_hidden_layers=2,
-                                                   num_attention_heads=4, num_key_value_heads=2), **fields})
+    cfg = getattr(transformers, cfg_cls)(**{**_COMMON, **fields})
     torch.manual_seed(int(rng.integers(1 << 30)))
     ref = getattr(transformers, model_cls)(cfg).to(torch.bfloat16).eval()
 
