@@ -41,18 +41,18 @@ __device__ __forceinline__ int run_tokens(const DecodeLayerArgs& a) {
   return a.token_count != nullptr ? min(a.tokens, max(*a.token_count, 0)) : a.tokens;
 }
 
-// Fills r (all threads of the CTA call it; it ends with a barrier).
-__device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r) {
+// Thread p's pair id as the caller wrote it (p < the launch's T * k, else -1): a load that can be
+// issued before anything else the CTA waits for (it does not depend on the run's token count).
+__device__ __forceinline__ long long load_pair_id(const DecodeLayerArgs& a) {
+  const int p = threadIdx.x;
+  if (p >= kDecodeMaxPairs || p >= a.tokens * a.topk) return -1;
+  return a.ids_int64 ? static_cast<const long long*>(a.ids)[p] : static_cast<long long>(static_cast<const int*>(a.ids)[p]);
+}
+
+// Fills r from the ids load_pair_id read (all threads of the CTA call it; it ends with a barrier).
+__device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long long v) {
   const int k = a.topk, P = T * k, p = threadIdx.x;
-  if (p < kDecodeMaxPairs) {
-    int e = -1;
-    if (p < P) {
-      const long long v = a.ids_int64 ? static_cast<const long long*>(a.ids)[p]
-                                      : static_cast<long long>(static_cast<const int*>(a.ids)[p]);
-      if (v >= 0 && v < a.experts) e = static_cast<int>(v);
-    }
-    r.id[p] = e;
-  }
+  if (p < kDecodeMaxPairs) r.id[p] = p < P && v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
   __syncthreads();
   // token t's pick of key (e, o): its j, or -1
   auto match = [&](int t, int e, int o) {
@@ -91,6 +91,7 @@ template <Format F>
 __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerArgs a) {
   __shared__ Routing r;
   extern __shared__ uint4 x_staged[];  // [decode tokens][hpad], stored in the B pairing, zero-padded
+  const long long id = load_pair_id(a);  // (in flight with the tokens' loads below)
   const int T = run_tokens(a), k = a.topk;
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int hpad = (H + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
     }
     x_staged[v] = w;
   }
-  read_routing(a, T, r);  // (ends with a barrier: the staged tokens are complete too)
+  read_routing(a, T, r, id);  // (ends with a barrier: the staged tokens are complete too)
   const int groups = I / 8;
   const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.blocked_scales, a.zero_row};
   const std::int64_t w_stride = std::int64_t{2} * I * (H / 2);
@@ -150,8 +151,9 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
 template <Format F>
 __global__ void __launch_bounds__(kThreads, 4) decode_down_combine(const DecodeLayerArgs a) {
   __shared__ Routing r;
+  const long long id = load_pair_id(a);
   const int T = run_tokens(a), k = a.topk;
-  read_routing(a, T, r);
+  read_routing(a, T, r, id);
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int S = r.slots, blocks = H / 16;
   if (S == 0) {  // no pair routed anywhere: every present token's row is zero
