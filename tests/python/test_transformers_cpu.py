@@ -27,8 +27,7 @@ def test_quantize_experts_on_the_cpu(arch):
     assert converted == _experts_modules(ref) > 0
     assert q.config._experts_implementation == "fp4gemm"
     assert _dequantised_into(ref, q) == converted
-    # (48 positions: one flipped near tie is 2 %; the CPU's bf16 GEMMs round otherwise than the GPU's)
-    compare_with_dequantised(arch, ref, q, "cpu", prompts=2, length=24, generate=False, max_rel=0.1, min_top1=0.9)
+    compare_with_dequantised(arch, ref, q, "cpu", prompts=2, length=24, generate=False, max_rel=0.1)
     with torch.no_grad():  # generate() runs (8 greedy tokens)
         out = q.generate(torch.zeros((1, 4), dtype=torch.long), max_new_tokens=8, do_sample=False)
     assert out.shape == (1, 12)
