@@ -49,6 +49,7 @@ results is printed at the end of the module (and in the terminal summary)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import os
@@ -1085,7 +1086,7 @@ class GpuSequence(HostSequence):
         quantiser's output. MXFP4 weights scaled x16 have scale codes > 128, so a plan that read
         stale or unwritten scales (codes <= 128: one multiply) fails check() or the comparison."""
         torch = self.torch
-        c = cfg or S.draw_config(self.d, True)
+        c = dataclasses.replace(cfg or S.draw_config(self.d, True), bias="none")  # (the quantiser's weights only)
         big = c.fmt == "mxfp4" and self.d.boolean()
         mult = 16.0 if big else 1.0
         topk = self.d.integer(1, min(c.e, 4))
@@ -1107,7 +1108,8 @@ class GpuSequence(HostSequence):
             layer = moe.MoeLayer(w13, s13, w2, s2, max_tokens=t, topk=topk, **kw)
             got = layer.run(xd, idsd, wtsd)
         else:
-            live = dict(w13=w13, s13=s13, w2=w2, s2=s2, w13_alpha=None, w13_alpha_up=None, w2_alpha=None)
+            live = dict(w13=w13, s13=s13, w2=w2, s2=s2, w13_alpha=None, w13_alpha_up=None, w2_alpha=None,
+                        w13_bias=None, w2_bias=None)
             got = self.fused(via, WeightSet("tmp", c, None, live), xd, idsd, wtsd)
         self.call(5)
         torch.cuda.synchronize()
@@ -1127,7 +1129,8 @@ class GpuSequence(HostSequence):
             assert truth.s13.max() > 128, "the x16 MXFP4 weights were meant to have scale codes > 128"
         self.check_layer_result(f"quantised-then-{via}", c, truth, x, ids, wts, got)
         ws = WeightSet(f"W{next(self.ids)}", c, truth, dict(w13=w13, s13=s13, w2=w2, s2=s2, w13_alpha=None,
-                                                             w13_alpha_up=None, w2_alpha=None))
+                                                             w13_alpha_up=None, w2_alpha=None, w13_bias=None,
+                                                             w2_bias=None))
         if len(self.sets) >= self.MAX_SETS:
             old = self.sets.pop(0)
             old.live = old.base = None
