@@ -248,35 +248,29 @@ __device__ __forceinline__ void load(Stage<XS>& st, Cursor<XS>& cur, const Opera
 // too and measured 1-4 % slower on the H200).
 constexpr int kStages = 3;
 
-// Warp-level stream-K over `units` units of `n` chunks each: warp w of W takes a balanced share of
-// the flattened chunks (C = units * n < 2^31; W is capped at C, so no share is empty), walking
-// unit boundaries without draining its loads.
-//
-// A unit the warp covers whole goes to store(u, acc) at once. A split unit's piece is written to
-// `records` (two 128-float records per warp: its first and its last unit). Nothing waits while the
-// warp streams: after its last chunk the warp fences once, arrives on counters[u] for its split
-// pieces (the last piece to arrive -- which resets the counter -- adds the pieces in warp order and
-// calls store: deterministic for a given (C, W)), and, if kArrive, fences again and calls
-// arrive(u, valid) -- warp-wide, each lane naming its own unit u where valid -- for every unit it
-// stored (whole or as the last piece), up to 32 at a time.
-template <Format F, class XS, bool kArrive, class UnitOf, class Ready, class Store, class Arrive>
-__device__ __forceinline__ void stream_units(int units, int n, const Operand& op, UnitOf unit_of, Ready ready,
-                                             Store store, Arrive arrive, float* __restrict__ records,
-                                             unsigned* __restrict__ counters, int w, int W) {
-  // Balanced shares without 64-bit division: warp w starts at w * base + min(w, extra).
-  const int C = units * n;
-  if (W > C) W = C;
-  if (w >= W) return;
-  const int base = C / W, extra = C % W;
-  auto start_of = [&](int v) { return v * base + min(v, extra); };
-  auto warp_of = [&](int x) {  // the warp whose share holds chunk x
+// Balanced shares of C items over W takers: taker v starts at v * base + min(v, extra) (no 64-bit
+// division).
+struct Shares {
+  int base, extra;
+  __device__ __forceinline__ Shares(int C, int W) : base(C / W), extra(C % W) {}
+  __device__ __forceinline__ int start(int v) const { return v * base + min(v, extra); }
+  __device__ __forceinline__ int owner(int x) const {  // the taker whose share holds item x
     const int big = extra * (base + 1);
     return x < big ? x / (base + 1) : extra + (x - big) / base;
-  };
-  const int c0 = start_of(w), c1 = start_of(w + 1);
+  }
+};
+
+// One warp's share: chunks [c0, c1) of the flattened (unit, chunk) list (unit u = chunk / n),
+// walked without draining its loads across unit boundaries. A unit the share covers whole goes to
+// store(u, acc) at once; a piece of a split unit (the share's first or last unit) is written to
+// rec_first / rec_last (128 floats: lane-major float4) and flagged in split_first / split_last.
+template <Format F, class XS, class UnitOf, class Ready, class Store>
+__device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit_of, Ready ready, Store store,
+                                           float* rec_first, float* rec_last, int c0, int c1, bool& split_first,
+                                           bool& split_last) {
   const int lane = threadIdx.x % 32, c = lane % 4;
   const int total = c1 - c0;
-  const int first = c0 / n, last = (c1 - 1) / n;
+  const int first = c0 / n;
   int lu = first, lleft = n - c0 % n;  // load side: unit, chunks left in it
   int cu = first, cleft = lleft;       // multiply side
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
@@ -291,12 +285,9 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
       if (++lu * n < c1) cur = cursor<F, XS>(unit_of(lu), op, 0, c);
     }
   };
-  auto record = [&](int slot) -> float* { return records + (static_cast<long long>(w) * 2 + slot) * 128; };
-
   // The ring: the loop walks st[0], st[1], st[2], ... round and round, across unit boundaries
   // (no rotation of registers, one copy of consume per ring slot: each is ~200 instructions, and
   // the instruction cache was a measurable stall). A unit's last chunk ends its piece.
-  bool split_first = false, split_last = false;
   auto piece_end = [&](bool at_unit_end) {
     float v[4];
 #pragma unroll
@@ -306,7 +297,7 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
     } else {  // a piece: recorded now, handed over after the last chunk
       const bool is_first = cu == first;
       (is_first ? split_first : split_last) = true;
-      *reinterpret_cast<float4*>(record(is_first ? 0 : 1) + lane * 4) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>((is_first ? rec_first : rec_last) + lane * 4) = make_float4(v[0], v[1], v[2], v[3]);
     }
     ++cu, cleft = n, whole = true;
   };
@@ -330,6 +321,78 @@ __device__ __forceinline__ void stream_units(int units, int n, const Operand& op
     }
   }
   if (cleft != n) piece_end(false);  // the share ends inside a unit
+}
+
+// CTA-level stream-K: CTA b takes a balanced share of whole units; its warps split the CTA's
+// chunks evenly and hand split units over through shared memory (`records`: [warps][2][128]
+// floats), one barrier, no global fences or atomics. The warp holding a split unit's last piece
+// adds the pieces in warp order and calls store: deterministic for a given (units, grid). Every
+// thread of the CTA must call it.
+template <Format F, class XS, class UnitOf, class Ready, class Store>
+__device__ __forceinline__ void stream_units_cta(int units, int n, const Operand& op, UnitOf unit_of, Ready ready,
+                                                 Store store, float* __restrict__ records) {
+  const Shares su(units, gridDim.x);
+  const int u0 = su.start(blockIdx.x), u1 = su.start(blockIdx.x + 1);
+  const int C = (u1 - u0) * n, w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int W = min(static_cast<int>(blockDim.x / 32), C);
+  if (W <= 0) return;  // (the whole CTA: no units)
+  const Shares sw(C, W);
+  auto rec = [&](int q, int slot) { return records + (q * 2 + slot) * 128; };
+  bool split_first = false, split_last = false;
+  int first = 0, last = -1;
+  if (w < W) {
+    const int c0 = u0 * n + sw.start(w), c1 = u0 * n + sw.start(w + 1);
+    first = c0 / n, last = (c1 - 1) / n;
+    walk_share<F, XS>(n, op, unit_of, ready, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last);
+  }
+  __syncthreads();
+  // the split units whose last piece is this warp's: its first unit (if it is also another warp's)
+  // and its last unit (if split)
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    const bool split = which == 0 ? split_first : split_last && last != first;
+    if (!split) continue;
+    const int u = which == 0 ? first : last;
+    const int wf = sw.owner(u * n - u0 * n), wl = sw.owner(u * n + n - 1 - u0 * n);
+    if (wl != w) continue;
+    float v[4];
+    for (int q = wf; q <= wl; ++q) {
+      const int qfirst = (u0 * n + sw.start(q)) / n;
+      const float4 p = reinterpret_cast<const float4*>(rec(q, u == qfirst ? 0 : 1))[lane];
+      if (q == wf) v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w;
+      else v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
+    }
+    store(u, v);
+  }
+}
+
+// Warp-level stream-K over `units` units of `n` chunks each: warp w of W takes a balanced share of
+// the flattened chunks (C = units * n < 2^31; W is capped at C, so no share is empty), walking
+// unit boundaries without draining its loads.
+//
+// A unit the warp covers whole goes to store(u, acc) at once. A split unit's piece is written to
+// `records` (two 128-float records per warp: its first and its last unit). Nothing waits while the
+// warp streams: after its last chunk the warp fences once, arrives on counters[u] for its split
+// pieces (the last piece to arrive -- which resets the counter -- adds the pieces in warp order and
+// calls store: deterministic for a given (C, W)), and, if kArrive, fences again and calls
+// arrive(u, valid) -- warp-wide, each lane naming its own unit u where valid -- for every unit it
+// stored (whole or as the last piece), up to 32 at a time.
+template <Format F, class XS, bool kArrive, class UnitOf, class Ready, class Store, class Arrive>
+__device__ __forceinline__ void stream_units(int units, int n, const Operand& op, UnitOf unit_of, Ready ready,
+                                             Store store, Arrive arrive, float* __restrict__ records,
+                                             unsigned* __restrict__ counters, int w, int W) {
+  const int C = units * n;
+  if (W > C) W = C;
+  if (w >= W) return;
+  const Shares sh(C, W);
+  auto start_of = [&](int v) { return sh.start(v); };
+  auto warp_of = [&](int x) { return sh.owner(x); };
+  const int c0 = start_of(w), c1 = start_of(w + 1);
+  const int lane = threadIdx.x % 32;
+  const int first = c0 / n, last = (c1 - 1) / n;
+  auto record = [&](int slot) -> float* { return records + (static_cast<long long>(w) * 2 + slot) * 128; };
+  bool split_first = false, split_last = false;
+  walk_share<F, XS>(n, op, unit_of, ready, store, record(0), record(1), c0, c1, split_first, split_last);
 
   // Hand-offs, once the warp has nothing in flight. Lane 0 arrives for the first unit's piece,
   // lane 1 for the last's, at the same time.

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "device/decode_stream.cuh"
 #include "device/glu.hpp"
@@ -87,8 +88,11 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
 // ---- kernel 1: gate/up of (slot, 8 intermediates) units, then the GLU ------------------------
 // A unit's A rows: gate (g) and up (g + 8) of intermediate 8 ig + g, so a lane holds the gate and
 // up of the same (intermediate, token) and the GLU needs no exchange.
-template <Format F>
-__global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerArgs a) {
+// kCta: 16 warps per CTA, one CTA per SM, CTA-level stream-K (whole units per CTA, split units
+// handed over in shared memory); else 4 warps per CTA, grid-wide warp-level stream-K.
+constexpr int kCtaWarps1 = 16;
+template <Format F, bool kCta>
+__global__ void __launch_bounds__(kCta ? 32 * kCtaWarps1 : kThreads, kCta ? 1 : 4) decode_gate_up(const DecodeLayerArgs a) {
   __shared__ Routing r;
   extern __shared__ uint4 x_staged[];  // [decode tokens][hpad], stored in the B pairing, zero-padded
   const long long id = load_pair_id(a);  // (in flight with the tokens' loads below)
@@ -97,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
   const int hpad = (H + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
   // The run's tokens, every CTA its own copy: 8 elements (16 bytes) per step, re-paired so that
   // stored word p = elements (p, p + 4) (decode::pair_position).
-  for (int v = threadIdx.x; v < T * (hpad / 8); v += kThreads) {
+  for (int v = threadIdx.x; v < T * (hpad / 8); v += blockDim.x) {
     const int t = v / (hpad / 8), j = v % (hpad / 8);
     uint4 w = make_uint4(0, 0, 0, 0);
     if (8 * j < H) {
@@ -137,10 +141,16 @@ __global__ void __launch_bounds__(kThreads, 4) decode_gate_up(const DecodeLayerA
             __float2bfloat16_rn(glu_apply(fmaf(v[h], ag, bg), fmaf(v[2 + h], au, bu), act));
     }
   };
-  const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
-  auto no_arrival = [](int, bool) {};
-  decode::stream_units<F, decode::XShared, false>(r.slots * groups, hpad / decode::kChunk, op, unit_of, [] {}, finish,
-                                                  no_arrival, a.records1, a.count1, w, W);
+  if constexpr (kCta) {
+    __shared__ __align__(16) float records[kCtaWarps1 * 2 * 128];
+    decode::stream_units_cta<F, decode::XShared>(r.slots * groups, hpad / decode::kChunk, op, unit_of, [] {}, finish,
+                                                 records);
+  } else {
+    const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
+    auto no_arrival = [](int, bool) {};
+    decode::stream_units<F, decode::XShared, false>(r.slots * groups, hpad / decode::kChunk, op, unit_of, [] {}, finish,
+                                                    no_arrival, a.records1, a.count1, w, W);
+  }
   ptx::launch_dependents();
 }
 
@@ -261,16 +271,28 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
   }
 }
 
-int resident(const void* kernel, int multiprocessors, int smem) {
+int resident(const void* kernel, int multiprocessors, int smem, int threads = kThreads) {
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) != cudaSuccess || per_sm < 1)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || per_sm < 1)
     per_sm = 1;
   return per_sm * multiprocessors;
 }
 
+bool cta1() {  // experiment switch
+  static const bool v = [] {
+    const char* e = std::getenv("FP4GEMM_DECODE_CTA");
+    return e != nullptr && std::atoi(e) != 0;
+  }();
+  return v;
+}
+int threads1() { return cta1() ? 32 * kCtaWarps1 : kThreads; }
+
 const void* kernel1(Format f) {
-  return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_gate_up<Format::nvfp4>)
-                            : reinterpret_cast<const void*>(decode_gate_up<Format::mxfp4>);
+  if (cta1())
+    return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_gate_up<Format::nvfp4, true>)
+                              : reinterpret_cast<const void*>(decode_gate_up<Format::mxfp4, true>);
+  return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_gate_up<Format::nvfp4, false>)
+                            : reinterpret_cast<const void*>(decode_gate_up<Format::mxfp4, false>);
 }
 const void* kernel2(Format f) {
   return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_down_combine<Format::nvfp4>)
@@ -298,7 +320,7 @@ DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hid
   s.smem1 = decode_staged_bytes(tokens, hidden);
   if (s.smem1 > 48 * 1024)
     cudaFuncSetAttribute(kernel1(format), cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem1);
-  s.ctas1 = resident(kernel1(format), multiprocessors, s.smem1);
+  s.ctas1 = resident(kernel1(format), multiprocessors, s.smem1, threads1());
   s.ctas2 = resident(kernel2(format), multiprocessors, 0);
   return s;
 }
@@ -310,7 +332,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
     args.x = a.x_deq, args.ldx = a.hidden;
   }
   void* params[] = {&args};
-  cudaLaunchKernel(kernel1(a.format), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1, s);
+  cudaLaunchKernel(kernel1(a.format), dim3(a.shape.ctas1), dim3(threads1()), params, a.shape.smem1, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
     fake_quantize(a, a.inter_rows, a.inter, a.inter_rows, a.inter, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, s);
   cudaLaunchConfig_t cfg{};
