@@ -1,7 +1,8 @@
 // The decode path's parts (kernels/decode_layer.cu): a warp streams 16 FP4 weight rows of one
 // expert through a register ring, dequantising exactly to bf16 and multiplying with `mma.sync`
-// m16n8k16 (FP32 accumulators) against up to 8 token columns; a warp-level stream-K walks a
-// flattened list of such units so that every warp gets the same number of 128-wide k chunks.
+// m16n8k16 (FP32 accumulators) against up to 8 token columns; a CTA-level stream-K gives each CTA
+// (one per SM) a balanced share of whole units and each of its warps the same number of 128-wide
+// k chunks of that share, split units handed over in shared memory.
 //
 // Why warps and mma.sync rather than the fused kernel's TMA ring and wgmma: with 1-8 tokens per
 // expert the GEMM is a matrix-vector product; what bounds it is how many weight bytes the SMs keep
@@ -363,74 +364,6 @@ __device__ __forceinline__ void stream_units_cta(int units, int n, const Operand
       else v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
     }
     store(u, v);
-  }
-}
-
-// Warp-level stream-K over `units` units of `n` chunks each: warp w of W takes a balanced share of
-// the flattened chunks (C = units * n < 2^31; W is capped at C, so no share is empty), walking
-// unit boundaries without draining its loads.
-//
-// A unit the warp covers whole goes to store(u, acc) at once. A split unit's piece is written to
-// `records` (two 128-float records per warp: its first and its last unit). Nothing waits while the
-// warp streams: after its last chunk the warp fences once, arrives on counters[u] for its split
-// pieces (the last piece to arrive -- which resets the counter -- adds the pieces in warp order and
-// calls store: deterministic for a given (C, W)), and, if kArrive, fences again and calls
-// arrive(u, valid) -- warp-wide, each lane naming its own unit u where valid -- for every unit it
-// stored (whole or as the last piece), up to 32 at a time.
-template <Format F, class XS, bool kArrive, class UnitOf, class Ready, class Store, class Arrive>
-__device__ __forceinline__ void stream_units(int units, int n, const Operand& op, UnitOf unit_of, Ready ready,
-                                             Store store, Arrive arrive, float* __restrict__ records,
-                                             unsigned* __restrict__ counters, int w, int W) {
-  const int C = units * n;
-  if (W > C) W = C;
-  if (w >= W) return;
-  const Shares sh(C, W);
-  auto start_of = [&](int v) { return sh.start(v); };
-  auto warp_of = [&](int x) { return sh.owner(x); };
-  const int c0 = start_of(w), c1 = start_of(w + 1);
-  const int lane = threadIdx.x % 32;
-  const int first = c0 / n, last = (c1 - 1) / n;
-  auto record = [&](int slot) -> float* { return records + (static_cast<long long>(w) * 2 + slot) * 128; };
-  bool split_first = false, split_last = false;
-  walk_share<F, XS>(n, op, unit_of, ready, store, record(0), record(1), c0, c1, split_first, split_last);
-
-  // Hand-offs, once the warp has nothing in flight. Lane 0 arrives for the first unit's piece,
-  // lane 1 for the last's, at the same time.
-  __threadfence();
-  __syncwarp();
-  const int my_unit = lane == 0 ? first : last;
-  const bool mine = (lane == 0 && split_first) || (lane == 1 && split_last && last != first);
-  unsigned is_last = 0;
-  if (mine) {
-    const int wf = warp_of(my_unit * n), wl = warp_of(my_unit * n + n - 1);  // the unit's first and last pieces
-    is_last = atomicAdd(counters + my_unit, 1u) == static_cast<unsigned>(wl - wf);
-    if (is_last) counters[my_unit] = 0;
-  }
-  const unsigned lasts = __ballot_sync(0xFFFFFFFFu, is_last);
-  if (lasts != 0) __threadfence();
-#pragma unroll
-  for (int which = 0; which < 2; ++which) {
-    if (!(lasts & (1u << which))) continue;
-    const int u = which == 0 ? first : last;
-    const int wf = warp_of(u * n), wl = warp_of(u * n + n - 1);
-    float v[4];
-    for (int q = wf; q <= wl; ++q) {
-      const int qfirst = start_of(q) / n;
-      const float4 p = __ldcg(reinterpret_cast<const float4*>(records + (static_cast<long long>(q) * 2 + (u == qfirst ? 0 : 1)) * 128) + lane);
-      if (q == wf) v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w;
-      else v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
-    }
-    store(u, v);
-  }
-  if constexpr (kArrive) {
-    // the units this warp stored: its whole ones and the split ones it finished
-    const int lo = split_first ? first + 1 : first;
-    const int hi = split_last || (split_first && last == first) ? last - 1 : last;
-    __threadfence();
-    __syncwarp();
-    if (lasts & 1u) arrive(first, lane == 0);
-    if (lasts & 2u) arrive(last, lane == 0);
-    for (int u0 = lo; u0 <= hi; u0 += 32) arrive(u0 + lane, u0 + lane <= hi);
   }
 }
 

@@ -18,7 +18,6 @@ namespace fp4gemm::detail {
 namespace {
 
 constexpr int kThreads = 32 * kDecodeWarps;
-constexpr int kCtaWarps = 16;  // the CTA-level kernels' warps
 
 // Element i of a bias row (bf16 or float); -0 without a bias (x + -0 is x).
 __device__ __forceinline__ float bias_at(const void* bias, bool f32, std::int64_t i) {
@@ -89,10 +88,10 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
 // ---- kernel 1: gate/up of (slot, 8 intermediates) units, then the GLU ------------------------
 // A unit's A rows: gate (g) and up (g + 8) of intermediate 8 ig + g, so a lane holds the gate and
 // up of the same (intermediate, token) and the GLU needs no exchange.
-// 16 warps per CTA, one CTA per SM: CTA-level stream-K (whole units per CTA, split units handed
-// over in shared memory after one barrier; no global fences or atomics).
+// CTA-level stream-K (whole units per CTA, split units handed over in shared memory after one
+// barrier; no global fences or atomics).
 template <Format F>
-__global__ void __launch_bounds__(32 * kCtaWarps, 1) decode_gate_up(const DecodeLayerArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerArgs a) {
   __shared__ Routing r;
   extern __shared__ uint4 x_staged[];  // [decode tokens][hpad], stored in the B pairing, zero-padded
   const long long id = load_pair_id(a);  // (in flight with the tokens' loads below)
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(32 * kCtaWarps, 1) decode_gate_up(const Decode
             __float2bfloat16_rn(glu_apply(fmaf(v[h], ag, bg), fmaf(v[2 + h], au, bu), act));
     }
   };
-  __shared__ __align__(16) float records[kCtaWarps * 2 * 128];
+  __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   decode::stream_units_cta<F, decode::XShared>(r.slots * groups, hpad / decode::kChunk, op, unit_of, [] {}, finish,
                                                records);
   ptx::launch_dependents();
@@ -151,8 +150,8 @@ __global__ void __launch_bounds__(32 * kCtaWarps, 1) decode_gate_up(const Decode
 // A unit's y (alpha times the FP32 sum, rounded to bf16: the layer's y) goes to y_rows per pair;
 // the last unit of a 16-row block to finish combines those rows for every token: pairs in j order,
 // one FP32 fma each, as the layer's combine.
-template <Format F, bool kCta>
-__global__ void __launch_bounds__(kCta ? 32 * kCtaWarps : kThreads, kCta ? 1 : 4) decode_down_combine(const DecodeLayerArgs a) {
+template <Format F>
+__global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
   __shared__ Routing r;
   const long long id = load_pair_id(a);
   const int T = run_tokens(a), k = a.topk;
@@ -187,7 +186,8 @@ __global__ void __launch_bounds__(kCta ? 32 * kCtaWarps : kThreads, kCta ? 1 : 4
       }
     }
   };
-  // The 16-row block b: every pair's y rows to the output, pairs in j order (the block's last unit).
+  // The 16-row block b: every pair's y rows to the output, pairs in j order (one warp; the CTA
+  // that stored the block's last units).
   auto combine = [&](int b) {
     const int row = b * 16 + lane % 16;
     for (int t = lane / 16; t < T; t += 2) {
@@ -204,61 +204,40 @@ __global__ void __launch_bounds__(kCta ? 32 * kCtaWarps : kThreads, kCta ? 1 : 4
       a.out[t * a.ldo + row] = __float2bfloat16_rn(acc);
     }
   };
-  // Each lane with `valid` arrives for its unit's block; the warp combines every block it completed.
-  auto arrive = [&](int u, bool valid) {
-    const int b = u / S;
-    unsigned done = 0;
-    if (valid) {
-      done = atomicAdd(a.count_rows + b, 1u) == static_cast<unsigned>(S - 1);
-      if (done) a.count_rows[b] = 0;  // for the next run
-    }
-    unsigned blocks_done = __ballot_sync(0xFFFFFFFFu, done);
-    if (blocks_done != 0) __threadfence();
-    while (blocks_done != 0) {
-      const int src = __ffs(blocks_done) - 1;
-      blocks_done &= blocks_done - 1;
-      combine(__shfl_sync(0xFFFFFFFFu, b, src));
-    }
-  };
   // The weights do not depend on kernel 1: the first chunks' loads are issued before waiting for
   // its intermediate rows (PDL), overlapping kernel 1's tail.
   auto ready = [] { ptx::wait_prerequisites(); };
   const int units = blocks * S, n = (I + decode::kChunk - 1) / decode::kChunk;
-  if constexpr (kCta) {
-    // CTA-level stream-K, then per touched 16-row block one arrival of this CTA's unit count; the
-    // CTA that completes a block combines it (its warps take the completed blocks in turn).
-    __shared__ __align__(16) float records[kCtaWarps * 2 * 128];
-    constexpr int kRound = 128;  // touched blocks handled per round (a CTA touches ~H / (16 grid) + 3)
-    __shared__ int done[kRound];
-    __shared__ int n_done;
-    decode::stream_units_cta<F, decode::XGlobal>(units, n, op, unit_of, ready, finish, records);
-    const decode::Shares su(units, gridDim.x);
-    const int u0 = su.start(blockIdx.x), u1 = su.start(blockIdx.x + 1);
-    if (u1 <= u0) return;  // (the whole CTA)
-    const int b_lo = u0 / S, b_hi = (u1 - 1) / S;
-    for (int base = b_lo; base <= b_hi; base += kRound) {
-      if (threadIdx.x == 0) n_done = 0;
-      __syncthreads();  // every y row of this CTA stored (first round); the previous round's combines read done[]
-      const int b = base + static_cast<int>(threadIdx.x);
-      if (threadIdx.x < kRound && b <= b_hi) {
-        const unsigned mine = static_cast<unsigned>(min(u1, (b + 1) * S) - max(u0, b * S));
-        __threadfence();
-        if (atomicAdd(a.count_rows + b, mine) + mine == static_cast<unsigned>(S)) {
-          a.count_rows[b] = 0;  // for the next run
-          done[atomicAdd(&n_done, 1)] = b;
-        }
+  // CTA-level stream-K, then per touched 16-row block one arrival of this CTA's unit count; the
+  // CTA that completes a block combines it (its warps take the completed blocks in turn).
+  __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
+  constexpr int kRound = 128;  // touched blocks handled per round (a CTA touches ~H / (16 grid) + 3)
+  __shared__ int done[kRound];
+  __shared__ int n_done;
+  decode::stream_units_cta<F, decode::XGlobal>(units, n, op, unit_of, ready, finish, records);
+  const decode::Shares su(units, gridDim.x);
+  const int u0 = su.start(blockIdx.x), u1 = su.start(blockIdx.x + 1);
+  if (u1 <= u0) return;  // (the whole CTA)
+  const int b_lo = u0 / S, b_hi = (u1 - 1) / S;
+  for (int base = b_lo; base <= b_hi; base += kRound) {
+    if (threadIdx.x == 0) n_done = 0;
+    __syncthreads();  // every y row of this CTA stored (first round); the previous round's combines read done[]
+    const int b = base + static_cast<int>(threadIdx.x);
+    if (threadIdx.x < kRound && b <= b_hi) {
+      const unsigned mine = static_cast<unsigned>(min(u1, (b + 1) * S) - max(u0, b * S));
+      __threadfence();
+      if (atomicAdd(a.count_rows + b, mine) + mine == static_cast<unsigned>(S)) {
+        a.count_rows[b] = 0;  // for the next run
+        done[atomicAdd(&n_done, 1)] = b;
       }
-      __syncthreads();
-      const int nd = n_done;
-      if (nd > 0) {
-        __threadfence();
-        for (int i = threadIdx.x / 32; i < nd; i += blockDim.x / 32) combine(done[i]);
-      }
-      __syncthreads();  // (n_done and done[] are rewritten by the next round)
     }
-  } else {
-    const int W = gridDim.x * kDecodeWarps, w = blockIdx.x * kDecodeWarps + threadIdx.x / 32;
-    decode::stream_units<F, decode::XGlobal, true>(units, n, op, unit_of, ready, finish, arrive, a.records2, a.count2, w, W);
+    __syncthreads();
+    const int nd = n_done;
+    if (nd > 0) {
+      __threadfence();
+      for (int i = threadIdx.x / 32; i < nd; i += blockDim.x / 32) combine(done[i]);
+    }
+    __syncthreads();  // (n_done and done[] are rewritten by the next round)
   }
 }
 
@@ -298,33 +277,20 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
   }
 }
 
-int resident(const void* kernel, int multiprocessors, int smem, int threads = kThreads) {
+int resident(const void* kernel, int multiprocessors, int smem) {
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || per_sm < 1)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) != cudaSuccess || per_sm < 1)
     per_sm = 1;
   return per_sm * multiprocessors;
 }
-
-bool cta2() {  // experiment switch: kernel 2 at the CTA level too
-  static const bool v = [] {
-    const char* e = std::getenv("FP4GEMM_DECODE_CTA2");
-    return e != nullptr && std::atoi(e) != 0;
-  }();
-  return v;
-}
-constexpr int kThreads1 = 32 * kCtaWarps;
-int threads2() { return cta2() ? 32 * kCtaWarps : kThreads; }
 
 const void* kernel1(Format f) {
   return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_gate_up<Format::nvfp4>)
                             : reinterpret_cast<const void*>(decode_gate_up<Format::mxfp4>);
 }
 const void* kernel2(Format f) {
-  if (cta2())
-    return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_down_combine<Format::nvfp4, true>)
-                              : reinterpret_cast<const void*>(decode_down_combine<Format::mxfp4, true>);
-  return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_down_combine<Format::nvfp4, false>)
-                            : reinterpret_cast<const void*>(decode_down_combine<Format::mxfp4, false>);
+  return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_down_combine<Format::nvfp4>)
+                            : reinterpret_cast<const void*>(decode_down_combine<Format::mxfp4>);
 }
 
 void fake_quantize(const DecodeLayerArgs& a, const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
@@ -348,8 +314,8 @@ DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hid
   s.smem1 = decode_staged_bytes(tokens, hidden);
   // (the static records and routing count against the 48 KB default too: always opt in)
   cudaFuncSetAttribute(kernel1(format), cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem1);
-  s.ctas1 = resident(kernel1(format), multiprocessors, s.smem1, kThreads1);
-  s.ctas2 = resident(kernel2(format), multiprocessors, 0, threads2());
+  s.ctas1 = resident(kernel1(format), multiprocessors, s.smem1);
+  s.ctas2 = resident(kernel2(format), multiprocessors, 0);
   return s;
 }
 
@@ -360,12 +326,12 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
     args.x = a.x_deq, args.ldx = a.hidden;
   }
   void* params[] = {&args};
-  cudaLaunchKernel(kernel1(a.format), dim3(a.shape.ctas1), dim3(kThreads1), params, a.shape.smem1, s);
+  cudaLaunchKernel(kernel1(a.format), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
     fake_quantize(a, a.inter_rows, a.inter, a.inter_rows, a.inter, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, s);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(a.shape.ctas2);
-  cfg.blockDim = dim3(threads2());
+  cfg.blockDim = dim3(kThreads);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

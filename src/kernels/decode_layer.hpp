@@ -1,9 +1,10 @@
 // The MoE layer's decode path (W4A16 MXFP4, W4A4 NVFP4 / MXFP4; up to kDecodeMaxTokens tokens): two kernels instead of
 // six -- gate/up + GLU for every (active expert, 8 intermediates), then down + the top-k combine
-// for every (16 output rows, active expert) -- each a warp-level stream-K over those units, so
-// every warp of the grid streams the same number of weight chunks. The routing is read on the
-// device by every CTA (T * k <= 64 pairs); a unit split between warps is summed in warp order by
-// its last piece, so the result is deterministic run to run. Internal (MoeLayer).
+// for every (16 output rows, active expert) -- each a CTA-level stream-K over those units: one CTA
+// of kDecodeWarps warps per SM takes a balanced share of whole units and its warps split the
+// share's chunks evenly. The routing is read on the device by every CTA (T * k <= 64 pairs); a
+// unit split between warps is summed in warp order by its last piece (in shared memory), so the
+// result is deterministic run to run. Internal (MoeLayer).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -25,7 +26,7 @@ struct DecodeShape {
 };
 // Kernel 1 stages up to kDecodeMaxStagedBytes of tokens (decode tokens x hidden, padded to a chunk).
 inline constexpr int kDecodeMaxStagedBytes = 96 * 1024;
-inline constexpr int kDecodeWarps = 4;  // per CTA
+inline constexpr int kDecodeWarps = 16;  // per CTA (one CTA per SM)
 
 struct DecodeLayerArgs {
   // weights (dense per expert) and the activation
@@ -58,11 +59,7 @@ struct DecodeLayerArgs {
   __nv_bfloat16* y_rows;      // [T * k, H], pair-major
   __nv_bfloat16* x_deq;       // W4A4: [T, H], the quantised tokens dequantised
   const __nv_bfloat16* zero_row;  // max(H, I) + 128 zeros: the activations of absent tokens
-  float* records1;            // [ctas1 * kDecodeWarps * 2, 128]: split units' pieces
-  float* records2;            // [ctas2 * kDecodeWarps * 2, 128]
-  unsigned* count1;           // [pairs * I / 8], zero between runs
-  unsigned* count2;           // [pairs * H / 16], zero between runs
-  unsigned* count_rows;       // [H / 16], zero between runs
+  unsigned* count_rows;       // [H / 16]: units of each 16-row block stored so far, zero between runs
   DecodeShape shape;
 };
 

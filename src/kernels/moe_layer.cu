@@ -196,7 +196,6 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
     p.decode_tokens = decode_tokens;
     detail::DecodeLayerArgs& d = p.decode;
-    const int cap = p.decode_tokens * o.topk;
     d.shape = detail::decode_shape(o.format, p.device.multiprocessors, p.decode_tokens, H);
     d.format = o.format, d.fp4_activations = w4a4, d.a1_scale = o.a1_scale, d.a2_scale = o.a2_scale;
     d.w13 = static_cast<const std::uint8_t*>(w.w13), d.s13 = static_cast<const std::uint8_t*>(w.w13_scales);
@@ -217,13 +216,9 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     auto* zero = p.allocate<__nv_bfloat16>(zeros, "plan workspace");
     FP4GEMM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zeros, s), "plan");
     d.zero_row = zero;
-    const std::size_t records = std::size_t{2} * detail::kDecodeWarps * 128;
-    d.records1 = p.allocate<float>(sizeof(float) * records * d.shape.ctas1, "plan workspace");
-    d.records2 = p.allocate<float>(sizeof(float) * records * d.shape.ctas2, "plan workspace");
-    const std::size_t n1 = std::size_t{1} * cap * (I / 8), n2 = std::size_t{1} * cap * (H / 16), n3 = H / 16;
-    d.count1 = p.allocate<unsigned>(sizeof(unsigned) * (n1 + n2 + n3), "plan workspace");
-    d.count2 = d.count1 + n1, d.count_rows = d.count2 + n2;
-    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(d.count1, 0, sizeof(unsigned) * (n1 + n2 + n3), s), "plan");
+    const std::size_t blocks = H / 16;
+    d.count_rows = p.allocate<unsigned>(sizeof(unsigned) * blocks, "plan workspace");
+    FP4GEMM_CUDA_CHECK(cudaMemsetAsync(d.count_rows, 0, sizeof(unsigned) * blocks, s), "plan");
   }
   FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(s), "plan");
   try {
