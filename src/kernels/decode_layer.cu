@@ -312,8 +312,11 @@ int decode_staged_bytes(int tokens, int hidden) {
 DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hidden) {
   DecodeShape s;
   s.smem1 = decode_staged_bytes(tokens, hidden);
-  // (the static records and routing count against the 48 KB default too: always opt in)
-  cudaFuncSetAttribute(kernel1(format), cudaFuncAttributeMaxDynamicSharedMemorySize, s.smem1);
+  // The attribute is the kernel's, not the plan's: opt in once for the largest staging any plan
+  // uses (setting this plan's size would lower it under an earlier plan with more tokens or a
+  // larger H, whose launches then fail; the static records and routing count against the 48 KB
+  // default too).
+  cudaFuncSetAttribute(kernel1(format), cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxStagedBytes);
   s.ctas1 = resident(kernel1(format), multiprocessors, s.smem1);
   s.ctas2 = resident(kernel2(format), multiprocessors, 0);
   return s;

@@ -449,6 +449,34 @@ def test_batch_invariant_layer_rows_do_not_depend_on_the_batch(act):
     print(f"\n{act}: the default layer's probe row differed from the probe alone in {differ_default} of 6 batches")
 
 
+def test_decode_layers_of_different_sizes_run_in_any_order():
+    """Two decode-path layers, the second planned for far fewer staged tokens (decode_tokens x H):
+    the first still runs, and right (a kernel attribute set per plan once lowered the first
+    layer's shared memory under its launches: cudaErrorInvalidValue, found by the random tier)."""
+    outs = []
+    layers = []
+    for e, h, i, dec in ((4, 2048, 256, 8), (3, 128, 128, 1)):
+        g = torch.Generator(device="cuda").manual_seed(int(np.random.default_rng().integers(1 << 30)))
+        w13 = torch.randint(0, 256, (e, 2 * i, h // 2), generator=g, dtype=torch.uint8, device="cuda")
+        s13 = torch.randint(118, 128, (e, 2 * i, h // 32), generator=g, device="cuda").to(torch.uint8)
+        w2 = torch.randint(0, 256, (e, h, i // 2), generator=g, dtype=torch.uint8, device="cuda")
+        s2 = torch.randint(118, 128, (e, h, i // 32), generator=g, device="cuda").to(torch.uint8)
+        kw = dict(act_format="bf16", scale_layout="linear", activation="silu", max_tokens=8, topk=2)
+        fast = moe.MoeLayer(w13, s13, w2, s2, decode_tokens=dec, **kw)
+        general = moe.MoeLayer(w13, s13, w2, s2, decode_tokens=0, **kw)
+        layers.append((fast, general, h, e))
+    for fast, general, h, e in layers + layers[::-1]:
+        for t in range(1, 4):
+            x = torch.randn((t, h), device="cuda").to(torch.bfloat16)
+            ids = torch.stack([torch.randperm(e, device="cuda")[:2] for _ in range(t)]).to(torch.int32)
+            w = torch.rand((t, 2), device="cuda")
+            got, want = fast.run(x, ids, w).float(), general.run(x, ids, w).float()
+            assert torch.isfinite(got).all()
+            assert ((got - want).norm() / want.norm()).item() < 2.0**-8
+            outs.append(t)
+    assert len(outs) == 12
+
+
 @pytest.mark.parametrize("activation", ["swigluoai", "silu"])
 def test_decode_path_matches_the_general_path(activation):
     """W4A16 runs of T <= 8 take the decode path (two kernels, MoeLayerOptions::decode_tokens): for
