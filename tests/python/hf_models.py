@@ -34,11 +34,26 @@ _ARCHS = {
 }
 
 
-def _model(arch, device="cuda"):
+def _model(arch, device="cuda", **sizes):
+    """A random model of `arch` (`sizes` override its config: real hidden sizes; such a model is
+    built on `device` directly rather than in float32 on the host first)."""
     cfg_cls, model_cls, fields = _ARCHS[arch]
-    cfg = getattr(transformers, cfg_cls)(**{**_COMMON, **fields})
+    cfg = getattr(transformers, cfg_cls)(**{**_COMMON, **fields, **sizes})
     torch.manual_seed(0)
-    return getattr(transformers, model_cls)(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    if not sizes:
+        return getattr(transformers, model_cls)(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    with torch.device(device):
+        return getattr(transformers, model_cls)(cfg).to(dtype=torch.bfloat16).eval()
+
+
+# Real layer sizes (hidden, expert intermediate, heads) of the two models the benchmarks use, with
+# 32 experts and 2 layers: Qwen3-30B-A3B and gpt-oss-120b.
+REAL_SIZES = {
+    "qwen3_moe": dict(hidden_size=2048, moe_intermediate_size=768, intermediate_size=6144, num_experts=32,
+                      num_experts_per_tok=8, num_attention_heads=32, num_key_value_heads=4, head_dim=128),
+    "gpt_oss": dict(hidden_size=2880, intermediate_size=2880, num_local_experts=32, num_experts_per_tok=4,
+                    num_attention_heads=64, num_key_value_heads=8, head_dim=64, sliding_window=128),
+}
 
 
 def _experts_modules(model):

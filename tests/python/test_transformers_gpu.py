@@ -3,8 +3,9 @@
 Small random models of real architectures (Qwen3-MoE, Qwen2-MoE, Mixtral, DeepSeek-V3; gpt-oss with
 its biases, swigluoai and interleaved, transposed experts) are converted with quantize_experts (MXFP4 W4A16) and compared
 with the same model whose experts hold the dequantised FP4 weights in bf16 and run transformers'
-own experts: the logits of a fixed prompt batch (relative error, top-1 agreement >= 99 %), then 32
-greedy tokens (reported)."""
+own experts, and with that model in float32: the logits of a fixed prompt batch
+(hf_models.logits_against_references), then 32 greedy tokens (reported). Qwen3-MoE and gpt-oss also
+at their real layer sizes (hf_models.REAL_SIZES)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import fp4gemm  # noqa: E402
 from fp4gemm.integrations import transformers as fp4hf  # noqa: E402
 
 
-from hf_models import _ARCHS, _dequantised_into, _experts_modules, _model, compare_with_dequantised  # noqa: E402
+from hf_models import REAL_SIZES, _ARCHS, _dequantised_into, _experts_modules, _model, compare_with_dequantised  # noqa: E402
 
 
 @pytest.mark.parametrize("arch", sorted(_ARCHS))
@@ -34,6 +35,20 @@ def test_quantize_experts_matches_the_dequantised_model(arch):
     assert q.config._experts_implementation == "fp4gemm"
     assert _dequantised_into(ref, q) == converted
     compare_with_dequantised(arch, ref, q, "cuda")
+
+
+@pytest.mark.parametrize("arch", sorted(REAL_SIZES))
+def test_real_layer_sizes_match_the_dequantised_model(arch):
+    """The same comparison at the real hidden / expert sizes of Qwen3-30B-A3B and gpt-oss-120b (32
+    experts, 2 layers): the layers take the decode path for T <= 3 and the general path beyond."""
+    ref = _model(arch, "cuda", **REAL_SIZES[arch])
+    q = copy.deepcopy(ref)
+    assert fp4hf.quantize_experts(q, free_bf16=False) == _experts_modules(ref) > 0
+    assert _dequantised_into(ref, q) == _experts_modules(ref)
+    compare_with_dequantised(f"{arch} (real sizes)", ref, q, "cuda", prompts=2, length=32, generate=False)
+    with torch.no_grad():  # one decode step's shape (T 1) through generate, greedy
+        out = q.generate(torch.zeros((1, 4), dtype=torch.long, device="cuda"), max_new_tokens=4, do_sample=False)
+    assert out.shape == (1, 8)
 
 
 def test_from_pretrained_with_the_quantization_config(tmp_path):
