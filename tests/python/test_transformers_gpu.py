@@ -46,9 +46,11 @@ def test_real_layer_sizes_match_the_dequantised_model(arch):
     assert fp4hf.quantize_experts(q, free_bf16=False) == _experts_modules(ref) > 0
     assert _dequantised_into(ref, q) == _experts_modules(ref)
     compare_with_dequantised(f"{arch} (real sizes)", ref, q, "cuda", prompts=2, length=32, generate=False)
-    with torch.no_grad():  # one decode step's shape (T 1) through generate, greedy
-        out = q.generate(torch.zeros((1, 4), dtype=torch.long, device="cuda"), max_new_tokens=4, do_sample=False)
-    assert out.shape == (1, 8)
+    with torch.no_grad():  # decode steps (T 1) through generate, greedy, with the dynamic and the static cache
+        prompt = torch.zeros((1, 4), dtype=torch.long, device="cuda")
+        out = q.generate(prompt, max_new_tokens=4, do_sample=False)
+        static = q.generate(prompt, max_new_tokens=4, do_sample=False, cache_implementation="static")
+    assert out.shape == static.shape == (1, 8)
 
 
 def test_from_pretrained_with_the_quantization_config(tmp_path):
