@@ -4,7 +4,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "device/decode_stream.cuh"
 #include "device/glu.hpp"
@@ -148,8 +147,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
 
 // ---- kernel 2: down rows of (16 rows, slot) units, then the top-k combine ---------------------
 // A unit's y (alpha times the FP32 sum, rounded to bf16: the layer's y) goes to y_rows per pair;
-// the last unit of a 16-row block to finish combines those rows for every token: pairs in j order,
-// one FP32 fma each, as the layer's combine.
+// after its barrier each CTA arrives once per 16-row block it touched, and the CTA that completes a
+// block combines its rows for every token: pairs in j order, one FP32 fma each, as the layer's
+// combine.
 template <Format F>
 __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
   __shared__ Routing r;
