@@ -373,57 +373,16 @@ class MoeLayer:
     device_bytes = property(lambda self: self._layer.device_bytes)
 
 
-def _address(x: Any):
-    # (hashable objects as they are: str() of a torch dtype and device cost ~1 us each, and this
-    # runs for 7 weights on every fused_experts call)
-    if x is None or isinstance(x, (int, float)):
-        return x
-    if hasattr(x, "data_ptr"):
-        return (x.data_ptr(), tuple(x.shape), x.dtype, getattr(x, "device", None))
-    iface = getattr(x, "__array_interface__", None) or getattr(x, "__cuda_array_interface__", None)
-    if iface is not None:
-        return (iface["data"][0], tuple(iface["shape"]), str(iface.get("typestr")))
-    return ("id", id(x))
-
-
-_layers: dict = {}
-_retired: list = []  # superseded plans, kept alive: a CUDA graph may still replay them
-
-
 def clear_layer_cache() -> None:
     """Frees every layer plan :func:`fused_experts` cached (do not replay graphs captured with them)."""
-    _layers.clear()
-    _retired.clear()
     _cache.clear()
 
 
-def _plan_layer(w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, hidden_states, topk_ids, activation,
-                act_format, gate_up, scale_layout, a1_scale, a2_scale, swiglu_alpha, swiglu_limit, w13_bias=None,
-                w2_bias=None) -> "MoeLayer":
-    """The layer plan for these weights and options, cached on the weights' addresses; its
-    workspace covers hidden_states' T (doubling when a call needs more)."""
-    t = hidden_states.shape[0]
-    topk = topk_ids.shape[1]
-    key = (tuple(_address(x) for x in (w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, w13_bias,
-                                       w2_bias)), topk,
-           activation, act_format, gate_up, scale_layout, float(a1_scale), float(a2_scale), float(swiglu_alpha),
-           float(swiglu_limit))
-    layer = _layers.get(key)
-    if layer is None or layer.max_tokens < t:
-        if layer is not None:
-            _retired.append(layer)
-        layer = MoeLayer(w13, w13_scale, w2, w2_scale, max_tokens=max(t, 2 * layer.max_tokens if layer else t, 1),
-                         topk=topk, act_format=act_format, activation=activation, gate_up=gate_up,
-                         scale_layout=scale_layout, w13_alpha=w13_alpha, w13_alpha_up=w13_alpha_up, w2_alpha=w2_alpha,
-                         a1_scale=a1_scale, a2_scale=a2_scale, swiglu_alpha=swiglu_alpha, swiglu_limit=swiglu_limit,
-                         w13_bias=w13_bias, w2_bias=w2_bias)
-        _layers[key] = layer
-    return layer
-
-
-# The hot path (C++): a call with weight objects seen before finds its plan by their identities (held
-# weakly, addresses re-checked), allocates out with torch.empty_like and runs; ~1 us of host time
-# over MoeLayer.run instead of ~5 us for the address key above. Misses call _plan_layer.
+# The plan memo (C++): a call with weight objects seen before finds its plan by their identities (held
+# weakly, addresses re-checked), allocates out with torch.empty_like and runs, ~1 us of host time
+# over MoeLayer.run; behind that, plans keyed on the weights' addresses, shapes, dtypes and devices
+# and the options (new views of the same memory share a plan), grown by doubling when a call needs
+# more tokens, superseded plans kept until clear_layer_cache.
 _cache = _C.FusedExpertsCache()
 
 

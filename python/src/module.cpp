@@ -273,6 +273,8 @@ NB_MODULE(_fp4gemm, m) {
            "swiglu_limit"_a = fp4gemm::python::FusedExpertsCache::kOpSwigluLimit, "out"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
            "w13_bias"_a.none() = nb::none(), "w2_bias"_a.none() = nb::none())
       .def("clear", &fp4gemm::python::FusedExpertsCache::clear)
+      .def("plans", &fp4gemm::python::FusedExpertsCache::plans, "The plans keyed on the weights' addresses (tests).")
+      .def("retired", &fp4gemm::python::FusedExpertsCache::retired, "How many superseded plans are kept (tests).")
       .def("__len__", &fp4gemm::python::FusedExpertsCache::size);
 
   m.def("_register_torch_native",

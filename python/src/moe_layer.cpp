@@ -3,6 +3,7 @@
 #include "moe_layer.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 
@@ -554,10 +555,9 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
   };
   Entry* hit = fast ? find() : nullptr;
   if (hit == nullptr || t > hit->raw->options().max_tokens) {
-    // Python: the plan cached on the weights' addresses, grown to T (may build one).
-    nb::object layer = nb::module_::import_("fp4gemm.moe").attr("_plan_layer")(w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, hidden, topk_ids,
-                             activation, act_format, gate.empty() ? nb::object(nb::none()) : nb::object(nb::str(gate.c_str())), scale_layout,
-                             a1_scale, a2_scale, swiglu_alpha, swiglu_limit, w13_bias, w2_bias);
+    // the plan cached on the weights' addresses, grown to T (may build one)
+    nb::object layer = plan_layer(objs, hidden, topk_ids, activation, act_format, gate, scale_layout, a1_scale,
+                                  a2_scale, swiglu_alpha, swiglu_limit);
     bool cacheable = fast;
     nb::object refs[kWeights];
     for (int i = 0; i < kWeights && cacheable; ++i) {
@@ -607,6 +607,71 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
 }
 
 FusedExpertsCache::~FusedExpertsCache() { forget_torch_native_cache(this); }
+
+nb::object FusedExpertsCache::plan_layer(const nb::handle (&objs)[kWeights], nb::handle hidden, nb::handle topk_ids,
+                                         const std::string& activation, const std::string& act_format,
+                                         const std::string& gate, const std::string& scale_layout, double a1_scale,
+                                         double a2_scale, double swiglu_alpha, double swiglu_limit) {
+  // (T and top-k as MoeLayer.run reads them; a bad argument is named by the plan or the run)
+  const std::int64_t t = nb::cast<std::int64_t>(hidden.attr("shape")[0]);
+  const std::int64_t topk = nb::cast<std::int64_t>(topk_ids.attr("shape")[1]);
+  // The key: each weight's address, shape, dtype and device (a number: its value; anything the
+  // reader cannot read: its identity -- the plan then names what is wrong with it), the options.
+  TensorReader& reader = Binding::get().reader();
+  static const char* const names[kWeights] = {"w13", "w13_scale", "w2", "w2_scale", "w13_alpha", "w13_alpha_up",
+                                               "w2_alpha", "w13_bias", "w2_bias"};
+  char buf[96];
+  std::string key;
+  for (int i = 0; i < kWeights; ++i) {
+    const nb::handle o = objs[i];
+    if (o.is_none()) {
+      key += "N|";
+    } else if (PyFloat_Check(o.ptr()) || PyLong_Check(o.ptr())) {
+      std::snprintf(buf, sizeof(buf), "v%a|", nb::cast<double>(o));
+      key += buf;
+    } else {
+      try {
+        Keepalive keep;
+        const TensorView v = reader.read(o, names[i], -1, false, keep, false);
+        std::snprintf(buf, sizeof(buf), "p%llx d%d c%d:%d s", static_cast<unsigned long long>(v.ptr),
+                      static_cast<int>(v.dtype), static_cast<int>(v.cuda), v.device);
+        key += buf;
+        for (int d = 0; d < v.ndim; ++d) key += std::to_string(v.shape[d]) + ",";
+        key += "|";
+      } catch (const std::exception&) {
+        PyErr_Clear();
+        std::snprintf(buf, sizeof(buf), "i%p|", static_cast<void*>(o.ptr()));
+        key += buf;
+      }
+    }
+  }
+  std::snprintf(buf, sizeof(buf), "k%lld a%a %a s%a %a", static_cast<long long>(topk), a1_scale, a2_scale,
+                swiglu_alpha, swiglu_limit);
+  key += buf;
+  key += "|" + activation + "|" + act_format + "|" + gate + "|" + scale_layout;
+  auto it = plans_.find(key);
+  std::int64_t grown = t;
+  if (it != plans_.end()) {
+    const std::int64_t have = nb::cast<std::int64_t>(it->second.attr("max_tokens"));
+    if (have >= t) return it->second;
+    grown = std::max(t, 2 * have);
+  }
+  nb::object layer = nb::module_::import_("fp4gemm.moe").attr("MoeLayer")(
+      objs[0], objs[1], objs[2], objs[3], "max_tokens"_a = std::max<std::int64_t>(grown, 1), "topk"_a = topk,
+      "act_format"_a = act_format, "activation"_a = activation,
+      "gate_up"_a = gate.empty() ? nb::object(nb::none()) : nb::object(nb::str(gate.c_str())),
+      "scale_layout"_a = scale_layout, "w13_alpha"_a = objs[4], "w13_alpha_up"_a = objs[5], "w2_alpha"_a = objs[6],
+      "a1_scale"_a = a1_scale, "a2_scale"_a = a2_scale, "swiglu_alpha"_a = swiglu_alpha,
+      "swiglu_limit"_a = swiglu_limit, "w13_bias"_a = objs[7], "w2_bias"_a = objs[8]);
+  it = plans_.find(key);  // (again: Python ran in between)
+  if (it != plans_.end()) {
+    retired_.push_back(it->second);
+    it->second = layer;
+  } else {
+    plans_.emplace(std::move(key), layer);
+  }
+  return layer;
+}
 
 const MoeLayerObject* FusedExpertsCache::find_native(const NativeKey& key, nb::object& keep) const {
   for (const Entry& e : entries_) {

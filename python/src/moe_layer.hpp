@@ -8,6 +8,7 @@
 #include <memory>
 #include <string_view>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fp4gemm/moe_layer.hpp"
@@ -111,8 +112,21 @@ class FusedExpertsCache {
                   nb::handle scale_layout, double a1_scale, double a2_scale,
                   double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream,
                   nb::handle w13_bias, nb::handle w2_bias);
-  void clear() { entries_.clear(); }
+  // Every plan: the identity front, the address-keyed plans behind it, and the superseded plans
+  // (kept alive: a CUDA graph may still replay them).
+  void clear() {
+    entries_.clear();
+    plans_.clear();
+    retired_.clear();
+  }
   std::size_t size() const { return entries_.size(); }
+  // (introspection for the tests) the address-keyed plans, and how many superseded ones are kept
+  nb::list plans() const {
+    nb::list l;
+    for (const auto& [key, layer] : plans_) l.append(layer);
+    return l;
+  }
+  std::size_t retired() const { return retired_.size(); }
 
   // What torch.ops.fp4gemm.fused_experts' native kernel (torch_native.cpp) read: the weights as
   // tensors (ndim 0 and address 0 for None), the options, T and top-k.
@@ -130,6 +144,14 @@ class FusedExpertsCache {
   const MoeLayerObject* find_native(const NativeKey& key, nb::object& keep) const;
 
  private:
+  // The plan for these weights and options, keyed on the weights' addresses (not identities: new
+  // views of the same memory share it); its workspace covers T (doubling when a call needs more).
+  nb::object plan_layer(const nb::handle (&objs)[kWeights], nb::handle hidden, nb::handle topk_ids,
+                        const std::string& activation, const std::string& act_format, const std::string& gate,
+                        const std::string& scale_layout, double a1_scale, double a2_scale, double swiglu_alpha,
+                        double swiglu_limit);
+  std::unordered_map<std::string, nb::object> plans_;
+  std::vector<nb::object> retired_;
   static constexpr std::size_t kMaxEntries = 256;  // past this, the oldest entry goes
   struct Entry {
     PyObject* ids[kWeights] = {};

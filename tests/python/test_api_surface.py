@@ -625,9 +625,9 @@ def r_fused(T, env):
         got = fn(env.dev(x), *w, env.dev(wts), env.dev(ids), activation=c.activation, act_format=c.act,
                  gate_up=c.gate_up, scale_layout="blocked", a1_scale=c.a1, a2_scale=c.a2, **al)
         _check_layer_out(env, c, t, x, ids, wts, got, f"fused_experts T={n}")
-    assert moe._layers  # a plan was cached
+    assert moe._cache.plans()  # a plan was cached
     T.use("fp4gemm.moe", moe, "clear_layer_cache")()
-    assert not moe._layers and not moe._retired and len(moe._cache) == 0
+    assert not moe._cache.plans() and moe._cache.retired() == 0 and len(moe._cache) == 0
 
 
 @recipe("fp4gemm.moe", "MoeGemm")

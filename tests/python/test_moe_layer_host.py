@@ -195,16 +195,16 @@ def test_fused_experts_caches_and_grows_the_plan():
     p = _problem("nvfp4", "nvfp4", t=5, seed=9)
     kw = dict(act_format="nvfp4", scale_layout="linear")
     a = moe.fused_experts(p["x"], p["w13"], p["s13"], p["w2"], p["s2"], p["wts"], p["ids"], **kw)
-    assert len(moe._layers) == 1 and next(iter(moe._layers.values())).max_tokens == 5
+    assert len(moe._cache.plans()) == 1 and moe._cache.plans()[0].max_tokens == 5
     b = moe.fused_experts(p["x"][:3], p["w13"], p["s13"], p["w2"], p["s2"], p["wts"][:3], p["ids"][:3], **kw)
     assert np.array_equal(a[:3].view(np.uint16), b.view(np.uint16))
-    assert len(moe._layers) == 1
+    assert len(moe._cache.plans()) == 1
     big = _problem("nvfp4", "nvfp4", t=7, seed=9)
     moe.fused_experts(big["x"], p["w13"], p["s13"], p["w2"], p["s2"], big["wts"], big["ids"], **kw)
-    assert next(iter(moe._layers.values())).max_tokens == 10  # doubled
-    assert len(moe._retired) == 1
+    assert moe._cache.plans()[0].max_tokens == 10  # doubled
+    assert moe._cache.retired() == 1
     moe.clear_layer_cache()
-    assert not moe._layers and not moe._retired
+    assert not moe._cache.plans() and moe._cache.retired() == 0
 
 
 def test_quantize_global_scale_rule():
