@@ -91,14 +91,23 @@ def logits_against_references(ref, got, ids, max_rel, faithful=True, tag=""):
     dequantised to bf16, transformers' own experts) and against `ref` in float32 (the exact model).
 
     A random model's logits have near ties that any rounding flips: transformers' own bf16 experts
-    agree with the float32 model on top-1 at only ~97-98 % of positions. So besides the relative
-    error to the bf16 model (< max_rel) and top-1 on the positions with a clear bf16 winner (a top-2
-    gap of at least a tenth of the logits' std, fixed beforehand: at most 1 % of them, or one, may
-    flip), `faithful` asks fp4gemm to be about as close to the float32 model as the bf16 experts
-    are: the median over positions of the relative error within 1.5x of theirs (+1e-3; a routing
-    decision that flips on a near tie moves a few positions a lot, in either model), top-1 flips
-    against float32 at most theirs plus 4 % of the positions (or two). A lost bias or scale fails
-    every one of these."""
+    agree with the float32 model on top-1 at only ~94-98 % of positions, and a routing decision
+    flipped on a near tie moves that position's logits a lot -- enough that the bf16 model's
+    whole-tensor relative error to the float32 model reaches 0.08-0.19 on the gpt-oss checkpoints
+    (measured, 12 draws). So the errors are taken per position and checked by quantile: the median
+    relative error to the bf16 model < max_rel and its 90th percentile < 2 max_rel. `faithful`
+    (W4A16) asks fp4gemm to be about as close to the float32 model as the bf16 experts are: the
+    median and the 90th percentile of its per-position relative error within 1.5x of theirs
+    (+1e-3); top-1 flips against float32 at most theirs plus 5 % of the positions (or three), and
+    on the positions with a clear float32 winner (a top-2 gap of at least a tenth of the logits'
+    std) at most theirs plus 5 % of those (or three). A routing flip can move even a clear winner,
+    in either model: on 15 gpt-oss MXFP4 checkpoints of 96 positions (~70 clear) fp4gemm's host
+    path flipped 0-4 clear winners and the bf16 experts 0-4 (fp4gemm minus bf16: -2 … +2); on 14
+    of 384 positions (~290 clear) -2 … +2 clear and -5 … +7 in all. Its median and 90th percentile
+    errors against float32 were 0.95-1.03x the bf16 experts'. A lost bias or scale flips tens of
+    percent. (W4A4 NVFP4 checkpoints, 56 draws: median up to 0.26, 90th percentile up to 0.75
+    against the bf16 model -- the activations' quantisation, compounded over the layers.) A lost bias or scale, or a wrong tenth of the
+    positions, fails these. The whole-tensor relative error is reported, not checked."""
     with torch.no_grad():
         lr = ref(ids).logits.float()
         l32 = copy.deepcopy(ref).float()(ids).logits.float()
@@ -106,27 +115,35 @@ def logits_against_references(ref, got, ids, max_rel, faithful=True, tag=""):
     def rel(a, b):
         return float((a - b).norm() / b.norm())
 
-    def rel_median(a, b):  # per position, then the median: a few routing flips move the norm, not this
-        return float(((a - b).norm(dim=-1) / b.norm(dim=-1)).median())
+    def per_position(a, b):  # relative error of each position's logits
+        return ((a - b).norm(dim=-1) / b.norm(dim=-1)).flatten()
+
+    def q(x, p):
+        return float(torch.quantile(x, p))
 
     def flips(a, b, where=None):
         d = a.argmax(-1) != b.argmax(-1)
         return int(d[where].sum()) if where is not None else int(d.sum())
 
     n = got.shape[0] * got.shape[1]
-    top2 = lr.topk(2, dim=-1).values
-    clear = (top2[..., 0] - top2[..., 1]) >= 0.1 * lr.std()
-    r = dict(rel=rel(got, lr), top1=1 - flips(got, lr) / n, clear=int(clear.sum()), clear_flips=flips(got, lr, clear),
-             rel32=rel_median(got, l32), rel32_bf16=rel_median(lr, l32), flips32=flips(got, l32), flips32_bf16=flips(lr, l32), n=n)
-    print(f"\n{tag}: logits vs the dequantised bf16 model: relative error {r['rel']:.2e}, top-1 agreement "
-          f"{100 * r['top1']:.2f} % ({r['clear'] - r['clear_flips']} / {r['clear']} positions with a clear winner); "
-          f"vs the float32 model: median relative error {r['rel32']:.2e} (transformers' bf16 experts {r['rel32_bf16']:.2e}), "
-          f"top-1 {100 * (1 - r['flips32'] / n):.2f} % (bf16 experts {100 * (1 - r['flips32_bf16'] / n):.2f} %) of {n}")
-    assert torch.isfinite(got).all() and r["rel"] < max_rel, r
+    top2 = l32.topk(2, dim=-1).values
+    clear = (top2[..., 0] - top2[..., 1]) >= 0.1 * l32.std()
+    e, e32, e32_bf16 = per_position(got, lr), per_position(got, l32), per_position(lr, l32)
+    r = dict(rel=rel(got, lr), med=q(e, 0.5), q90=q(e, 0.9), top1=1 - flips(got, lr) / n, clear=int(clear.sum()),
+             clear_flips=flips(got, l32, clear), clear_flips_bf16=flips(lr, l32, clear), rel32=q(e32, 0.5), rel32_bf16=q(e32_bf16, 0.5), q90_32=q(e32, 0.9),
+             q90_32_bf16=q(e32_bf16, 0.9), flips32=flips(got, l32), flips32_bf16=flips(lr, l32), n=n)
+    print(f"\n{tag}: logits vs the dequantised bf16 model: per-position relative error median {r['med']:.2e}, "
+          f"90th percentile {r['q90']:.2e} (whole tensor {r['rel']:.2e}), top-1 agreement {100 * r['top1']:.2f} %; "
+          f"vs the float32 model: top-1 kept at {r['clear'] - r['clear_flips']} / {r['clear']} positions with a clear "
+          f"winner (bf16 experts {r['clear'] - r['clear_flips_bf16']}), median {r['rel32']:.2e} / 90th percentile {r['q90_32']:.2e} (transformers' bf16 experts "
+          f"{r['rel32_bf16']:.2e} / {r['q90_32_bf16']:.2e}), top-1 {100 * (1 - r['flips32'] / n):.2f} % "
+          f"(bf16 experts {100 * (1 - r['flips32_bf16'] / n):.2f} %) of {n}")
+    assert torch.isfinite(got).all() and r["med"] < max_rel and r["q90"] < 2 * max_rel, r
     if faithful:
-        assert r["clear_flips"] <= max(1, r["clear"] // 100), r
+        assert r["clear_flips"] <= r["clear_flips_bf16"] + max(3, r["clear"] // 20), r
         assert r["rel32"] <= 1.5 * r["rel32_bf16"] + 1e-3, r
-        assert r["flips32"] <= r["flips32_bf16"] + max(2, n // 25), r
+        assert r["q90_32"] <= 1.5 * r["q90_32_bf16"] + 1e-3, r
+        assert r["flips32"] <= r["flips32_bf16"] + max(3, n // 20), r
     return r
 
 

@@ -194,7 +194,7 @@ def _compare(loaded, own_layers, ref, device, layer_rel, faithful):
     each experts module against the reference's (the checkpoint dequantised to bf16, transformers'
     own experts) on the same tokens and routing (relative error < layer_rel); the logits against
     the reference and its float32 copy (hf_models.logits_against_references; `faithful`: W4A16)."""
-    ids = torch.randint(0, loaded.config.vocab_size, (4, 24), generator=torch.Generator().manual_seed(3)).to(device)
+    ids = torch.randint(0, loaded.config.vocab_size, (8, 48), generator=torch.Generator().manual_seed(3)).to(device)
     got = _logits(loaded, ids)
     assert torch.isfinite(got).all()
     holders = _holders(loaded)
@@ -244,7 +244,7 @@ def test_gpt_oss_mxfp4_checkpoint_loads_as_it_is(tmp_path, device):
     for li in range(2):
         tensors = {k: (v.to(device) if device == "cuda" else v.numpy() if v.dtype != torch.bfloat16 else v.float().numpy())
                    for k, v in sd.items() if k.startswith(f"model.layers.{li}.mlp.experts.")}
-        own.append(ExpertWeights.from_mxfp4(tensors, f"model.layers.{li}.mlp.").layer(max_tokens=128, topk=2))
+        own.append(ExpertWeights.from_mxfp4(tensors, f"model.layers.{li}.mlp.").layer(max_tokens=512, topk=2))
     _compare(loaded, own, ref, device, layer_rel=2e-2, faithful=True)
 
 
@@ -273,7 +273,7 @@ def test_modelopt_nvfp4_checkpoint_loads_as_it_is(tmp_path, device, arch):
     for p in prefixes:
         tensors = {k: (v.to(device) if device == "cuda" else (v.view(torch.uint8) if v.dtype == torch.float8_e4m3fn else v).numpy())
                    for k, v in sd.items() if k.startswith(p + "experts.")}
-        own.append(ExpertWeights.from_modelopt(tensors, p).layer(max_tokens=128, topk=loaded.config.num_experts_per_tok))
+        own.append(ExpertWeights.from_modelopt(tensors, p).layer(max_tokens=512, topk=loaded.config.num_experts_per_tok))
     # (W4A4 against bf16 experts: the activations' quantisation noise (~16 % per layer) flips a random
     # model's near-tie logits freely; the top-1 figures are reported, not bounded)
     _compare(loaded, own, ref, device, layer_rel=0.2, faithful=False)
