@@ -84,7 +84,7 @@ struct LayerCommandOptions {
   std::uint64_t seed = 1111;
   std::string json;
   bool batch_invariant = false;  // layer: MoeLayerOptions::batch_invariant (no stream-K; A/B)
-  int decode_tokens = 3;  // layer: MoeLayerOptions::decode_tokens (0: the general path; A/B)
+  int decode_tokens = -1;  // layer: MoeLayerOptions::decode_tokens (-1: by the layer; 0: the general path; A/B)
   bool fuse_quantise = false;  // W4A4: the intermediate quantised in GEMM1's epilogue (A/B; off by default)
 };
 

@@ -35,7 +35,7 @@ class LayerProblem {
   // fuse_quantise: MoeLayerOptions::fuse_quantize (W4A4); batch_invariant: MoeLayerOptions::batch_invariant.
   LayerProblem(const LayerModel& model, const std::string& act, int max_tokens, std::uint64_t seed,
                cudaStream_t stream, bool fuse_quantise = false, bool batch_invariant = false,
-               int decode_tokens = 3);
+               int decode_tokens = -1);
   // New tokens and routing for `tokens` (1..max_tokens), uploaded on `stream` (synchronised).
   void set_tokens(int tokens, std::uint64_t seed, cudaStream_t stream);
   void run(cudaStream_t stream) const { layer_->run(args_, stream); }

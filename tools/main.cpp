@@ -129,8 +129,8 @@ CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
   cmd->add_flag("--batch-invariant", o.batch_invariant,
                 "every row independent of its batch (MoeLayerOptions::batch_invariant: no stream-K split); for A/B");
   cmd->add_option("--decode-tokens", o.decode_tokens,
-                  "runs of at most this many tokens take the decode path (MoeLayerOptions::decode_tokens; 0: never)")
-      ->check(CLI::Range(0, 8))->capture_default_str();
+                  "runs of at most this many tokens take the decode path (MoeLayerOptions::decode_tokens; 0: never; -1: by the layer)")
+      ->check(CLI::Range(-1, 8))->capture_default_str();
   cmd->add_option("--iters", o.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "untimed warm-up repetitions")->check(CLI::Range(0, 1000000))->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed of the data and the routing")->capture_default_str();

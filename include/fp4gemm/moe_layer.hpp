@@ -48,6 +48,9 @@ struct MoeLayerWeights {
   bool bias_f32 = false;
 };
 
+// MoeLayerOptions::decode_tokens: the bound chosen from the layer (see there).
+inline constexpr int kDecodeTokensAuto = -1;
+
 struct MoeLayerOptions {
   Format format = Format::nvfp4;                // weights (and activations, W4A4)
   MoeActivation activations = MoeActivation::fp4;  // fp4: W4A4; bf16: W4A16 (mxfp4 weights)
@@ -89,13 +92,16 @@ struct MoeLayerOptions {
   // instead of the six launches of the general path (W4A4: the tokens and the intermediate are
   // first quantised and dequantised to bf16 by the layer's rule, two small launches more). Not with
   // batch_invariant (the two paths sum in different orders, so a token's row would change when
-  // the batch crosses this size). 0: never. The default, 3, is where it was measured faster on an
-  // H200 (gpt-oss-120b and Qwen3-30B-A3B shapes, L2 flushed; PERF.md): its dequantisation is shared
-  // only by the tokens of one expert, so from 4-5 tokens the general path's wgmma kernel is ahead. Layers with
+  // the batch crosses this size). 0: never. -1 (the default, kDecodeTokensAuto): where it was
+  // measured faster on an H200 (gpt-oss-120b and Qwen3-30B-A3B shapes, L2 flushed; docs/PERF.md):
+  // up to 6 tokens with bf16 activations (W4A16) and 4 with FP4 ones (W4A4), but at most
+  // max(3, experts / (2 top-k)) -- the decode path dequantises a weight once per (token, expert)
+  // pair, so where a few tokens already share experts (Mixtral: 8 experts, top-2) the general
+  // path's wgmma kernel is ahead sooner (3 there, as before; not measured beyond). Layers with
   // top-k > 8, or a hidden or intermediate size that is not a multiple of 32 (NVFP4), have no
   // decode path; a large hidden size lowers the bound (its first kernel stages the run's tokens in
   // shared memory, at most 96 KB: 6 tokens at H = 7168). describe() names the bound in force.
-  int decode_tokens = 3;
+  int decode_tokens = kDecodeTokensAuto;
 };
 
 struct MoeLayerArgs {

@@ -258,6 +258,15 @@ def _act_format(act_format: str):
     return _ACT_FORMATS[act_format]
 
 
+def _decode_tokens(decode_tokens: Optional[int]) -> int:
+    """MoeLayer's decode_tokens for the C++ layer: None -> -1 (kDecodeTokensAuto: by the layer)."""
+    if decode_tokens is None:
+        return -1
+    if isinstance(decode_tokens, bool) or not isinstance(decode_tokens, int):
+        raise _argument_error("options.decode_tokens", f"must be None or an int in 0..8, got {decode_tokens!r}")
+    return decode_tokens
+
+
 class MoeLayer:
     """The whole MoE expert layer planned once for a weight set (``fp4gemm::MoeLayer``):
 
@@ -281,7 +290,10 @@ class MoeLayer:
     decode_tokens: runs of at most this many tokens (0..8) take the decode path -- two kernels that
         stream every active expert's weights once over all SMs (W4A16 and W4A4; not with
         batch_invariant, top-k > 8, or a hidden or intermediate size that is not a multiple of 32).
-        0: always the general path; 3 (default): where it measured faster (H200, L2 flushed).
+        0: always the general path; None (default): where it measured faster on an H200 (L2
+        flushed, gpt-oss-120b and Qwen3-30B-A3B shapes): up to 6 tokens W4A16, 4 W4A4, but at most
+        max(3, experts / (2 topk)) (experts shared by a few tokens favour the general path sooner).
+        ``describe()`` names the bound in force.
     w13_bias, w2_bias: expert biases (gpt-oss's ``gate_up_proj_bias`` / ``down_proj_bias``), bf16 or
         float32 (both the same), ``[E, 2I]`` in w13's row order and ``[E, H]``, on the weights'
         device, or None. w13_bias is added before the activation (``gate = fma(acc, alpha, bias)`` in
@@ -304,7 +316,7 @@ class MoeLayer:
                  act_format: str = "nvfp4", activation: str = "silu", gate_up: Optional[str] = None,
                  scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
                  a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = SWIGLU_ALPHA,
-                 swiglu_limit: float = SWIGLU_LIMIT, batch_invariant: bool = False, decode_tokens: int = 3,
+                 swiglu_limit: float = SWIGLU_LIMIT, batch_invariant: bool = False, decode_tokens: Optional[int] = None,
                  w13_bias: Any = None, w2_bias: Any = None):
         acts, fmt = _act_format(act_format)
         if gate_up is None:
@@ -312,7 +324,7 @@ class MoeLayer:
         self._layer = _C.MoeLayer(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, fmt, acts,
                                   scale_layout, activation, gate_up, float(swiglu_alpha), float(swiglu_limit),
                                   float(a1_scale), float(a2_scale), int(max_tokens), int(topk), bool(batch_invariant),
-                                  int(decode_tokens), w13_bias, w2_bias)
+                                  _decode_tokens(decode_tokens), w13_bias, w2_bias)
         self._like = w13
 
     def run(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None, stream: Any = None,

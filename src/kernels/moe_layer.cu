@@ -186,7 +186,9 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   o2.quantize_output = false, o2.output_global_scale = 1.0f;
   // The decode path: W4A16 MXFP4 or W4A4, top-k <= 8, not batch invariant (see MoeLayerOptions).
   // Kernel 1 stages the run's tokens in shared memory: fewer decode tokens where they do not fit.
-  int decode_tokens = std::min(o.decode_tokens, o.max_tokens);
+  // kDecodeTokensAuto: the measured crossover (MoeLayerOptions::decode_tokens).
+  const int auto_tokens = std::min(w4a4 ? 4 : 6, std::max(3, E / (2 * o.topk)));
+  int decode_tokens = std::min(o.decode_tokens == kDecodeTokensAuto ? auto_tokens : o.decode_tokens, o.max_tokens);
   while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;
   const std::int64_t decode_pairs = std::int64_t{decode_tokens} * o.topk;
   const bool decode_fits =  // the kernels' 128-wide chunk counts are 32-bit; a lane's 32 k elements are live or not

@@ -60,7 +60,7 @@ TEST(MoeLayerValidation, EachBadPlanFieldNamed) {
   EXPECT_EQ(plan_error([](W&, O& o) { o.max_tokens = 1 << 28, o.topk = 8; }), "options.max_tokens");
   EXPECT_EQ(plan_error([](W&, O& o) { o.topk = 0; }), "options.topk");
   EXPECT_EQ(plan_error([](W&, O& o) { o.graph_cache = -1; }), "options.graph_cache");
-  EXPECT_EQ(plan_error([](W&, O& o) { o.decode_tokens = -1; }), "options.decode_tokens");
+  EXPECT_EQ(plan_error([](W&, O& o) { o.decode_tokens = -2; }), "options.decode_tokens");  // -1: by the layer
   EXPECT_EQ(plan_error([](W&, O& o) { o.decode_tokens = 9; }), "options.decode_tokens");  // > one mma's 8 tokens
   EXPECT_EQ(plan_error([](W&, O& o) { o.topk = 9; }), "options.topk");  // > experts
   EXPECT_EQ(plan_error([](W&, O& o) { o.a1_scale = 0; }), "options.a1_scale");

@@ -299,7 +299,7 @@ class HostSequence:
         max_tokens = self.d.integer(1, 16)
         topk = self.d.integer(1, min(c.e, 4))
         invariant = self.d.choice([False, True])  # (checked against the host composition either way)
-        decode = self.d.choice([0, 2, 8])  # the decode path for runs of T <= decode, or never
+        decode = self.d.choice([0, 2, 8, None])  # the decode path for runs of T <= decode, never, or by the layer
         lv = ws.live
         layer = moe.MoeLayer(lv["w13"], lv["s13"], lv["w2"], lv["s2"], max_tokens=max_tokens, topk=topk,
                              w13_alpha=lv["w13_alpha"], w13_alpha_up=lv["w13_alpha_up"], w2_alpha=lv["w2_alpha"],
@@ -315,7 +315,7 @@ class HostSequence:
             assert (d.count("no stream-K") == 2) is invariant, d
             # the decode path exactly for layers that are not batch invariant and allow it: top-k <= 8,
             # hidden and intermediate sizes multiples of 32 (W4A16 always; W4A4 NVFP4 may have 16)
-            decodes = not invariant and decode > 0 and topk <= 8 and c.h % 32 == 0 and c.i % 32 == 0
+            decodes = not invariant and decode != 0 and topk <= 8 and c.h % 32 == 0 and c.i % 32 == 0
             assert ("decode path for T <= " in d) is decodes, d
         self.add_obj(rec)
 

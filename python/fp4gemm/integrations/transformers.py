@@ -179,7 +179,7 @@ _CHECKPOINTS = {"bf16": ("mxfp4", "bf16"), "mxfp4": ("mxfp4", "bf16"), "nvfp4": 
 
 
 def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2_scale: Optional[float],
-                   max_tokens: int, decode_tokens: int, a1_from_checkpoint: bool = False) -> None:
+                   max_tokens: int, decode_tokens: Optional[int], a1_from_checkpoint: bool = False) -> None:
     if weights not in _FORMATS:
         raise _argument_error("weights", f"{weights!r} is not one of 'mxfp4', 'nvfp4'")
     if activations not in ("bf16", "fp4"):
@@ -190,8 +190,9 @@ def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2
         raise _argument_error("a1_scale", "NVFP4 W4A4 needs the activations' global scales a1_scale and a2_scale")
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise _argument_error("max_tokens", f"must be a positive int, got {max_tokens!r}")
-    if not isinstance(decode_tokens, int) or not 0 <= decode_tokens <= 8:
-        raise _argument_error("decode_tokens", f"must be an int in 0..8, got {decode_tokens!r}")
+    if decode_tokens is not None and (isinstance(decode_tokens, bool) or not isinstance(decode_tokens, int)
+                                      or not 0 <= decode_tokens <= 8):
+        raise _argument_error("decode_tokens", f"must be None (by the layer) or an int in 0..8, got {decode_tokens!r}")
 
 
 def _quantization_classes() -> dict:
@@ -212,7 +213,7 @@ def _quantization_classes() -> dict:
         ``checkpoint="nvfp4"``, W4A4."""
 
         def __init__(self, weights: Optional[str] = None, activations: Optional[str] = None, max_tokens: int = 4096,
-                     a1_scale: Optional[float] = None, a2_scale: Optional[float] = None, decode_tokens: int = 3,
+                     a1_scale: Optional[float] = None, a2_scale: Optional[float] = None, decode_tokens: Optional[int] = None,
                      checkpoint: str = "bf16", quant_method: Optional[str] = None, **kwargs: Any):
             if quant_method == "modelopt":  # a ModelOpt checkpoint's own config
                 algo = str(kwargs.get("quant_algo", "")).upper()
@@ -347,7 +348,7 @@ def _quantize_rows(w: Any, fmt: str):
 
 
 def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf16", *, max_tokens: int = 4096,
-                     a1_scale: Optional[float] = None, a2_scale: Optional[float] = None, decode_tokens: int = 3,
+                     a1_scale: Optional[float] = None, a2_scale: Optional[float] = None, decode_tokens: Optional[int] = None,
                      free_bf16: bool = True) -> int:
     """Converts every experts module of ``model`` (bf16 weights on a CUDA device; on the CPU the
     layers are fp4gemm's host reference, exact and slow) to fp4gemm and switches the model to the
@@ -669,7 +670,7 @@ def _checkpoint_of(qc: Any) -> str:
 
 def from_pretrained(pretrained_model_name_or_path: Any, *args: Any, weights: Optional[str] = None,
                     activations: Optional[str] = None, max_tokens: int = 4096, a1_scale: Optional[float] = None,
-                    a2_scale: Optional[float] = None, decode_tokens: int = 3, **kwargs: Any) -> Any:
+                    a2_scale: Optional[float] = None, decode_tokens: Optional[int] = None, **kwargs: Any) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` with the experts on fp4gemm: a gpt-oss MXFP4 or
     ModelOpt NVFP4 checkpoint's experts loaded as they are (no bf16 pass), a bf16 checkpoint's
     quantised on the GPU after loading (``weights`` / ``activations`` as for ``quantize_experts``).

@@ -251,8 +251,8 @@ void validate_moe_layer(const MoeLayerWeights& w, const MoeLayerOptions& o) {
   if (o.max_tokens < 1) fail("options.max_tokens", "must be >= 1, got " + std::to_string(o.max_tokens));
   if (o.graph_cache < 0)
     fail("options.graph_cache", "must be >= 0 (0: no cached graphs), got " + std::to_string(o.graph_cache));
-  if (o.decode_tokens < 0 || o.decode_tokens > 8)
-    fail("options.decode_tokens", "must be in 0..8, got " + std::to_string(o.decode_tokens));
+  if (o.decode_tokens < kDecodeTokensAuto || o.decode_tokens > 8)
+    fail("options.decode_tokens", "must be in 0..8, or -1 (by the layer), got " + std::to_string(o.decode_tokens));
   if (o.topk < 1 || o.topk > w.experts)
     fail("options.topk", "must be in 1..experts = " + std::to_string(w.experts) + ", got " + std::to_string(o.topk));
   if (std::int64_t{o.max_tokens} * o.topk > (std::int64_t{1} << 30))
