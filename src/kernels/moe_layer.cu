@@ -187,7 +187,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // The decode path: W4A16 MXFP4 or W4A4, top-k <= 8, not batch invariant (see MoeLayerOptions).
   // Kernel 1 stages the run's tokens in shared memory: fewer decode tokens where they do not fit.
   // kDecodeTokensAuto: the measured crossover (MoeLayerOptions::decode_tokens).
-  const int auto_tokens = std::min(w4a4 ? 4 : 6, std::max(3, E / (2 * o.topk)));
+  const bool small_experts = 3ll * H * I / 2 <= (4ll << 20);  // FP4 bytes of one expert's w13 and w2
+  const int auto_tokens = std::min(w4a4 ? 4 : small_experts ? 8 : 6, std::max(3, E / (2 * o.topk)));
   int decode_tokens = std::min(o.decode_tokens == kDecodeTokensAuto ? auto_tokens : o.decode_tokens, o.max_tokens);
   while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;
   const std::int64_t decode_pairs = std::int64_t{decode_tokens} * o.topk;
