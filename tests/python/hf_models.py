@@ -104,10 +104,11 @@ def logits_against_references(ref, got, ids, max_rel, faithful=True, tag=""):
     in either model: on 15 gpt-oss MXFP4 checkpoints of 96 positions (~70 clear) fp4gemm's host
     path flipped 0-4 clear winners and the bf16 experts 0-4 (fp4gemm minus bf16: -2 … +2); on 14
     of 384 positions (~290 clear) -2 … +2 clear and -5 … +7 in all. Its median and 90th percentile
-    errors against float32 were 0.95-1.03x the bf16 experts'. A lost bias or scale flips tens of
-    percent. (W4A4 NVFP4 checkpoints, 56 draws: median up to 0.26, 90th percentile up to 0.75
-    against the bf16 model -- the activations' quantisation, compounded over the layers.) A lost bias or scale, or a wrong tenth of the
-    positions, fails these. The whole-tensor relative error is reported, not checked."""
+    errors against float32 were 0.95-1.03x the bf16 experts'. (W4A4 NVFP4 checkpoints, 56 draws:
+    median up to 0.26, 90th percentile up to 0.75 against the bf16 model -- the activations'
+    quantisation, compounded over the layers.) A lost bias or scale, or a wrong tenth of the
+    positions, fails these (a lost bias or scale flips tens of percent of the top-1s). The
+    whole-tensor relative error is reported, not checked."""
     with torch.no_grad():
         lr = ref(ids).logits.float()
         l32 = copy.deepcopy(ref).float()(ids).logits.float()
@@ -129,14 +130,16 @@ def logits_against_references(ref, got, ids, max_rel, faithful=True, tag=""):
     top2 = l32.topk(2, dim=-1).values
     clear = (top2[..., 0] - top2[..., 1]) >= 0.1 * l32.std()
     e, e32, e32_bf16 = per_position(got, lr), per_position(got, l32), per_position(lr, l32)
-    r = dict(rel=rel(got, lr), med=q(e, 0.5), q90=q(e, 0.9), top1=1 - flips(got, lr) / n, clear=int(clear.sum()),
-             clear_flips=flips(got, l32, clear), clear_flips_bf16=flips(lr, l32, clear), rel32=q(e32, 0.5), rel32_bf16=q(e32_bf16, 0.5), q90_32=q(e32, 0.9),
-             q90_32_bf16=q(e32_bf16, 0.9), flips32=flips(got, l32), flips32_bf16=flips(lr, l32), n=n)
+    r = dict(rel=rel(got, lr), med=q(e, 0.5), q90=q(e, 0.9), top1=1 - flips(got, lr) / n, n=n,
+             clear=int(clear.sum()), clear_flips=flips(got, l32, clear), clear_flips_bf16=flips(lr, l32, clear),
+             rel32=q(e32, 0.5), rel32_bf16=q(e32_bf16, 0.5), q90_32=q(e32, 0.9), q90_32_bf16=q(e32_bf16, 0.9),
+             flips32=flips(got, l32), flips32_bf16=flips(lr, l32))
     print(f"\n{tag}: logits vs the dequantised bf16 model: per-position relative error median {r['med']:.2e}, "
           f"90th percentile {r['q90']:.2e} (whole tensor {r['rel']:.2e}), top-1 agreement {100 * r['top1']:.2f} %; "
           f"vs the float32 model: top-1 kept at {r['clear'] - r['clear_flips']} / {r['clear']} positions with a clear "
-          f"winner (bf16 experts {r['clear'] - r['clear_flips_bf16']}), median {r['rel32']:.2e} / 90th percentile {r['q90_32']:.2e} (transformers' bf16 experts "
-          f"{r['rel32_bf16']:.2e} / {r['q90_32_bf16']:.2e}), top-1 {100 * (1 - r['flips32'] / n):.2f} % "
+          f"winner (bf16 experts {r['clear'] - r['clear_flips_bf16']}), median {r['rel32']:.2e} / 90th percentile "
+          f"{r['q90_32']:.2e} (transformers' bf16 experts {r['rel32_bf16']:.2e} / {r['q90_32_bf16']:.2e}), "
+          f"top-1 {100 * (1 - r['flips32'] / n):.2f} % "
           f"(bf16 experts {100 * (1 - r['flips32_bf16'] / n):.2f} %) of {n}")
     assert torch.isfinite(got).all() and r["med"] < max_rel and r["q90"] < 2 * max_rel, r
     if faithful:
