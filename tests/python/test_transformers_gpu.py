@@ -40,7 +40,8 @@ def test_quantize_experts_matches_the_dequantised_model(arch):
 @pytest.mark.parametrize("arch", sorted(REAL_SIZES))
 def test_real_layer_sizes_match_the_dequantised_model(arch):
     """The same comparison at the real hidden / expert sizes of Qwen3-30B-A3B and gpt-oss-120b (32
-    experts, 2 layers): the layers take the decode path for small T (by the layer) and the general path beyond."""
+    experts, 2 layers): the layers take the decode path for small T (the bound the layer chooses)
+    and the general path beyond."""
     ref = _model(arch, "cuda", **REAL_SIZES[arch])
     q = copy.deepcopy(ref)
     assert fp4hf.quantize_experts(q, free_bf16=False) == _experts_modules(ref) > 0
