@@ -114,10 +114,199 @@ __device__ __forceinline__ void fence_acc(float (&acc)[H][A]) {
   for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
 }
 
-// One work piece (a k-block range of one tile) for a consumer warpgroup: mainloop, split-K
-// hand-off and epilogue. N8 = tile tokens / 8, rounded up; the tile has H = 1 or 2 halves of 128
-// weight rows, and the warpgroup owns rows h * 128 + cw * 64 + [0, 64) of half h (whose scales
-// are the stage's atom h).
+// The units of a tile's output this piece finishes. A shared GLU epilogue (TileDesc::owner_slot;
+// tiles of one writer): the tile's output is H halves x `passes` passes of 64 tokens, "units" in
+// that order; the owner finishes the first half of them and the writer the rest, so each sums only
+// its units' accumulators. Otherwise the owner finishes all of them.
+struct PieceUnits {
+  bool shared;
+  int passes, u0, u1;
+};
+
+template <int H, bool kGlu>
+__device__ __forceinline__ PieceUnits piece_units(const FusedParams& p, const WorkPiece& piece, const TileDesc& tile) {
+  PieceUnits r{false, 1, 0, H};
+  if constexpr (kGlu) {
+    r.passes = (tile.ntok + kGluPassTokens - 1) / kGluPassTokens;
+    r.u1 = H * r.passes;
+    if (tile.owner_slot >= 0 && p.moe.glu != 0) {
+      r.shared = true;
+      const int parts = tile.writers + 1, part = piece.slot >= 0 ? piece.slot - tile.first_slot + 1 : 0;
+      r.u0 = part * H * r.passes / parts, r.u1 = (part + 1) * H * r.passes / parts;
+    }
+  }
+  return r;
+}
+
+// The split-K hand-off of a piece's accumulators (see device/schedule.hpp): a writer publishes its
+// partial (false: the piece is done, unless the tile's GLU epilogue is shared); the owner adds its
+// writers' partials in slot order (deterministic sums) and goes on to the epilogue (true).
+template <int N8, int H, bool kRouted>
+__device__ __forceinline__ bool splitk_handoff(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
+                                               const TileDesc& tile, float (&acc)[H][4 * N8], const PieceUnits& pu,
+                                               Trace::Stamp t_mark) {
+  using C = KernelConfig;
+  constexpr int kAcc = 4 * N8;
+  // Partials: accumulators 4i..4i+3 of half h as one float4 at [(h * kAcc / 4 + i)][thread], so a
+  // warp stores or loads 512 contiguous bytes per instruction (one float per thread and
+  // instruction takes 4x the instructions: seed cases 1-3 0.7-1.4 % slower on H200).
+  static_assert(kAcc % 4 == 0, "float4 partials");
+  // (MoE plans: slots of kMoeSlotFloats, for the 16- and 32-token classes that their schedule
+  // splits; the pointer-array plan's hold any tile)
+  constexpr int kSlotFloats = kRouted ? kMoeSlotFloats : C::kPartialFloats;
+  static_assert(!kRouted || N8 > 4 || H * kAcc * C::kConsumerThreads <= kMoeSlotFloats, "MoE partial slot too small");
+  auto slot_of = [&](int slot) {
+    return reinterpret_cast<float4*>(p.partials + static_cast<std::int64_t>(slot) * kSlotFloats);
+  };
+  auto at = [&](int h, int i) { return (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid; };
+  auto publish = [&](float4* part, auto&& stored) {  // the partial, then the tile's counter
+#pragma unroll
+    for (int h = 0; h < H; ++h)
+#pragma unroll
+      for (int i = 0; i < kAcc; i += 4)
+        if (stored(h, i)) __stcg(part + at(h, i), make_float4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]));
+    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
+    if (st.ctid == 0) {
+      __threadfence();
+      ptx::red_release_gpu_add(p.flags + piece.tile, 1);
+    }
+  };
+  const bool shared = pu.shared;
+  const int passes = pu.passes, u0 = pu.u0, u1 = pu.u1;
+  auto own = [&](int h, int i) {
+    const int u = h * passes + i / (4 * kGluPassTokens / 8);
+    return !shared || (u >= u0 && u < u1);
+  };
+  if (piece.slot >= 0) {  // a writer: its partial (a sharing one: of the others' units)
+    publish(slot_of(piece.slot), [&](int h, int i) { return !shared || !own(h, i); });
+    if (!shared) {
+      st.trace.add_since(kTraceHandoff, t_mark);
+      return false;
+    }
+  } else if (shared) {  // a sharing owner: its partial of the writers' units
+    publish(slot_of(tile.owner_slot), [&](int h, int i) { return !own(h, i); });
+  }
+  if (tile.writers > 0) {
+    const int published = tile.writers + (shared ? 1 : 0);
+    if (st.ctid == 0) {
+      while ((ptx::ld_acquire_gpu(p.flags + piece.tile) & 0xFFFF) < published) __nanosleep(64);
+    }
+    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
+    // The owner adds its writers' partials in slot order (deterministic sums); a sharing writer
+    // (the only one) adds the owner's partial to its own: o + w in either order, the same bits.
+    const int sources = piece.slot >= 0 ? 1 : tile.writers;
+    for (int w = 0; w < sources; ++w) {
+      const float4* part = slot_of(piece.slot >= 0 ? tile.owner_slot : tile.first_slot + w);
+#pragma unroll
+      for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int i = 0; i < kAcc; i += 4) {
+          if (!own(h, i)) continue;
+          const float4 v = __ldcg(part + at(h, i));
+          acc[h][i] += v.x, acc[h][i + 1] += v.y, acc[h][i + 2] += v.z, acc[h][i + 3] += v.w;
+        }
+    }
+    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
+    if (st.ctid == 0) {  // ready for the next run: reset by the last participant to finish reading
+      if (!shared) {
+        p.flags[piece.tile] = 0;
+      } else if ((atomicAdd(p.flags + piece.tile, 0x10000) >> 16) == tile.writers) {
+        p.flags[piece.tile] = 0;
+      }
+    }
+  }
+  st.trace.add_since(kTraceHandoff, t_mark);
+  return true;
+}
+
+// The epilogue of a piece: C[m][n] = alpha * acc (transposed back from the swap-AB tile), or the
+// GLU of gate / up pairs, for the units pu names.
+template <Format F, int N8, int H, bool kRouted, bool kGlu>
+__device__ __forceinline__ void store_piece(const FusedParams& p, ConsumerState& st, const TileDesc& tile,
+                                            const GroupParams& g, float (&acc)[H][4 * N8], const PieceUnits& pu,
+                                            std::uint8_t* epi_smem, OutType out_type, Trace::Stamp t_mark) {
+  using C = KernelConfig;
+  const int t = st.t;
+  const int passes = pu.passes, u0 = pu.u0, u1 = pu.u1;
+  float mul = g.alpha_device ? *g.alpha_device : g.alpha;
+  if constexpr (F == Format::nvfp4) mul *= kNvfp4AccScale;
+  if constexpr (kGlu) {
+    if (p.moe.glu != 0) {  // gate / up pairs -> one GLU output column per pair (params.cuh)
+      const MoeScheduleParams& m = p.moe;
+      // MoE: per expert (tile.group) in the schedule's parameters; pointer-array: per group.
+      float mul_up;
+      int swap, width;
+      if constexpr (kRouted) {
+        mul_up = m.alpha_up_device ? m.alpha_up_device[tile.group] : m.alpha_up;
+        swap = m.glu_swap, width = m.glu_width;
+      } else {
+        mul_up = g.alpha_up_device ? *g.alpha_up_device : g.alpha_up;
+        swap = g.glu_swap, width = g.n / 2;
+      }
+      if constexpr (F == Format::nvfp4) mul_up *= kNvfp4AccScale;
+      const void* bias = nullptr;  // (MoE only: this tile's expert's row of the bias)
+      if constexpr (kRouted)
+        if (m.glu_bias != nullptr)
+          bias = static_cast<const char*>(m.glu_bias) +
+                 static_cast<std::int64_t>(tile.group) * 2 * width * (m.glu_bias_f32 ? 4 : 2);
+      const GluArgs glu{m.glu, swap, width, m.swiglu_alpha, m.swiglu_limit, swap ? mul_up : mul, swap ? mul : mul_up,
+                        kRouted ? m.q_format : 0, m.q_gs, m.q_scales, bias, m.glu_bias_f32, m.glu_bias_interleaved};
+      std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
+      const int wtid = st.ctid % 128;
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        const int n_wg = tile.row0 + h * 128 + st.cw * 64;
+        if (n_wg >= g.n) break;
+        const int pb = min(max(u0 - h * passes, 0), passes), pe = min(max(u1 - h * passes, 0), passes);
+        switch (out_type) {
+          case OutType::f16: store_tile_glu<__half, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
+          case OutType::bf16: store_tile_glu<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
+          case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
+        }
+      }
+      st.trace.add_since(kTraceEpilogue, t_mark);
+      return;
+    }
+  }
+  // The MoE kernel's 16-token tiles store straight from the accumulators (2-byte stores, 8
+  // consecutive n for 4 tokens per warp instruction, 8 per thread and half): no shared-memory
+  // round trip and none of its named barriers, so the warpgroup goes on to its next piece at once.
+  // Measured on H200: (a) -2.4 %, (c) -2.7 %, Qwen3 T 32 -5.9 %, its layer -4.8 %, (b) W4A4
+  // +0.6 %; the 32-token class too cost (b) W4A4 +1.9 %, so it keeps the staged stores.
+  constexpr bool kDirect = kRouted && N8 <= 2;
+  if constexpr (kDirect) {
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      const int n_wg = tile.row0 + h * 128 + st.cw * 64;
+      if (n_wg >= g.n) break;
+      switch (out_type) {
+        case OutType::f16: store_tile<__half, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
+        case OutType::bf16: store_tile<__nv_bfloat16, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
+        case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
+      }
+    }
+    st.trace.add_since(kTraceEpilogue, t_mark);
+    return;
+  }
+  std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
+  const CUtensorMap* cmap = p.c_maps != nullptr && p.c_tma[tile.group] ? p.c_maps + 2 * tile.group : nullptr;
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+    const int n_wg = tile.row0 + h * 128 + st.cw * 64;  // first weight row (n) of this half
+    if (n_wg >= g.n) break;                            // (warpgroup-uniform) rows past N
+    switch (out_type) {
+      case OutType::f16: store_tile_smem<__half, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi, cmap); break;
+      case OutType::bf16: store_tile_smem<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi, cmap); break;
+      case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
+    }
+  }
+  st.trace.add_since(kTraceEpilogue, t_mark);
+}
+
+// One work piece (a k-block range of one tile) for a consumer warpgroup, in three parts: the
+// mainloop (here), the split-K hand-off (splitk_handoff) and the epilogue (store_piece). N8 =
+// tile tokens / 8, rounded up; the tile has H = 1 or 2 halves of 128 weight rows, and the
+// warpgroup owns rows h * 128 + cw * 64 + [0, 64) of half h (whose scales are the stage's atom h).
 template <Format F, int N8, int H, bool kRouted, bool kGlu, int kSmallMx>
 __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
                                               const TileDesc& tile, std::uint8_t* act_smem,
@@ -417,165 +606,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   st.trace.add(kTracePieces, 1);
   st.trace.add(kTraceTokenKblocks, (piece.kb_end - piece.kb_begin) * 8 * N8 * H);
 
-  // ---- split-K hand-off (see device/schedule.hpp) ----
-  // Partials: accumulators 4i..4i+3 of half h as one float4 at [(h * kAcc / 4 + i)][thread], so a
-  // warp stores or loads 512 contiguous bytes per instruction (one float per thread and
-  // instruction takes 4x the instructions: seed cases 1-3 0.7-1.4 % slower on H200).
-  static_assert(kAcc % 4 == 0, "float4 partials");
-  // (MoE plans: slots of kMoeSlotFloats, for the 16- and 32-token classes that their schedule
-  // splits; the pointer-array plan's hold any tile)
-  constexpr int kSlotFloats = kRouted ? kMoeSlotFloats : C::kPartialFloats;
-  static_assert(!kRouted || N8 > 4 || H * kAcc * C::kConsumerThreads <= kMoeSlotFloats, "MoE partial slot too small");
-  auto slot_of = [&](int slot) {
-    return reinterpret_cast<float4*>(p.partials + static_cast<std::int64_t>(slot) * kSlotFloats);
-  };
-  auto at = [&](int h, int i) { return (h * kAcc + i) / 4 * C::kConsumerThreads + st.ctid; };
-  auto publish = [&](float4* part, auto&& stored) {  // the partial, then the tile's counter
-#pragma unroll
-    for (int h = 0; h < H; ++h)
-#pragma unroll
-      for (int i = 0; i < kAcc; i += 4)
-        if (stored(h, i)) __stcg(part + at(h, i), make_float4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]));
-    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
-    if (st.ctid == 0) {
-      __threadfence();
-      ptx::red_release_gpu_add(p.flags + piece.tile, 1);
-    }
-  };
-  // A shared GLU epilogue (TileDesc::owner_slot; tiles of one writer): the tile's output is H
-  // halves x `passes` passes of 64 tokens, "units" in that order; the owner finishes the first
-  // half of them and the writer the rest, so each sums only its units' accumulators. Otherwise
-  // the owner finishes all of them.
-  bool shared = false;
-  int passes = 1, u0 = 0, u1 = H;
-  if constexpr (kGlu) {
-    passes = (tile.ntok + kGluPassTokens - 1) / kGluPassTokens;
-    u1 = H * passes;
-    if (tile.owner_slot >= 0 && p.moe.glu != 0) {
-      shared = true;
-      const int parts = tile.writers + 1, part = piece.slot >= 0 ? piece.slot - tile.first_slot + 1 : 0;
-      u0 = part * H * passes / parts, u1 = (part + 1) * H * passes / parts;
-    }
-  }
-  auto own = [&](int h, int i) {
-    const int u = h * passes + i / (4 * kGluPassTokens / 8);
-    return !shared || (u >= u0 && u < u1);
-  };
-  if (piece.slot >= 0) {  // a writer: its partial (a sharing one: of the others' units)
-    publish(slot_of(piece.slot), [&](int h, int i) { return !shared || !own(h, i); });
-    if (!shared) {
-      st.trace.add_since(kTraceHandoff, t_mark);
-      return;
-    }
-  } else if (shared) {  // a sharing owner: its partial of the writers' units
-    publish(slot_of(tile.owner_slot), [&](int h, int i) { return !own(h, i); });
-  }
-  if (tile.writers > 0) {
-    const int published = tile.writers + (shared ? 1 : 0);
-    if (st.ctid == 0) {
-      while ((ptx::ld_acquire_gpu(p.flags + piece.tile) & 0xFFFF) < published) __nanosleep(64);
-    }
-    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
-    // The owner adds its writers' partials in slot order (deterministic sums); a sharing writer
-    // (the only one) adds the owner's partial to its own: o + w in either order, the same bits.
-    const int sources = piece.slot >= 0 ? 1 : tile.writers;
-    for (int w = 0; w < sources; ++w) {
-      const float4* part = slot_of(piece.slot >= 0 ? tile.owner_slot : tile.first_slot + w);
-#pragma unroll
-      for (int h = 0; h < H; ++h)
-#pragma unroll
-        for (int i = 0; i < kAcc; i += 4) {
-          if (!own(h, i)) continue;
-          const float4 v = __ldcg(part + at(h, i));
-          acc[h][i] += v.x, acc[h][i + 1] += v.y, acc[h][i + 2] += v.z, acc[h][i + 3] += v.w;
-        }
-    }
-    ptx::named_barrier_sync(kConsumersBarrier, C::kConsumerThreads);
-    if (st.ctid == 0) {  // ready for the next run: reset by the last participant to finish reading
-      if (!shared) {
-        p.flags[piece.tile] = 0;
-      } else if ((atomicAdd(p.flags + piece.tile, 0x10000) >> 16) == tile.writers) {
-        p.flags[piece.tile] = 0;
-      }
-    }
-  }
-  st.trace.add_since(kTraceHandoff, t_mark);
-  t_mark = st.trace.now();
-
-  // ---- epilogue: C[m][n] = alpha * acc (transposed back from the swap-AB tile) ----
-  float mul = g.alpha_device ? *g.alpha_device : g.alpha;
-  if constexpr (F == Format::nvfp4) mul *= kNvfp4AccScale;
-  if constexpr (kGlu) {
-    if (p.moe.glu != 0) {  // gate / up pairs -> one GLU output column per pair (params.cuh)
-      const MoeScheduleParams& m = p.moe;
-      // MoE: per expert (tile.group) in the schedule's parameters; pointer-array: per group.
-      float mul_up;
-      int swap, width;
-      if constexpr (kRouted) {
-        mul_up = m.alpha_up_device ? m.alpha_up_device[tile.group] : m.alpha_up;
-        swap = m.glu_swap, width = m.glu_width;
-      } else {
-        mul_up = g.alpha_up_device ? *g.alpha_up_device : g.alpha_up;
-        swap = g.glu_swap, width = g.n / 2;
-      }
-      if constexpr (F == Format::nvfp4) mul_up *= kNvfp4AccScale;
-      const void* bias = nullptr;  // (MoE only: this tile's expert's row of the bias)
-      if constexpr (kRouted)
-        if (m.glu_bias != nullptr)
-          bias = static_cast<const char*>(m.glu_bias) +
-                 static_cast<std::int64_t>(tile.group) * 2 * width * (m.glu_bias_f32 ? 4 : 2);
-      const GluArgs glu{m.glu, swap, width, m.swiglu_alpha, m.swiglu_limit, swap ? mul_up : mul, swap ? mul : mul_up,
-                        kRouted ? m.q_format : 0, m.q_gs, m.q_scales, bias, m.glu_bias_f32, m.glu_bias_interleaved};
-      std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
-      const int wtid = st.ctid % 128;
-#pragma unroll
-      for (int h = 0; h < H; ++h) {
-        const int n_wg = tile.row0 + h * 128 + st.cw * 64;
-        if (n_wg >= g.n) break;
-        const int pb = min(max(u0 - h * passes, 0), passes), pe = min(max(u1 - h * passes, 0), passes);
-        switch (out_type) {
-          case OutType::f16: store_tile_glu<__half, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
-          case OutType::bf16: store_tile_glu<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
-          case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
-        }
-      }
-      st.trace.add_since(kTraceEpilogue, t_mark);
-      return;
-    }
-  }
-  // The MoE kernel's 16-token tiles store straight from the accumulators (2-byte stores, 8
-  // consecutive n for 4 tokens per warp instruction, 8 per thread and half): no shared-memory
-  // round trip and none of its named barriers, so the warpgroup goes on to its next piece at once.
-  // Measured on H200: (a) -2.4 %, (c) -2.7 %, Qwen3 T 32 -5.9 %, its layer -4.8 %, (b) W4A4
-  // +0.6 %; the 32-token class too cost (b) W4A4 +1.9 %, so it keeps the staged stores.
-  constexpr bool kDirect = kRouted && N8 <= 2;
-  if constexpr (kDirect) {
-#pragma unroll
-    for (int h = 0; h < H; ++h) {
-      const int n_wg = tile.row0 + h * 128 + st.cw * 64;
-      if (n_wg >= g.n) break;
-      switch (out_type) {
-        case OutType::f16: store_tile<__half, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
-        case OutType::bf16: store_tile<__nv_bfloat16, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
-        case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
-      }
-    }
-    st.trace.add_since(kTraceEpilogue, t_mark);
-    return;
-  }
-  std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
-  const CUtensorMap* cmap = p.c_maps != nullptr && p.c_tma[tile.group] ? p.c_maps + 2 * tile.group : nullptr;
-#pragma unroll
-  for (int h = 0; h < H; ++h) {
-    const int n_wg = tile.row0 + h * 128 + st.cw * 64;  // first weight row (n) of this half
-    if (n_wg >= g.n) break;                            // (warpgroup-uniform) rows past N
-    switch (out_type) {
-      case OutType::f16: store_tile_smem<__half, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi, cmap); break;
-      case OutType::bf16: store_tile_smem<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.cw, st.ctid % 128, mul, epi, cmap); break;
-      case OutType::f32: store_tile<float, N8>(acc[h], g, tile, n_wg + st.row_in_tile % 64, t, mul); break;
-    }
-  }
-  st.trace.add_since(kTraceEpilogue, t_mark);
+  const PieceUnits pu = piece_units<H, kGlu>(p, piece, tile);
+  if (!splitk_handoff<N8, H, kRouted>(p, st, piece, tile, acc, pu, t_mark)) return;
+  store_piece<F, N8, H, kRouted, kGlu>(p, st, tile, g, acc, pu, epi_smem, out_type, st.trace.now());
 }
 
 }  // namespace fp4gemm::detail::sm90
