@@ -129,7 +129,7 @@ __device__ __forceinline__ PieceUnits piece_units(const FusedParams& p, const Wo
   if constexpr (kGlu) {
     r.passes = (tile.ntok + kGluPassTokens - 1) / kGluPassTokens;
     r.u1 = H * r.passes;
-    if (tile.owner_slot >= 0 && p.moe.glu != 0) {
+    if (tile.owner_slot >= 0) {
       r.shared = true;
       const int parts = tile.writers + 1, part = piece.slot >= 0 ? piece.slot - tile.first_slot + 1 : 0;
       r.u0 = part * H * r.passes / parts, r.u1 = (part + 1) * H * r.passes / parts;
@@ -230,43 +230,42 @@ __device__ __forceinline__ void store_piece(const FusedParams& p, ConsumerState&
   const int passes = pu.passes, u0 = pu.u0, u1 = pu.u1;
   float mul = g.alpha_device ? *g.alpha_device : g.alpha;
   if constexpr (F == Format::nvfp4) mul *= kNvfp4AccScale;
+  // A GLU kernel runs GLU plans only (launch_gemm): gate / up pairs -> one output column per pair (params.cuh).
   if constexpr (kGlu) {
-    if (p.moe.glu != 0) {  // gate / up pairs -> one GLU output column per pair (params.cuh)
-      const MoeScheduleParams& m = p.moe;
-      // MoE: per expert (tile.group) in the schedule's parameters; pointer-array: per group.
-      float mul_up;
-      int swap, width;
-      if constexpr (kRouted) {
-        mul_up = m.alpha_up_device ? m.alpha_up_device[tile.group] : m.alpha_up;
-        swap = m.glu_swap, width = m.glu_width;
-      } else {
-        mul_up = g.alpha_up_device ? *g.alpha_up_device : g.alpha_up;
-        swap = g.glu_swap, width = g.n / 2;
-      }
-      if constexpr (F == Format::nvfp4) mul_up *= kNvfp4AccScale;
-      const void* bias = nullptr;  // (MoE only: this tile's expert's row of the bias)
-      if constexpr (kRouted)
-        if (m.glu_bias != nullptr)
-          bias = static_cast<const char*>(m.glu_bias) +
-                 static_cast<std::int64_t>(tile.group) * 2 * width * (m.glu_bias_f32 ? 4 : 2);
-      const GluArgs glu{m.glu, swap, width, m.swiglu_alpha, m.swiglu_limit, swap ? mul_up : mul, swap ? mul : mul_up,
-                        kRouted ? m.q_format : 0, m.q_gs, m.q_scales, bias, m.glu_bias_f32, m.glu_bias_interleaved};
-      std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
-      const int wtid = st.ctid % 128;
-#pragma unroll
-      for (int h = 0; h < H; ++h) {
-        const int n_wg = tile.row0 + h * 128 + st.cw * 64;
-        if (n_wg >= g.n) break;
-        const int pb = min(max(u0 - h * passes, 0), passes), pe = min(max(u1 - h * passes, 0), passes);
-        switch (out_type) {
-          case OutType::f16: store_tile_glu<__half, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
-          case OutType::bf16: store_tile_glu<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
-          case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
-        }
-      }
-      st.trace.add_since(kTraceEpilogue, t_mark);
-      return;
+    const MoeScheduleParams& m = p.moe;
+    // MoE: per expert (tile.group) in the schedule's parameters; pointer-array: per group.
+    float mul_up;
+    int swap, width;
+    if constexpr (kRouted) {
+      mul_up = m.alpha_up_device ? m.alpha_up_device[tile.group] : m.alpha_up;
+      swap = m.glu_swap, width = m.glu_width;
+    } else {
+      mul_up = g.alpha_up_device ? *g.alpha_up_device : g.alpha_up;
+      swap = g.glu_swap, width = g.n / 2;
     }
+    if constexpr (F == Format::nvfp4) mul_up *= kNvfp4AccScale;
+    const void* bias = nullptr;  // (MoE only: this tile's expert's row of the bias)
+    if constexpr (kRouted)
+      if (m.glu_bias != nullptr)
+        bias = static_cast<const char*>(m.glu_bias) +
+               static_cast<std::int64_t>(tile.group) * 2 * width * (m.glu_bias_f32 ? 4 : 2);
+    const GluArgs glu{m.glu, swap, width, m.swiglu_alpha, m.swiglu_limit, swap ? mul_up : mul, swap ? mul : mul_up,
+                      kRouted ? m.q_format : 0, m.q_gs, m.q_scales, bias, m.glu_bias_f32, m.glu_bias_interleaved};
+    std::uint8_t* epi = epi_smem + st.cw * (C::kEpiBytes / C::kConsumerWarpgroups);
+    const int wtid = st.ctid % 128;
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      const int n_wg = tile.row0 + h * 128 + st.cw * 64;
+      if (n_wg >= g.n) break;
+      const int pb = min(max(u0 - h * passes, 0), passes), pe = min(max(u1 - h * passes, 0), passes);
+      switch (out_type) {
+        case OutType::f16: store_tile_glu<__half, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
+        case OutType::bf16: store_tile_glu<__nv_bfloat16, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
+        case OutType::f32: store_tile_glu<float, N8>(acc[h], g, tile, n_wg, st.lane, glu, wtid / 32, st.cw, wtid, epi, pb, pe); break;
+      }
+    }
+    st.trace.add_since(kTraceEpilogue, t_mark);
+    return;
   }
   // The MoE kernel's 16-token tiles store straight from the accumulators (2-byte stores, 8
   // consecutive n for 4 tokens per warp instruction, 8 per thread and half): no shared-memory

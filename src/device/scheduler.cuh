@@ -46,13 +46,20 @@ struct HostWorkListGlu : HostWorkList {
 
 struct MoeDeviceSchedule {
   static constexpr bool kRoutedOutput = true;  // one C for every expert (p.moe.c)
-  static constexpr bool kGlu = true;           // GLU plans at run time (p.moe.glu)
+  static constexpr bool kGlu = false;          // plain outputs (the layer's down GEMM); GLU plans: below
   static __device__ __forceinline__ CtaWork initial_work(const FusedParams& p, std::uint8_t* scratch) {
     CtaWork w;
     moe_schedule_cta<KernelConfig::kThreads>(p.moe, *reinterpret_cast<MoeScheduleScratch*>(scratch), w.begin, w.end,
                                              w.n16);
     return w;
   }
+};
+
+// The MoE GEMM of a GLU plan (p.moe.glu != 0: the layer's gate / up GEMM): gate / up row pairs and the GLU
+// epilogue. Its own instantiation, as the dual GEMM's: the launch picks it from the plan, so neither
+// kernel carries the other's epilogue (half the code per kernel, half the compile time per unit).
+struct MoeDeviceScheduleGlu : MoeDeviceSchedule {
+  static constexpr bool kGlu = true;
 };
 
 }  // namespace fp4gemm::detail::sm90

@@ -46,13 +46,10 @@ namespace fp4gemm::detail::sm90 {
 template <class Scheduler>
 __device__ __forceinline__ void load_weights(const FusedParams& p, std::uint8_t* dst, const CUtensorMap* map,
                                              std::uint64_t* bar, int kb, int row0) {
-  if constexpr (Scheduler::kGlu) {
-    if (p.moe.glu != 0) {
-      ptx::tma_load_4d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), 0, 0, row0 / 16);
-      return;
-    }
-  }
-  ptx::tma_load_2d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), row0);
+  if constexpr (Scheduler::kGlu)  // (a GLU kernel runs GLU plans only: launch_gemm)
+    ptx::tma_load_4d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), 0, 0, row0 / 16);
+  else
+    ptx::tma_load_2d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), row0);
 }
 
 // Scheduler: how the CTA finds its pieces (device/scheduler.cuh): HostWorkList (the pointer-array
@@ -390,18 +387,21 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
   attr[0].val.programmaticStreamSerializationAllowed = 1;  // a programmatic dependent of the pre-pass
   config.attrs = attr;
   config.numAttrs = 1;
-  // (each instantiation is compiled in its own unit: fused_variants.cuh)
+  // The row of the table (fused_variants.cuh; each row compiled in its own unit) this plan runs: format, scheduler (host work list or the
+  // MoE device schedule), GLU epilogue or not, and for MXFP4 MoE plans the scale decode.
+  const bool moe = params.moe.experts > 0, glu = params.moe.glu != 0;
   if constexpr (F == Format::mxfp4) {
-    if (params.moe.experts > 0 && params.small_mx_scales == kMxOne) return fused_launch_mxfp4_moe_one(config, params, out_type);
-    if (params.moe.experts > 0 && params.small_mx_scales == kMxOneChecked)
-      return fused_launch_mxfp4_moe_checked(config, params, out_type);
-    return params.moe.experts > 0 ? fused_launch_mxfp4_moe(config, params, out_type)
-           : params.moe.glu != 0  ? fused_launch_mxfp4_host_glu(config, params, out_type)
-                                  : fused_launch_mxfp4_host(config, params, out_type);
+    if (!moe) return glu ? fused_launch_mxfp4_host_glu(config, params, out_type) : fused_launch_mxfp4_host(config, params, out_type);
+    switch (params.small_mx_scales) {
+      case kMxOne: return glu ? fused_launch_mxfp4_moe_one_glu(config, params, out_type) : fused_launch_mxfp4_moe_one(config, params, out_type);
+      case kMxOneChecked:
+        return glu ? fused_launch_mxfp4_moe_checked_glu(config, params, out_type)
+                   : fused_launch_mxfp4_moe_checked(config, params, out_type);
+      default: return glu ? fused_launch_mxfp4_moe_glu(config, params, out_type) : fused_launch_mxfp4_moe(config, params, out_type);
+    }
   } else {
-    return params.moe.experts > 0 ? fused_launch_nvfp4_moe(config, params, out_type)
-           : params.moe.glu != 0  ? fused_launch_nvfp4_host_glu(config, params, out_type)
-                                  : fused_launch_nvfp4_host(config, params, out_type);
+    if (!moe) return glu ? fused_launch_nvfp4_host_glu(config, params, out_type) : fused_launch_nvfp4_host(config, params, out_type);
+    return glu ? fused_launch_nvfp4_moe_glu(config, params, out_type) : fused_launch_nvfp4_moe(config, params, out_type);
   }
 }
 
