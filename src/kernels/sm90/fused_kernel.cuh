@@ -46,10 +46,16 @@ namespace fp4gemm::detail::sm90 {
 template <class Scheduler>
 __device__ __forceinline__ void load_weights(const FusedParams& p, std::uint8_t* dst, const CUtensorMap* map,
                                              std::uint64_t* bar, int kb, int row0) {
-  if constexpr (Scheduler::kGlu)  // (a GLU kernel runs GLU plans only: launch_gemm)
-    ptx::tma_load_4d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), 0, 0, row0 / 16);
-  else
-    ptx::tma_load_2d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), row0);
+  // (A GLU kernel runs GLU plans only (launch_gemm), so the run-time test below is always true there.
+  // It stays because without it ptxas allocates the MoE GLU kernels' consumers differently: ring
+  // addresses reloaded from the stack in every k-loop, 190-192 LDL sites, stack 64 B instead of 24.)
+  if constexpr (Scheduler::kGlu) {
+    if (p.moe.glu != 0) {
+      ptx::tma_load_4d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), 0, 0, row0 / 16);
+      return;
+    }
+  }
+  ptx::tma_load_2d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), row0);
 }
 
 // Scheduler: how the CTA finds its pieces (device/scheduler.cuh): HostWorkList (the pointer-array
