@@ -72,3 +72,14 @@ if ! command -v cuobjdump >/dev/null && [ ! -x "$(dirname "$(command -v nvcc)")/
     python3 -m pip install "nvidia-cuda-cuobjdump>=${cuda_major},<$((cuda_major + 1))" ||
     { echo "[deps] ERROR: no cuobjdump: install the CUDA toolkit's cuobjdump or nvidia-cuda-cuobjdump" >&2; exit 1; }
 fi
+# nvdisasm, which `cuobjdump -sass` runs: the host tier's k-loop check reads the fused kernels' SASS
+# (scripts/sass_local_memory.py). The CUDA toolkit's, or NVIDIA's PyPI wheel nvidia-cuda-nvdisasm
+# (it installs beside the wheel's cuobjdump, where the check looks).
+if ! command -v nvdisasm >/dev/null && [ ! -x "$(dirname "$(command -v nvcc)")/nvdisasm" ] &&
+   ! python3 -c "import glob, importlib.util as u; s = u.find_spec('nvidia'); import sys; sys.exit(0 if s and any(glob.glob(p + '/cu*/bin/nvdisasm') for p in s.submodule_search_locations) else 1)" 2>/dev/null; then
+  cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+  echo "[deps] installing nvdisasm for CUDA ${cuda_major} with pip (nvidia-cuda-nvdisasm; the k-loop check uses it)"
+  with_progress "pip install nvidia-cuda-nvdisasm" build/deps-pip-nvdisasm.log \
+    python3 -m pip install "nvidia-cuda-nvdisasm>=${cuda_major},<$((cuda_major + 1))" ||
+    { echo "[deps] ERROR: no nvdisasm: install the CUDA toolkit's nvdisasm or nvidia-cuda-nvdisasm" >&2; exit 1; }
+fi

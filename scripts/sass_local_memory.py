@@ -9,15 +9,31 @@ natural loops from each backward edge (the blocks that reach the latch without p
 header), the k-loops as the innermost loops that hold HGMMA; each LDL/STL is counted as in a
 k-loop, in a loop that holds k-loops (once per work piece), or outside every HGMMA loop (once per
 CTA). DESIGN.md "Stack frames of the fused kernel" quotes its output for nvcc 13.0.
+
+    python3 scripts/sass_local_memory.py --objects "a.cu.o;b.cu.o" --fail-on-kloop
+
+runs cuobjdump -sass on the objects itself (found as scripts/check_kernel_stack.py finds it; it needs
+nvdisasm beside it or on PATH: the toolkit's, or `pip install nvidia-cuda-nvdisasm`) and fails when
+any LDL/STL sits in a k-loop: the host tier's check that no fused kernel reloads spilled values per
+k-block (ptxas can do so after an unrelated change; a GLU-only MoE kernel once reloaded its ring
+addresses in every k-loop). A fused kernel without k-loops fails too (the parse would be wrong).
 """
+import argparse
 import collections
+import os
 import re
+import subprocess
 import sys
 
 
 def parse(path):
+    with open(path) as f:
+        return parse_lines(f)
+
+
+def parse_lines(lines):
     funcs, cur = [], None
-    for line in open(path):
+    for line in lines:
         m = re.search(r"Function : (\S+)", line)
         if m:
             cur = [m.group(1), []]
@@ -74,8 +90,10 @@ def loops_of(ins):
     return block, loops
 
 
-def main(path):
-    for name, ins in parse(path):
+def census(funcs):
+    """(name, k-loop count, Counter of LDL/STL sites by place) for every fused_grouped_gemm function."""
+    out = []
+    for name, ins in funcs:
         if "fused_grouped_gemm" not in name:
             continue
         block, loops = loops_of(ins)
@@ -89,8 +107,68 @@ def main(path):
             if re.search(r"\b(LDL|STL)\b", t):
                 b = block[i]
                 where["k-loop" if b in in_k else "per piece" if b in in_any else "once per CTA"] += 1
-        print(f"{name}: {len(kloops)} k-loops; LDL/STL {dict(where) or 'none'}")
+        out.append((name, len(kloops), where))
+    return out
+
+
+def main_objects(objects, fail_on_kloop):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from check_kernel_stack import find_cuobjdump  # (same directory)
+    tool = find_cuobjdump()
+    if tool is None:
+        print("[kloop] FAILED: cuobjdump not found (scripts/deps.sh installs it)", file=sys.stderr)
+        return 1
+    objs = [o for arg in objects for o in arg.split(";") if o.endswith(".cu.o") and os.path.isfile(o)]
+    # nvdisasm: on PATH, beside cuobjdump or nvcc, or from the nvidia-cuda-nvdisasm wheel
+    import glob, importlib.util, shutil
+    dirs = [os.path.dirname(tool)]
+    if shutil.which("nvcc"):
+        dirs.append(os.path.dirname(shutil.which("nvcc")))
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations if spec and spec.submodule_search_locations else []):
+        dirs += [os.path.dirname(x) for x in glob.glob(os.path.join(base, "cu*", "bin", "nvdisasm"))]
+    env = dict(os.environ, PATH=os.pathsep.join(dirs + [os.environ.get("PATH", "")]))
+    results, bad = [], []
+    for obj in objs:
+        run = subprocess.run([tool, "-sass", obj], capture_output=True, text=True, env=env)
+        if run.returncode != 0:
+            print(f"[kloop] FAILED: {tool} -sass {obj}: {run.stderr.strip()[:300]} (cuobjdump -sass needs nvdisasm: "
+                  "the CUDA toolkit's, or `pip install nvidia-cuda-nvdisasm`; scripts/deps.sh installs it)", file=sys.stderr)
+            return 1
+        results += census(parse_lines(run.stdout.splitlines()))
+    if not results:
+        print(f"[kloop] FAILED: no fused_grouped_gemm kernel in {len(objs)} objects", file=sys.stderr)
+        return 1
+    for name, nk, where in results:
+        print(f"[kloop] {name}: {nk} k-loops; LDL/STL {dict(where) or 'none'}")
+        if nk == 0:
+            bad.append(f"{name}: no k-loop found (HGMMA inside no loop: the parse is wrong)")
+        if where["k-loop"]:
+            bad.append(f"{name}: {where['k-loop']} LDL/STL sites inside k-loops")
+    print(f"[kloop] {len(results)} fused kernels in {len(objs)} objects")
+    for b in bad:
+        print(f"[kloop] FAILED: {b}", file=sys.stderr)
+    return 1 if bad and fail_on_kloop else 0
+
+
+def main(path):
+    for name, nk, where in census(parse(path)):
+        print(f"{name}: {nk} k-loops; LDL/STL {dict(where) or 'none'}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sass", nargs="?", help="a cuobjdump -sass listing")
+    ap.add_argument("--objects", nargs="+", help="object files (or ';'-separated lists): run cuobjdump -sass on them")
+    ap.add_argument("--fail-on-kloop", action="store_true", help="exit 1 on any LDL/STL inside a k-loop")
+    args = ap.parse_args()
+    if args.objects:
+        sys.exit(main_objects(args.objects, args.fail_on_kloop))
+    if not args.sass:
+        ap.error("a SASS listing or --objects")
+    if args.fail_on_kloop:
+        found = census(parse(args.sass))
+        for name, nk, where in found:
+            print(f"{name}: {nk} k-loops; LDL/STL {dict(where) or 'none'}")
+        sys.exit(1 if not found or any(w["k-loop"] or nk == 0 for _, nk, w in found) else 0)
+    main(args.sass)
