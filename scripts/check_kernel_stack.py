@@ -29,21 +29,22 @@ import sys
 FAST_PATH = re.compile(r"fused_grouped_gemm|dequant_activations|quantize_kernel|combine_kernel|align_routing|ep_count_kernel|ep_send_kernel|ep_back_kernel")
 
 
-def find_cuobjdump() -> str | None:
-    """cuobjdump on PATH, beside nvcc, in the CUDA root, or from the nvidia-cuda-cuobjdump wheel."""
-    cands = [shutil.which("cuobjdump")]
+def find_cuda_tool(name: str) -> str | None:
+    """A CUDA tool (cuobjdump, nvdisasm) on PATH, beside nvcc, in the CUDA root, or from NVIDIA's
+    nvidia-cuda-<name> wheel."""
+    cands = [shutil.which(name)]
     nvcc = shutil.which("nvcc")
     if nvcc:
-        cands.append(os.path.join(os.path.dirname(nvcc), "cuobjdump"))
+        cands.append(os.path.join(os.path.dirname(nvcc), name))
     for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if root:
-            cands.append(os.path.join(root, "bin", "cuobjdump"))
+            cands.append(os.path.join(root, "bin", name))
     try:
         import importlib.util
 
         spec = importlib.util.find_spec("nvidia")
         for base in (spec.submodule_search_locations or []) if spec else []:
-            cands += glob.glob(os.path.join(base, "cu*", "bin", "cuobjdump"))
+            cands += glob.glob(os.path.join(base, "cu*", "bin", name))
     except (ImportError, ValueError):
         pass
     for c in cands:
@@ -55,6 +56,10 @@ def find_cuobjdump() -> str | None:
                     continue
             return c
     return None
+
+
+def find_cuobjdump() -> str | None:
+    return find_cuda_tool("cuobjdump")
 
 
 def stable_name(mangled: str) -> str:

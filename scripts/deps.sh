@@ -61,25 +61,21 @@ if ! command -v nvcc >/dev/null; then
 fi
 command -v nvcc >/dev/null || { echo "[deps] ERROR: nvcc not found: install the CUDA toolkit 13 (https://developer.nvidia.com/cuda-downloads) and put its bin/ on PATH" >&2; exit 1; }
 
-# cuobjdump (the CUDA toolkit's; some toolkit installs leave it out): the host tier's stack-frame
-# check reads the built kernels' resource usage with it (scripts/check_kernel_stack.py). NVIDIA
-# ships it on PyPI as nvidia-cuda-cuobjdump; the check finds it there.
-if ! command -v cuobjdump >/dev/null && [ ! -x "$(dirname "$(command -v nvcc)")/cuobjdump" ] &&
-   ! python3 -c "import glob, importlib.util as u; s = u.find_spec('nvidia'); import sys; sys.exit(0 if s and any(glob.glob(p + '/cu*/bin/cuobjdump') for p in s.submodule_search_locations) else 1)" 2>/dev/null; then
+# A CUDA tool the host tier's SASS checks run, where the toolkit install left it out: the toolkit's
+# (on PATH or beside nvcc), else NVIDIA's PyPI wheel nvidia-cuda-<tool> (the checks look there too).
+#   cuobjdump: the stack-frame check (scripts/check_kernel_stack.py, -res-usage);
+#   nvdisasm:  run by `cuobjdump -sass` for the k-loop check (scripts/sass_local_memory.py).
+need_cuda_tool() {
+  local tool=$1 purpose=$2
+  command -v "$tool" >/dev/null && return 0
+  [ -x "$(dirname "$(command -v nvcc)")/$tool" ] && return 0
+  python3 -c "import glob, importlib.util as u, sys; s = u.find_spec('nvidia'); sys.exit(0 if s and any(glob.glob(p + '/cu*/bin/$tool') for p in s.submodule_search_locations) else 1)" 2>/dev/null && return 0
+  local cuda_major
   cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
-  echo "[deps] installing cuobjdump for CUDA ${cuda_major} with pip (nvidia-cuda-cuobjdump; the stack-frame check uses it)"
-  with_progress "pip install nvidia-cuda-cuobjdump" build/deps-pip-cuobjdump.log \
-    python3 -m pip install "nvidia-cuda-cuobjdump>=${cuda_major},<$((cuda_major + 1))" ||
-    { echo "[deps] ERROR: no cuobjdump: install the CUDA toolkit's cuobjdump or nvidia-cuda-cuobjdump" >&2; exit 1; }
-fi
-# nvdisasm, which `cuobjdump -sass` runs: the host tier's k-loop check reads the fused kernels' SASS
-# (scripts/sass_local_memory.py). The CUDA toolkit's, or NVIDIA's PyPI wheel nvidia-cuda-nvdisasm
-# (it installs beside the wheel's cuobjdump, where the check looks).
-if ! command -v nvdisasm >/dev/null && [ ! -x "$(dirname "$(command -v nvcc)")/nvdisasm" ] &&
-   ! python3 -c "import glob, importlib.util as u; s = u.find_spec('nvidia'); import sys; sys.exit(0 if s and any(glob.glob(p + '/cu*/bin/nvdisasm') for p in s.submodule_search_locations) else 1)" 2>/dev/null; then
-  cuda_major=$(nvcc --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
-  echo "[deps] installing nvdisasm for CUDA ${cuda_major} with pip (nvidia-cuda-nvdisasm; the k-loop check uses it)"
-  with_progress "pip install nvidia-cuda-nvdisasm" build/deps-pip-nvdisasm.log \
-    python3 -m pip install "nvidia-cuda-nvdisasm>=${cuda_major},<$((cuda_major + 1))" ||
-    { echo "[deps] ERROR: no nvdisasm: install the CUDA toolkit's nvdisasm or nvidia-cuda-nvdisasm" >&2; exit 1; }
-fi
+  echo "[deps] installing $tool for CUDA ${cuda_major} with pip (nvidia-cuda-$tool; $purpose uses it)"
+  with_progress "pip install nvidia-cuda-$tool" "build/deps-pip-$tool.log" \
+    python3 -m pip install "nvidia-cuda-$tool>=${cuda_major},<$((cuda_major + 1))" ||
+    { echo "[deps] ERROR: no $tool: install the CUDA toolkit's $tool or nvidia-cuda-$tool" >&2; exit 1; }
+}
+need_cuda_tool cuobjdump "the stack-frame check"
+need_cuda_tool nvdisasm "the k-loop check"

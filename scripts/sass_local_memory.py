@@ -111,49 +111,42 @@ def census(funcs):
     return out
 
 
-def main_objects(objects, fail_on_kloop):
+def census_of_objects(objects):
+    """census() of the objects' SASS (cuobjdump -sass, which runs nvdisasm); exits with a message
+    naming the missing tool or the failing object."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from check_kernel_stack import find_cuobjdump  # (same directory)
-    tool = find_cuobjdump()
-    if tool is None:
-        print("[kloop] FAILED: cuobjdump not found (scripts/deps.sh installs it)", file=sys.stderr)
-        return 1
-    objs = [o for arg in objects for o in arg.split(";") if o.endswith(".cu.o") and os.path.isfile(o)]
-    # nvdisasm: on PATH, beside cuobjdump or nvcc, or from the nvidia-cuda-nvdisasm wheel
-    import glob, importlib.util, shutil
-    dirs = [os.path.dirname(tool)]
-    if shutil.which("nvcc"):
-        dirs.append(os.path.dirname(shutil.which("nvcc")))
-    spec = importlib.util.find_spec("nvidia")
-    for base in (spec.submodule_search_locations if spec and spec.submodule_search_locations else []):
-        dirs += [os.path.dirname(x) for x in glob.glob(os.path.join(base, "cu*", "bin", "nvdisasm"))]
-    env = dict(os.environ, PATH=os.pathsep.join(dirs + [os.environ.get("PATH", "")]))
-    results, bad = [], []
-    for obj in objs:
+    from check_kernel_stack import find_cuda_tool  # (same directory)
+    tool, nvdisasm = find_cuda_tool("cuobjdump"), find_cuda_tool("nvdisasm")
+    for name, found in (("cuobjdump", tool), ("nvdisasm", nvdisasm)):
+        if found is None:
+            sys.exit(f"[kloop] FAILED: {name} not found (the CUDA toolkit's, or `pip install nvidia-cuda-{name}`; "
+                     "scripts/deps.sh installs it)")
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    results = []
+    for obj in (o for arg in objects for o in arg.split(";") if o.endswith(".cu.o") and os.path.isfile(o)):
         run = subprocess.run([tool, "-sass", obj], capture_output=True, text=True, env=env)
         if run.returncode != 0:
-            print(f"[kloop] FAILED: {tool} -sass {obj}: {run.stderr.strip()[:300]} (cuobjdump -sass needs nvdisasm: "
-                  "the CUDA toolkit's, or `pip install nvidia-cuda-nvdisasm`; scripts/deps.sh installs it)", file=sys.stderr)
-            return 1
+            sys.exit(f"[kloop] FAILED: {tool} -sass {obj}: {run.stderr.strip()[:300]}")
         results += census(parse_lines(run.stdout.splitlines()))
-    if not results:
-        print(f"[kloop] FAILED: no fused_grouped_gemm kernel in {len(objs)} objects", file=sys.stderr)
-        return 1
+    return results
+
+
+def report(results, fail_on_kloop):
+    """Prints each fused kernel's census; with fail_on_kloop, 1 when a k-loop holds an LDL/STL, a
+    kernel has no k-loop (the parse would be wrong) or there is no fused kernel at all."""
+    bad = [] if results else ["no fused_grouped_gemm kernel found"]
     for name, nk, where in results:
         print(f"[kloop] {name}: {nk} k-loops; LDL/STL {dict(where) or 'none'}")
         if nk == 0:
             bad.append(f"{name}: no k-loop found (HGMMA inside no loop: the parse is wrong)")
         if where["k-loop"]:
             bad.append(f"{name}: {where['k-loop']} LDL/STL sites inside k-loops")
-    print(f"[kloop] {len(results)} fused kernels in {len(objs)} objects")
+    print(f"[kloop] {len(results)} fused kernels")
+    if not fail_on_kloop:
+        return 0
     for b in bad:
         print(f"[kloop] FAILED: {b}", file=sys.stderr)
-    return 1 if bad and fail_on_kloop else 0
-
-
-def main(path):
-    for name, nk, where in census(parse(path)):
-        print(f"{name}: {nk} k-loops; LDL/STL {dict(where) or 'none'}")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
@@ -162,13 +155,6 @@ if __name__ == "__main__":
     ap.add_argument("--objects", nargs="+", help="object files (or ';'-separated lists): run cuobjdump -sass on them")
     ap.add_argument("--fail-on-kloop", action="store_true", help="exit 1 on any LDL/STL inside a k-loop")
     args = ap.parse_args()
-    if args.objects:
-        sys.exit(main_objects(args.objects, args.fail_on_kloop))
-    if not args.sass:
+    if not args.sass and not args.objects:
         ap.error("a SASS listing or --objects")
-    if args.fail_on_kloop:
-        found = census(parse(args.sass))
-        for name, nk, where in found:
-            print(f"{name}: {nk} k-loops; LDL/STL {dict(where) or 'none'}")
-        sys.exit(1 if not found or any(w["k-loop"] or nk == 0 for _, nk, w in found) else 0)
-    main(args.sass)
+    sys.exit(report(census_of_objects(args.objects) if args.objects else census(parse(args.sass)), args.fail_on_kloop))
