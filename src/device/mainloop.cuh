@@ -124,7 +124,7 @@ struct PieceUnits {
 };
 
 template <int H, bool kGlu>
-__device__ __forceinline__ PieceUnits piece_units(const FusedParams& p, const WorkPiece& piece, const TileDesc& tile) {
+__device__ __forceinline__ PieceUnits piece_units(const WorkPiece& piece, const TileDesc& tile) {
   PieceUnits r{false, 1, 0, H};
   if constexpr (kGlu) {
     r.passes = (tile.ntok + kGluPassTokens - 1) / kGluPassTokens;
@@ -605,7 +605,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   st.trace.add(kTracePieces, 1);
   st.trace.add(kTraceTokenKblocks, (piece.kb_end - piece.kb_begin) * 8 * N8 * H);
 
-  const PieceUnits pu = piece_units<H, kGlu>(p, piece, tile);
+  const PieceUnits pu = piece_units<H, kGlu>(piece, tile);
   if (!splitk_handoff<N8, H, kRouted>(p, st, piece, tile, acc, pu, t_mark)) return;
   store_piece<F, N8, H, kRouted, kGlu>(p, st, tile, g, acc, pu, epi_smem, out_type, st.trace.now());
 }
