@@ -33,6 +33,7 @@
 #include "device/params.cuh"
 #include "device/prepass.cuh"
 #include "device/ptx/ptx.cuh"
+#include "device/scale_source.cuh"
 #include "device/trace.cuh"
 #include "formats/scale_layout.hpp"
 #include "kernels/sm90/fused_variants.cuh"
@@ -263,54 +264,14 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
           }
           counters.add_since(kTraceIssue, t1);
           if (loads_scales) {
-            std::uint8_t* s_stage = s_smem + stage * halves * C::kScaleAtomBytes;
+            const ScaleStage ss{s_smem + stage * halves * C::kScaleAtomBytes, &full[stage], kb, pp.kb_end, halves, loaded,
+                                lane};
             if (kActWarp || slin == nullptr) {  // (MoE plans: always blocked)
-              if (lane == 0) {
-                // The atoms of the stage's k-blocks inside the piece, [half][kbps] (a row block's
-                // atoms are consecutive in the blocked layout): NVFP4 one per k-block, MXFP4 one
-                // per two k-blocks (a pair from an odd k-block spans two).
-                const int c0 = kb * kColsPerKb / 4;
-                const int atoms = kbps > 1 ? (min(kb + kbps, pp.kb_end) - 1) * kColsPerKb / 4 - c0 + 1 : 1;
-                ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * atoms * C::kScaleAtomBytes);
-                for (int h = 0; h < loaded; ++h)
-                  ptx::bulk_load(s_stage + h * kbps * C::kScaleAtomBytes,
-                                 sblk + (static_cast<std::int64_t>(pp.row0 / 128 + h) * col_blocks + c0) * C::kScaleAtomBytes,
-                                 atoms * C::kScaleAtomBytes, &full[stage]);
-                if constexpr (kbps > 1) ptx::mbarrier_arrive(&full[stage + 1]);
-              }
+              BlockedBulk::issue<kbps, kColsPerKb>(ss, sblk, pp.row0, col_blocks);
             } else if constexpr (Scheduler::kGlu && !Scheduler::kRoutedOutput) {
-              // Dual GEMM: the user's gate / up scales, gathered in the kernel's row order. Kernel
-              // row p = row0 + 128h + 32q + lane is source row (row0 + 128h + 32q) / 2 +
-              // 8 (lane / 16) + lane % 8 of the map's first (lane % 16 < 8: slin) or second half
-              // (sblk); its 4 columns of this k-block are one aligned word in either layout.
-              if (lane == 0) ptx::mbarrier_arrive(&full[stage]);
-              const std::uint8_t* half_src = (lane & 8) ? sblk : slin;
-              const int r_lane = 8 * (lane / 16) + lane % 8, col4 = kb * kColsPerKb / 4 * 4;
-              std::uint8_t* dst = s_stage + lane * 16;
-#pragma unroll 1
-              for (int h = 0; h < halves; ++h) {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                  const int srow = (pp.row0 + 128 * h + 32 * q) / 2 + r_lane;
-                  const bool valid = 2 * srow < rows;
-                  const std::int64_t off = p.layout == ScaleLayout::linear
-                                               ? static_cast<std::int64_t>(srow) * cols + col4
-                                               : formats::detail::blocked_offset<int>(srow, col4, cols);
-                  ptx::cp_async_4(dst + h * C::kScaleAtomBytes + 4 * q, valid ? half_src + off : slin, valid);
-                }
-              }
+              PairedDual::issue<kColsPerKb>(ss, slin, sblk, pp.row0, rows, cols, p.layout);
             } else {
-              if (lane == 0) ptx::mbarrier_arrive(&full[stage]);
-              const std::uint8_t* src = lane_src + kb * kColsPerKb / 4 * 4;
-              std::uint8_t* dst = s_stage + lane * 16;
-#pragma unroll 1
-              for (int h = 0; h < halves; ++h) {
-#pragma unroll
-                for (int q = 0; q < 4; ++q, src += row32) {  // rows 128h + 32q + lane of atom h
-                  const bool valid = (valid_rows >> (4 * h + q)) & 1u;
-                  ptx::cp_async_4(dst + h * C::kScaleAtomBytes + 4 * q, valid ? src : slin, valid);
-                }
-              }
+              LinearGather::issue<kColsPerKb>(ss, lane_src, row32, valid_rows, slin);
             }
             if constexpr (!kActWarp) ptx::cp_async_mbarrier_arrive_noinc(&full[stage]);
           }
