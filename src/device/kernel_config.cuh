@@ -92,6 +92,59 @@ __host__ __device__ constexpr int halves_of_class(int n16, int narrow_rows) {
   return tile_rows(16 * n16, narrow_rows) / 128;
 }
 
+// The CTA's shared memory, one rule for the plan that sizes it and the kernel that carves it:
+//   [ring: stages x activations | stages x halves x weights | stages x halves x scale atoms]
+//   [epilogue buffer, 1024-byte aligned] [full barriers] [empty barriers]
+// The ring's depth depends on the CTA's token-width class (known on the device only for MoE plans):
+// as many stages of that class as ring_bytes holds, at most kMaxStages. The barriers and the
+// epilogue buffer sit after the deepest ring's end, so the plan reserves them at fixed size.
+struct SmemLayout {
+  using C = KernelConfig;
+  // Beyond the ring: both barrier arrays of the deepest ring, the epilogue buffer, and 1 KB of
+  // alignment slack each for the ring's start (the 128-byte swizzle) and the epilogue buffer's.
+  static constexpr int kFixedBytes = 2 * C::kMaxStages * static_cast<int>(sizeof(std::uint64_t)) + C::kEpiBytes + 2048;
+  // The smallest ring a plan allows: the largest stage, twice.
+  static constexpr int kMinRingBytes = 2 * C::kStageBytes;
+  // Hopper's opt-in shared memory per CTA (sm_90: 227 KB).
+  static constexpr int kHopperMaxBytes = 227 * 1024;
+
+  __host__ __device__ static constexpr int stage_bytes(int act_stage_bytes, int halves) {
+    return act_stage_bytes + halves * (C::kHalfWeightBytes + C::kScaleAtomBytes);
+  }
+  __host__ __device__ static constexpr int stages(int ring_bytes, int act_stage_bytes, int halves) {
+    const int s = ring_bytes / stage_bytes(act_stage_bytes, halves);
+    return s < C::kMaxStages ? s : C::kMaxStages;
+  }
+
+  // Where each part of a ring of `stages` stages starts, in bytes from the (1024-byte aligned) base.
+  int w, s, epi, full, empty;
+  __host__ __device__ static constexpr SmemLayout of(int stages, int act_stage_bytes, int halves) {
+    SmemLayout l{};
+    l.w = stages * act_stage_bytes;                                // [stages][act_stage_bytes] before it
+    l.s = l.w + stages * halves * C::kHalfWeightBytes;            // [stages][halves][4 KB]
+    const int ring_used = l.s + stages * halves * C::kScaleAtomBytes;  // [stages][halves][512 B]
+    l.epi = (ring_used + 1023) / 1024 * 1024;                      // [2][128 tokens][128 B]
+    l.full = l.epi + C::kEpiBytes;                                 // [stages] mbarriers
+    l.empty = l.full + stages * static_cast<int>(sizeof(std::uint64_t));
+    return l;
+  }
+};
+// Every class's ring, carved from a base up to 1023 bytes past the allocation's start, ends inside
+// ring_bytes + kFixedBytes (checked for the smallest ring and the largest an sm_90 CTA has).
+constexpr bool smem_layout_fits(int ring_bytes) {
+  for (int n16 = 1; n16 <= SchedulePolicy::kWidthClasses; ++n16)
+    for (int halves = 1; halves <= KernelConfig::kMaxHalves; ++halves) {
+      const int act = n16 * KernelConfig::kActClassBytes, st = SmemLayout::stages(ring_bytes, act, halves);
+      if (1023 + SmemLayout::of(st, act, halves).empty + st * 8 > ring_bytes + SmemLayout::kFixedBytes) return false;
+    }
+  return true;
+}
+static_assert(smem_layout_fits(SmemLayout::kMinRingBytes) &&
+                  smem_layout_fits(SmemLayout::kHopperMaxBytes - SmemLayout::kFixedBytes),
+              "the kernel's carve-up overruns what the plan reserves");
+static_assert(SmemLayout::kFixedBytes + SmemLayout::kMinRingBytes <= SmemLayout::kHopperMaxBytes,
+              "the fused kernel's smallest ring does not fit an sm_90 CTA");
+
 enum NamedBarrier : int { kConsumersBarrier = 1, kEpilogueBarrier0 = 2 /* + consumer warpgroup */ };
 
 }  // namespace fp4gemm::detail::sm90

@@ -60,6 +60,9 @@ struct MoeScheduleScratch {
   int begin, end, n16, rank, ctas;  // this CTA's result: its whole tiles' slots, class, and rank among the class's CTAs
   int stream_k;                     // the class's tiles that run stream-K (moe_sk_tiles: the bucket's last ones)
 };
+// (It lives in the ring's memory, and every plan's ring is at least SmemLayout::kMinRingBytes.)
+static_assert(sizeof(MoeScheduleScratch) <= SmemLayout::kMinRingBytes, "the MoE schedule's scratch exceeds the smallest ring");
+
 
 // Inclusive sums over the warp's lanes of each of the N values (lane l ends with the sum of lanes
 // 0..l), all N in the same shuffle steps.

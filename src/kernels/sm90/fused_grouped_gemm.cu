@@ -141,15 +141,15 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
 
   // Shared memory: all the device allows; each CTA fits as many stages of its width class as the
   // ring takes (a 256-token stage is 36.5 KB, a 128-token one 25 KB, a 64-token one 17 KB).
-  // + alignment slack: 1 KB for the ring's start, 1 KB for the epilogue buffer's
-  const std::size_t fixed = 2 * C::kMaxStages * sizeof(std::uint64_t) + C::kEpiBytes + 2048;
-  if (device.smem_per_block_optin < fixed + 2 * C::kStageBytes)
+  // (SmemLayout, kernel_config.cuh: the barriers, the epilogue buffer and alignment slack beyond it)
+  const std::size_t fixed = SmemLayout::kFixedBytes;
+  if (device.smem_per_block_optin < fixed + SmemLayout::kMinRingBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   fp.smem_bytes = device.smem_per_block_optin;
   fp.smem_bytes -= Trace::kSmemBytes;  // (a trace build's static counters)
   int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
   if (tuning.ring_kb)  // measurement knob: a shallower ring
-    ring_bytes = static_cast<int>(std::clamp<std::int64_t>(std::int64_t{*tuning.ring_kb} * 1024, 2 * C::kStageBytes, ring_bytes));
+    ring_bytes = static_cast<int>(std::clamp<std::int64_t>(std::int64_t{*tuning.ring_kb} * 1024, SmemLayout::kMinRingBytes, ring_bytes));
 
   // Activation workspace [total rows, K padded to 64] of 16-bit values, one TMA map over it.
   fp.act_cols = s.max_kblocks * C::kBlockK;

@@ -332,8 +332,8 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   pr.narrow_rows = tuning.narrow_rows.value_or(2 * reachable * ((krows + 255) / 256) > num_ctas ? 256 : 128);
   pr.early_kblocks = KC::kMaxStages;  // the whole ring's first fill issued before the CTA's barrier
   pr.layout = ScaleLayout::blocked;
-  const std::size_t fixed = 2 * KC::kMaxStages * sizeof(std::uint64_t) + KC::kEpiBytes + 2048;
-  if (p.device.smem_per_block_optin < fixed + 2 * KC::kStageBytes)
+  const std::size_t fixed = SmemLayout::kFixedBytes;  // (kernel_config.cuh)
+  if (p.device.smem_per_block_optin < fixed + SmemLayout::kMinRingBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   p.smem_bytes = p.device.smem_per_block_optin;
   p.smem_bytes -= Trace::kSmemBytes;  // (a trace build's static counters)
@@ -341,9 +341,7 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   {
     // The 16-token class fills its ring two stages at a time (fused_kernel.cuh, kbps): its stage
     // count, as the kernel computes it, must be even (16 on every Hopper part).
-    const int halves = halves_of_class(1, pr.narrow_rows);
-    const int stages = std::min(KC::kMaxStages, pr.ring_bytes / (KC::kActClassBytes +
-                                                                 halves * (KC::kHalfWeightBytes + KC::kScaleAtomBytes)));
+    const int stages = SmemLayout::stages(pr.ring_bytes, KC::kActClassBytes, halves_of_class(1, pr.narrow_rows));
     if (stages % kMoeWideStageKblocks != 0)
       throw Error("device", -1, "shared memory gives the MoE kernel's 16-token class an odd ring of " +
                                     std::to_string(stages) + " stages");
@@ -352,8 +350,6 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
                                               : set_fused_smem<Format::mxfp4>(p.smem_bytes),
                      "plan");
 
-  if (static_cast<std::size_t>(pr.ring_bytes) < sizeof(MoeScheduleScratch))
-    throw Error("device", -1, "not enough shared memory for the MoE GEMM's device schedule");
   MoeScheduleParams& sa = pr.moe;
   sa.experts = w.experts;
   sa.capacity = o.capacity;
