@@ -13,6 +13,10 @@
 #include "device/group_params.hpp"
 #include "fp4gemm/fp4gemm.hpp"
 #include "fp4gemm/moe.hpp"
+// The expert layer's own kernels (MoeLayer, host/moe_layer.cpp): the decode path, the top-k
+// combine and the alpha folding. Host code reaches every kernel through this header.
+#include "kernels/combine.hpp"
+#include "kernels/decode_layer.hpp"
 
 namespace fp4gemm::detail {
 

@@ -17,4 +17,8 @@ void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const in
                     __nv_bfloat16* out, long long ld_out, int multiprocessors, cudaStream_t s,
                     const int* token_count = nullptr, const void* bias = nullptr, bool bias_f32 = false);
 
+// out[e] = in[e] * s for e in [0, n) (FP32, rounded once): the layer's per-expert alphas with an
+// activation global scale folded in (kernels/scale_array.cu). Returns the launch's error.
+cudaError_t launch_scale_array(const float* in, float s, float* out, int n, cudaStream_t stream);
+
 }  // namespace fp4gemm::detail

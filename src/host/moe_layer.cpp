@@ -24,22 +24,10 @@
 #include "host/moe_gemm_owner.hpp"
 #include "host/pimpl.hpp"
 #include "host/run_serializer.hpp"
-#include "kernels/combine.hpp"
+#include "host/kernel_registry.hpp"  // the layer's kernels: decode path, combine, alpha folding
 #include "device/glu.hpp"
-#include "kernels/decode_layer.hpp"
 
 namespace fp4gemm {
-
-namespace {
-
-// out[e] = in[e] * s (FP32, rounded once): a checkpoint's per-expert weight scale with the
-// activations' global scale folded in.
-__global__ void scale_array(const float* __restrict__ in, float s, float* __restrict__ out, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = __fmul_rn(in[i], s);
-}
-
-}  // namespace
 
 struct MoeLayer::Impl {
   MoeLayerWeights weights;
@@ -91,8 +79,7 @@ struct MoeLayer::Impl {
     return out;
   }
   void fold(const Fold& f, cudaStream_t stream) const {
-    scale_array<<<(weights.experts + 255) / 256, 256, 0, stream>>>(f.alpha, f.s, f.out, weights.experts);
-    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "plan");
+    FP4GEMM_CUDA_CHECK(detail::launch_scale_array(f.alpha, f.s, f.out, weights.experts, stream), "plan");
   }
   ~Impl() {
     gemm1.reset();
