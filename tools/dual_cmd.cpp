@@ -12,7 +12,7 @@
 #include "cuda_util.hpp"
 #include "data.hpp"
 #include "dual_problem.hpp"
-#include "kernels/sm90/fused_grouped_gemm.hpp"
+#include "host/plans/fused_plan.hpp"
 #include "timing.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"

@@ -6,7 +6,7 @@
 #include "moe_problem.hpp"
 #include "report.hpp"
 #include "tuning_env.hpp"
-#include "kernels/sm90/fused_grouped_gemm.hpp"  // trace_report
+#include "host/plans/fused_plan.hpp"  // trace_report
 
 namespace fp4gemm::cli {
 

@@ -4,7 +4,7 @@
 #include "check.hpp"
 #include "cli.hpp"
 #include "report.hpp"
-#include "kernels/sm90/fused_grouped_gemm.hpp"  // trace_report
+#include "host/plans/fused_plan.hpp"  // trace_report
 
 namespace fp4gemm::cli {
 

@@ -22,7 +22,6 @@
 
 namespace fp4gemm::detail::sm90 {
 
-constexpr int kMoeMaxExperts = 512;  // = detail::kMaxMoeExperts (host/core/moe_validate.hpp)
 
 using detail::ExpertTiles;
 using detail::moe_expert_tiles;

@@ -234,6 +234,9 @@ inline void moe_class_ctas(const MoeClassLoad* l, int classes, int num_ctas, int
 // CTAs. A CTA is a writer of at most one tile, the last its share touches, and runs that piece
 // first, so an owner waits for pieces that were each their CTA's first: no CTA waits on a CTA
 // that is itself waiting.
+// Experts the device schedule's scratch holds (= detail::kMaxMoeExperts, host/core/moe_validate.hpp:
+// the MoE plan checks the two agree).
+constexpr int kMoeMaxExperts = 512;
 constexpr int kMoeStreamKMaxPieces = 3;   // per CTA: a share of < 2 tiles touches at most 3 (eligible shares: 2)
 constexpr int kMoeStreamKMinKblocks = 4;  // smallest share: fewer CTAs take part below it
 

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "kernels/sm90/fused_grouped_gemm.hpp"
-#include "kernels/sm90/moe_gemm.hpp"
+#include "host/plans/fused_plan.hpp"
+#include "host/plans/moe_plan.hpp"
 #include "reference/gpu_reference.hpp"
 
 namespace fp4gemm::detail {

@@ -1,7 +1,7 @@
 // fp4gemm::MoeGemm: the device-driven MoE grouped GEMM's public plan. It validates the weight set
 // and every run's arguments, owns the device error word, serialises runs and replays them from
 // cached CUDA graphs; the kernel behind it comes from the registry (host/kernel_registry.hpp,
-// today sm90_fused_swapab_moe: kernels/sm90/moe_gemm.cu).
+// today sm90_fused_swapab_moe: host/plans/moe_plan.cpp).
 #include <cuda_runtime_api.h>
 
 #include <memory>

@@ -49,7 +49,7 @@ def test_checker_sees_each_rule(tmp_path):
         "device/part.cuh": '#include "host/plan.hpp"\n',
         "host/moe_layer.cpp": '#include "kernels/decode_layer.hpp"\n',
         "host/core/schedule.cpp": '#include "device/mainloop.cuh"\n',
-        "host/kernel_registry.cpp": '#include "kernels/sm90/moe_gemm.hpp"\n',  # allowed
+        "host/kernel_registry.cpp": '#include "kernels/sm90/fused_launch.hpp"\n',  # allowed
     }.items():
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,7 @@
 #include "device/scale_source.cuh"
 #include "device/trace.cuh"
 #include "formats/scale_layout.hpp"
+#include "kernels/sm90/fused_launch.hpp"
 #include "kernels/sm90/fused_variants.cuh"
 #include "fp4gemm/fp4gemm.hpp"
 

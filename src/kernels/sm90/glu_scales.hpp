@@ -1,7 +1,7 @@
 // A GLU plan's weight scales (the MoE GEMM's GLU epilogue and the pointer-array dual GEMM): one
 // blocked copy with the kernel's row order -- 16-row blocks of 8 gate rows and their 8 up rows,
 // so kernel row p is output column 8 (p / 16) + p % 8 of half (p % 16) / 8 -- made from the
-// user's scales in either layout (kernel in moe_gemm.cu).
+// user's scales in either layout (kernel in plan_kernels.cu).
 #pragma once
 
 #include <cuda_runtime_api.h>

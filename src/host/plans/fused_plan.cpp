@@ -14,9 +14,9 @@
 #include "host/core/device_memory.hpp"
 #include "host/core/schedule.hpp"
 #include "host/tensor_map.hpp"
-#include "kernels/sm90/fused_grouped_gemm.hpp"
-#include "kernels/sm90/fused_kernel.cuh"
-#include "kernels/sm90/glu_scales.hpp"
+#include "host/plans/fused_plan.hpp"  // (and through the registry, the kernels' entry points)
+#include "device/kernel_config.cuh"
+#include "device/trace.cuh"
 
 namespace fp4gemm::detail::sm90 {
 

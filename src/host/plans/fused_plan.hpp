@@ -1,4 +1,5 @@
-// Host entry points of the fused sm_90a kernel: plan-time set-up and the launch.
+// The pointer-array plan on the fused sm_90a kernel: plan-time set-up (schedule, tensor maps,
+// workspace) and the launch, as a registry entry.
 #pragma once
 
 #include <cuda_runtime_api.h>
