@@ -120,11 +120,11 @@ struct SmemLayout {
   int w, s, epi, full, empty;
   __host__ __device__ static constexpr SmemLayout of(int stages, int act_stage_bytes, int halves) {
     SmemLayout l{};
-    l.w = stages * act_stage_bytes;                                // [stages][act_stage_bytes] before it
-    l.s = l.w + stages * halves * C::kHalfWeightBytes;            // [stages][halves][4 KB]
+    l.w = stages * act_stage_bytes;                                    // [stages][act_stage_bytes] before it
+    l.s = l.w + stages * halves * C::kHalfWeightBytes;                // [stages][halves][4 KB]
     const int ring_used = l.s + stages * halves * C::kScaleAtomBytes;  // [stages][halves][512 B]
-    l.epi = (ring_used + 1023) / 1024 * 1024;                      // [2][128 tokens][128 B]
-    l.full = l.epi + C::kEpiBytes;                                 // [stages] mbarriers
+    l.epi = (ring_used + 1023) / 1024 * 1024;                          // [2][128 tokens][128 B]
+    l.full = l.epi + C::kEpiBytes;                                     // [stages] mbarriers
     l.empty = l.full + stages * static_cast<int>(sizeof(std::uint64_t));
     return l;
   }

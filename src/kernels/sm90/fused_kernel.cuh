@@ -101,15 +101,18 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // (halves from the plan's constant, not a register: ptxas rematerialises the ring's addresses
   // from it; a halves computed in the prologue made it spill them, 136-172 bytes in every mainloop)
   const int halves = halves_of_class(n16, p.narrow_rows);
-  // The carve-up (SmemLayout, kernel_config.cuh: the plan sizes the allocation by the same rule).
+  // The carve-up: SmemLayout::of (kernel_config.cuh), by which the plan sizes the allocation, written
+  // as a chain of pointer steps (each part from the one before). (Through a struct of pointers or of
+  // offsets ptxas allocated the kernel differently: 30-700 more or fewer instructions per kernel.)
   const int stages = SmemLayout::stages(p.ring_bytes, act_stage_bytes, halves);
-  const SmemLayout layout = SmemLayout::of(stages, act_stage_bytes, halves);
-  std::uint8_t* act_smem = smem;
-  std::uint8_t* w_smem = smem + layout.w;
-  std::uint8_t* s_smem = smem + layout.s;
-  std::uint8_t* epi_smem = smem + layout.epi;
-  auto* full = reinterpret_cast<std::uint64_t*>(smem + layout.full);
-  std::uint64_t* empty = reinterpret_cast<std::uint64_t*>(smem + layout.empty);
+  std::uint8_t* act_smem = smem;                                                // [stages][act_stage_bytes]
+  std::uint8_t* w_smem = smem + stages * act_stage_bytes;                       // [stages][halves][4 KB]
+  std::uint8_t* s_smem = w_smem + stages * halves * C::kHalfWeightBytes;       // [stages][halves][512 B]
+  // [2][128 tokens][128 B] after the ring, 1024-byte aligned (TMA's 128-byte swizzle atoms)
+  const int ring_used = static_cast<int>(s_smem + stages * halves * C::kScaleAtomBytes - smem);
+  std::uint8_t* epi_smem = smem + (ring_used + 1023) / 1024 * 1024;
+  auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
+  std::uint64_t* empty = full + stages;
   // The MoE kernel's 16-token class streams two k-blocks per weight load (kernel_config.cuh,
   // kMoeWideStageKblocks): ring stages 2i and 2i + 1 hold one pair, their weights as one box of
   // 64-byte rows over both stages' weight space, their scale atoms as [half][2] over both stages'
