@@ -135,7 +135,7 @@ constexpr bool smem_layout_fits(int ring_bytes) {
   for (int n16 = 1; n16 <= SchedulePolicy::kWidthClasses; ++n16)
     for (int halves = 1; halves <= KernelConfig::kMaxHalves; ++halves) {
       const int act = n16 * KernelConfig::kActClassBytes, st = SmemLayout::stages(ring_bytes, act, halves);
-      if (1023 + SmemLayout::of(st, act, halves).empty + st * 8 > ring_bytes + SmemLayout::kFixedBytes) return false;
+      if (1023 + SmemLayout::of(st, act, halves).empty + st * static_cast<int>(sizeof(std::uint64_t)) > ring_bytes + SmemLayout::kFixedBytes) return false;
     }
   return true;
 }

@@ -22,7 +22,6 @@
 
 namespace fp4gemm::detail::sm90 {
 
-
 using detail::ExpertTiles;
 using detail::moe_expert_tiles;
 using detail::moe_tiles_of_class;
@@ -61,7 +60,6 @@ struct MoeScheduleScratch {
 };
 // (It lives in the ring's memory, and every plan's ring is at least SmemLayout::kMinRingBytes.)
 static_assert(sizeof(MoeScheduleScratch) <= SmemLayout::kMinRingBytes, "the MoE schedule's scratch exceeds the smallest ring");
-
 
 // Inclusive sums over the warp's lanes of each of the N values (lane l ends with the sum of lanes
 // 0..l), all N in the same shuffle steps.
