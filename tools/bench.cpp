@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "digest.hpp"
 #include "peers.hpp"
 #include "report.hpp"
 
@@ -126,6 +127,11 @@ CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const C
   progress(tag + ": timing fp4gemm [" + r.label + "]...");
   data.poison_outputs(stream);
   r.time = time_region(stream, &flusher, s.timing, [&](cudaStream_t st) { plan.plan->run(st); });
+  if (digest_enabled()) {
+    Digest d;
+    for (const GroupBuffers& g : data.groups()) d.add(g.c.get(), g.c.bytes(), stream);
+    d.print(c.suite.c_str(), index);
+  }
   if (with_peers) {
     const OutputSnapshot ours = snapshot_outputs(data);
     progress(tag + ": timing peers...");

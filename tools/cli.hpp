@@ -37,6 +37,7 @@ struct BenchOptions : CommonOptions {
   std::string cases;  // "1,3": 1-based indices into the selected suite; empty: all
   bool no_peers = false;
   int settle_ms = 500;  // idle time before each case's timing (see bench.cpp)
+  int decode_tokens = -1;  // layer suite: MoeLayerOptions::decode_tokens (-1: by the layer)
 };
 
 struct GroupedOptions : CommonOptions {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "digest.hpp"
 #include "dual_problem.hpp"
 #include "peers.hpp"
 #include "report.hpp"
@@ -193,7 +194,13 @@ int run_dual_suite(const BenchOptions& o) {
     CLI_CUDA_CHECK(cudaDeviceSynchronize(), "bench");
     if (o.settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.settle_ms));  // as bench.cpp
     progress(tag + ": timing fp4gemm fused and unfused...");
+    if (digest_enabled()) problem.gate().poison_outputs(stream.get());
     r.fused = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { problem.run_fused(st); });
+    if (digest_enabled()) {
+      Digest d;
+      for (const GroupBuffers& g : problem.gate().groups()) d.add(g.c.get(), g.c.bytes(), stream.get());
+      d.print("dual", r.index);
+    }
     r.unfused = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { problem.run_unfused(st); });
     r.gemms = time_region(stream.get(), &flusher, s.timing, [&](cudaStream_t st) { problem.run_plain(st); });
     if (peers) {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "digest.hpp"
 #include "layer_problem.hpp"
 #include "report.hpp"
 
@@ -60,7 +61,8 @@ int run_layer_suite(const BenchOptions& o) {
                          {"seed", rs.data.seed},
                          {"iters", rs.timing.iters},
                          {"warmup", rs.timing.warmup},
-                         {"settle_ms", o.settle_ms}};
+                         {"settle_ms", o.settle_ms},
+                         {"decode_tokens", o.decode_tokens}};
   doc["cases"] = Json::array();
   // One plan (and one weight set) per model: the cases of a model run in order on it.
   std::unique_ptr<LayerProblem> problem;
@@ -71,7 +73,7 @@ int run_layer_suite(const BenchOptions& o) {
     if (planned != c.model) {
       problem.reset();  // the previous model's weights first
       problem = std::make_unique<LayerProblem>(m, act, kLayerTokens[std::size(kLayerTokens) - 1], rs.data.seed,
-                                               stream.get());
+                                               stream.get(), false, false, o.decode_tokens);
       planned = c.model;
     }
     progress("[bench] layer case " + std::to_string(i + 1) + "/" + std::to_string(cases.size()) + " (" + m.name +
@@ -83,6 +85,11 @@ int run_layer_suite(const BenchOptions& o) {
     const TimingStats t =
         time_region(stream.get(), &flusher, rs.timing, [&](cudaStream_t st) { problem->run(st); });
     problem->check(stream.get());
+    if (digest_enabled()) {
+      Digest d;
+      d.add(problem->output(), static_cast<std::size_t>(c.tokens) * m.hidden * 2, stream.get());
+      d.print("layer", index);
+    }
     const double flops = problem->flops(), bytes = problem->bytes();
     const Floors floors = floors_for(flops, bytes, ceilings);
     const CaseRates r = case_rates(t, flops, bytes, floors);

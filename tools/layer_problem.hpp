@@ -49,6 +49,7 @@ class LayerProblem {
   // The bytes at least moved: the active experts' weights and scales, the tokens in and out (bf16).
   double bytes() const;
   std::string describe() const { return layer_->describe(); }
+  const void* output() const { return out_.get(); }  // bf16 [tokens, hidden] of the last run
 
  private:
   LayerModel m_;

@@ -47,6 +47,11 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
                   "the cuBLAS runs before it")
       ->check(CLI::Range(0, 10000))
       ->capture_default_str();
+  cmd->add_option("--decode-tokens", o.decode_tokens,
+                  "layer suite: runs of at most this many tokens take the decode path (MoeLayerOptions::"
+                  "decode_tokens; 0: never, the general path everywhere; -1: by the layer)")
+      ->check(CLI::Range(-1, 8))
+      ->capture_default_str();
   add_data_options(cmd, o);
   return cmd;
 }

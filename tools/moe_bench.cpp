@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "digest.hpp"
 #include "moe_problem.hpp"
 #include "report.hpp"
 
@@ -89,6 +90,11 @@ int run_moe_suite(const BenchOptions& o) {
     CLI_CUDA_CHECK(cudaDeviceSynchronize(), "bench");
     if (o.settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.settle_ms));  // as bench.cpp
     const TimingStats t = time_region(stream.get(), &flusher, rs.timing, [&](cudaStream_t st) { problem.run(st); });
+    if (digest_enabled()) {
+      Digest d;
+      d.add(problem.output().get(), problem.output().bytes(), stream.get());
+      d.print("moe", index);
+    }
     const double flops = problem.flops(), bytes = problem.bytes();
     const Floors floors = floors_for(flops, bytes, ceilings);
     const HostRouting routing = problem.routing();  // the routing timed (dynamic changes it)

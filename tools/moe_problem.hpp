@@ -72,6 +72,7 @@ class MoeProblem {
   const MoeShape& shape() const { return shape_; }
   const MoeSettings& settings() const { return settings_; }
   const HostRouting& routing() const { return pool_[current_]; }
+  const DeviceBuffer& output() const { return c_; }  // [rows, ldc], poisoned where no run writes
   int capacity() const { return capacity_; }
 
   // Makes routing `i` of the pool current (synchronous copy to the device).
