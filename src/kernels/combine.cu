@@ -28,9 +28,14 @@ void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const in
   auto go = [&](auto id_tag, auto wt_tag) {
     using Id = decltype(id_tag);
     using Wt = decltype(wt_tag);
-    combine_kernel<Id, Wt, LayerRows><<<grid, 256, 0, s>>>(rows, hidden, static_cast<const Id*>(ids),
-                                                           static_cast<const Wt*>(weights), k, experts, tokens, out,
-                                                           ld_out, token_count, bias, bias_f32 ? 1 : 0);
+    if (bias != nullptr)
+      combine_kernel<Id, Wt, LayerRows, true><<<grid, 256, 0, s>>>(rows, hidden, static_cast<const Id*>(ids),
+                                                                   static_cast<const Wt*>(weights), k, experts, tokens,
+                                                                   out, ld_out, token_count, bias, bias_f32 ? 1 : 0);
+    else
+      combine_kernel<Id, Wt, LayerRows, false><<<grid, 256, 0, s>>>(rows, hidden, static_cast<const Id*>(ids),
+                                                                    static_cast<const Wt*>(weights), k, experts, tokens,
+                                                                    out, ld_out, token_count, nullptr, 0);
   };
   if (ids_int64) {
     if (weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);

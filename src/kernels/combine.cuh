@@ -10,16 +10,19 @@ namespace fp4gemm::detail {
 // [0, experts) and pairs whose row is null, each step one FP32 fma (acc = fma(w, y, acc), from acc
 // = 0), rounded once to bf16. A thread owns 8 columns of one token (16-byte loads and stores) and
 // has up to kBatch of its rows' loads in flight before their fmas (the fmas keep their order).
+// kBatch is 4 and the bias a template flag so the kernel stays near 40 registers: it is a gather
+// bound by loads in flight per SM, and 8 rows in flight with the bias code in every instantiation
+// took ~100 registers (2 blocks per SM) and ran 15-70 % slower at 1024-4096 tokens.
 // tokens_at (device, may be null): tokens past it are absent (their out rows are not written).
-// bias (may be null; [experts, hidden], bf16 or bias_f32 float): added to each pair's row in FP32
-// before its fma (acc = fma(w, y + bias[id], acc)): the layer's down-projection bias (gpt-oss).
-template <typename Id, typename Wt, typename Rows>
+// kBias: bias ([experts, hidden], bf16 or bias_f32 float) added to each pair's row in FP32 before
+// its fma (acc = fma(w, y + bias[id], acc)): the layer's down-projection bias (gpt-oss).
+template <typename Id, typename Wt, typename Rows, bool kBias>
 __global__ void __launch_bounds__(256) combine_kernel(Rows rows, int hidden, const Id* __restrict__ ids,
                                                       const Wt* __restrict__ weights, int k, int experts, int tokens,
                                                       __nv_bfloat16* __restrict__ out, long long ld_out,
                                                       const int* __restrict__ tokens_at, const void* __restrict__ bias,
                                                       int bias_f32) {
-  constexpr int kBatch = 8;
+  constexpr int kBatch = 4;
   if (tokens_at != nullptr) tokens = min(tokens, max(*tokens_at, 0));
   const int chunks = hidden / 8;
   const long long total = static_cast<long long>(tokens) * chunks;
@@ -30,7 +33,7 @@ __global__ void __launch_bounds__(256) combine_kernel(Rows rows, int hidden, con
     for (int j0 = 0; j0 < k; j0 += kBatch) {
       uint4 v[kBatch];
       float w[kBatch];
-      long long e[kBatch];
+      int e[kBatch];
       unsigned present = 0;  // bit q: pair j0 + q contributes (a skipped pair gets no fma at all)
 #pragma unroll
       for (int q = 0; q < kBatch; ++q) {
@@ -40,7 +43,7 @@ __global__ void __launch_bounds__(256) combine_kernel(Rows rows, int hidden, con
         const __nv_bfloat16* src = id >= 0 && id < experts ? rows(i) : nullptr;
         if (src == nullptr) continue;
         present |= 1u << q;
-        e[q] = id;
+        e[q] = static_cast<int>(id);
         w[q] = static_cast<float>(weights[i]);
         v[q] = *reinterpret_cast<const uint4*>(src + 8 * c);
       }
@@ -49,13 +52,14 @@ __global__ void __launch_bounds__(256) combine_kernel(Rows rows, int hidden, con
         if (!(present >> q & 1u)) continue;
         const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v[q]);
         float b[8] = {-0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f};  // (x + -0 is x)
-        if (bias != nullptr) {
+        if constexpr (kBias) {
+          const long long at = static_cast<long long>(e[q]) * hidden + 8 * c;
           if (bias_f32) {
-            const float4* bp = reinterpret_cast<const float4*>(static_cast<const float*>(bias) + e[q] * hidden + 8 * c);
-            const float4 b0 = bp[0], b1 = bp[1];
+            const float4* bp = reinterpret_cast<const float4*>(static_cast<const float*>(bias) + at);
+            const float4 b0 = __ldg(bp), b1 = __ldg(bp + 1);
             b[0] = b0.x, b[1] = b0.y, b[2] = b0.z, b[3] = b0.w, b[4] = b1.x, b[5] = b1.y, b[6] = b1.z, b[7] = b1.w;
           } else {
-            const uint4 bv = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(bias) + e[q] * hidden + 8 * c);
+            const uint4 bv = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(bias) + at));
             const __nv_bfloat162* bh = reinterpret_cast<const __nv_bfloat162*>(&bv);
 #pragma unroll
             for (int h = 0; h < 4; ++h) {

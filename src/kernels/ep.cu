@@ -474,7 +474,7 @@ void EpExchange::combine(const EpStepArgs& a, cudaStream_t stream) const {
   auto go = [&](auto id_tag, auto wt_tag) {
     using Id = decltype(id_tag);
     using Wt = decltype(wt_tag);
-    detail::combine_kernel<Id, Wt, PeerRows><<<grid, 256, 0, stream>>>(
+    detail::combine_kernel<Id, Wt, PeerRows, false><<<grid, 256, 0, stream>>>(
         rows, c.hidden, static_cast<const Id*>(a.topk_ids), static_cast<const Wt*>(a.topk_weights), c.topk, c.experts,
         a.tokens, static_cast<__nv_bfloat16*>(a.out), ld_out, nullptr, nullptr, 0);
   };

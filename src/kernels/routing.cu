@@ -1,8 +1,8 @@
 // fp4gemm::align_routing: top-k expert ids -> expert offsets, gather index and order, in one
 // single-block kernel (a stable counting sort).
 //
-// 8 warps; warp w owns the contiguous index range [w * n / 8, (w + 1) * n / 8). Buckets: 0 for
-// negative ids, e + 1 for expert e, E + 1 for ids >= E.
+// W warps (kThreads / 32); warp w owns the contiguous index range [w * n / W, (w + 1) * n / W).
+// Buckets: 0 for negative ids, e + 1 for expert e, E + 1 for ids >= E.
 //  1. Each warp counts its range's buckets (shared-memory integer atomics: the counts do not
 //     depend on their order).
 //  2. An exclusive scan over (bucket, warp) in bucket-major order gives each warp's first slot
@@ -10,13 +10,16 @@
 //  3. Each warp walks its range in order, 32 ids at a time: lanes with equal buckets find each
 //     other (__match_any_sync), take consecutive slots in lane order, and the group's first lane
 //     advances the warp's cursor. Slots therefore follow the index order within each bucket:
-//     stable, and the same on every run.
-// Decode-sized routings (tens of ids) take a few microseconds, dominated by the launch; 131072 ids
-// (16384 tokens x top-8) ~512 steps per warp.
+//     stable, the same on every run and for any W.
+// Both walks load kBatch groups of 32 ids before using them: one block is latency-bound, and one
+// load per step made T 4096 x top-8 (32768 ids) take 100-140 us on an H200. Routings of more than
+// 2048 ids take 32 warps (when their counters fit the default 48 KB of shared memory: E <= 334),
+// smaller ones 8 (the scan over more threads would only add to a launch-bound kernel).
 #include <cub/block/block_scan.cuh>
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "fp4gemm/moe.hpp"
 #include "host/core/cuda_check.hpp"
@@ -27,15 +30,16 @@ namespace fp4gemm {
 
 namespace {
 
-constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kBatch = 4;  // groups of 32 ids loaded per warp before they are used
 
-template <typename Id>
+template <typename Id, int kThreads>
 __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __restrict__ ids, long long n, int k,
                                                                   int experts, int* __restrict__ offsets,
                                                                   int* __restrict__ gather,
                                                                   long long* __restrict__ order,
                                                                   int* __restrict__ row_of,
                                                                   const int* __restrict__ token_count) {
+  constexpr int kWarps = kThreads / 32;
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   extern __shared__ int cursor[];  // [kWarps][buckets]: counts, then each warp's next slot
@@ -44,17 +48,31 @@ __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __res
   for (int i = tid; i < kWarps * buckets; i += kThreads) cursor[i] = 0;
   __syncthreads();
 
-  const long long per = (n + kWarps - 1) / kWarps;
-  const long long lo = min(n, warp * per), hi = min(n, lo + per);
+  // 32-bit index arithmetic (n < 2^31, validated): the kernel is issue-bound on its one SM, and
+  // 64-bit indices with a 64-bit division per id took twice the instructions.
+  const int n32 = static_cast<int>(n);
+  const int per = (n32 + kWarps - 1) / kWarps;
+  const int lo = min(n32, warp * per), hi = min(n32, lo + per);
   // Pairs of tokens at or past *token_count are absent: the last bucket, their ids unread.
-  const long long present = token_count != nullptr ? min(n, static_cast<long long>(max(*token_count, 0)) * k) : n;
-  auto bucket_of = [&](long long i) {
-    if (i >= present) return experts + 1;
+  const int present = token_count != nullptr ? static_cast<int>(min(n, static_cast<long long>(max(*token_count, 0)) * k)) : n32;
+  const unsigned ku = static_cast<unsigned>(k);
+  // Bucket of index i (-1 past the warp's range).
+  // (indices as unsigned: base + 127 stays exact for any n < 2^31)
+  auto bucket_of = [&](unsigned i) {
+    if (i >= static_cast<unsigned>(hi)) return -1;
+    if (i >= static_cast<unsigned>(present)) return experts + 1;
     const long long id = static_cast<long long>(ids[i]);
     return id < 0 ? 0 : id >= experts ? experts + 1 : static_cast<int>(id) + 1;
   };
   int* mine = cursor + warp * buckets;
-  for (long long i = lo + lane; i < hi; i += 32) atomicAdd(&mine[bucket_of(i)], 1);
+  for (int base = lo; base < hi; base += 32 * kBatch) {
+    int b[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) b[q] = bucket_of(static_cast<unsigned>(base) + 32 * q + lane);
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q)
+      if (b[q] >= 0) atomicAdd(&mine[b[q]], 1);
+  }
   __syncthreads();
 
   // 2. Thread t scans a run of consecutive buckets (all warps' counts of each).
@@ -74,23 +92,29 @@ __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __res
   }
   __syncthreads();
 
-  // 3. Stable placement.
-  for (long long base = lo; base < hi; base += 32) {
-    const long long i = base + lane;
-    const bool valid = i < hi;
-    const int b = valid ? bucket_of(i) : -1;
-    const unsigned group = __match_any_sync(0xFFFFFFFFu, b);
-    const int rank = __popc(group & ((1u << lane) - 1u));
-    const int first = valid ? mine[b] : 0;
-    if (valid) {
-      const int slot = first + rank;
-      gather[slot] = static_cast<int>(i / k);
-      if (order != nullptr) order[slot] = i;
-      if (row_of != nullptr) row_of[i] = slot;
+  // 3. Stable placement, kBatch groups of 32 ids per load round, the groups in index order.
+  for (int base = lo; base < hi; base += 32 * kBatch) {
+    int bs[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) bs[q] = bucket_of(static_cast<unsigned>(base) + 32 * q + lane);
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int b = bs[q];
+      const int i = base + 32 * q + lane;  // (< hi wherever it is used: b >= 0)
+      const bool valid = b >= 0;
+      const unsigned group = __match_any_sync(0xFFFFFFFFu, b);
+      const int rank = __popc(group & ((1u << lane) - 1u));
+      const int first = valid ? mine[b] : 0;
+      if (valid) {
+        const int slot = first + rank;
+        gather[slot] = static_cast<int>(static_cast<unsigned>(i) / ku);
+        if (order != nullptr) order[slot] = i;
+        if (row_of != nullptr) row_of[i] = slot;
+      }
+      __syncwarp();
+      if (valid && rank == 0) mine[b] = first + __popc(group);
+      __syncwarp();
     }
-    __syncwarp();
-    if (valid && rank == 0) mine[b] = first + __popc(group);
-    __syncwarp();
   }
 }
 
@@ -113,14 +137,22 @@ void validate_routing_args(const void* topk_ids, std::int64_t count, int k, int 
 // The launch, arguments already validated.
 void launch(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets, int* gather,
             std::int64_t* order, cudaStream_t stream, int* row_of = nullptr, const int* token_count = nullptr) {
-  const std::size_t smem = static_cast<std::size_t>(kWarps) * (experts + 2) * sizeof(int);
   auto* ord = reinterpret_cast<long long*>(order);
-  if (ids_int64)
-    align_routing_kernel<long long><<<1, kThreads, smem, stream>>>(static_cast<const long long*>(topk_ids), count, k,
-                                                                   experts, offsets, gather, ord, row_of, token_count);
-  else
-    align_routing_kernel<int><<<1, kThreads, smem, stream>>>(static_cast<const int*>(topk_ids), count, k, experts,
-                                                             offsets, gather, ord, row_of, token_count);
+  auto go = [&](auto threads, auto id_tag) {
+    constexpr int kThreads = decltype(threads)::value;
+    using Id = decltype(id_tag);
+    const std::size_t smem = static_cast<std::size_t>(kThreads / 32) * (experts + 2) * sizeof(int);
+    align_routing_kernel<Id, kThreads><<<1, kThreads, smem, stream>>>(static_cast<const Id*>(topk_ids), count, k,
+                                                                     experts, offsets, gather, ord, row_of,
+                                                                     token_count);
+  };
+  // (the counters and the scan's static storage, ~5 KB, within the default 48 KB)
+  const bool wide = count > 2048 && std::size_t{32} * (experts + 2) * sizeof(int) <= 42 * 1024;
+  if (wide) {
+    if (ids_int64) go(std::integral_constant<int, 1024>{}, 0LL); else go(std::integral_constant<int, 1024>{}, 0);
+  } else {
+    if (ids_int64) go(std::integral_constant<int, 256>{}, 0LL); else go(std::integral_constant<int, 256>{}, 0);
+  }
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "align_routing");
 }
 
