@@ -8,7 +8,9 @@
 #   2. memcheck on the routing and decode tests, racecheck on the routing tests;
 #   3. ncu of the routing kernel at 8 k / 16 k / 32 k ids (v50: 18.1 / 31.5 / 61.7 us; predicted ~3-10);
 #   4. decode W4A4 + W4A16 T 1-4, main against the branch (v50 main: gpt-oss nvfp4 T 1 62.4 us; predicted -2 to -3);
-#   5. the layer suites (general path and default) with digests, and decode_crossover.py for DeepSeek-V3 / Mixtral.
+#   5. the layer suites (general path) with digests, and decode_crossover.py for DeepSeek-V3 / Mixtral.
+# Exactness: the decode A/B prints a digest per case (main's and the branch's must agree), and the layer digests
+# must equal those in bench/results/v50/layer_final/layer_{bf16,nvfp4}_B1.txt (same seeds, general path).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-./out}; mkdir -p "$OUT"
