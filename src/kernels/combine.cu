@@ -1,6 +1,8 @@
 // The MoE layer's top-k combine (kernels/combine.hpp): the combine kernel over the layer's rows.
 #include "kernels/combine.hpp"
 
+#include <type_traits>
+
 #include "kernels/combine.cuh"
 
 namespace fp4gemm::detail {
@@ -28,14 +30,12 @@ void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const in
   auto go = [&](auto id_tag, auto wt_tag) {
     using Id = decltype(id_tag);
     using Wt = decltype(wt_tag);
-    if (bias != nullptr)
-      combine_kernel<Id, Wt, LayerRows, true><<<grid, 256, 0, s>>>(rows, hidden, static_cast<const Id*>(ids),
-                                                                   static_cast<const Wt*>(weights), k, experts, tokens,
-                                                                   out, ld_out, token_count, bias, bias_f32 ? 1 : 0);
-    else
-      combine_kernel<Id, Wt, LayerRows, false><<<grid, 256, 0, s>>>(rows, hidden, static_cast<const Id*>(ids),
-                                                                    static_cast<const Wt*>(weights), k, experts, tokens,
-                                                                    out, ld_out, token_count, nullptr, 0);
+    auto with_bias = [&](auto has_bias) {
+      combine_kernel<Id, Wt, LayerRows, decltype(has_bias)::value><<<grid, 256, 0, s>>>(
+          rows, hidden, static_cast<const Id*>(ids), static_cast<const Wt*>(weights), k, experts, tokens, out, ld_out,
+          token_count, bias, bias_f32 ? 1 : 0);
+    };
+    if (bias != nullptr) with_bias(std::true_type{}); else with_bias(std::false_type{});
   };
   if (ids_int64) {
     if (weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
