@@ -43,7 +43,7 @@ TEST(Cli, SubcommandHelpListsOptions) {
   const CliResult bench = run_cli("bench --help");
   EXPECT_EQ(bench.exit_code, 0);
   for (const char* option : {"--suite", "--cases", "--json", "--iters", "--warmup", "--no-peers", "--settle-ms",
-                             "--backend", "--format", "--layout", "--out", "--seed"})
+                             "--decode-tokens", "--backend", "--format", "--layout", "--out", "--seed"})
     EXPECT_NE(bench.output.find(option), std::string::npos) << option;
   const CliResult gemm = run_cli("gemm --help");
   EXPECT_EQ(gemm.exit_code, 0);
@@ -127,6 +127,8 @@ TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
       {"bench --cases 1,x", {"--cases"}},
       {"bench --settle-ms -5", {"--settle-ms"}},
       {"bench --settle-ms 20000", {"--settle-ms"}},
+      {"bench --suite layer --decode-tokens 9", {"--decode-tokens"}},
+      {"bench --suite layer --decode-tokens -2", {"--decode-tokens"}},
       {"bench --bogus", {"--bogus"}},
       {"bench --suite moe --cases 57", {"--cases", "57", "56"}},
       {"bench --suite moe --act fp8", {"--act", "fp8"}},
