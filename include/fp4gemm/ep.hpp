@@ -8,30 +8,33 @@
 // into every rank's address space (PyTorch's SymmetricMemory, CUDA IPC, or plain device memory when
 // all ranks share one device). Rank r holds experts [r * E/W, (r + 1) * E/W). A step, per rank:
 //
-//   1. send_counts: each (token, slot) pair whose id is in [0, E) goes to the rank holding its
-//      expert; the pairs are ordered by destination, then by pair index t * k + j (deterministic);
-//      the rank writes how many it sends into every destination's buffer.          -- barrier --
-//   2. send_rows: each token's row is written, once per pair, into the destination's receive rows
-//      at the place the counts give it (sources in rank order), with the pair's local expert id and
-//      its origin. NVFP4 / MXFP4 rows are quantised here, inside the dispatch (the layer's rule,
-//      global scale EpConfig::global_scale: bit for bit what the layer's own step 2 writes), and
-//      travel as packed e2m1 + linear scales; bf16 rows travel as they are. Rows past the count
-//      get id -1.                                                                  -- barrier --
+//   1. send_counts: each token goes to every rank holding one of its experts (ids in [0, E)), once
+//      per rank however many of its k experts are there; the tokens are ordered by destination,
+//      then by token index (deterministic); the rank writes how many it sends into every
+//      destination's buffer.                                                       -- barrier --
+//   2. send_rows: each token's row is written into each destination's receive rows at the place
+//      the counts give it (sources in rank order), with the token's k slots as local expert ids
+//      there (-1 for the slots whose experts are elsewhere). NVFP4 / MXFP4 rows are quantised
+//      here, inside the dispatch (the layer's rule, global scale EpConfig::global_scale: bit for
+//      bit what the layer's own step 2 writes), and travel as packed e2m1 + linear scales; bf16
+//      rows travel as they are. Rows past the count get ids -1.                    -- barrier --
 //   3. the caller runs its local experts on the received rows (received(): a MoeLayer of E/W
-//      experts with top-1, weight 1, writing its output into received().y -- its row r is exactly
-//      the full layer's row for that pair).                                        -- barrier --
+//      experts with top-k, weights 1, stopped before its combine: MoeLayerArgs::expert_rows =
+//      received().y, row_of = received().row_of -- each pair's expert output row is exactly the
+//      full layer's row for that pair).                                            -- barrier --
 //   4. combine: each rank reads its pairs' rows where their experts' ranks left them (received().y
-//      of every rank, over NVLink) and sums them with the layer's combine (FP32 fmas in slot
-//      order, one rounding): bit for bit the single-GPU layer's output, for any W. The rows are
-//      read in place: nothing is copied back.
+//      of every rank, over NVLink, found through that rank's row_of) and sums them with the
+//      layer's combine (FP32 fmas in slot order, one rounding): bit for bit the single-GPU layer's
+//      output, for any W. The rows are read in place: nothing is copied back.
 //
 // The barriers are the caller's (every rank's writes of a phase visible to every rank before the
 // next phase starts: e.g. SymmetricMemory's barrier(), or a device synchronisation when all ranks
-// share one device). Each phase enqueues one kernel on `stream`: no allocation, no host
-// synchronisation. A rank's next step may start as soon as its combine is enqueued: the next
-// step's first barrier keeps every rank's local layer from overwriting y before every combine
-// has read it. Receive capacity is the worst case (every pair of every rank to one rank), so
-// no routing can overflow it.
+// share one device). Each phase enqueues one kernel on `stream` (the combine two: a pass that
+// reads each pair's row_of entry once, then the sums): no allocation, no host synchronisation. A
+// rank's next step may start as soon as its combine is enqueued: the next step's first barrier
+// keeps every rank's local layer from overwriting y before every combine has read it. Receive
+// capacity is the worst case (every token of every rank to one rank), so no routing can overflow
+// it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -73,18 +76,21 @@ struct EpStepArgs {
 };
 
 // This rank's received rows (device pointers into its own exchange buffer), valid after the
-// barrier that follows send_rows. Row r < count (the sum of counts[0..W-1]) came from a pair
-// routed here; rows past it have id -1.
+// barrier that follows send_rows. Row r < count (the sum of counts[0..W-1]) is a token sent here;
+// rows past it have ids -1.
 struct EpReceived {
-  int capacity = 0;            // rows: W * max_tokens * k
+  int capacity = 0;             // rows: W * max_tokens (the local layer's T and max_tokens)
+  int topk = 0;                 // k: ids per row (the local layer's top-k)
   const int* counts = nullptr;  // [W]: rows from each source rank this step
   const int* count = nullptr;   // their sum: MoeLayerArgs::token_count of the local layer's run
-  const int* ids = nullptr;     // [capacity] local expert ids (0..E/W-1; -1 past the count): the layer's top-1 ids
-  const float* ones = nullptr;  // [capacity] 1.0f: the layer's top-1 weights
+  const int* ids = nullptr;     // [capacity, k] local expert ids (0..E/W-1), -1 for the slots whose experts are
+                                // elsewhere and past the count: the layer's top-k ids
+  const float* ones = nullptr;  // [capacity, k] 1.0f: top-k weights, for a caller whose layer combines
   const void* rows = nullptr;   // bf16 rows [capacity, H] (EpRows::bf16), or
   const void* packed = nullptr;  // packed e2m1 [capacity, H/2] and linear scales [capacity, H/vec]
   const void* scales = nullptr;
-  void* y = nullptr;  // bf16 [capacity, H] dense: where the local layer writes its output rows
+  void* y = nullptr;      // bf16 [capacity * k, H]: MoeLayerArgs::expert_rows of the local layer's run
+  int* row_of = nullptr;  // int32 [capacity * k]: MoeLayerArgs::row_of of that run
 };
 
 class EpExchange {

@@ -125,6 +125,15 @@ struct MoeLayerArgs {
   // absent: their ids are not read, no work is done for them and their out rows are not written.
   // `tokens` stays the bound (the arrays' extent). Null: all `tokens` tokens.
   const int* token_count = nullptr;
+  // Instead of `out`, for a caller that combines the pairs itself (expert parallelism reads them
+  // in place over NVLink): the run stops before the combine and leaves pair i's expert output row
+  // (bf16, the row the combine would read) at expert_rows[row_of[i]] -- expert_rows bf16
+  // [T * topk, H] dense, in expert order; row_of int32 [T * topk]. The rows of pairs whose id is
+  // outside [0, E) or whose token is absent are not written (their row_of entries point nowhere
+  // meaningful). topk_weights is not read (may be null); `out` must be null. Not with w2_bias (the
+  // combine adds it).
+  void* expert_rows = nullptr;
+  int* row_of = nullptr;
 };
 
 class MoeLayer {

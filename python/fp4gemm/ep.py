@@ -30,7 +30,11 @@ Two paths, chosen by the communicator:
   device: no host synchronisation, and the whole step (dispatch -> local layer -> combine) can be
   captured once in a CUDA graph and replayed with a new routing every step. W4A4 rows are quantised
   inside the dispatch kernel (the layer's rule, bit for bit) and travel as packed e2m1 + scales.
-  Three barriers per step (SymmetricMemory's, on the stream).
+  A token travels once to each rank holding one of its experts (not once per pair: on 2 ranks with
+  top-8, ~4x fewer bytes), with its k slots as local ids (-1 where the expert is elsewhere); the
+  local layer runs top-k on them and stops before its combine (``expert_rows`` / ``row_of``), and
+  each origin's combine reads the pairs' rows in place from the experts' ranks. Three barriers per
+  step (SymmetricMemory's, on the stream).
 * **The host path** (:class:`TorchComm`: NCCL or gloo ``all_to_all_single``; :class:`ThreadGroup`:
   NumPy ranks as threads): the split sizes go through the host (one synchronisation per step), no
   graph capture. The fallback where peer memory is not available (CPU, gloo, no NVLink / P2P).
@@ -347,8 +351,14 @@ class ExpertParallel:
         for name in ("w13_bias", "w2_bias"):  # (the exchange's combine would add the down bias per rank)
             if layer_kwargs.get(name) is not None:
                 raise _argument_error(name, "expert parallelism does not take expert biases yet")
-        self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens * topk, topk=1,
-                                  **layer_kwargs)
+        # The local layer sees each token once per rank (its k slots, -1 where the expert is elsewhere):
+        # top-k over at most W * max_tokens rows (the host path sends one row per pair: top-1 over them).
+        if self.device_path:
+            self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens, topk=topk,
+                                      **layer_kwargs)
+        else:
+            self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens * topk,
+                                      topk=1, **layer_kwargs)
         self.last_bytes = 0  # host path: activation bytes this rank sent in the last step's dispatch
 
     # ---- the device path ----------------------------------------------------------------------------
@@ -357,7 +367,7 @@ class ExpertParallel:
         import torch
 
         rows = self.format if self.fp4 else "bf16"
-        h, cap = self.hidden, self.world * self.max_tokens * self.topk
+        h, cap, k = self.hidden, self.world * self.max_tokens, self.topk
         nbytes = _C.ep_buffer_bytes(self.world, self.rank, self.experts, self.topk, h, self.max_tokens, rows)
         self._buf, ptrs = self.comm.buffers(nbytes)
         gs = self.a1 if rows == "nvfp4" else 1.0
@@ -374,15 +384,17 @@ class ExpertParallel:
             return self._buf[off:off + n * torch.empty((), dtype=dtype).element_size()].view(dtype).view(shape)
 
         self.capacity = cap
-        self._recv_ids = view(got["ids"], torch.int32, (cap, 1))
+        self._recv_ids = view(got["ids"], torch.int32, (cap, k))
         self._recv_count = view(got["count"], torch.int32, (1,))  # their sum: the local layer's token count
         if self.fp4:
             vec = 16 if self.format == "nvfp4" else 32
             self._recv = (view(got["packed"], torch.uint8, (cap, h // 2)), view(got["scales"], torch.uint8, (cap, h // vec)))
         else:
             self._recv = view(got["rows"], torch.bfloat16, (cap, h))
-        self._ones = torch.ones((cap, 1), dtype=torch.float32, device=device)
-        self._y = view(got["y"], torch.bfloat16, (cap, h))  # the local layer's output, read in place by the combines
+        self._ones = torch.ones((cap, k), dtype=torch.float32, device=device)
+        # the local layer's expert output rows and each pair's row in them, read in place by the combines
+        self._y = view(got["y"], torch.bfloat16, (cap * k, h))
+        self._row_of = view(got["row_of"], torch.int32, (cap * k,))
 
     @staticmethod
     def _stream():
@@ -422,10 +434,11 @@ class ExpertParallel:
 
     def _phase_local(self):
         if self.fp4:
-            self.layer.run(None, self._recv_ids, self._ones, out=self._y, hidden_fp4=self._recv,
-                           token_count=self._recv_count)
+            self.layer.run(None, self._recv_ids, self._ones, hidden_fp4=self._recv, token_count=self._recv_count,
+                           expert_rows=self._y, row_of=self._row_of)
         else:
-            self.layer.run(self._recv, self._recv_ids, self._ones, out=self._y, token_count=self._recv_count)
+            self.layer.run(self._recv, self._recv_ids, self._ones, token_count=self._recv_count,
+                           expert_rows=self._y, row_of=self._row_of)
 
     def _phase_combine(self, ids, w, out=None):
         import torch
@@ -440,12 +453,22 @@ class ExpertParallel:
     def dispatch_bytes(self, topk_ids) -> dict:
         """What a step with these ids moves (for reports; reads the ids on the host): rows sent to
         other ranks and kept here, and the bytes of each way (dispatch rows, bf16 rows back)."""
-        ids = np.asarray(topk_ids.cpu() if _is_torch(topk_ids) else topk_ids).reshape(-1)
+        ids2 = np.asarray(topk_ids.cpu() if _is_torch(topk_ids) else topk_ids).reshape(-1, self.topk)
+        ids = ids2.reshape(-1)
         valid = (ids >= 0) & (ids < self.experts)
         dest = ids[valid] // self.local
-        remote = int(np.sum(dest != self.rank))
-        return {"rows_remote": remote, "rows_local": int(dest.size) - remote,
-                "dispatch_bytes": remote * self.row_bytes, "combine_bytes": remote * 2 * self.hidden}
+        remote = int(np.sum(dest != self.rank))  # pairs whose expert is elsewhere: rows the combine reads back
+        sent_remote, sent_local = remote, int(dest.size) - remote
+        if self.device_path:  # the device path sends a token once per destination rank
+            v2 = (ids2 >= 0) & (ids2 < self.experts)
+            d2 = np.where(v2, ids2 // self.local, -1)
+            at = np.zeros((ids2.shape[0], self.world), bool)
+            rows_idx = np.repeat(np.arange(ids2.shape[0]), self.topk).reshape(ids2.shape)
+            at[rows_idx[v2], d2[v2]] = True
+            sent_local = int(at[:, self.rank].sum())
+            sent_remote = int(at.sum()) - sent_local
+        return {"rows_remote": sent_remote, "rows_local": sent_local,
+                "dispatch_bytes": sent_remote * self.row_bytes, "combine_bytes": remote * 2 * self.hidden}
 
     def _forward_device(self, x, ids, w, out=None):
         if isinstance(self.comm, _LocalComm):

@@ -329,7 +329,7 @@ class MoeLayer:
         self._like = w13
 
     def run(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None, stream: Any = None,
-            hidden_fp4: Any = None, token_count: Any = None):
+            hidden_fp4: Any = None, token_count: Any = None, expert_rows: Any = None, row_of: Any = None):
         """hidden_states bf16 ``[T, H]`` (T <= max_tokens), topk_ids int32/int64 ``[T, topk]``,
         topk_weights float32/bf16 ``[T, topk]`` -> out bf16 ``[T, H]`` (allocated when None).
         Never synchronises; ids outside ``[0, E)`` contribute nothing.
@@ -341,7 +341,18 @@ class MoeLayer:
         token_count: optional CUDA int32 ``[1]`` on the layer's device: this run's token count when
         only the device knows it (e.g. the rows an expert-parallel dispatch received). Tokens at or
         past ``min(token_count[0], T)`` are absent: their ids are not read, nothing is computed for
-        them and their ``out`` rows are left as they were."""
+        them and their ``out`` rows are left as they were.
+
+        expert_rows, row_of: CUDA only, instead of ``out``, for a caller that combines the pairs
+        itself (expert parallelism reads them in place over NVLink): the run stops before the
+        combine and leaves pair ``i``'s expert output row at ``expert_rows[row_of[i]]`` --
+        expert_rows bf16 ``[T * topk, H]`` (expert order), row_of int32 ``[T * topk]``; rows of
+        pairs with ids outside ``[0, E)`` or absent tokens are not written. Returns expert_rows."""
+        if expert_rows is not None or row_of is not None:
+            packed, scales = (None, None) if hidden_fp4 is None else hidden_fp4
+            self._layer.run(hidden_states, topk_ids, topk_weights, out, stream, 0, packed, scales, token_count,
+                            expert_rows, row_of)
+            return expert_rows
         if out is None:
             if hidden_fp4 is None and type(hidden_states).__module__ == "torch":
                 import torch

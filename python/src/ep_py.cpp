@@ -101,6 +101,8 @@ void bind_ep(nb::module_& m) {
              d["packed"] = reinterpret_cast<std::uintptr_t>(r.packed);
              d["scales"] = reinterpret_cast<std::uintptr_t>(r.scales);
              d["y"] = reinterpret_cast<std::uintptr_t>(r.y);
+             d["row_of"] = reinterpret_cast<std::uintptr_t>(r.row_of);
+             d["topk"] = r.topk;
              return d;
            })
       .def("describe", &EpExchange::describe);

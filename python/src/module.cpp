@@ -202,9 +202,11 @@ NB_MODULE(_fp4gemm, m) {
            "activation"_a = "silu", "gate_up"_a = "stacked", "swiglu_alpha"_a = fp4gemm::kSwigluAlpha, "swiglu_limit"_a = fp4gemm::kSwigluLimit,
            "a1_scale"_a = 1.0f, "a2_scale"_a = 1.0f, "max_tokens"_a, "topk"_a,
            "batch_invariant"_a = false, "decode_tokens"_a = -1, "w13_bias"_a = nb::none(), "w2_bias"_a = nb::none())
-      .def("run", &MoeLayerObject::run, "hidden_states"_a.none(), "topk_ids"_a, "topk_weights"_a, "out"_a,
+      .def("run", &MoeLayerObject::run, "hidden_states"_a.none(), "topk_ids"_a, "topk_weights"_a, "out"_a.none(),
            "stream"_a = nb::none(), "threads"_a = 0, "hidden_packed"_a = nb::none(), "hidden_scales"_a = nb::none(),
-           "token_count"_a = nb::none(), "Enqueue the layer into `out` (host arrays: run the reference now).")
+           "token_count"_a = nb::none(), "expert_rows"_a = nb::none(), "row_of"_a = nb::none(),
+           "Enqueue the layer into `out` (host arrays: run the reference now), or, with expert_rows / row_of, "
+           "stop before the combine.")
       .def("check", &MoeLayerObject::check, "stream"_a = nb::none(),
            "Synchronise `stream`, then raise if a run since the last check saw bad routing data.")
       .def("reload_weights", &MoeLayerObject::reload_weights, "stream"_a = nb::none(),

@@ -191,7 +191,7 @@ void MoeLayerObject::reload_weights(nb::handle stream) {
 // hidden_scales [T, H/vec], dense: the tokens as step 2 would quantise them.
 void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out,
                          nb::handle stream, int threads, nb::handle hidden_packed, nb::handle hidden_scales,
-                         nb::handle token_count) {
+                         nb::handle token_count, nb::handle expert_rows, nb::handle row_of) {
   TensorReader& reader = Binding::get().reader();
   Keepalive keep;
   TensorView x, xs;
@@ -209,8 +209,34 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
   }
   const TensorView ids = reader.read(topk_ids, "topk_ids", -1, false, keep, false);
   const TensorView wt = reader.read(topk_weights, "topk_weights", -1, false, keep, false);
-  const TensorView y = reader.read(out, "out", -1, true, keep, false);
-  MoeLayerArgs a = checked_args(x, pre ? &xs : nullptr, ids, wt, y);
+  const bool uncombined = !expert_rows.is_none() || !row_of.is_none();
+  TensorView y;
+  if (uncombined) {
+    if (!out.is_none()) fail("out", "pass either out or expert_rows / row_of (the run then stops before its combine)");
+    if (expert_rows.is_none() || row_of.is_none())
+      fail(expert_rows.is_none() ? "expert_rows" : "row_of", "the run stops before its combine only with both arrays");
+  } else {
+    y = reader.read(out, "out", -1, true, keep, false);
+  }
+  MoeLayerArgs a = checked_args(x, pre ? &xs : nullptr, ids, wt, uncombined ? nullptr : &y);
+  if (uncombined) {
+    if (!layer_) fail("expert_rows", "needs the layer's weights on a CUDA device (the host path always combines)");
+    const TensorView er = reader.read(expert_rows, "expert_rows", -1, true, keep, false);
+    const TensorView ro = reader.read(row_of, "row_of", -1, true, keep, false);
+    const std::int64_t pairs = std::int64_t{a.tokens} * options_.topk;
+    if (!er.cuda || er.device != device_) fail("expert_rows", "is on " + er.device_text() + "; the layer is on cuda:" + std::to_string(device_));
+    if (!ro.cuda || ro.device != device_) fail("row_of", "is on " + ro.device_text() + "; the layer is on cuda:" + std::to_string(device_));
+    if ((er.dtype != DType::bf16 && er.dtype != DType::raw16) || er.ndim != 2 || er.shape[0] != pairs ||
+        er.shape[1] != weights_.hidden || !is_row_major_dense(er))
+      fail("expert_rows", "must be a dense bfloat16 [T * topk, H] = [" + std::to_string(pairs) + ", " +
+                              std::to_string(weights_.hidden) + "] array, got " + to_string(er.dtype) + " " + er.shape_text());
+    if (ro.dtype != DType::i32 || ro.ndim != 1 || ro.shape[0] != pairs || !is_row_major_dense(ro))
+      fail("row_of", "must be a dense int32 [T * topk] = [" + std::to_string(pairs) + "] array, got " +
+                         to_string(ro.dtype) + " " + ro.shape_text());
+    a.out = nullptr;
+    a.expert_rows = reinterpret_cast<void*>(er.ptr), a.row_of = reinterpret_cast<int*>(ro.ptr);
+    detail::check_moe_layer_args(weights_, options_, a);
+  }
   if (!token_count.is_none()) {
     const TensorView c = reader.read(token_count, "token_count", -1, false, keep, false);
     if (!layer_ || c.device != device_)
@@ -234,7 +260,7 @@ void MoeLayerObject::run(nb::handle hidden, nb::handle topk_ids, nb::handle topk
 void MoeLayerObject::run_on_stream(const TensorView& hidden, const TensorView& topk_ids,
                                    const TensorView& topk_weights, const TensorView& out, cudaStream_t stream) const {
   if (!layer_) fail("hidden_states", "this layer's weights are host arrays; run it through fp4gemm.moe");
-  const MoeLayerArgs a = checked_args(hidden, nullptr, topk_ids, topk_weights, out);
+  const MoeLayerArgs a = checked_args(hidden, nullptr, topk_ids, topk_weights, &out);
   check_weights(stream);  // (the caller holds the GIL)
   layer_->run(a, stream);
 }
@@ -242,7 +268,7 @@ void MoeLayerObject::run_on_stream(const TensorView& hidden, const TensorView& t
 // The run's arrays checked against the layer (as read: placement, dtypes, shapes, strides).
 // `scales` non-null: `x` is hidden_packed with these linear scales (pre-quantised tokens).
 MoeLayerArgs MoeLayerObject::checked_args(const TensorView& x, const TensorView* scales, const TensorView& ids,
-                                          const TensorView& wt, const TensorView& y) const {
+                                          const TensorView& wt, const TensorView* out) const {
   const MoeLayerWeights& w = weights_;
   const int k = options_.topk, vec = scale_block_size(options_.format);
   auto placed = [&](const TensorView& v, const char* name) {
@@ -279,7 +305,7 @@ MoeLayerArgs MoeLayerObject::checked_args(const TensorView& x, const TensorView*
   const std::int64_t T = x.shape[0];
   placed(ids, "topk_ids");
   placed(wt, "topk_weights");
-  placed(y, "out");
+  if (out != nullptr) placed(*out, "out");
   const bool ids64 = ids.dtype == DType::i64;
   if (ids.dtype != DType::i32 && !ids64)
     fail("topk_ids", std::string("has dtype ") + to_string(ids.dtype) + "; expected int32 or int64");
@@ -292,17 +318,21 @@ MoeLayerArgs MoeLayerObject::checked_args(const TensorView& x, const TensorView*
   if (wt.ndim != 2 || wt.shape[0] != T || wt.shape[1] != k || !is_row_major_dense(wt))
     fail("topk_weights", "must be a dense [T, topk] = [" + std::to_string(T) + ", " + std::to_string(k) +
                              "] array, got shape " + wt.shape_text());
-  if (y.dtype != DType::bf16 && y.dtype != DType::raw16)
-    fail("out", std::string("has dtype ") + to_string(y.dtype) + "; expected bfloat16");
-  if (y.ndim != 2 || y.shape[0] != T || y.shape[1] != w.hidden || (w.hidden > 1 && T > 0 && y.strides[1] != 1))
-    fail("out", "has shape " + y.shape_text() + "; expected [T, " + std::to_string(w.hidden) + "], contiguous rows");
+  if (out != nullptr) {
+    const TensorView& y = *out;
+    if (y.dtype != DType::bf16 && y.dtype != DType::raw16)
+      fail("out", std::string("has dtype ") + to_string(y.dtype) + "; expected bfloat16");
+    if (y.ndim != 2 || y.shape[0] != T || y.shape[1] != w.hidden || (w.hidden > 1 && T > 0 && y.strides[1] != 1))
+      fail("out", "has shape " + y.shape_text() + "; expected [T, " + std::to_string(w.hidden) + "], contiguous rows");
+  }
   if (T > options_.max_tokens)
     fail(tokens_arg, std::to_string(T) + " tokens; this layer was planned for at most " +
                          std::to_string(options_.max_tokens) + " (max_tokens)");
   a.topk_ids = reinterpret_cast<const void*>(ids.ptr), a.ids_int64 = ids64;
   a.topk_weights = reinterpret_cast<const void*>(wt.ptr), a.weights_bf16 = wbf16;
   a.tokens = static_cast<int>(T);
-  a.out = reinterpret_cast<void*>(y.ptr), a.ld_out = T > 1 ? y.strides[0] : w.hidden;
+  if (out == nullptr) return a;  // (the caller adds expert_rows / row_of and checks)
+  a.out = reinterpret_cast<void*>(out->ptr), a.ld_out = T > 1 ? out->strides[0] : w.hidden;
   detail::check_moe_layer_args(w, options_, a);
   return a;
 }

@@ -27,7 +27,8 @@ class MoeLayerObject {
                  nb::handle w13_bias = nb::none(), nb::handle w2_bias = nb::none());
   // hidden bf16 [T, H]; topk_ids int32/int64 [T, topk]; topk_weights f32/bf16 [T, topk]; out bf16 [T, H].
   void run(nb::handle hidden, nb::handle topk_ids, nb::handle topk_weights, nb::handle out, nb::handle stream,
-           int threads, nb::handle hidden_packed, nb::handle hidden_scales, nb::handle token_count);
+           int threads, nb::handle hidden_packed, nb::handle hidden_scales, nb::handle token_count,
+           nb::handle expert_rows = nb::none(), nb::handle row_of = nb::none());
   // The CUDA run on arrays read elsewhere (the torch.ops kernel, torch_native.cpp): the same checks
   // as run(); hidden_states bf16 only.
   void run_on_stream(const TensorView& hidden, const TensorView& topk_ids, const TensorView& topk_weights,
@@ -45,7 +46,7 @@ class MoeLayerObject {
 
  private:
   MoeLayerArgs checked_args(const TensorView& x, const TensorView* scales, const TensorView& ids,
-                            const TensorView& wt, const TensorView& y) const;
+                            const TensorView& wt, const TensorView* y) const;
   void run_host(const MoeLayerArgs& a, const TensorView& ids, const TensorView& wt, const std::uint16_t* x,
                 const std::uint8_t* x_packed, const std::uint8_t* x_scales, int threads);
   // Before a run (needs the GIL): refuses torch weights whose data_ptr(), shape, strides or dtype

@@ -50,7 +50,7 @@ struct MoeLayer::Impl {
 
   // Eager runs as graph replays (MoeLayerOptions::graph_cache), guarded by `runs`' lock.
   struct GraphKey {
-    const void *hidden, *hidden_packed, *hidden_scales, *ids, *weights, *out, *token_count;
+    const void *hidden, *hidden_packed, *hidden_scales, *ids, *weights, *out, *token_count, *expert_rows, *row_of;
     std::int64_t ld_hidden, ld_out;
     int tokens;
     bool ids_int64, weights_bf16;
@@ -243,7 +243,10 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   const std::int64_t ldh = args.ld_hidden == 0 ? H : args.ld_hidden, ldo = args.ld_out == 0 ? H : args.ld_out;
   const std::int64_t rows = std::int64_t{T} * k;
   const bool w4a4 = o.activations == MoeActivation::fp4;
-  if (T <= p.decode_tokens && args.hidden_packed == nullptr) {
+  const bool uncombined = args.expert_rows != nullptr;  // (the caller combines: no decode path)
+  int* const row_of = uncombined ? args.row_of : p.row_of;
+  __nv_bfloat16* const y = uncombined ? static_cast<__nv_bfloat16*>(args.expert_rows) : p.y;
+  if (T <= p.decode_tokens && args.hidden_packed == nullptr && !uncombined) {
     detail::DecodeLayerArgs d = p.decode;
     d.x = static_cast<const __nv_bfloat16*>(args.hidden), d.ldx = ldh;
     d.ids = args.topk_ids, d.ids_int64 = args.ids_int64;
@@ -254,7 +257,7 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
     FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
     return;
   }
-  detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, p.row_of, s,
+  detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, row_of, s,
                                     args.token_count);
   // A GEMM's activations: bf16 rows as given (W4A16), or those rows quantised into the plan's
   // buffers with global scale gs (W4A4).
@@ -289,10 +292,14 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   if (fused) g2.a = p.i_packed, g2.lda = I / 2, g2.a_scales = p.i_scales;
   else activations(g2, p.inter, I, rows, I, p.i_packed, p.i_scales, o.a2_scale, true);
   g2.expert_offsets = p.offsets;
-  g2.c = p.y, g2.ldc = H;
+  g2.c = y, g2.ldc = H;
   detail::MoeGemmOwner::enqueue(*p.gemm2, g2, s);
+  if (uncombined) {
+    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
+    return;
+  }
 
-  detail::launch_combine(p.y, H, H, p.row_of, args.topk_ids, args.ids_int64, args.topk_weights, args.weights_bf16, k, E, T,
+  detail::launch_combine(y, H, H, row_of, args.topk_ids, args.ids_int64, args.topk_weights, args.weights_bf16, k, E, T,
                  static_cast<__nv_bfloat16*>(args.out), ldo, p.device.multiprocessors, s, args.token_count, w.w2_bias,
                  w.bias_f32);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
@@ -303,9 +310,14 @@ void MoeLayer::run(const MoeLayerArgs& args, cudaStream_t stream) const {
   detail::check_moe_layer_args(p.weights, p.options, args);
   if (args.tokens == 0) return;
   detail::DeviceGuard guard(p.device.index);
+  if (args.expert_rows != nullptr) {  // (the caller's arrays: their extents, once per run)
+    const std::int64_t pairs = std::int64_t{args.tokens} * p.options.topk;
+    detail::check_device_buffer("expert_rows", -1, args.expert_rows, pairs * p.weights.hidden * 2, p.device.index);
+    detail::check_device_buffer("row_of", -1, args.row_of, pairs * 4, p.device.index);
+  }
   p.runs.run(p.device.index, stream, [&](cudaStream_t s) {
     const Impl::GraphKey key{args.hidden, args.hidden_packed, args.hidden_scales, args.topk_ids, args.topk_weights,
-                             args.out, args.token_count, args.ld_hidden, args.ld_out, args.tokens, args.ids_int64, args.weights_bf16};
+                             args.out, args.token_count, args.expert_rows, args.row_of, args.ld_hidden, args.ld_out, args.tokens, args.ids_int64, args.weights_bf16};
     p.graphs.run(key, p.options.graph_cache, s, [&](cudaStream_t q) { p.enqueue(args, q); });
   });
 }

@@ -3,13 +3,17 @@
 // split sizes on the device.
 //
 // Exchange buffer of every rank (the same offsets on every rank, each region 256-byte aligned):
-//   counts  int32 [16]           counts[s]: rows rank s sends here this step (written by s, phase 1);
-//                                counts[8]: their sum (written here, phase 2: the layer's token count)
-//   ids     int32 [capacity]     local expert id of each received row (-1 past the count)
-//   rows    bf16 [capacity, H]   or packed e2m1 [capacity, H/2] + linear scales [capacity, H/vec]
-//   y       bf16 [capacity, H]   the local layer's output rows (phase 3), read in place by the
-//                                combines of the rows' origin ranks (phase 4)
-// capacity = W * max_tokens * k: every pair of every rank can land here.
+//   counts  int32 [16]            counts[s]: rows rank s sends here this step (written by s, phase 1);
+//                                 counts[8]: their sum (written here, phase 2: the layer's token count)
+//   ids     int32 [capacity, k]   per received row, the local expert id of each of the token's k
+//                                 slots whose expert is here, -1 for the others (and past the count)
+//   rows    bf16 [capacity, H]    or packed e2m1 [capacity, H/2] + linear scales [capacity, H/vec]
+//   y       bf16 [capacity * k, H] the local layer's expert output rows, in expert order (phase 3,
+//                                 MoeLayerArgs::expert_rows), read in place by the combines of the
+//                                 rows' origin ranks (phase 4)
+//   row_of  int32 [capacity * k]  where pair (row, slot)'s output is in y (MoeLayerArgs::row_of)
+// capacity = W * max_tokens: a token travels once to each rank that holds one of its experts (not
+// once per pair), and the local layer expands it to its pairs with its own routing.
 #include <cub/block/block_scan.cuh>
 #include <cuda_bf16.h>
 
@@ -36,7 +40,7 @@ constexpr int kMaxWorld = 8, kMaxTopk = 32;
 constexpr int kCountThreads = 1024, kSendThreads = 256;
 
 struct Layout {
-  std::size_t counts = 0, ids = 0, rows = 0, packed = 0, scales = 0, y = 0, total = 0;
+  std::size_t counts = 0, ids = 0, rows = 0, packed = 0, scales = 0, y = 0, row_of = 0, total = 0;
 };
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
@@ -45,7 +49,8 @@ int vec_of(EpRows r) { return r == EpRows::nvfp4 ? 16 : 32; }
 
 Layout layout_of(const EpConfig& c) {
   Layout l;
-  const std::size_t cap = std::size_t{1} * c.world * c.max_tokens * c.topk, H = static_cast<std::size_t>(c.hidden);
+  const std::size_t cap = std::size_t{1} * c.world * c.max_tokens, k = static_cast<std::size_t>(c.topk),
+                    H = static_cast<std::size_t>(c.hidden);
   std::size_t at = 0;
   auto take = [&](std::size_t bytes) {
     const std::size_t here = at;
@@ -53,14 +58,15 @@ Layout layout_of(const EpConfig& c) {
     return here;
   };
   l.counts = take(sizeof(int) * 2 * kMaxWorld);
-  l.ids = take(sizeof(int) * cap);
+  l.ids = take(sizeof(int) * cap * k);
   if (c.rows == EpRows::bf16) {
     l.rows = take(cap * H * 2);
   } else {
     l.packed = take(cap * H / 2);
     l.scales = take(cap * (H / vec_of(c.rows)));
   }
-  l.y = take(cap * H * 2);
+  l.y = take(cap * k * H * 2);
+  l.row_of = take(sizeof(int) * cap * k);
   l.total = at;
   return l;
 }
@@ -81,25 +87,38 @@ __device__ __forceinline__ int destination(const Id* ids, long long i, int exper
   return id >= 0 && id < experts ? static_cast<int>(id / local) : -1;
 }
 
-// Phase 1, one block: slot[i] = the place of pair i among the pairs going to its destination (in
-// pair order; -1 for ids outside [0, E)), and counts[rank] of every destination's buffer. Thread
-// u owns a contiguous run of pairs: count, block-wide exclusive scan of the per-destination
-// counts, then place.
+// Bit q: token t has an expert on rank q.
 template <typename Id>
-__global__ void __launch_bounds__(kCountThreads) ep_count_kernel(const Id* __restrict__ ids, int n, int experts,
-                                                                 int local, int world, int rank, Peers peers,
-                                                                 std::size_t counts_at, int* __restrict__ slot) {
+__device__ __forceinline__ unsigned destinations(const Id* ids, int t, int k, int experts, int local) {
+  unsigned mask = 0;
+  for (int j = 0; j < k; ++j) {
+    const int d = destination(ids, static_cast<long long>(t) * k + j, experts, local);
+    if (d >= 0) mask |= 1u << d;
+  }
+  return mask;
+}
+
+// Phase 1, one block: for every pair i of token t with its expert on rank d, slot[i] = (the place
+// of token t among this rank's tokens going to d, in token order) * 8 + d (-1 for ids outside
+// [0, E)); and counts[rank] of every destination's buffer (its tokens from here). Thread u owns a
+// contiguous run of tokens: count, block-wide exclusive scan of the per-destination counts, then
+// place.
+template <typename Id>
+__global__ void __launch_bounds__(kCountThreads) ep_count_kernel(const Id* __restrict__ ids, int tokens, int k,
+                                                                 int experts, int local, int world, int rank,
+                                                                 Peers peers, std::size_t counts_at,
+                                                                 int* __restrict__ slot) {
   using Scan = cub::BlockScan<int, kCountThreads>;
   __shared__ typename Scan::TempStorage scan;
-  const int per = (n + kCountThreads - 1) / kCountThreads;
-  const int lo = min(n, static_cast<int>(threadIdx.x) * per), hi = min(n, lo + per);
+  const int per = (tokens + kCountThreads - 1) / kCountThreads;
+  const int lo = min(tokens, static_cast<int>(threadIdx.x) * per), hi = min(tokens, lo + per);
   Counts mine;
 #pragma unroll
   for (int q = 0; q < kMaxWorld; ++q) mine.c[q] = 0;
-  for (int i = lo; i < hi; ++i) {
-    const int d = destination(ids, i, experts, local);
+  for (int t = lo; t < hi; ++t) {
+    const unsigned mask = destinations(ids, t, k, experts, local);
 #pragma unroll
-    for (int q = 0; q < kMaxWorld; ++q) mine.c[q] += d == q;
+    for (int q = 0; q < kMaxWorld; ++q) mine.c[q] += mask >> q & 1u;
   }
   Counts base, total;
 #pragma unroll
@@ -110,13 +129,20 @@ __global__ void __launch_bounds__(kCountThreads) ep_count_kernel(const Id* __res
       __syncthreads();  // the scan storage is reused
     }
   }
-  for (int i = lo; i < hi; ++i) {
-    const int d = destination(ids, i, experts, local);
-    int s = -1;
+  for (int t = lo; t < hi; ++t) {
+    const unsigned mask = destinations(ids, t, k, experts, local);
+    Counts place;
 #pragma unroll
-    for (int q = 0; q < kMaxWorld; ++q)
-      if (d == q) s = base.c[q]++;
-    slot[i] = s;
+    for (int q = 0; q < kMaxWorld; ++q) place.c[q] = mask >> q & 1u ? base.c[q]++ : -1;
+    for (int j = 0; j < k; ++j) {
+      const long long i = static_cast<long long>(t) * k + j;
+      const int d = destination(ids, i, experts, local);
+      int s = -1;
+#pragma unroll
+      for (int q = 0; q < kMaxWorld; ++q)
+        if (d == q) s = place.c[q] * 8 + q;
+      slot[i] = s;
+    }
   }
   if (threadIdx.x < world) {
     int value = 0;
@@ -132,7 +158,7 @@ struct SendParams {
   long long ldx;
   const void* ids;
   const int* slot;
-  int2* pair_row;  // [tokens * k] (rank, received row) of each pair's row there; (-1, -1): none
+  int2* pair_row;  // [tokens * k] (rank, received row) of each pair's token there; (-1, -1): none
   int tokens, k, experts, local, world, rank, hidden, capacity;
   float gs;
   Peers peers;
@@ -182,14 +208,16 @@ struct QuantBlock {
   }
 };
 
-// Phase 2: every token's row to the rank of each of its pairs' experts, at offset(destination) +
-// slot, with the pair's local id (and the pair's (rank, row) noted here for the combine); then ids -1
-// past this rank's own received count.
+// Phase 2: every token's row once to each rank holding one of its experts, at offset(destination)
+// + its place there, with the token's k slots' local ids (-1 for the slots whose experts are
+// elsewhere) -- the pairs' (rank, row) noted here for the combine; then ids -1 past this rank's
+// own received count.
 template <EpRows R, typename Id>
 __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
   __shared__ int offset[kMaxWorld];
-  __shared__ char* dest[kMaxTopk];
-  __shared__ int row_at[kMaxTopk];
+  __shared__ char* dest[kMaxWorld];
+  __shared__ int row_at[kMaxWorld];
+  __shared__ int dests;
   if (threadIdx.x < p.world) {  // rows ranks before this one send to destination d come first
     const int* counts = reinterpret_cast<const int*>(p.peers.base[threadIdx.x] + p.at.counts);
     int before = 0;
@@ -200,37 +228,50 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
     const int total = own_total(p);
     if (blockIdx.x == 0 && threadIdx.x == 0) reinterpret_cast<int*>(p.peers.base[p.rank] + p.at.counts)[kMaxWorld] = total;
     int* ids = reinterpret_cast<int*>(p.peers.base[p.rank] + p.at.ids);
-    for (long long r = total + blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; r < p.capacity;
-         r += static_cast<long long>(gridDim.x) * blockDim.x)
+    const long long slots = static_cast<long long>(p.capacity) * p.k;
+    for (long long r = static_cast<long long>(total) * p.k + blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+         r < slots; r += static_cast<long long>(gridDim.x) * blockDim.x)
       ids[r] = -1;
   }
   __syncthreads();
   const Id* ids = static_cast<const Id*>(p.ids);
   const int H = p.hidden;
+  const int lane = static_cast<int>(threadIdx.x);
   for (int t = blockIdx.x; t < p.tokens; t += gridDim.x) {
-    if (threadIdx.x < p.k) {
-      const long long i = static_cast<long long>(t) * p.k + threadIdx.x;
-      const int d = destination(ids, i, p.experts, p.local);
-      const int s = p.slot[i];
-      dest[threadIdx.x] = nullptr;
-      p.pair_row[i] = d >= 0 && s >= 0 ? make_int2(d, offset[d] + s) : make_int2(-1, -1);
-      // (s < 0 with a valid id: the ids changed since send_counts -- nothing is written for the pair)
-      if (d >= 0 && s >= 0) {
-        const int r = offset[d] + s;
-        char* base = p.peers.base[d];
-        reinterpret_cast<int*>(base + p.at.ids)[r] = static_cast<int>(static_cast<long long>(ids[i]) - static_cast<long long>(d) * p.local);
-        dest[threadIdx.x] = base;
-        row_at[threadIdx.x] = r;
+    if (threadIdx.x < 32) {  // warp 0: lane j < k is the token's slot j
+      const long long i = static_cast<long long>(t) * p.k + lane;
+      int d = -1, r = 0, local_id = -1;
+      if (lane < p.k) {
+        d = destination(ids, i, p.experts, p.local);
+        const int s = p.slot[i];
+        // (a slot not placed for this destination: the ids changed since send_counts -- the pair
+        // gets no row)
+        if (d >= 0 && (s < 0 || (s & 7) != d)) d = -1;
+        if (d >= 0) r = offset[d] + (s >> 3), local_id = static_cast<int>(static_cast<long long>(ids[i]) - static_cast<long long>(d) * p.local);
+        p.pair_row[i] = d >= 0 ? make_int2(d, r) : make_int2(-1, -1);
       }
+      unsigned mask = __reduce_or_sync(0xFFFFFFFFu, d >= 0 ? 1u << d : 0u);
+      int n = 0;
+      while (mask != 0) {
+        const int q = __ffs(mask) - 1;
+        mask &= mask - 1;
+        const int from = __ffs(__ballot_sync(0xFFFFFFFFu, d == q)) - 1;
+        const int row = __shfl_sync(0xFFFFFFFFu, r, from);
+        char* base = p.peers.base[q];
+        if (lane < p.k) reinterpret_cast<int*>(base + p.at.ids)[static_cast<long long>(row) * p.k + lane] = d == q ? local_id : -1;
+        if (lane == 0) dest[n] = base, row_at[n] = row;
+        ++n;
+      }
+      if (lane == 0) dests = n;
     }
     __syncthreads();
+    const int nd = dests;
     const __nv_bfloat16* x = p.x + t * p.ldx;
     if constexpr (R == EpRows::bf16) {
       for (int c = threadIdx.x; c < H / 8; c += blockDim.x) {
         const uint4 v = *reinterpret_cast<const uint4*>(x + 8 * c);
-        for (int j = 0; j < p.k; ++j)
-          if (dest[j] != nullptr)
-            reinterpret_cast<uint4*>(dest[j] + p.at.rows)[static_cast<long long>(row_at[j]) * (H / 8) + c] = v;
+        for (int j = 0; j < nd; ++j)
+          reinterpret_cast<uint4*>(dest[j] + p.at.rows)[static_cast<long long>(row_at[j]) * (H / 8) + c] = v;
       }
     } else {
       // The row is quantised into shared memory once, then copied to each destination with the
@@ -250,17 +291,15 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
       }
       __syncthreads();
       const int chunks = H / 32;  // 16-byte chunks of the packed row (H % 64 == 0)
-      for (int u = threadIdx.x; u < p.k * chunks; u += blockDim.x) {
+      for (int u = threadIdx.x; u < nd * chunks; u += blockDim.x) {
         const int j = u / chunks, c = u - j * chunks;
-        if (dest[j] == nullptr) continue;
         reinterpret_cast<uint4*>(dest[j] + p.at.packed + static_cast<long long>(row_at[j]) * (H / 2))[c] = stage[c];
       }
       auto copy_scales = [&](auto word) {  // blocks % sizeof(word) == 0: every row's scales aligned to it
         using W = decltype(word);
         const int n = blocks / static_cast<int>(sizeof(W));
-        for (int u = threadIdx.x; u < p.k * n; u += blockDim.x) {
+        for (int u = threadIdx.x; u < nd * n; u += blockDim.x) {
           const int j = u / n, c = u - j * n;
-          if (dest[j] == nullptr) continue;
           reinterpret_cast<W*>(dest[j] + p.at.scales + static_cast<long long>(row_at[j]) * blocks)[c] =
               reinterpret_cast<const W*>(ss)[c];
         }
@@ -274,15 +313,32 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
   }
 }
 
-// Phase 4's rows: pair i's expert output where its expert's rank left it (its y row, read over
+// Phase 4, first: each pair's output row where its expert's rank left it -- (rank, row of that
+// rank's y), read from that rank's row_of once per pair (the combine's threads would otherwise
+// each read it over NVLink).
+__global__ void __launch_bounds__(256) ep_locate_kernel(const int2* __restrict__ pair_row, int pairs, int k, Peers peers,
+                                                        std::size_t row_of_at, int y_rows, int2* __restrict__ located) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += gridDim.x * blockDim.x) {
+    const int2 at = pair_row[i];
+    int2 got = make_int2(-1, -1);
+    if (at.x >= 0) {
+      const int row = reinterpret_cast<const int*>(peers.base[at.x] + row_of_at)[static_cast<long long>(at.y) * k + i % k];
+      // (outside y: that rank's layer did not run on this step's rows -- the pair gets nothing)
+      if (row >= 0 && row < y_rows) got = make_int2(at.x, row);
+    }
+    located[i] = got;
+  }
+}
+
+// Phase 4's rows: pair i's expert output where its expert's rank left it (a row of its y, read over
 // NVLink for the other ranks); null for a pair without one (its ids changed since phase 1).
 struct PeerRows {
   Peers peers;
   std::size_t y_at;
   int hidden;
-  const int2* pair_row;
+  const int2* located;
   __device__ __forceinline__ const __nv_bfloat16* operator()(long long i) const {
-    const int2 at = pair_row[i];
+    const int2 at = located[i];
     if (at.x < 0) return nullptr;
     return reinterpret_cast<const __nv_bfloat16*>(peers.base[at.x] + y_at) + static_cast<long long>(at.y) * hidden;
   }
@@ -316,9 +372,10 @@ struct EpExchange::Impl {
   DeviceInfo device;
   detail::DeviceAllocations memory;
   int* slot = nullptr;     // [max_tokens * k] phase 1's places (this rank's own)
-  int2* pair_row = nullptr;  // [max_tokens * k] phase 2: (rank, row) of each pair's row there
-  float* ones = nullptr;   // [capacity] 1.0f
-  int capacity = 0;
+  int2* pair_row = nullptr;  // [max_tokens * k] phase 2: (rank, received row) of each pair's token there
+  int2* located = nullptr;   // [max_tokens * k] phase 4: (rank, row of its y) of each pair's output
+  float* ones = nullptr;   // [capacity * k] 1.0f
+  int capacity = 0;        // received rows: W * max_tokens
   char** table = nullptr;  // [kMaxWorld] device copy of the buffer bases (Peers::base)
   std::vector<char*> bases;
   void check_step(const EpStepArgs& a, bool ids, bool hidden) const {
@@ -350,7 +407,7 @@ EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) :
   p.at = layout_of(config);
   p.device = device_info(config.device);
   p.config.device = p.device.index;
-  p.capacity = config.world * config.max_tokens * config.topk;
+  p.capacity = config.world * config.max_tokens;
   if (static_cast<int>(buffers.size()) != config.world)
     fail("buffers", "needs one buffer per rank (" + std::to_string(config.world) + "), got " + std::to_string(buffers.size()));
   for (int r = 0; r < config.world; ++r) {
@@ -368,15 +425,19 @@ EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) :
   detail::DeviceGuard guard(p.device.index);
   p.slot = p.memory.allocate<int>(sizeof(int) * config.max_tokens * config.topk, "EpExchange workspace");
   p.pair_row = p.memory.allocate<int2>(sizeof(int2) * config.max_tokens * config.topk, "EpExchange workspace");
-  p.ones = p.memory.upload(std::vector<float>(static_cast<std::size_t>(p.capacity), 1.0f), "EpExchange workspace");
+  p.located = p.memory.allocate<int2>(sizeof(int2) * config.max_tokens * config.topk, "EpExchange workspace");
+  p.ones = p.memory.upload(std::vector<float>(static_cast<std::size_t>(p.capacity) * config.topk, 1.0f),
+                           "EpExchange workspace");
   std::vector<char*> table(p.bases);
   table.resize(kMaxWorld, nullptr);
   p.table = p.memory.upload(table, "EpExchange workspace");
   p.peers.base = p.table;
-  // This rank's own rows start empty (ids -1, no counts): a layer run on them before a first step
-  // reads nothing.
+  // This rank's own rows start empty (ids -1, no counts, row_of -1): a layer run on them before a
+  // first step reads nothing, and a combine before any layer run finds no rows.
+  const std::size_t slots = std::size_t{1} * p.capacity * config.topk;
   FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.counts, 0, sizeof(int) * 2 * kMaxWorld), "buffers");
-  FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.ids, 0xFF, sizeof(int) * p.capacity), "buffers");
+  FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.ids, 0xFF, sizeof(int) * slots), "buffers");
+  FP4GEMM_CUDA_CHECK(cudaMemset(p.own() + p.at.row_of, 0xFF, sizeof(int) * slots), "buffers");
   FP4GEMM_CUDA_CHECK(cudaDeviceSynchronize(), "buffers");
 }
 
@@ -394,13 +455,15 @@ void EpExchange::send_counts(const EpStepArgs& a, cudaStream_t stream) const {
   p.check_step(a, true, false);
   const EpConfig& c = p.config;
   detail::DeviceGuard guard(p.device.index);
-  const int n = a.tokens * c.topk, local = c.experts / c.world;
+  const int local = c.experts / c.world;
   if (a.ids_int64)
-    ep_count_kernel<long long><<<1, kCountThreads, 0, stream>>>(static_cast<const long long*>(a.topk_ids), n, c.experts,
-                                                                local, c.world, c.rank, p.peers, p.at.counts, p.slot);
+    ep_count_kernel<long long><<<1, kCountThreads, 0, stream>>>(static_cast<const long long*>(a.topk_ids), a.tokens,
+                                                                c.topk, c.experts, local, c.world, c.rank, p.peers,
+                                                                p.at.counts, p.slot);
   else
-    ep_count_kernel<int><<<1, kCountThreads, 0, stream>>>(static_cast<const int*>(a.topk_ids), n, c.experts, local,
-                                                          c.world, c.rank, p.peers, p.at.counts, p.slot);
+    ep_count_kernel<int><<<1, kCountThreads, 0, stream>>>(static_cast<const int*>(a.topk_ids), a.tokens, c.topk,
+                                                          c.experts, local, c.world, c.rank, p.peers, p.at.counts,
+                                                          p.slot);
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "send_counts");
 }
 
@@ -441,6 +504,7 @@ EpReceived EpExchange::received() const {
   const Impl& p = checked(impl_);
   EpReceived r;
   r.capacity = p.capacity;
+  r.topk = p.config.topk;
   r.counts = reinterpret_cast<const int*>(p.own() + p.at.counts);
   r.count = r.counts + kMaxWorld;
   r.ids = reinterpret_cast<const int*>(p.own() + p.at.ids);
@@ -452,6 +516,7 @@ EpReceived EpExchange::received() const {
     r.scales = p.own() + p.at.scales;
   }
   r.y = p.own() + p.at.y;
+  r.row_of = reinterpret_cast<int*>(p.own() + p.at.row_of);
   return r;
 }
 
@@ -469,7 +534,10 @@ void EpExchange::combine(const EpStepArgs& a, cudaStream_t stream) const {
   detail::check_device_buffer("out", -1, a.out, ((std::int64_t{a.tokens} - 1) * ld_out + c.hidden) * 2, p.device.index);
   detail::check_device_buffer("topk_ids", -1, a.topk_ids, pairs * (a.ids_int64 ? 8 : 4), p.device.index);
   detail::check_device_buffer("topk_weights", -1, a.topk_weights, pairs * (a.weights_bf16 ? 2 : 4), p.device.index);
-  const PeerRows rows{p.peers, p.at.y, c.hidden, p.pair_row};
+  const int pairs32 = static_cast<int>(pairs);
+  ep_locate_kernel<<<static_cast<unsigned>(std::clamp((pairs32 + 255) / 256, 1, 4 * p.device.multiprocessors)), 256, 0,
+                     stream>>>(p.pair_row, pairs32, c.topk, p.peers, p.at.row_of, p.capacity * c.topk, p.located);
+  const PeerRows rows{p.peers, p.at.y, c.hidden, p.located};
   const unsigned grid = detail::combine_grid(a.tokens, c.hidden, p.device.multiprocessors);
   auto go = [&](auto id_tag, auto wt_tag) {
     using Id = decltype(id_tag);
@@ -495,7 +563,8 @@ std::string EpExchange::describe() const {
   os << "EpExchange rank " << c.rank << " of " << c.world << ": " << c.experts << " experts (" << c.experts / c.world
      << " here), top-" << c.topk << ", H " << c.hidden << ", up to " << c.max_tokens << " tokens per rank; rows travel as "
      << (c.rows == EpRows::bf16 ? "bf16" : c.rows == EpRows::nvfp4 ? "NVFP4 (packed e2m1 + E4M3 scales)" : "MXFP4 (packed e2m1 + UE8M0 scales)")
-     << "; receive capacity " << p.capacity << " rows; exchange buffer " << p.at.total / 1024 << " KiB per rank";
+     << "; each token sent once per rank holding one of its experts; receive capacity " << p.capacity
+     << " rows; exchange buffer " << p.at.total / 1024 << " KiB per rank";
   return os.str();
 }
 

@@ -58,14 +58,20 @@ __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __res
   const unsigned ku = static_cast<unsigned>(k);
   // Bucket of index i (-1 past the warp's range).
   // (indices as unsigned: base + 127 stays exact for any n < 2^31)
+  // The layer's variant (row_of, no order) needs the slots of routed ids only: ids outside [0, E)
+  // and absent tokens are counted (they still take their buckets' slots) but get no stores, and
+  // the absent ones are not walked at all. (Expert parallelism's received rows are half -1 ids on
+  // 2 ranks, and the rows past the received count absent.)
+  const bool routed_only = row_of != nullptr && order == nullptr;
+  const int live = routed_only ? min(hi, max(lo, present)) : hi;  // [lo, live): walked
   auto bucket_of = [&](unsigned i) {
-    if (i >= static_cast<unsigned>(hi)) return -1;
+    if (i >= static_cast<unsigned>(live)) return -1;
     if (i >= static_cast<unsigned>(present)) return experts + 1;
     const long long id = static_cast<long long>(ids[i]);
     return id < 0 ? 0 : id >= experts ? experts + 1 : static_cast<int>(id) + 1;
   };
   int* mine = cursor + warp * buckets;
-  for (int base = lo; base < hi; base += 32 * kBatch) {
+  for (int base = lo; base < live; base += 32 * kBatch) {
     int b[kBatch];
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) b[q] = bucket_of(static_cast<unsigned>(base) + 32 * q + lane);
@@ -73,6 +79,7 @@ __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __res
     for (int q = 0; q < kBatch; ++q)
       if (b[q] >= 0) atomicAdd(&mine[b[q]], 1);
   }
+  if (lane == 0 && hi > live) atomicAdd(&mine[experts + 1], hi - live);  // (the absent ones, counted at once)
   __syncthreads();
 
   // 2. Thread t scans a run of consecutive buckets (all warps' counts of each).
@@ -93,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __res
   __syncthreads();
 
   // 3. Stable placement, kBatch groups of 32 ids per load round, the groups in index order.
-  for (int base = lo; base < hi; base += 32 * kBatch) {
+  for (int base = lo; base < live; base += 32 * kBatch) {
     int bs[kBatch];
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) bs[q] = bucket_of(static_cast<unsigned>(base) + 32 * q + lane);
@@ -105,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __res
       const unsigned group = __match_any_sync(0xFFFFFFFFu, b);
       const int rank = __popc(group & ((1u << lane) - 1u));
       const int first = valid ? mine[b] : 0;
-      if (valid) {
+      if (valid && !(routed_only && (b == 0 || b == experts + 1))) {
         const int slot = first + rank;
         gather[slot] = static_cast<int>(static_cast<unsigned>(i) / ku);
         if (order != nullptr) order[slot] = i;

@@ -1,7 +1,8 @@
 // GPU tier: fp4gemm::EpExchange with W = 1, 2, 4 ranks sharing one device (plain device buffers as
 // the exchange buffers; a device synchronisation between phases is the barrier). Each rank holds
 // E/W experts as a MoeLayer over its slice of the global weights (pointer offsets: no copies), runs
-// its local top-1 layer on the rows it received with MoeLayerArgs::token_count, and every rank's
+// its local top-k layer on the rows it received (MoeLayerArgs::token_count, stopped before its
+// combine: expert_rows / row_of in the exchange buffer), and every rank's
 // output must equal the single-GPU layer over all experts on the same tokens, bit for bit: W4A4
 // NVFP4 and MXFP4 (rows quantised inside the dispatch) and W4A16 (bf16 rows); ids -1 and E
 // included, one rank with no tokens; the receive rows past the count keep id -1.
@@ -50,6 +51,7 @@ void run_case(int world, Format format, MoeActivation act, std::uint64_t seed) {
 
   MoeLayerOptions o;
   o.format = format, o.activations = act, o.scale_layout = ScaleLayout::linear, o.topk = k;
+  o.batch_invariant = true;  // (as fp4gemm.ep builds its layers: rows independent of their batch)
   if (format == Format::nvfp4 && act == MoeActivation::fp4) o.a1_scale = 0.25f, o.a2_scale = 0.5f;
   auto weights = [&](int e0, int experts) {
     MoeLayerWeights w;
@@ -78,7 +80,7 @@ void run_case(int world, Format format, MoeActivation act, std::uint64_t seed) {
   std::vector<std::unique_ptr<EpExchange>> ex;
   std::vector<std::unique_ptr<MoeLayer>> layers;
   MoeLayerOptions local_o = o;
-  local_o.topk = 1, local_o.max_tokens = world * max_tokens * k;
+  local_o.max_tokens = world * max_tokens;  // (top-k over each received token's k slots)
   for (int r = 0; r < world; ++r) {
     EpConfig c = cfg;
     c.rank = r;
@@ -86,7 +88,8 @@ void run_case(int world, Format format, MoeActivation act, std::uint64_t seed) {
     layers.push_back(std::make_unique<MoeLayer>(weights(r * local, local), local_o));
   }
   const int capacity = ex[0]->received().capacity;
-  ASSERT_EQ(capacity, world * max_tokens * k);
+  ASSERT_EQ(capacity, world * max_tokens);
+  ASSERT_EQ(ex[0]->received().topk, k);
 
   for (int step = 0; step < 4; ++step) {
     std::vector<Rows> in(world);
@@ -132,28 +135,36 @@ void run_case(int world, Format format, MoeActivation act, std::uint64_t seed) {
       MoeLayerArgs la;
       if (cfg.rows == EpRows::bf16) la.hidden = got.rows;
       else la.hidden_packed = got.packed, la.hidden_scales = got.scales;
-      la.topk_ids = got.ids, la.topk_weights = got.ones, la.tokens = capacity, la.out = got.y;
-      la.token_count = got.count;
+      la.topk_ids = got.ids, la.tokens = capacity, la.token_count = got.count;
+      la.expert_rows = got.y, la.row_of = got.row_of;  // (stopped before its combine: the origins combine)
       layers[r]->run(la);
     }
     FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
     for (int r = 0; r < world; ++r) ex[r]->combine(args(r));
     FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
 
-    int received = 0;
+    int received = 0, rows_received = 0;
     for (int r = 0; r < world; ++r) {
       const Rows& t = in[r];
-      // What this rank received: the sum of its counts, ids -1 past it.
+      // What this rank received: the sum of its counts; each row a token with at least one of its k
+      // slots here (a local id), the others -1; all ids -1 past the count.
       const EpReceived got = ex[r]->received();
       int count = 0;
       FP4GEMM_TEST_CUDA(cudaMemcpy(&count, got.count, 4, cudaMemcpyDeviceToHost));
-      std::vector<int> ids(capacity);
-      FP4GEMM_TEST_CUDA(cudaMemcpy(ids.data(), got.ids, 4 * capacity, cudaMemcpyDeviceToHost));
+      std::vector<int> ids(static_cast<std::size_t>(capacity) * k);
+      FP4GEMM_TEST_CUDA(cudaMemcpy(ids.data(), got.ids, 4 * ids.size(), cudaMemcpyDeviceToHost));
       for (int i = 0; i < capacity; ++i) {
-        if (i < count) ASSERT_TRUE(ids[i] >= 0 && ids[i] < local) << "rank " << r << " row " << i;
-        else ASSERT_EQ(ids[i], -1) << "rank " << r << " row " << i << " past the count " << count;
+        int here = 0;
+        for (int j = 0; j < k; ++j) {
+          const int id = ids[static_cast<std::size_t>(i) * k + j];
+          if (i < count) ASSERT_TRUE(id == -1 || (id >= 0 && id < local)) << "rank " << r << " row " << i << " slot " << j;
+          else ASSERT_EQ(id, -1) << "rank " << r << " row " << i << " past the count " << count;
+          here += id >= 0;
+        }
+        if (i < count) ASSERT_GT(here, 0) << "rank " << r << " row " << i << " has no expert here";
+        received += here;
       }
-      received += count;
+      rows_received += count;
       if (t.tokens == 0) continue;
       DeviceBuffer want(std::size_t{2} * t.tokens * H);
       MoeLayerArgs sa;
@@ -166,10 +177,20 @@ void run_case(int world, Format format, MoeActivation act, std::uint64_t seed) {
       for (std::size_t i = 0; i < a.size(); ++i)
         ASSERT_EQ(a[i], b[i]) << "world " << world << " step " << step << " rank " << r << " element " << i;
     }
-    int sent = 0;
-    for (const Rows& t : in)
+    int sent = 0, rows_sent = 0;
+    for (const Rows& t : in) {
       for (int id : t.ids) sent += id >= 0 && id < E;
+      for (int i = 0; i < t.tokens; ++i) {  // a token travels once to each rank holding one of its experts
+        unsigned mask = 0;
+        for (int j = 0; j < k; ++j) {
+          const int id = t.ids[static_cast<std::size_t>(i) * k + j];
+          if (id >= 0 && id < E) mask |= 1u << (id / local);
+        }
+        rows_sent += __builtin_popcount(mask);
+      }
+    }
     EXPECT_EQ(received, sent) << "every valid pair lands on exactly one rank";
+    EXPECT_EQ(rows_received, rows_sent) << "a token's row once per rank holding one of its experts";
   }
 }
 

@@ -739,6 +739,100 @@ TEST(MoeLayerPrequantised, SameBytesAsTheBf16Input) {
   }
 }
 
+// MoeLayerArgs::expert_rows / row_of: the run stops before its combine. Summing each token's pairs'
+// rows (found through row_of) with the combine's rule on the host gives the combined run's bytes;
+// every valid pair has its own row, and every other row of the poisoned array is left as it was.
+TEST(MoeLayerExpertRows, TheCombinedRunsBytes) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  int ran = 0;
+  for (const LayerCase& c : layer_cases()) {
+    if (c.biases) continue;  // (refused: the combine adds w2_bias; below)
+    SCOPED_TRACE(c.describe());
+    const auto L = make_layer(c);
+    std::mt19937_64 rng(c.seed * 17 + 3);
+    const std::int64_t ldh = c.hidden + (c.padded ? 24 : 0), ldo = c.hidden + (c.padded ? 40 : 0);
+    RunBuffers b(c, c.max_tokens, ldh, ldo, rng);
+    const std::size_t pairs_cap = static_cast<std::size_t>(c.max_tokens) * c.topk;
+    DeviceBuffer d_rows(pairs_cap * c.hidden * 2), d_row_of(pairs_cap * 4);
+    cudaStream_t s = nullptr;
+    FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+    for (const int tokens : {c.max_tokens, 3}) {
+      for (const Route route : {Route::random, Route::invalid_ids}) {
+        const Inputs in = make_inputs(c, rng, tokens, route);
+        b.upload(c, in, s);
+        L->layer->run(b.args(c, in), s);
+        const std::vector<std::uint8_t> combined = b.download(s);
+        const std::size_t pairs = static_cast<std::size_t>(tokens) * c.topk;
+        FP4GEMM_TEST_CUDA(cudaMemsetAsync(d_rows.get(), 0xFF, pairs * c.hidden * 2, s));
+        FP4GEMM_TEST_CUDA(cudaMemsetAsync(d_row_of.get(), 0xFF, pairs * 4, s));
+        MoeLayerArgs a = b.args(c, in);
+        a.out = nullptr, a.ld_out = 0, a.topk_weights = nullptr;  // (not read)
+        a.expert_rows = d_rows.get(), a.row_of = reinterpret_cast<int*>(d_row_of.get());
+        L->layer->run(a, s);
+        FP4GEMM_TEST_CUDA(cudaStreamSynchronize(s));
+        std::vector<std::uint16_t> rows(pairs * c.hidden);
+        std::vector<int> row_of(pairs);
+        FP4GEMM_TEST_CUDA(cudaMemcpy(rows.data(), d_rows.get(), rows.size() * 2, cudaMemcpyDeviceToHost));
+        FP4GEMM_TEST_CUDA(cudaMemcpy(row_of.data(), d_row_of.get(), row_of.size() * 4, cudaMemcpyDeviceToHost));
+        std::vector<char> used(pairs, 0);
+        for (std::size_t i = 0; i < pairs; ++i) {
+          if (in.ids[i] < 0 || in.ids[i] >= c.experts) continue;
+          ASSERT_TRUE(row_of[i] >= 0 && static_cast<std::size_t>(row_of[i]) < pairs) << "pair " << i << " row " << row_of[i];
+          ASSERT_FALSE(used[row_of[i]]) << "two pairs share row " << row_of[i];
+          used[row_of[i]] = 1;
+        }
+        for (std::size_t r = 0; r < pairs; ++r)
+          if (!used[r])
+            for (int h = 0; h < c.hidden; ++h)
+              ASSERT_EQ(rows[r * c.hidden + h], 0xFFFF) << "row " << r << " belongs to no pair but was written";
+        for (int t = 0; t < tokens; ++t)
+          for (int h = 0; h < c.hidden; ++h) {
+            float acc = 0.0f;
+            for (int j = 0; j < c.topk; ++j) {
+              const std::size_t i = static_cast<std::size_t>(t) * c.topk + j;
+              if (in.ids[i] < 0 || in.ids[i] >= c.experts) continue;
+              acc = std::fmaf(in.weights[i], bf16_value(rows[static_cast<std::size_t>(row_of[i]) * c.hidden + h]), acc);
+            }
+            const std::uint16_t want = reference::float_to_bf16_bits(acc);
+            std::uint16_t got;
+            std::memcpy(&got, combined.data() + RunBuffers::kGuard + (static_cast<std::size_t>(t) * in.ld_out + h) * 2, 2);
+            const bool both_nan = (want & 0x7FFF) > 0x7F80 && (got & 0x7FFF) > 0x7F80;
+            ASSERT_TRUE(got == want || both_nan) << "T " << tokens << " out[" << t << ", " << h << "] " << got << " vs the "
+                                                 << "expert rows summed " << want;
+          }
+        ++ran;
+      }
+    }
+    EXPECT_NO_THROW(L->layer->check(s));
+    FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+  }
+  EXPECT_GT(ran, 0);
+  // Bad arguments, named.
+  LayerCase c;
+  const auto L = make_layer(c);
+  std::mt19937_64 rng(77);
+  RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
+  const Inputs in = make_inputs(c, rng, 4, Route::random);
+  DeviceBuffer d_rows(static_cast<std::size_t>(c.max_tokens) * c.topk * c.hidden * 2), d_row_of(4 * c.max_tokens * c.topk);
+  auto named = [&](auto&& edit, const char* name) {
+    MoeLayerArgs a = b.args(c, in);
+    a.out = nullptr, a.expert_rows = d_rows.get(), a.row_of = reinterpret_cast<int*>(d_row_of.get());
+    edit(a);
+    try {
+      L->layer->run(a);
+      ADD_FAILURE() << "accepted; expected an error naming " << name;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), name) << e.what();
+    }
+  };
+  named([&](MoeLayerArgs& a) { a.row_of = nullptr; }, "row_of");
+  named([&](MoeLayerArgs& a) { a.expert_rows = nullptr; }, "expert_rows");
+  named([&](MoeLayerArgs& a) { a.out = b.arena->get() + RunBuffers::kGuard; }, "out");
+  named([&](MoeLayerArgs& a) { a.expert_rows = d_rows.get() + 2; }, "expert_rows");
+  DeviceBuffer tiny(16);
+  named([&](MoeLayerArgs& a) { a.row_of = reinterpret_cast<int*>(tiny.get()); }, "row_of");  // (too small for T * topk)
+}
+
 // One graph, captured once, replayed with a new routing, new tokens and new weights every time.
 TEST(MoeLayerGraph, ReplaysWithANewRoutingEachTime) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";

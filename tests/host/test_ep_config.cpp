@@ -56,13 +56,14 @@ TEST(EpConfig, BadFieldsNamed) {
 TEST(EpConfig, BufferBytesFollowTheLayout) {
   auto up = [](std::size_t x) { return (x + 255) / 256 * 256; };
   const EpConfig c = valid();
-  const std::size_t cap = std::size_t{4} * 128 * 8, H = 7168;
-  // counts, ids, packed rows, scales, the local layer's output rows
-  const std::size_t nv = up(64) + up(4 * cap) + up(cap * H / 2) + up(cap * H / 16) + up(cap * H * 2);
+  const std::size_t cap = std::size_t{4} * 128, k = 8, H = 7168;  // received rows: one per (token, rank)
+  // counts, ids [cap, k], packed rows, scales, the local layer's expert rows [cap * k, H] and row_of
+  const std::size_t nv = up(64) + up(4 * cap * k) + up(cap * H / 2) + up(cap * H / 16) + up(cap * k * H * 2) +
+                         up(4 * cap * k);
   EXPECT_EQ(EpExchange::buffer_bytes(c), nv);
   EpConfig b = c;
   b.rows = EpRows::bf16;
-  EXPECT_EQ(EpExchange::buffer_bytes(b), up(64) + up(4 * cap) + up(cap * H * 2) + up(cap * H * 2));
+  EXPECT_EQ(EpExchange::buffer_bytes(b), up(64) + up(4 * cap * k) + up(cap * H * 2) + up(cap * k * H * 2) + up(4 * cap * k));
   EpConfig m = c;
   m.rows = EpRows::mxfp4;
   EXPECT_LT(EpExchange::buffer_bytes(m), EpExchange::buffer_bytes(c));  // H/32 scale bytes per row

@@ -294,10 +294,21 @@ void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, co
   }
   if (a.topk_ids == nullptr || !aligned(a.topk_ids, a.ids_int64 ? 8 : 4))
     fail("topk_ids", std::string("must be an aligned device pointer to [T, topk] ") + (a.ids_int64 ? "int64" : "int32"));
-  if (a.topk_weights == nullptr || !aligned(a.topk_weights, a.weights_bf16 ? 2 : 4))
+  const bool uncombined = a.expert_rows != nullptr || a.row_of != nullptr;
+  if (!uncombined && (a.topk_weights == nullptr || !aligned(a.topk_weights, a.weights_bf16 ? 2 : 4)))
     fail("topk_weights", std::string("must be an aligned device pointer to [T, topk] ") +
                              (a.weights_bf16 ? "bf16" : "float32"));
-  if (a.out == nullptr || !aligned(a.out, 16)) fail("out", "must be a 16-byte aligned device pointer");
+  if (uncombined) {
+    if (a.expert_rows == nullptr || !aligned(a.expert_rows, 16))
+      fail("expert_rows", "must be a 16-byte aligned device pointer to bf16 [T * topk, H] (with row_of)");
+    if (a.row_of == nullptr || !aligned(a.row_of, 4))
+      fail("row_of", "must be an aligned device pointer to int32 [T * topk] (with expert_rows)");
+    if (a.out != nullptr) fail("out", "must be null when expert_rows is given (the run stops before the combine)");
+    if (w.w2_bias != nullptr)
+      fail("expert_rows", "a layer with w2_bias adds the bias in its combine; it cannot stop before it");
+  } else if (a.out == nullptr || !aligned(a.out, 16)) {
+    fail("out", "must be a 16-byte aligned device pointer");
+  }
   if (a.token_count != nullptr && !aligned(a.token_count, 4))
     fail("token_count", "must be null or an aligned device pointer to one int32");
 }
