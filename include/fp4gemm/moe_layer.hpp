@@ -62,7 +62,7 @@ struct MoeLayerOptions {
   // into the GEMMs' alphas. 1 for MXFP4.
   float a1_scale = 1.0f, a2_scale = 1.0f;
   int max_tokens = 0;  // T per run at most; sizes the workspace
-  int topk = 0;
+  int topk = 0;  // ids per token, 1..32 (may exceed the experts: ids may repeat an expert)
   int device = -1;
   // Eager runs (the stream not being captured) replay a CUDA graph of the run's launches: one
   // graph launch instead of 8-10 kernel launches and event calls. Graphs are keyed on everything

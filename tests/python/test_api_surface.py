@@ -951,7 +951,7 @@ def _device_path_check(T, env, parts, single, tokens, run):
     K = "fp4gemm.ep.ExpertParallel"
     for p in parts:
         assert T.use(K, p, "device_path")
-        assert T.use(K, p, "capacity") == p.world * 8 * 2
+        assert T.use(K, p, "capacity") == p.world * 8  # a token once per rank (max_tokens 8)
         assert T.use(K, p, "row_bytes") == (p.hidden // 2 + p.hidden // 16 if p.fp4 else 2 * p.hidden)
         assert "EpExchange rank" in T.use(K, p, "exchange").describe()
     inputs = [tuple(env.dev(a) for a in batch) for batch in tokens]

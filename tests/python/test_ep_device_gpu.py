@@ -212,6 +212,45 @@ def test_layer_token_count_on_the_device(act):
         layer.run(x, ids, w, token_count=torch.zeros(1, dtype=torch.int32))
 
 
+@pytest.mark.parametrize("act", ["nvfp4", "bf16"])
+def test_layer_expert_rows_sum_to_the_combined_run(act):
+    """MoeLayer.run(expert_rows=, row_of=): the run stops before its combine; each valid pair's row
+    is expert_rows[row_of[i]], and fp4gemm.ep.combine over those rows gives the combined run's
+    bits. Rows that belong to no pair keep their poison."""
+    c = EpCase(4, act)  # (4 batches: 5, 9, 1 and 16 tokens; the layer holds all E experts)
+    layer = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k,
+                         w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2), **c.kw)
+    for x, ids, w in ((_cuda(a) for a in batch) for batch in c.tokens):
+        t, k = ids.shape
+        want = layer.run(x, ids, w)
+        rows = torch.full((t * k, x.shape[1]), float("nan"), dtype=torch.bfloat16, device="cuda")
+        row_of = torch.full((t * k,), -1, dtype=torch.int32, device="cuda")
+        assert layer.run(x, ids, w, expert_rows=rows, row_of=row_of) is rows
+        flat = ids.reshape(-1).long()
+        valid = (flat >= 0) & (flat < c.e)
+        at = row_of.long()[valid]
+        assert at.unique().numel() == at.numel() and bool((at >= 0).all()) and bool((at < t * k).all())
+        pairs = torch.zeros_like(rows)
+        pairs[valid] = rows[at]
+        assert not torch.isnan(pairs[valid].float()).any(), "a valid pair's row was not written"
+        unused = torch.ones(t * k, dtype=torch.bool, device="cuda")
+        unused[at] = False
+        assert torch.isnan(rows[unused].float()).all(), "a row of no pair was written"
+        got = ep.combine(pairs, w, ids, c.e)
+        assert np.array_equal(_bits(got), _bits(want))
+    x, ids, w = (_cuda(a) for a in c.tokens[0])
+    rows = torch.empty((ids.numel(), x.shape[1]), dtype=torch.bfloat16, device="cuda")
+    row_of = torch.empty(ids.numel(), dtype=torch.int32, device="cuda")
+    with pytest.raises(fp4gemm.ArgumentError, match="out"):
+        layer.run(x, ids, w, out=torch.empty_like(x), expert_rows=rows, row_of=row_of)
+    with pytest.raises(fp4gemm.ArgumentError, match="row_of"):
+        layer.run(x, ids, w, expert_rows=rows)
+    with pytest.raises(fp4gemm.ArgumentError, match="expert_rows"):
+        layer.run(x, ids, w, expert_rows=rows[:-1], row_of=row_of)
+    with pytest.raises(fp4gemm.ArgumentError, match="row_of"):
+        layer.run(x, ids, w, expert_rows=rows, row_of=row_of.long())
+
+
 def test_lifetimes_two_layers_and_in_place_weights():
     """Two layers of different shapes on one LocalGroup (each rank's n-th layer shares the n-th
     buffers), steps alternating between them, inputs reallocated every step, and the weights
