@@ -29,12 +29,11 @@
 //
 // The barriers are the caller's (every rank's writes of a phase visible to every rank before the
 // next phase starts: e.g. SymmetricMemory's barrier(), or a device synchronisation when all ranks
-// share one device). Each phase enqueues one kernel on `stream` (the combine two: a pass that
-// reads each pair's row_of entry once, then the sums): no allocation, no host synchronisation. A
-// rank's next step may start as soon as its combine is enqueued: the next step's first barrier
-// keeps every rank's local layer from overwriting y before every combine has read it. Receive
-// capacity is the worst case (every token of every rank to one rank), so no routing can overflow
-// it.
+// share one device). Each phase enqueues one kernel on `stream`: no allocation, no host
+// synchronisation. A rank's next step may start as soon as its combine is enqueued: the next
+// step's first barrier keeps every rank's local layer from overwriting y before every combine has
+// read it. Receive capacity is the worst case (every token of every rank to one rank), so no
+// routing can overflow it.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -313,34 +313,23 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
   }
 }
 
-// Phase 4, first: each pair's output row where its expert's rank left it -- (rank, row of that
-// rank's y), read from that rank's row_of once per pair (the combine's threads would otherwise
-// each read it over NVLink).
-__global__ void __launch_bounds__(256) ep_locate_kernel(const int2* __restrict__ pair_row, int pairs, int k, Peers peers,
-                                                        std::size_t row_of_at, int y_rows, int2* __restrict__ located) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < pairs; i += gridDim.x * blockDim.x) {
-    const int2 at = pair_row[i];
-    int2 got = make_int2(-1, -1);
-    if (at.x >= 0) {
-      const int row = reinterpret_cast<const int*>(peers.base[at.x] + row_of_at)[static_cast<long long>(at.y) * k + i % k];
-      // (outside y: that rank's layer did not run on this step's rows -- the pair gets nothing)
-      if (row >= 0 && row < y_rows) got = make_int2(at.x, row);
-    }
-    located[i] = got;
-  }
-}
-
-// Phase 4's rows: pair i's expert output where its expert's rank left it (a row of its y, read over
-// NVLink for the other ranks); null for a pair without one (its ids changed since phase 1).
+// Phase 4's rows: pair i's expert output where its expert's rank left it -- the row of that rank's
+// y that its row_of names for (received row, slot), both read over NVLink for the other ranks (the
+// row_of entry once per warp: every lane of a warp asks for the same one); null for a pair without
+// one (its ids changed since phase 1, or that rank's layer has not written row_of for this step's
+// rows: an entry outside y).
 struct PeerRows {
   Peers peers;
-  std::size_t y_at;
-  int hidden;
-  const int2* located;
+  std::size_t y_at, row_of_at;
+  int hidden, k, y_rows;
+  const int2* pair_row;
   __device__ __forceinline__ const __nv_bfloat16* operator()(long long i) const {
-    const int2 at = located[i];
+    const int2 at = pair_row[i];
     if (at.x < 0) return nullptr;
-    return reinterpret_cast<const __nv_bfloat16*>(peers.base[at.x] + y_at) + static_cast<long long>(at.y) * hidden;
+    const char* base = peers.base[at.x];
+    const int row = reinterpret_cast<const int*>(base + row_of_at)[static_cast<long long>(at.y) * k + i % k];
+    if (row < 0 || row >= y_rows) return nullptr;
+    return reinterpret_cast<const __nv_bfloat16*>(base + y_at) + static_cast<long long>(row) * hidden;
   }
 };
 
@@ -373,7 +362,6 @@ struct EpExchange::Impl {
   detail::DeviceAllocations memory;
   int* slot = nullptr;     // [max_tokens * k] phase 1's places (this rank's own)
   int2* pair_row = nullptr;  // [max_tokens * k] phase 2: (rank, received row) of each pair's token there
-  int2* located = nullptr;   // [max_tokens * k] phase 4: (rank, row of its y) of each pair's output
   float* ones = nullptr;   // [capacity * k] 1.0f
   int capacity = 0;        // received rows: W * max_tokens
   char** table = nullptr;  // [kMaxWorld] device copy of the buffer bases (Peers::base)
@@ -425,7 +413,6 @@ EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) :
   detail::DeviceGuard guard(p.device.index);
   p.slot = p.memory.allocate<int>(sizeof(int) * config.max_tokens * config.topk, "EpExchange workspace");
   p.pair_row = p.memory.allocate<int2>(sizeof(int2) * config.max_tokens * config.topk, "EpExchange workspace");
-  p.located = p.memory.allocate<int2>(sizeof(int2) * config.max_tokens * config.topk, "EpExchange workspace");
   p.ones = p.memory.upload(std::vector<float>(static_cast<std::size_t>(p.capacity) * config.topk, 1.0f),
                            "EpExchange workspace");
   std::vector<char*> table(p.bases);
@@ -534,10 +521,7 @@ void EpExchange::combine(const EpStepArgs& a, cudaStream_t stream) const {
   detail::check_device_buffer("out", -1, a.out, ((std::int64_t{a.tokens} - 1) * ld_out + c.hidden) * 2, p.device.index);
   detail::check_device_buffer("topk_ids", -1, a.topk_ids, pairs * (a.ids_int64 ? 8 : 4), p.device.index);
   detail::check_device_buffer("topk_weights", -1, a.topk_weights, pairs * (a.weights_bf16 ? 2 : 4), p.device.index);
-  const int pairs32 = static_cast<int>(pairs);
-  ep_locate_kernel<<<static_cast<unsigned>(std::clamp((pairs32 + 255) / 256, 1, 4 * p.device.multiprocessors)), 256, 0,
-                     stream>>>(p.pair_row, pairs32, c.topk, p.peers, p.at.row_of, p.capacity * c.topk, p.located);
-  const PeerRows rows{p.peers, p.at.y, c.hidden, p.located};
+  const PeerRows rows{p.peers, p.at.y, p.at.row_of, c.hidden, c.topk, p.capacity * c.topk, p.pair_row};
   const unsigned grid = detail::combine_grid(a.tokens, c.hidden, p.device.multiprocessors);
   auto go = [&](auto id_tag, auto wt_tag) {
     using Id = decltype(id_tag);
