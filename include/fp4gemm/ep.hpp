@@ -19,7 +19,7 @@
 //      bit what the layer's own step 2 writes), and travel as packed e2m1 + linear scales; bf16
 //      rows travel as they are. Rows past the count get ids -1.                    -- barrier --
 //   3. the caller runs its local experts on the received rows (received(): a MoeLayer of E/W
-//      experts with top-k, weights 1, stopped before its combine: MoeLayerArgs::expert_rows =
+//      experts with top-k, stopped before its combine (its weights are not read): MoeLayerArgs::expert_rows =
 //      received().y, row_of = received().row_of -- each pair's expert output row is exactly the
 //      full layer's row for that pair).                                            -- barrier --
 //   4. combine: each rank reads its pairs' rows where their experts' ranks left them (received().y

@@ -221,7 +221,9 @@ void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t cou
 // The same with row_of[i] (int32, count) = the sorted row of index i = t * k + j (the inverse of
 // `order`; the expert layer's combine reads it), instead of `order`. token_count (optional, a
 // device int): pairs of tokens at or past it are absent -- their ids unread, sorted last, past
-// offsets[E].
+// offsets[E]. Only the routed pairs' entries of gather and row_of are written (ids in [0, E),
+// tokens before the count; gather's [offsets[0], offsets[E])): the others take their slots but
+// nothing reads them.
 void launch_align_routing_rows(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
                                int* offsets, int* gather, int* row_of, cudaStream_t stream,
                                const int* token_count = nullptr);

@@ -3,12 +3,14 @@
 Rank r holds experts ``[r * E/W, (r + 1) * E/W)`` (E divisible by W). A forward step on each
 rank's own tokens:
 
-1. dispatch: every (token, slot) pair whose expert lives on rank d sends the token's row to d
+1. dispatch (as the host path does it; the device path below sends a token once per rank
+   instead): every (token, slot) pair whose expert lives on rank d sends the token's row to d
    (pairs ordered by destination, then by pair index t * k + j: deterministic); the split sizes are
    exchanged first (an all-to-all of W counts), then the rows and their local expert ids;
-2. the local experts run on the rows received, as an fp4gemm MoE layer with top-1 and weight 1
-   (``fp4gemm.moe.MoeLayer``): one output row per pair, exactly the row the single-process layer
-   computes for that pair (every step is per row: the activation quantisation, both GEMMs);
+2. the local experts run on the rows received, as an fp4gemm MoE layer (host path: top-1 and weight
+   1 over the pairs; device path: top-k over the tokens, stopped before its combine): one output
+   row per pair, exactly the row the single-process layer computes for that pair (every step is
+   per row: the activation quantisation, both GEMMs);
 3. combine: each token's k rows (the host path sends them back with the reverse all-to-all; the
    device path reads them in place from the experts' ranks) are summed in slot order with the
    layer's own combine (FP32 fmas, rounded once to bf16) — so the result equals the
@@ -307,8 +309,9 @@ class ExpertParallel:
     w13, w13_scales, w2, w2_scales (and the per-expert alphas): **this rank's** E/W experts, as for
     :class:`fp4gemm.moe.MoeLayer`. experts: E, the global count (ids are global). comm: a
     communicator (:class:`TorchComm`, or :meth:`ThreadGroup.comm`). max_tokens: the most tokens one
-    rank brings to a step; the local layer is planned for every pair of every rank reaching this
-    rank (``world * max_tokens * topk`` rows). dispatch: 'auto' (W4A4 layers send the rows as FP4:
+    rank brings to a step; the local layer is planned for every token of every rank reaching this
+    rank (device path: ``world * max_tokens`` tokens of ``topk`` slots; host path:
+    ``world * max_tokens * topk`` pair rows). dispatch: 'auto' (W4A4 layers send the rows as FP4:
     packed e2m1 + scales, 4.5 bits per NVFP4 value, quantised at the source exactly as the layer
     would; W4A16 sends bf16), 'fp4' or 'bf16'. Other keyword arguments (act_format, activation,
     a1_scale, ...) go to the local layer, which is built ``batch_invariant=True`` unless they say

@@ -315,7 +315,8 @@ __global__ void __launch_bounds__(kSendThreads) ep_send_kernel(SendParams p) {
 
 // Phase 4's rows: pair i's expert output where its expert's rank left it -- the row of that rank's
 // y that its row_of names for (received row, slot), both read over NVLink for the other ranks (the
-// row_of entry once per warp: every lane of a warp asks for the same one); null for a pair without
+// lanes of a warp on one token ask for the same row_of entry: one load per warp, two where a warp
+// spans two tokens); null for a pair without
 // one (its ids changed since phase 1, or that rank's layer has not written row_of for this step's
 // rows: an entry outside y).
 struct PeerRows {
@@ -345,9 +346,12 @@ void validate_config(const EpConfig& c) {
   if (c.topk < 1 || c.topk > kMaxTopk) fail("config.topk", "must be in 1..32, got " + std::to_string(c.topk));
   if (c.hidden < 64 || c.hidden % 64 != 0 || c.hidden > 65536)
     fail("config.hidden", "must be a multiple of 64 in 64..65536, got " + std::to_string(c.hidden));
-  if (c.max_tokens < 1) fail("config.max_tokens", "must be >= 1, got " + std::to_string(c.max_tokens));
-  if (std::int64_t{c.world} * c.max_tokens * c.topk > INT32_MAX)
-    fail("config.max_tokens", "world * max_tokens * topk must be below 2^31");
+  if (c.max_tokens < 1 || c.max_tokens >= (1 << 28))  // (send_counts notes place * 8 + rank in an int)
+    fail("config.max_tokens", "must be in 1..2^28 - 1, got " + std::to_string(c.max_tokens));
+  // (the local layer plans world * max_tokens tokens of k pairs: at most 2^30 pairs)
+  if (std::int64_t{c.world} * c.max_tokens * c.topk > (std::int64_t{1} << 30))
+    fail("config.max_tokens", "world * max_tokens * topk must be at most 2^30, got " +
+                                  std::to_string(std::int64_t{c.world} * c.max_tokens * c.topk));
   if (c.rows == EpRows::nvfp4 && !(c.global_scale > 0.0f && c.global_scale < INFINITY))
     fail("config.global_scale", "must be a positive finite number, got " + std::to_string(c.global_scale));
 }
@@ -413,6 +417,10 @@ EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) :
   detail::DeviceGuard guard(p.device.index);
   p.slot = p.memory.allocate<int>(sizeof(int) * config.max_tokens * config.topk, "EpExchange workspace");
   p.pair_row = p.memory.allocate<int2>(sizeof(int2) * config.max_tokens * config.topk, "EpExchange workspace");
+  // No place and no pair yet (-1): phases run out of order (a combine before any send_rows, or
+  // send_rows before any send_counts) find nothing instead of uninitialised memory.
+  FP4GEMM_CUDA_CHECK(cudaMemset(p.slot, 0xFF, sizeof(int) * config.max_tokens * config.topk), "EpExchange workspace");
+  FP4GEMM_CUDA_CHECK(cudaMemset(p.pair_row, 0xFF, sizeof(int2) * config.max_tokens * config.topk), "EpExchange workspace");
   p.ones = p.memory.upload(std::vector<float>(static_cast<std::size_t>(p.capacity) * config.topk, 1.0f),
                            "EpExchange workspace");
   std::vector<char*> table(p.bases);

@@ -47,7 +47,13 @@ TEST(EpConfig, BadFieldsNamed) {
   expect_named(c, "config.hidden");
   c = valid(), c.max_tokens = 0;
   expect_named(c, "config.max_tokens");
-  c = valid(), c.max_tokens = 1 << 27;  // world * max_tokens * topk past 2^31
+  c = valid(), c.max_tokens = 1 << 27;  // world * max_tokens * topk past 2^30 (the local layer's bound)
+  expect_named(c, "config.max_tokens");
+  c = valid(), c.max_tokens = (1 << 30) / 32;  // world 4 x top-8: exactly 2^30 pairs
+  EXPECT_NO_THROW((void)EpExchange::buffer_bytes(c));
+  c.max_tokens += 1;
+  expect_named(c, "config.max_tokens");
+  c = valid(), c.world = 1, c.rank = 0, c.topk = 1, c.max_tokens = 1 << 28;  // place * 8 + rank would pass 2^31
   expect_named(c, "config.max_tokens");
   c = valid(), c.global_scale = 0.0f;
   expect_named(c, "config.global_scale");
