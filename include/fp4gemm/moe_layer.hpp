@@ -87,6 +87,11 @@ struct MoeLayerOptions {
   // W4A4's exactly representable partial sums hide it on most data). Expert parallelism needs it
   // for its results to equal one GPU's. Costs a few per cent at decode sizes (PERF.md).
   bool batch_invariant = false;
+  // false: a plan for runs that stop before the combine (MoeLayerArgs::expert_rows / row_of; e.g. an
+  // expert-parallel rank's layer): it holds no [max_tokens * topk, H] output workspace (3.7 GB at
+  // DeepSeek-V3 shapes on 8 ranks of 4096 tokens) and no decode path, and every run must pass
+  // expert_rows. true: both kinds of run.
+  bool combine = true;
   // Runs of at most this many tokens (0..8) take the decode path: two kernels (gate/up + GLU,
   // then down + the top-k combine) that stream every active expert's weights once over all SMs,
   // instead of the six launches of the general path (W4A4: the tokens and the intermediate are

@@ -356,9 +356,9 @@ class ExpertParallel:
                 raise _argument_error(name, "expert parallelism does not take expert biases yet")
         # The local layer sees each token once per rank (its k slots, -1 where the expert is elsewhere):
         # top-k over at most W * max_tokens rows (the host path sends one row per pair: top-1 over them).
-        if self.device_path:
+        if self.device_path:  # (every run stops before the combine: no output workspace)
             self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens, topk=topk,
-                                      **layer_kwargs)
+                                      combine=False, **layer_kwargs)
         else:
             self.layer = moe.MoeLayer(w13, w13_scales, w2, w2_scales, max_tokens=self.world * max_tokens * topk,
                                       topk=1, **layer_kwargs)

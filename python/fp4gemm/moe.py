@@ -300,6 +300,9 @@ class MoeLayer:
         device, or None. w13_bias is added before the activation (``gate = fma(acc, alpha, bias)`` in
         FP32), w2_bias to each (token, expert) pair's bf16 output row in FP32 before the weighted
         combine. Read at every run (in-place updates are seen).
+    combine: False plans a layer whose every run stops before the combine (``run(...,
+        expert_rows=, row_of=)``, as an expert-parallel rank's layer does): no ``[max_tokens * topk,
+        H]`` output workspace and no decode path.
 
     CUDA arrays plan on their device, after the work already enqueued on the current stream
     (weights quantised there just before are read complete); NumPy arrays run
@@ -318,14 +321,14 @@ class MoeLayer:
                  scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
                  a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = SWIGLU_ALPHA,
                  swiglu_limit: float = SWIGLU_LIMIT, batch_invariant: bool = False, decode_tokens: Optional[int] = None,
-                 w13_bias: Any = None, w2_bias: Any = None):
+                 w13_bias: Any = None, w2_bias: Any = None, combine: bool = True):
         acts, fmt = _act_format(act_format)
         if gate_up is None:
             gate_up = "interleaved" if activation == "swigluoai" else "stacked"
         self._layer = _C.MoeLayer(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, fmt, acts,
                                   scale_layout, activation, gate_up, float(swiglu_alpha), float(swiglu_limit),
                                   float(a1_scale), float(a2_scale), int(max_tokens), int(topk), bool(batch_invariant),
-                                  _decode_tokens(decode_tokens), w13_bias, w2_bias)
+                                  _decode_tokens(decode_tokens), w13_bias, w2_bias, bool(combine))
         self._like = w13
 
     def run(self, hidden_states: Any, topk_ids: Any, topk_weights: Any, out: Any = None, stream: Any = None,

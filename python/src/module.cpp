@@ -177,7 +177,7 @@ NB_MODULE(_fp4gemm, m) {
               nb::handle act_format, nb::handle scale_layout, const std::string& activation,
               const std::string& gate_up, float swiglu_alpha, float swiglu_limit, float a1_scale, float a2_scale,
               int max_tokens, int topk, bool batch_invariant, int decode_tokens, nb::handle w13_bias,
-              nb::handle w2_bias) {
+              nb::handle w2_bias, bool combine) {
              fp4gemm::MoeLayerOptions o;
              const fp4gemm::MoeActivation acts = fp4gemm::python::parse_moe_activation(act_format);
              o.activations = acts;
@@ -193,7 +193,7 @@ NB_MODULE(_fp4gemm, m) {
              else throw fp4gemm::Error("gate_up", -1, "'" + gate_up + "' is not one of 'stacked', 'interleaved'");
              o.swiglu_alpha = swiglu_alpha, o.swiglu_limit = swiglu_limit;
              o.a1_scale = a1_scale, o.a2_scale = a2_scale, o.max_tokens = max_tokens, o.topk = topk;
-             o.batch_invariant = batch_invariant, o.decode_tokens = decode_tokens;
+             o.batch_invariant = batch_invariant, o.decode_tokens = decode_tokens, o.combine = combine;
              new (self) MoeLayerObject(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, o, w13_bias,
                                        w2_bias);
            },
@@ -201,7 +201,8 @@ NB_MODULE(_fp4gemm, m) {
            "w2_alpha"_a = nb::none(), "format"_a = nb::none(), "act_format"_a = "fp4", "scale_layout"_a = "blocked",
            "activation"_a = "silu", "gate_up"_a = "stacked", "swiglu_alpha"_a = fp4gemm::kSwigluAlpha, "swiglu_limit"_a = fp4gemm::kSwigluLimit,
            "a1_scale"_a = 1.0f, "a2_scale"_a = 1.0f, "max_tokens"_a, "topk"_a,
-           "batch_invariant"_a = false, "decode_tokens"_a = -1, "w13_bias"_a = nb::none(), "w2_bias"_a = nb::none())
+           "batch_invariant"_a = false, "decode_tokens"_a = -1, "w13_bias"_a = nb::none(), "w2_bias"_a = nb::none(),
+           "combine"_a = true)
       .def("run", &MoeLayerObject::run, "hidden_states"_a.none(), "topk_ids"_a, "topk_weights"_a, "out"_a.none(),
            "stream"_a = nb::none(), "threads"_a = 0, "hidden_packed"_a = nb::none(), "hidden_scales"_a = nb::none(),
            "token_count"_a = nb::none(), "expert_rows"_a = nb::none(), "row_of"_a = nb::none(),

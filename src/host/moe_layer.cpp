@@ -129,7 +129,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   p.gather = p.allocate<int>(sizeof(int) * p.capacity, "plan workspace");
   p.row_of = p.allocate<int>(sizeof(int) * p.capacity, "plan workspace");
   p.inter = p.allocate<__nv_bfloat16>(std::size_t{2} * p.capacity * I, "plan workspace");
-  p.y = p.allocate<__nv_bfloat16>(std::size_t{2} * p.capacity * H, "plan workspace");
+  if (o.combine) p.y = p.allocate<__nv_bfloat16>(std::size_t{2} * p.capacity * H, "plan workspace");
   // Rows that no expert computes in a run (ids outside [0, E)) are still quantised between the
   // GEMMs (the quantiser takes a host row count): keep them defined.
   FP4GEMM_CUDA_CHECK(cudaMemsetAsync(p.inter, 0, std::size_t{2} * p.capacity * I, s), "plan");
@@ -182,7 +182,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   const bool decode_fits =  // the kernels' 128-wide chunk counts are 32-bit; a lane's 32 k elements are live or not
       decode_pairs * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
       decode_pairs * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) && H % 32 == 0 && I % 32 == 0;
-  if ((w4a4 || o.format == Format::mxfp4) && !o.batch_invariant && decode_tokens > 0 &&
+  if ((w4a4 || o.format == Format::mxfp4) && !o.batch_invariant && o.combine && decode_tokens > 0 &&
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
     p.decode_tokens = decode_tokens;
     detail::DecodeLayerArgs& d = p.decode;
@@ -360,6 +360,7 @@ std::string MoeLayer::describe() const {
              ? (p.gemm1->options().quantize_output ? "; intermediate quantised in GEMM1's epilogue"
                                                    : "; intermediate quantised separately")
              : "")
+     << (o.combine ? "" : "; stops before its combine (expert rows; no output workspace)")
      << (p.decode_tokens > 0 ? "; decode path for T <= " + std::to_string(p.decode_tokens) + " (2 kernels of " +
                                    std::to_string(p.decode.shape.ctas1) + " / " + std::to_string(p.decode.shape.ctas2) + " CTAs)"
                              : "; no decode path")

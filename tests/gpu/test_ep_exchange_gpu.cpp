@@ -81,6 +81,7 @@ void run_case(int world, Format format, MoeActivation act, std::uint64_t seed) {
   std::vector<std::unique_ptr<MoeLayer>> layers;
   MoeLayerOptions local_o = o;
   local_o.max_tokens = world * max_tokens;  // (top-k over each received token's k slots)
+  local_o.combine = false;                  // (every run stops before the combine: no output workspace)
   for (int r = 0; r < world; ++r) {
     EpConfig c = cfg;
     c.rank = r;

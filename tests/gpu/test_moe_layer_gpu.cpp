@@ -117,6 +117,8 @@ struct Layer {
   std::vector<float> b13, b2;          // biases (LayerCase::biases): [E, 2I] in w13's row order, [E, H]
   std::unique_ptr<DeviceBuffer> d_w13, d_s13, d_w2, d_s2, d_alpha, d_b13, d_b2;
   std::unique_ptr<MoeLayer> layer;
+  MoeLayerWeights weights;  // what `layer` was built from
+  MoeLayerOptions options;
 };
 
 std::unique_ptr<Layer> make_layer(const LayerCase& c) {
@@ -177,6 +179,7 @@ std::unique_ptr<Layer> make_layer(const LayerCase& c) {
   o.graph_cache = c.graph_cache, o.fuse_quantize = c.fuse_quantize, o.decode_tokens = c.decode_tokens;
   o.batch_invariant = c.batch_invariant;
   L->layer = std::make_unique<MoeLayer>(w, o);
+  L->weights = w, L->options = o;
   return L;
 }
 
@@ -749,6 +752,9 @@ TEST(MoeLayerExpertRows, TheCombinedRunsBytes) {
     if (c.biases) continue;  // (refused: the combine adds w2_bias; below)
     SCOPED_TRACE(c.describe());
     const auto L = make_layer(c);
+    MoeLayerOptions uo = L->options;
+    uo.combine = false;
+    const auto uncombined_plan = std::make_unique<MoeLayer>(L->weights, uo);
     std::mt19937_64 rng(c.seed * 17 + 3);
     const std::int64_t ldh = c.hidden + (c.padded ? 24 : 0), ldo = c.hidden + (c.padded ? 40 : 0);
     RunBuffers b(c, c.max_tokens, ldh, ldo, rng);
@@ -771,6 +777,15 @@ TEST(MoeLayerExpertRows, TheCombinedRunsBytes) {
         L->layer->run(a, s);
         FP4GEMM_TEST_CUDA(cudaStreamSynchronize(s));
         std::vector<std::uint16_t> rows(pairs * c.hidden);
+        if (uncombined_plan) {  // a plan without a combine (no output workspace): the same rows
+          std::vector<std::uint16_t> first(pairs * c.hidden);
+          FP4GEMM_TEST_CUDA(cudaMemcpy(first.data(), d_rows.get(), first.size() * 2, cudaMemcpyDeviceToHost));
+          FP4GEMM_TEST_CUDA(cudaMemsetAsync(d_rows.get(), 0xFF, pairs * c.hidden * 2, s));
+          uncombined_plan->run(a, s);
+          FP4GEMM_TEST_CUDA(cudaStreamSynchronize(s));
+          FP4GEMM_TEST_CUDA(cudaMemcpy(rows.data(), d_rows.get(), rows.size() * 2, cudaMemcpyDeviceToHost));
+          ASSERT_TRUE(rows == first) << "options.combine = false gave other expert rows, T " << tokens;
+        }
         std::vector<int> row_of(pairs);
         FP4GEMM_TEST_CUDA(cudaMemcpy(rows.data(), d_rows.get(), rows.size() * 2, cudaMemcpyDeviceToHost));
         FP4GEMM_TEST_CUDA(cudaMemcpy(row_of.data(), d_row_of.get(), row_of.size() * 4, cudaMemcpyDeviceToHost));
@@ -831,6 +846,17 @@ TEST(MoeLayerExpertRows, TheCombinedRunsBytes) {
   named([&](MoeLayerArgs& a) { a.expert_rows = d_rows.get() + 2; }, "expert_rows");
   DeviceBuffer tiny(16);
   named([&](MoeLayerArgs& a) { a.row_of = reinterpret_cast<int*>(tiny.get()); }, "row_of");  // (too small for T * topk)
+  MoeLayerOptions uo = L->options;
+  uo.combine = false;
+  const MoeLayer uncombined_plan(L->weights, uo);
+  EXPECT_NE(uncombined_plan.describe().find("stops before its combine"), std::string::npos);
+  EXPECT_LT(uncombined_plan.device_bytes(), L->layer->device_bytes());  // (no output workspace)
+  try {
+    uncombined_plan.run(b.args(c, in));
+    ADD_FAILURE() << "a combined run of a layer planned without its combine accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "expert_rows") << e.what();
+  }
 }
 
 // One graph, captured once, replayed with a new routing, new tokens and new weights every time.

@@ -120,6 +120,27 @@ TEST(MoeLayerValidation, EachBadRunFieldNamed) {
             "hidden_packed");  // misaligned
   // No tokens: nothing to run, the pointers are not needed.
   EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.tokens = 0, a.hidden = nullptr, a.out = nullptr; }), "(nothing thrown)");
+  // Stopping before the combine: expert_rows and row_of together, instead of out; weights unread.
+  const auto uncombined = [](MoeLayerArgs& a) {
+    a.out = nullptr, a.topk_weights = nullptr, a.expert_rows = reinterpret_cast<void*>(0x7000);
+    a.row_of = reinterpret_cast<int*>(0x8000);
+  };
+  EXPECT_EQ(run_error(uncombined), "(nothing thrown)");
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.row_of = nullptr; }), "row_of");
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.row_of = reinterpret_cast<int*>(0x8002); }), "row_of");
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.expert_rows = nullptr; }), "expert_rows");
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.expert_rows = reinterpret_cast<void*>(0x7008); }),
+            "expert_rows");
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.out = reinterpret_cast<void*>(0x4000); }), "out");
+  // A layer planned without its combine (options.combine = false) takes only such runs.
+  o.combine = false;
+  EXPECT_EQ(run_error([](MoeLayerArgs&) {}), "expert_rows");
+  EXPECT_EQ(run_error(uncombined), "(nothing thrown)");
+  o.combine = true;
+  // Expert biases are added in the combine: such a layer cannot stop before it.
+  w.w2_bias = fake(0x9000);
+  EXPECT_EQ(run_error(uncombined), "expert_rows");
+  w.w2_bias = nullptr;
 }
 
 

@@ -218,8 +218,11 @@ def test_layer_expert_rows_sum_to_the_combined_run(act):
     is expert_rows[row_of[i]], and fp4gemm.ep.combine over those rows gives the combined run's
     bits. Rows that belong to no pair keep their poison."""
     c = EpCase(4, act)  # (4 batches: 5, 9, 1 and 16 tokens; the layer holds all E experts)
-    layer = moe.MoeLayer(*(_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)), max_tokens=16, topk=c.k,
-                         w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2), **c.kw)
+    args = [_cuda(a) for a in (c.w13, c.s13, c.w2, c.s2)]
+    kw = dict(max_tokens=16, topk=c.k, w13_alpha=_cuda(c.a13), w13_alpha_up=_cuda(c.a13u), w2_alpha=_cuda(c.a2), **c.kw)
+    layer = moe.MoeLayer(*args, **kw)
+    bare = moe.MoeLayer(*args, combine=False, **kw)  # planned without its combine: no output workspace
+    assert "stops before its combine" in bare.describe()
     for x, ids, w in ((_cuda(a) for a in batch) for batch in c.tokens):
         t, k = ids.shape
         want = layer.run(x, ids, w)
@@ -238,6 +241,9 @@ def test_layer_expert_rows_sum_to_the_combined_run(act):
         assert torch.isnan(rows[unused].float()).all(), "a row of no pair was written"
         got = ep.combine(pairs, w, ids, c.e)
         assert np.array_equal(_bits(got), _bits(want))
+        again = torch.full_like(rows, float("nan"))
+        bare.run(x, ids, w, expert_rows=again, row_of=row_of)
+        assert np.array_equal(_bits(again), _bits(rows)), "combine=False gave other expert rows"
     x, ids, w = (_cuda(a) for a in c.tokens[0])
     rows = torch.empty((ids.numel(), x.shape[1]), dtype=torch.bfloat16, device="cuda")
     row_of = torch.empty(ids.numel(), dtype=torch.int32, device="cuda")
@@ -249,6 +255,8 @@ def test_layer_expert_rows_sum_to_the_combined_run(act):
         layer.run(x, ids, w, expert_rows=rows[:-1], row_of=row_of)
     with pytest.raises(fp4gemm.ArgumentError, match="row_of"):
         layer.run(x, ids, w, expert_rows=rows, row_of=row_of.long())
+    with pytest.raises(fp4gemm.ArgumentError, match="expert_rows"):
+        bare.run(x, ids, w)  # a combined run of a layer planned without its combine
 
 
 def test_lifetimes_two_layers_and_in_place_weights():

@@ -296,6 +296,9 @@ void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, co
   if (a.topk_ids == nullptr || !aligned(a.topk_ids, a.ids_int64 ? 8 : 4))
     fail("topk_ids", std::string("must be an aligned device pointer to [T, topk] ") + (a.ids_int64 ? "int64" : "int32"));
   const bool uncombined = a.expert_rows != nullptr || a.row_of != nullptr;
+  if (!o.combine && !uncombined)
+    fail("expert_rows", "this layer was built with options.combine = false (no output workspace): every run "
+                        "stops before the combine and needs expert_rows / row_of");
   if (!uncombined && (a.topk_weights == nullptr || !aligned(a.topk_weights, a.weights_bf16 ? 2 : 4)))
     fail("topk_weights", std::string("must be an aligned device pointer to [T, topk] ") +
                              (a.weights_bf16 ? "bf16" : "float32"));
