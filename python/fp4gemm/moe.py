@@ -350,7 +350,8 @@ class MoeLayer:
         itself (expert parallelism reads them in place over NVLink): the run stops before the
         combine and leaves pair ``i``'s expert output row at ``expert_rows[row_of[i]]`` --
         expert_rows bf16 ``[T * topk, H]`` (expert order), row_of int32 ``[T * topk]``; rows of
-        pairs with ids outside ``[0, E)`` or absent tokens are not written. Returns expert_rows."""
+        pairs with ids outside ``[0, E)`` or absent tokens are not written; topk_weights is checked
+        but not read. Returns expert_rows."""
         if expert_rows is not None or row_of is not None:
             packed, scales = (None, None) if hidden_fp4 is None else hidden_fp4
             self._layer.run(hidden_states, topk_ids, topk_weights, out, stream, 0, packed, scales, token_count,
