@@ -8,9 +8,10 @@ W4A16), draws its own tokens and a new uniform top-k routing every step, and run
 fp4gemm.ep.ExpertParallel:
 
 * --path device (default): SymmetricMemoryComm -- the fp4gemm::EpExchange kernels write rows
-  straight into the other GPUs' buffers (NVLink), split sizes on the device, W4A4 rows quantised
-  inside the dispatch and sent as NVFP4; the whole step is captured once in a CUDA graph and
-  replayed with a new routing every step;
+  straight into the other GPUs' buffers (NVLink), a token once per rank holding one of its experts,
+  split sizes on the device, W4A4 rows quantised inside the dispatch and sent as NVFP4; each origin
+  sums its pairs' rows in place from the experts' ranks; the whole step is captured once in a CUDA
+  graph and replayed with a new routing every step;
 * --path host: TorchComm -- NCCL all_to_all_single with the split sizes read on the host.
 
 Prints per rank: the step time (median and range over the steps; graph replays for the device
