@@ -17,6 +17,8 @@
 // combine and the alpha folding. Host code reaches every kernel through this header.
 #include "kernels/combine.hpp"
 #include "kernels/decode_layer.hpp"
+// The expert-parallel exchange's kernels (EpExchange, host/ep_exchange.cpp).
+#include "kernels/ep.hpp"
 // The fused GEMM's launches and the dual GEMM's paired scale copies (the plans, host/plans/).
 #include "kernels/sm90/fused_launch.hpp"
 #include "kernels/sm90/glu_scales.hpp"
