@@ -19,6 +19,10 @@
 #include "kernels/decode_layer.hpp"
 // The expert-parallel exchange's kernels (EpExchange, host/ep_exchange.cpp).
 #include "kernels/ep.hpp"
+// The MoE routing's kernel (fp4gemm::align_routing and the layer's routing, host/routing.cpp).
+#include "kernels/routing.hpp"
+// The GPU activation quantiser (fp4gemm::quantize_activations and the layer's, host/quantize.cpp).
+#include "kernels/quantize.hpp"
 // The fused GEMM's launches and the dual GEMM's paired scale copies (the plans, host/plans/).
 #include "kernels/sm90/fused_launch.hpp"
 #include "kernels/sm90/glu_scales.hpp"

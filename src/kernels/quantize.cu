@@ -24,19 +24,15 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <string>
 #include <type_traits>
 
 #include "device/quantize_rule.cuh"
 #include "formats/scale_layout.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/quantize.hpp"
-#include "host/core/cuda_check.hpp"
-#include "host/core/validate.hpp"
+#include "kernels/quantize.hpp"
 
 namespace fp4gemm {
-
-const char* to_string(InputType t) { return t == InputType::bf16 ? "bf16" : t == InputType::f16 ? "f16" : "f32"; }
 
 namespace {
 
@@ -299,85 +295,49 @@ __global__ void __launch_bounds__(kThreads) blocked_padding_kernel(std::uint8_t*
 // Blocks of quantize_kernel<F, T> resident on all of `device`'s SMs at once (a whole wave),
 // queried once per device and kernel.
 template <Format F, typename T>
-std::int64_t wave_blocks_of(int device) {
+cudaError_t wave_blocks_of(int device, std::int64_t& blocks) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cache[kMaxDevices] = {};
   if (device >= 0 && device < kMaxDevices)
-    if (const int v = cache[device].load(std::memory_order_relaxed); v > 0) return v;
+    if (const int v = cache[device].load(std::memory_order_relaxed); v > 0) {
+      blocks = v;
+      return cudaSuccess;
+    }
   int sms = 0, per_sm = 0;
-  FP4GEMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "quantize_activations");
-  FP4GEMM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quantize_kernel<F, T>, kThreads, 0),
-                     "quantize_activations");
+  if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) return e;
+  if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quantize_kernel<F, T>, kThreads, 0);
+      e != cudaSuccess)
+    return e;
   const int v = std::max(1, sms * std::max(1, per_sm));
   if (device >= 0 && device < kMaxDevices) cache[device].store(v, std::memory_order_relaxed);
-  return v;
+  blocks = v;
+  return cudaSuccess;
 }
 
-std::int64_t quantize_wave_blocks(int device, Format f, InputType in) {
+cudaError_t quantize_wave_blocks(int device, Format f, InputType in, std::int64_t& blocks) {
   if (f == Format::nvfp4) {
-    if (in == InputType::bf16) return wave_blocks_of<Format::nvfp4, __nv_bfloat16>(device);
-    if (in == InputType::f16) return wave_blocks_of<Format::nvfp4, __half>(device);
-    return wave_blocks_of<Format::nvfp4, float>(device);
+    if (in == InputType::bf16) return wave_blocks_of<Format::nvfp4, __nv_bfloat16>(device, blocks);
+    if (in == InputType::f16) return wave_blocks_of<Format::nvfp4, __half>(device, blocks);
+    return wave_blocks_of<Format::nvfp4, float>(device, blocks);
   }
-  if (in == InputType::bf16) return wave_blocks_of<Format::mxfp4, __nv_bfloat16>(device);
-  if (in == InputType::f16) return wave_blocks_of<Format::mxfp4, __half>(device);
-  return wave_blocks_of<Format::mxfp4, float>(device);
-}
-
-void validate(const QuantizeArgs& a) {
-  if (a.format != Format::nvfp4 && a.format != Format::mxfp4) throw Error("format", -1, "unknown format");
-  if (a.input != InputType::bf16 && a.input != InputType::f16 && a.input != InputType::f32)
-    throw Error("input", -1, "unknown input type");
-  if (a.scale_layout != ScaleLayout::linear && a.scale_layout != ScaleLayout::blocked)
-    throw Error("scale_layout", -1, "unknown scale layout");
-  const int vec = scale_block_size(a.format);
-  if (a.rows < 0) throw Error("rows", -1, "must be >= 0 (got " + std::to_string(a.rows) + ")");
-  if (a.k < 0 || a.k % vec != 0)
-    throw Error("k", -1, "k = " + std::to_string(a.k) + " must be a non-negative multiple of " + std::to_string(vec) +
-                             " for " + to_string(a.format));
-  const std::int64_t esize = a.input == InputType::f32 ? 4 : 2;
-  if (a.ldx < a.k || (a.ldx * esize) % 16 != 0)
-    throw Error("ldx", -1, "row stride " + std::to_string(a.ldx) + " elements must be >= k and a multiple of 16 bytes");
-  if (a.ld_packed < a.k / 2 || a.ld_packed % 8 != 0)
-    throw Error("ld_packed", -1, "row stride " + std::to_string(a.ld_packed) + " bytes must be >= k/2 and a multiple of 8");
-  if (a.format == Format::mxfp4 && (a.global_scale_device != nullptr || a.global_scale != 1.0f))
-    throw Error("global_scale", -1, "only nvfp4 has a global scale (mxfp4's scales are powers of two)");
-  if (a.global_scale_device == nullptr && (!(a.global_scale > 0.0f) || std::isinf(a.global_scale)))
-    throw Error("global_scale", -1, "must be finite and > 0 (got " + std::to_string(a.global_scale) + ")");
-  if (a.global_scale_device != nullptr && reinterpret_cast<std::uintptr_t>(a.global_scale_device) % 4 != 0)
-    throw Error("global_scale_device", -1, "pointer is not 4-byte aligned");
-  if (a.rows == 0 || a.k == 0) return;
-  if (a.x == nullptr || reinterpret_cast<std::uintptr_t>(a.x) % 16 != 0)
-    throw Error("x", -1, "must be a 16-byte aligned device pointer");
-  if (a.packed == nullptr || reinterpret_cast<std::uintptr_t>(a.packed) % 16 != 0)
-    throw Error("packed", -1, "must be a 16-byte aligned device pointer");
-  if (a.scales == nullptr) throw Error("scales", -1, "null pointer");
-}
-
-QuantizeArgs resolved(const QuantizeArgs& in) {
-  QuantizeArgs a = in;
-  if (a.ldx == 0) a.ldx = a.k;
-  if (a.ld_packed == 0) a.ld_packed = a.k / 2;
-  return a;
+  if (in == InputType::bf16) return wave_blocks_of<Format::mxfp4, __nv_bfloat16>(device, blocks);
+  if (in == InputType::f16) return wave_blocks_of<Format::mxfp4, __half>(device, blocks);
+  return wave_blocks_of<Format::mxfp4, float>(device, blocks);
 }
 
 }  // namespace
 
 namespace detail {
 
-void launch_quantize(const QuantizeArgs& in, cudaStream_t stream) { launch_quantize(in, stream, nullptr, nullptr); }
-
-void launch_quantize(const QuantizeArgs& in, cudaStream_t stream, const int* row_begin, const int* row_end) {
-  const QuantizeArgs a = resolved(in);
-  validate(a);
-  if (a.rows == 0 || a.k == 0) return;
+cudaError_t launch_quantize_kernel(const QuantizeArgs& a, const int* row_begin, const int* row_end, cudaStream_t stream) {
   const int vec = scale_block_size(a.format);
   const std::int64_t bpr = a.k / vec, total = a.rows * bpr;
   // Whole waves: as many 256-thread blocks as fit on every SM (the kernels' occupancy, queried
   // once per device and format x input; fewer when the matrix is small).
   int device = 0;
-  FP4GEMM_CUDA_CHECK(cudaGetDevice(&device), "quantize_activations");
-  const std::int64_t wave = quantize_wave_blocks(device, a.format, a.input);
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  std::int64_t wave = 0;
+  if (const cudaError_t e = quantize_wave_blocks(device, a.format, a.input, wave); e != cudaSuccess) return e;
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((total + kThreads - 1) / kThreads, wave)));
   QuantizeWalk walk;
   walk.rows = a.rows, walk.blocks_per_row = bpr;
@@ -403,32 +363,16 @@ void launch_quantize(const QuantizeArgs& in, cudaStream_t stream, const int* row
     else if (a.input == InputType::f16) go(Mx{}, Hf{});
     else go(Mx{}, Ff{});
   }
-  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "quantize_activations");
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (a.scale_layout == ScaleLayout::blocked && (a.rows % 128 != 0 || bpr % 4 != 0)) {
     const std::int64_t pad = (a.rows + 127) / 128 * 128 * ((bpr + 3) / 4 * 4);
     blocked_padding_kernel<<<static_cast<unsigned>(std::min<std::int64_t>((pad + kThreads - 1) / kThreads, 1024)), kThreads, 0,
                              stream>>>(static_cast<std::uint8_t*>(a.scales), a.rows, bpr);
-    FP4GEMM_CUDA_CHECK(cudaGetLastError(), "quantize_activations");
+    return cudaGetLastError();
   }
+  return cudaSuccess;
 }
 
 }  // namespace detail
-
-void quantize_activations(const QuantizeArgs& in, cudaStream_t stream) {
-  const QuantizeArgs a = resolved(in);
-  validate(a);
-  if (a.rows == 0 || a.k == 0) return;
-  int device = 0;
-  FP4GEMM_CUDA_CHECK(cudaGetDevice(&device), "quantize_activations");
-  const std::int64_t esize = a.input == InputType::f32 ? 4 : 2;
-  const int vec = scale_block_size(a.format);
-  detail::check_device_buffer("x", -1, a.x, ((a.rows - 1) * a.ldx + a.k) * esize, device);
-  detail::check_device_buffer("packed", -1, a.packed, (a.rows - 1) * a.ld_packed + a.k / 2, device);
-  detail::check_device_buffer("scales", -1, a.scales,
-                              static_cast<std::int64_t>(formats::scale_bytes(a.scale_layout, a.rows, a.k / vec)), device);
-  if (a.global_scale_device != nullptr)
-    detail::check_device_buffer("global_scale_device", -1, a.global_scale_device, 4, device);
-  detail::launch_quantize(a, stream);
-}
 
 }  // namespace fp4gemm
