@@ -122,16 +122,25 @@ TEST(MoeLayerValidation, EachBadRunFieldNamed) {
   EXPECT_EQ(run_error([](MoeLayerArgs& a) { a.tokens = 0, a.hidden = nullptr, a.out = nullptr; }), "(nothing thrown)");
   // Stopping before the combine: expert_rows and row_of together, instead of out; weights unread.
   const auto uncombined = [](MoeLayerArgs& a) {
-    a.out = nullptr, a.topk_weights = nullptr, a.expert_rows = reinterpret_cast<void*>(0x7000);
-    a.row_of = reinterpret_cast<int*>(0x8000);
+    a.out = nullptr, a.topk_weights = nullptr, a.expert_rows = reinterpret_cast<void*>(0x10000);  // 16 KiB
+    a.row_of = reinterpret_cast<int*>(0x20000);
   };
   EXPECT_EQ(run_error(uncombined), "(nothing thrown)");
   EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.row_of = nullptr; }), "row_of");
-  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.row_of = reinterpret_cast<int*>(0x8002); }), "row_of");
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.row_of = reinterpret_cast<int*>(0x20002); }), "row_of");
   EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.expert_rows = nullptr; }), "expert_rows");
-  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.expert_rows = reinterpret_cast<void*>(0x7008); }),
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.expert_rows = reinterpret_cast<void*>(0x10008); }),
             "expert_rows");
   EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.out = reinterpret_cast<void*>(0x4000); }), "out");
+  // Written arrays overlapping what the run still reads (or each other): named.
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.row_of = reinterpret_cast<int*>(0x2000); }), "row_of");
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.expert_rows = reinterpret_cast<void*>(0x1000); }),
+            "expert_rows");
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) { uncombined(a), a.row_of = reinterpret_cast<int*>(0x10010); }), "row_of");
+  EXPECT_EQ(run_error([&](MoeLayerArgs& a) {
+              uncombined(a), a.token_count = reinterpret_cast<const int*>(0x20004);
+            }),
+            "row_of");
   // A layer planned without its combine (options.combine = false) takes only such runs.
   o.combine = false;
   EXPECT_EQ(run_error([](MoeLayerArgs&) {}), "expert_rows");

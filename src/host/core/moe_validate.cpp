@@ -315,6 +315,31 @@ void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, co
   }
   if (a.token_count != nullptr && !aligned(a.token_count, 4))
     fail("token_count", "must be null or an aligned device pointer to one int32");
+  if (uncombined) {  // the run writes both while it still reads its inputs: they must not overlap them
+    const std::int64_t pairs = std::int64_t{a.tokens} * o.topk, H = w.hidden;
+    struct Span {
+      const char* name;
+      const void* p;
+      std::int64_t bytes;
+    };
+    const std::int64_t ldh = a.ld_hidden == 0 ? H : a.ld_hidden;
+    const Span read[] = {
+        {"hidden", a.hidden, ((a.tokens - 1) * ldh + H) * 2},
+        {"hidden_packed", a.hidden_packed, std::int64_t{a.tokens} * H / 2},
+        {"hidden_scales", a.hidden_scales, std::int64_t{a.tokens} * H / scale_block_size(o.format)},
+        {"topk_ids", a.topk_ids, pairs * (a.ids_int64 ? 8 : 4)},
+        {"token_count", a.token_count, 4}};
+    const Span written[] = {{"expert_rows", a.expert_rows, pairs * H * 2}, {"row_of", a.row_of, pairs * 4}};
+    auto overlap = [](const Span& x, const Span& y) {
+      const auto x0 = reinterpret_cast<std::uintptr_t>(x.p), y0 = reinterpret_cast<std::uintptr_t>(y.p);
+      return x.p != nullptr && y.p != nullptr && x0 < y0 + static_cast<std::uintptr_t>(y.bytes) &&
+             y0 < x0 + static_cast<std::uintptr_t>(x.bytes);
+    };
+    if (overlap(written[0], written[1])) fail("row_of", "overlaps expert_rows");
+    for (const Span& wr : written)
+      for (const Span& rd : read)
+        if (overlap(wr, rd)) fail(wr.name, std::string("overlaps ") + rd.name + ", which the run still reads");
+  }
 }
 
 }  // namespace fp4gemm::detail
