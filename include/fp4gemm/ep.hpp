@@ -84,7 +84,6 @@ struct EpReceived {
   const int* count = nullptr;   // their sum: MoeLayerArgs::token_count of the local layer's run
   const int* ids = nullptr;     // [capacity, k] local expert ids (0..E/W-1), -1 for the slots whose experts are
                                 // elsewhere and past the count: the layer's top-k ids
-  const float* ones = nullptr;  // [capacity, k] 1.0f: top-k weights, for a caller whose layer combines
   const void* rows = nullptr;   // bf16 rows [capacity, H] (EpRows::bf16), or
   const void* packed = nullptr;  // packed e2m1 [capacity, H/2] and linear scales [capacity, H/vec]
   const void* scales = nullptr;

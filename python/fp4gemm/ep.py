@@ -464,10 +464,8 @@ class ExpertParallel:
         sent_remote, sent_local = remote, int(dest.size) - remote
         if self.device_path:  # the device path sends a token once per destination rank
             v2 = (ids2 >= 0) & (ids2 < self.experts)
-            d2 = np.where(v2, ids2 // self.local, -1)
-            at = np.zeros((ids2.shape[0], self.world), bool)
-            rows_idx = np.repeat(np.arange(ids2.shape[0]), self.topk).reshape(ids2.shape)
-            at[rows_idx[v2], d2[v2]] = True
+            at = np.zeros((ids2.shape[0], self.world), bool)  # token t has an expert on rank d
+            at[np.nonzero(v2)[0], ids2[v2] // self.local] = True
             sent_local = int(at[:, self.rank].sum())
             sent_remote = int(at.sum()) - sent_local
         return {"rows_remote": sent_remote, "rows_local": sent_local,

@@ -352,12 +352,8 @@ class MoeLayer:
         expert_rows bf16 ``[T * topk, H]`` (expert order), row_of int32 ``[T * topk]``; rows of
         pairs with ids outside ``[0, E)`` or absent tokens are not written; topk_weights is checked
         but not read. Returns expert_rows."""
-        if expert_rows is not None or row_of is not None:
-            packed, scales = (None, None) if hidden_fp4 is None else hidden_fp4
-            self._layer.run(hidden_states, topk_ids, topk_weights, out, stream, 0, packed, scales, token_count,
-                            expert_rows, row_of)
-            return expert_rows
-        if out is None:
+        uncombined = expert_rows is not None or row_of is not None
+        if out is None and not uncombined:
             if hidden_fp4 is None and type(hidden_states).__module__ == "torch":
                 import torch
 
@@ -369,8 +365,9 @@ class MoeLayer:
                 like = hidden_states if hidden_fp4 is None else hidden_fp4[0]
                 out = empty_like_framework(like, (like.shape[0], self.hidden), "bfloat16", "out")
         packed, scales = (None, None) if hidden_fp4 is None else hidden_fp4
-        self._layer.run(hidden_states, topk_ids, topk_weights, out, stream, 0, packed, scales, token_count)
-        return out
+        self._layer.run(hidden_states, topk_ids, topk_weights, out, stream, 0, packed, scales, token_count,
+                        expert_rows, row_of)
+        return expert_rows if uncombined else out
 
     __call__ = run
 

@@ -96,7 +96,6 @@ void bind_ep(nb::module_& m) {
              d["counts"] = reinterpret_cast<std::uintptr_t>(r.counts);
              d["count"] = reinterpret_cast<std::uintptr_t>(r.count);
              d["ids"] = reinterpret_cast<std::uintptr_t>(r.ids);
-             d["ones"] = reinterpret_cast<std::uintptr_t>(r.ones);
              d["rows"] = reinterpret_cast<std::uintptr_t>(r.rows);
              d["packed"] = reinterpret_cast<std::uintptr_t>(r.packed);
              d["scales"] = reinterpret_cast<std::uintptr_t>(r.scales);

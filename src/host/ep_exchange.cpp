@@ -96,7 +96,6 @@ struct EpExchange::Impl {
   detail::DeviceAllocations memory;
   int* slot = nullptr;     // [max_tokens * k] phase 1's places (this rank's own)
   int2* pair_row = nullptr;  // [max_tokens * k] phase 2: (rank, received row) of each pair's token there
-  float* ones = nullptr;   // [capacity * k] 1.0f
   int capacity = 0;        // received rows: W * max_tokens
   char** table = nullptr;  // [kMaxWorld] device copy of the buffer bases
   std::vector<char*> bases;
@@ -160,8 +159,6 @@ EpExchange::EpExchange(const EpConfig& config, std::span<void* const> buffers) :
   // send_rows before any send_counts) find nothing instead of uninitialised memory.
   FP4GEMM_CUDA_CHECK(cudaMemset(p.slot, 0xFF, sizeof(int) * config.max_tokens * config.topk), "EpExchange workspace");
   FP4GEMM_CUDA_CHECK(cudaMemset(p.pair_row, 0xFF, sizeof(int2) * config.max_tokens * config.topk), "EpExchange workspace");
-  p.ones = p.memory.upload(std::vector<float>(static_cast<std::size_t>(p.capacity) * config.topk, 1.0f),
-                           "EpExchange workspace");
   std::vector<char*> table(p.bases);
   table.resize(kMaxWorld, nullptr);
   p.table = p.memory.upload(table, "EpExchange workspace");
@@ -208,7 +205,6 @@ EpReceived EpExchange::received() const {
   r.counts = reinterpret_cast<const int*>(p.own() + p.at.counts);
   r.count = r.counts + kMaxWorld;
   r.ids = reinterpret_cast<const int*>(p.own() + p.at.ids);
-  r.ones = p.ones;
   if (p.config.rows == EpRows::bf16) {
     r.rows = p.own() + p.at.rows;
   } else {

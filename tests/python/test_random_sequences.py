@@ -15,7 +15,9 @@ I 64..128, per-expert alphas or none, global scales) and objects built on them:
 * runs with random T (0 included), routings (uniform, one hot expert, most experts empty,
   duplicates, ids outside [0, E) -- -1, E, the dtype's extremes -- and all dropped), int32 /
   int64 ids, float32 / bf16 weights, NaN-poisoned ``out`` or none, pre-quantised tokens
-  (``hidden_fp4``), a device-side ``token_count`` (GPU); ``moe.fused_experts`` and ``moe.grouped_gemm`` one-call paths; cache clears;
+  (``hidden_fp4``), a device-side ``token_count`` and runs stopped before the combine
+  (``expert_rows`` / ``row_of``, GPU); ``moe.fused_experts`` and ``moe.grouped_gemm`` one-call
+  paths; cache clears;
   a refused call (too many tokens, wrong top-k) followed by a good one; describe() / repr() /
   every property.
 
@@ -63,7 +65,7 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 import fp4gemm  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("release_pinned_plans")  # (conftest.py)
-from fp4gemm import moe  # noqa: E402
+from fp4gemm import ep, moe  # noqa: E402
 
 import _sequences as S  # noqa: E402
 from _sequences import BF16  # noqa: E402
@@ -915,7 +917,7 @@ class GpuSequence(HostSequence):
             t = self.draw_tokens(rec.max_tokens)
         x, ids, wts, what = self.draw_batch(c, t, rec.topk)
         mode = self.d.choice(["alloc", "out", "call", "stream", "token_count"] + (["hidden_fp4"] if c.act != "bf16" and t
-                                                                                  else []))
+                                                                                  else []) + (["expert_rows"] if t else []))
         self.log(f"run {rec.name} T={t} {what} ({mode})")
         xd, idsd, wtsd = self.dev(x), self.dev(ids), self.dev(wts)
         if mode == "hidden_fp4":
@@ -934,6 +936,20 @@ class GpuSequence(HostSequence):
             got = rec.obj.run(xd, idsd, wtsd, out=out, token_count=torch.tensor([n], dtype=torch.int32, device="cuda"))
             assert torch.isnan(got[n:].float()).all(), f"{self.described(rec)}: rows past token_count {n} were written"
             x, ids, wts, got = x[:n], ids[:n], wts[:n], got[:n]
+        elif mode == "expert_rows":  # stopped before the combine: ep.combine over the pairs' rows is the output
+            rows = torch.full((t * rec.topk, c.h), float("nan"), dtype=torch.bfloat16, device="cuda")
+            row_of = torch.full((t * rec.topk,), -1, dtype=torch.int32, device="cuda")
+            if rec.ws.truth.w2_bias is not None:  # (the combine adds the bias: refused, named)
+                with pytest.raises(fp4gemm.ArgumentError, match="expert_rows"):
+                    rec.obj.run(xd, idsd, wtsd, expert_rows=rows, row_of=row_of)
+                got = rec.obj.run(xd, idsd, wtsd)
+            else:
+                assert rec.obj.run(xd, idsd, wtsd, expert_rows=rows, row_of=row_of) is rows
+                flat = idsd.reshape(-1).long()
+                valid = (flat >= 0) & (flat < c.e)
+                pairs = torch.zeros_like(rows)
+                pairs[valid] = rows[row_of.long()[valid]]
+                got = ep.combine(pairs, wtsd, idsd, c.e)
         elif mode == "stream":
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
