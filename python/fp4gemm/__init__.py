@@ -35,7 +35,7 @@ from ._fp4gemm import (  # noqa: F401  (re-exported)
 )
 from . import gpumode  # noqa: F401  (no torch import at module level)
 from . import moe  # noqa: F401  (no torch import at module level)
-from .api import grouped_gemm, reference_grouped_gemm  # noqa: F401
+from .api import dual_gemm, grouped_gemm, reference_grouped_gemm  # noqa: F401
 from .formats import (  # noqa: F401
     blocked_to_linear,
     decode_e2m1,
@@ -68,6 +68,7 @@ __all__ = [
     "encode_e2m1",
     "encode_scales",
     "get_default_backend",
+    "dual_gemm",
     "grouped_gemm",
     "linear_to_blocked",
     "pack_fp4",

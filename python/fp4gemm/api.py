@@ -125,6 +125,39 @@ def grouped_gemm(
     return c
 
 
+def dual_gemm(
+    a: Sequence[Any],
+    b1: Sequence[Any],
+    b2: Sequence[Any],
+    sfa: Sequence[Any],
+    sfb1: Sequence[Any],
+    sfb2: Sequence[Any],
+    c: Optional[Sequence[Any]] = None,
+    format: str = "nvfp4",
+    scale_layout: str = "linear",
+    out_dtype: Any = "float16",
+    activation: str = "silu",
+    swiglu_alpha: float = _C.SWIGLU_ALPHA,
+    swiglu_limit: float = _C.SWIGLU_LIMIT,
+    stream: Any = None,
+) -> list:
+    """C_g = act(dq(A_g) @ dq(B1_g).T, dq(A_g) @ dq(B2_g).T) for every group g in one call (SwiGLU:
+    ``activation='silu'``, silu(gate) * up; gpt-oss: 'swigluoai'); returns the list of C.
+
+    The arrays follow :func:`grouped_gemm`'s rules (b1 / b2 and sfb1 / sfb2 like b / sfb, sharing
+    one row stride per group). Like :func:`grouped_gemm` the call goes through the library's call
+    memo (the same tensor objects in the same state: no argument is read again) and plan cache, so
+    a repeated call only enqueues the kernel; every run reads the scales as they are then.
+    :class:`DualGemm` binds a plan to its arrays once instead (per-group alphas, device alphas).
+    Host (NumPy) arrays run the exact CPU reference.
+    """
+    if c is None:
+        c = allocate_outputs(a, b1, out_dtype)
+    _C.dual_gemm(a, b1, b2, sfa, sfb1, sfb2, c, format, scale_layout, out_dtype, activation, float(swiglu_alpha),
+                 float(swiglu_limit), stream, 0)
+    return c
+
+
 def reference_grouped_gemm(
     a: Sequence[Any],
     b: Sequence[Any],

@@ -34,9 +34,9 @@ from .experts import ExpertWeights  # noqa: F401  (checkpoint loaders: from_mode
 
 _MAX_EXPERTS = 512  # fp4gemm::align_routing's and MoeGemm's limit
 
-# swigluoai's constants as gpt-oss sets them (C++: fp4gemm::kSwigluAlpha / kSwigluLimit), the
-# defaults of every swiglu_alpha / swiglu_limit argument.
-SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
+# swigluoai's constants as gpt-oss sets them (the library's fp4gemm::kSwigluAlpha / kSwigluLimit),
+# the defaults of every swiglu_alpha / swiglu_limit argument.
+SWIGLU_ALPHA, SWIGLU_LIMIT = _C.SWIGLU_ALPHA, _C.SWIGLU_LIMIT
 
 __all__ = ["ExpertWeights", "MoeGemm", "MoeLayer", "align_routing", "check", "clear_layer_cache", "fused_experts",
            "grouped_gemm"]

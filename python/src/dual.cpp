@@ -2,6 +2,8 @@
 #include "dual.hpp"
 
 #include <cmath>
+#include <cstring>
+#include <optional>
 
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
@@ -10,6 +12,96 @@
 
 namespace fp4gemm::python {
 
+namespace {
+
+std::uint64_t float_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// Errors of the grouped GEMM's checks, renamed for a dual GEMM: the grouped GEMM's "b[g]" /
+// "sfb[g]" / "alpha" become b1 / sfb1 / alpha (gate) or b2 / sfb2 / alpha_up (up).
+// (The up product is read after the gate one passed: a mismatch with c there is b2's.)
+template <class F>
+auto renamed(const char* b_name, const char* sfb_name, const char* alpha_name, F&& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    std::string arg = e.argument();
+    const std::string what = e.what(), head = "fp4gemm: " + arg;
+    std::string message = what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
+    if (message.rfind(" (group ", 0) == 0) message = message.substr(message.find(')') + 1);
+    if (message.rfind(": ", 0) == 0) message = message.substr(2);
+    if (arg.rfind("b[", 0) == 0) arg = b_name + arg.substr(1);
+    else if (arg.rfind("sfb[", 0) == 0) arg = sfb_name + arg.substr(3);
+    else if (arg == "alpha") arg = alpha_name;
+    else if (arg.rfind("c[", 0) == 0 && std::string(b_name) == "b2") {
+      arg = "b2" + arg.substr(1);
+      message = "the up weights do not match b1 and c (the same N rows and K): " + message;
+    }
+    throw Error(arg, e.group(), message);
+  }
+}
+
+}  // namespace
+
+// The gate and the up product read like two grouped GEMMs over the same a / sfa / c: each pair
+// of lists gets the grouped GEMM's checks (dtypes, shapes against a and c, strides, devices).
+DualCall::DualCall(Binding& bind, nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1,
+                   nb::handle sfb2, nb::handle c)
+    : gate(renamed("b1", "sfb1", "alpha", [&] { return bind.gather(a, b1, sfa, sfb1, c); })),
+      up(renamed("b2", "sfb2", "alpha_up", [&] { return bind.gather(a, b2, sfa, sfb2, c); })) {
+  objects = gate.objects;
+  for (int g = 0; g < gate.groups; ++g) {
+    objects.push_back(up.objects[static_cast<std::size_t>(g) * kPerGroup + 1]);  // b2[g]
+    objects.push_back(up.objects[static_cast<std::size_t>(g) * kPerGroup + 3]);  // sfb2[g]
+  }
+}
+
+void DualCall::prepare(Binding& bind, const CallOptions& options, nb::handle alpha, nb::handle alpha_up) {
+  pg = renamed("b1", "sfb1", "alpha", [&] { return bind.prepare(options, gate, alpha, keep); });
+  pu = renamed("b2", "sfb2", "alpha_up", [&] { return bind.prepare(options, up, alpha_up, keep); });
+  const bool cuda = pg.placement.cuda;
+  const int device = pg.placement.device;
+  if (pu.placement.cuda != cuda || (cuda && pu.placement.device != device))
+    throw Error("b2", -1, "b2 / sfb2 live on " + std::string(pu.placement.cuda ? "cuda:" + std::to_string(pu.placement.device) : "the host") +
+                              ", a / b1 on " + (cuda ? "cuda:" + std::to_string(device) : std::string("the host")));
+  groups = pg.groups;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const GroupDesc& u = pu.groups[g];
+    GroupDesc& d = groups[g];
+    if (u.ldb != d.ldb)
+      throw Error("b2[" + std::to_string(g) + "]", static_cast<int>(g),
+                  "row stride " + std::to_string(u.ldb) + " bytes differs from b1's (" + std::to_string(d.ldb) +
+                      "); the gate and up weights of a group share one row stride");
+    d.b_up = u.b, d.sfb_up = u.sfb, d.alpha_up = u.alpha, d.alpha_up_device = u.alpha_device;
+  }
+  views = pg.views;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    views.push_back(pu.views[g * kPerGroup + 1]);
+    views.push_back(pu.views[g * kPerGroup + 3]);
+  }
+}
+
+Epilogue dual_activation(const std::string& activation) {
+  if (activation == "silu") return Epilogue::silu;
+  if (activation == "swigluoai") return Epilogue::swigluoai;
+  throw Error("activation", -1, "'" + activation + "' is not one of 'silu', 'swigluoai'");
+}
+
+Options DualCall::library_options(const CallOptions& options, Epilogue epilogue, float swiglu_alpha, float swiglu_limit,
+                                  bool rescale_each_run) const {
+  Options o;
+  o.epilogue = epilogue;
+  o.format = options.format, o.scale_layout = options.layout, o.out_type = options.out;
+  o.backend = options.backend;  // (the default backend when none is named: fp4gemm.set_default_backend)
+  o.device = pg.placement.device;
+  o.swiglu_alpha = swiglu_alpha, o.swiglu_limit = swiglu_limit;
+  o.rescale_each_run = rescale_each_run;
+  return o;
+}
+
 DualGemmObject::DualGemmObject(nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1,
                                nb::handle sfb2, nb::handle c, nb::handle alpha, nb::handle alpha_up,
                                nb::handle format, nb::handle scale_layout, nb::handle out_dtype,
@@ -17,56 +109,16 @@ DualGemmObject::DualGemmObject(nb::handle a, nb::handle b1, nb::handle b2, nb::h
                                bool rescale_each_run) {
   Binding& bind = Binding::get();
   const CallOptions options = bind.parse_options(format, scale_layout, out_dtype, nb::none());
-  if (activation == "silu") options_.epilogue = Epilogue::silu;
-  else if (activation == "swigluoai") options_.epilogue = Epilogue::swigluoai;
-  else throw Error("activation", -1, "'" + activation + "' is not one of 'silu', 'swigluoai'");
-  // The gate and the up product read like two grouped GEMMs over the same a / sfa / c: each pair
-  // of lists gets the grouped GEMM's checks (dtypes, shapes against a and c, strides, devices).
-  // Errors name this call's arguments: the grouped GEMM's "b[g]" / "sfb[g]" / "alpha" become
-  // b1 / sfb1 / alpha (gate) or b2 / sfb2 / alpha_up (up).
-  // (The up product is read after the gate one passed: a mismatch with c there is b2's.)
-  auto renamed = [](const char* b_name, const char* sfb_name, const char* alpha_name, auto&& body) {
-    try {
-      return body();
-    } catch (const Error& e) {
-      std::string arg = e.argument();
-      const std::string what = e.what(), head = "fp4gemm: " + arg;
-      std::string message = what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
-      if (message.rfind(" (group ", 0) == 0) message = message.substr(message.find(')') + 1);
-      if (message.rfind(": ", 0) == 0) message = message.substr(2);
-      if (arg.rfind("b[", 0) == 0) arg = b_name + arg.substr(1);
-      else if (arg.rfind("sfb[", 0) == 0) arg = sfb_name + arg.substr(3);
-      else if (arg == "alpha") arg = alpha_name;
-      else if (arg.rfind("c[", 0) == 0 && std::string(b_name) == "b2") {
-        arg = "b2" + arg.substr(1);
-        message = "the up weights do not match b1 and c (the same N rows and K): " + message;
-      }
-      throw Error(arg, e.group(), message);
-    }
-  };
-  const CallArgs gate = renamed("b1", "sfb1", "alpha", [&] { return bind.gather(a, b1, sfa, sfb1, c); });
-  const CallArgs up = renamed("b2", "sfb2", "alpha_up", [&] { return bind.gather(a, b2, sfa, sfb2, c); });
-  Keepalive keep;
-  const Prepared pg = renamed("b1", "sfb1", "alpha", [&] { return bind.prepare(options, gate, alpha, keep); });
-  const Prepared pu = renamed("b2", "sfb2", "alpha_up", [&] { return bind.prepare(options, up, alpha_up, keep); });
-  options_.format = options.format, options_.scale_layout = options.layout, options_.out_type = options.out;
-  options_.device = pg.placement.device;
-  options_.swiglu_alpha = swiglu_alpha, options_.swiglu_limit = swiglu_limit;
-  options_.rescale_each_run = rescale_each_run;
+  const Epilogue epilogue = dual_activation(activation);
+  DualCall call(bind, a, b1, b2, sfa, sfb1, sfb2, c);
+  call.prepare(bind, options, alpha, alpha_up);
+  const CallArgs& gate = call.gate;
+  const CallArgs& up = call.up;
+  const Prepared& pg = call.pg;
+  const Prepared& pu = call.pu;
+  options_ = call.library_options(options, epilogue, swiglu_alpha, swiglu_limit, rescale_each_run);
   cuda_ = pg.placement.cuda, device_ = pg.placement.device, framework_ = pg.framework;
-  if (pu.placement.cuda != cuda_ || (cuda_ && pu.placement.device != device_))
-    throw Error("b2", -1, "b2 / sfb2 live on " + std::string(pu.placement.cuda ? "cuda:" + std::to_string(pu.placement.device) : "the host") +
-                              ", a / b1 on " + (cuda_ ? "cuda:" + std::to_string(device_) : std::string("the host")));
-  groups_ = pg.groups;
-  for (std::size_t g = 0; g < groups_.size(); ++g) {
-    const GroupDesc& u = pu.groups[g];
-    GroupDesc& d = groups_[g];
-    if (u.ldb != d.ldb)
-      throw Error("b2[" + std::to_string(g) + "]", static_cast<int>(g),
-                  "row stride " + std::to_string(u.ldb) + " bytes differs from b1's (" + std::to_string(d.ldb) +
-                      "); the gate and up weights of a group share one row stride");
-    d.b_up = u.b, d.sfb_up = u.sfb, d.alpha_up = u.alpha, d.alpha_up_device = u.alpha_device;
-  }
+  groups_ = call.groups;
   // What the plan points into stays alive; torch tensors are watched for in-place changes.
   TensorReader& reader = bind.reader();
   static const char* kNames[5] = {"a", "b", "sfa", "sfb", "c"};
@@ -154,6 +206,118 @@ void DualGemmObject::run(nb::handle stream, int threads) const {
     rp.w_up = static_cast<const std::uint8_t*>(d.b_up), rp.w_up_scales = u_s;
     reference::moe_gemm(rp, threads);
   }
+}
+
+// ---- fp4gemm.dual_gemm: one call, behind the binding's call memo and plan cache ----------------------
+
+namespace {
+
+// GPU MODE's batched arrays: each entry of the seven lists with its batch count l as the trailing
+// dimension; the lists with every entry of l > 1 replaced by its l views along it (entries of l 1 kept).
+std::vector<nb::object> expand_batches(const DualCall& given) {
+  static const char* kLists[7] = {"a", "b1", "b2", "sfa", "sfb1", "sfb2", "c"};
+  const int G = given.gate.groups;
+  std::vector<nb::list> out(7);
+  for (int g = 0; g < G; ++g) {
+    // (given.objects: the gate's a, b1, sfa, sfb1, c per group, then b2, sfb2 per group)
+    const std::vector<PyObject*>& o = given.objects;
+    const std::size_t gi = static_cast<std::size_t>(g) * kPerGroup, ui = static_cast<std::size_t>(G) * kPerGroup + 2 * g;
+    const nb::handle t[7] = {o[gi], o[gi + 1], o[ui], o[gi + 2], o[gi + 3], o[ui + 1], o[gi + 4]};
+    auto batches = [&](int f) -> long long {
+      nb::object shape = nb::getattr(t[f], "shape", nb::none());
+      if (shape.is_none() || nb::len(shape) < 1) throw Error(std::string(kLists[f]) + "[" + std::to_string(g) + "]", g,
+                                                             "has no batch dimension (GPU MODE's trailing l)");
+      return nb::cast<long long>(shape[nb::len(shape) - 1]);
+    };
+    const long long l = batches(0);
+    for (int f = 1; f < 7; ++f)
+      if (batches(f) != l)
+        throw Error(std::string(kLists[f]) + "[" + std::to_string(g) + "]", g,
+                    "has " + std::to_string(batches(f)) + " batches (its trailing dimension) but a has " + std::to_string(l));
+    for (int f = 0; f < 7; ++f) {
+      if (l == 1) {
+        out[f].append(t[f]);
+        continue;
+      }
+      for (long long i = 0; i < l; ++i) out[f].append(t[f][nb::make_tuple(nb::ellipsis(), i)]);
+    }
+  }
+  return {out.begin(), out.end()};
+}
+
+}  // namespace
+
+void Binding::dual_gemm(nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1, nb::handle sfb2,
+                        nb::handle c, nb::handle format, nb::handle scale_layout, nb::handle out_dtype,
+                        const std::string& activation, float swiglu_alpha, float swiglu_limit, nb::handle stream,
+                        int threads, bool batches) {
+  const CallOptions options = parse_options(format, scale_layout, out_dtype, nb::none());
+  const Epilogue epilogue = dual_activation(activation);
+  DualCall given(*this, a, b1, b2, sfa, sfb1, sfb2, c);
+  if (given.gate.groups == 0) return;
+  // (the memo's signature: the grouped GEMM's words, then these -- a dual call never matches a
+  // grouped one: its object list is longer by 2 per group and starts with this marker's words)
+  const std::vector<std::uint64_t> extra = {0x6475616cull /* "dual" */, static_cast<std::uint64_t>(epilogue),
+                                            float_bits(swiglu_alpha), float_bits(swiglu_limit), batches ? 1u : 0u};
+  std::vector<std::uint64_t> signature;
+  std::uint64_t sig_hash = 0;
+  bool memoizable = false;
+  if (try_memo(options, nb::none(), given.objects, stream, signature, sig_hash, memoizable, extra)) return;
+  // batches: the groups come from the batch views, made here (only when the call is planned); the
+  // memo keeps the given arrays, whose unchanged state implies the same views.
+  std::vector<nb::object> lists;
+  std::optional<DualCall> expanded;
+  if (batches) {
+    lists = expand_batches(given);
+    expanded.emplace(*this, lists[0], lists[1], lists[2], lists[3], lists[4], lists[5], lists[6]);
+  }
+  DualCall& call = batches ? *expanded : given;
+  call.prepare(*this, options, nb::none(), nb::none());
+  // Every run reads the scales as they are (rescale_each_run): a one-call API cannot see in-place
+  // writes to the scale arrays, so the plan keeps no paired copy of them.
+  const Options o = call.library_options(options, epilogue, swiglu_alpha, swiglu_limit, /*rescale_each_run=*/true);
+  if (!call.pg.placement.cuda) {  // host arrays: the CPU reference, as DualGemm runs it
+    if (batches)
+      DualGemmObject(lists[0], lists[1], lists[2], lists[3], lists[4], lists[5], lists[6], nb::none(), nb::none(), format,
+                     scale_layout, out_dtype, activation, swiglu_alpha, swiglu_limit, true)
+          .run(nb::none(), threads);
+    else
+      DualGemmObject(a, b1, b2, sfa, sfb1, sfb2, c, nb::none(), nb::none(), format, scale_layout, out_dtype, activation,
+                     swiglu_alpha, swiglu_limit, true)
+          .run(nb::none(), threads);
+    return;
+  }
+  const cudaStream_t s = resolve_stream(stream, call.pg.framework, call.pg.placement.device);
+  const bool capturing = is_capturing(s);
+  std::vector<std::uint64_t> key = call.pg.key;
+  key.insert(key.end(), call.pu.key.begin(), call.pu.key.end());
+  key.insert(key.end(), extra.begin(), extra.end());
+  const std::uint64_t h = hash_words(key);
+  PlanPtr plan;
+  {
+    std::lock_guard lock(mutex_);
+    plan = plans_.find(key, h);
+    ++(plan ? hits_ : misses_);
+  }
+  if (!plan) {
+    PlanPtr built = build_outside_capture(capturing, [&] {
+      return std::make_shared<const Plan>(std::span<const GroupDesc>(call.groups), o, s);
+    });
+    std::vector<PlanPtr> evicted;
+    std::lock_guard lock(mutex_);
+    plan = plans_.insert(std::move(key), h, std::move(built), /*may_evict=*/!capturing, evicted);
+  }
+  if (memoizable) {
+    if (!batches) {
+      remember(std::move(signature), sig_hash, call.objects, call.views, plan, call.pg.placement.device, capturing);
+    } else {  // the given arrays' states, read now
+      std::vector<TensorView> given_views;
+      Keepalive keep;
+      for (PyObject* o : given.objects) given_views.push_back(reader_.read(o, "data", -1, false, keep, false));
+      remember(std::move(signature), sig_hash, given.objects, given_views, plan, call.pg.placement.device, capturing);
+    }
+  }
+  run(plan, s, capturing);
 }
 
 std::string DualGemmObject::describe() const {

@@ -13,6 +13,28 @@
 
 namespace fp4gemm::python {
 
+// The arrays of one dual-GEMM call: the gate product's five lists (a, b1, sfa, sfb1, c) and the up
+// product's (a, b2, sfa, sfb2, c), each checked like a grouped GEMM's, with errors naming this
+// call's arguments. `objects` / `views`: the gate's per-group objects, then (b2, sfb2) per group.
+struct DualCall {
+  CallArgs gate, up;
+  std::vector<PyObject*> objects;
+  Keepalive keep;
+  Prepared pg, pu;
+  std::vector<GroupDesc> groups;  // the gate's, with the up weights paired in (after prepare)
+  std::vector<TensorView> views;
+
+  DualCall(Binding& bind, nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1, nb::handle sfb2,
+           nb::handle c);
+  // Reads and validates every array (the views point into them: this object must outlive their use).
+  void prepare(Binding& bind, const CallOptions& options, nb::handle alpha, nb::handle alpha_up);
+  Options library_options(const CallOptions& options, Epilogue epilogue, float swiglu_alpha, float swiglu_limit,
+                          bool rescale_each_run) const;
+};
+
+// 'silu' / 'swigluoai' (an Error naming `activation` otherwise).
+Epilogue dual_activation(const std::string& activation);
+
 class DualGemmObject {
  public:
   DualGemmObject(nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1, nb::handle sfb2,

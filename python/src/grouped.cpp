@@ -561,7 +561,7 @@ void Binding::remember(std::vector<std::uint64_t> signature, std::uint64_t hash,
 
 bool Binding::try_memo(const CallOptions& o, nb::handle alpha, const std::vector<PyObject*>& objects,
                        nb::handle stream, std::vector<std::uint64_t>& signature, std::uint64_t& hash,
-                       bool& memoizable) {
+                       bool& memoizable, const std::vector<std::uint64_t>& extra) {
   memoizable = false;
   // Only torch tensors (cheap probes) with alpha given as numbers; alpha arrays take the full path.
   if (!alpha.is_none() && !alpha_is_number_list(alpha)) return false;
@@ -569,7 +569,8 @@ bool Binding::try_memo(const CallOptions& o, nb::handle alpha, const std::vector
     if (!reader_.is_torch(obj)) return false;
   const int groups = static_cast<int>(objects.size() / kPerGroup);
 
-  signature.reserve(8 + objects.size() + groups);
+  signature.reserve(8 + extra.size() + objects.size() + groups);
+  signature.insert(signature.end(), extra.begin(), extra.end());
   signature.push_back(static_cast<std::uint64_t>(o.format));
   signature.push_back(static_cast<std::uint64_t>(o.layout));
   signature.push_back(static_cast<std::uint64_t>(o.out));

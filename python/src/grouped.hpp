@@ -78,6 +78,13 @@ class Binding {
   // still cached); false (nothing enqueued) otherwise. Needs no GIL.
   bool replay_views(const GroupedViewsCall& call, cudaStream_t stream);
 
+  // fp4gemm.dual_gemm minus output allocation: the dual GEMM in one call, through the same call memo
+  // and plan cache (dual.cpp). batches: every array has GPU MODE's trailing batch dimension l, and
+  // an entry of l > 1 is l groups (views along it, made only when the call is planned).
+  void dual_gemm(nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1, nb::handle sfb2,
+                 nb::handle c, nb::handle format, nb::handle scale_layout, nb::handle out_dtype,
+                 const std::string& activation, float swiglu_alpha, float swiglu_limit, nb::handle stream,
+                 int threads, bool batches = false);
   // Checks the five lists (one entry per group) and snapshots them.
   CallArgs gather(nb::handle a, nb::handle b, nb::handle sfa, nb::handle sfb, nb::handle c);
   // Reads and validates every array of `args` without running anything (also for GroupedGemm).
@@ -105,8 +112,10 @@ class Binding {
 
  private:
   Binding();
+  // `extra`: signature words of the call's kind (empty for grouped_gemm).
   bool try_memo(const CallOptions& o, nb::handle alpha, const std::vector<PyObject*>& objects,
-                nb::handle stream, std::vector<std::uint64_t>& signature, std::uint64_t& hash, bool& memoizable);
+                nb::handle stream, std::vector<std::uint64_t>& signature, std::uint64_t& hash, bool& memoizable,
+                const std::vector<std::uint64_t>& extra = {});
   void remember(std::vector<std::uint64_t> signature, std::uint64_t hash, const std::vector<PyObject*>& objects,
                 const std::vector<TensorView>& views, const PlanPtr& plan, int device, bool capturing);
   void run_host(const Prepared& p, int threads);

@@ -82,6 +82,9 @@ NB_MODULE(_fp4gemm, m) {
       PyExc_RuntimeError, nullptr);
   m.attr("ArgumentError") = nb::handle(g_argument_error);
   m.attr("DeviceError") = nb::handle(g_device_error);
+  // swigluoai's constants as gpt-oss sets them: the defaults of every swiglu_alpha / swiglu_limit
+  m.attr("SWIGLU_ALPHA") = fp4gemm::kSwigluAlpha;
+  m.attr("SWIGLU_LIMIT") = fp4gemm::kSwigluLimit;
   nb::register_exception_translator(&translate);
 
   m.def("grouped_gemm",
@@ -95,6 +98,19 @@ NB_MODULE(_fp4gemm, m) {
         "scale_layout"_a = "linear", "out_dtype"_a = "float16", "backend"_a = nb::none(), "stream"_a = nb::none(),
         "threads"_a = 0,
         "Grouped GEMM into preallocated outputs `c` (see fp4gemm.grouped_gemm).");
+
+  m.def("dual_gemm",
+        [](nb::handle a, nb::handle b1, nb::handle b2, nb::handle sfa, nb::handle sfb1, nb::handle sfb2, nb::handle c,
+           nb::handle format, nb::handle scale_layout, nb::handle out_dtype, const std::string& activation,
+           float swiglu_alpha, float swiglu_limit, nb::handle stream, int threads, bool batches) {
+          Binding::get().dual_gemm(a, b1, b2, sfa, sfb1, sfb2, c, format, scale_layout, out_dtype, activation,
+                                   swiglu_alpha, swiglu_limit, stream, threads, batches);
+        },
+        "a"_a, "b1"_a, "b2"_a, "sfa"_a, "sfb1"_a, "sfb2"_a, "c"_a, "format"_a = "nvfp4", "scale_layout"_a = "linear",
+        "out_dtype"_a = "float16", "activation"_a = "silu", "swiglu_alpha"_a = fp4gemm::kSwigluAlpha,
+        "swiglu_limit"_a = fp4gemm::kSwigluLimit, "stream"_a = nb::none(), "threads"_a = 0, "batches"_a = false,
+        "Dual GEMM into preallocated outputs `c` in one call, behind the grouped GEMM's call memo and plan cache "
+        "(see fp4gemm.dual_gemm).");
 
   nb::class_<BoundGemm>(m, "GroupedGemm",
                         "A plan bound once to its arrays; run() only enqueues the kernel. The arrays (and torch "

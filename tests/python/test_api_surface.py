@@ -458,6 +458,66 @@ def r_grouped_object(T, env):
         assert np.array_equal(env.host(o).astype(np.float64), w.astype(np.float16))
 
 
+@recipe("fp4gemm", "dual_gemm")
+def r_dual_gemm(T, env):
+    """The one-call dual GEMM: the bytes of a bound DualGemm on the same arrays (outputs allocated when
+    c is None); a repeated call runs from the call memo; scales and activations refilled in place are
+    read again (every run reads them); a tensor moved to new memory (set_) is planned again; bad
+    arguments are named."""
+    fn = T.use("fp4gemm", fp4gemm, "dual_gemm")
+    rng = np.random.default_rng(11)
+    m, n, k = 48, 64, 256
+    a, b1, b2 = (S.rand_fp4(rng, (r, k // 2), "gpumode") for r in (m, n, n))
+    sa, s1, s2 = (S.rand_scales(rng, (r, k // 16), "nvfp4", "gpumode") for r in (m, n, n))
+
+    def bound(a_, s1_, act="silu"):
+        hc = np.full((m, n), np.nan, np.float16)
+        fp4gemm.DualGemm([a_], [b1], [b2], [sa], [s1_], [s2], [hc], activation=act).run()
+        return hc
+
+    for act in ("silu", "swigluoai"):
+        args = [[env.dev(x)] for x in (a, b1, b2, sa, s1, s2)]
+        c = env.nan_out((m, n), "float16")
+        assert fn(*args, [c], activation=act)[0] is c
+        assert np.array_equal(env.host(c).view(np.uint16), bound(a, s1, act).view(np.uint16)), act
+        got = fn(*args, activation=act)  # outputs allocated
+        assert np.array_equal(env.host(got[0]).view(np.uint16), bound(a, s1, act).view(np.uint16)), act
+    args = [[env.dev(x)] for x in (a, b1, b2, sa, s1, s2)]
+    c = env.nan_out((m, n), "float16")
+    fn(*args, [c])
+    before = fp4gemm.plan_cache_info()["memo_hits"]
+    if env.gpu:
+        c.fill_(float("nan"))
+    else:
+        c[...] = np.nan
+    fn(*args, [c])
+    if env.gpu:  # (host arrays take the CPU reference, which memoises nothing)
+        assert fp4gemm.plan_cache_info()["memo_hits"] == before + 1, "the second call did not run from the memo"
+    assert np.array_equal(env.host(c).view(np.uint16), bound(a, s1).view(np.uint16))
+    # new values in the same arrays (GPU MODE's harness): read again
+    a_new, s1_new = S.rand_fp4(rng, a.shape, "gpumode"), S.rand_scales(rng, s1.shape, "nvfp4", "gpumode")
+    if env.gpu:
+        args[0][0].copy_(env.dev(a_new))
+        args[4][0].copy_(env.dev(s1_new))
+    else:
+        args[0][0][...] = a_new
+        args[4][0][...] = s1_new
+    fn(*args, [c])
+    assert np.array_equal(env.host(c).view(np.uint16), bound(a_new, s1_new).view(np.uint16)), "refilled arrays"
+    if env.gpu:  # a tensor moved to new memory: the memo must not reuse the old plan
+        torch = env.torch
+        old = args[0][0]
+        old.set_(torch.from_numpy(a).cuda())
+        fn(*args, [c])
+        assert np.array_equal(env.host(c).view(np.uint16), bound(a, s1_new).view(np.uint16)), "after set_()"
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        fn(*args, [c], activation="gelu")
+    assert e.value.argument == "activation"
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        fn(args[0], args[1], [env.dev(b2[:32])], args[3], args[4], [env.dev(s2[:32])], [c])
+    assert e.value.argument in ("b2[0]", "sfb2[0]"), e.value.argument
+
+
 @recipe("fp4gemm", "DualGemm")
 def r_dual(T, env):
     cls = T.use("fp4gemm", fp4gemm, "DualGemm")

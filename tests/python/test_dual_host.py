@@ -147,3 +147,29 @@ def test_dual_gemm_argument_errors_named():
     assert e.value.argument == "sfb1[0]", e.value.argument
     with pytest.raises(fp4gemm.ArgumentError):
         make(c=[c, c])  # list lengths differ
+
+
+def test_dual_gemm_batches_expand_gpumode_layout():
+    """fp4gemm.dual_gemm's GPU MODE form (the binding's batches=True, what gpumode's dual drop-in
+    calls): arrays with a trailing batch dimension l (outermost in memory, as GPU MODE lays them out)
+    are l groups, bit for bit a DualGemm per batch; a list whose batch count differs is named."""
+    from fp4gemm import _fp4gemm as _C
+
+    rng = np.random.default_rng(5)
+    m, n, k, l = 16, 32, 64, 3
+    fp4 = lambda r: _fp4(rng, (l, r, k // 2)).transpose(1, 2, 0)  # noqa: E731
+    sc = lambda r: np.array([0x38, 0x40], np.uint8)[rng.integers(0, 2, (l, r, k // 16))].transpose(1, 2, 0)  # noqa: E731
+    a, b1, b2 = fp4(m), fp4(n), fp4(n)
+    sa, s1, s2 = sc(m), sc(n), sc(n)
+    c = np.full((l, m, n), np.nan, np.float16).transpose(1, 2, 0)
+    args = lambda **kw: [[kw.get(name, x)] for name, x in  # noqa: E731
+                         zip(("a", "b1", "b2", "sfa", "sfb1", "sfb2", "c"), (a, b1, b2, sa, s1, s2, c))]
+    _C.dual_gemm(*args(), "nvfp4", "linear", "float16", "silu", _C.SWIGLU_ALPHA, _C.SWIGLU_LIMIT, None, 0, True)
+    for i in range(l):
+        want = np.full((m, n), np.nan, np.float16)
+        one = lambda x: np.ascontiguousarray(x[..., i])  # noqa: E731
+        fp4gemm.DualGemm([one(a)], [one(b1)], [one(b2)], [one(sa)], [one(s1)], [one(s2)], [want]).run()
+        assert np.array_equal(c[..., i].view(np.uint16), want.view(np.uint16)), i
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        _C.dual_gemm(*args(sfb1=s1[..., :2]), "nvfp4", "linear", "float16", "silu", 1.702, 7.0, None, 0, True)
+    assert e.value.argument == "sfb1[0]", e.value.argument
