@@ -175,7 +175,11 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // Kernel 1 stages the run's tokens in shared memory: fewer decode tokens where they do not fit.
   // kDecodeTokensAuto: the measured crossover (MoeLayerOptions::decode_tokens).
   const bool small_experts = 3ll * H * I / 2 <= (4ll << 20);  // FP4 bytes of one expert's w13 and w2
-  const int auto_tokens = std::min(w4a4 ? 4 : small_experts ? 8 : 6, std::max(3, E / (2 * o.topk)));
+  int auto_tokens = std::min(w4a4 ? 4 : small_experts ? 8 : 6, std::max(3, E / (2 * o.topk)));
+  // Wide hidden sizes: the general path wins sooner (bench/decode_crossover.py, PERF.md v52: Mixtral's
+  // H 4096 decode path ahead to T 2 W4A16 / T 1 W4A4, DeepSeek-V3's H 7168 to T 1 / not at all).
+  if (H > 4096) auto_tokens = std::min(auto_tokens, w4a4 ? 0 : 1);
+  else if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 1 : 2);
   int decode_tokens = std::min(o.decode_tokens == kDecodeTokensAuto ? auto_tokens : o.decode_tokens, o.max_tokens);
   while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;
   const std::int64_t decode_pairs = std::int64_t{decode_tokens} * o.topk;

@@ -631,7 +631,7 @@ TEST(MoeLayerDecode, OnlyWhereItApplies) {
 
 // The default bound (kDecodeTokensAuto): 8 tokens W4A16 with experts of at most 4 MiB of FP4
 // weights, 6 with larger ones, 4 W4A4, where a few tokens rarely share experts; max(3, E / (2 top-k))
-// where they do; never past max_tokens.
+// where they do; at most 2 / 1 (W4A16 / W4A4) past H 3072 and 1 / none past H 4096; never past max_tokens.
 TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
@@ -644,13 +644,19 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 2, 64, 256, 128, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 2, 64, 256, 128, 3},   // Mixtral-like: 3
                        Want{Format::nvfp4, MoeActivation::fp4, 8, 4, 64, 256, 128, 3},
-                       Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 5, 256, 128, 5}}) {  // max_tokens
+                       Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 5, 256, 128, 5},  // max_tokens
+                       // wide hidden sizes (v52's crossover: Mixtral H 4096, DeepSeek-V3 H 7168)
+                       Want{Format::mxfp4, MoeActivation::bf16, 8, 1, 64, 4096, 256, 2},
+                       Want{Format::nvfp4, MoeActivation::fp4, 8, 1, 64, 4096, 256, 1},
+                       Want{Format::mxfp4, MoeActivation::bf16, 8, 1, 64, 7168, 256, 1},
+                       Want{Format::nvfp4, MoeActivation::fp4, 8, 1, 64, 7168, 256, 0}}) {
     LayerCase c;
     c.format = w.format, c.act = w.act, c.experts = w.experts, c.topk = w.topk, c.max_tokens = w.max_tokens;
     c.hidden = w.hidden, c.inter = w.inter;
     c.decode_tokens = kDecodeTokensAuto;
     const std::string d = make_layer(c)->layer->describe();
-    EXPECT_NE(d.find("decode path for T <= " + std::to_string(w.bound) + " "), std::string::npos)
+    EXPECT_NE(d.find(w.bound > 0 ? "decode path for T <= " + std::to_string(w.bound) + " " : std::string("no decode path")),
+              std::string::npos)
         << c.describe() << ": " << d;
   }
 }
