@@ -536,6 +536,9 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
                                    nb::handle w13_bias, nb::handle w2_bias) {
   TensorReader& reader = Binding::get().reader();
   const nb::handle objs[kWeights] = {w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, w13_bias, w2_bias};
+  // The layer keeps these as float: entries compare them as the layer will use them (1.702 from one
+  // caller and the float 1.702f from another are the same plan).
+  for (double* v : {&a1_scale, &a2_scale, &swiglu_alpha, &swiglu_limit}) *v = static_cast<float>(*v);
   // Option strings as the Python layer checks them (a wrong value is named when the plan is built).
   auto text = [](nb::handle h, const char* name, const char* expected, bool none_ok) {
     if (none_ok && h.is_none()) return std::string();
