@@ -708,7 +708,9 @@ nb::object FusedExpertsCache::plan_layer(const nb::handle (&objs)[kWeights], nb:
 
 const MoeLayerObject* FusedExpertsCache::find_native(const NativeKey& key, nb::object& keep) const {
   for (const Entry& e : entries_) {
-    if (e.topk != key.topk || e.a1 != key.a1 || e.a2 != key.a2 || e.alpha != kOpSwigluAlpha ||
+    // (call() keeps the options as the layer's floats)
+    if (e.topk != key.topk || e.a1 != static_cast<float>(key.a1) || e.a2 != static_cast<float>(key.a2) ||
+        e.alpha != kOpSwigluAlpha ||
         e.limit != kOpSwigluLimit ||
         e.activation != key.activation || e.act_format != key.act_format || e.gate_up != key.gate_up ||
         e.scale_layout != key.scale_layout)

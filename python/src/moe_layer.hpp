@@ -100,8 +100,9 @@ class FusedExpertsCache {
  public:
   static constexpr int kWeights = 9;  // w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha,
                                       // w13_bias, w2_bias (None allowed from index 4)
-  // torch.ops.fp4gemm.fused_experts' swigluoai constants (its schema has none: call()'s defaults)
-  static constexpr double kOpSwigluAlpha = 1.702, kOpSwigluLimit = 7.0;
+  // torch.ops.fp4gemm.fused_experts' swigluoai constants (its schema has none: call()'s defaults):
+  // the library's, as the layer keeps them (float)
+  static constexpr double kOpSwigluAlpha = fp4gemm::kSwigluAlpha, kOpSwigluLimit = fp4gemm::kSwigluLimit;
   FusedExpertsCache() = default;
   FusedExpertsCache(const FusedExpertsCache&) = delete;
   FusedExpertsCache& operator=(const FusedExpertsCache&) = delete;
