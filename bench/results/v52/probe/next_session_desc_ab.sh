@@ -2,7 +2,8 @@
 # For the next session (one H200): issue 51's wide-tile regression fix candidate (branch exp/desc-form =
 # bench/results/v52/desc_form_wide_direct.patch: direct stores for the MoE classes of >= 112 tokens, which keeps
 # the k-loops' wgmma descriptors uniform). Builds the patched CLI on the GPU machine (16 cores, ~3 min), then
-# 3 interleaved rounds of the whole MoE suites (W4A4, W4A16) and the layer suites (general path), A = main's CLI
+# 3 interleaved rounds of the whole MoE suites (W4A4, W4A16), the seed and dense suites (the pointer-array kernels
+# take the same change) and one of the layer suite (general path), A = main's CLI
 # (.carry/build/tools/fp4gemm), B = patched, digests on; then bench/results/v52/probe/ab_compare.py on the folder.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
@@ -18,6 +19,8 @@ for rnd in 1 2 3; do for side in A B; do
   for act in nvfp4 bf16; do
     timeout 200 $bin bench --suite moe --act $act --settle-ms 100 --json $R/moe_${act}_$side$rnd.json > $R/moe_${act}_$side$rnd.txt 2>&1
   done
+  timeout 120 $bin bench --suite seed --settle-ms 100 --json $R/seed_$side$rnd.json > $R/seed_$side$rnd.txt 2>&1
+  timeout 120 $bin bench --suite dense --settle-ms 100 --json $R/dense_$side$rnd.json > $R/dense_$side$rnd.txt 2>&1
   [ $rnd = 1 ] && timeout 200 $bin bench --suite layer --act bf16 --decode-tokens 0 --settle-ms 100 --json $R/layer_bf16_$side$rnd.json > $R/layer_bf16_$side$rnd.txt 2>&1
   echo "round $rnd $side $((SECONDS - t0)) s"
 done; done
