@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/moe.hpp"
@@ -214,35 +216,91 @@ namespace {
 
 // GPU MODE's batched arrays: each entry of the seven lists with its batch count l as the trailing
 // dimension; the lists with every entry of l > 1 replaced by its l views along it (entries of l 1 kept).
-std::vector<nb::object> expand_batches(const DualCall& given) {
-  static const char* kLists[7] = {"a", "b1", "b2", "sfa", "sfb1", "sfb2", "c"};
+struct Batches {
+  std::vector<nb::object> lists;                // a, b1, b2, sfa, sfb1, sfb2, c
+  std::vector<std::pair<int, long long>> from;  // per expanded group: (given group, batch)
+};
+
+const char* const kDualLists[7] = {"a", "b1", "b2", "sfa", "sfb1", "sfb2", "c"};
+
+Batches expand_batches(const DualCall& given) {
   const int G = given.gate.groups;
   std::vector<nb::list> out(7);
+  Batches b;
   for (int g = 0; g < G; ++g) {
     // (given.objects: the gate's a, b1, sfa, sfb1, c per group, then b2, sfb2 per group)
     const std::vector<PyObject*>& o = given.objects;
     const std::size_t gi = static_cast<std::size_t>(g) * kPerGroup, ui = static_cast<std::size_t>(G) * kPerGroup + 2 * g;
     const nb::handle t[7] = {o[gi], o[gi + 1], o[ui], o[gi + 2], o[gi + 3], o[ui + 1], o[gi + 4]};
+    auto name = [&](int f) { return std::string(kDualLists[f]) + "[" + std::to_string(g) + "]"; };
+    // (Python errors -- an object without an integer shape, a failing __getitem__ -- are named)
+    auto guarded = [&](int f, auto&& body) {
+      try {
+        return body();
+      } catch (const nb::python_error& e) {
+        throw Error(name(f), g, std::string("cannot be split along its batch dimension: ") + e.what());
+      } catch (const nb::cast_error&) {
+        throw Error(name(f), g, "has a shape whose last entry is not an integer batch count");
+      }
+    };
     auto batches = [&](int f) -> long long {
-      nb::object shape = nb::getattr(t[f], "shape", nb::none());
-      if (shape.is_none() || nb::len(shape) < 1) throw Error(std::string(kLists[f]) + "[" + std::to_string(g) + "]", g,
-                                                             "has no batch dimension (GPU MODE's trailing l)");
-      return nb::cast<long long>(shape[nb::len(shape) - 1]);
+      return guarded(f, [&] {
+        nb::object shape = nb::getattr(t[f], "shape", nb::none());
+        if (shape.is_none() || nb::len(shape) < 1) throw Error(name(f), g, "has no batch dimension (GPU MODE's trailing l)");
+        return nb::cast<long long>(shape[nb::len(shape) - 1]);
+      });
     };
     const long long l = batches(0);
     for (int f = 1; f < 7; ++f)
       if (batches(f) != l)
-        throw Error(std::string(kLists[f]) + "[" + std::to_string(g) + "]", g,
-                    "has " + std::to_string(batches(f)) + " batches (its trailing dimension) but a has " + std::to_string(l));
+        throw Error(name(f), g, "has " + std::to_string(batches(f)) + " batches (its trailing dimension) but a has " +
+                                    std::to_string(l));
+    for (long long i = 0; i < (l == 1 ? 1 : l); ++i) b.from.emplace_back(g, i);
     for (int f = 0; f < 7; ++f) {
       if (l == 1) {
         out[f].append(t[f]);
         continue;
       }
-      for (long long i = 0; i < l; ++i) out[f].append(t[f][nb::make_tuple(nb::ellipsis(), i)]);
+      guarded(f, [&] {
+        for (long long i = 0; i < l; ++i) out[f].append(t[f][nb::make_tuple(nb::ellipsis(), i)]);
+        return 0;
+      });
     }
   }
-  return {out.begin(), out.end()};
+  b.lists.assign(out.begin(), out.end());
+  return b;
+}
+
+// Whether the expanded call's views are exactly the given arrays' batches (views into the same
+// memory: address + i * the batch stride, the other dimensions as given). Only then may the memo
+// stand for the views by the given arrays' states.
+bool views_are_batches(const DualCall& given, const std::vector<TensorView>& parents, const DualCall& call,
+                       const Batches& b) {
+  const int G = given.gate.groups, X = call.gate.groups;
+  auto parent_of = [&](int e, int k) -> const TensorView& {  // k: 0..6 in kDualLists order
+    const int g = b.from[e].first;
+    static constexpr int kGate[7] = {0, 1, -1, 2, 3, -1, 4};
+    return kGate[k] >= 0 ? parents[static_cast<std::size_t>(g) * kPerGroup + kGate[k]]
+                         : parents[static_cast<std::size_t>(G) * kPerGroup + 2 * g + (k == 2 ? 0 : 1)];
+  };
+  auto view_of = [&](int e, int k) -> const TensorView& {
+    static constexpr int kGate[7] = {0, 1, -1, 2, 3, -1, 4};
+    return kGate[k] >= 0 ? call.views[static_cast<std::size_t>(e) * kPerGroup + kGate[k]]
+                         : call.views[static_cast<std::size_t>(X) * kPerGroup + 2 * e + (k == 2 ? 0 : 1)];
+  };
+  for (int e = 0; e < X; ++e) {
+    for (int k = 0; k < 7; ++k) {
+      const TensorView &p = parent_of(e, k), &v = view_of(e, k);
+      const long long i = b.from[e].second;
+      const bool whole = p.ndim == v.ndim;  // (l = 1: the given array itself)
+      if (whole ? !same_view(p, v)
+                : (v.ndim != p.ndim - 1 || v.dtype != p.dtype || v.itemsize != p.itemsize ||
+                   v.ptr != p.ptr + static_cast<std::uintptr_t>(i * p.strides[p.ndim - 1] * p.itemsize) ||
+                   !std::equal(v.shape, v.shape + v.ndim, p.shape) || !std::equal(v.strides, v.strides + v.ndim, p.strides)))
+        return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -255,31 +313,57 @@ void Binding::dual_gemm(nb::handle a, nb::handle b1, nb::handle b2, nb::handle s
   const Epilogue epilogue = dual_activation(activation);
   DualCall given(*this, a, b1, b2, sfa, sfb1, sfb2, c);
   if (given.gate.groups == 0) return;
-  // (the memo's signature: the grouped GEMM's words, then these -- a dual call never matches a
-  // grouped one: its object list is longer by 2 per group and starts with this marker's words)
-  const std::vector<std::uint64_t> extra = {0x6475616cull /* "dual" */, static_cast<std::uint64_t>(epilogue),
-                                            float_bits(swiglu_alpha), float_bits(swiglu_limit), batches ? 1u : 0u};
+  // What the plan depends on beyond the two products' keys: the epilogue and the constants it uses.
+  std::vector<std::uint64_t> plan_words = {0x6475616cull /* "dual" */, static_cast<std::uint64_t>(epilogue)};
+  if (epilogue == Epilogue::swigluoai) plan_words.insert(plan_words.end(), {float_bits(swiglu_alpha), float_bits(swiglu_limit)});
+  // The memo's signature: the grouped GEMM's words, then these (a dual call never matches a grouped
+  // one: the marker word is no format, and its object list is longer by 2 per group).
+  std::vector<std::uint64_t> extra = plan_words;
+  extra.push_back(batches ? 1u : 0u);
   std::vector<std::uint64_t> signature;
   std::uint64_t sig_hash = 0;
   bool memoizable = false;
   if (try_memo(options, nb::none(), given.objects, stream, signature, sig_hash, memoizable, extra)) return;
   // batches: the groups come from the batch views, made here (only when the call is planned); the
-  // memo keeps the given arrays, whose unchanged state implies the same views.
-  std::vector<nb::object> lists;
+  // memo keeps the given arrays, whose states -- read now, before anything can run Python code or
+  // release the GIL -- stand for the views (checked below).
+  std::vector<TensorView> given_views;
+  Keepalive given_keep;
+  if (batches && memoizable)
+    for (PyObject* obj : given.objects) given_views.push_back(reader_.read(obj, "data", -1, false, given_keep, false));
+  Batches split;
   std::optional<DualCall> expanded;
+  auto renamed_batch = [&](auto&& body) {  // errors of the expanded call name the given group and batch
+    try {
+      body();
+    } catch (const Error& e) {
+      const std::string arg = e.argument();
+      const std::size_t open = arg.find('[');
+      const int x = e.group();
+      if (open == std::string::npos || x < 0 || x >= static_cast<int>(split.from.size())) throw;
+      const auto [g, i] = split.from[x];
+      const std::string what = e.what(), head = "fp4gemm: " + arg;
+      std::string message = what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
+      if (message.rfind(": ", 0) == 0) message = message.substr(2);
+      throw Error(arg.substr(0, open) + "[" + std::to_string(g) + "]", g, "(batch " + std::to_string(i) + ") " + message);
+    }
+  };
   if (batches) {
-    lists = expand_batches(given);
-    expanded.emplace(*this, lists[0], lists[1], lists[2], lists[3], lists[4], lists[5], lists[6]);
+    split = expand_batches(given);
+    const std::vector<nb::object>& l = split.lists;
+    renamed_batch([&] { expanded.emplace(*this, l[0], l[1], l[2], l[3], l[4], l[5], l[6]); });
   }
   DualCall& call = batches ? *expanded : given;
-  call.prepare(*this, options, nb::none(), nb::none());
+  renamed_batch([&] { call.prepare(*this, options, nb::none(), nb::none()); });
+  if (batches && memoizable && !views_are_batches(given, given_views, call, split)) memoizable = false;
   // Every run reads the scales as they are (rescale_each_run): a one-call API cannot see in-place
   // writes to the scale arrays, so the plan keeps no paired copy of them.
   const Options o = call.library_options(options, epilogue, swiglu_alpha, swiglu_limit, /*rescale_each_run=*/true);
   if (!call.pg.placement.cuda) {  // host arrays: the CPU reference, as DualGemm runs it
+    const std::vector<nb::object>& l = split.lists;
     if (batches)
-      DualGemmObject(lists[0], lists[1], lists[2], lists[3], lists[4], lists[5], lists[6], nb::none(), nb::none(), format,
-                     scale_layout, out_dtype, activation, swiglu_alpha, swiglu_limit, true)
+      DualGemmObject(l[0], l[1], l[2], l[3], l[4], l[5], l[6], nb::none(), nb::none(), format, scale_layout, out_dtype,
+                     activation, swiglu_alpha, swiglu_limit, true)
           .run(nb::none(), threads);
     else
       DualGemmObject(a, b1, b2, sfa, sfb1, sfb2, c, nb::none(), nb::none(), format, scale_layout, out_dtype, activation,
@@ -291,7 +375,7 @@ void Binding::dual_gemm(nb::handle a, nb::handle b1, nb::handle b2, nb::handle s
   const bool capturing = is_capturing(s);
   std::vector<std::uint64_t> key = call.pg.key;
   key.insert(key.end(), call.pu.key.begin(), call.pu.key.end());
-  key.insert(key.end(), extra.begin(), extra.end());
+  key.insert(key.end(), plan_words.begin(), plan_words.end());
   const std::uint64_t h = hash_words(key);
   PlanPtr plan;
   {
@@ -308,14 +392,8 @@ void Binding::dual_gemm(nb::handle a, nb::handle b1, nb::handle b2, nb::handle s
     plan = plans_.insert(std::move(key), h, std::move(built), /*may_evict=*/!capturing, evicted);
   }
   if (memoizable) {
-    if (!batches) {
-      remember(std::move(signature), sig_hash, call.objects, call.views, plan, call.pg.placement.device, capturing);
-    } else {  // the given arrays' states, read now
-      std::vector<TensorView> given_views;
-      Keepalive keep;
-      for (PyObject* o : given.objects) given_views.push_back(reader_.read(o, "data", -1, false, keep, false));
-      remember(std::move(signature), sig_hash, given.objects, given_views, plan, call.pg.placement.device, capturing);
-    }
+    if (batches) remember(std::move(signature), sig_hash, given.objects, given_views, plan, call.pg.placement.device, capturing);
+    else remember(std::move(signature), sig_hash, call.objects, call.views, plan, call.pg.placement.device, capturing);
   }
   run(plan, s, capturing);
 }

@@ -3,6 +3,8 @@
 #include "moe_layer.hpp"
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -527,6 +529,14 @@ namespace fp4gemm::python {
 
 using namespace nb::literals;
 
+namespace {
+
+// A layer option as the layer keeps it (float); values outside float's range (and NaN) as given:
+// converting them would be undefined, and the layer's checks refuse them by name.
+double layer_float(double v) { return std::fabs(v) <= static_cast<double>(FLT_MAX) ? static_cast<float>(v) : v; }
+
+}  // namespace
+
 nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle w13_scale, nb::handle w2,
                                    nb::handle w2_scale, nb::handle topk_weights, nb::handle topk_ids,
                                    nb::handle w13_alpha, nb::handle w13_alpha_up, nb::handle w2_alpha,
@@ -538,7 +548,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
   const nb::handle objs[kWeights] = {w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, w13_bias, w2_bias};
   // The layer keeps these as float: entries compare them as the layer will use them (1.702 from one
   // caller and the float 1.702f from another are the same plan).
-  for (double* v : {&a1_scale, &a2_scale, &swiglu_alpha, &swiglu_limit}) *v = static_cast<float>(*v);
+  for (double* v : {&a1_scale, &a2_scale, &swiglu_alpha, &swiglu_limit}) *v = layer_float(*v);
   // Option strings as the Python layer checks them (a wrong value is named when the plan is built).
   auto text = [](nb::handle h, const char* name, const char* expected, bool none_ok) {
     if (none_ok && h.is_none()) return std::string();
@@ -709,7 +719,7 @@ nb::object FusedExpertsCache::plan_layer(const nb::handle (&objs)[kWeights], nb:
 const MoeLayerObject* FusedExpertsCache::find_native(const NativeKey& key, nb::object& keep) const {
   for (const Entry& e : entries_) {
     // (call() keeps the options as the layer's floats)
-    if (e.topk != key.topk || e.a1 != static_cast<float>(key.a1) || e.a2 != static_cast<float>(key.a2) ||
+    if (e.topk != key.topk || e.a1 != layer_float(key.a1) || e.a2 != layer_float(key.a2) ||
         e.alpha != kOpSwigluAlpha ||
         e.limit != kOpSwigluLimit ||
         e.activation != key.activation || e.act_format != key.act_format || e.gate_up != key.gate_up ||

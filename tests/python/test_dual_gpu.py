@@ -79,6 +79,30 @@ def test_benchmark_shape_within_gpumode_rule_and_refilled_inputs():
         assert np.array_equal(c[:, :, 0].cpu().numpy().view(np.uint16), _host_glu(data, 0).view(np.uint16)), seed
 
 
+def test_batched_drop_in_memo_follows_the_tensors():
+    """GPU MODE's l > 1 form through the call memo: a repeated call is a memo hit (nothing read
+    again); a parent tensor re-pointed with set_() at other values is planned again and gives the
+    new result (the memo keys on the given tensors, whose states stand for their batch views)."""
+    import fp4gemm
+
+    data = list(gpumode.dual_generate_input(64, 256, 512, l=3, seed=8))
+    gpumode.dual_gemm_custom_kernel(tuple(data))
+    before = fp4gemm.plan_cache_info()["memo_hits"]
+    data[-1].fill_(float("nan"))
+    c = gpumode.dual_gemm_custom_kernel(tuple(data))
+    torch.cuda.synchronize()
+    assert fp4gemm.plan_cache_info()["memo_hits"] == before + 1
+    for i in range(3):
+        assert np.array_equal(c[:, :, i].cpu().numpy().view(np.uint16), _host_glu(data, i).view(np.uint16)), i
+    fresh = gpumode.dual_generate_input(64, 256, 512, l=3, seed=9)
+    data[0].set_(fresh[0].clone())  # a: new storage, new values
+    data[-1].fill_(float("nan"))
+    c = gpumode.dual_gemm_custom_kernel(tuple(data))
+    torch.cuda.synchronize()
+    for i in range(3):
+        assert np.array_equal(c[:, :, i].cpu().numpy().view(np.uint16), _host_glu(data, i).view(np.uint16)), i
+
+
 def test_mismatched_shapes_named():
     data = list(gpumode.dual_generate_input(64, 256, 512, l=1, seed=6))
     data[2] = data[2][:128]  # b2 with fewer rows than b1

@@ -173,3 +173,6 @@ def test_dual_gemm_batches_expand_gpumode_layout():
     with pytest.raises(fp4gemm.ArgumentError) as e:
         _C.dual_gemm(*args(sfb1=s1[..., :2]), "nvfp4", "linear", "float16", "silu", 1.702, 7.0, None, 0, True)
     assert e.value.argument == "sfb1[0]", e.value.argument
+    with pytest.raises(fp4gemm.ArgumentError) as e:  # no array at all: named, not a raw AttributeError
+        _C.dual_gemm(*args(sfa=[[0]]), "nvfp4", "linear", "float16", "silu", 1.702, 7.0, None, 0, True)
+    assert e.value.argument == "sfa[0]", e.value.argument
