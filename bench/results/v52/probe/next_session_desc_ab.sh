@@ -4,7 +4,7 @@
 # the k-loops' wgmma descriptors uniform). Builds the patched CLI on the GPU machine (16 cores, ~3 min), then
 # 3 interleaved rounds of the whole MoE suites (W4A4, W4A16), the seed and dense suites (the pointer-array kernels
 # take the same change) and one of the layer suite (general path), A = main's CLI
-# (.carry/build/tools/fp4gemm), B = patched, digests on; then bench/results/v52/probe/ab_compare.py on the folder.
+# (.carry/build/tools/fp4gemm), B = patched, digests on; then bench/results/v50/probe/ab_compare.py on the folder.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 R=$OUT/r; mkdir -p $R; t0=$SECONDS
@@ -24,5 +24,5 @@ for rnd in 1 2 3; do for side in A B; do
   [ $rnd = 1 ] && timeout 200 $bin bench --suite layer --act bf16 --decode-tokens 0 --settle-ms 100 --json $R/layer_bf16_$side$rnd.json > $R/layer_bf16_$side$rnd.txt 2>&1
   echo "round $rnd $side $((SECONDS - t0)) s"
 done; done
-python3 bench/results/v52/probe/ab_compare.py $R > $R/compare.txt 2>&1; tail -20 $R/compare.txt
+python3 bench/results/v50/probe/ab_compare.py $R > $R/compare.txt 2>&1; tail -20 $R/compare.txt
 tar czf $OUT/r.tgz -C $OUT r && rm -rf $R
