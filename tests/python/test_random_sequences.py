@@ -16,8 +16,9 @@ I 64..128, per-expert alphas or none, global scales) and objects built on them:
   duplicates, ids outside [0, E) -- -1, E, the dtype's extremes -- and all dropped), int32 /
   int64 ids, float32 / bf16 weights, NaN-poisoned ``out`` or none, pre-quantised tokens
   (``hidden_fp4``), a device-side ``token_count`` and runs stopped before the combine
-  (``expert_rows`` / ``row_of``, GPU); ``moe.fused_experts`` and ``moe.grouped_gemm`` one-call
-  paths; cache clears;
+  (``expert_rows`` / ``row_of``, GPU); ``moe.fused_experts``, ``moe.grouped_gemm`` and
+  ``fp4gemm.dual_gemm`` one-call paths (the dual GEMM on arrays of its own: new, again through the
+  call memo, refilled in place, up weights of the wrong size refused); cache clears;
   a refused call (too many tokens, wrong top-k) followed by a good one; describe() / repr() /
   every property.
 
@@ -170,6 +171,7 @@ class HostSequence:
         self.sets, self.objs, self.trace = [], [], []
         self.ids = itertools.count()
         self.executed = set()
+        self.dual = None  # the last fp4gemm.dual_gemm call's arrays (act_dual)
 
     # -- bookkeeping --
 
@@ -211,7 +213,7 @@ class HostSequence:
         a += [("new_weights", 3 if len(self.sets) < 2 else 1, self.act_new_weights)]
         if self.objs:
             a += [("describe", 1, self.act_describe), ("drop_object", 1, self.act_drop_object)]
-        a += [("clear_caches", 1, self.act_clear_caches)]
+        a += [("clear_caches", 1, self.act_clear_caches), ("dual_gemm", 1, self.act_dual)]
         return a
 
     def run(self, steps=None, script=None):
@@ -249,6 +251,7 @@ class HostSequence:
             (self.run_layer if o.kind == "layer" else self.run_gemm)(o)
         self.objs.clear()
         self.sets.clear()
+        self.dual = None
         moe.clear_layer_cache()
         gc.collect()
 
@@ -612,6 +615,63 @@ class HostSequence:
     def after_grouped(self, got):
         pass
 
+    def act_dual(self):
+        """fp4gemm.dual_gemm (the one-call dual GEMM) on arrays of its own: new arrays (1-2 groups,
+        NVFP4 or MXFP4, silu or swigluoai), the last call's arrays and outputs again (the call memo),
+        or some of them refilled in place first (read at every run); each checked bit for bit
+        against a host DualGemm of the arrays' current values (GPU MODE values: exact sums). Or up
+        weights of the wrong row count: refused, naming them."""
+        mode = self.d.choice(["new", "again", "refill", "bad"]) if self.dual is not None else "new"
+        if mode == "new":
+            fmt, act = self.d.choice(["nvfp4", "mxfp4"]), self.d.choice(["silu", "swigluoai"])
+            vec = 16 if fmt == "nvfp4" else 32
+            host = []
+            for _ in range(self.d.integer(1, 2)):
+                m, n, k = self.d.integer(1, 40), 8 * self.d.integer(1, 6), 64 * self.d.integer(1, 4)
+                host.append([S.rand_fp4(self.rng, (r, k // 2), "gpumode") for r in (m, n, n)] +
+                            [S.rand_scales(self.rng, (r, k // vec), fmt, "gpumode") for r in (m, n, n)])
+            self.dual = dict(fmt=fmt, act=act, host=host, dev=[[self.dev(x) for x in g] for g in host],
+                             out=[self.poisoned((g[0].shape[0], g[1].shape[0]), "float16") for g in host])
+        du = self.dual
+        dev = du["dev"]
+        lists = [[g[i] for g in dev] for i in range(6)]  # a, b1, b2, sfa, sfb1, sfb2: the same objects as before
+        self.log(f"dual_gemm {mode}: {len(dev)} groups, {du['fmt']}, {du['act']}")
+        if mode == "bad":
+            g = self.d.integer(0, len(dev) - 1)
+            short = du["host"][g]
+            lists[2] = list(lists[2])
+            lists[2][g] = self.dev(short[2][: short[2].shape[0] - 8])
+            lists[5] = list(lists[5])
+            lists[5][g] = self.dev(short[5][: short[5].shape[0] - 8])
+            with pytest.raises(fp4gemm.ArgumentError) as info:
+                fp4gemm.dual_gemm(*lists, du["out"], format=du["fmt"], activation=du["act"])
+            assert info.value.argument in (f"b2[{g}]", f"sfb2[{g}]"), (info.value.argument, str(info.value))
+            self.call()
+            return
+        if mode == "refill":  # new values in place: the activations and the gate scales of one group
+            g = self.d.integer(0, len(dev) - 1)
+            h = du["host"][g]
+            for i in (0, 4):
+                new = (S.rand_fp4(self.rng, h[i].shape, "gpumode") if i == 0 else
+                       S.rand_scales(self.rng, h[i].shape, du["fmt"], "gpumode"))
+                if self.gpu:
+                    self.write(dev[g][i], slice(None), new)
+                h[i][...] = new  # (host: the same array)
+        for o in du["out"]:
+            self.write(o, slice(None), np.full(tuple(o.shape), np.nan, np.float16))
+        hits = fp4gemm.plan_cache_info()["memo_hits"]
+        got = fp4gemm.dual_gemm(*lists, du["out"], format=du["fmt"], activation=du["act"])
+        self.call()
+        assert got is du["out"]
+        if self.gpu and mode in ("again", "refill"):  # the same tensor objects in the same state: the memo
+            assert fp4gemm.plan_cache_info()["memo_hits"] == hits + 1, "a repeated dual_gemm call missed the memo"
+        for g, h in enumerate(du["host"]):
+            want = np.full((h[0].shape[0], h[1].shape[0]), np.nan, np.float16)
+            fp4gemm.DualGemm([h[0]], [h[1]], [h[2]], [h[3]], [h[4]], [h[5]], [want], format=du["fmt"],
+                             activation=du["act"]).run()
+            assert np.array_equal(self.host(got[g]).view(np.uint16), want.view(np.uint16)), (mode, g)
+            self.checked()
+
     def host(self, a):
         return a
 
@@ -731,7 +791,7 @@ def test_host_random_sequences():
 HOST_TOUR = ["new_weights", "build_layer", "run_layer", "build_gemm", "run_gemm", "build_gemm", "update_alpha",
              "update_in_place", "run_layer", "fused_experts", "grouped_gemm", "bad_call", "describe",
              "new_weights", "build_layer", "detach_weights", "run_layer", "drop_object", "clear_caches",
-             "fused_experts", "update_in_place", "run_gemm"]
+             "fused_experts", "update_in_place", "run_gemm", "dual_gemm", "dual_gemm", "dual_gemm"]
 
 
 def _tour(cls, tier, script, seeds=12):
@@ -1299,7 +1359,7 @@ GPU_TOUR = ["quantize_on_gpu_then_plan", "run_layer", "graph", "threads", "new_w
             "build_gemm", "run_gemm", "bad_routing", "build_gemm", "update_alpha", "update_in_place", "run_layer",
             "fused_experts", "graph", "grouped_gemm", "bad_call", "describe", "synchronize_and_check",
             "recycle_memory", "quantize_on_gpu_then_plan", "detach_weights", "drop_object", "threads",
-            "clear_caches", "update_in_place", "graph"]
+            "clear_caches", "update_in_place", "graph", "dual_gemm", "dual_gemm", "dual_gemm"]
 
 
 @pytest.mark.gpu
