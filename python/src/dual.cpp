@@ -1,9 +1,9 @@
 // fp4gemm.DualGemm (see dual.hpp).
 #include "dual.hpp"
 
-#include <cmath>
-#include <cstring>
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <optional>
 #include <utility>
 
@@ -16,25 +16,25 @@ namespace fp4gemm::python {
 
 namespace {
 
-std::uint64_t float_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
 // Errors of the grouped GEMM's checks, renamed for a dual GEMM: the grouped GEMM's "b[g]" /
 // "sfb[g]" / "alpha" become b1 / sfb1 / alpha (gate) or b2 / sfb2 / alpha_up (up).
 // (The up product is read after the gate one passed: a mismatch with c there is b2's.)
+// An Error's message without what the library puts in front of it ("fp4gemm: <argument> (group
+// g): "), for an Error that names another argument or group.
+std::string bare_message(const Error& e) {
+  const std::string what = e.what(), head = "fp4gemm: " + e.argument();
+  std::string message = what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
+  if (message.rfind(" (group ", 0) == 0) message = message.substr(message.find(')') + 1);
+  if (message.rfind(": ", 0) == 0) message = message.substr(2);
+  return message;
+}
+
 template <class F>
 auto renamed(const char* b_name, const char* sfb_name, const char* alpha_name, F&& body) {
   try {
     return body();
   } catch (const Error& e) {
-    std::string arg = e.argument();
-    const std::string what = e.what(), head = "fp4gemm: " + arg;
-    std::string message = what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
-    if (message.rfind(" (group ", 0) == 0) message = message.substr(message.find(')') + 1);
-    if (message.rfind(": ", 0) == 0) message = message.substr(2);
+    std::string arg = e.argument(), message = bare_message(e);
     if (arg.rfind("b[", 0) == 0) arg = b_name + arg.substr(1);
     else if (arg.rfind("sfb[", 0) == 0) arg = sfb_name + arg.substr(3);
     else if (arg == "alpha") arg = alpha_name;
@@ -276,22 +276,17 @@ Batches expand_batches(const DualCall& given) {
 // stand for the views by the given arrays' states.
 bool views_are_batches(const DualCall& given, const std::vector<TensorView>& parents, const DualCall& call,
                        const Batches& b) {
+  // list k (kDualLists order) of group g among a call's views: the gate's five per group, then (b2, sfb2) per group
+  static constexpr int kGate[7] = {0, 1, -1, 2, 3, -1, 4};
+  auto at = [](const std::vector<TensorView>& v, int groups, int g, int k) -> const TensorView& {
+    return kGate[k] >= 0 ? v[static_cast<std::size_t>(g) * kPerGroup + kGate[k]]
+                         : v[static_cast<std::size_t>(groups) * kPerGroup + 2 * g + (k == 2 ? 0 : 1)];
+  };
   const int G = given.gate.groups, X = call.gate.groups;
-  auto parent_of = [&](int e, int k) -> const TensorView& {  // k: 0..6 in kDualLists order
-    const int g = b.from[e].first;
-    static constexpr int kGate[7] = {0, 1, -1, 2, 3, -1, 4};
-    return kGate[k] >= 0 ? parents[static_cast<std::size_t>(g) * kPerGroup + kGate[k]]
-                         : parents[static_cast<std::size_t>(G) * kPerGroup + 2 * g + (k == 2 ? 0 : 1)];
-  };
-  auto view_of = [&](int e, int k) -> const TensorView& {
-    static constexpr int kGate[7] = {0, 1, -1, 2, 3, -1, 4};
-    return kGate[k] >= 0 ? call.views[static_cast<std::size_t>(e) * kPerGroup + kGate[k]]
-                         : call.views[static_cast<std::size_t>(X) * kPerGroup + 2 * e + (k == 2 ? 0 : 1)];
-  };
   for (int e = 0; e < X; ++e) {
+    const auto [g, i] = b.from[e];
     for (int k = 0; k < 7; ++k) {
-      const TensorView &p = parent_of(e, k), &v = view_of(e, k);
-      const long long i = b.from[e].second;
+      const TensorView &p = at(parents, G, g, k), &v = at(call.views, X, e, k);
       const bool whole = p.ndim == v.ndim;  // (l = 1: the given array itself)
       if (whole ? !same_view(p, v)
                 : (v.ndim != p.ndim - 1 || v.dtype != p.dtype || v.itemsize != p.itemsize ||
@@ -342,10 +337,8 @@ void Binding::dual_gemm(nb::handle a, nb::handle b1, nb::handle b2, nb::handle s
       const int x = e.group();
       if (open == std::string::npos || x < 0 || x >= static_cast<int>(split.from.size())) throw;
       const auto [g, i] = split.from[x];
-      const std::string what = e.what(), head = "fp4gemm: " + arg;
-      std::string message = what.rfind(head, 0) == 0 ? what.substr(head.size()) : what;
-      if (message.rfind(": ", 0) == 0) message = message.substr(2);
-      throw Error(arg.substr(0, open) + "[" + std::to_string(g) + "]", g, "(batch " + std::to_string(i) + ") " + message);
+      throw Error(arg.substr(0, open) + "[" + std::to_string(g) + "]", g,
+                  "(batch " + std::to_string(i) + ") " + bare_message(e));
     }
   };
   if (batches) {
@@ -360,15 +353,13 @@ void Binding::dual_gemm(nb::handle a, nb::handle b1, nb::handle b2, nb::handle s
   // writes to the scale arrays, so the plan keeps no paired copy of them.
   const Options o = call.library_options(options, epilogue, swiglu_alpha, swiglu_limit, /*rescale_each_run=*/true);
   if (!call.pg.placement.cuda) {  // host arrays: the CPU reference, as DualGemm runs it
-    const std::vector<nb::object>& l = split.lists;
-    if (batches)
-      DualGemmObject(l[0], l[1], l[2], l[3], l[4], l[5], l[6], nb::none(), nb::none(), format, scale_layout, out_dtype,
-                     activation, swiglu_alpha, swiglu_limit, true)
-          .run(nb::none(), threads);
-    else
-      DualGemmObject(a, b1, b2, sfa, sfb1, sfb2, c, nb::none(), nb::none(), format, scale_layout, out_dtype, activation,
-                     swiglu_alpha, swiglu_limit, true)
-          .run(nb::none(), threads);
+    const std::array<nb::handle, 7> in = batches ? std::array<nb::handle, 7>{split.lists[0], split.lists[1], split.lists[2],
+                                                                             split.lists[3], split.lists[4], split.lists[5],
+                                                                             split.lists[6]}
+                                                 : std::array<nb::handle, 7>{a, b1, b2, sfa, sfb1, sfb2, c};
+    DualGemmObject(in[0], in[1], in[2], in[3], in[4], in[5], in[6], nb::none(), nb::none(), format, scale_layout, out_dtype,
+                   activation, swiglu_alpha, swiglu_limit, true)
+        .run(nb::none(), threads);
     return;
   }
   const cudaStream_t s = resolve_stream(stream, call.pg.framework, call.pg.placement.device);

@@ -1,7 +1,6 @@
 // grouped_gemm for Python: memoised fast path, plan cache, host reference path, bound plans.
 #include "grouped.hpp"
 
-#include <cstring>
 #include <span>
 #include <string_view>
 
@@ -162,12 +161,6 @@ Options library_options(const Prepared& p) {
   o.backend = p.options.backend;
   o.device = p.placement.device;
   return o;
-}
-
-std::uint64_t float_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
 }
 
 // prepare() on arrays already read (defined with the Binding below).

@@ -18,12 +18,6 @@ namespace fp4gemm::python {
 
 namespace {
 
-std::uint64_t float_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
 std::string dims(std::initializer_list<std::int64_t> v) {
   std::string s = "[";
   bool first = true;

@@ -2,6 +2,7 @@
 #include "plan_cache.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 
 namespace fp4gemm::python {
@@ -15,6 +16,12 @@ std::uint64_t hash_words(const std::vector<std::uint64_t>& words) {
     h ^= h >> 31;
   }
   return h;
+}
+
+std::uint64_t float_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
 }
 
 // ---- PlanCacheOf ----------------------------------------------------------------------------------

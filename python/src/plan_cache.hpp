@@ -39,6 +39,8 @@ struct CacheStats {
 
 // Hash of a word sequence (splitmix64 steps).
 std::uint64_t hash_words(const std::vector<std::uint64_t>& words);
+// A float's bit pattern as a key word (keys compare bits: -0 and +0 differ, NaN matches itself).
+std::uint64_t float_bits(float f);
 
 // A plan type with device_bytes(): fp4gemm::Plan (grouped GEMM) or fp4gemm::MoeGemm.
 template <class P>
