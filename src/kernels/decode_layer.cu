@@ -192,14 +192,38 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
     const int row = b * 16 + lane % 16;
     for (int t = lane / 16; t < T; t += 2) {
       float acc = 0.0f;
-      for (int j = 0; j < k; ++j) {
-        const int pair = t * k + j;
-        if (r.id[pair] < 0) continue;
-        const float yv = __bfloat162float(__ldcg(a.y_rows + std::int64_t{pair} * H + row)) +
-                         bias_at(a.bias2, a.bias_f32, std::int64_t{r.id[pair]} * H + row);
-        const float wt = a.weights_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.weights)[pair])
-                                        : static_cast<const float*>(a.weights)[pair];
-        acc = fmaf(wt, yv, acc);
+      // 8 pairs at a time: their loads first, straight-line (an unrouted or missing pair reads a
+      // valid row and is masked), then the fmas in j order -- one L2 round trip per 8 pairs
+      // instead of one per pair, the same sum
+      for (int j0 = 0; j0 < k; j0 += 8) {
+        int id[8], pair[8];
+        float yv[8], wt[8], bv[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          pair[q] = t * k + min(j0 + q, k - 1);
+          id[q] = j0 + q < k ? r.id[pair[q]] : -1;
+          yv[q] = __bfloat162float(__ldcg(a.y_rows + std::int64_t{pair[q]} * H + row));
+        }
+        if (a.weights_bf16) {
+#pragma unroll
+          for (int q = 0; q < 8; ++q) wt[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.weights)[pair[q]]);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 8; ++q) wt[q] = static_cast<const float*>(a.weights)[pair[q]];
+        }
+#pragma unroll
+        for (int q = 0; q < 8; ++q) bv[q] = -0.0f;  // (x + -0 is x: no bias)
+        if (a.bias2 != nullptr && a.bias_f32) {
+#pragma unroll
+          for (int q = 0; q < 8; ++q) bv[q] = static_cast<const float*>(a.bias2)[std::int64_t{max(id[q], 0)} * H + row];
+        } else if (a.bias2 != nullptr) {
+#pragma unroll
+          for (int q = 0; q < 8; ++q)
+            bv[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias2)[std::int64_t{max(id[q], 0)} * H + row]);
+        }
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+          if (id[q] >= 0) acc = fmaf(wt[q], yv[q] + bv[q], acc);
       }
       a.out[t * a.ldo + row] = __float2bfloat16_rn(acc);
     }

@@ -9,6 +9,7 @@ backend)."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 
@@ -36,6 +37,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and _GPU_SKIP:
             item.add_marker(pytest.mark.skip(reason=_GPU_SKIP))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # Collect reference cycles (e.g. a test frame <-> the pytest.raises ExceptionInfo holding its traceback)
+    # before the interpreter exits, so nanobind's leak check at exit reports only what reference counting leaks.
+    gc.collect()
 
 
 def pytest_terminal_summary(terminalreporter):
