@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# For the next session (one H200, ~2 min): branch exp/decode-warps -- the decode kernels instantiated for 16 warps x
+# a 3-deep register ring (main's), 20 x 3 and 24 x 2 (96 / 80 registers, no stack), picked at plan time by
+# FP4GEMM_DECODE_WARPS. v53's ncu found the 16-warp kernels issue-bound with ~1 eligible warp per scheduler: more
+# warps at the same bytes in flight should raise the issue rate. Binaries: .carry/v53w (built on the CPU machine from
+# the branch: ninja tools/fp4gemm tests/fp4gemm_gpu_tests, strip --strip-debug) and main's CLI in .carry/build.
+# Carry .carry/v53w and .carry/build.
+set -uo pipefail
+cd "$(dirname "$0")/../../../.."
+R=$OUT/r; mkdir -p $R; t0=$SECONDS
+snap() { tar czf $OUT/r.tgz -C $OUT r; echo "[$((SECONDS - t0)) s] $1"; }
+T=.carry/v53w/gpu_tests_W; W=.carry/v53w/fp4gemm_W; A=.carry/build/tools/fp4gemm
+F='MoeLayerDecode*:MoeLayerBiases*:MoeLayerGraph*'
+for w in 20 24; do
+  FP4GEMM_DECODE_WARPS=$w timeout 100 $T --gtest_filter="$F" > $R/gtest_w$w.log 2>&1; echo "gtest w$w rc=$?" | tee -a $R/rc.txt
+  FP4GEMM_DECODE_WARPS=$w timeout 90 compute-sanitizer --tool memcheck $T --gtest_filter='MoeLayerDecode.EveryTokenCount*' > $R/memcheck_w$w.log 2>&1
+  echo "memcheck w$w rc=$?" | tee -a $R/rc.txt
+done; snap tests
+export FP4GEMM_DIGEST=1
+for rnd in 1 2 3; do for side in A W16 W20 W24; do
+  bin=$W; [ $side = A ] && bin=$A
+  for act in bf16 nvfp4; do
+    FP4GEMM_DECODE_WARPS=${side#W} timeout 100 $bin bench --suite layer --act $act --cases 1,8,9,15,16,22 --settle-ms 100 \
+      --json $R/layer_${act}_$side$rnd.json > $R/layer_${act}_$side$rnd.txt 2>&1
+  done
+  snap "round $rnd $side"
+done; done
