@@ -25,3 +25,11 @@ for rnd in 1 2 3; do for side in A W16 W20 W24; do
   done
   snap "round $rnd $side"
 done; done
+# Stall reasons of both decode kernels at each warp count (gpt-oss W4A16 T 1, case 15): v53's ncu sections had no
+# per-reason breakdown.
+for w in 16 20 24; do
+  FP4GEMM_DECODE_WARPS=$w timeout 100 ncu --clock-control none --kernel-name regex:decode_ --launch-skip 4 --launch-count 2 \
+    --section SpeedOfLight --section Occupancy \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active' \
+    $W bench --suite layer --act bf16 --cases 15 --iters 3 --warmup 1 --settle-ms 0 > $R/ncu_w$w.txt 2>&1
+done; snap ncu
