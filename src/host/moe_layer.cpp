@@ -176,7 +176,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // kDecodeTokensAuto: the measured crossover (MoeLayerOptions::decode_tokens).
   const bool small_experts = 3ll * H * I / 2 <= (4ll << 20);  // FP4 bytes of one expert's w13 and w2
   int auto_tokens = std::min(w4a4 ? 4 : small_experts ? 8 : 6, std::max(3, E / (2 * o.topk)));
-  // Wide hidden sizes: the general path wins sooner (bench/decode_crossover.py, PERF.md v52: Mixtral's
+  // Wide hidden sizes: the general path wins sooner (measured with bench/decode_crossover.py on an H200: Mixtral's
   // H 4096 decode path ahead to T 2 W4A16 / T 1 W4A4, DeepSeek-V3's H 7168 to T 1 / not at all).
   if (H > 4096) auto_tokens = std::min(auto_tokens, w4a4 ? 0 : 1);
   else if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 1 : 2);

@@ -327,7 +327,7 @@ TEST_P(DualGemmReference, RandomCasesMatchTheHostReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Seeds, DualGemmReference, ::testing::Range(0, 24));
 
-// Split tiles whose epilogue the owner and the writer share (v20) give the bits of the owner
+// Split tiles whose epilogue the owner and the writer share give the bits of the owner
 // finishing them alone (the sum o + w either way), on GPU MODE and full-range data, both
 // activations, every output type; the plans must actually share (their description counts the
 // tiles). The shared run is checked against the reference; the owner-only run must equal it.

@@ -127,7 +127,7 @@ TEST(GluDevice, FastDivisionIsTheIeeeQuotientWhereItSaysSo) {
 
 // GPU MODE's dual data (values {0, +-0.5, +-1, +-1.5}, scales {1, 2}) gives gates that are exact
 // multiples of 1/4 with a spread of hundreds: every one of them, the divisors above 2^60 included
-// (silu gates in about (-88.7, -45), which v28 sent to the slow division -- ~10 % of the
+// (silu gates in about (-88.7, -45), which an earlier version sent to the slow division -- ~10 % of the
 // activations, so nearly every warp of the drain took it), must take the fast path -- with the
 // IEEE quotient's bits.
 TEST(GluDevice, FastDivisionTakesEveryGpuModeGate) {

@@ -389,7 +389,7 @@ TEST(MoeGluShapes, StreamKSplitTiles) {
   expect_layouts_both_activations(c, 501, [](GluCase& w) { w.k = 4096, w.gather = true; });
 }
 
-// GLU plans whose 16- / 32-token classes have full rounds and a partial last one (v31: the last
+// GLU plans whose 16- / 32-token classes have full rounds and a partial last one (the last
 // round split by stream-K, moe_sk_tiles): 150 experts with ~10 rows each, one 256-row block (I 128),
 // K of 16 and 32 k-blocks; every gate/up layout and both activations.
 TEST(MoeGluShapes, SplitLastRound) {

@@ -406,7 +406,7 @@ TEST(MoeStreamK, DecodeSharesMatchTheReference) {
       });
 }
 
-// v31: a 16- or 32-token class with full rounds of whole tiles and a partial last round splits
+// A 16- or 32-token class with full rounds of whole tiles and a partial last round splits
 // that round by stream-K (moe_sk_tiles, where it saves enough): split pieces and whole tiles in one
 // CTA's list, one or two classes, every activation kind and layout. The routings from counts put
 // every expert in the 16-token class with one row block each (256-row tiles), so the class has

@@ -645,7 +645,7 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 2, 64, 256, 128, 3},   // Mixtral-like: 3
                        Want{Format::nvfp4, MoeActivation::fp4, 8, 4, 64, 256, 128, 3},
                        Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 5, 256, 128, 5},  // max_tokens
-                       // wide hidden sizes (v52's crossover: Mixtral H 4096, DeepSeek-V3 H 7168)
+                       // wide hidden sizes (the measured crossover: Mixtral H 4096, DeepSeek-V3 H 7168)
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 1, 64, 4096, 256, 2},
                        Want{Format::nvfp4, MoeActivation::fp4, 8, 1, 64, 4096, 256, 1},
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 1, 64, 7168, 256, 1},

@@ -89,7 +89,7 @@ TEST(GluActivation, ExpWithinTwoUlpsAndSpecialValues) {
   EXPECT_NEAR(glu_exp(-100.0f), std::exp(-100.0), 2e-45);
 }
 
-// v28: the GLU divisor 1 + exp(x) by one exponent add instead of glu_exp's two power-of-two
+// The GLU divisor 1 + exp(x) by one exponent add instead of glu_exp's two power-of-two
 // multiplies must give 1.0f + glu_exp(x)'s bits for every x (checked exhaustively over all 2^32
 // patterns while it was written; here every 8191st pattern -- every exponent and sign -- plus every
 // pattern of [-90, -85] and [86, 89], where the clamps and the exponent field's ends are).
@@ -120,7 +120,7 @@ TEST(GluActivation, OnePlusExpIsOnePlusGluExpBitForBit) {
   EXPECT_TRUE(std::isnan(detail::glu_one_plus_exp(std::nanf(""))));
 }
 
-// v18's exp with early returns and the literal IEEE division: v19's branch-free glu_exp and
+// The first exp (early returns) and the literal IEEE division: the branch-free glu_exp and
 // glu_div (an infinite divisor as g * 0) must give the same bits for every input.
 float v18_exp(float x) {
   if (x != x) return x;

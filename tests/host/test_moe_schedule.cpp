@@ -121,9 +121,9 @@ TEST(MoeScheduleArithmetic, StreamKSharesCoverEveryUnitOnce) {
 
 double run_makespan_kblocks(const MoeClassLoad& l, int n, int kblocks, int gain = kMoeSplitMinGain);  // (below)
 
-// v31: a class with full rounds and a partial last one splits only that round. moe_sk_tiles is all
+// A class with full rounds and a partial last one splits only that round. moe_sk_tiles is all
 // of a class's tiles where moe_sk_eligible, else count % n from one full round on where that saves
-// >= the class's gain (moe_split_min_gain: 16 for the 16-token class since v36, 12 for the 32-token
+// >= the class's gain (moe_split_min_gain: 16 for the 16-token class, 12 for the 32-token
 // one; both tried) k-blocks per CTA (so the run's makespan is within that of the search's
 // divisible model), else none; the whole tiles (the bucket's first count - sk, interleaved) and the
 // stream-K shares of the last sk tiles cover every (tile, k-block) exactly once, each CTA's share
@@ -227,7 +227,7 @@ TEST(MoeScheduleArithmetic, CtaSlotsPartitionTheBucket) {
 }
 
 
-// ---- CTAs per width class (moe_class_ctas, v30) ----------------------------------------------
+// ---- CTAs per width class (moe_class_ctas) ----------------------------------------------------
 
 // The search's model of class l on n CTAs: whole tiles in ceil(t / n) rounds; a splittable class
 // with at most 3/4 of a tile per CTA (moe_sk_eligible), or a divisible one from one full round on,
@@ -355,7 +355,7 @@ TEST(MoeClassCtas, MatchesTheExhaustiveOptimum) {
 }
 
 // The layer shapes of the bench suite at 132 CTAs, with routings drawn as `fp4gemm layer` draws
-// them: never a larger makespan than the v16-v29 proportional rule, evaluated here as it ran.
+// them: never a larger makespan than the earlier proportional rule, evaluated here as it ran.
 std::vector<int> proportional_ctas(const std::vector<MoeClassLoad>& l, int num_ctas) {
   const int k = static_cast<int>(l.size());
   std::vector<float> cost(k);

@@ -223,17 +223,17 @@ TEST(Schedule, SeedCasesBalanced) {
     }
   }
   // Seed case 3 (72 tiles of 64 k-blocks on 132 CTAs, every tile split): with the hand-offs in
-  // the packing, the estimate is well below the midpoints' (measured: 36.0 -> 33.2 us, PERF.md v11).
+  // the packing, the estimate is well below the midpoints' (measured on an H200: 36.0 -> 33.2 us).
   const std::vector<ScheduleShape> case3 = seed_case(3);
   EXPECT_LT(build_schedule(case3, 132, stream_k).est_makespan, 0.95 * build_schedule(case3, 132, midpoint).est_makespan);
   // Every CTA gets work there: the smallest budget found by bisection left 4 of the 160-token
-  // bucket's 84 CTAs empty (v13), a lower budget fits all 84 (docs/PERF.md v14).
+  // bucket's 84 CTAs empty, a lower budget fits all 84.
   for (const Schedule& s : {build_schedule(case3, 132, stream_k), build_schedule(case3, 132)})
     for (int c = 0; c < s.num_ctas; ++c) EXPECT_LT(s.cta_begin[c], s.cta_begin[c + 1]) << "case 3, CTA " << c;
 }
 
 // Stream-K or whole tiles: the plan keeps the schedule with the smaller estimated makespan
-// (hand-offs charged). On the shapes measured in docs/PERF.md v10-v11 that is the faster one:
+// (hand-offs charged). On the shapes measured on an H200 that is the faster one:
 // stream-K for seed cases 1-3 and 256 tokens (T 192: 21.2 us vs 29.7 whole at 256), whole tiles
 // for seed case 4 (128 x 128 tiles), dense 2048^2 x 512 and 1024 tokens.
 TEST(Schedule, SplitOrWholeTiles) {
