@@ -10,6 +10,9 @@ cd "$(dirname "$0")/../../../.."
 R=$OUT/r; mkdir -p $R; t0=$SECONDS
 snap() { tar czf $OUT/r.tgz -C $OUT r; echo "[$((SECONDS - t0)) s] $1"; }
 T=.carry/v53w/gpu_tests_W; W=.carry/v53w/fp4gemm_W; A=.carry/build/tools/fp4gemm
+# bench/micro/mma_exactness.cu (seconds): bf16 mma.sync on subnormal raw e2m1 inputs; e2m1 through mma.sync e4m3
+nvcc -std=c++17 -O2 -arch=sm_90a bench/micro/mma_exactness.cu -o /tmp/mma_exactness > $R/mma_exactness.txt 2>&1 &&
+  timeout 60 /tmp/mma_exactness 4096 >> $R/mma_exactness.txt 2>&1; echo "mma_exactness rc=$?" | tee -a $R/rc.txt
 F='MoeLayerDecode*:MoeLayerBiases*:MoeLayerGraph*'
 for w in 20 24; do
   FP4GEMM_DECODE_WARPS=$w timeout 100 $T --gtest_filter="$F" > $R/gtest_w$w.log 2>&1; echo "gtest w$w rc=$?" | tee -a $R/rc.txt
