@@ -20,10 +20,14 @@ for w in 20 24; do
   echo "memcheck w$w rc=$?" | tee -a $R/rc.txt
 done; snap tests
 export FP4GEMM_DIGEST=1
-for rnd in 1 2 3; do for side in A W16 W20 W24; do
-  bin=$W; [ $side = A ] && bin=$A
+# N9 / N9W24: .carry/v53w/fp4gemm_9op (branch exp/decode-9op-timing built with -DFP4GEMM_TIMING_ONLY_9OP: the
+# 9-instruction decode on unpacked bytes -- WRONG RESULTS, digests differ; timing only: 121 instead of 153
+# instructions per chunk body) at 16 and 24 warps.
+for rnd in 1 2; do for side in A W16 W20 W24 N9 N9W24; do
+  bin=$W; [ $side = A ] && bin=$A; case $side in N9*) bin=.carry/v53w/fp4gemm_9op;; esac
+  warps=${side#W}; [ $side = N9 ] && warps=16; [ $side = N9W24 ] && warps=24
   for act in bf16 nvfp4; do
-    FP4GEMM_DECODE_WARPS=${side#W} timeout 100 $bin bench --suite layer --act $act --cases 1,8,9,15,16,22 --settle-ms 100 \
+    FP4GEMM_DECODE_WARPS=$warps timeout 100 $bin bench --suite layer --act $act --cases 8,9,15,16,22 --settle-ms 100 \
       --json $R/layer_${act}_$side$rnd.json > $R/layer_${act}_$side$rnd.txt 2>&1
   done
   snap "round $rnd $side"
