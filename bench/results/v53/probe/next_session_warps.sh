@@ -3,13 +3,13 @@
 # a 3-deep register ring (main's), 20 x 3 and 24 x 2 (96 / 80 registers, no stack), picked at plan time by
 # FP4GEMM_DECODE_WARPS. v53's ncu found the 16-warp kernels issue-bound with ~1 eligible warp per scheduler: more
 # warps at the same bytes in flight should raise the issue rate. Binaries: .carry/v53w (built on the CPU machine from
-# the branch: ninja tools/fp4gemm tests/fp4gemm_gpu_tests, strip --strip-debug) and main's CLI in .carry/build.
-# Carry .carry/v53w and .carry/build.
+# the branch: ninja tools/fp4gemm tests/fp4gemm_gpu_tests, strip --strip-debug).
+# Carry .carry/v53w only (main's CLI is .carry/v53w/fp4gemm_A, main 4af6178: 59 MB with the tree).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 R=$OUT/r; mkdir -p $R; t0=$SECONDS
 snap() { tar czf $OUT/r.tgz -C $OUT r; echo "[$((SECONDS - t0)) s] $1"; }
-T=.carry/v53w/gpu_tests_W; W=.carry/v53w/fp4gemm_W; A=.carry/build/tools/fp4gemm
+T=.carry/v53w/gpu_tests_W; W=.carry/v53w/fp4gemm_W; A=.carry/v53w/fp4gemm_A
 # bench/micro/mma_exactness.cu (seconds): bf16 mma.sync on subnormal raw e2m1 inputs; e2m1 through mma.sync e4m3
 nvcc -std=c++17 -O2 -arch=sm_90a bench/micro/mma_exactness.cu -o /tmp/mma_exactness > $R/mma_exactness.txt 2>&1 &&
   timeout 60 /tmp/mma_exactness 4096 >> $R/mma_exactness.txt 2>&1; echo "mma_exactness rc=$?" | tee -a $R/rc.txt
