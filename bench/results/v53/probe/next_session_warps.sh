@@ -3,13 +3,17 @@
 # a 3-deep register ring (main's), 20 x 3 and 24 x 2 (96 / 80 registers, no stack), picked at plan time by
 # FP4GEMM_DECODE_WARPS. v53's ncu found the 16-warp kernels issue-bound with ~1 eligible warp per scheduler: more
 # warps at the same bytes in flight should raise the issue rate. Binaries: .carry/v53w (built on the CPU machine from
-# the branch: ninja tools/fp4gemm tests/fp4gemm_gpu_tests, strip --strip-debug) and main's CLI in .carry/build.
-# Carry .carry/v53w and .carry/build.
+# the branch: ninja tools/fp4gemm tests/fp4gemm_gpu_tests, strip --strip-debug).
+# The branch also runs the NVFP4 (W4A4) decode in f16 as the general path does (e2m1_quad_f16_raw, one multiply
+# per pair by scale * 2^7, f16 mma, partials * 2^7): about 40 fewer instructions per chunk than main's bf16 double
+# multiply -- so W16 against A on the nvfp4 cells measures that change (digests may differ: the mma's k slots
+# hold other elements), on the bf16 cells nothing (W16 = main's MXFP4 kernels).
+# Carry .carry/v53w only (main's CLI is .carry/v53w/fp4gemm_A, main 4af6178: 59 MB with the tree).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 R=$OUT/r; mkdir -p $R; t0=$SECONDS
 snap() { tar czf $OUT/r.tgz -C $OUT r; echo "[$((SECONDS - t0)) s] $1"; }
-T=.carry/v53w/gpu_tests_W; W=.carry/v53w/fp4gemm_W; A=.carry/build/tools/fp4gemm
+T=.carry/v53w/gpu_tests_W; W=.carry/v53w/fp4gemm_W; A=.carry/v53w/fp4gemm_A
 # bench/micro/mma_exactness.cu (seconds): bf16 mma.sync on subnormal raw e2m1 inputs; e2m1 through mma.sync e4m3
 nvcc -std=c++17 -O2 -arch=sm_90a bench/micro/mma_exactness.cu -o /tmp/mma_exactness > $R/mma_exactness.txt 2>&1 &&
   timeout 60 /tmp/mma_exactness 4096 >> $R/mma_exactness.txt 2>&1; echo "mma_exactness rc=$?" | tee -a $R/rc.txt
@@ -20,10 +24,14 @@ for w in 20 24; do
   echo "memcheck w$w rc=$?" | tee -a $R/rc.txt
 done; snap tests
 export FP4GEMM_DIGEST=1
-for rnd in 1 2 3; do for side in A W16 W20 W24; do
-  bin=$W; [ $side = A ] && bin=$A
+# N9 / N9W24: .carry/v53w/fp4gemm_9op (branch exp/decode-9op-timing built with -DFP4GEMM_TIMING_ONLY_9OP: the
+# 9-instruction decode on unpacked bytes -- WRONG RESULTS, digests differ; timing only: 121 instead of 153
+# instructions per chunk body) at 16 and 24 warps.
+for rnd in 1 2; do for side in A W16 W20 W24 N9 N9W24; do
+  bin=$W; [ $side = A ] && bin=$A; case $side in N9*) bin=.carry/v53w/fp4gemm_9op;; esac
+  warps=${side#W}; [ $side = N9 ] && warps=16; [ $side = N9W24 ] && warps=24
   for act in bf16 nvfp4; do
-    FP4GEMM_DECODE_WARPS=${side#W} timeout 100 $bin bench --suite layer --act $act --cases 1,8,9,15,16,22 --settle-ms 100 \
+    FP4GEMM_DECODE_WARPS=$warps timeout 100 $bin bench --suite layer --act $act --cases 8,9,15,16,22 --settle-ms 100 \
       --json $R/layer_${act}_$side$rnd.json > $R/layer_${act}_$side$rnd.txt 2>&1
   done
   snap "round $rnd $side"
