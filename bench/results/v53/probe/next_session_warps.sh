@@ -18,7 +18,7 @@ T=.carry/v53w/gpu_tests_W; W=.carry/v53w/fp4gemm_W; A=.carry/v53w/fp4gemm_A
 nvcc -std=c++17 -O2 -arch=sm_90a bench/micro/mma_exactness.cu -o /tmp/mma_exactness > $R/mma_exactness.txt 2>&1 &&
   timeout 60 /tmp/mma_exactness 4096 >> $R/mma_exactness.txt 2>&1; echo "mma_exactness rc=$?" | tee -a $R/rc.txt
 F='MoeLayerDecode*:MoeLayerBiases*:MoeLayerGraph*'
-for w in 20 24; do
+for w in 16 20 24; do  # (16: main's warp count with the branch's f16 NVFP4 path)
   FP4GEMM_DECODE_WARPS=$w timeout 100 $T --gtest_filter="$F" > $R/gtest_w$w.log 2>&1; echo "gtest w$w rc=$?" | tee -a $R/rc.txt
   FP4GEMM_DECODE_WARPS=$w timeout 90 compute-sanitizer --tool memcheck $T --gtest_filter='MoeLayerDecode.EveryTokenCount*' > $R/memcheck_w$w.log 2>&1
   echo "memcheck w$w rc=$?" | tee -a $R/rc.txt
