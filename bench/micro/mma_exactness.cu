@@ -45,6 +45,12 @@ std::uint16_t bf16_bits(float f) {  // exact values only (checked by the caller'
   return static_cast<std::uint16_t>(u >> 16);
 }
 
+// Lane (g, c)'s m16n8 accumulator fragment into a row-major [16][8] tile.
+__device__ void store_fragment(float* out, int g, int c, const float (&d)[4]) {
+  out[g * 8 + 2 * c] = d[0], out[g * 8 + 2 * c + 1] = d[1];
+  out[(g + 8) * 8 + 2 * c] = d[2], out[(g + 8) * 8 + 2 * c + 1] = d[3];
+}
+
 // One warp per tile. A: [16][K] 16-bit or 8-bit elements row-major; B: [8][K] (column n's K
 // elements contiguous); D: [16][8] floats; C: one float added to every accumulator element.
 __global__ void mma_bf16_tiles(const std::uint16_t* A, const std::uint16_t* B, float* D) {
@@ -64,9 +70,7 @@ __global__ void mma_bf16_tiles(const std::uint16_t* A, const std::uint16_t* B, f
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  float* out = D + t * 128;
-  out[g * 8 + 2 * c] = d[0], out[g * 8 + 2 * c + 1] = d[1];
-  out[(g + 8) * 8 + 2 * c] = d[2], out[(g + 8) * 8 + 2 * c + 1] = d[3];
+  store_fragment(D + t * 128, g, c, d);
 }
 
 __global__ void mma_e4m3_tiles(const std::uint8_t* A, const std::uint8_t* B, float* D, float C) {
@@ -86,9 +90,7 @@ __global__ void mma_e4m3_tiles(const std::uint8_t* A, const std::uint8_t* B, flo
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  float* out = D + t * 128;
-  out[g * 8 + 2 * c] = d[0], out[g * 8 + 2 * c + 1] = d[1];
-  out[(g + 8) * 8 + 2 * c] = d[2], out[(g + 8) * 8 + 2 * c + 1] = d[3];
+  store_fragment(D + t * 128, g, c, d);
 }
 
 #define CK(x)                                                                             \
