@@ -45,6 +45,16 @@ __host__ __device__ __forceinline__ int pair_position(int i) {
   const int e = i & 7;
   return (i & ~7) | (e < 4 ? 2 * e : 2 * (e - 4) + 1);
 }
+// NVFP4 (W4A4 only: weights and activations in f16, e2m1_quad_f16_raw's pairing): stored words
+// (e0, e2), (e1, e3), (e4, e6), (e5, e7).
+__host__ __device__ __forceinline__ int pair_position_nv(int i) {
+  const int e = i & 7, r = e & 3;
+  return (i & ~7) | ((e & 4) + (r & 1) * 2 + (r >> 1));
+}
+template <Format F>
+__host__ __device__ __forceinline__ int pair_position_of(int i) {
+  return F == Format::nvfp4 ? pair_position_nv(i) : pair_position(i);
+}
 
 // Where a unit's activations live: global memory (kernel 2's intermediate rows; a lane past K
 // reads the zero row) or the CTA's shared memory (kernel 1's staged tokens, padded with zeros to a
@@ -110,6 +120,49 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], std::uint32_t a0, std::u
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ void mma_f16(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                        std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ std::uint32_t f16x2_mul(std::uint32_t a, std::uint32_t b) {
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  return *reinterpret_cast<const std::uint32_t*>(&r);
+}
+
+// NVFP4 (W4A4: the activations are e2m1 x E4M3 values, exact in f16): the weights in f16 as the
+// general path builds them -- raw e2m1 * 2^-14 (e2m1_quad_f16_raw) times scale * 2^7 as f16 (<= 57344;
+// every product a multiple of 2^-24), one multiply per pair; the FP32 sums come out 2^-7 times the
+// true ones (kNvfp4AccScale, applied where a piece ends).
+__device__ __forceinline__ std::uint32_t nv_scale_f16x2_times_128(unsigned code) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  const __half v = __hmul(__half(h), __float2half(kNvfp4AccScale));  // exact (NaN stays NaN)
+  const std::uint16_t bits = *reinterpret_cast<const std::uint16_t*>(&v);
+  return static_cast<std::uint32_t>(bits) | static_cast<std::uint32_t>(bits) << 16;
+}
+
+template <class XS>
+__device__ __forceinline__ void multiply_nv_f16(const Stage<XS>& st, const std::uint32_t (&sg)[4],
+                                                const std::uint32_t (&sh)[4], float (&acc)[2][4]) {
+  const std::uint32_t wg[4] = {st.wg.x, st.wg.y, st.wg.z, st.wg.w};
+  const std::uint32_t wh[4] = {st.wh.x, st.wh.y, st.wh.z, st.wh.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint4 xv = XS::load(st.x, q);  // elements 8q..8q+7, stored as (0,2) (1,3) (4,6) (5,7)
+    std::uint32_t ag[4], ah[4];
+    e2m1_quad_f16_raw(wg[q], ag);
+    e2m1_quad_f16_raw(wh[q], ah);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) ag[p] = f16x2_mul(ag[p], sg[q]), ah[p] = f16x2_mul(ah[p], sh[q]);
+    mma_f16(acc[0], ag[0], ah[0], ag[1], ah[1], xv.x, xv.y);
+    mma_f16(acc[1], ag[2], ah[2], ag[3], ah[3], xv.z, xv.w);
+  }
+}
+
 __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32_t b) {
   const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
   return *reinterpret_cast<const std::uint32_t*>(&r);
@@ -170,10 +223,10 @@ __device__ __forceinline__ void consume_full_range(const Stage<XS>& st, float (&
 template <Format F, class XS>
 __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4]) {
   if constexpr (F == Format::nvfp4) {
-    const std::uint32_t g0 = nv_scale_bf16x2(st.cg & 0xFFu), g1 = nv_scale_bf16x2(st.cg >> 8);
-    const std::uint32_t h0 = nv_scale_bf16x2(st.ch & 0xFFu), h1 = nv_scale_bf16x2(st.ch >> 8);
+    const std::uint32_t g0 = nv_scale_f16x2_times_128(st.cg & 0xFFu), g1 = nv_scale_f16x2_times_128(st.cg >> 8);
+    const std::uint32_t h0 = nv_scale_f16x2_times_128(st.ch & 0xFFu), h1 = nv_scale_f16x2_times_128(st.ch >> 8);
     const std::uint32_t sg[4] = {g0, g0, g1, g1}, sh[4] = {h0, h0, h1, h1};
-    multiply<Scaling::kNv>(st, sg, sh, acc);
+    multiply_nv_f16(st, sg, sh, acc);
   } else {
     if (__builtin_expect(!__any_sync(0xFFFFFFFFu, (st.cg | st.ch) & 0x80u), 1)) {
       const std::uint32_t s0 = st.cg * 0x00800080u + 0x3F003F00u;
@@ -293,6 +346,10 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     float v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = acc[0][i] + acc[1][i], acc[0][i] = acc[1][i] = 0.0f;
+    if constexpr (F == Format::nvfp4) {  // (the f16 weights carry 2^-7: exact)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] *= kNvfp4AccScale;
+    }
     if (whole && at_unit_end) {
       store(cu, v);
     } else {  // a piece: recorded now, handed over after the last chunk

@@ -2,6 +2,7 @@
 // device/decode_stream.cuh -- a warp streams 16 weight rows of one expert over a K part -- with
 // two epilogues: GLU into the intermediate rows, and the top-k combine into the output.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 
@@ -104,8 +105,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     uint4 w = make_uint4(0, 0, 0, 0);
     if (8 * j < H) {
       const uint4 e = __ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + 8 * j));  // (0,1) (2,3) (4,5) (6,7)
-      w = make_uint4(__byte_perm(e.x, e.z, 0x5410u), __byte_perm(e.x, e.z, 0x7632u), __byte_perm(e.y, e.w, 0x5410u),
-                     __byte_perm(e.y, e.w, 0x7632u));
+      if constexpr (F == Format::nvfp4)  // f16 pairing: (0,2) (1,3) (4,6) (5,7)
+        w = make_uint4(__byte_perm(e.x, e.y, 0x5410u), __byte_perm(e.x, e.y, 0x7632u), __byte_perm(e.z, e.w, 0x5410u),
+                       __byte_perm(e.z, e.w, 0x7632u));
+      else
+        w = make_uint4(__byte_perm(e.x, e.z, 0x5410u), __byte_perm(e.x, e.z, 0x7632u), __byte_perm(e.y, e.w, 0x5410u),
+                       __byte_perm(e.y, e.w, 0x7632u));
     }
     x_staged[v] = w;
   }
@@ -135,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     for (int h = 0; h < 2; ++h) {
       const int t = 2 * c + h, j = r.pick[s][t];
       if (j >= 0)  // stored in the B pairing kernel 2 reads
-        a.inter_rows[std::int64_t{t * k + j} * I + decode::pair_position(i)] =
+        a.inter_rows[std::int64_t{t * k + j} * I + decode::pair_position_of<F>(i)] =
             __float2bfloat16_rn(glu_apply(fmaf(v[h], ag, bg), fmaf(v[2 + h], au, bu), act));
     }
   };
@@ -296,7 +301,13 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
     for (int i = 0; i < vec; ++i) {
       const std::uint32_t n = quant::element_nibble<F>(v[i], code, gs);
       const float e = (n & 8u) ? -kE2m1[n & 7u] : kE2m1[n & 7u];
-      out[r * ld_out + c0 + i] = __float2bfloat16_rn(e * scale);  // exact: e2m1 x scale fits bf16
+      // exact: e2m1 x scale fits bf16 and (NVFP4: e2m1 x E4M3, the decode kernels' f16) f16
+      if constexpr (F == Format::nvfp4) {
+        const __half h = __float2half_rn(e * scale);
+        reinterpret_cast<__half*>(out)[r * ld_out + c0 + i] = h;
+      } else {
+        out[r * ld_out + c0 + i] = __float2bfloat16_rn(e * scale);
+      }
     }
   }
 }
