@@ -1,6 +1,6 @@
 // The decode path's parts (kernels/decode_layer.cu): a warp streams 16 FP4 weight rows of one
-// expert through a register ring, dequantising exactly to bf16 and multiplying with `mma.sync`
-// m16n8k16 (FP32 accumulators) against up to 8 token columns; a CTA-level stream-K gives each CTA
+// expert through a register ring, dequantising exactly to bf16 (NVFP4 W4A4: f16) and multiplying
+// with `mma.sync` m16n8k16 (FP32 accumulators) against up to 8 token columns; a CTA-level stream-K gives each CTA
 // (one per SM) a balanced share of whole units and each of its warps the same number of 128-wide
 // k chunks of that share, split units handed over in shared memory.
 //
@@ -18,6 +18,8 @@
 // stages the tokens so in shared memory, and writes the intermediate so for kernel 2: within each
 // 8 elements, stored word p = elements (p, p + 4); `pair_position`), so a 16-byte load is the B
 // registers of two k-steps. Exact: e2m1 * 2^e is exact in bf16, the products are exact in FP32.
+// NVFP4 (only W4A4 takes the decode path with NVFP4 weights) runs in f16 as the general path does:
+// e2m1_quad_f16_raw's pairing (pair_position_nv), one multiply per pair by scale * 2^7.
 // Two accumulators (h = 0, 1) halve the mma dependency chain; they are added when a piece ends.
 //
 // Per chunk and lane: two 16-byte weight loads, one or two scale loads, four 16-byte activation
@@ -170,16 +172,9 @@ __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32
 
 // The multipliers of one word (8 elements) of rows g and g + 8: bf16x2 pairs, both halves equal.
 // kOne: MXFP4 codes <= 127 -- 2^(code-1), the raw pattern's 2^-126 folded in (one multiply per
-// pair). kTwo: any MXFP4 code (2^126, then 2^(code-127); 0 -> 2^-127, 0xFF -> NaN). kNv: NVFP4 --
-// 2^126, then the E4M3 scale as bf16 (exact: every E4M3 value is a bf16).
-enum class Scaling { kOne, kTwo, kNv };
-
-__device__ __forceinline__ std::uint32_t nv_scale_bf16x2(unsigned code) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
-  const __nv_bfloat16 b = __float2bfloat16_rn(__half2float(__half(h)));  // exact (NaN stays NaN)
-  const std::uint16_t bits = *reinterpret_cast<const std::uint16_t*>(&b);
-  return static_cast<std::uint32_t>(bits) | static_cast<std::uint32_t>(bits) << 16;
-}
+// pair). kTwo: any MXFP4 code (2^126, then 2^(code-127); 0 -> 2^-127, 0xFF -> NaN). (NVFP4 runs in
+// f16: multiply_nv_f16 above.)
+enum class Scaling { kOne, kTwo };
 
 // acc[h] (rows g, g + 8 x token columns 2c, 2c + 1) += this chunk's 16 x 128 weights times token
 // g's activations, word by word. sg[q], sh[q]: the multipliers of word q of each row.
@@ -219,7 +214,8 @@ __device__ __forceinline__ void consume_full_range(const Stage<XS>& st, float (&
 // MXFP4: scale codes <= 127 (real checkpoints) take one multiply per weight pair, the multiplier
 // 2^(code-1) built with one IMAD (the raw e2m1 pattern carries 2^-126); a code >= 128 anywhere in
 // the warp sends the chunk to the full-range decode (warp-uniform: mma.sync needs every lane).
-// NVFP4: two multiplies per pair, words 0-1 under the lane's first block's scale, 2-3 its second.
+// NVFP4: one f16 multiply per pair (multiply_nv_f16), words 0-1 under the lane's first block's
+// scale, 2-3 its second.
 template <Format F, class XS>
 __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4]) {
   if constexpr (F == Format::nvfp4) {

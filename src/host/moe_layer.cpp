@@ -172,6 +172,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   o2.epilogue = MoeEpilogue::none;
   o2.quantize_output = false, o2.output_global_scale = 1.0f;
   // The decode path: W4A16 MXFP4 or W4A4, top-k <= 8, not batch invariant (see MoeLayerOptions).
+  // (Its NVFP4 kernels run in f16 and need FP4 activations: never NVFP4 W4A16.)
   // Kernel 1 stages the run's tokens in shared memory: fewer decode tokens where they do not fit.
   // kDecodeTokensAuto: the measured crossover (MoeLayerOptions::decode_tokens).
   const bool small_experts = 3ll * H * I / 2 <= (4ll << 20);  // FP4 bytes of one expert's w13 and w2
