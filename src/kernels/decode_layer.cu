@@ -253,20 +253,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
     __syncthreads();  // every y row of this CTA stored (first round); the previous round's combines read done[]
     const int b = base + static_cast<int>(threadIdx.x);
     if (threadIdx.x < kRound && b <= b_hi) {
+      // One acq_rel arrival per block: its release covers every y row the CTA stored (ordered
+      // before it by the barrier above), its acquire the other CTAs' rows for the last arriver,
+      // whose combine warps are ordered after it by the barrier below (no sequentially consistent
+      // fences: MEMBAR.SC.GPU waited on here, v54).
       const unsigned mine = static_cast<unsigned>(min(u1, (b + 1) * S) - max(u0, b * S));
-      __threadfence();
-      if (atomicAdd(a.count_rows + b, mine) + mine == static_cast<unsigned>(S)) {
+      if (ptx::atom_acq_rel_gpu_add(a.count_rows + b, mine) + mine == static_cast<unsigned>(S)) {
         a.count_rows[b] = 0;  // for the next run
         done[atomicAdd(&n_done, 1)] = b;
       }
     }
     __syncthreads();
     const int nd = n_done;
-    if (nd > 0) {
-      __threadfence();
-      for (int i = threadIdx.x / 32; i < nd; i += blockDim.x / 32) combine(done[i]);
-    }
-    __syncthreads();  // (n_done and done[] are rewritten by the next round)
+    for (int i = threadIdx.x / 32; i < nd; i += blockDim.x / 32) combine(done[i]);
+    if (base + kRound <= b_hi) __syncthreads();  // (n_done and done[] are rewritten by the next round)
   }
 }
 
