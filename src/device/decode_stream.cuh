@@ -377,16 +377,32 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   if (cleft != n) piece_end(false);  // the share ends inside a unit
 }
 
-// CTA-level stream-K: CTA b takes a balanced share of whole units; its warps split the CTA's
+// The units [u0, u1) of this CTA: a balanced share (CTA-level stream-K); or, where every `group`
+// consecutive units form a block that a later step needs whole (kernel 2's 16-row blocks: the
+// combine) and there are no more blocks than CTAs, one whole block per CTA -- no block is then
+// split between CTAs and none needs a hand-off through global memory (0: no groups).
+struct CtaUnits {
+  int u0, u1;
+};
+__device__ __forceinline__ CtaUnits cta_units(int units, int group) {
+  if (group > 0 && units <= group * static_cast<int>(gridDim.x)) {  // (units: a multiple of group)
+    const int u0 = min(units, static_cast<int>(blockIdx.x) * group);
+    return {u0, min(units, u0 + group)};
+  }
+  const Shares su(units, gridDim.x);
+  return {su.start(blockIdx.x), su.start(blockIdx.x + 1)};
+}
+
+// CTA-level stream-K: CTA b takes a balanced share of whole units (cta_units); its warps split the CTA's
 // chunks evenly and hand split units over through shared memory (`records`: [warps][2][128]
 // floats), one barrier, no global fences or atomics. The warp holding a split unit's last piece
 // adds the pieces in warp order and calls store: deterministic for a given (units, grid). Every
 // thread of the CTA must call it.
 template <Format F, class XS, class UnitOf, class Ready, class Store>
-__device__ __forceinline__ void stream_units_cta(int units, int n, const Operand& op, UnitOf unit_of, Ready ready,
-                                                 Store store, float* __restrict__ records) {
-  const Shares su(units, gridDim.x);
-  const int u0 = su.start(blockIdx.x), u1 = su.start(blockIdx.x + 1);
+__device__ __forceinline__ void stream_units_cta(int units, int group, int n, const Operand& op, UnitOf unit_of,
+                                                 Ready ready, Store store, float* __restrict__ records) {
+  const CtaUnits cu = cta_units(units, group);
+  const int u0 = cu.u0, u1 = cu.u1;
   const int C = (u1 - u0) * n, w = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int W = min(static_cast<int>(blockDim.x / 32), C);
   if (W <= 0) return;  // (the whole CTA: no units)

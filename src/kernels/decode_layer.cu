@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     }
   };
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
-  decode::stream_units_cta<F, decode::XShared>(r.slots * groups, hpad / decode::kChunk, op, unit_of, [] {}, finish,
+  decode::stream_units_cta<F, decode::XShared>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of, [] {}, finish,
                                                records);
   ptx::launch_dependents();
 }
@@ -237,15 +237,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   // its intermediate rows (PDL), overlapping kernel 1's tail.
   auto ready = [] { ptx::wait_prerequisites(); };
   const int units = blocks * S, n = (I + decode::kChunk - 1) / decode::kChunk;
-  // CTA-level stream-K, then per touched 16-row block one arrival of this CTA's unit count; the
-  // CTA that completes a block combines it (its warps take the completed blocks in turn).
+  // CTA-level stream-K (one whole block per CTA where there are no more blocks than CTAs:
+  // decode::cta_units), then per touched 16-row block one arrival of this CTA's unit count unless
+  // the block is the CTA's alone; the CTA that completes a block combines it (its warps take the
+  // completed blocks in turn).
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   constexpr int kRound = 128;  // touched blocks handled per round (a CTA touches ~H / (16 grid) + 3)
   __shared__ int done[kRound];
   __shared__ int n_done;
-  decode::stream_units_cta<F, decode::XGlobal>(units, n, op, unit_of, ready, finish, records);
-  const decode::Shares su(units, gridDim.x);
-  const int u0 = su.start(blockIdx.x), u1 = su.start(blockIdx.x + 1);
+  decode::stream_units_cta<F, decode::XGlobal>(units, S, n, op, unit_of, ready, finish, records);
+  const decode::CtaUnits cu = decode::cta_units(units, S);
+  const int u0 = cu.u0, u1 = cu.u1;
   if (u1 <= u0) return;  // (the whole CTA)
   const int b_lo = u0 / S, b_hi = (u1 - 1) / S;
   for (int base = b_lo; base <= b_hi; base += kRound) {
@@ -258,7 +260,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
       // whose combine warps are ordered after it by the barrier below (no sequentially consistent
       // fences: MEMBAR.SC.GPU waited on here, v54).
       const unsigned mine = static_cast<unsigned>(min(u1, (b + 1) * S) - max(u0, b * S));
-      if (ptx::atom_acq_rel_gpu_add(a.count_rows + b, mine) + mine == static_cast<unsigned>(S)) {
+      if (mine == static_cast<unsigned>(S)) {  // the block is this CTA's alone: no arrival
+        done[atomicAdd(&n_done, 1)] = b;
+      } else if (ptx::atom_acq_rel_gpu_add(a.count_rows + b, mine) + mine == static_cast<unsigned>(S)) {
         a.count_rows[b] = 0;  // for the next run
         done[atomicAdd(&n_done, 1)] = b;
       }
