@@ -223,10 +223,15 @@ void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t cou
 // device int): pairs of tokens at or past it are absent -- their ids unread, sorted last, past
 // offsets[E]. Only the routed pairs' entries of gather and row_of are written (ids in [0, E),
 // tokens before the count; gather's [offsets[0], offsets[E])): the others take their slots but
-// nothing reads them.
+// nothing reads them. grid_scratch (optional, device, align_routing_grid_scratch_ints(E) int32,
+// not kept between runs): routings of at least align_routing_grid_min_ids() ids run over a grid
+// of CTAs (three launches, the same slots) instead of one block.
 void launch_align_routing_rows(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
                                int* offsets, int* gather, int* row_of, cudaStream_t stream,
-                               const int* token_count = nullptr);
+                               const int* token_count = nullptr, int* grid_scratch = nullptr);
+// The grid form's scratch (int32 elements) for E experts, and the fewest ids that take it.
+std::int64_t align_routing_grid_scratch_ints(int experts);
+std::int64_t align_routing_grid_min_ids();
 }  // namespace detail
 
 }  // namespace fp4gemm

@@ -39,6 +39,7 @@ struct MoeLayer::Impl {
   int* offsets = nullptr;  // [E + 1]
   int* gather = nullptr;   // [capacity]
   int* row_of = nullptr;   // [capacity]
+  int* routing_scratch = nullptr;  // the grid routing's counts (large runs)
   std::uint8_t *x_packed = nullptr, *x_scales = nullptr;  // W4A4: quantised tokens [max_tokens, H]
   __nv_bfloat16* inter = nullptr;                         // [capacity, I]
   std::uint8_t *i_packed = nullptr, *i_scales = nullptr;  // W4A4: quantised intermediate
@@ -128,6 +129,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   p.offsets = p.allocate<int>(sizeof(int) * (E + 1), "plan workspace");
   p.gather = p.allocate<int>(sizeof(int) * p.capacity, "plan workspace");
   p.row_of = p.allocate<int>(sizeof(int) * p.capacity, "plan workspace");
+  if (detail::routing_grid_ctas(p.capacity) > 0)
+    p.routing_scratch = p.allocate<int>(sizeof(int) * detail::routing_grid_scratch_ints(E), "plan workspace");
   p.inter = p.allocate<__nv_bfloat16>(std::size_t{2} * p.capacity * I, "plan workspace");
   if (o.combine) p.y = p.allocate<__nv_bfloat16>(std::size_t{2} * p.capacity * H, "plan workspace");
   // Rows that no expert computes in a run (ids outside [0, E)) are still quantised between the
@@ -263,7 +266,7 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
     return;
   }
   detail::launch_align_routing_rows(args.topk_ids, args.ids_int64, rows, k, E, p.offsets, p.gather, row_of, s,
-                                    args.token_count);
+                                    args.token_count, p.routing_scratch);
   // A GEMM's activations: bf16 rows as given (W4A16), or those rows quantised into the plan's
   // buffers with global scale gs (W4A4).
   // (sorted: only the routed rows [offsets[0], offsets[E]) are quantised; null: all n_rows)

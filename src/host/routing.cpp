@@ -32,9 +32,10 @@ void validate_routing_args(const void* topk_ids, std::int64_t count, int k, int 
 }
 
 void launch(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts, int* offsets, int* gather,
-            std::int64_t* order, cudaStream_t stream, int* row_of = nullptr, const int* token_count = nullptr) {
+            std::int64_t* order, cudaStream_t stream, int* row_of = nullptr, const int* token_count = nullptr,
+            int* grid_scratch = nullptr) {
   FP4GEMM_CUDA_CHECK(detail::launch_align_routing_kernel(topk_ids, ids_int64, count, k, experts, offsets, gather, order,
-                                                         row_of, token_count, stream),
+                                                         row_of, token_count, stream, grid_scratch),
                      "align_routing");
 }
 
@@ -49,10 +50,14 @@ void launch_align_routing(const void* topk_ids, bool ids_int64, std::int64_t cou
 }
 
 void launch_align_routing_rows(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
-                               int* offsets, int* gather, int* row_of, cudaStream_t stream, const int* token_count) {
+                               int* offsets, int* gather, int* row_of, cudaStream_t stream, const int* token_count,
+                               int* grid_scratch) {
   validate_routing_args(topk_ids, count, k, experts, offsets, gather);
-  launch(topk_ids, ids_int64, count, k, experts, offsets, gather, nullptr, stream, row_of, token_count);
+  launch(topk_ids, ids_int64, count, k, experts, offsets, gather, nullptr, stream, row_of, token_count, grid_scratch);
 }
+
+std::int64_t align_routing_grid_scratch_ints(int experts) { return routing_grid_scratch_ints(experts); }
+std::int64_t align_routing_grid_min_ids() { return kRoutingGridMinIds; }
 
 }  // namespace detail
 

@@ -7,12 +7,25 @@
 
 namespace fp4gemm::detail {
 
-// One launch of the stable counting sort, arguments already validated (host/routing.cpp): offsets
-// [E + 1], gather [count], and order [count] (int64) or row_of [count] (int32) where non-null;
-// token_count (device, may be null): pairs of tokens at or past it are absent. Returns the
-// launch's error.
+// The stable counting sort, arguments already validated (host/routing.cpp): offsets [E + 1],
+// gather [count], and order [count] (int64) or row_of [count] (int32) where non-null;
+// token_count (device, may be null): pairs of tokens at or past it are absent. One launch of one
+// block; or, with grid_scratch (device, routing_grid_scratch_ints(E) ints; its contents are not
+// kept between runs) and at least kRoutingGridMinIds ids, three launches over a grid of CTAs
+// (the same slots). Returns the launches' error.
 cudaError_t launch_align_routing_kernel(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
                                         int* offsets, int* gather, std::int64_t* order, int* row_of,
-                                        const int* token_count, cudaStream_t stream);
+                                        const int* token_count, cudaStream_t stream, int* grid_scratch = nullptr);
+
+// The grid form: routings of at least kRoutingGridMinIds ids, kRoutingIdsPerCta ids per CTA, at
+// most kRoutingGridMaxCtas CTAs (the scratch holds a count per CTA and bucket).
+inline constexpr std::int64_t kRoutingGridMinIds = 8192;
+inline constexpr std::int64_t kRoutingIdsPerCta = 1024;
+inline constexpr int kRoutingGridMaxCtas = 264;
+// CTAs of the grid form for `count` ids (0: one block).
+int routing_grid_ctas(std::int64_t count);
+inline constexpr std::int64_t routing_grid_scratch_ints(int experts) {
+  return std::int64_t{kRoutingGridMaxCtas} * (experts + 2);
+}
 
 }  // namespace fp4gemm::detail

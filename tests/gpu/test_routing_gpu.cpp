@@ -1,6 +1,7 @@
 // GPU tier: fp4gemm::align_routing (top-k ids -> expert offsets, gather index, order) against a
 // CPU stable sort, every element, poisoned outputs and guard bands; int32 and int64 ids; ids
-// outside [0, E); E from 1 to 512; T * k from 0 to 131072; graph capture with changing ids.
+// outside [0, E); E from 1 to 512; T * k from 0 to 131072; graph capture with changing ids; the
+// layer's variant (row_of, a device token count) in one block and over a grid of CTAs.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -193,6 +194,105 @@ TEST(AlignRouting, GraphReplayedWithNewIds) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
+}
+
+// The layer's variant (detail::launch_align_routing_rows: row_of instead of order, a device token
+// count, only routed pairs written) in both forms: one block, and with scratch the grid of CTAs
+// that large routings take. Each against the CPU's stable sort (absent pairs and ids outside
+// [0, E) sorted last / first, never written), every element, poisoned outputs, guard bands.
+void check_routing_rows(const std::vector<std::int64_t>& ids, int k, int experts, bool int64, int token_count,
+                        bool grid) {
+  const std::int64_t n = static_cast<std::int64_t>(ids.size());
+  const int tokens = static_cast<int>(n / k);
+  const std::int64_t present = std::min<std::int64_t>(n, std::int64_t{std::max(token_count, 0)} * k);
+  // CPU: bucket 0 ids < 0, e + 1 expert e, E + 1 ids >= E and absent pairs; stable by index.
+  auto bucket = [&](std::int64_t i) {
+    if (i >= present) return experts + 1;
+    const std::int64_t id = ids[i];
+    return id < 0 ? 0 : id >= experts ? experts + 1 : static_cast<int>(id) + 1;
+  };
+  std::vector<std::int64_t> idx(n);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::int64_t a, std::int64_t b) { return bucket(a) < bucket(b); });
+  std::vector<int> want_off(experts + 1, 0), want_gat(n, -1), want_row(n, -1);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (int e = bucket(i); e <= experts; ++e) ++want_off[e];  // offsets[e] = pairs in buckets <= e
+  for (std::int64_t r = 0; r < n; ++r) {
+    const std::int64_t i = idx[r];
+    const int b = bucket(i);
+    if (b >= 1 && b <= experts) want_gat[r] = static_cast<int>(i / k), want_row[i] = static_cast<int>(r);
+  }
+
+  DeviceBuffer d_ids(std::max<std::size_t>(n * 8, 16)), d_count(4);
+  if (int64) {
+    FP4GEMM_TEST_CUDA(cudaMemcpy(d_ids.get(), ids.data(), n * 8, cudaMemcpyHostToDevice));
+  } else {
+    std::vector<int> ids32(ids.begin(), ids.end());
+    FP4GEMM_TEST_CUDA(cudaMemcpy(d_ids.get(), ids32.data(), n * 4, cudaMemcpyHostToDevice));
+  }
+  FP4GEMM_TEST_CUDA(cudaMemcpy(d_count.get(), &token_count, 4, cudaMemcpyHostToDevice));
+  const std::size_t off_bytes = (experts + 1) * 4, n_bytes = std::max<std::int64_t>(n, 1) * 4;
+  DeviceBuffer d_off(off_bytes + 2 * kGuard), d_gat(n_bytes + 2 * kGuard), d_row(n_bytes + 2 * kGuard);
+  const std::size_t scratch_bytes = detail::align_routing_grid_scratch_ints(experts) * 4;
+  DeviceBuffer d_scratch(scratch_bytes);
+  FP4GEMM_TEST_CUDA(cudaMemset(d_scratch.get(), 0x5A, scratch_bytes));  // (its contents are not kept: any)
+  for (const DeviceBuffer* b : {&d_off, &d_gat, &d_row}) {
+    const std::size_t bytes = b == &d_off ? off_bytes : n_bytes;
+    FP4GEMM_TEST_CUDA(cudaMemset(b->get(), 0xA5, bytes + 2 * kGuard));
+    FP4GEMM_TEST_CUDA(cudaMemset(b->get() + kGuard, 0xFF, bytes));
+  }
+  detail::launch_align_routing_rows(d_ids.get(), int64, n, k, experts, reinterpret_cast<int*>(d_off.get() + kGuard),
+                                    reinterpret_cast<int*>(d_gat.get() + kGuard),
+                                    reinterpret_cast<int*>(d_row.get() + kGuard), nullptr,
+                                    reinterpret_cast<const int*>(d_count.get()),
+                                    grid ? reinterpret_cast<int*>(d_scratch.get()) : nullptr);
+  FP4GEMM_TEST_CUDA(cudaDeviceSynchronize());
+  auto fetch = [](const DeviceBuffer& b, std::size_t bytes, std::vector<int>& out) {
+    std::vector<std::uint8_t> h(bytes + 2 * kGuard);
+    FP4GEMM_TEST_CUDA(cudaMemcpy(h.data(), b.get(), h.size(), cudaMemcpyDeviceToHost));
+    for (std::size_t i = 0; i < kGuard; ++i)
+      if (h[i] != 0xA5 || h[kGuard + bytes + i] != 0xA5) return false;
+    std::memcpy(out.data(), h.data() + kGuard, out.size() * 4);
+    return true;
+  };
+  std::vector<int> got_off(experts + 1), got_gat(n), got_row(n);
+  EXPECT_TRUE(fetch(d_off, off_bytes, got_off)) << "offsets' guard bands were written";
+  EXPECT_TRUE(fetch(d_gat, n_bytes, got_gat)) << "gather's guard bands were written";
+  EXPECT_TRUE(fetch(d_row, n_bytes, got_row)) << "row_of's guard bands were written";
+  EXPECT_EQ(got_off, want_off);
+  EXPECT_EQ(got_gat, want_gat) << "gather (-1: a slot no routed pair takes, never written)";
+  EXPECT_EQ(got_row, want_row) << "row_of (-1: a pair not routed, never written)";
+  (void)tokens;
+}
+
+TEST(AlignRoutingRows, GridAndOneBlockMatchTheCpuSort) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(20261130);
+  const std::int64_t grid_min = detail::align_routing_grid_min_ids();
+  int cases = 0;
+  // T x k around the grid form's bound, a layer's T 4096 x top-8 and a routing past the grid's
+  // CTA cap; every token count from none to all; int32 / int64; ids outside [0, E).
+  struct Case {
+    int tokens, k, experts;
+  };
+  const std::vector<Case> shapes = {{static_cast<int>(grid_min / 8) - 1, 8, 128}, {static_cast<int>(grid_min / 8), 8, 128},
+                                    {static_cast<int>(grid_min / 8) + 3, 8, 256}, {4096, 8, 128}, {4096, 4, 512},
+                                    {2049, 4, 7}, {40000, 8, 64}, {300000, 1, 16}};
+  const std::vector<std::string> kinds = {"uniform", "out-of-range", "skewed", "one-hot"};
+  for (const Case& c : shapes)
+    for (int which = 0; which < 3; ++which) {
+      const int count = which == 0 ? c.tokens : which == 1 ? c.tokens / 3 + 1 : 0;
+      const std::string& kind = kinds[cases % kinds.size()];
+      const auto ids = draw_ids(rng, c.tokens, c.k, c.experts, kind);
+      for (bool grid : {false, true}) {
+        SCOPED_TRACE("E " + std::to_string(c.experts) + ", T " + std::to_string(c.tokens) + ", k " +
+                     std::to_string(c.k) + ", " + kind + ", token count " + std::to_string(count) +
+                     (grid ? ", grid" : ", one block"));
+        check_routing_rows(ids, c.k, c.experts, cases % 2 == 0, count, grid);
+      }
+      ++cases;
+    }
+  EXPECT_EQ(cases, 24);
 }
 
 TEST(AlignRouting, HostPointersRejected) {
