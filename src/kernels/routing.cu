@@ -41,7 +41,7 @@ struct WarpRange {
 
   // Warp g of G over n ids; pairs of tokens at or past *token_count are absent.
   // 32-bit index arithmetic (n < 2^31, validated): no 64-bit division per id.
-  __device__ WarpRange(const Id* ids_, long long n, int k_, int experts_, int g, int G, const int* token_count,
+  __device__ __forceinline__ WarpRange(const Id* ids_, long long n, int k_, int experts_, int g, int G, const int* token_count,
                        bool routed_only_)
       : ids(ids_), experts(experts_), k(k_), routed_only(routed_only_) {
     const int n32 = static_cast<int>(n);
@@ -57,7 +57,7 @@ struct WarpRange {
   }
   // Bucket of index i (-1 past the walked range): 0 for negative ids, e + 1 for expert e, E + 1
   // for ids >= E and absent pairs. (indices as unsigned: base + 127 stays exact for any n < 2^31)
-  __device__ int bucket_of(unsigned i) const {
+  __device__ __forceinline__ int bucket_of(unsigned i) const {
     if (i >= static_cast<unsigned>(live)) return -1;
     if (i >= static_cast<unsigned>(present)) return experts + 1;
     const long long id = static_cast<long long>(ids[i]);
@@ -65,7 +65,7 @@ struct WarpRange {
   }
   // Step 1: adds the range's bucket counts to counts[] (shared memory; integer atomics, so the
   // counts do not depend on their order and warps may share one array).
-  __device__ void count(int* counts) const {
+  __device__ __forceinline__ void count(int* counts) const {
     const int lane = threadIdx.x % 32;
     for (int base = lo; base < live; base += 32 * kBatch) {
       int b[kBatch];
@@ -79,7 +79,7 @@ struct WarpRange {
   }
   // Step 3: stable placement from cursor[b] (this warp's first slot per bucket, advanced as it
   // goes), kBatch groups of 32 ids per load round, the groups in index order.
-  __device__ void place(int* cursor, int* __restrict__ gather, long long* __restrict__ order,
+  __device__ __forceinline__ void place(int* cursor, int* __restrict__ gather, long long* __restrict__ order,
                         int* __restrict__ row_of) const {
     const int lane = threadIdx.x % 32;
     const unsigned ku = static_cast<unsigned>(k);
@@ -113,7 +113,7 @@ struct WarpRange {
 // counts[t * buckets + b] becomes taker t's first slot in bucket b (bucket-major, then taker
 // order: stable), offsets[e] = the first slot of bucket e + 1. One block; every thread calls it.
 template <int kThreads>
-__device__ void scan_buckets(int* counts, int takers, int buckets, int* __restrict__ offsets) {
+__device__ __forceinline__ void scan_buckets(int* counts, int takers, int buckets, int* __restrict__ offsets) {
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   const int tid = threadIdx.x;
@@ -136,7 +136,7 @@ __device__ void scan_buckets(int* counts, int takers, int buckets, int* __restri
 
 // The whole routing in one block (small routings: one launch).
 template <typename Id, int kThreads>
-__global__ void __launch_bounds__(kThreads) align_routing_kernel(const Id* __restrict__ ids, long long n, int k,
+__global__ void __launch_bounds__(kThreads, 1) align_routing_kernel(const Id* __restrict__ ids, long long n, int k,
                                                                   int experts, int* __restrict__ offsets,
                                                                   int* __restrict__ gather,
                                                                   long long* __restrict__ order,
