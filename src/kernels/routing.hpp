@@ -19,7 +19,7 @@ cudaError_t launch_align_routing_kernel(const void* topk_ids, bool ids_int64, st
 
 // The grid form: routings of at least kRoutingGridMinIds ids, kRoutingIdsPerCta ids per CTA, at
 // most kRoutingGridMaxCtas CTAs (the scratch holds a count per CTA and bucket).
-inline constexpr std::int64_t kRoutingGridMinIds = 8192;
+inline constexpr std::int64_t kRoutingGridMinIds = 4096;
 inline constexpr std::int64_t kRoutingIdsPerCta = 1024;
 inline constexpr int kRoutingGridMaxCtas = 264;
 // CTAs of the grid form for `count` ids (0: one block).
