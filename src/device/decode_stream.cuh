@@ -113,22 +113,22 @@ __device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
 }
 
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
-                                         std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_f16(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
-                                        std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+// D += A B, m16n8k16, FP32 accumulators; A and B bf16 (F16 = false) or f16 pairs.
+template <bool F16 = false>
+__device__ __forceinline__ void mma_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                          std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (F16)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ std::uint32_t f16x2_mul(std::uint32_t a, std::uint32_t b) {
@@ -160,8 +160,8 @@ __device__ __forceinline__ void multiply_nv_f16(const Stage<XS>& st, const std::
     e2m1_quad_f16_raw(wh[q], ah);
 #pragma unroll
     for (int p = 0; p < 4; ++p) ag[p] = f16x2_mul(ag[p], sg[q]), ah[p] = f16x2_mul(ah[p], sh[q]);
-    mma_f16(acc[0], ag[0], ah[0], ag[1], ah[1], xv.x, xv.y);
-    mma_f16(acc[1], ag[2], ah[2], ag[3], ah[3], xv.z, xv.w);
+    mma_16816<true>(acc[0], ag[0], ah[0], ag[1], ah[1], xv.x, xv.y);
+    mma_16816<true>(acc[1], ag[2], ah[2], ag[3], ah[3], xv.z, xv.w);
   }
 }
 
@@ -197,8 +197,8 @@ __device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_
       ah[p] = bf16x2_mul(ah[p], sh[q]);
     }
     // k-step h: pairs 2h = (e_2h, e_2h+4) and 2h + 1 = (e_2h+1, e_2h+5), stored words 2h and 2h + 1
-    mma_bf16(acc[0], ag[0], ah[0], ag[1], ah[1], xv.x, xv.y);
-    mma_bf16(acc[1], ag[2], ah[2], ag[3], ah[3], xv.z, xv.w);
+    mma_16816(acc[0], ag[0], ah[0], ag[1], ah[1], xv.x, xv.y);
+    mma_16816(acc[1], ag[2], ah[2], ag[3], ah[3], xv.z, xv.w);
   }
 }
 

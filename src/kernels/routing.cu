@@ -109,6 +109,16 @@ struct WarpRange {
   }
 };
 
+// Step 1 per warp: zeroes cursor [kWarps][buckets] and counts warp w's range into its row w (every
+// thread of the block calls it; it ends with a barrier).
+template <int kThreads, typename Id>
+__device__ __forceinline__ void count_per_warp(int* cursor, int buckets, const WarpRange<Id>& r) {
+  for (int i = threadIdx.x; i < (kThreads / 32) * buckets; i += kThreads) cursor[i] = 0;
+  __syncthreads();
+  r.count(cursor + (threadIdx.x / 32) * buckets);
+  __syncthreads();
+}
+
 // Step 2 over `takers` ordered takers (warps of one block, or CTAs of the grid) per bucket:
 // counts[t * buckets + b] becomes taker t's first slot in bucket b (bucket-major, then taker
 // order: stable), offsets[e] = the first slot of bucket e + 1. One block; every thread calls it.
@@ -145,15 +155,11 @@ __global__ void __launch_bounds__(kThreads, 1) align_routing_kernel(const Id* __
   constexpr int kWarps = kThreads / 32;
   extern __shared__ int cursor[];  // [kWarps][buckets]: counts, then each warp's next slot
   const int buckets = experts + 2, warp = threadIdx.x / 32;
-  for (int i = threadIdx.x; i < kWarps * buckets; i += kThreads) cursor[i] = 0;
-  __syncthreads();
   const WarpRange<Id> r(ids, n, k, experts, warp, kWarps, token_count, row_of != nullptr && order == nullptr);
-  int* mine = cursor + warp * buckets;
-  r.count(mine);
-  __syncthreads();
+  count_per_warp<kThreads>(cursor, buckets, r);
   scan_buckets<kThreads>(cursor, kWarps, buckets, offsets);
   __syncthreads();
-  r.place(mine, gather, order, row_of);
+  r.place(cursor + warp * buckets, gather, order, row_of);
 }
 
 // Large routings over a grid of C CTAs (the single block is bound by its one SM's scattered
@@ -215,12 +221,9 @@ __global__ void __launch_bounds__(kThreads) routing_grid_place(const Id* __restr
   constexpr int kWarps = kThreads / 32;
   extern __shared__ int cursor[];  // [kWarps][buckets]: counts, then each warp's next slot
   const int buckets = experts + 2, warp = threadIdx.x / 32;
-  for (int i = threadIdx.x; i < kWarps * buckets; i += kThreads) cursor[i] = 0;
-  __syncthreads();
   const int g = blockIdx.x * kWarps + warp, G = gridDim.x * kWarps;
   const WarpRange<Id> r(ids, n, k, experts, g, G, token_count, row_of != nullptr && order == nullptr);
-  r.count(cursor + warp * buckets);
-  __syncthreads();
+  count_per_warp<kThreads>(cursor, buckets, r);
   for (int b = threadIdx.x; b < buckets; b += kThreads) {  // the CTA's first slot, then each warp's
     int at = cta_first[static_cast<long long>(b) * gridDim.x + blockIdx.x];
     for (int w = 0; w < kWarps; ++w) {
