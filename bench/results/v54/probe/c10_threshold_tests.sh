@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# v54 call 10 (one H200): main + the grid routing from 4096 ids (c9: flat at 4096 ids, -0.8 % at 6144): the routing and
+# v54 call 10 (one H200), and call 11 on the commit after (count_per_warp, mma_16816): the grid routing from 4096 ids: the routing and
 # layer GPU tests and memcheck of the routing tests on that build.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
