@@ -8,6 +8,7 @@
 #include "data.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/quantize.hpp"
+#include "kernels/decode_layer.hpp"  // decode_trace_report
 #include "layer_problem.hpp"
 #include "report.hpp"
 #include "timing.hpp"
@@ -37,6 +38,7 @@ int run_layer(const LayerCommandOptions& o) {
   const TimingStats t = time_region(s, &flusher, timing, [&](cudaStream_t st) { problem.run(st); });
   const double flops = problem.flops(), bytes = problem.bytes();
   std::cout << time_line(t, flops, bytes) << "\n";
+  std::cout << detail::decode_trace_report();  // a trace build's decode phases of the last run ("" otherwise)
   if (!o.json.empty()) {
     Json doc;
     doc["tool"] = "fp4gemm layer";

@@ -5,6 +5,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "device/decode_stream.cuh"
 #include "device/glu.hpp"
@@ -18,6 +22,24 @@ namespace fp4gemm::detail {
 namespace {
 
 constexpr int kThreads = 32 * kDecodeWarps;
+
+// ---- trace build: each warp's %globaltimer at each phase of the last launch ----------------
+// Phases: 0 entry, 1 routing read (and kernel 1's tokens staged), 2 the ring's first loads issued
+// (kernel 2: past its wait for kernel 1), 3 the CTA's stream-K done (its barrier and hand-offs),
+// 4 exit (kernel 2: after its combines).
+#ifdef FP4GEMM_TRACE
+constexpr int kTracePhases = 5, kTraceCtas = 264;
+__device__ unsigned long long g_decode_trace[2][kTraceCtas][kDecodeWarps][kTracePhases];
+__device__ __forceinline__ void stamp(int kernel, int phase) {
+  if (threadIdx.x % 32 == 0 && blockIdx.x < kTraceCtas && threadIdx.x / 32 < kDecodeWarps) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    g_decode_trace[kernel][blockIdx.x][threadIdx.x / 32][phase] = t;
+  }
+}
+#else
+__device__ __forceinline__ void stamp(int, int) {}
+#endif
 
 // Element i of a bias row (bf16 or float); -0 without a bias (x + -0 is x).
 __device__ __forceinline__ float bias_at(const void* bias, bool f32, std::int64_t i) {
@@ -92,6 +114,7 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
 // barrier; no global fences or atomics).
 template <Format F>
 __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerArgs a) {
+  stamp(0, 0);
   __shared__ Routing r;
   extern __shared__ uint4 x_staged[];  // [decode tokens][hpad], stored in the B pairing, zero-padded
   const long long id = load_pair_id(a);  // (in flight with the tokens' loads below)
@@ -115,6 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     x_staged[v] = w;
   }
   read_routing(a, T, r, id);  // (ends with a barrier: the staged tokens are complete too)
+  stamp(0, 1);
   const int groups = I / 8;
   const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.blocked_scales, a.zero_row};
   const std::int64_t w_stride = std::int64_t{2} * I * (H / 2);
@@ -145,9 +169,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     }
   };
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
-  decode::stream_units_cta<F, decode::XShared>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of, [] {}, finish,
-                                               records);
+  decode::stream_units_cta<F, decode::XShared>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
+                                               [] { stamp(0, 2); }, finish, records);
+  stamp(0, 3);
   ptx::launch_dependents();
+  stamp(0, 4);
 }
 
 // ---- kernel 2: down rows of (16 rows, slot) units, then the top-k combine ---------------------
@@ -157,10 +183,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
 // combine.
 template <Format F>
 __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
+  stamp(1, 0);
   __shared__ Routing r;
   const long long id = load_pair_id(a);
   const int T = run_tokens(a), k = a.topk;
   read_routing(a, T, r, id);
+  stamp(1, 1);
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int S = r.slots, blocks = H / 16;
   if (S == 0) {  // no pair routed anywhere: every present token's row is zero
@@ -235,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   };
   // The weights do not depend on kernel 1: the first chunks' loads are issued before waiting for
   // its intermediate rows (PDL), overlapping kernel 1's tail.
-  auto ready = [] { ptx::wait_prerequisites(); };
+  auto ready = [] { ptx::wait_prerequisites(), stamp(1, 2); };
   const int units = blocks * S, n = (I + decode::kChunk - 1) / decode::kChunk;
   // CTA-level stream-K (one whole block per CTA where there are no more blocks than CTAs:
   // decode::cta_units), then per touched 16-row block one arrival of this CTA's unit count unless
@@ -246,9 +274,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   __shared__ int done[kRound];
   __shared__ int n_done;
   decode::stream_units_cta<F, decode::XGlobal>(units, S, n, op, unit_of, ready, finish, records);
+  stamp(1, 3);
   const decode::CtaUnits cu = decode::cta_units(units, S);
   const int u0 = cu.u0, u1 = cu.u1;
-  if (u1 <= u0) return;  // (the whole CTA)
+  if (u1 <= u0) return stamp(1, 4);  // (the whole CTA)
   const int b_lo = u0 / S, b_hi = (u1 - 1) / S;
   for (int base = b_lo; base <= b_hi; base += kRound) {
     if (threadIdx.x == 0) n_done = 0;
@@ -272,6 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
     for (int i = threadIdx.x / 32; i < nd; i += blockDim.x / 32) combine(done[i]);
     if (base + kRound <= b_hi) __syncthreads();  // (n_done and done[] are rewritten by the next round)
   }
+  stamp(1, 4);
 }
 
 // W4A4: the activations as the general path's GEMM reads them -- quantised by the layer's rule
@@ -359,6 +389,40 @@ DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hid
   s.ctas1 = resident(kernel1(format), multiprocessors, s.smem1);
   s.ctas2 = resident(kernel2(format), multiprocessors, 0);
   return s;
+}
+
+std::string decode_trace_report() {
+#ifdef FP4GEMM_TRACE
+  static unsigned long long h[2][kTraceCtas][kDecodeWarps][kTracePhases];
+  std::memset(h, 0, sizeof(h));
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, g_decode_trace, sizeof(h)) != cudaSuccess)
+    return "decode trace: could not read the counters\n";
+  unsigned long long t0 = ~0ull;
+  for (int c = 0; c < kTraceCtas; ++c)
+    for (int w = 0; w < kDecodeWarps; ++w)
+      if (h[0][c][w][0] != 0) t0 = std::min(t0, h[0][c][w][0]);
+  if (t0 == ~0ull) return "decode trace: no decode launch recorded\n";
+  static const char* kNames[kTracePhases] = {"entry", "routing read", "ring loads issued / waited", "stream-K done",
+                                             "exit"};
+  std::ostringstream o;
+  o << "decode trace (last launch; us from kernel 1's first entry; median / latest over warps):\n";
+  for (int k = 0; k < 2; ++k)
+    for (int p = 0; p < kTracePhases; ++p) {
+      std::vector<double> v;
+      for (int c = 0; c < kTraceCtas; ++c)
+        for (int w = 0; w < kDecodeWarps; ++w)
+          if (h[k][c][w][p] >= t0) v.push_back((h[k][c][w][p] - t0) * 1e-3);
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      o << "  kernel " << k + 1 << " " << kNames[p] << ": " << v[v.size() / 2] << " / " << v.back() << " (" << v.size()
+        << " warps)\n";
+    }
+  std::memset(h, 0, sizeof(h));
+  cudaMemcpyToSymbol(g_decode_trace, h, sizeof(h));  // (the next report sees only later launches)
+  return o.str();
+#else
+  return "";
+#endif
 }
 
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {

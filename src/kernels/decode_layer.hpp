@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "fp4gemm/formats.hpp"
 
@@ -66,5 +67,9 @@ struct DecodeLayerArgs {
 int decode_staged_bytes(int tokens, int hidden);
 DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hidden);
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s);
+// A trace build's (cmake -DFP4GEMM_TRACE=ON) phase times of the last decode launch: per kernel and
+// phase, the median and the latest over all warps of %globaltimer, in µs from the first warp's
+// entry into kernel 1 ("" in other builds).
+std::string decode_trace_report();
 
 }  // namespace fp4gemm::detail
