@@ -147,34 +147,17 @@ __device__ __forceinline__ std::uint32_t nv_scale_f16x2_times_128(unsigned code)
   return static_cast<std::uint32_t>(bits) | static_cast<std::uint32_t>(bits) << 16;
 }
 
-template <class XS>
-__device__ __forceinline__ void multiply_nv_f16(const Stage<XS>& st, const std::uint32_t (&sg)[4],
-                                                const std::uint32_t (&sh)[4], float (&acc)[2][4]) {
-  const std::uint32_t wg[4] = {st.wg.x, st.wg.y, st.wg.z, st.wg.w};
-  const std::uint32_t wh[4] = {st.wh.x, st.wh.y, st.wh.z, st.wh.w};
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const uint4 xv = XS::load(st.x, q);  // elements 8q..8q+7, stored as (0,2) (1,3) (4,6) (5,7)
-    std::uint32_t ag[4], ah[4];
-    e2m1_quad_f16_raw(wg[q], ag);
-    e2m1_quad_f16_raw(wh[q], ah);
-#pragma unroll
-    for (int p = 0; p < 4; ++p) ag[p] = f16x2_mul(ag[p], sg[q]), ah[p] = f16x2_mul(ah[p], sh[q]);
-    mma_16816<true>(acc[0], ag[0], ah[0], ag[1], ah[1], xv.x, xv.y);
-    mma_16816<true>(acc[1], ag[2], ah[2], ag[3], ah[3], xv.z, xv.w);
-  }
-}
-
 __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32_t b) {
   const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
   return *reinterpret_cast<const std::uint32_t*>(&r);
 }
 
-// The multipliers of one word (8 elements) of rows g and g + 8: bf16x2 pairs, both halves equal.
-// kOne: MXFP4 codes <= 127 -- 2^(code-1), the raw pattern's 2^-126 folded in (one multiply per
-// pair). kTwo: any MXFP4 code (2^126, then 2^(code-127); 0 -> 2^-127, 0xFF -> NaN). (NVFP4 runs in
-// f16: multiply_nv_f16 above.)
-enum class Scaling { kOne, kTwo };
+// The multipliers of one word (8 elements) of rows g and g + 8: pairs, both halves equal.
+// kOne: MXFP4 codes <= 127 -- bf16 2^(code-1), the raw pattern's 2^-126 folded in (one multiply per
+// pair). kTwo: any MXFP4 code (2^126, then 2^(code-127); 0 -> 2^-127, 0xFF -> NaN). kNvF16: NVFP4 in
+// f16 -- e2m1_quad_f16_raw's pairs times f16 scale * 2^7 (nv_scale_f16x2_times_128), one multiply
+// per pair, an f16 mma.
+enum class Scaling { kOne, kTwo, kNvF16 };
 
 // acc[h] (rows g, g + 8 x token columns 2c, 2c + 1) += this chunk's 16 x 128 weights times token
 // g's activations, word by word. sg[q], sh[q]: the multipliers of word q of each row.
@@ -183,22 +166,33 @@ __device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_
                                          float (&acc)[2][4]) {
   const std::uint32_t wg[4] = {st.wg.x, st.wg.y, st.wg.z, st.wg.w};
   const std::uint32_t wh[4] = {st.wh.x, st.wh.y, st.wh.z, st.wh.w};
+  constexpr bool kF16 = S == Scaling::kNvF16;
   constexpr std::uint32_t kTwo126 = 0x7E807E80u;  // bf16x2 (2^126, 2^126)
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    const uint4 xv = XS::load(st.x, q);  // elements 8q..8q+7, stored as (0,4) (1,5) (2,6) (3,7)
+    // elements 8q..8q+7, stored as (0,4) (1,5) (2,6) (3,7); f16: (0,2) (1,3) (4,6) (5,7)
+    const uint4 xv = XS::load(st.x, q);
     std::uint32_t ag[4], ah[4];
-    e2m1_quad_bf16_raw(wg[q], ag);
-    e2m1_quad_bf16_raw(wh[q], ah);
+    if constexpr (kF16) {
+      e2m1_quad_f16_raw(wg[q], ag);
+      e2m1_quad_f16_raw(wh[q], ah);
+    } else {
+      e2m1_quad_bf16_raw(wg[q], ag);
+      e2m1_quad_bf16_raw(wh[q], ah);
+    }
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      if constexpr (S != Scaling::kOne) ag[p] = bf16x2_mul(ag[p], kTwo126), ah[p] = bf16x2_mul(ah[p], kTwo126);
-      ag[p] = bf16x2_mul(ag[p], sg[q]);
-      ah[p] = bf16x2_mul(ah[p], sh[q]);
+      if constexpr (kF16) {
+        ag[p] = f16x2_mul(ag[p], sg[q]), ah[p] = f16x2_mul(ah[p], sh[q]);
+      } else {
+        if constexpr (S == Scaling::kTwo) ag[p] = bf16x2_mul(ag[p], kTwo126), ah[p] = bf16x2_mul(ah[p], kTwo126);
+        ag[p] = bf16x2_mul(ag[p], sg[q]);
+        ah[p] = bf16x2_mul(ah[p], sh[q]);
+      }
     }
-    // k-step h: pairs 2h = (e_2h, e_2h+4) and 2h + 1 = (e_2h+1, e_2h+5), stored words 2h and 2h + 1
-    mma_16816(acc[0], ag[0], ah[0], ag[1], ah[1], xv.x, xv.y);
-    mma_16816(acc[1], ag[2], ah[2], ag[3], ah[3], xv.z, xv.w);
+    // k-step h: pairs 2h and 2h + 1 (bf16: (e_2h, e_2h+4), (e_2h+1, e_2h+5)), stored words 2h and 2h + 1
+    mma_16816<kF16>(acc[0], ag[0], ah[0], ag[1], ah[1], xv.x, xv.y);
+    mma_16816<kF16>(acc[1], ag[2], ah[2], ag[3], ah[3], xv.z, xv.w);
   }
 }
 
@@ -214,7 +208,7 @@ __device__ __forceinline__ void consume_full_range(const Stage<XS>& st, float (&
 // MXFP4: scale codes <= 127 (real checkpoints) take one multiply per weight pair, the multiplier
 // 2^(code-1) built with one IMAD (the raw e2m1 pattern carries 2^-126); a code >= 128 anywhere in
 // the warp sends the chunk to the full-range decode (warp-uniform: mma.sync needs every lane).
-// NVFP4: one f16 multiply per pair (multiply_nv_f16), words 0-1 under the lane's first block's
+// NVFP4: one f16 multiply per pair (Scaling::kNvF16), words 0-1 under the lane's first block's
 // scale, 2-3 its second.
 template <Format F, class XS>
 __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4]) {
@@ -222,7 +216,7 @@ __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4])
     const std::uint32_t g0 = nv_scale_f16x2_times_128(st.cg & 0xFFu), g1 = nv_scale_f16x2_times_128(st.cg >> 8);
     const std::uint32_t h0 = nv_scale_f16x2_times_128(st.ch & 0xFFu), h1 = nv_scale_f16x2_times_128(st.ch >> 8);
     const std::uint32_t sg[4] = {g0, g0, g1, g1}, sh[4] = {h0, h0, h1, h1};
-    multiply_nv_f16(st, sg, sh, acc);
+    multiply<Scaling::kNvF16>(st, sg, sh, acc);
   } else {
     if (__builtin_expect(!__any_sync(0xFFFFFFFFu, (st.cg | st.ch) & 0x80u), 1)) {
       const std::uint32_t s0 = st.cg * 0x00800080u + 0x3F003F00u;
