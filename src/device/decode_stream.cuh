@@ -37,6 +37,10 @@
 #include "device/mainloop.cuh"
 #include "formats/scale_layout.hpp"
 
+// A trace build's phase stamps (kernels/decode_layer.cu defines it under FP4GEMM_TRACE).
+#ifndef DECODE_STAMP
+#define DECODE_STAMP(p)
+#endif
 namespace fp4gemm::detail::decode {
 
 constexpr int kChunk = 128;  // k elements per chunk (a warp's 16 rows x 128 = 2048 weights)
@@ -92,23 +96,24 @@ struct Stage {
   typename XS::Addr x;
 };
 
-// Streaming weight load: read once, not kept in L1; the L2 fetches the row's next 256 bytes with
-// it (a warp reads 64 bytes per row per chunk).
+// Streaming weight load: read once, not kept in L1; the L2 fetches the 128-byte line (a warp reads
+// 64 bytes of each of 8 rows per load). An L2::256B prefetch measured slower on the H200: the
+// layer 2.3-4.1 % at T 1-8, and a load-only stream of this pattern 2.19 vs 2.45 TB/s (v56).
 __device__ __forceinline__ uint4 load_weights(const std::uint8_t* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
 }
 
-// Scale codes: read-only; the L2 fetches the 256 bytes around them (the row's next codes in the
-// linear layout, the neighbouring rows' in the blocked one).
+// Scale codes: read-only, a byte or two per lane and row (no L2 prefetch hint: the 256-byte one
+// measured no faster).
 template <class T>
 __device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
   unsigned v;
-  if constexpr (sizeof(T) == 1) asm volatile("ld.global.nc.L2::256B.u8 %0, [%1];" : "=r"(v) : "l"(p));
-  else asm volatile("ld.global.nc.L2::256B.u16 %0, [%1];" : "=r"(v) : "l"(p));
+  if constexpr (sizeof(T) == 1) asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(v) : "l"(p));
+  else asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 
@@ -319,6 +324,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   int cu = first, cleft = lleft;       // multiply side
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
   Cursor<XS> cur = cursor<F, XS>(unit_of(lu), op, n - lleft, c);
+  DECODE_STAMP(7);
   float acc[2][4] = {};
   // chunk n - lleft of a unit is live in this lane iff lleft > live_above (32c + 128 ch < K)
   const int live_above = n - (op.k - 32 * c + kChunk - 1) / kChunk;
@@ -354,6 +360,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
 #pragma unroll
   for (int d = 0; d < kStages; ++d)
     if (loads > 0) load_next(st[d]), --loads;
+  DECODE_STAMP(8);
   ready();  // (the activations are read from here on: a kernel may wait for their producer here)
   int left = total;  // chunks not yet multiplied
 #pragma unroll 1
@@ -362,6 +369,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     for (int d = 0; d < kStages; ++d) {
       if (d == 0 || left > 0) {
         consume<F, XS>(st[d], acc);
+        if (left == total) DECODE_STAMP(9);
         if (loads > 0) load_next(st[d]), --loads;
         --left;
         if (--cleft == 0) piece_end(true);
@@ -401,6 +409,7 @@ __device__ __forceinline__ void stream_units_cta(int units, int group, int n, co
   const int W = min(static_cast<int>(blockDim.x / 32), C);
   if (W <= 0) return;  // (the whole CTA: no units)
   const Shares sw(C, W);
+  DECODE_STAMP(6);
   auto rec = [&](int q, int slot) { return records + (q * 2 + slot) * 128; };
   bool split_first = false, split_last = false;
   int first = 0, last = -1;

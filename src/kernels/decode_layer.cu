@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#ifdef FP4GEMM_TRACE  // (the stream parts' stamps: phases 6-9 below)
+namespace fp4gemm::detail { namespace { __device__ void stamp_any(int phase); } }
+#define DECODE_STAMP(p) ::fp4gemm::detail::stamp_any(p)
+#endif
 #include "device/decode_stream.cuh"
 #include "device/glu.hpp"
 #include "device/ptx/ptx.cuh"
@@ -26,9 +30,11 @@ constexpr int kThreads = 32 * kDecodeWarps;
 // ---- trace build: each warp's %globaltimer at each phase of the last launch ----------------
 // Phases: 0 entry, 1 routing read (and kernel 1's tokens staged), 2 the ring's first loads issued
 // (kernel 2: past its wait for kernel 1), 3 the CTA's stream-K done (its barrier and hand-offs),
-// 4 exit (kernel 2: after its combines).
+// 4 exit (kernel 2: after its combines); inside: 5 kernel 1's tokens staged, and from
+// decode_stream.cuh's DECODE_STAMP 6 the CTA's share computed, 7 the first cursor, 8 the ring's
+// loads issued, 9 the first chunk multiplied.
 #ifdef FP4GEMM_TRACE
-constexpr int kTracePhases = 5, kTraceCtas = 264;
+constexpr int kTracePhases = 10, kTraceCtas = 264;
 __device__ unsigned long long g_decode_trace[2][kTraceCtas][kDecodeWarps][kTracePhases];
 __device__ __forceinline__ void stamp(int kernel, int phase) {
   if (threadIdx.x % 32 == 0 && blockIdx.x < kTraceCtas && threadIdx.x / 32 < kDecodeWarps) {
@@ -36,6 +42,10 @@ __device__ __forceinline__ void stamp(int kernel, int phase) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     g_decode_trace[kernel][blockIdx.x][threadIdx.x / 32][phase] = t;
   }
+}
+__device__ void stamp_any(int phase) {  // (kernel 1 always has dynamic shared memory, kernel 2 none)
+  unsigned dyn; asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  stamp(dyn == 0 ? 1 : 0, phase);
 }
 #else
 __device__ __forceinline__ void stamp(int, int) {}
@@ -57,7 +67,7 @@ struct Routing {
   int id[kDecodeMaxPairs];                     // the pair's expert, -1 outside [0, E) or past T
   int expert[kDecodeMaxPairs];                 // per slot
   signed char pick[kDecodeMaxPairs][kDecodeMaxTokens];  // per slot and token: j, or -1
-  int lead[kDecodeMaxPairs];
+  int key[kDecodeMaxPairs];                    // per pair: e * 64 + o, or -1
 };
 
 __device__ __forceinline__ int run_tokens(const DecodeLayerArgs& a) {
@@ -72,37 +82,49 @@ __device__ __forceinline__ long long load_pair_id(const DecodeLayerArgs& a) {
   return a.ids_int64 ? static_cast<const long long*>(a.ids)[p] : static_cast<long long>(static_cast<const int*>(a.ids)[p]);
 }
 
-// Fills r from the ids load_pair_id read (all threads of the CTA call it; it ends with a barrier).
+// Fills r from the ids load_pair_id read (all threads of the CTA call it; two barriers). Warp 0
+// numbers the slots, each lane two pairs (q = lane, lane + 32): its key (e, o) from the token's
+// earlier picks, its slot's first pair (the lowest pair with the same key: every loop has a fixed
+// bound and independent loads, no per-token search), the slot numbers from two ballots.
 __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long long v) {
   const int k = a.topk, P = T * k, p = threadIdx.x;
   if (p < kDecodeMaxPairs) r.id[p] = p < P && v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
   __syncthreads();
-  // token t's pick of key (e, o): its j, or -1
-  auto match = [&](int t, int e, int o) {
-    for (int q = 0; q < k; ++q)
-      if (r.id[t * k + q] == e && o-- == 0) return q;
-    return -1;
-  };
-  int e = -1, occ = 0, lead = 0;
-  if (p < P && r.id[p] >= 0) {
-    e = r.id[p];
-    const int t = p / k, j = p % k;
-    for (int q = 0; q < j; ++q) occ += r.id[t * k + q] == e;
-    lead = 1;
-    for (int u = 0; u < t && lead; ++u) lead = match(u, e, occ) < 0;
-  }
-  if (p < kDecodeMaxPairs) r.lead[p] = lead;
-  __syncthreads();
-  if (lead) {
-    int s = 0;
-    for (int u = 0; u < p; ++u) s += r.lead[u];
-    r.expert[s] = e;
-    for (int t = 0; t < kDecodeMaxTokens; ++t) r.pick[s][t] = static_cast<signed char>(t < T ? match(t, e, occ) : -1);
-  }
-  if (threadIdx.x == 0) {
-    int n = 0;
-    for (int u = 0; u < P; ++u) n += r.lead[u];
-    r.slots = n;
+  if (p < 32) {
+    int key[2], first[2], e[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = p + 32 * h, t0 = q < P ? q / k * k : q;
+      e[h] = q < P ? r.id[q] : -1;
+      int o = 0;
+      for (int u = t0; u < q; ++u) o += r.id[u] == e[h];
+      key[h] = e[h] >= 0 ? e[h] * 64 + o : -1;
+      r.key[q] = key[h];
+    }
+    for (int i = p; i < kDecodeMaxPairs * kDecodeMaxTokens / 4; i += 32) reinterpret_cast<int*>(r.pick)[i] = -1;
+    __syncwarp();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = p + 32 * h;
+      int f = q;
+#pragma unroll 4
+      for (int u = 0; u < q && u < P; ++u) f = r.key[u] == key[h] && u < f ? u : f;
+      first[h] = f;
+    }
+    const unsigned lead0 = __ballot_sync(0xFFFFFFFFu, key[0] >= 0 && first[0] == p);
+    const unsigned lead1 = __ballot_sync(0xFFFFFFFFu, key[1] >= 0 && first[1] == p + 32);
+    auto slot_of = [&](int f) {  // the number of first pairs below pair f
+      return f < 32 ? __popc(lead0 & ((1u << f) - 1u)) : __popc(lead0) + __popc(lead1 & ((1u << (f - 32)) - 1u));
+    };
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = p + 32 * h;
+      if (key[h] < 0) continue;
+      const int s = slot_of(first[h]);
+      r.pick[s][q / k] = static_cast<signed char>(q % k);
+      if (first[h] == q) r.expert[s] = e[h];
+    }
+    if (p == 0) r.slots = __popc(lead0) + __popc(lead1);
   }
   __syncthreads();
 }
@@ -122,21 +144,30 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int hpad = (H + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
   // The run's tokens, every CTA its own copy: 8 elements (16 bytes) per step, re-paired so that
-  // stored word p = elements (p, p + 4) (decode::pair_position).
-  for (int v = threadIdx.x; v < T * (hpad / 8); v += blockDim.x) {
-    const int t = v / (hpad / 8), j = v % (hpad / 8);
-    uint4 w = make_uint4(0, 0, 0, 0);
-    if (8 * j < H) {
-      const uint4 e = __ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + 8 * j));  // (0,1) (2,3) (4,5) (6,7)
-      if constexpr (F == Format::nvfp4)  // f16 pairing: (0,2) (1,3) (4,6) (5,7)
-        w = make_uint4(__byte_perm(e.x, e.y, 0x5410u), __byte_perm(e.x, e.y, 0x7632u), __byte_perm(e.z, e.w, 0x5410u),
-                       __byte_perm(e.z, e.w, 0x7632u));
-      else
-        w = make_uint4(__byte_perm(e.x, e.z, 0x5410u), __byte_perm(e.x, e.z, 0x7632u), __byte_perm(e.y, e.w, 0x5410u),
-                       __byte_perm(e.y, e.w, 0x7632u));
+  // stored word p = elements (p, p + 4) (decode::pair_position); four steps' loads in flight at once.
+  constexpr int kBatch = 4;
+  const int steps = T * (hpad / 8);
+  for (int v0 = threadIdx.x; v0 < steps; v0 += kBatch * blockDim.x) {
+    uint4 e[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int v = v0 + b * blockDim.x, t = v / (hpad / 8), j = v % (hpad / 8);
+      e[b] = v < steps && 8 * j < H ? __ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + 8 * j))  // (0,1) (2,3) (4,5) (6,7)
+                                    : make_uint4(0, 0, 0, 0);
     }
-    x_staged[v] = w;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int v = v0 + b * blockDim.x;
+      if (v >= steps) break;
+      if constexpr (F == Format::nvfp4)  // f16 pairing: (0,2) (1,3) (4,6) (5,7)
+        x_staged[v] = make_uint4(__byte_perm(e[b].x, e[b].y, 0x5410u), __byte_perm(e[b].x, e[b].y, 0x7632u),
+                                 __byte_perm(e[b].z, e[b].w, 0x5410u), __byte_perm(e[b].z, e[b].w, 0x7632u));
+      else
+        x_staged[v] = make_uint4(__byte_perm(e[b].x, e[b].z, 0x5410u), __byte_perm(e[b].x, e[b].z, 0x7632u),
+                                 __byte_perm(e[b].y, e[b].w, 0x5410u), __byte_perm(e[b].y, e[b].w, 0x7632u));
+    }
   }
+  stamp(0, 5);
   read_routing(a, T, r, id);  // (ends with a barrier: the staged tokens are complete too)
   stamp(0, 1);
   const int groups = I / 8;
@@ -403,7 +434,7 @@ std::string decode_trace_report() {
       if (h[0][c][w][0] != 0) t0 = std::min(t0, h[0][c][w][0]);
   if (t0 == ~0ull) return "decode trace: no decode launch recorded\n";
   static const char* kNames[kTracePhases] = {"entry", "routing read", "ring loads issued / waited", "stream-K done",
-                                             "exit"};
+                                             "exit", "staged", "cta share", "cursor", "ring issued", "first chunk done"};
   std::ostringstream o;
   o << "decode trace (last launch; us from kernel 1's first entry; median / latest over warps):\n";
   for (int k = 0; k < 2; ++k)

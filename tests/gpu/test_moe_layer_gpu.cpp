@@ -553,16 +553,18 @@ INSTANTIATE_TEST_SUITE_P(All, MoeLayerCases, ::testing::ValuesIn(layer_cases()),
 TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   for (const int decode : {8, 0})
-    for (int v = 0; v < 6; ++v) {  // v % 2: the two shapes below; v / 2: W4A16, W4A4 NVFP4, W4A4 MXFP4
+    for (int v = 0; v < 8; ++v) {  // v % 2: the two shapes below; v / 2: W4A16, W4A4 NVFP4, W4A4 MXFP4;
+      // v 6, 7: top-8 over 12 experts (up to 64 pairs: the routing's second 32 pairs), W4A16 and W4A4 NVFP4
       LayerCase c;
-      c.format = v / 2 == 1 ? Format::nvfp4 : Format::mxfp4;
-      c.act = v / 2 == 0 ? MoeActivation::bf16 : MoeActivation::fp4;
+      c.format = v / 2 == 1 || v == 7 ? Format::nvfp4 : Format::mxfp4;
+      c.act = v / 2 == 0 || v == 6 ? MoeActivation::bf16 : MoeActivation::fp4;
       c.seed = 9300 + v;
       const bool second = v % 2 == 1;
       c.activation = second ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
       c.gate_up = second ? GateUpLayout::interleaved : GateUpLayout::stacked;
       c.scale_layout = second ? ScaleLayout::linear : ScaleLayout::blocked;
       c.experts = second ? 16 : 6, c.topk = second ? 4 : 3, c.hidden = second ? 352 : 288, c.inter = second ? 96 : 160;
+      if (v >= 6) c.experts = 12, c.topk = 8;
       c.max_tokens = 12, c.ids_int64 = second, c.weights_bf16 = !second, c.padded = second, c.alphas = !second;
       c.decode_tokens = decode, c.graph_cache = 0;
       const auto L = make_layer(c);
