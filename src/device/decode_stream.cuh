@@ -98,7 +98,7 @@ struct Stage {
 
 // Streaming weight load: read once, not kept in L1; the L2 fetches the 128-byte line (a warp reads
 // 64 bytes of each of 8 rows per load). An L2::256B prefetch measured slower on the H200: the
-// layer 2.3-4.1 % at T 1-8, and a load-only stream of this pattern 2.19 vs 2.45 TB/s (v56).
+// layer 2.3-4.1 % at T 1-8, and a load-only stream of this pattern 2.19 vs 2.45 TB/s (docs/PERF.md).
 __device__ __forceinline__ uint4 load_weights(const std::uint8_t* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"

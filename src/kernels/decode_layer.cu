@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
       // One acq_rel arrival per block: its release covers every y row the CTA stored (ordered
       // before it by the barrier above), its acquire the other CTAs' rows for the last arriver,
       // whose combine warps are ordered after it by the barrier below (no sequentially consistent
-      // fences: MEMBAR.SC.GPU waited on here, v54).
+      // fences: MEMBAR.SC.GPU waited on here, measured).
       const unsigned mine = static_cast<unsigned>(min(u1, (b + 1) * S) - max(u0, b * S));
       if (mine == static_cast<unsigned>(S)) {  // the block is this CTA's alone: no arrival
         done[atomicAdd(&n_done, 1)] = b;
