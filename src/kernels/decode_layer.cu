@@ -67,8 +67,9 @@ struct Routing {
   int id[kDecodeMaxPairs];                     // the pair's expert, -1 outside [0, E) or past T
   int expert[kDecodeMaxPairs];                 // per slot
   signed char pick[kDecodeMaxPairs][kDecodeMaxTokens];  // per slot and token: j, or -1
-  int key[kDecodeMaxPairs];                    // per pair: e * 64 + o, or -1
+  int key[kDecodeMaxPairs];                    // per pair: e * kDecodeMaxPairs + o, or -1 (o < k <= 64)
 };
+static_assert(kDecodeMaxPairs == 64, "read_routing: one warp, two pairs per lane");
 
 __device__ __forceinline__ int run_tokens(const DecodeLayerArgs& a) {
   return a.token_count != nullptr ? min(a.tokens, max(*a.token_count, 0)) : a.tokens;
@@ -98,7 +99,7 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
       e[h] = q < P ? r.id[q] : -1;
       int o = 0;
       for (int u = t0; u < q; ++u) o += r.id[u] == e[h];
-      key[h] = e[h] >= 0 ? e[h] * 64 + o : -1;
+      key[h] = e[h] >= 0 ? e[h] * kDecodeMaxPairs + o : -1;
       r.key[q] = key[h];
     }
     for (int i = p; i < kDecodeMaxPairs * kDecodeMaxTokens / 4; i += 32) reinterpret_cast<int*>(r.pick)[i] = -1;
