@@ -144,12 +144,13 @@ CaseResult run_case(int index, const SuiteCase& c, const RunSettings& s, const C
 
 int run_bench(const BenchOptions& o) {
   if (!o.values.empty()) {
-    const bool ok = o.suite == "dual" ? o.values != "checkpoint" : o.suite == "moe" && o.values != "gpumode";
+    const bool ok = o.suite == "dual" ? o.values != "checkpoint" : o.suite == "layer" ? o.values != "full"
+                                                                  : o.suite == "moe" && o.values != "gpumode";
     if (!ok)
       throw Error("--values", -1,
                   "'" + o.values + "' does not apply to the " + o.suite +
-                      " suite: the dual suite takes gpumode or full, the moe suite full or checkpoint (seed and dense "
-                      "use GPU MODE values, layer its own)");
+                      " suite: the dual suite takes gpumode or full, the moe suite full or checkpoint, the layer suite "
+                      "gpumode or checkpoint (seed and dense use GPU MODE values)");
   }
   if (o.suite == "moe") return run_moe_suite(o);
   if (o.suite == "layer") return run_layer_suite(o);

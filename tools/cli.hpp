@@ -87,6 +87,7 @@ struct LayerCommandOptions {
   bool batch_invariant = false;  // layer: MoeLayerOptions::batch_invariant (no stream-K; A/B)
   int decode_tokens = -1;  // layer: MoeLayerOptions::decode_tokens (-1: by the layer; 0: the general path; A/B)
   bool fuse_quantise = false;  // W4A4: the intermediate quantised in GEMM1's epilogue (A/B; off by default)
+  std::string values = "gpumode";  // gpumode | checkpoint (MXFP4 weight scale codes 117..127)
 };
 
 // `fp4gemm quantize`: the GPU activation quantiser on a bf16 [rows, k] matrix vs a device copy.

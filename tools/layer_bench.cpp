@@ -62,7 +62,8 @@ int run_layer_suite(const BenchOptions& o) {
                          {"iters", rs.timing.iters},
                          {"warmup", rs.timing.warmup},
                          {"settle_ms", o.settle_ms},
-                         {"decode_tokens", o.decode_tokens}};
+                         {"decode_tokens", o.decode_tokens},
+                         {"values", o.values.empty() ? std::string("gpumode") : o.values}};
   doc["cases"] = Json::array();
   // One plan (and one weight set) per model: the cases of a model run in order on it.
   std::unique_ptr<LayerProblem> problem;
@@ -73,7 +74,7 @@ int run_layer_suite(const BenchOptions& o) {
     if (planned != c.model) {
       problem.reset();  // the previous model's weights first
       problem = std::make_unique<LayerProblem>(m, act, kLayerTokens[std::size(kLayerTokens) - 1], rs.data.seed,
-                                               stream.get(), false, false, o.decode_tokens);
+                                               stream.get(), false, false, o.decode_tokens, o.values == "checkpoint");
       planned = c.model;
     }
     progress("[bench] layer case " + std::to_string(i + 1) + "/" + std::to_string(cases.size()) + " (" + m.name +

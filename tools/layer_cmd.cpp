@@ -23,11 +23,14 @@ int run_layer(const LayerCommandOptions& o) {
   const DeviceInfo device = require_device();
   Stream stream;
   const cudaStream_t s = stream.get();
-  LayerProblem problem(model, o.act, o.tokens, o.seed, s, o.fuse_quantise, o.batch_invariant, o.decode_tokens);
+  if (o.values != "gpumode" && o.values != "checkpoint")
+    throw Error("--values", -1, "unknown values '" + o.values + "' (expected gpumode or checkpoint)");
+  LayerProblem problem(model, o.act, o.tokens, o.seed, s, o.fuse_quantise, o.batch_invariant, o.decode_tokens,
+                       o.values == "checkpoint");
   problem.set_tokens(o.tokens, o.seed, s);
   std::cout << "fp4gemm layer: E " << o.experts << ", H " << o.hidden << ", I " << o.inter << ", T " << o.tokens
             << ", top-" << o.topk << ", " << o.act << (problem.w4a16() ? " (W4A16)" : " (W4A4)") << ", "
-            << o.activation << "; " << problem.active_experts() << " experts active\n"
+            << o.activation << ", " << o.values << " weight scales; " << problem.active_experts() << " experts active\n"
             << problem.describe() << "\n";
   problem.run(s);
   problem.check(s);

@@ -30,7 +30,8 @@ void validate_layer_model(const LayerModel& m, const std::string& act) {
 }
 
 LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int max_tokens, std::uint64_t seed,
-                           cudaStream_t s, bool fuse_quantise, bool batch_invariant, int decode_tokens)
+                           cudaStream_t s, bool fuse_quantise, bool batch_invariant, int decode_tokens,
+                           bool checkpoint_scales)
     : m_(model), w16_(act == "bf16"), max_tokens_(max_tokens) {
   validate_layer_model(model, act);
   if (max_tokens < 1) throw Error("--tokens", -1, "must be >= 1");
@@ -47,10 +48,15 @@ LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int 
   w2_ = DeviceBuffer(w2_bytes_, "w2"), s2_ = DeviceBuffer(s2_bytes_, "w2 scales");
   fill_bytes_random(w13_.get(), w13_.padded_bytes(), seed, s);
   fill_bytes_random(w2_.get(), w2_.padded_bytes(), seed + 1, s);
-  // Scales near 1/8..1 (a checkpoint's range for unit-scale activations): the layer's values stay
-  // finite and tensor-core power realistic.
-  fill_scales_gpu_mode(s13_.get(), s13_.padded_bytes(), format, seed + 2, s);
-  fill_scales_gpu_mode(s2_.get(), s2_.padded_bytes(), format, seed + 3, s);
+  // GPU MODE's scales 1 and 2 keep the layer's values finite and the tensor-core power realistic;
+  // checkpoint_scales draws MXFP4 codes from a trained checkpoint's range instead (see the header).
+  if (checkpoint_scales && format == Format::mxfp4) {
+    fill_scales_random(s13_.get(), s13_.padded_bytes(), format, seed + 2, s, kCheckpointMxScaleMax);
+    fill_scales_random(s2_.get(), s2_.padded_bytes(), format, seed + 3, s, kCheckpointMxScaleMax);
+  } else {
+    fill_scales_gpu_mode(s13_.get(), s13_.padded_bytes(), format, seed + 2, s);
+    fill_scales_gpu_mode(s2_.get(), s2_.padded_bytes(), format, seed + 3, s);
+  }
   hidden_ = DeviceBuffer(token_bytes, "hidden"), out_ = DeviceBuffer(token_bytes, "out");
   const std::size_t slots = static_cast<std::size_t>(max_tokens) * m_.topk;
   ids_ = DeviceBuffer(4 * slots, "topk_ids"), weights_ = DeviceBuffer(4 * slots, "topk_weights");

@@ -37,7 +37,9 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
       ->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
   cmd->add_option("--values", o.values, "dual suite: data gpumode (default; {0, +-0.5, +-1, +-1.5} x {1, 2}) or full "
                                         "(random nibbles, scales over the normal range); moe suite: full (default) or "
-                                        "checkpoint (full with MXFP4 weight scale codes 117..127, as trained weights have)")
+"checkpoint (full with MXFP4 weight scale codes 117..127, as trained weights have); layer "
+                                        "suite: gpumode (default; weight scales 1 and 2) or checkpoint (MXFP4 weight scale "
+                                        "codes 117..127)")
       ->check(CLI::IsMember({"gpumode", "full", "checkpoint"}));
   cmd->add_option("--cases", o.cases, "comma-separated 1-based case numbers within the suite, e.g. 1,3");
   cmd->add_flag("--no-peers", o.no_peers, "skip the peers (dequant+cuBLAS, cuBLAS bf16, per-group streams; dual "
@@ -136,6 +138,10 @@ CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
   cmd->add_option("--decode-tokens", o.decode_tokens,
                   "runs of at most this many tokens take the decode path (MoeLayerOptions::decode_tokens; 0: never; -1: by the layer)")
       ->check(CLI::Range(-1, 8))->capture_default_str();
+  cmd->add_option("--values", o.values,
+                  "weight scales: gpumode (1 and 2, as GPU MODE's data) or checkpoint (MXFP4 codes 117..127, as trained "
+                  "weights have: the decode path's one-multiply MXFP4 decode; NVFP4 keeps gpumode)")
+      ->check(CLI::IsMember({"gpumode", "checkpoint"}))->capture_default_str();
   cmd->add_option("--iters", o.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "untimed warm-up repetitions")->check(CLI::Range(0, 1000000))->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed of the data and the routing")->capture_default_str();

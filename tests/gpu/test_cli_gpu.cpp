@@ -40,5 +40,20 @@ TEST(CliGpu, MoeCheckPasses) {
   }
 }
 
+// The layer command on both weight-scale sets (checkpoint: MXFP4 codes 117..127, the decode path's
+// one-multiply decode; gpumode: codes 127 / 128, its full-range decode), decode path and general path.
+TEST(CliGpu, LayerRunsOnBothScaleSets) {
+  if (kCli.empty()) GTEST_SKIP() << "the CLI was not built (FP4GEMM_BUILD_CLI off)";
+  if (!fast_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the layer needs H100/H200";
+  for (const std::string values : {"gpumode", "checkpoint"})
+    for (const std::string tokens : {"2", "40"}) {
+      const CliResult r = run_cli("layer --experts 12 --hidden 256 --inter 128 --topk 4 --act bf16 --iters 2 --warmup 1 --tokens " +
+                                  tokens + " --values " + values);
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find(values + " weight scales"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("time:"), std::string::npos) << r.output;
+    }
+}
+
 }  // namespace
 }  // namespace fp4gemm::test
