@@ -1,13 +1,21 @@
-// Runs the built fp4gemm CLI (FP4GEMM_CLI_PATH) and collects its exit code and output: shared by the
+// Runs the built fp4gemm CLI (FP4GEMM_CLI_PATH, or $FP4GEMM_CLI) and collects its exit code and output: shared by the
 // host tier's argument tests (host/test_cli.cpp) and the GPU tier's --check tests (gpu/test_cli_gpu.cpp).
 #pragma once
 
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace fp4gemm::test {
+
+// The CLI to run: $FP4GEMM_CLI where set (a binary carried to another machine without its build
+// tree), else the build's own (`built`, FP4GEMM_CLI_PATH; empty when the CLI was not built).
+inline std::string cli_path(const char* built) {
+  const char* env = std::getenv("FP4GEMM_CLI");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(built);
+}
 
 struct CliResult {
   int exit_code = -1;

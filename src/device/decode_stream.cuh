@@ -158,8 +158,8 @@ __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32
 }
 
 // The multipliers of one word (8 elements) of rows g and g + 8: pairs, both halves equal.
-// kOne: MXFP4 codes <= 127 -- bf16 2^(code-1), the raw pattern's 2^-126 folded in (one multiply per
-// pair). kTwo: any MXFP4 code (2^126, then 2^(code-127); 0 -> 2^-127, 0xFF -> NaN). kNvF16: NVFP4 in
+// kOne: MXFP4 codes <= 128 -- bf16 2^(code-1) (at most 2^127, still finite), the raw pattern's 2^-126
+// folded in (one multiply per pair). kTwo: any MXFP4 code (2^126, then 2^(code-127); 0 -> 2^-127, 0xFF -> NaN). kNvF16: NVFP4 in
 // f16 -- e2m1_quad_f16_raw's pairs times f16 scale * 2^7 (nv_scale_f16x2_times_128), one multiply
 // per pair, an f16 mma.
 enum class Scaling { kOne, kTwo, kNvF16 };
@@ -201,7 +201,7 @@ __device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_
   }
 }
 
-// A chunk with an MXFP4 scale code >= 128 (rare).
+// A chunk with an MXFP4 scale code >= 129 (a scale of 4 or more: rare in trained weights).
 template <class XS>
 __device__ __forceinline__ void consume_full_range(const Stage<XS>& st, float (&acc)[2][4]) {
   std::uint32_t s0, s1;
@@ -210,9 +210,10 @@ __device__ __forceinline__ void consume_full_range(const Stage<XS>& st, float (&
   multiply<Scaling::kTwo>(st, sg, sh, acc);
 }
 
-// MXFP4: scale codes <= 127 (real checkpoints) take one multiply per weight pair, the multiplier
-// 2^(code-1) built with one IMAD (the raw e2m1 pattern carries 2^-126); a code >= 128 anywhere in
-// the warp sends the chunk to the full-range decode (warp-uniform: mma.sync needs every lane).
+// MXFP4: scale codes <= 128 (real checkpoints, and GPU MODE's scales 1 and 2) take one multiply per
+// weight pair, the multiplier 2^(code-1) built with one IMAD (the raw e2m1 pattern carries 2^-126);
+// a code >= 129 anywhere in the warp sends the chunk to the full-range decode (warp-uniform:
+// mma.sync needs every lane).
 // NVFP4: one f16 multiply per pair (Scaling::kNvF16), words 0-1 under the lane's first block's
 // scale, 2-3 its second.
 template <Format F, class XS>
@@ -223,7 +224,7 @@ __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4])
     const std::uint32_t sg[4] = {g0, g0, g1, g1}, sh[4] = {h0, h0, h1, h1};
     multiply<Scaling::kNvF16>(st, sg, sh, acc);
   } else {
-    if (__builtin_expect(!__any_sync(0xFFFFFFFFu, (st.cg | st.ch) & 0x80u), 1)) {
+    if (__builtin_expect(!__any_sync(0xFFFFFFFFu, max(st.cg, st.ch) > 128u), 1)) {
       const std::uint32_t s0 = st.cg * 0x00800080u + 0x3F003F00u;
       const std::uint32_t s1 = st.ch * 0x00800080u + 0x3F003F00u;
       const std::uint32_t sg[4] = {s0, s0, s0, s0}, sh[4] = {s1, s1, s1, s1};

@@ -12,7 +12,7 @@
 namespace fp4gemm::test {
 namespace {
 
-const std::string kCli = FP4GEMM_CLI_PATH;
+const std::string kCli = cli_path(FP4GEMM_CLI_PATH);
 
 CliResult run_cli(const std::string& args) { return run_cli_at(kCli, args); }
 

@@ -58,6 +58,9 @@ struct LayerCase {
   int experts = 8, hidden = 256, inter = 128, topk = 2, max_tokens = 64;
   bool ids_int64 = false, weights_bf16 = false, padded = false, alphas = true;
   Values w13_values = Values::gpumode;  // full: realistic w13 (GEMM1 then inexact)
+  // MXFP4 w13 scale codes drawn from 127..w13_code_max instead (0: w13_values' own): codes past 128
+  // send the decode path's chunks to its full-range decode, 127 / 128 stay on the one-multiply decode
+  int w13_code_max = 0;
   float a1 = 0, a2 = 0;                 // NVFP4 W4A4 global scales (0: powers of two chosen here)
   int graph_cache = 8;                  // MoeLayerOptions::graph_cache
   bool fuse_quantize = false;           // MoeLayerOptions::fuse_quantize
@@ -72,7 +75,7 @@ struct LayerCase {
        << " top-" << topk << " max_tokens " << max_tokens << (ids_int64 ? " int64-ids" : "")
        << (weights_bf16 ? " bf16-weights" : "") << (padded ? " padded" : "") << (alphas ? " alphas" : "")
        << (biases ? (bias_f32 ? " f32-biases" : " bf16-biases") : "") << " w13 "
-       << to_string(w13_values) << " seed "
+       << to_string(w13_values) << (w13_code_max ? " codes 127.." + std::to_string(w13_code_max) : "") << " seed "
        << seed;
     return os.str();
   }
@@ -88,13 +91,17 @@ struct ExpertTensor {
   std::int64_t scale_stride = 0;
 };
 
-ExpertTensor make_tensor(const LayerCase& c, std::mt19937_64& rng, int rows, int k, Values values) {
+ExpertTensor make_tensor(const LayerCase& c, std::mt19937_64& rng, int rows, int k, Values values, int code_max = 0) {
   ExpertTensor t;
   t.rows = rows, t.k = k, t.cols = k / scale_block_size(c.format);
   t.w = random_packed(rng, values, c.experts * rows, k, k / 2);
   t.scales_linear = random_scales(rng, c.format, Values::gpumode, c.experts * rows, t.cols);
   if (values == Values::full) {  // realistic: scales within a few binades of 1/8
     std::uniform_int_distribution<int> code(c.format == Format::nvfp4 ? 0x20 : 120, c.format == Format::nvfp4 ? 0x38 : 127);
+    for (auto& s : t.scales_linear) s = static_cast<std::uint8_t>(code(rng));
+  }
+  if (code_max > 0 && c.format == Format::mxfp4) {
+    std::uniform_int_distribution<int> code(127, code_max);
     for (auto& s : t.scales_linear) s = static_cast<std::uint8_t>(code(rng));
   }
   t.scale_stride = static_cast<std::int64_t>(formats::scale_bytes(c.scale_layout, rows, t.cols));
@@ -125,7 +132,7 @@ std::unique_ptr<Layer> make_layer(const LayerCase& c) {
   auto L = std::make_unique<Layer>();
   L->c = c;
   std::mt19937_64 rng(c.seed);
-  L->w13 = make_tensor(c, rng, 2 * c.inter, c.hidden, c.w13_values);
+  L->w13 = make_tensor(c, rng, 2 * c.inter, c.hidden, c.w13_values, c.w13_code_max);
   L->w2 = make_tensor(c, rng, c.hidden, c.inter, Values::full);
   std::uniform_int_distribution<int> p2(-2, 2);
   for (int e = 0; e < c.experts; ++e) {
@@ -565,6 +572,9 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
       c.scale_layout = second ? ScaleLayout::linear : ScaleLayout::blocked;
       c.experts = second ? 16 : 6, c.topk = second ? 4 : 3, c.hidden = second ? 352 : 288, c.inter = second ? 96 : 160;
       if (v >= 6) c.experts = 12, c.topk = 8;
+      // MXFP4 gate/up scales: codes 127..130 in the first shape (both of the decode's MXFP4 paths in
+      // kernel 1), GPU MODE's 127 / 128 in the second (the one-multiply path, 2^127 included)
+      if (c.format == Format::mxfp4 && !second) c.w13_code_max = 130;
       c.max_tokens = 12, c.ids_int64 = second, c.weights_bf16 = !second, c.padded = second, c.alphas = !second;
       c.decode_tokens = decode, c.graph_cache = 0;
       const auto L = make_layer(c);

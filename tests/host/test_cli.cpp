@@ -13,7 +13,7 @@ namespace {
 
 using fp4gemm::test::CliResult;
 
-const std::string kCliPath = FP4GEMM_CLI_PATH;
+const std::string kCliPath = fp4gemm::test::cli_path(FP4GEMM_CLI_PATH);
 
 CliResult run_cli(const std::string& args, const std::string& env = "") {
   return fp4gemm::test::run_cli_at(kCliPath, args, env);
