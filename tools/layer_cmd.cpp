@@ -50,7 +50,14 @@ int run_layer(const LayerCommandOptions& o) {
     doc["gpu"] = device_json(device);
     doc["shape"] = Json{{"experts", o.experts}, {"hidden", o.hidden}, {"inter", o.inter}, {"tokens", o.tokens},
                         {"topk", o.topk}};
-    doc["settings"] = Json{{"act", o.act}, {"activation", o.activation}, {"seed", o.seed}, {"iters", o.iters}};
+    doc["settings"] = Json{{"act", o.act},
+                           {"activation", o.activation},
+                           {"seed", o.seed},
+                           {"iters", o.iters},
+                           {"decode_tokens", o.decode_tokens},
+                           {"values", o.values},
+                           {"batch_invariant", o.batch_invariant},
+                           {"fuse_quantise", o.fuse_quantise}};
     doc["active_experts"] = problem.active_experts();
     doc["plan"] = problem.describe();
     doc["flops"] = flops;
