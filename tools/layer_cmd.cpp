@@ -23,8 +23,6 @@ int run_layer(const LayerCommandOptions& o) {
   const DeviceInfo device = require_device();
   Stream stream;
   const cudaStream_t s = stream.get();
-  if (o.values != "gpumode" && o.values != "checkpoint")
-    throw Error("--values", -1, "unknown values '" + o.values + "' (expected gpumode or checkpoint)");
   LayerProblem problem(model, o.act, o.tokens, o.seed, s, o.fuse_quantise, o.batch_invariant, o.decode_tokens,
                        o.values == "checkpoint");
   problem.set_tokens(o.tokens, o.seed, s);

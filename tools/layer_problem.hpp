@@ -33,9 +33,8 @@ class LayerProblem {
  public:
   // act: nvfp4 / mxfp4 (W4A4) or bf16 (W4A16 on mxfp4 weights). Generates the weights on `stream`.
   // fuse_quantise: MoeLayerOptions::fuse_quantize (W4A4); batch_invariant: MoeLayerOptions::batch_invariant.
-  // checkpoint_scales: MXFP4 weight scale codes 117..127 (2^-10..1, a trained checkpoint's range: the
-  // decode path's one-multiply MXFP4 decode) instead of GPU MODE's scales 1 and 2 (codes 127 / 128: a
-  // chunk with a code 128 takes the full-range decode). NVFP4 weights keep GPU MODE's scales.
+  // checkpoint_scales: MXFP4 weight scale codes 117..127 (2^-10..1, a trained checkpoint's range)
+  // instead of GPU MODE's scales 1 and 2 (codes 127 / 128). NVFP4 weights keep GPU MODE's scales.
   LayerProblem(const LayerModel& model, const std::string& act, int max_tokens, std::uint64_t seed,
                cudaStream_t stream, bool fuse_quantise = false, bool batch_invariant = false,
                int decode_tokens = -1, bool checkpoint_scales = false);

@@ -37,7 +37,7 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
       ->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
   cmd->add_option("--values", o.values, "dual suite: data gpumode (default; {0, +-0.5, +-1, +-1.5} x {1, 2}) or full "
                                         "(random nibbles, scales over the normal range); moe suite: full (default) or "
-"checkpoint (full with MXFP4 weight scale codes 117..127, as trained weights have); layer "
+                                        "checkpoint (full with MXFP4 weight scale codes 117..127, as trained weights have); layer "
                                         "suite: gpumode (default; weight scales 1 and 2) or checkpoint (MXFP4 weight scale "
                                         "codes 117..127)")
       ->check(CLI::IsMember({"gpumode", "full", "checkpoint"}));
@@ -140,7 +140,7 @@ CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
       ->check(CLI::Range(-1, 8))->capture_default_str();
   cmd->add_option("--values", o.values,
                   "weight scales: gpumode (1 and 2, as GPU MODE's data) or checkpoint (MXFP4 codes 117..127, as trained "
-                  "weights have: the decode path's one-multiply MXFP4 decode; NVFP4 keeps gpumode)")
+                  "weights have; NVFP4 keeps gpumode)")
       ->check(CLI::IsMember({"gpumode", "checkpoint"}))->capture_default_str();
   cmd->add_option("--iters", o.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "untimed warm-up repetitions")->check(CLI::Range(0, 1000000))->capture_default_str();

@@ -40,8 +40,8 @@ TEST(CliGpu, MoeCheckPasses) {
   }
 }
 
-// The layer command on both weight-scale sets (checkpoint: MXFP4 codes 117..127, the decode path's
-// one-multiply decode; gpumode: codes 127 / 128, its full-range decode), decode path and general path.
+// The layer command on both weight-scale sets (checkpoint: MXFP4 codes 117..127; gpumode: codes
+// 127 / 128), decode path (T 2) and general path (T 40).
 TEST(CliGpu, LayerRunsOnBothScaleSets) {
   if (kCli.empty()) GTEST_SKIP() << "the CLI was not built (FP4GEMM_BUILD_CLI off)";
   if (!fast_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the layer needs H100/H200";
