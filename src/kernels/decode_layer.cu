@@ -57,6 +57,12 @@ __device__ __forceinline__ float bias_at(const void* bias, bool f32, std::int64_
   return f32 ? static_cast<const float*>(bias)[i] : __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
 }
 
+// Kernel 1's dynamic shared memory: the launch's tokens staged (tokens x hidden padded to a chunk,
+// 16-bit), then from this 1 KB boundary the warps' rings.
+__host__ __device__ __forceinline__ int decode_ring_offset(int tokens, int hidden) {
+  return (tokens * ((hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk) * 2 + 1023) / 1024 * 1024;
+}
+
 // ---- routing, read by every CTA (T * k <= 64 pairs) ------------------------------------------
 // A "slot" is one expert's weights streamed once for all the tokens that chose it: the pairs of
 // key (expert e, occurrence o) -- o counts e among the token's earlier picks, so a token that lists
@@ -139,7 +145,9 @@ template <Format F>
 __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerArgs a) {
   stamp(0, 0);
   __shared__ Routing r;
-  extern __shared__ uint4 x_staged[];  // [decode tokens][hpad], stored in the B pairing, zero-padded
+  // dynamic shared memory: the tokens ([decode tokens][hpad], stored in the B pairing, zero-padded),
+  // then from a 1 KB boundary the warps' rings (decode_ring_offset)
+  extern __shared__ __align__(1024) uint4 x_staged[];
   const long long id = load_pair_id(a);  // (in flight with the tokens' loads below)
   const int T = run_tokens(a), k = a.topk;
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -202,7 +210,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   };
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   decode::stream_units_cta<F, decode::XShared>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
-                                               [] { stamp(0, 2); }, finish, records);
+                                               [] { stamp(0, 2); }, finish, records,
+                                               reinterpret_cast<std::uint8_t*>(x_staged) + decode_ring_offset(a.tokens, H));
   stamp(0, 3);
   ptx::launch_dependents();
   stamp(0, 4);
@@ -305,7 +314,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   constexpr int kRound = 128;  // touched blocks handled per round (a CTA touches ~H / (16 grid) + 3)
   __shared__ int done[kRound];
   __shared__ int n_done;
-  decode::stream_units_cta<F, decode::XGlobal>(units, S, n, op, unit_of, ready, finish, records);
+  extern __shared__ __align__(1024) uint4 dyn2[];  // the warps' rings
+  decode::stream_units_cta<F, decode::XGlobal>(units, S, n, op, unit_of, ready, finish, records,
+                                               reinterpret_cast<std::uint8_t*>(dyn2));
   stamp(1, 3);
   const decode::CtaUnits cu = decode::cta_units(units, S);
   const int u0 = cu.u0, u1 = cu.u1;
@@ -412,14 +423,17 @@ int decode_staged_bytes(int tokens, int hidden) {
 
 DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hidden) {
   DecodeShape s;
-  s.smem1 = decode_staged_bytes(tokens, hidden);
+  constexpr int ring = kDecodeWarps * decode::kRingBytes;
+  s.smem1 = decode_ring_offset(tokens, hidden) + ring;
+  s.smem2 = ring;
   // The attribute is the kernel's, not the plan's: opt in once for the largest staging any plan
   // uses (setting this plan's size would lower it under an earlier plan with more tokens or a
   // larger H, whose launches then fail; the static records and routing count against the 48 KB
   // default too).
-  cudaFuncSetAttribute(kernel1(format), cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxStagedBytes);
+  cudaFuncSetAttribute(kernel1(format), cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxStagedBytes + 1024 + ring);
+  cudaFuncSetAttribute(kernel2(format), cudaFuncAttributeMaxDynamicSharedMemorySize, ring);
   s.ctas1 = resident(kernel1(format), multiprocessors, s.smem1);
-  s.ctas2 = resident(kernel2(format), multiprocessors, 0);
+  s.ctas2 = resident(kernel2(format), multiprocessors, s.smem2);
   return s;
 }
 
@@ -476,6 +490,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  cfg.dynamicSmemBytes = a.shape.smem2;
   cudaLaunchKernelExC(&cfg, kernel2(a.format), params);
 }
 
