@@ -279,6 +279,8 @@ constexpr int kRingBytes = kStages * kStageBytes;  // per warp
 // K (not `live`) gets zeros, nothing read (K is a multiple of 32, so a lane's 32 elements are live
 // or not, whole): zero weights under codes 0 (finite scales). The codes are copied as the aligned
 // 4-byte words that hold them (cp.async copies 4, 8 or 16 bytes); `code_shift` finds them there.
+// The words stay inside the scale tensors: the decode path requires H, I % 32 == 0, so every scale
+// matrix has a multiple of 32 rows (linear: a multiple of 4 bytes; blocked: whole 512-byte atoms).
 template <Format F, class XS>
 __device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, const Operand& op, bool live, int lane) {
   constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
