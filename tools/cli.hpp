@@ -88,6 +88,7 @@ struct LayerCommandOptions {
   int decode_tokens = -1;  // layer: MoeLayerOptions::decode_tokens (-1: by the layer; 0: the general path; A/B)
   bool fuse_quantise = false;  // W4A4: the intermediate quantised in GEMM1's epilogue (A/B; off by default)
   std::string values = "gpumode";  // gpumode | checkpoint (MXFP4 weight scale codes 117..127)
+  std::string scales = "blocked";  // layer: the weight scales' layout, blocked | linear
 };
 
 // `fp4gemm quantize`: the GPU activation quantiser on a bf16 [rows, k] matrix vs a device copy.

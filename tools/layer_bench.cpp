@@ -73,8 +73,10 @@ int run_layer_suite(const BenchOptions& o) {
     const LayerModel& m = *c.model;
     if (planned != c.model) {
       problem.reset();  // the previous model's weights first
+      LayerProblemOptions lo;
+      lo.decode_tokens = o.decode_tokens, lo.checkpoint_scales = o.values == "checkpoint";
       problem = std::make_unique<LayerProblem>(m, act, kLayerTokens[std::size(kLayerTokens) - 1], rs.data.seed,
-                                               stream.get(), false, false, o.decode_tokens, o.values == "checkpoint");
+                                               stream.get(), lo);
       planned = c.model;
     }
     progress("[bench] layer case " + std::to_string(i + 1) + "/" + std::to_string(cases.size()) + " (" + m.name +

@@ -23,12 +23,14 @@ int run_layer(const LayerCommandOptions& o) {
   const DeviceInfo device = require_device();
   Stream stream;
   const cudaStream_t s = stream.get();
-  LayerProblem problem(model, o.act, o.tokens, o.seed, s, o.fuse_quantise, o.batch_invariant, o.decode_tokens,
-                       o.values == "checkpoint");
+  LayerProblemOptions lo;
+  lo.fuse_quantise = o.fuse_quantise, lo.batch_invariant = o.batch_invariant, lo.decode_tokens = o.decode_tokens;
+  lo.checkpoint_scales = o.values == "checkpoint", lo.scales = parse_layout(o.scales);
+  LayerProblem problem(model, o.act, o.tokens, o.seed, s, lo);
   problem.set_tokens(o.tokens, o.seed, s);
   std::cout << "fp4gemm layer: E " << o.experts << ", H " << o.hidden << ", I " << o.inter << ", T " << o.tokens
             << ", top-" << o.topk << ", " << o.act << (problem.w4a16() ? " (W4A16)" : " (W4A4)") << ", "
-            << o.activation << ", " << o.values << " weight scales; " << problem.active_experts() << " experts active\n"
+            << o.activation << ", " << o.values << " weight scales (" << o.scales << "); " << problem.active_experts() << " experts active\n"
             << problem.describe() << "\n";
   problem.run(s);
   problem.check(s);
@@ -54,6 +56,7 @@ int run_layer(const LayerCommandOptions& o) {
                            {"iters", o.iters},
                            {"decode_tokens", o.decode_tokens},
                            {"values", o.values},
+                           {"scales", o.scales},
                            {"batch_invariant", o.batch_invariant},
                            {"fuse_quantise", o.fuse_quantise}};
     doc["active_experts"] = problem.active_experts();

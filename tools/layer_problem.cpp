@@ -30,16 +30,15 @@ void validate_layer_model(const LayerModel& m, const std::string& act) {
 }
 
 LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int max_tokens, std::uint64_t seed,
-                           cudaStream_t s, bool fuse_quantise, bool batch_invariant, int decode_tokens,
-                           bool checkpoint_scales)
+                           cudaStream_t s, const LayerProblemOptions& options)
     : m_(model), w16_(act == "bf16"), max_tokens_(max_tokens) {
   validate_layer_model(model, act);
   if (max_tokens < 1) throw Error("--tokens", -1, "must be >= 1");
   const Format format = w16_ ? Format::mxfp4 : parse_format(act);
   const int E = m_.experts, H = m_.hidden, I = m_.inter, vec = scale_block_size(format);
   w13_bytes_ = std::size_t{1} * E * 2 * I * H / 2, w2_bytes_ = std::size_t{1} * E * H * I / 2;
-  s13_bytes_ = E * formats::blocked_scale_bytes(2 * I, H / vec);
-  s2_bytes_ = E * formats::blocked_scale_bytes(H, I / vec);
+  s13_bytes_ = E * formats::scale_bytes(options.scales, 2 * I, H / vec);
+  s2_bytes_ = E * formats::scale_bytes(options.scales, H, I / vec);
   const std::size_t token_bytes = std::size_t{2} * max_tokens * H;
   require_free_memory(w13_bytes_ + w2_bytes_ + s13_bytes_ + s2_bytes_ + 2 * token_bytes, "the layer's weights");
   progress("[layer] " + m_.name + ": generating weights (" + std::to_string((w13_bytes_ + w2_bytes_) >> 20) +
@@ -50,7 +49,7 @@ LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int 
   fill_bytes_random(w2_.get(), w2_.padded_bytes(), seed + 1, s);
   // GPU MODE's scales 1 and 2 keep the layer's values finite and the tensor-core power realistic;
   // checkpoint_scales draws MXFP4 codes from a trained checkpoint's range instead (see the header).
-  if (checkpoint_scales && format == Format::mxfp4) {
+  if (options.checkpoint_scales && format == Format::mxfp4) {
     fill_scales_random(s13_.get(), s13_.padded_bytes(), format, seed + 2, s, kCheckpointMxScaleMax);
     fill_scales_random(s2_.get(), s2_.padded_bytes(), format, seed + 3, s, kCheckpointMxScaleMax);
   } else {
@@ -70,9 +69,10 @@ LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int 
   lo.gate_up = m_.swigluoai ? GateUpLayout::interleaved : GateUpLayout::stacked;
   lo.max_tokens = max_tokens, lo.topk = m_.topk;
   if (format == Format::nvfp4 && !w16_) lo.a1_scale = lo.a2_scale = 1.0f / 64;
-  lo.fuse_quantize = fuse_quantise;
-  lo.batch_invariant = batch_invariant;
-  lo.decode_tokens = decode_tokens;
+  lo.scale_layout = options.scales;
+  lo.fuse_quantize = options.fuse_quantise;
+  lo.batch_invariant = options.batch_invariant;
+  lo.decode_tokens = options.decode_tokens;
   layer_ = std::make_unique<MoeLayer>(lw, lo);
   args_.hidden = hidden_.get(), args_.topk_ids = ids_.get(), args_.topk_weights = weights_.get();
   args_.out = out_.get();

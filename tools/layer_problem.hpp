@@ -29,15 +29,24 @@ const std::vector<LayerModel>& layer_models();
 // --topk or --act).
 void validate_layer_model(const LayerModel& m, const std::string& act);
 
+// The layer's settings beside its shape and activations.
+struct LayerProblemOptions {
+  bool fuse_quantise = false;    // MoeLayerOptions::fuse_quantize (W4A4)
+  bool batch_invariant = false;  // MoeLayerOptions::batch_invariant
+  int decode_tokens = -1;        // MoeLayerOptions::decode_tokens (-1: by the layer)
+  // MXFP4 weight scale codes 117..127 (2^-10..1, a trained checkpoint's range) instead of GPU
+  // MODE's scales 1 and 2 (codes 127 / 128). NVFP4 weights keep GPU MODE's scales.
+  bool checkpoint_scales = false;
+  // The weight scales' layout: blocked (the library's own) or linear (row-major [N, K / vec] per
+  // expert, as checkpoints store them and tk_layer.py passes them).
+  ScaleLayout scales = ScaleLayout::blocked;
+};
+
 class LayerProblem {
  public:
   // act: nvfp4 / mxfp4 (W4A4) or bf16 (W4A16 on mxfp4 weights). Generates the weights on `stream`.
-  // fuse_quantise: MoeLayerOptions::fuse_quantize (W4A4); batch_invariant: MoeLayerOptions::batch_invariant.
-  // checkpoint_scales: MXFP4 weight scale codes 117..127 (2^-10..1, a trained checkpoint's range)
-  // instead of GPU MODE's scales 1 and 2 (codes 127 / 128). NVFP4 weights keep GPU MODE's scales.
   LayerProblem(const LayerModel& model, const std::string& act, int max_tokens, std::uint64_t seed,
-               cudaStream_t stream, bool fuse_quantise = false, bool batch_invariant = false,
-               int decode_tokens = -1, bool checkpoint_scales = false);
+               cudaStream_t stream, const LayerProblemOptions& options = {});
   // New tokens and routing for `tokens` (1..max_tokens), uploaded on `stream` (synchronised).
   void set_tokens(int tokens, std::uint64_t seed, cudaStream_t stream);
   void run(cudaStream_t stream) const { layer_->run(args_, stream); }

@@ -142,6 +142,10 @@ CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
                   "weight scales: gpumode (1 and 2, as GPU MODE's data) or checkpoint (MXFP4 codes 117..127, as trained "
                   "weights have; NVFP4 keeps gpumode)")
       ->check(CLI::IsMember({"gpumode", "checkpoint"}))->capture_default_str();
+  cmd->add_option("--scales", o.scales,
+                  "layout of the weight scales: blocked (the library's own) or linear (row-major per expert, as "
+                  "checkpoints store them)")
+      ->check(CLI::IsMember({"blocked", "linear"}))->capture_default_str();
   cmd->add_option("--iters", o.iters, "timed repetitions (median reported)")->check(CLI::Range(1, 1000000))->capture_default_str();
   cmd->add_option("--warmup", o.warmup, "untimed warm-up repetitions")->check(CLI::Range(0, 1000000))->capture_default_str();
   cmd->add_option("--seed", o.seed, "seed of the data and the routing")->capture_default_str();

@@ -53,6 +53,14 @@ TEST(CliGpu, LayerRunsOnBothScaleSets) {
       EXPECT_NE(r.output.find(values + " weight scales"), std::string::npos) << r.output;
       EXPECT_NE(r.output.find("time:"), std::string::npos) << r.output;
     }
+  // linear weight scales (as checkpoints store them), the decode path and the general path
+  for (const std::string tokens : {"2", "40"}) {
+    const CliResult r = run_cli("layer --experts 12 --hidden 256 --inter 128 --topk 4 --act bf16 --iters 2 --warmup 1 "
+                                "--values checkpoint --scales linear --tokens " + tokens);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("checkpoint weight scales (linear)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("time:"), std::string::npos) << r.output;
+  }
 }
 
 }  // namespace

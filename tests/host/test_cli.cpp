@@ -65,7 +65,7 @@ TEST(Cli, SubcommandHelpListsOptions) {
   const CliResult layer = run_cli("layer --help");
   EXPECT_EQ(layer.exit_code, 0);
   for (const char* option : {"--experts", "--hidden", "--inter", "--tokens", "--topk", "--act", "--activation",
-                             "--iters", "--warmup", "--seed", "--json", "swigluoai"})
+                             "--scales", "--iters", "--warmup", "--seed", "--json", "swigluoai"})
     EXPECT_NE(layer.output.find(option), std::string::npos) << option;
   const CliResult dual = run_cli("dual --help");
   EXPECT_EQ(dual.exit_code, 0);
@@ -172,6 +172,7 @@ TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
       {"layer --experts 8 --hidden 64 --tokens 4", {"--inter"}},
       {"layer --experts 8 --hidden 64 --inter 32", {"--tokens"}},
       {"layer --experts 8 --hidden 64 --inter 32 --tokens 4 --values full", {"--values", "full"}},
+      {"layer --experts 8 --hidden 64 --inter 32 --tokens 4 --scales swizzled", {"--scales", "swizzled"}},
       {"layer --experts 600 --hidden 64 --inter 32 --tokens 4", {"--experts", "1..512"}},
       {"layer --experts 8 --hidden 48 --inter 32 --tokens 4", {"--hidden", "32"}},
       {"layer --experts 8 --hidden 64 --inter 40 --tokens 4", {"--inter", "32"}},
