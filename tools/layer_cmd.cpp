@@ -30,7 +30,8 @@ int run_layer(const LayerCommandOptions& o) {
   problem.set_tokens(o.tokens, o.seed, s);
   std::cout << "fp4gemm layer: E " << o.experts << ", H " << o.hidden << ", I " << o.inter << ", T " << o.tokens
             << ", top-" << o.topk << ", " << o.act << (problem.w4a16() ? " (W4A16)" : " (W4A4)") << ", "
-            << o.activation << ", " << o.values << " weight scales (" << o.scales << "); " << problem.active_experts() << " experts active\n"
+            << o.activation << ", " << o.values << " weight scales (" << o.scales << "); "
+            << problem.active_experts() << " experts active\n"
             << problem.describe() << "\n";
   problem.run(s);
   problem.check(s);
