@@ -29,10 +29,10 @@
 // e2m1_quad_f16_raw's pairing (pair_position_nv), one multiply per pair by scale * 2^7.
 // Two accumulators (h = 0, 1) halve the mma dependency chain; they are added when a piece ends.
 //
-// Per chunk and lane: four cp.async copies (16 bytes of each weight row, the 4-byte words holding
-// the rows' scale codes), two 16-byte and two 4-byte shared loads back, four 16-byte activation
-// loads (shared memory or L1), and constant cursor steps (the scale column moves a whole blocked
-// atom per chunk).
+// Per chunk and lane: two 16-byte cp.async copies of the weight rows and two 16-byte shared loads
+// back; the rows' scale codes (blocked scales: two 4-byte cp.async copies and shared loads; linear:
+// two L1 loads into registers); four 16-byte activation loads (shared memory or L1); and constant
+// cursor steps (the scale column moves a whole blocked atom, or 128 / vec bytes, per chunk).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,6 +40,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device/dequant.cuh"
 #include "device/mainloop.cuh"
@@ -110,6 +111,14 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* src, boo
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(ptx::smem_addr(smem_dst)), "l"(src),
                "r"(valid ? 16 : 0)
                : "memory");
+}
+// A scale code (T: one byte, or NVFP4's two adjacent ones), read-only through L1.
+template <class T>
+__device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
+  unsigned v;
+  if constexpr (sizeof(T) == 1) asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(v) : "l"(p));
+  else asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
@@ -277,17 +286,20 @@ constexpr int kRingBytes = kStages * kStageBytes;  // per warp
 
 // Copies the cursor's chunk into this lane's slots of `stage` and advances the cursor. A lane past
 // K (not `live`) gets zeros, nothing read (K is a multiple of 32, so a lane's 32 elements are live
-// or not, whole): zero weights under codes 0 (finite scales). The codes are copied as the aligned
-// 4-byte words that hold them (cp.async copies 4, 8 or 16 bytes); `code_shift` finds them there.
-// The words stay inside the scale tensors: the decode path requires H, I % 32 == 0, so every scale
-// matrix has a multiple of 32 rows (linear: a multiple of 4 bytes; blocked: whole 512-byte atoms).
+// or not, whole): zero weights under codes 0 (finite scales). Blocked scales: the codes are copied
+// as the aligned 4-byte words that hold them (cp.async copies 4, 8 or 16 bytes; `code_shift` finds
+// them there). The words stay inside the scale tensors: the decode path requires H, I % 32 == 0, so
+// every scale matrix has whole 512-byte atoms. Linear scales: the caller loads the codes (see
+// walk_share).
 template <Format F, class XS>
 __device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, const Operand& op, bool live, int lane) {
   constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
   cp_async_16(stage + 16 * lane, cur.wg, live);
   cp_async_16(stage + 512 + 16 * lane, cur.wh, live);
-  ptx::cp_async_4(stage + 1024 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sg) & kWord), live);
-  ptx::cp_async_4(stage + 1152 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sh) & kWord), live);
+  if (op.blocked) {
+    ptx::cp_async_4(stage + 1024 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sg) & kWord), live);
+    ptx::cp_async_4(stage + 1152 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sh) & kWord), live);
+  }
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   const int step = op.blocked ? step_blocked : step_linear;
   cur.wg += kChunk / 2, cur.wh += kChunk / 2, cur.sg += step, cur.sh += step, cur.x = XS::advance(cur.x, kChunk);
@@ -332,7 +344,20 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   // chunk n - left of a unit is live in this lane iff left > live_above (32c + 128 ch < K)
   const int live_above = n - (op.k - 32 * c + kChunk - 1) / kChunk;
   int sc = 0, sm = 0;  // the stage the next copy fills, the stage multiplied next
+  // Linear scales: the codes travel in registers, loaded (ld.global.nc) with their chunk's copy and
+  // moved one stage on per chunk -- a row's codes for 8 chunks share a 32-byte sector, so most hit
+  // L1; copied by cp.async, the 8 rows' codes (in up to 8 lines per instruction) cost as many
+  // shared-memory write wavefronts, which measured up to 20 % slower. Blocked scales: one atom per
+  // chunk (an L2 access each), copied into the ring with the weights, a whole ring ahead.
+  unsigned k0g = 0, k0h = 0, k1g = 0, k1h = 0, k2g = 0, k2h = 0;  // the codes of stages sm, sm + 1, sm + 2
+  auto shift_codes = [&] { k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h; };
+  using CodeT = std::conditional_t<F == Format::nvfp4, std::uint16_t, std::uint8_t>;
   auto copy_next = [&] {
+    if (!op.blocked) {
+      const bool live = lleft > live_above;
+      k2g = live ? load_code<CodeT>(cur.sg) : 0u;
+      k2h = live ? load_code<CodeT>(cur.sh) : 0u;
+    }
     copy_chunk<F, XS>(ring + sc * kStageBytes, cur, op, lleft > live_above, lane);
     sc = sc + 1 == kStages ? 0 : sc + 1;
     if (__builtin_expect(--lleft == 0, 0)) {
@@ -371,6 +396,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   int copies = total;  // chunks not yet copied
 #pragma unroll 1
   for (int d = 0; d < kStages; ++d) {
+    shift_codes();
     if (copies > 0) copy_next(), --copies;
     cp_async_commit();
   }
@@ -385,13 +411,18 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     Stage<XS> st;
     st.wg = *reinterpret_cast<const uint4*>(stage + 16 * lane);
     st.wh = *reinterpret_cast<const uint4*>(stage + 512 + 16 * lane);
-    st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & kCodeMask;
-    st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & kCodeMask;
+    if (op.blocked) {
+      st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & kCodeMask;
+      st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & kCodeMask;
+    } else {
+      st.cg = k0g, st.ch = k0h;
+    }
     if constexpr (XS::kPadded) st.x = x;  // zeros past K where it is
     else st.x = cleft > live_above ? x : XS::from(op.zero);
     consume<F, XS>(st, acc);
     if (left == total) DECODE_STAMP(9);
     // the stage just read is refilled (its values are in registers: this lane's own slots)
+    shift_codes();
     if (copies > 0) copy_next(), --copies;
     cp_async_commit();
     sm = sm + 1 == kStages ? 0 : sm + 1;
