@@ -254,7 +254,6 @@ struct Unit {
 struct Operand {
   int k;           // K (a multiple of 32)
   int scale_cols;  // K / vec
-  bool blocked;    // ScaleLayout::blocked (else linear)
   const __nv_bfloat16* zero;  // a zero row of >= 32 elements
 };
 
@@ -267,13 +266,12 @@ struct Cursor {
   typename XS::Addr x;
 };
 
-template <Format F, class XS>
+template <Format F, ScaleLayout L, class XS>
 __device__ __forceinline__ Cursor<XS> cursor(const Unit& u, const Operand& op, int ch, int c) {
   constexpr int vec = F == Format::nvfp4 ? 16 : 32;
   const int kk = kChunk * ch + 32 * c, col = kk / vec;
-  const ScaleLayout l = op.blocked ? ScaleLayout::blocked : ScaleLayout::linear;
-  return Cursor<XS>{u.wg + kk / 2, u.wh + kk / 2, u.scales + formats::detail::scale_offset(l, u.row_g, col, op.scale_cols),
-                    u.scales + formats::detail::scale_offset(l, u.row_h, col, op.scale_cols),
+  return Cursor<XS>{u.wg + kk / 2, u.wh + kk / 2, u.scales + formats::detail::scale_offset(L, u.row_g, col, op.scale_cols),
+                    u.scales + formats::detail::scale_offset(L, u.row_h, col, op.scale_cols),
                     XS::advance(XS::from(u.x), kk)};
 }
 
@@ -291,17 +289,17 @@ constexpr int kRingBytes = kStages * kStageBytes;  // per warp
 // them there). The words stay inside the scale tensors: the decode path requires H, I % 32 == 0, so
 // every scale matrix has whole 512-byte atoms. Linear scales: the caller loads the codes (see
 // walk_share).
-template <Format F, class XS>
+template <Format F, ScaleLayout L, class XS>
 __device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, const Operand& op, bool live, int lane) {
   constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
   cp_async_16(stage + 16 * lane, cur.wg, live);
   cp_async_16(stage + 512 + 16 * lane, cur.wh, live);
-  if (op.blocked) {
+  if constexpr (L == ScaleLayout::blocked) {
     ptx::cp_async_4(stage + 1024 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sg) & kWord), live);
     ptx::cp_async_4(stage + 1152 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sh) & kWord), live);
   }
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
-  const int step = op.blocked ? step_blocked : step_linear;
+  constexpr int step = L == ScaleLayout::blocked ? step_blocked : step_linear;
   cur.wg += kChunk / 2, cur.wh += kChunk / 2, cur.sg += step, cur.sh += step, cur.x = XS::advance(cur.x, kChunk);
 }
 
@@ -328,7 +326,7 @@ struct Shares {
 // of shared memory). A unit the share covers whole goes to store(u, acc) at once; a piece of a
 // split unit (the share's first or last unit) is written to rec_first / rec_last (128 floats:
 // lane-major float4) and flagged in split_first / split_last.
-template <Format F, class XS, class UnitOf, class Ready, class Store>
+template <Format F, ScaleLayout L, class XS, class UnitOf, class Ready, class Store>
 __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit_of, Ready ready, Store store,
                                            float* rec_first, float* rec_last, int c0, int c1, bool& split_first,
                                            bool& split_last, std::uint8_t* ring) {
@@ -338,7 +336,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   int lu = first, lleft = n - c0 % n;  // copy side: unit, chunks left in it
   int cu = first, cleft = lleft;       // multiply side
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
-  Cursor<XS> cur = cursor<F, XS>(unit_of(lu), op, n - lleft, c);
+  Cursor<XS> cur = cursor<F, L, XS>(unit_of(lu), op, n - lleft, c);
   DECODE_STAMP(7);
   float acc[2][4] = {};
   // chunk n - left of a unit is live in this lane iff left > live_above (32c + 128 ch < K)
@@ -350,19 +348,21 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   // shared-memory write wavefronts, which measured up to 20 % slower. Blocked scales: one atom per
   // chunk (an L2 access each), copied into the ring with the weights, a whole ring ahead.
   unsigned k0g = 0, k0h = 0, k1g = 0, k1h = 0, k2g = 0, k2h = 0;  // the codes of stages sm, sm + 1, sm + 2
-  auto shift_codes = [&] { k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h; };
+  auto shift_codes = [&] {
+    if constexpr (L == ScaleLayout::linear) k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h;
+  };
   using CodeT = std::conditional_t<F == Format::nvfp4, std::uint16_t, std::uint8_t>;
   auto copy_next = [&] {
-    if (!op.blocked) {
+    if constexpr (L == ScaleLayout::linear) {
       const bool live = lleft > live_above;
       k2g = live ? load_code<CodeT>(cur.sg) : 0u;
       k2h = live ? load_code<CodeT>(cur.sh) : 0u;
     }
-    copy_chunk<F, XS>(ring + sc * kStageBytes, cur, op, lleft > live_above, lane);
+    copy_chunk<F, L, XS>(ring + sc * kStageBytes, cur, op, lleft > live_above, lane);
     sc = sc + 1 == kStages ? 0 : sc + 1;
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
-      if (++lu * n < c1) cur = cursor<F, XS>(unit_of(lu), op, 0, c);
+      if (++lu * n < c1) cur = cursor<F, L, XS>(unit_of(lu), op, 0, c);
     }
   };
   // The multiply side's position: token g's activations at this lane's k of the chunk, and the
@@ -370,7 +370,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   typename XS::Addr x;
   unsigned shift_g, shift_h;
   auto multiply_at = [&](int ch) {
-    const Cursor<XS> m = cursor<F, XS>(unit_of(cu), op, ch, c);
+    const Cursor<XS> m = cursor<F, L, XS>(unit_of(cu), op, ch, c);
     x = m.x, shift_g = code_shift(m.sg), shift_h = code_shift(m.sh);
   };
   multiply_at(n - cleft);
@@ -411,7 +411,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     Stage<XS> st;
     st.wg = *reinterpret_cast<const uint4*>(stage + 16 * lane);
     st.wh = *reinterpret_cast<const uint4*>(stage + 512 + 16 * lane);
-    if (op.blocked) {
+    if constexpr (L == ScaleLayout::blocked) {
       st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & kCodeMask;
       st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & kCodeMask;
     } else {
@@ -458,7 +458,7 @@ __device__ __forceinline__ CtaUnits cta_units(int units, int group) {
 // adds the pieces in warp order and calls store: deterministic for a given (units, grid). `ring`:
 // the warps' rings, kRingBytes each (16-byte aligned shared memory). Every thread of the CTA must
 // call it.
-template <Format F, class XS, class UnitOf, class Ready, class Store>
+template <Format F, ScaleLayout L, class XS, class UnitOf, class Ready, class Store>
 __device__ __forceinline__ void stream_units_cta(int units, int group, int n, const Operand& op, UnitOf unit_of,
                                                  Ready ready, Store store, float* __restrict__ records,
                                                  std::uint8_t* ring) {
@@ -475,7 +475,7 @@ __device__ __forceinline__ void stream_units_cta(int units, int group, int n, co
   if (w < W) {
     const int c0 = u0 * n + sw.start(w), c1 = u0 * n + sw.start(w + 1);
     first = c0 / n, last = (c1 - 1) / n;
-    walk_share<F, XS>(n, op, unit_of, ready, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
+    walk_share<F, L, XS>(n, op, unit_of, ready, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
                       ring + w * kRingBytes);
   }
   __syncthreads();

@@ -65,7 +65,7 @@ struct DecodeLayerArgs {
 };
 
 int decode_staged_bytes(int tokens, int hidden);
-DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hidden);
+DecodeShape decode_shape(Format format, bool blocked_scales, int multiprocessors, int tokens, int hidden);
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s);
 // A trace build's (cmake -DFP4GEMM_TRACE=ON) phase times of the last decode launch: per kernel and
 // phase, the median and the latest over all warps of %globaltimer, in µs from the first warp's
