@@ -1,14 +1,21 @@
 // The decode path's parts (kernels/decode_layer.cu): a warp streams 16 FP4 weight rows of one
-// expert through a register ring, dequantising exactly to bf16 (NVFP4 W4A4: f16) and multiplying
-// with `mma.sync` m16n8k16 (FP32 accumulators) against up to 8 token columns; a CTA-level stream-K gives each CTA
-// (one per SM) a balanced share of whole units and each of its warps the same number of 128-wide
-// k chunks of that share, split units handed over in shared memory.
+// expert through a ring in shared memory, dequantising exactly to bf16 (NVFP4 W4A4: f16) and
+// multiplying with `mma.sync` m16n8k16 (FP32 accumulators) against up to 8 token columns; a CTA-level
+// stream-K gives each CTA (one per SM) a balanced share of whole units and each of its warps the
+// same number of 128-wide k chunks of that share, split units handed over in shared memory.
 //
 // Why warps and mma.sync rather than the fused kernel's TMA ring and wgmma: with 1-8 tokens per
 // expert the GEMM is a matrix-vector product; what bounds it is how many weight bytes the SMs keep
 // in flight and how few instructions each weight costs, not the tensor rate. A warp with its own
-// loads (no producer, no barriers, no shared memory) starts streaming at once, and thousands of
-// warps over all SMs keep HBM busy (Little's law: ~32 KB per SM in flight at 4 TB/s).
+// loads (no producer, no barriers) starts streaming at once, and thousands of warps over all SMs
+// keep HBM busy (Little's law: ~32 KB per SM in flight at 4 TB/s).
+//
+// Why a per-lane cp.async ring with one copy of the loop body: the stage index is a run-time value,
+// so the loop is one consume, one issue and the unit changes, once (~900 instructions of SASS
+// instead of ~2,400 for a register ring unrolled over its stages). The kernels are sensitive to
+// their code size: on the H200, variants that executed fewer instructions from more code were
+// slower (ncu's no_instruction stalls; docs/PERF.md). Each lane copies its own bytes into its own
+// slots and reads them back itself, so the ring needs no barrier and no exchange.
 //
 // Register layout (the m16n8k16 fragments): lane (g, c) = (lane / 4, lane % 4) holds weight rows
 // g and g + 8 and, of each 128-wide k chunk, elements 32c..32c+31 -- 16 bytes per row, one MXFP4
@@ -22,9 +29,10 @@
 // e2m1_quad_f16_raw's pairing (pair_position_nv), one multiply per pair by scale * 2^7.
 // Two accumulators (h = 0, 1) halve the mma dependency chain; they are added when a piece ends.
 //
-// Per chunk and lane: two 16-byte weight loads, one or two scale loads, four 16-byte activation
-// loads (shared memory or L1), and constant cursor steps (the scale column moves a whole blocked
-// atom per chunk).
+// Per chunk and lane: two 16-byte cp.async copies of the weight rows and two 16-byte shared loads
+// back; the rows' scale codes (blocked scales: two 4-byte cp.async copies and shared loads; linear:
+// two L1 loads into registers); four 16-byte activation loads (shared memory or L1); and constant
+// cursor steps (the scale column moves a whole blocked atom, or 128 / vec bytes, per chunk).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,9 +40,11 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "device/dequant.cuh"
 #include "device/mainloop.cuh"
+#include "device/ptx/ptx.cuh"
 #include "formats/scale_layout.hpp"
 
 // A trace build's phase stamps (kernels/decode_layer.cu defines it under FP4GEMM_TRACE).
@@ -84,11 +94,9 @@ struct XShared {
   }
 };
 
-// One chunk's loads for one lane: 16 bytes of each of the two weight rows, their scale codes
-// (MXFP4: one per row; NVFP4: two per row, the first in the low byte) and where its activations
-// are (token g's, or zeros past K / for an absent token). The codes stay in the registers
-// their loads write until the chunk is multiplied: combining them at load time would wait for the
-// load there (ncu: the largest stall of the first version, every chunk's latency exposed).
+// One chunk's operands for one lane, as the multiply reads them: 16 bytes of each of the two
+// weight rows, their scale codes (MXFP4: one per row; NVFP4: two per row, the first in the low
+// byte) and where its activations are (token g's, or zeros past K / for an absent token).
 template <class XS>
 struct Stage {
   uint4 wg, wh;
@@ -96,19 +104,15 @@ struct Stage {
   typename XS::Addr x;
 };
 
-// Streaming weight load: read once, not kept in L1; the L2 fetches the 128-byte line (a warp reads
-// 64 bytes of each of 8 rows per load). An L2::256B prefetch measured slower on the H200: the
-// layer 2.3-4.1 % at T 1-8, and a load-only stream of this pattern 2.19 vs 2.45 TB/s (docs/PERF.md).
-__device__ __forceinline__ uint4 load_weights(const std::uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+// 16 bytes global -> shared, zeros where not `valid` (then the source is not read). Streaming: not
+// kept in L1; the L2 fetches the 128-byte line (a warp reads 64 bytes of each of 8 rows per copy).
+// An L2::256B prefetch measured slower on the H200 (docs/PERF.md).
+__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(ptx::smem_addr(smem_dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
 }
-
-// Scale codes: read-only, a byte or two per lane and row (no L2 prefetch hint: the 256-byte one
-// measured no faster).
+// A scale code (T: one byte, or NVFP4's two adjacent ones), read-only through L1.
 template <class T>
 __device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
   unsigned v;
@@ -116,7 +120,9 @@ __device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
   else asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
-
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // D += A B, m16n8k16, FP32 accumulators; A and B bf16 (F16 = false) or f16 pairs.
 template <bool F16 = false>
@@ -248,7 +254,6 @@ struct Unit {
 struct Operand {
   int k;           // K (a multiple of 32)
   int scale_cols;  // K / vec
-  bool blocked;    // ScaleLayout::blocked (else linear)
   const __nv_bfloat16* zero;  // a zero row of >= 32 elements
 };
 
@@ -261,42 +266,48 @@ struct Cursor {
   typename XS::Addr x;
 };
 
-template <Format F, class XS>
+template <Format F, ScaleLayout L, class XS>
 __device__ __forceinline__ Cursor<XS> cursor(const Unit& u, const Operand& op, int ch, int c) {
   constexpr int vec = F == Format::nvfp4 ? 16 : 32;
   const int kk = kChunk * ch + 32 * c, col = kk / vec;
-  const ScaleLayout l = op.blocked ? ScaleLayout::blocked : ScaleLayout::linear;
-  return Cursor<XS>{u.wg + kk / 2, u.wh + kk / 2, u.scales + formats::detail::scale_offset(l, u.row_g, col, op.scale_cols),
-                    u.scales + formats::detail::scale_offset(l, u.row_h, col, op.scale_cols),
+  return Cursor<XS>{u.wg + kk / 2, u.wh + kk / 2, u.scales + formats::detail::scale_offset(L, u.row_g, col, op.scale_cols),
+                    u.scales + formats::detail::scale_offset(L, u.row_h, col, op.scale_cols),
                     XS::advance(XS::from(u.x), kk)};
 }
 
-// Loads the cursor's chunk into st and advances the cursor. A lane past K (not `live`): zero
-// weights (codes of scale 1) and the zero row, nothing read (K is a multiple of 32, so a lane's 32
-// elements are live or not, whole).
-template <Format F, class XS>
-__device__ __forceinline__ void load(Stage<XS>& st, Cursor<XS>& cur, const Operand& op, bool live) {
-  if (live) {
-    st.wg = load_weights(cur.wg);
-    st.wh = load_weights(cur.wh);
-    if constexpr (F == Format::nvfp4)  // the lane's two adjacent columns (2-byte aligned: K % 32 == 0)
-      st.cg = load_code<std::uint16_t>(cur.sg), st.ch = load_code<std::uint16_t>(cur.sh);
-    else
-      st.cg = load_code<std::uint8_t>(cur.sg), st.ch = load_code<std::uint8_t>(cur.sh);
-  } else {
-    st.wg = st.wh = make_uint4(0, 0, 0, 0);
-    st.cg = st.ch = F == Format::nvfp4 ? 0x3838u : 0x7Fu;  // scale 1
+// The ring: per warp kStages stages of [32 lanes][16 B] row g, [32][16 B] row g + 8, and [32][4 B]
+// the words holding each row's scale codes. 3 deep (60 KB per CTA): 4 and 5 deep measured 1-3 %
+// slower on the H200, 6 does not fit beside kernel 1's largest token staging.
+constexpr int kStages = 3;
+constexpr int kStageBytes = 32 * (16 + 16 + 4 + 4);
+constexpr int kRingBytes = kStages * kStageBytes;  // per warp
+
+// Copies the cursor's chunk into this lane's slots of `stage` and advances the cursor. A lane past
+// K (not `live`) gets zeros, nothing read (K is a multiple of 32, so a lane's 32 elements are live
+// or not, whole): zero weights under codes 0 (finite scales). Blocked scales: the codes are copied
+// as the aligned 4-byte words that hold them (cp.async copies 4, 8 or 16 bytes; `code_shift` finds
+// them there). The words stay inside the scale tensors: the decode path requires H, I % 32 == 0, so
+// every scale matrix has whole 512-byte atoms. Linear scales: the caller loads the codes (see
+// walk_share).
+template <Format F, ScaleLayout L, class XS>
+__device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, const Operand& op, bool live, int lane) {
+  constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
+  cp_async_16(stage + 16 * lane, cur.wg, live);
+  cp_async_16(stage + 512 + 16 * lane, cur.wh, live);
+  if constexpr (L == ScaleLayout::blocked) {
+    ptx::cp_async_4(stage + 1024 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sg) & kWord), live);
+    ptx::cp_async_4(stage + 1152 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sh) & kWord), live);
   }
-  if constexpr (XS::kPadded) st.x = cur.x;  // zeros past K where it is
-  else st.x = live ? cur.x : XS::from(op.zero);
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
-  const int step = op.blocked ? step_blocked : step_linear;
+  constexpr int step = L == ScaleLayout::blocked ? step_blocked : step_linear;
   cur.wg += kChunk / 2, cur.wh += kChunk / 2, cur.sg += step, cur.sh += step, cur.x = XS::advance(cur.x, kChunk);
 }
 
-// Chunks in flight per warp: 3 KB, 48 KB per SM at 16 warps (a 4-deep ring fits in the registers
-// too and measured 1-4 % slower on the H200).
-constexpr int kStages = 3;
+// The bit offset of a scale code in the 4-byte word copy_chunk copied: constant along a unit (the
+// code steps are multiples of 4 bytes).
+__device__ __forceinline__ unsigned code_shift(const std::uint8_t* code) {
+  return static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(code) & 3u) * 8u;
+}
 
 // Balanced shares of C items over W takers: taker v starts at v * base + min(v, extra) (no 64-bit
 // division).
@@ -311,34 +322,58 @@ struct Shares {
 };
 
 // One warp's share: chunks [c0, c1) of the flattened (unit, chunk) list (unit u = chunk / n),
-// walked without draining its loads across unit boundaries. A unit the share covers whole goes to
-// store(u, acc) at once; a piece of a split unit (the share's first or last unit) is written to
-// rec_first / rec_last (128 floats: lane-major float4) and flagged in split_first / split_last.
-template <Format F, class XS, class UnitOf, class Ready, class Store>
+// walked without draining its copies across unit boundaries, through the warp's ring (kRingBytes
+// of shared memory). A unit the share covers whole goes to store(u, acc) at once; a piece of a
+// split unit (the share's first or last unit) is written to rec_first / rec_last (128 floats:
+// lane-major float4) and flagged in split_first / split_last.
+template <Format F, ScaleLayout L, class XS, class UnitOf, class Ready, class Store>
 __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit_of, Ready ready, Store store,
                                            float* rec_first, float* rec_last, int c0, int c1, bool& split_first,
-                                           bool& split_last) {
+                                           bool& split_last, std::uint8_t* ring) {
   const int lane = threadIdx.x % 32, c = lane % 4;
   const int total = c1 - c0;
   const int first = c0 / n;
-  int lu = first, lleft = n - c0 % n;  // load side: unit, chunks left in it
+  int lu = first, lleft = n - c0 % n;  // copy side: unit, chunks left in it
   int cu = first, cleft = lleft;       // multiply side
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
-  Cursor<XS> cur = cursor<F, XS>(unit_of(lu), op, n - lleft, c);
+  Cursor<XS> cur = cursor<F, L, XS>(unit_of(lu), op, n - lleft, c);
   DECODE_STAMP(7);
   float acc[2][4] = {};
-  // chunk n - lleft of a unit is live in this lane iff lleft > live_above (32c + 128 ch < K)
+  // chunk n - left of a unit is live in this lane iff left > live_above (32c + 128 ch < K)
   const int live_above = n - (op.k - 32 * c + kChunk - 1) / kChunk;
-  auto load_next = [&](Stage<XS>& st) {
-    load<F, XS>(st, cur, op, lleft > live_above);
+  int sc = 0, sm = 0;  // the stage the next copy fills, the stage multiplied next
+  // Linear scales: the codes travel in registers, loaded (ld.global.nc) with their chunk's copy and
+  // moved one stage on per chunk -- a row's codes for 8 chunks share a 32-byte sector, so most hit
+  // L1; copied by cp.async, the 8 rows' codes (in up to 8 lines per instruction) cost as many
+  // shared-memory write wavefronts, which measured up to 20 % slower. Blocked scales: one atom per
+  // chunk (an L2 access each), copied into the ring with the weights, a whole ring ahead.
+  unsigned k0g = 0, k0h = 0, k1g = 0, k1h = 0, k2g = 0, k2h = 0;  // the codes of stages sm, sm + 1, sm + 2
+  auto shift_codes = [&] {
+    if constexpr (L == ScaleLayout::linear) k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h;
+  };
+  using CodeT = std::conditional_t<F == Format::nvfp4, std::uint16_t, std::uint8_t>;
+  auto copy_next = [&] {
+    if constexpr (L == ScaleLayout::linear) {
+      const bool live = lleft > live_above;
+      k2g = live ? load_code<CodeT>(cur.sg) : 0u;
+      k2h = live ? load_code<CodeT>(cur.sh) : 0u;
+    }
+    copy_chunk<F, L, XS>(ring + sc * kStageBytes, cur, op, lleft > live_above, lane);
+    sc = sc + 1 == kStages ? 0 : sc + 1;
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
-      if (++lu * n < c1) cur = cursor<F, XS>(unit_of(lu), op, 0, c);
+      if (++lu * n < c1) cur = cursor<F, L, XS>(unit_of(lu), op, 0, c);
     }
   };
-  // The ring: the loop walks st[0], st[1], st[2], ... round and round, across unit boundaries
-  // (no rotation of registers, one copy of consume per ring slot: each is ~200 instructions, and
-  // the instruction cache was a measurable stall). A unit's last chunk ends its piece.
+  // The multiply side's position: token g's activations at this lane's k of the chunk, and the
+  // codes' bit offsets in their words (per unit).
+  typename XS::Addr x;
+  unsigned shift_g, shift_h;
+  auto multiply_at = [&](int ch) {
+    const Cursor<XS> m = cursor<F, L, XS>(unit_of(cu), op, ch, c);
+    x = m.x, shift_g = code_shift(m.sg), shift_h = code_shift(m.sh);
+  };
+  multiply_at(n - cleft);
   auto piece_end = [&](bool at_unit_end) {
     float v[4];
 #pragma unroll
@@ -356,25 +391,46 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     }
     ++cu, cleft = n, whole = true;
   };
-  Stage<XS> st[kStages];
-  int loads = total;  // chunks not yet loaded
-#pragma unroll
-  for (int d = 0; d < kStages; ++d)
-    if (loads > 0) load_next(st[d]), --loads;
+  // One cp.async group per stage, empty past the share's last chunk, so that waiting for all but
+  // the newest kStages - 1 groups always means the stage about to be multiplied has landed.
+  int copies = total;  // chunks not yet copied
+#pragma unroll 1
+  for (int d = 0; d < kStages; ++d) {
+    shift_codes();
+    if (copies > 0) copy_next(), --copies;
+    cp_async_commit();
+  }
   DECODE_STAMP(8);
   ready();  // (the activations are read from here on: a kernel may wait for their producer here)
+  constexpr unsigned kCodeMask = F == Format::nvfp4 ? 0xFFFFu : 0xFFu;
   int left = total;  // chunks not yet multiplied
 #pragma unroll 1
   while (left > 0) {
-#pragma unroll
-    for (int d = 0; d < kStages; ++d) {
-      if (d == 0 || left > 0) {
-        consume<F, XS>(st[d], acc);
-        if (left == total) DECODE_STAMP(9);
-        if (loads > 0) load_next(st[d]), --loads;
-        --left;
-        if (--cleft == 0) piece_end(true);
-      }
+    cp_async_wait<kStages - 1>();
+    const std::uint8_t* stage = ring + sm * kStageBytes;
+    Stage<XS> st;
+    st.wg = *reinterpret_cast<const uint4*>(stage + 16 * lane);
+    st.wh = *reinterpret_cast<const uint4*>(stage + 512 + 16 * lane);
+    if constexpr (L == ScaleLayout::blocked) {
+      st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & kCodeMask;
+      st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & kCodeMask;
+    } else {
+      st.cg = k0g, st.ch = k0h;
+    }
+    if constexpr (XS::kPadded) st.x = x;  // zeros past K where it is
+    else st.x = cleft > live_above ? x : XS::from(op.zero);
+    consume<F, XS>(st, acc);
+    if (left == total) DECODE_STAMP(9);
+    // the stage just read is refilled (its values are in registers: this lane's own slots)
+    shift_codes();
+    if (copies > 0) copy_next(), --copies;
+    cp_async_commit();
+    sm = sm + 1 == kStages ? 0 : sm + 1;
+    x = XS::advance(x, kChunk);
+    --left;
+    if (--cleft == 0) {
+      piece_end(true);
+      if (left > 0) multiply_at(0);
     }
   }
   if (cleft != n) piece_end(false);  // the share ends inside a unit
@@ -399,11 +455,13 @@ __device__ __forceinline__ CtaUnits cta_units(int units, int group) {
 // CTA-level stream-K: CTA b takes a balanced share of whole units (cta_units); its warps split the CTA's
 // chunks evenly and hand split units over through shared memory (`records`: [warps][2][128]
 // floats), one barrier, no global fences or atomics. The warp holding a split unit's last piece
-// adds the pieces in warp order and calls store: deterministic for a given (units, grid). Every
-// thread of the CTA must call it.
-template <Format F, class XS, class UnitOf, class Ready, class Store>
+// adds the pieces in warp order and calls store: deterministic for a given (units, grid). `ring`:
+// the warps' rings, kRingBytes each (16-byte aligned shared memory). Every thread of the CTA must
+// call it.
+template <Format F, ScaleLayout L, class XS, class UnitOf, class Ready, class Store>
 __device__ __forceinline__ void stream_units_cta(int units, int group, int n, const Operand& op, UnitOf unit_of,
-                                                 Ready ready, Store store, float* __restrict__ records) {
+                                                 Ready ready, Store store, float* __restrict__ records,
+                                                 std::uint8_t* ring) {
   const CtaUnits cu = cta_units(units, group);
   const int u0 = cu.u0, u1 = cu.u1;
   const int C = (u1 - u0) * n, w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -417,7 +475,8 @@ __device__ __forceinline__ void stream_units_cta(int units, int group, int n, co
   if (w < W) {
     const int c0 = u0 * n + sw.start(w), c1 = u0 * n + sw.start(w + 1);
     first = c0 / n, last = (c1 - 1) / n;
-    walk_share<F, XS>(n, op, unit_of, ready, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last);
+    walk_share<F, L, XS>(n, op, unit_of, ready, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
+                      ring + w * kRingBytes);
   }
   __syncthreads();
   // the split units whose last piece is this warp's: its first unit (if it is also another warp's)

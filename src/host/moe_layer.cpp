@@ -194,7 +194,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
     p.decode_tokens = decode_tokens;
     detail::DecodeLayerArgs& d = p.decode;
-    d.shape = detail::decode_shape(o.format, p.device.multiprocessors, p.decode_tokens, H);
+    d.shape = detail::decode_shape(o.format, o.scale_layout == ScaleLayout::blocked, p.device.multiprocessors, p.decode_tokens, H);
     d.format = o.format, d.fp4_activations = w4a4, d.a1_scale = o.a1_scale, d.a2_scale = o.a2_scale;
     d.w13 = static_cast<const std::uint8_t*>(w.w13), d.s13 = static_cast<const std::uint8_t*>(w.w13_scales);
     d.w2 = static_cast<const std::uint8_t*>(w.w2), d.s2 = static_cast<const std::uint8_t*>(w.w2_scales);

@@ -57,6 +57,12 @@ __device__ __forceinline__ float bias_at(const void* bias, bool f32, std::int64_
   return f32 ? static_cast<const float*>(bias)[i] : __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[i]);
 }
 
+// Kernel 1's dynamic shared memory: the launch's tokens staged (tokens x hidden padded to a chunk,
+// 16-bit), then from this 1 KB boundary the warps' rings.
+__host__ __device__ __forceinline__ int decode_ring_offset(int tokens, int hidden) {
+  return (tokens * ((hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk) * 2 + 1023) / 1024 * 1024;
+}
+
 // ---- routing, read by every CTA (T * k <= 64 pairs) ------------------------------------------
 // A "slot" is one expert's weights streamed once for all the tokens that chose it: the pairs of
 // key (expert e, occurrence o) -- o counts e among the token's earlier picks, so a token that lists
@@ -135,11 +141,13 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
 // up of the same (intermediate, token) and the GLU needs no exchange.
 // CTA-level stream-K (whole units per CTA, split units handed over in shared memory after one
 // barrier; no global fences or atomics).
-template <Format F>
+template <Format F, ScaleLayout L>
 __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerArgs a) {
   stamp(0, 0);
   __shared__ Routing r;
-  extern __shared__ uint4 x_staged[];  // [decode tokens][hpad], stored in the B pairing, zero-padded
+  // dynamic shared memory: the tokens ([decode tokens][hpad], stored in the B pairing, zero-padded),
+  // then from a 1 KB boundary the warps' rings (decode_ring_offset)
+  extern __shared__ __align__(1024) uint4 x_staged[];
   const long long id = load_pair_id(a);  // (in flight with the tokens' loads below)
   const int T = run_tokens(a), k = a.topk;
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -172,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   read_routing(a, T, r, id);  // (ends with a barrier: the staged tokens are complete too)
   stamp(0, 1);
   const int groups = I / 8;
-  const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.blocked_scales, a.zero_row};
+  const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.zero_row};
   const std::int64_t w_stride = std::int64_t{2} * I * (H / 2);
   auto unit_of = [&](int u) {
     const int s = u / groups, i = (u % groups) * 8 + g, e = r.expert[s];
@@ -201,8 +209,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     }
   };
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
-  decode::stream_units_cta<F, decode::XShared>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
-                                               [] { stamp(0, 2); }, finish, records);
+  decode::stream_units_cta<F, L, decode::XShared>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
+                                               [] { stamp(0, 2); }, finish, records,
+                                               reinterpret_cast<std::uint8_t*>(x_staged) + decode_ring_offset(a.tokens, H));
   stamp(0, 3);
   ptx::launch_dependents();
   stamp(0, 4);
@@ -213,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
 // after its barrier each CTA arrives once per 16-row block it touched, and the CTA that completes a
 // block combines its rows for every token: pairs in j order, one FP32 fma each, as the layer's
 // combine.
-template <Format F>
+template <Format F, ScaleLayout L>
 __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
   stamp(1, 0);
   __shared__ Routing r;
@@ -229,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
       a.out[(q / H) * a.ldo + q % H] = __float2bfloat16_rn(0.0f);
     return;
   }
-  const decode::Operand op{I, I / (F == Format::nvfp4 ? 16 : 32), a.blocked_scales, a.zero_row};
+  const decode::Operand op{I, I / (F == Format::nvfp4 ? 16 : 32), a.zero_row};
   const std::int64_t w_stride = std::int64_t{H} * (I / 2);
   auto unit_of = [&](int u) {
     const int s = u % S, rg = (u / S) * 16 + g, rh = rg + 8, e = r.expert[s];
@@ -305,7 +314,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   constexpr int kRound = 128;  // touched blocks handled per round (a CTA touches ~H / (16 grid) + 3)
   __shared__ int done[kRound];
   __shared__ int n_done;
-  decode::stream_units_cta<F, decode::XGlobal>(units, S, n, op, unit_of, ready, finish, records);
+  extern __shared__ __align__(1024) uint4 dyn2[];  // the warps' rings
+  decode::stream_units_cta<F, L, decode::XGlobal>(units, S, n, op, unit_of, ready, finish, records,
+                                               reinterpret_cast<std::uint8_t*>(dyn2));
   stamp(1, 3);
   const decode::CtaUnits cu = decode::cta_units(units, S);
   const int u0 = cu.u0, u1 = cu.u1;
@@ -385,14 +396,24 @@ int resident(const void* kernel, int multiprocessors, int smem) {
   return per_sm * multiprocessors;
 }
 
-const void* kernel1(Format f) {
-  return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_gate_up<Format::nvfp4>)
-                            : reinterpret_cast<const void*>(decode_gate_up<Format::mxfp4>);
+// The kernels of a format and weight-scale layout (one instantiation each: the scale codes' path
+// is compile-time, so each kernel's loop is one copy of its body).
+template <template <Format, ScaleLayout> class K>
+const void* kernel_of(Format f, bool blocked) {
+  if (f == Format::nvfp4)
+    return blocked ? K<Format::nvfp4, ScaleLayout::blocked>::get() : K<Format::nvfp4, ScaleLayout::linear>::get();
+  return blocked ? K<Format::mxfp4, ScaleLayout::blocked>::get() : K<Format::mxfp4, ScaleLayout::linear>::get();
 }
-const void* kernel2(Format f) {
-  return f == Format::nvfp4 ? reinterpret_cast<const void*>(decode_down_combine<Format::nvfp4>)
-                            : reinterpret_cast<const void*>(decode_down_combine<Format::mxfp4>);
-}
+template <Format F, ScaleLayout L>
+struct GateUp {
+  static const void* get() { return reinterpret_cast<const void*>(decode_gate_up<F, L>); }
+};
+template <Format F, ScaleLayout L>
+struct DownCombine {
+  static const void* get() { return reinterpret_cast<const void*>(decode_down_combine<F, L>); }
+};
+const void* kernel1(Format f, bool blocked) { return kernel_of<GateUp>(f, blocked); }
+const void* kernel2(Format f, bool blocked) { return kernel_of<DownCombine>(f, blocked); }
 
 void fake_quantize(const DecodeLayerArgs& a, const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
                    long long ld_out, int rows, int cols, float gs, int k, cudaStream_t s) {
@@ -410,16 +431,19 @@ int decode_staged_bytes(int tokens, int hidden) {
   return tokens * ((hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk) * 2;
 }
 
-DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hidden) {
+DecodeShape decode_shape(Format format, bool blocked_scales, int multiprocessors, int tokens, int hidden) {
   DecodeShape s;
-  s.smem1 = decode_staged_bytes(tokens, hidden);
+  constexpr int ring = kDecodeWarps * decode::kRingBytes;
+  s.smem1 = decode_ring_offset(tokens, hidden) + ring;
+  s.smem2 = ring;
   // The attribute is the kernel's, not the plan's: opt in once for the largest staging any plan
   // uses (setting this plan's size would lower it under an earlier plan with more tokens or a
   // larger H, whose launches then fail; the static records and routing count against the 48 KB
   // default too).
-  cudaFuncSetAttribute(kernel1(format), cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxStagedBytes);
-  s.ctas1 = resident(kernel1(format), multiprocessors, s.smem1);
-  s.ctas2 = resident(kernel2(format), multiprocessors, 0);
+  cudaFuncSetAttribute(kernel1(format, blocked_scales), cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxStagedBytes + 1024 + ring);
+  cudaFuncSetAttribute(kernel2(format, blocked_scales), cudaFuncAttributeMaxDynamicSharedMemorySize, ring);
+  s.ctas1 = resident(kernel1(format, blocked_scales), multiprocessors, s.smem1);
+  s.ctas2 = resident(kernel2(format, blocked_scales), multiprocessors, s.smem2);
   return s;
 }
 
@@ -464,7 +488,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
     args.x = a.x_deq, args.ldx = a.hidden;
   }
   void* params[] = {&args};
-  cudaLaunchKernel(kernel1(a.format), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1, s);
+  cudaLaunchKernel(kernel1(a.format, a.blocked_scales), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
     fake_quantize(a, a.inter_rows, a.inter, a.inter_rows, a.inter, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, s);
   cudaLaunchConfig_t cfg{};
@@ -476,7 +500,8 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cudaLaunchKernelExC(&cfg, kernel2(a.format), params);
+  cfg.dynamicSmemBytes = a.shape.smem2;
+  cudaLaunchKernelExC(&cfg, kernel2(a.format, a.blocked_scales), params);
 }
 
 }  // namespace fp4gemm::detail

@@ -20,10 +20,10 @@ inline constexpr int kDecodeMaxTokens = 8;  // token columns of one mma (n8)
 inline constexpr int kDecodeMaxPairs = 64;  // T * k
 
 // The plan-time shape of the decode path: each kernel's grid (as many CTAs as stay resident) and
-// kernel 1's dynamic shared memory (the staged tokens).
+// dynamic shared memory (the warps' load rings; kernel 1 also the staged tokens).
 struct DecodeShape {
   int ctas1 = 0, ctas2 = 0;
-  int smem1 = 0;
+  int smem1 = 0, smem2 = 0;
 };
 // Kernel 1 stages up to kDecodeMaxStagedBytes of tokens (decode tokens x hidden, padded to a chunk).
 inline constexpr int kDecodeMaxStagedBytes = 96 * 1024;
@@ -65,7 +65,7 @@ struct DecodeLayerArgs {
 };
 
 int decode_staged_bytes(int tokens, int hidden);
-DecodeShape decode_shape(Format format, int multiprocessors, int tokens, int hidden);
+DecodeShape decode_shape(Format format, bool blocked_scales, int multiprocessors, int tokens, int hidden);
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s);
 // A trace build's (cmake -DFP4GEMM_TRACE=ON) phase times of the last decode launch: per kernel and
 // phase, the median and the latest over all warps of %globaltimer, in µs from the first warp's
