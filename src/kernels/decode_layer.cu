@@ -43,9 +43,9 @@ __device__ __forceinline__ void stamp(int kernel, int phase) {
     g_decode_trace[kernel][blockIdx.x][threadIdx.x / 32][phase] = t;
   }
 }
-__device__ void stamp_any(int phase) {  // (kernel 1 always has dynamic shared memory, kernel 2 none)
+__device__ void stamp_any(int phase) {  // (kernel 2's dynamic shared memory is its rings alone; kernel 1's has the tokens too)
   unsigned dyn; asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-  stamp(dyn == 0 ? 1 : 0, phase);
+  stamp(dyn == kDecodeWarps * decode::kRingBytes ? 1 : 0, phase);
 }
 #else
 __device__ __forceinline__ void stamp(int, int) {}
