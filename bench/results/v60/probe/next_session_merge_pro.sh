@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # For the next session, after next_session_routing.sh (one H200, ~6 min): exp/prologue-codes 6c8c671 as it would merge
 # (carry .carry/v67: bp.tar.xz = .carry/build + .carry/pkg of that build, and .peers): its GPU tests, memcheck,
-# racecheck on both scale layouts, issue 52's table (tk_layer.py, 100 reps, all T) and the Python GPU tier.
+# racecheck on both scale layouts, issue 52's table (tk_layer.py, 100 reps, all T), the Python GPU tier, and the decode
+# path's crossover at T 5-8 (gpt-oss's 12.4 MB experts tied at T 8 before the ring: does decode_tokens' default of 6
+# for experts over 4 MiB still hold? gpt-oss T 8 is 0.93x triton_kernels on the general path).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 R=$OUT/r; mkdir -p $R; t0=$SECONDS
@@ -22,3 +24,6 @@ echo "tk_layer rc=$? [$((SECONDS - t0)) s]"; tar czf $OUT/r.tgz -C $OUT r
 grep -A16 "CUDA graph replay" $R/tk_layer.txt | head -17
 PYTHONPATH=$PWD/.carry/pkg timeout 190 python3 -m pytest -q -m gpu tests/python -x -p no:cacheprovider > $R/pytest_gpu.txt 2>&1
 echo "pytest rc=$? [$((SECONDS - t0)) s]"; tail -3 $R/pytest_gpu.txt; tar czf $OUT/r.tgz -C $OUT r
+timeout 150 python3 bench/decode_crossover.py --cli $FP4GEMM_CLI --models gpt-oss-120b,qwen3-30b-a3b --tokens 5-8 \
+  --acts bf16,nvfp4 --iters 100 --json $R/crossover.json > $R/crossover.txt 2>&1
+echo "crossover rc=$? [$((SECONDS - t0)) s]"; tail -20 $R/crossover.txt; tar czf $OUT/r.tgz -C $OUT r
