@@ -291,10 +291,10 @@ constexpr int kRingBytes = kStages * kStageBytes;  // per warp
 // walk_share).
 template <Format F, ScaleLayout L, class XS>
 __device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, const Operand& op, bool live, int lane) {
-  constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
   cp_async_16(stage + 16 * lane, cur.wg, live);
   cp_async_16(stage + 512 + 16 * lane, cur.wh, live);
   if constexpr (L == ScaleLayout::blocked) {
+    constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
     ptx::cp_async_4(stage + 1024 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sg) & kWord), live);
     ptx::cp_async_4(stage + 1152 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sh) & kWord), live);
   }

@@ -58,9 +58,12 @@ __device__ __forceinline__ float bias_at(const void* bias, bool f32, std::int64_
 }
 
 // Kernel 1's dynamic shared memory: the launch's tokens staged (tokens x hidden padded to a chunk,
-// 16-bit), then from this 1 KB boundary the warps' rings.
+// 16-bit), then from the next 1 KB boundary the warps' rings.
+__host__ __device__ __forceinline__ int staged_bytes(int tokens, int hidden) {
+  return tokens * ((hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk) * 2;
+}
 __host__ __device__ __forceinline__ int decode_ring_offset(int tokens, int hidden) {
-  return (tokens * ((hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk) * 2 + 1023) / 1024 * 1024;
+  return (staged_bytes(tokens, hidden) + 1023) / 1024 * 1024;
 }
 
 // ---- routing, read by every CTA (T * k <= 64 pairs) ------------------------------------------
@@ -427,9 +430,7 @@ void fake_quantize(const DecodeLayerArgs& a, const __nv_bfloat16* in, long long 
 
 }  // namespace
 
-int decode_staged_bytes(int tokens, int hidden) {
-  return tokens * ((hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk) * 2;
-}
+int decode_staged_bytes(int tokens, int hidden) { return staged_bytes(tokens, hidden); }
 
 DecodeShape decode_shape(Format format, bool blocked_scales, int multiprocessors, int tokens, int hidden) {
   DecodeShape s;
