@@ -95,7 +95,7 @@ __device__ __forceinline__ long long load_pair_id(const DecodeLayerArgs& a) {
 // its slot's first pair (the lowest pair with the same key: __match_any_sync within each half of the
 // pairs, and for the second half a scan of the first half's keys, needed only past 32 pairs); the
 // slot numbers from two ballots. (Loops with data-dependent trip counts and divisions by k made this
-// warp's part ~400 instructions at T 1 while the CTA's other warps waited: docs/PERF.md v60.)
+// warp's part ~400 instructions at T 1 while the CTA's other warps waited: docs/PERF.md.)
 __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long long v) {
   const int k = a.topk, P = T * k, p = threadIdx.x;
   if (p < kDecodeMaxPairs) r.id[p] = p < P && v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
