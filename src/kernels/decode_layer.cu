@@ -93,33 +93,41 @@ __device__ __forceinline__ long long load_pair_id(const DecodeLayerArgs& a) {
 }
 
 // Fills r from the ids load_pair_id read (all threads of the CTA call it; two barriers). Warp 0
-// numbers the slots, each lane two pairs (q = lane, lane + 32): its key (e, o) from the token's
-// earlier picks, its slot's first pair (the lowest pair with the same key: every loop has a fixed
-// bound and independent loads, no per-token search), the slot numbers from two ballots.
+// numbers the slots, each lane two pairs (q = lane, lane + 32), straight-line: its token (q / k by a
+// 16-bit reciprocal, exact for q < 64) and its key (e, o) from the token's up to 7 earlier picks;
+// its slot's first pair (the lowest pair with the same key: __match_any_sync within each half of the
+// pairs, and for the second half a scan of the first half's keys, needed only past 32 pairs); the
+// slot numbers from two ballots. (Loops with data-dependent trip counts and divisions by k made this
+// warp's part ~400 instructions at T 1 while the CTA's other warps waited: docs/PERF.md.)
 __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long long v) {
   const int k = a.topk, P = T * k, p = threadIdx.x;
   if (p < kDecodeMaxPairs) r.id[p] = p < P && v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
   __syncthreads();
   if (p < 32) {
-    int key[2], first[2], e[2];
+    const unsigned inv_k = (65536u + static_cast<unsigned>(k) - 1u) / static_cast<unsigned>(k);  // q / k exact for q < 64
+    int key[2], first[2], e[2], tok[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int q = p + 32 * h, t0 = q < P ? q / k * k : q;
+      const int q = p + 32 * h, t = static_cast<int>((static_cast<unsigned>(q) * inv_k) >> 16), back = q - t * k;
       e[h] = q < P ? r.id[q] : -1;
+      tok[h] = t;
       int o = 0;
-      for (int u = t0; u < q; ++u) o += r.id[u] == e[h];
+#pragma unroll
+      for (int d = 1; d < kDecodeMaxTokens; ++d) o += d <= back && r.id[max(q - d, 0)] == e[h];
       key[h] = e[h] >= 0 ? e[h] * kDecodeMaxPairs + o : -1;
       r.key[q] = key[h];
     }
     for (int i = p; i < kDecodeMaxPairs * kDecodeMaxTokens / 4; i += 32) reinterpret_cast<int*>(r.pick)[i] = -1;
     __syncwarp();
+    // the lowest pair with the same key: within a half by a match; the second half's keys may also
+    // be in the first half (then that is lower)
+    first[0] = __ffs(__match_any_sync(0xFFFFFFFFu, key[0])) - 1;
+    first[1] = 32 + __ffs(__match_any_sync(0xFFFFFFFFu, key[1])) - 1;
+    if (P > 32) {  // (warp-uniform)
+      int f = first[1];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int q = p + 32 * h;
-      int f = q;
-#pragma unroll 4
-      for (int u = 0; u < q && u < P; ++u) f = r.key[u] == key[h] && u < f ? u : f;
-      first[h] = f;
+      for (int u = 31; u >= 0; --u) f = r.key[u] == key[1] ? u : f;
+      first[1] = f;
     }
     const unsigned lead0 = __ballot_sync(0xFFFFFFFFu, key[0] >= 0 && first[0] == p);
     const unsigned lead1 = __ballot_sync(0xFFFFFFFFu, key[1] >= 0 && first[1] == p + 32);
@@ -131,7 +139,7 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
       const int q = p + 32 * h;
       if (key[h] < 0) continue;
       const int s = slot_of(first[h]);
-      r.pick[s][q / k] = static_cast<signed char>(q % k);
+      r.pick[s][tok[h]] = static_cast<signed char>(q - tok[h] * k);
       if (first[h] == q) r.expert[s] = e[h];
     }
     if (p == 0) r.slots = __popc(lead0) + __popc(lead1);
