@@ -110,7 +110,7 @@ def main():
                 rows.append(r)
                 print(f"{model:14s} {act:6s} {t:2d} {r['decode_us']:10.2f} {r['general_us']:10.2f} "
                       f"{r['decode_us'] / r['general_us']:6.3f}", flush=True)
-            _, text = run_layer(a.cli, model, act, tokens[0], -1, 10)
+            _, text = run_layer(a.cli, model, act, 8, -1, 10)  # max_tokens 8: the bound is not clamped
             best, today = crossover(rows), parse_bound(text)
             print(f"  -> {model} {act}: decode path faster up to T {best}; the layer's default bound: "
                   f"{today if today is not None else '(not named in describe())'}", flush=True)

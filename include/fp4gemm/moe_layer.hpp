@@ -99,9 +99,8 @@ struct MoeLayerOptions {
   // batch_invariant (the two paths sum in different orders, so a token's row would change when
   // the batch crosses this size). 0: never. -1 (the default, kDecodeTokensAuto): where it was
   // measured faster on an H200 (gpt-oss-120b and Qwen3-30B-A3B shapes, L2 flushed; docs/PERF.md):
-  // up to 6 tokens with bf16 activations (W4A16; 8 where an expert's FP4 weights take at most 4 MiB,
-  // as Qwen3-30B-A3B's: the general path's fixed cost weighs more there) and 4 with FP4 ones
-  // (W4A4), but at most max(3, experts / (2 top-k)) -- the decode path dequantises a weight once per (token, expert)
+  // up to 8 tokens (the decode kernels' most) with bf16 (W4A16) and FP4 (W4A4) activations alike,
+  // but at most max(3, experts / (2 top-k)) -- the decode path dequantises a weight once per (token, expert)
   // pair, so where a few tokens already share experts (Mixtral: 8 experts, top-2) the general
   // path's wgmma kernel is ahead sooner; and wide hidden sizes bring the crossover down (measured
   // with bench/decode_crossover.py: Mixtral-8x7B, H 4096, ahead to 2 tokens W4A16 and 1 W4A4;

@@ -291,8 +291,7 @@ class MoeLayer:
         stream every active expert's weights once over all SMs (W4A16 and W4A4; not with
         batch_invariant, top-k > 8, or a hidden or intermediate size that is not a multiple of 32).
         0: always the general path; None (default): where it measured faster on an H200 (L2
-        flushed, gpt-oss-120b and Qwen3-30B-A3B shapes): up to 6 tokens W4A16 (8 where an expert's FP4
-        weights take at most 4 MiB), 4 W4A4, but at most
+        flushed, gpt-oss-120b and Qwen3-30B-A3B shapes): up to 8 tokens, W4A16 and W4A4, but at most
         max(3, experts / (2 topk)) (experts shared by a few tokens favour the general path sooner).
         ``describe()`` names the bound in force.
     w13_bias, w2_bias: expert biases (gpt-oss's ``gate_up_proj_bias`` / ``down_proj_bias``), bf16 or

@@ -178,8 +178,9 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // (Its NVFP4 kernels run in f16 and need FP4 activations: never NVFP4 W4A16.)
   // Kernel 1 stages the run's tokens in shared memory: fewer decode tokens where they do not fit.
   // kDecodeTokensAuto: the measured crossover (MoeLayerOptions::decode_tokens).
-  const bool small_experts = 3ll * H * I / 2 <= (4ll << 20);  // FP4 bytes of one expert's w13 and w2
-  int auto_tokens = std::min(w4a4 ? 4 : small_experts ? 8 : 6, std::max(3, E / (2 * o.topk)));
+  // gpt-oss-120b's 12.4 MB experts and Qwen3-30B-A3B's 3.4 MB ones, W4A16 and W4A4: the decode path ahead at every
+  // T up to the kernels' 8 (bench/decode_crossover.py on an H200; gpt-oss W4A4 T 8 by the smallest margin, 0.93).
+  int auto_tokens = std::min(detail::kDecodeMaxTokens, std::max(3, E / (2 * o.topk)));
   // Wide hidden sizes: the general path wins sooner (measured with bench/decode_crossover.py on an H200: Mixtral's
   // H 4096 decode path ahead to T 2 W4A16 / T 1 W4A4, DeepSeek-V3's H 7168 to T 1 / not at all).
   if (H > 4096) auto_tokens = std::min(auto_tokens, w4a4 ? 0 : 1);

@@ -641,18 +641,16 @@ TEST(MoeLayerDecode, OnlyWhereItApplies) {
   }
 }
 
-// The default bound (kDecodeTokensAuto): 8 tokens W4A16 with experts of at most 4 MiB of FP4
-// weights, 6 with larger ones, 4 W4A4, where a few tokens rarely share experts; max(3, E / (2 top-k))
+// The default bound (kDecodeTokensAuto): 8 tokens W4A16 and W4A4, where a few tokens rarely share experts; max(3, E / (2 top-k))
 // where they do; at most 2 / 1 (W4A16 / W4A4) past H 3072 and 1 / none past H 4096; never past max_tokens.
 TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
   struct Want { Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound; };
   for (const Want w : {Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 64, 256, 128, 8},  // E / 2k = 8, small experts
-                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 6},  // 4.125 MiB per expert
-                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1280, 8},  // 3.75 MiB
-                       Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 4},
-                       Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 4},
+                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8},  // 4.125 MiB experts
+                       Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8},
+                       Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8},
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 2, 64, 256, 128, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 2, 64, 256, 128, 3},   // Mixtral-like: 3
                        Want{Format::nvfp4, MoeActivation::fp4, 8, 4, 64, 256, 128, 3},
