@@ -190,6 +190,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   stamp(0, 5);
   read_routing(a, T, r, id);  // (ends with a barrier: the staged tokens are complete too)
   stamp(0, 1);
+  // Kernel 2 may launch now: its CTAs cannot share an SM with this kernel's (registers), so each starts its routing
+  // read and first weight loads where a kernel-1 CTA has exited instead of after the last one (it waits for this
+  // grid's completion before reading the intermediate).
+  ptx::launch_dependents();
   const int groups = I / 8;
   const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.zero_row};
   const std::int64_t w_stride = std::int64_t{2} * I * (H / 2);
@@ -224,7 +228,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
                                                [] { stamp(0, 2); }, finish, records,
                                                reinterpret_cast<std::uint8_t*>(x_staged) + decode_ring_offset(a.tokens, H));
   stamp(0, 3);
-  ptx::launch_dependents();
   stamp(0, 4);
 }
 
