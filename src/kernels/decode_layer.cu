@@ -160,6 +160,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   // then from a 1 KB boundary the warps' rings (decode_ring_offset)
   extern __shared__ __align__(1024) uint4 x_staged[];
   const long long id = load_pair_id(a);  // (in flight with the tokens' loads below)
+  // W4A4 launches this kernel as a programmatic dependent of the token quantiser: the tokens are read after it
+  // completes (without PDL, as W4A16 launches it, the wait returns at once)
+  ptx::wait_prerequisites();
   const int T = run_tokens(a), k = a.topk;
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int hpad = (H + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
@@ -369,6 +372,11 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
                                                           long long ld_out, int rows, int cols, float gs,
                                                           const int* tokens_at, int k) {
   constexpr int vec = F == Format::nvfp4 ? 16 : 32;
+  // The next kernel may launch at once: it waits for this grid's completion before reading its output. Launched as a
+  // programmatic dependent of its input's producer (the intermediate's quantiser, after kernel 1), this grid waits
+  // for that one first (without PDL the wait returns at once).
+  ptx::launch_dependents();
+  ptx::wait_prerequisites();
   if (tokens_at != nullptr) rows = min(rows, max(*tokens_at, 0) * k);
   const int per_row = cols / vec;
   const long long total = static_cast<long long>(rows) * per_row;
@@ -429,14 +437,27 @@ struct DownCombine {
 const void* kernel1(Format f, bool blocked) { return kernel_of<GateUp>(f, blocked); }
 const void* kernel2(Format f, bool blocked) { return kernel_of<DownCombine>(f, blocked); }
 
+// Launches `kernel` with `params`, as a programmatic dependent of the stream's previous kernel when `pdl`.
+void launch(const void* kernel, dim3 grid, dim3 block, void** params, int smem, bool pdl, cudaStream_t s) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr, cfg.numAttrs = pdl ? 1 : 0;
+  cudaLaunchKernelExC(&cfg, kernel, params);
+}
+
+// pdl: a programmatic dependent of the stream's previous kernel (which produces `in`).
 void fake_quantize(const DecodeLayerArgs& a, const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
-                   long long ld_out, int rows, int cols, float gs, int k, cudaStream_t s) {
+                   long long ld_out, int rows, int cols, float gs, int k, bool pdl, cudaStream_t s) {
   const long long blocks = static_cast<long long>(rows) * (cols / scale_block_size(a.format));
   const unsigned grid = static_cast<unsigned>(std::max<long long>(1, std::min<long long>((blocks + 255) / 256, 1024)));
-  if (a.format == Format::nvfp4)
-    fake_quantize_rows<Format::nvfp4><<<grid, 256, 0, s>>>(in, ld_in, out, ld_out, rows, cols, gs, a.token_count, k);
-  else
-    fake_quantize_rows<Format::mxfp4><<<grid, 256, 0, s>>>(in, ld_in, out, ld_out, rows, cols, gs, a.token_count, k);
+  const int* tokens_at = a.token_count;
+  void* params[] = {&in, &ld_in, &out, &ld_out, &rows, &cols, &gs, &tokens_at, &k};
+  launch(a.format == Format::nvfp4 ? reinterpret_cast<const void*>(fake_quantize_rows<Format::nvfp4>)
+                                   : reinterpret_cast<const void*>(fake_quantize_rows<Format::mxfp4>),
+         dim3(grid), dim3(256), params, 0, pdl, s);
 }
 
 }  // namespace
@@ -496,24 +517,16 @@ std::string decode_trace_report() {
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   DecodeLayerArgs args = a;
   if (a.fp4_activations) {  // the tokens as GEMM1 reads them, into x_deq
-    fake_quantize(a, a.x, a.ldx, a.x_deq, a.hidden, a.tokens, a.hidden, a.a1_scale, 1, s);
+    fake_quantize(a, a.x, a.ldx, a.x_deq, a.hidden, a.tokens, a.hidden, a.a1_scale, 1, false, s);
     args.x = a.x_deq, args.ldx = a.hidden;
   }
   void* params[] = {&args};
-  cudaLaunchKernel(kernel1(a.format, a.blocked_scales), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1, s);
+  // W4A4: kernel 1 a programmatic dependent of the token quantiser (it waits before staging the tokens)
+  launch(kernel1(a.format, a.blocked_scales), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1,
+         a.fp4_activations, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
-    fake_quantize(a, a.inter_rows, a.inter, a.inter_rows, a.inter, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, s);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(a.shape.ctas2);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  cfg.dynamicSmemBytes = a.shape.smem2;
-  cudaLaunchKernelExC(&cfg, kernel2(a.format, a.blocked_scales), params);
+    fake_quantize(a, a.inter_rows, a.inter, a.inter_rows, a.inter, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, true, s);
+  launch(kernel2(a.format, a.blocked_scales), dim3(a.shape.ctas2), dim3(kThreads), params, a.shape.smem2, true, s);
 }
 
 }  // namespace fp4gemm::detail
