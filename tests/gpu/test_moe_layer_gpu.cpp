@@ -910,6 +910,47 @@ TEST(MoeLayerGraph, ReplaysWithANewRoutingEachTime) {
   FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
 }
 
+// The decode path captured in a graph (W4A16 MXFP4: two kernels, the second a programmatic dependent of the
+// first; W4A4 NVFP4 and MXFP4: four launches in one programmatic-dependent chain -- token quantiser, kernel 1,
+// intermediate quantiser, kernel 2): every replay, with new tokens and a new routing in the same buffers (random,
+// one hot expert, a few experts, invalid ids), matches the reference, at T 1 and T 8.
+TEST(MoeLayerGraph, DecodePathReplaysWithANewRoutingEachTime) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (int v = 0; v < 3; ++v)
+    for (const int T : {1, 8}) {
+      LayerCase c;
+      c.format = v == 1 ? Format::nvfp4 : Format::mxfp4;
+      c.act = v == 0 ? MoeActivation::bf16 : MoeActivation::fp4;
+      c.experts = 32, c.topk = 4, c.max_tokens = 8, c.seed = 9250 + 2 * v + (T == 8 ? 1 : 0);
+      const auto L = make_layer(c);
+      ASSERT_NE(L->layer->describe().find("decode path for T <= 8"), std::string::npos) << L->layer->describe();
+      std::mt19937_64 rng(c.seed);
+      RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
+      cudaStream_t s = nullptr;
+      FP4GEMM_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      Inputs in = make_inputs(c, rng, T, Route::random);
+      b.upload(c, in, s);
+      FP4GEMM_TEST_CUDA(cudaStreamSynchronize(s));
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      FP4GEMM_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      L->layer->run(b.args(c, in), s);
+      FP4GEMM_TEST_CUDA(cudaStreamEndCapture(s, &graph));
+      FP4GEMM_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int replay = 0; replay < 16; ++replay) {
+        in = make_inputs(c, rng, T, static_cast<Route>(replay % 4));
+        const Expected x = reference_layer(*L, in);
+        b.upload(c, in, s);
+        FP4GEMM_TEST_CUDA(cudaGraphLaunch(exec, s));
+        ASSERT_TRUE(check_output(c, in, b, b.download(s), x)) << c.describe() << ", T " << T << ", replay " << replay;
+      }
+      FP4GEMM_TEST_CUDA(cudaGraphExecDestroy(exec));
+      FP4GEMM_TEST_CUDA(cudaGraphDestroy(graph));
+      EXPECT_NO_THROW(L->layer->check(s));
+      FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+    }
+}
+
 // Eager runs as cached graphs (MoeLayerOptions::graph_cache): the same bytes as direct launches
 // and as the reference, with new data in the same buffers each run, keys evicted and rebuilt; the
 // replay count says which path ran. Host time per call is printed, not asserted.
