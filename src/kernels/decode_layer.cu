@@ -113,6 +113,7 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
       tok[h] = t;
       int o = 0;
 #pragma unroll
+      // (a token's earlier picks: at most top-k - 1, and the host takes this path only for top-k <= kDecodeMaxTokens)
       for (int d = 1; d < kDecodeMaxTokens; ++d) o += d <= back && r.id[max(q - d, 0)] == e[h];
       key[h] = e[h] >= 0 ? e[h] * kDecodeMaxPairs + o : -1;
       r.key[q] = key[h];

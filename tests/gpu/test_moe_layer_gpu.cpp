@@ -913,15 +913,17 @@ TEST(MoeLayerGraph, ReplaysWithANewRoutingEachTime) {
 // The decode path captured in a graph (W4A16 MXFP4: two kernels, the second a programmatic dependent of the
 // first; W4A4 NVFP4 and MXFP4: four launches in one programmatic-dependent chain -- token quantiser, kernel 1,
 // intermediate quantiser, kernel 2): every replay, with new tokens and a new routing in the same buffers (random,
-// one hot expert, a few experts, invalid ids), matches the reference, at T 1 and T 8.
+// one hot expert, a few experts, invalid ids), matches the reference, at T 1 and T 8; top-4 over 32 experts, and
+// top-8 over 12 (v 3, 4: up to 64 pairs, the routing read's second half).
 TEST(MoeLayerGraph, DecodePathReplaysWithANewRoutingEachTime) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
-  for (int v = 0; v < 3; ++v)
+  for (int v = 0; v < 5; ++v)
     for (const int T : {1, 8}) {
       LayerCase c;
-      c.format = v == 1 ? Format::nvfp4 : Format::mxfp4;
-      c.act = v == 0 ? MoeActivation::bf16 : MoeActivation::fp4;
-      c.experts = 32, c.topk = 4, c.max_tokens = 8, c.seed = 9250 + 2 * v + (T == 8 ? 1 : 0);
+      c.format = v == 1 || v == 4 ? Format::nvfp4 : Format::mxfp4;
+      c.act = v == 0 || v == 3 ? MoeActivation::bf16 : MoeActivation::fp4;
+      c.experts = v >= 3 ? 12 : 32, c.topk = v >= 3 ? 8 : 4, c.max_tokens = 8;
+      c.seed = 9250 + 2 * v + (T == 8 ? 1 : 0);
       const auto L = make_layer(c);
       ASSERT_NE(L->layer->describe().find("decode path for T <= 8"), std::string::npos) << L->layer->describe();
       std::mt19937_64 rng(c.seed);
