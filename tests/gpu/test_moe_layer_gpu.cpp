@@ -877,14 +877,11 @@ TEST(MoeLayerExpertRows, TheCombinedRunsBytes) {
   }
 }
 
-// One graph, captured once, replayed with a new routing, new tokens and new weights every time.
-TEST(MoeLayerGraph, ReplaysWithANewRoutingEachTime) {
-  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
-  LayerCase c;
-  c.experts = 32, c.topk = 4, c.max_tokens = 40, c.seed = 9200;
-  const auto L = make_layer(c);
+// One graph of L's run at T tokens, captured once, replayed `replays` times with a new routing (cycling through the
+// routes) and new tokens in the same buffers, each replay checked against the reference.
+void check_graph_replays(const Layer& L, int T, int replays) {
+  const LayerCase& c = L.c;
   std::mt19937_64 rng(c.seed);
-  const int T = 24;
   RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
   cudaStream_t s = nullptr;
   FP4GEMM_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -894,20 +891,28 @@ TEST(MoeLayerGraph, ReplaysWithANewRoutingEachTime) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   FP4GEMM_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  L->layer->run(b.args(c, in), s);
+  L.layer->run(b.args(c, in), s);
   FP4GEMM_TEST_CUDA(cudaStreamEndCapture(s, &graph));
   FP4GEMM_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 40; ++replay) {
+  for (int replay = 0; replay < replays; ++replay) {
     in = make_inputs(c, rng, T, static_cast<Route>(replay % 4));
-    const Expected x = reference_layer(*L, in);
+    const Expected x = reference_layer(L, in);
     b.upload(c, in, s);
     FP4GEMM_TEST_CUDA(cudaGraphLaunch(exec, s));
-    ASSERT_TRUE(check_output(c, in, b, b.download(s), x)) << "replay " << replay;
+    ASSERT_TRUE(check_output(c, in, b, b.download(s), x)) << c.describe() << ", T " << T << ", replay " << replay;
   }
   FP4GEMM_TEST_CUDA(cudaGraphExecDestroy(exec));
   FP4GEMM_TEST_CUDA(cudaGraphDestroy(graph));
-  EXPECT_NO_THROW(L->layer->check(s));
+  EXPECT_NO_THROW(L.layer->check(s));
   FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+}
+
+// One graph, captured once, replayed with a new routing, new tokens and new weights every time.
+TEST(MoeLayerGraph, ReplaysWithANewRoutingEachTime) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  LayerCase c;
+  c.experts = 32, c.topk = 4, c.max_tokens = 40, c.seed = 9200;
+  check_graph_replays(*make_layer(c), 24, 40);
 }
 
 // The decode path captured in a graph (W4A16 MXFP4: two kernels, the second a programmatic dependent of the
@@ -926,30 +931,8 @@ TEST(MoeLayerGraph, DecodePathReplaysWithANewRoutingEachTime) {
       c.seed = 9250 + 2 * v + (T == 8 ? 1 : 0);
       const auto L = make_layer(c);
       ASSERT_NE(L->layer->describe().find("decode path for T <= 8"), std::string::npos) << L->layer->describe();
-      std::mt19937_64 rng(c.seed);
-      RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
-      cudaStream_t s = nullptr;
-      FP4GEMM_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      Inputs in = make_inputs(c, rng, T, Route::random);
-      b.upload(c, in, s);
-      FP4GEMM_TEST_CUDA(cudaStreamSynchronize(s));
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      FP4GEMM_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      L->layer->run(b.args(c, in), s);
-      FP4GEMM_TEST_CUDA(cudaStreamEndCapture(s, &graph));
-      FP4GEMM_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      for (int replay = 0; replay < 16; ++replay) {
-        in = make_inputs(c, rng, T, static_cast<Route>(replay % 4));
-        const Expected x = reference_layer(*L, in);
-        b.upload(c, in, s);
-        FP4GEMM_TEST_CUDA(cudaGraphLaunch(exec, s));
-        ASSERT_TRUE(check_output(c, in, b, b.download(s), x)) << c.describe() << ", T " << T << ", replay " << replay;
-      }
-      FP4GEMM_TEST_CUDA(cudaGraphExecDestroy(exec));
-      FP4GEMM_TEST_CUDA(cudaGraphDestroy(graph));
-      EXPECT_NO_THROW(L->layer->check(s));
-      FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+      check_graph_replays(*L, T, 16);
+      if (::testing::Test::HasFatalFailure()) return;
     }
 }
 
