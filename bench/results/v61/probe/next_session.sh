@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# For the next session (one H200, ~8 min): main 888d835 + the decode graph-replay test (v61: straight-line routing, early PDL trigger, bound 8, W4A4
-# PDL chain) as built on the CPU machine. Carry .carry/v73 (bp.tar.xz = .carry/build + .carry/pkg of main with that test) and .peers.
+# For the next session (one H200, ~8 min): branch exp/decode-s0-wait = main 265b9d3 (v61: straight-line routing, early PDL
+# trigger, bound 8, W4A4 PDL chain, the decode graph-replay test) + kernel 2's S == 0 path waiting for its prerequisite
+# (kept off main until these checks pass: merge it if they do). Carry .carry/v73 (bp.tar.xz = .carry/build + .carry/pkg
+# of that branch, built on the CPU machine) and .peers.
 #   1. GPU tests, memcheck, racecheck (W4A16 and W4A4), the Python GPU tier (not yet run on the W4A4 PDL chain's build)
 #   2. issue 52's table: tk_layer T 1-8 twice and T 64-4096 once (median / min / max over rounds)
 #   3. the W4A4 crossover of the wide-hidden models after the PDL chain (DeepSeek-V3 W4A4 tied at T 3 before it,
