@@ -290,7 +290,7 @@ constexpr int kRingBytes = kStages * kStageBytes;  // per warp
 // every scale matrix has whole 512-byte atoms. Linear scales: the caller loads the codes (see
 // walk_share).
 template <Format F, ScaleLayout L, class XS>
-__device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, const Operand& op, bool live, int lane) {
+__device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, bool live, int lane) {
   cp_async_16(stage + 16 * lane, cur.wg, live);
   cp_async_16(stage + 512 + 16 * lane, cur.wh, live);
   if constexpr (L == ScaleLayout::blocked) {
@@ -358,7 +358,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
       k2g = live ? load_code<CodeT>(cur.sg) : 0u;
       k2h = live ? load_code<CodeT>(cur.sh) : 0u;
     }
-    copy_chunk<F, L, XS>(ring + sc * kStageBytes, cur, op, lleft > live_above, lane);
+    copy_chunk<F, L, XS>(ring + sc * kStageBytes, cur, lleft > live_above, lane);
     sc = sc + 1 == kStages ? 0 : sc + 1;
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
