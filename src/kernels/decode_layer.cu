@@ -251,6 +251,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int S = r.slots, blocks = H / 16;
   if (S == 0) {  // no pair routed anywhere: every present token's row is zero
+    // (still after the prerequisite grid: no CTA of this grid then ends before it, whatever the stream runs next)
+    ptx::wait_prerequisites();
     for (long long q = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; q < static_cast<long long>(T) * H;
          q += static_cast<long long>(gridDim.x) * blockDim.x)
       a.out[(q / H) * a.ldo + q % H] = __float2bfloat16_rn(0.0f);
