@@ -103,9 +103,9 @@ struct MoeLayerOptions {
   // but at most max(3, experts / (2 top-k)) -- the decode path dequantises a weight once per (token, expert)
   // pair, so where a few tokens already share experts (Mixtral: 8 experts, top-2) the general
   // path's wgmma kernel is ahead sooner; and wide hidden sizes bring the crossover down (measured
-  // with bench/decode_crossover.py: Mixtral-8x7B, H 4096, ahead to its cap of 3 tokens W4A16 and W4A4;
-  // DeepSeek-V3, H 7168, to 7 W4A16 (by 0.5 % at 7) and 2 W4A4): at most 6 / 3 (W4A16 / W4A4) past
-  // H 3072 and 6 / 2 past H 4096. Layers with top-k > 8, or a hidden or intermediate size that is not a multiple of 32
+  // with bench/decode_crossover.py: Mixtral-8x7B, H 4096, ahead to its cap of 3 tokens W4A16 and to 4 W4A4;
+  // DeepSeek-V3, H 7168, to 7 W4A16 (by 0.5 % at 7) and 4 W4A4 (by 1 % at 3)): at most 6 / 4 (W4A16 / W4A4)
+  // past H 3072. Layers with top-k > 8, or a hidden or intermediate size that is not a multiple of 32
   // (NVFP4), have no decode path; a large hidden size also lowers the bound (its first kernel
   // stages the run's tokens in shared memory, at most 96 KB: 6 tokens at H = 7168). describe()
   // names the bound in force.

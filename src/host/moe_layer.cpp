@@ -182,9 +182,9 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // T up to the kernels' 8 (bench/decode_crossover.py on an H200; gpt-oss W4A4 T 8 by the smallest margin, 0.93).
   int auto_tokens = std::min(detail::kDecodeMaxTokens, std::max(3, E / (2 * o.topk)));
   // Wide hidden sizes: the general path wins sooner (bench/decode_crossover.py on an H200: Mixtral's H 4096 decode
-  // path ahead at every T to its cap of 3, W4A16 and W4A4; DeepSeek-V3's H 7168 W4A16 to T 7, ratio 0.96 at 6 and
-  // 0.995 at 7, tied at 8; W4A4 to T 2, tied at 3).
-  if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? (H > 4096 ? 2 : 3) : 6);
+  // path ahead at every T to its cap of 3 W4A16, and to T 4 W4A4 (0.91 at 4); DeepSeek-V3's H 7168 W4A16 to T 7,
+  // ratio 0.96 at 6 and 0.995 at 7, tied at 8; W4A4 to T 4, 0.99 at 3 and 0.94 at 4, measured no further).
+  if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 4 : 6);
   int decode_tokens = std::min(o.decode_tokens == kDecodeTokensAuto ? auto_tokens : o.decode_tokens, o.max_tokens);
   while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;
   const std::int64_t decode_pairs = std::int64_t{decode_tokens} * o.topk;

@@ -642,7 +642,7 @@ TEST(MoeLayerDecode, OnlyWhereItApplies) {
 }
 
 // The default bound (kDecodeTokensAuto): 8 tokens W4A16 and W4A4, where a few tokens rarely share experts; max(3, E / (2 top-k))
-// where they do; at most 6 / 3 (W4A16 / W4A4) past H 3072 and 6 / 2 past H 4096; never past max_tokens.
+// where they do; at most 6 / 4 (W4A16 / W4A4) past H 3072; never past max_tokens.
 TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
@@ -658,9 +658,10 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
                        // wide hidden sizes (the measured crossover: Mixtral H 4096, DeepSeek-V3 H 7168)
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 1, 64, 4096, 256, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 4096, 256, 6},
-                       Want{Format::nvfp4, MoeActivation::fp4, 8, 1, 64, 4096, 256, 3},
+                       Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 4096, 256, 4},
+                       Want{Format::nvfp4, MoeActivation::fp4, 8, 2, 64, 4096, 256, 3},   // E / 2k = 2: 3
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 7168, 256, 6},
-                       Want{Format::nvfp4, MoeActivation::fp4, 8, 1, 64, 7168, 256, 2},
+                       Want{Format::mxfp4, MoeActivation::fp4, 16, 1, 64, 7168, 256, 4},
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 1, 3, 7168, 256, 3}}) {  // max_tokens
     LayerCase c;
     c.format = w.format, c.act = w.act, c.experts = w.experts, c.topk = w.topk, c.max_tokens = w.max_tokens;
