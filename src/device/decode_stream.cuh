@@ -475,7 +475,7 @@ __device__ __forceinline__ void stream_units_cta(int units, int group, int n, co
   if (w < W) {
     const int c0 = u0 * n + sw.start(w), c1 = u0 * n + sw.start(w + 1);
     first = c0 / n, last = (c1 - 1) / n;
-    walk_share<F, L, XS>(n, op, unit_of, ready, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
+    walk_share<F, L, XS>(n, op, unit_of, [&] { ready(W); }, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
                       ring + w * kRingBytes);
   }
   __syncthreads();
