@@ -540,7 +540,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
     args.x = a.x_deq, args.ldx = a.hidden;
   }
   void* params[] = {&args};
-  // W4A4: kernel 1 a programmatic dependent of the token quantiser (it waits before staging the tokens)
+  // W4A4: kernel 1 a programmatic dependent of the token quantiser (it waits once its rings' first copies are issued)
   launch(kernel1(a.format, a.blocked_scales), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1,
          a.fp4_activations, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
