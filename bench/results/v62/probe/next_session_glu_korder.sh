@@ -2,7 +2,7 @@
 # For the next session (one H200, ~8 min): branch exp/glu-k-order -- the W4A16 layer's GEMM1 GLU epilogue writes the
 # intermediate straight into GEMM2's activation workspace in its wgmma k order (I % 64 == 0), and GEMM2 runs without
 # its pre-pass (one launch and one read + write of the intermediate fewer). Built on the CPU machine, never run.
-# Carry .carry/v80 (one solid xz: cli_main = main 3715eae's CLI, cli_ko / gpu_tests_ko / pkg_ko = the branch's).
+# Carry .carry/v80 and .peers (one solid xz: cli_main = main 3715eae's CLI, cli_ko / gpu_tests_ko / pkg_ko = the branch's).
 # Prediction: general-path W4A16 cells -3..-10 us (gpt-oss / Qwen3 T 64-512: v58 put GEMM2's pre-pass at 4.6-10 us);
 # outputs byte-identical (the same values in the same k slots).
 #   1. gtests (layer / routing / graph / stream-K / CLI, with MoeLayerHandover.WhereItApplies and MoeLayerCases'
