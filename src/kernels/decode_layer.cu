@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   // W4A16: the run's tokens, every CTA its own copy, staged at once (their loads overlap the routing's).
   // W4A4 launches this kernel as a programmatic dependent of the token quantiser: it reads its routing and issues its
   // rings' first copies while the quantiser runs, and stages the quantised tokens only then (`ready` below: measured
-  // 0.7-3.2 us faster on the H200 than staging first; for W4A16, staging after the copies measured 0.4-1.2 us slower).
+  // 0.7-3.2 us faster on the H200 than staging first; for W4A16, staging after the copies measured 0.1-1.2 us slower).
   if (!a.fp4_activations) stage_tokens<F>(a, x_staged, T, H, hpad, blockDim.x);
   read_routing(a, T, r, id);  // (ends with a barrier: W4A16's staged tokens are complete too)
   if (r.slots == 0) ptx::wait_prerequisites();  // (no warp streams, none waits in `ready`: the grid still ends after
