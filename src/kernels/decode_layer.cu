@@ -177,6 +177,9 @@ __device__ __forceinline__ void stage_tokens(const DecodeLayerArgs& a, uint4* x_
   }
 }
 
+// Kernel 1's named barrier of its W streaming warps after W4A4's late token staging (barrier 0 is __syncthreads).
+constexpr int kStagedTokensBarrier = 1;
+
 // ---- kernel 1: gate/up of (slot, 8 intermediates) units, then the GLU ------------------------
 // A unit's A rows: gate (g) and up (g + 8) of intermediate 8 ig + g, so a lane holds the gate and
 // up of the same (intermediate, token) and the GLU needs no exchange.
@@ -240,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     if (a.fp4_activations) {
       ptx::wait_prerequisites();  // the token quantiser's output
       stage_tokens<F>(a, x_staged, T, H, hpad, 32 * W);
-      ptx::named_barrier_sync(1, 32 * W);
+      ptx::named_barrier_sync(kStagedTokensBarrier, 32 * W);
     }
     stamp(0, 2);
   };
