@@ -420,7 +420,10 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // stage counter and base in regular registers it built each in a regular register and moved it
     // over before every HGMMA (6 R2UR per 4 HGMMAs, 20-22 instructions from the arrive to the last
     // HGMMA, in every class but the 16-token pairs; with the reduction 0 R2UR, 7-12 instructions).
-    const std::uint64_t desc0 = ptx::smem_desc_sw128(__reduce_max_sync(0xFFFFFFFFu, act_smem0 + stage * st.act_stage_bytes));
+    // Not in the pointer-array GLU kernels: there the reduction put 8 more bytes on the MXFP4 kernel's stack.
+    std::uint32_t stage_smem = act_smem0 + stage * st.act_stage_bytes;
+    if constexpr (kRouted || !kGlu) stage_smem = __reduce_max_sync(0xFFFFFFFFu, stage_smem);
+    const std::uint64_t desc0 = ptx::smem_desc_sw128(stage_smem);
 #pragma unroll
     for (int h = h0; h < h1; ++h) {
 #pragma unroll
