@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# v63 c0 (one H200, ~9 min), from v62's next_session_51.sh: issue 51's timing criterion on today's main, and the candidate fix of its
+# v63 c0 (one H200, ~8 min), from v62's next_session_51.sh: issue 51's timing criterion on today's main, and the candidate fix of its
 # five cells (branch exp/desc-redux: the wgmma activation descriptor's stage address through __reduce_max_sync, so
 # ptxas keeps the descriptors in uniform registers -- the plain MXFP4 MoE kernel's classes lose their 6 R2UR per 4
 # HGMMAs and 20-34 instructions per 2 k-blocks; SASS only, never run). Carry .carry/v81 (one solid xz: cli_old = 399676a
@@ -45,13 +45,5 @@ for side in A B C; do bin=$(side_bin $side)
   timeout 150 $bin bench --suite layer --act bf16 $dt --settle-ms 100 --json $R/suites/layer_bf16_${side}1.json > $R/suites/layer_bf16_${side}1.txt 2>&1
   echo "suites $side [$((SECONDS - t0)) s]"; tar czf $OUT/r.tgz -C $OUT r
 done
-# D = C with the pointer-array GLU kernels as main's (no reduction there: their stack stays as 399676a's)
-mkdir -p $R/dual; for rnd in 1 2; do for side in A B C D; do bin=$V/cli_old; [ $side = B ] && bin=$V/cli_new; [ $side = C ] && bin=$V/cli_rdx; [ $side = D ] && bin=$V/cli_rdx2
-  timeout 100 $bin bench --suite dual --settle-ms 100 --json $R/dual/dual_$side$rnd.json > $R/dual/dual_$side$rnd.txt 2>&1; done; done
-echo "dual rounds [$((SECONDS - t0)) s]"
 pairs $R/suites | tee $R/suites/compare.txt
-for p in DA DC; do d=$R/dual; mkdir -p $d/$p; rm -f $d/$p/*
-  for f in $d/*_${p:1:1}[0-9].*; do cp "$f" "$d/$p/$(basename "$f" | sed "s/_${p:1:1}\([0-9]\)\./_A\1./")"; done
-  for f in $d/*_${p:0:1}[0-9].*; do cp "$f" "$d/$p/$(basename "$f" | sed "s/_${p:0:1}\([0-9]\)\./_B\1./")"; done
-  echo "== dual $p"; python3 bench/results/v50/probe/ab_compare.py $d/$p; done | tee $R/dual/compare.txt
 tar czf $OUT/r.tgz -C $OUT r
