@@ -154,7 +154,7 @@ struct GluArgs {
   int kind, swap, width;  // width: I, the output columns
   float alpha, limit;     // swigluoai
   float mul_first, mul_second;  // alphas of the map's first / second 8 rows of each 16
-  int q_format;                 // MoeScheduleParams::q_format: 0, or quantised output (Format + 1)
+  int q_format;                 // MoeScheduleParams::q_format: 0, quantised output (Format + 1), or kGluKOrder
   float q_gs;
   std::uint8_t* q_scales;
   const void* bias;  // this tile's expert's [2 width] gate / up bias (MoeScheduleParams::glu_bias), or null
@@ -192,7 +192,7 @@ struct GluDrain {
   std::int64_t ldc;  // elements (quantised output: bytes of packed FP4)
   int m0, tokens, col0, width;
   GluParams act;
-  int q_format;  // 0: 16/32-bit output; 1 nvfp4, 2 mxfp4: FP4 rows + linear scales (q_scales)
+  int q_format;  // 0: 16/32-bit output; 1 nvfp4, 2 mxfp4: FP4 rows + linear scales (q_scales); kGluKOrder
   float q_gs;
   std::uint8_t* q_scales;
 };
@@ -230,8 +230,34 @@ __device__ __forceinline__ void glu_store(const GluDrain& d, int r, int col, flo
   }
 }
 
+// The k-ordered drain (kGluKOrder, group_params.hpp; I % 64 == 0, the plan checks): thread cp of a warpgroup's 32
+// columns (half u of their 64-column block) takes columns j0 and j0 + 4, j0 = 8 (2 (cp % 2) +
+// (cp / 2) % 2) + cp / 4, which sit side by side at chunk cp / 2, slot 2 (2u + cp % 2): still one
+// 4-byte store per thread, from two 8-byte buffer loads.
+template <typename T>
+__device__ __forceinline__ void glu_drain_k_order(const float2* buf, const GluDrain& d, int wtid) {
+  const int cp = wtid % 16;
+  if (d.col0 >= d.width) return;  // (whole 32-column halves: the width is a multiple of 64)
+  const int j0 = 8 * (2 * (cp % 2) + (cp / 2) % 2) + cp / 4;
+  const int col = (d.col0 & ~63) + 8 * (cp / 2) + 4 * ((d.col0 / 32) % 2) + 2 * (cp % 2);
+#pragma unroll 1
+  for (int r = wtid / 16; r < d.tokens; r += 8) {  // (the 16 lanes of a row share r)
+    const float2 x0 = buf[r * 32 + j0], x1 = buf[r * 32 + j0 + 4];
+    const GluTerms t0 = glu_terms(x0.x, x0.y, d.act), t1 = glu_terms(x1.x, x1.y, d.act);
+    bool ok0, ok1;
+    float o0 = glu_div_fast(t0.g, t0.d, ok0) * t0.u;
+    float o1 = glu_div_fast(t1.g, t1.d, ok1) * t1.u;
+    if (!(ok0 && ok1)) {  // outside the fast division's range (rare): the IEEE division
+      o0 = glu_div(t0.g, t0.d) * t0.u;
+      o1 = glu_div(t1.g, t1.d) * t1.u;
+    }
+    glu_store<T>(d, r, col, o0, o1);
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, int wtid) {
+  if (d.q_format == kGluKOrder) return glu_drain_k_order<T>(buf, d, wtid);
   const int cp = wtid % 16, col = d.col0 + 2 * cp;
   if (col >= d.width) return;
 #pragma unroll 1

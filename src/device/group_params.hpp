@@ -26,4 +26,11 @@ struct GroupParams {
   const float* alpha_up_device;   // nullable, overrides alpha_up
 };
 
+// MoeScheduleParams::q_format of a GLU plan whose bf16 output is the next GEMM's activation
+// workspace (kGluKOrder; the layer's W4A16 hand-over, host/moe_layer.cpp): every 64-column block
+// in the wgmma k order the pre-pass writes (device/prepass.cuh: 16-byte chunk c, 16-bit slot
+// 2i + h holds column 8 (2i + c % 2) + c / 2 + 4h; wgmma_k_source_mxfp4), so that GEMM needs no
+// pre-pass. (0: plain output; 1, 2: FP4-quantised output, the Format + 1.)
+constexpr int kGluKOrder = 3;
+
 }  // namespace fp4gemm::detail

@@ -36,6 +36,10 @@ const MoeKernelEntry& select_moe_kernel(const DeviceInfo& device) {
                   std::to_string(device.sm_minor) + "): fp4gemm's MoE GEMM needs sm_90 (H100/H200)");
 }
 
+void MoeKernelPlan::enqueue_prepared(const MoeArgs&, cudaStream_t) const {
+  throw Error("plan", -1, "internal: this MoE kernel plan has no prepared-input run (prepared_input() is null)");
+}
+
 const KernelEntry& select_kernel(Backend requested, const DeviceInfo& device) {
   const Backend wanted = requested == Backend::reference ? Backend::reference : Backend::fast;
   for (const KernelEntry& k : kKernels)

@@ -80,6 +80,21 @@ class MoeKernelPlan {
   virtual void reload(cudaStream_t stream) const = 0;
   virtual std::string describe() const = 0;  // configuration after the kernel's name
   virtual std::size_t device_bytes() const = 0;
+
+  // The MoE layer's W4A16 hand-over (host/moe_layer.cpp): GEMM1's GLU epilogue writes its bf16
+  // output straight into GEMM2's activation workspace, in the order GEMM2's pre-pass would write
+  // it, and GEMM2 runs without its pre-pass. A plan that cannot take a part says so (false / null).
+  // This plan's output from now on in the k order of a workspace with `ld` elements per row.
+  virtual bool write_k_order_output() { return false; }
+  // Where this plan's pre-pass writes its activations (rows as the routed rows, ld elements each),
+  // when a run may skip it (bf16 activations, no gather): enqueue_prepared then reads them there.
+  struct PreparedInput {
+    void* rows = nullptr;
+    std::int64_t ld = 0;
+  };
+  virtual PreparedInput prepared_input() const { return {}; }
+  // enqueue() without the pre-pass: the workspace holds this run's activations (args.a is not read).
+  virtual void enqueue_prepared(const MoeArgs& args, cudaStream_t stream) const;
 };
 
 // What an MoE kernel's build gets: the validated weights (linear scale strides resolved) and

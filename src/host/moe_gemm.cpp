@@ -135,6 +135,20 @@ void detail::MoeGemmOwner::enqueue(const MoeGemm& gemm, const MoeArgs& args, cud
 
 void detail::MoeGemmOwner::reload(const MoeGemm& gemm, cudaStream_t stream) { checked(gemm.impl_).kernel->reload(stream); }
 
+bool detail::MoeGemmOwner::write_k_order_output(MoeGemm& gemm) { return checked(gemm.impl_).kernel->write_k_order_output(); }
+
+void* detail::MoeGemmOwner::prepared_rows(const MoeGemm& gemm, std::int64_t& ld) {
+  const detail::MoeKernelPlan::PreparedInput in = checked(gemm.impl_).kernel->prepared_input();
+  ld = in.ld;
+  return in.rows;
+}
+
+void detail::MoeGemmOwner::enqueue_prepared(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream) {
+  const MoeGemm::Impl& p = checked(gemm.impl_);
+  detail::check_moe_args(p.weights, p.options, args);
+  p.kernel->enqueue_prepared(args, stream);
+}
+
 void MoeGemm::check(cudaStream_t stream) const {
   using namespace detail::sm90;
   const Impl& p = checked(impl_);

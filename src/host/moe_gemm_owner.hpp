@@ -6,6 +6,8 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "fp4gemm/moe.hpp"
 
 namespace fp4gemm::detail {
@@ -16,6 +18,11 @@ struct MoeGemmOwner {
   static void enqueue(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream);
   // MoeGemm::reload_scales' work on `stream` (not captured) without its serialisation: the caller's.
   static void reload(const MoeGemm& gemm, cudaStream_t stream);
+  // The layer's W4A16 hand-over (host/kernel_registry.hpp, MoeKernelPlan): GEMM1's output written
+  // in the k order of GEMM2's workspace, and GEMM2 run on it without its pre-pass.
+  static bool write_k_order_output(MoeGemm& gemm);
+  static void* prepared_rows(const MoeGemm& gemm, std::int64_t& ld);  // null: the plan has none
+  static void enqueue_prepared(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream);
 };
 
 }  // namespace fp4gemm::detail

@@ -641,6 +641,22 @@ TEST(MoeLayerDecode, OnlyWhereItApplies) {
   }
 }
 
+// The W4A16 hand-over (host/moe_layer.cpp): GEMM1 writes the intermediate in GEMM2's k order and
+// GEMM2 runs without its pre-pass where I is whole 64-wide k-blocks; not with I % 64 != 0, nor W4A4
+// (whose GEMM2 reads FP4). The outputs themselves: MoeLayerCases (W4A16 cases 8, 9, 11 and the T
+// 16384 case take the hand-over, case 10 with I 96 does not), against the reference composition.
+TEST(MoeLayerHandover, WhereItApplies) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  const std::string kHandover = "GEMM1 writes the intermediate in GEMM2's k order";
+  LayerCase c;
+  c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.inter = 128;
+  EXPECT_NE(make_layer(c)->layer->describe().find(kHandover), std::string::npos) << make_layer(c)->layer->describe();
+  c.inter = 96;
+  EXPECT_EQ(make_layer(c)->layer->describe().find(kHandover), std::string::npos);
+  c.inter = 128, c.act = MoeActivation::fp4;
+  EXPECT_EQ(make_layer(c)->layer->describe().find(kHandover), std::string::npos);
+}
+
 // The default bound (kDecodeTokensAuto): 8 tokens W4A16 and W4A4, where a few tokens rarely share experts; max(3, E / (2 top-k))
 // where they do; at most 6 / 4 (W4A16 / W4A4) past H 3072; never past max_tokens.
 TEST(MoeLayerDecode, DefaultBoundByTheLayer) {

@@ -50,8 +50,13 @@ class FusedMoePlan final : public MoeKernelPlan {
   void reload(cudaStream_t stream) const override;
   std::string describe() const override;
   std::size_t device_bytes() const override { return memory.bytes(); }
+  bool write_k_order_output() override;
+  PreparedInput prepared_input() const override;
+  void enqueue_prepared(const MoeArgs& args, cudaStream_t stream) const override;
 
  private:
+  // The run's routing and output in the plan's parameters.
+  FusedParams run_params(const MoeArgs& args) const;
   MoeWeights weights;  // validated (MoeGemm)
   MoeOptions options;
   DeviceInfo device;
@@ -339,14 +344,19 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
 
 // One run's launches on `s`: the pre-pass and the GEMM (its programmatic dependent), after the
 // run's scale conversion if the plan converts every run. No serialisation: MoeGemm's.
-void FusedMoePlan::enqueue(const MoeArgs& args, cudaStream_t s) const {
-  const FusedMoePlan& p = *this;
-  FusedParams params = p.params;  // the run's routing and output
+FusedParams FusedMoePlan::run_params(const MoeArgs& args) const {
+  FusedParams params = this->params;
   params.moe.offsets = args.expert_offsets;
   params.moe.counts = args.expert_counts;
   params.moe.c = args.c;
   params.moe.ldc = args.ldc;
   params.moe.q_scales = static_cast<std::uint8_t*>(args.c_scales);
+  return params;
+}
+
+void FusedMoePlan::enqueue(const MoeArgs& args, cudaStream_t s) const {
+  const FusedMoePlan& p = *this;
+  const FusedParams params = run_params(args);  // the run's routing and output
   PrepassArgs pa = p.prepass;
   pa.inline_groups[0].a = static_cast<const std::uint8_t*>(args.a);
   pa.inline_groups[0].sfa = static_cast<const std::uint8_t*>(args.a_scales);
@@ -372,6 +382,34 @@ void FusedMoePlan::enqueue(const MoeArgs& args, cudaStream_t s) const {
           : launch_routed<Format::mxfp4, PrepassSource::routed_fp4>(params, p.options.out_type, ctas, p.smem_bytes,
                                                                     pa, p.prepass_grid, s);
   FP4GEMM_CUDA_CHECK(err, "run");
+}
+
+// The layer's hand-over (kernel_registry.hpp): a GLU plan with bf16 output whose width is whole
+// 64-column k-blocks writes them in the wgmma k order (kGluKOrder, device/epilogue.cuh).
+bool FusedMoePlan::write_k_order_output() {
+  const MoeOptions& o = options;
+  if (o.epilogue == MoeEpilogue::none || o.out_type != OutType::bf16 || o.quantize_output || weights.n % KC::kBlockK != 0)
+    return false;
+  params.moe.q_format = kGluKOrder;
+  return true;
+}
+
+// W4A16 plans without a gather read their activations through a bf16 pre-pass into the workspace
+// (row m of the run = workspace row m): another kernel may write them there instead.
+FusedMoePlan::PreparedInput FusedMoePlan::prepared_input() const {
+  if (options.activation != MoeActivation::bf16 || weights.k % KC::kBlockK != 0) return {};
+  return {prepass.out, prepass.out_cols};
+}
+
+// enqueue() without the pre-pass (and the per-run scale conversion where the plan has one).
+void FusedMoePlan::enqueue_prepared(const MoeArgs& args, cudaStream_t s) const {
+  if (prepared_input().rows == nullptr) MoeKernelPlan::enqueue_prepared(args, s);  // (throws)
+  if (args.gather_index != nullptr)
+    fail("gather_index", "must be null for a run on prepared activations (workspace row m is the run's row m)");
+  if (options.rescale_each_run && convert_scales) FP4GEMM_CUDA_CHECK(convert_scales(s), "run");
+  FP4GEMM_CUDA_CHECK(launch_routed_prepared<Format::mxfp4>(run_params(args), options.out_type, params.moe.num_ctas,
+                                                          smem_bytes, s),
+                     "run");
 }
 
 // Reloads the plan's copy of the caller's scales (MoeGemm::reload_scales: serialised with runs,

@@ -406,6 +406,12 @@ cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_c
   return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, stream);
 }
 
+template <Format F>
+cudaError_t launch_routed_prepared(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
+                                   cudaStream_t stream) {
+  return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, stream);
+}
+
 // Every instantiation of format F that launch_gemm can launch (the table's rows of F).
 template <Format F>
 cudaError_t set_fused_smem(std::size_t smem_bytes) {
@@ -435,7 +441,9 @@ cudaError_t read_trace(unsigned long long* out) {
 
 #define FP4GEMM_W4A16_INSTANTIATION(PREFIX)                                                              \
   PREFIX template cudaError_t launch_routed<Format::mxfp4, PrepassSource::routed_bf16>(                     \
-      const FusedParams&, OutType, int, std::size_t, const PrepassArgs&, dim3, cudaStream_t);
+      const FusedParams&, OutType, int, std::size_t, const PrepassArgs&, dim3, cudaStream_t);                 \
+  PREFIX template cudaError_t launch_routed_prepared<Format::mxfp4>(const FusedParams&, OutType, int, std::size_t, \
+                                                                   cudaStream_t);
 
 #ifndef FP4GEMM_FUSED_INSTANTIATE
 FP4GEMM_FUSED_INSTANTIATION(extern, Format::nvfp4)

@@ -26,6 +26,12 @@ template <Format F, PrepassSource S>
 cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
                           const PrepassArgs& prepass, dim3 pre_grid, cudaStream_t stream);
 
+// The MoE plan's GEMM alone, its activations already in the workspace (the layer's hand-over:
+// GEMM1's GLU epilogue wrote them); a programmatic dependent of the stream's previous kernel.
+template <Format F>
+cudaError_t launch_routed_prepared(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
+                                   cudaStream_t stream);
+
 // Opts every kernel of format F in to smem_bytes of dynamic shared memory.
 template <Format F>
 cudaError_t set_fused_smem(std::size_t smem_bytes);
