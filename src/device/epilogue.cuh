@@ -230,35 +230,18 @@ __device__ __forceinline__ void glu_store(const GluDrain& d, int r, int col, flo
   }
 }
 
-// The k-ordered drain (kGluKOrder, group_params.hpp; I % 64 == 0, the plan checks): thread cp of a warpgroup's 32
-// columns (half u of their 64-column block) takes columns j0 and j0 + 4, j0 = 8 (2 (cp % 2) +
-// (cp / 2) % 2) + cp / 4, which sit side by side at chunk cp / 2, slot 2 (2u + cp % 2): still one
-// 4-byte store per thread, from two 8-byte buffer loads.
-template <typename T>
-__device__ __forceinline__ void glu_drain_k_order(const float2* buf, const GluDrain& d, int wtid) {
-  const int cp = wtid % 16;
-  if (d.col0 >= d.width) return;  // (whole 32-column halves: the width is a multiple of 64)
-  const int j0 = 8 * (2 * (cp % 2) + (cp / 2) % 2) + cp / 4;
-  const int col = (d.col0 & ~63) + 8 * (cp / 2) + 4 * ((d.col0 / 32) % 2) + 2 * (cp % 2);
-#pragma unroll 1
-  for (int r = wtid / 16; r < d.tokens; r += 8) {  // (the 16 lanes of a row share r)
-    const float2 x0 = buf[r * 32 + j0], x1 = buf[r * 32 + j0 + 4];
-    const GluTerms t0 = glu_terms(x0.x, x0.y, d.act), t1 = glu_terms(x1.x, x1.y, d.act);
-    bool ok0, ok1;
-    float o0 = glu_div_fast(t0.g, t0.d, ok0) * t0.u;
-    float o1 = glu_div_fast(t1.g, t1.d, ok1) * t1.u;
-    if (!(ok0 && ok1)) {  // outside the fast division's range (rare): the IEEE division
-      o0 = glu_div(t0.g, t0.d) * t0.u;
-      o1 = glu_div(t1.g, t1.d) * t1.u;
-    }
-    glu_store<T>(d, r, col, o0, o1);
-  }
-}
-
 template <typename T>
 __device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, int wtid) {
-  if (d.q_format == kGluKOrder) return glu_drain_k_order<T>(buf, d, wtid);
-  const int cp = wtid % 16, col = d.col0 + 2 * cp;
+  const int cp = wtid % 16;
+  // kGluKOrder (group_params.hpp; the width a multiple of 64): the pair staged at slots 2cp, 2cp + 1
+  // (store_tile_glu) is columns j0, j0 + 4 of the warpgroup's 32 (half u of a 64-column k-block),
+  // j0 = 8 (2 (cp % 2) + (cp / 2) % 2) + cp / 4, which sit side by side in the k order: chunk cp / 2,
+  // slots 2 (2u + cp % 2) and + 1, i.e. column (col0 - 32u) + 8 (cp / 2) + 4u + 2 (cp % 2) = the plain
+  // col0 + 2cp plus 4 (cp / 2) - 28u. (Past the width iff col0 is: whole 64-column blocks.) Written
+  // as that offset times a 0 / 1 flag: a select between the two columns made ptxas spill in the MoE
+  // GLU kernels (stack 24 -> 40-80 B; the accumulators of the tile's later passes are live here).
+  const int korder = d.q_format == kGluKOrder ? 1 : 0;
+  const int col = d.col0 + 2 * cp + korder * (4 * (cp / 2) - 28 * ((d.col0 / 32) % 2));
   if (col >= d.width) return;
 #pragma unroll 1
   for (int r = wtid / 16; r < d.tokens; r += 8) {  // (the 16 lanes of a row share r)
@@ -271,7 +254,7 @@ __device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, 
       o0 = glu_div(t0.g, t0.d) * t0.u;
       o1 = glu_div(t1.g, t1.d) * t1.u;
     }
-    if (d.q_format == 0) glu_store<T>(d, r, col, o0, o1);
+    if (d.q_format == 0 || d.q_format == kGluKOrder) glu_store<T>(d, r, col, o0, o1);
     else if (d.q_format == 1) glu_store_quantized<Format::nvfp4>(d, r, col, o0, o1, wtid % 32);
     else glu_store_quantized<Format::mxfp4>(d, r, col, o0, o1, wtid % 32);
   }
@@ -290,6 +273,9 @@ __device__ __forceinline__ void store_tile_glu(const float (&acc)[A], const Grou
   const float mul_gate = a.swap ? a.mul_second : a.mul_first, mul_up = a.swap ? a.mul_first : a.mul_second;
   const float2 bias = glu_bias_pair(a, n_wg / 2 + warp * 8 + q);  // this thread's output column
   GluDrain d{g.c, g.ldc, 0, 0, n_wg / 2, a.width, glu_params(a.kind, a.alpha, a.limit), a.q_format, a.q_gs, a.q_scales};
+  // This thread's column warp * 8 + q of the 32 is staged at slot warp * 8 + q, or (kGluKOrder) at the
+  // slot glu_drain's thread cp = 4 (q % 4) + 2 (warp % 2) + warp / 2 reads: 2 cp + q / 4.
+  const int slot = a.q_format == kGluKOrder ? 2 * (4 * (q % 4) + 2 * (warp % 2) + warp / 2) + q / 4 : warp * 8 + q;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     if (pass < pass_begin || pass >= pass_end) continue;
@@ -301,7 +287,7 @@ __device__ __forceinline__ void store_tile_glu(const float (&acc)[A], const Grou
 #pragma unroll
       for (int v = 0; v < 2; ++v) {
         const float first = acc[4 * j + v], second = acc[4 * j + 2 + v];
-        buf[(8 * jj + 2 * t + v) * 32 + warp * 8 + q] =
+        buf[(8 * jj + 2 * t + v) * 32 + slot] =
             make_float2(fmaf(a.swap ? second : first, mul_gate, bias.x), fmaf(a.swap ? first : second, mul_up, bias.y));
       }
     }
