@@ -241,7 +241,7 @@ __device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, 
   // as that offset times a 0 / 1 flag: a select between the two columns made ptxas spill in the MoE
   // GLU kernels (stack 24 -> 40-80 B; the accumulators of the tile's later passes are live here).
   const int korder = d.q_format == kGluKOrder ? 1 : 0;
-  const int col = d.col0 + 2 * cp + korder * (4 * (cp / 2) - 28 * ((d.col0 / 32) % 2));
+  const int col = d.col0 + 2 * cp + korder * glu_k_order_shift(d.col0, cp);
   if (col >= d.width) return;
 #pragma unroll 1
   for (int r = wtid / 16; r < d.tokens; r += 8) {  // (the 16 lanes of a row share r)
@@ -275,7 +275,7 @@ __device__ __forceinline__ void store_tile_glu(const float (&acc)[A], const Grou
   GluDrain d{g.c, g.ldc, 0, 0, n_wg / 2, a.width, glu_params(a.kind, a.alpha, a.limit), a.q_format, a.q_gs, a.q_scales};
   // This thread's column warp * 8 + q of the 32 is staged at slot warp * 8 + q, or (kGluKOrder) at the
   // slot glu_drain's thread cp = 4 (q % 4) + 2 (warp % 2) + warp / 2 reads: 2 cp + q / 4.
-  const int slot = a.q_format == kGluKOrder ? 2 * (4 * (q % 4) + 2 * (warp % 2) + warp / 2) + q / 4 : warp * 8 + q;
+  const int slot = a.q_format == kGluKOrder ? glu_k_order_slot(warp, q) : warp * 8 + q;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass) {
     if (pass < pass_begin || pass >= pass_end) continue;

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "formats/host_device.hpp"
+
 namespace fp4gemm::detail {
 
 struct GroupParams {
@@ -32,5 +34,10 @@ struct GroupParams {
 // 2i + h holds column 8 (2i + c % 2) + c / 2 + 4h; wgmma_k_source_mxfp4), so that GEMM needs no
 // pre-pass. (0: plain output; 1, 2: FP4-quantised output, the Format + 1.)
 constexpr int kGluKOrder = 3;
+// Its two halves (device/epilogue.cuh; the host tier checks them against wgmma_k_source_mxfp4):
+// the buffer slot at which store_tile_glu stages column warp * 8 + q of its warpgroup's 32, and the
+// k-order column of glu_drain's thread cp minus the plain one (col0 + 2cp; col0 a multiple of 32).
+FP4GEMM_HD constexpr int glu_k_order_slot(int warp, int q) { return 2 * (4 * (q % 4) + 2 * (warp % 2) + warp / 2) + q / 4; }
+FP4GEMM_HD constexpr int glu_k_order_shift(int col0, int cp) { return 4 * (cp / 2) - 28 * ((col0 / 32) % 2); }
 
 }  // namespace fp4gemm::detail

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device/dequant.cuh"
+#include "device/group_params.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/reference.hpp"
 
@@ -116,6 +117,35 @@ TEST(Dequant, BytePermHostFallbackMatchesPrmt) {
   EXPECT_EQ(byte_perm(0x44332211u, 0x88776655u, 0x7654u), 0x88776655u);
   EXPECT_EQ(byte_perm(0x44332211u, 0u, 0x1404u), 0x22001100u);
   EXPECT_EQ(byte_perm(0x44332211u, 0u, 0x3424u), 0x44003300u);
+}
+
+// The W4A16 layer's hand-over (kGluKOrder): GEMM1's GLU epilogue stages column j = warp * 8 + q of
+// a warpgroup's 32 at glu_k_order_slot; drain thread cp reads slots 2cp, 2cp + 1 and stores them at
+// col0 + 2cp + glu_k_order_shift and + 1. Every output column must land at the k position whose
+// source (wgmma_k_source_mxfp4, the order GEMM2's pre-pass writes) is that column, within its own
+// 64-column block, each position exactly once.
+TEST(Dequant, GluKOrderHandOverWritesThePrepassOrder) {
+  for (int block = 0; block < 3; ++block) {
+    std::set<int> positions;
+    for (int u = 0; u < 2; ++u) {
+      const int col0 = 64 * block + 32 * u;
+      std::set<int> slots;
+      for (int warp = 0; warp < 4; ++warp)
+        for (int q = 0; q < 8; ++q) {
+          const int j = warp * 8 + q, slot = glu_k_order_slot(warp, q);
+          ASSERT_GE(slot, 0);
+          ASSERT_LT(slot, 32);
+          slots.insert(slot);
+          const int cp = slot / 2, h = slot % 2;
+          const int pos = col0 + 2 * cp + glu_k_order_shift(col0, cp) + h;
+          ASSERT_EQ(pos / 64, block) << "column " << col0 + j << " leaves its k-block";
+          EXPECT_EQ(64 * block + wgmma_k_source_mxfp4(pos % 64), col0 + j) << "warp " << warp << " q " << q;
+          positions.insert(pos);
+        }
+      EXPECT_EQ(slots.size(), 32u) << "two columns share a staging slot";
+    }
+    EXPECT_EQ(positions.size(), 64u) << "block " << block << ": a k position written twice";
+  }
 }
 
 }  // namespace
