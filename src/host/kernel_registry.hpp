@@ -84,7 +84,7 @@ class MoeKernelPlan {
   // The MoE layer's W4A16 hand-over (host/moe_layer.cpp): GEMM1's GLU epilogue writes its bf16
   // output straight into GEMM2's activation workspace, in the order GEMM2's pre-pass would write
   // it, and GEMM2 runs without its pre-pass. A plan that cannot take a part says so (false / null).
-  // This plan's output from now on in the k order of a workspace with `ld` elements per row.
+  // From now on this plan writes its output (MoeArgs::ldc elements per row) in that k order.
   virtual bool write_k_order_output() { return false; }
   // Where this plan's pre-pass writes its activations (rows as the routed rows, ld elements each),
   // when a run may skip it (bf16 activations, no gather): enqueue_prepared then reads them there.
