@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -71,6 +72,13 @@ const KernelEntry& select_kernel(Backend requested, const DeviceInfo& device);
 // with a new routing each run. `enqueue` launches only (no allocation, no synchronisation, no
 // validation: MoeGemm has checked the arguments); bad routing data is reported through the plan's
 // device error word (device/moe_error.hpp).
+// Where a MoE plan's pre-pass writes its activations (MoeKernelPlan::prepared_input): rows as the
+// routed rows, ld elements each; rows null where the plan has no such workspace.
+struct MoePreparedInput {
+  void* rows = nullptr;
+  std::int64_t ld = 0;
+};
+
 class MoeKernelPlan {
  public:
   virtual ~MoeKernelPlan() = default;
@@ -86,13 +94,9 @@ class MoeKernelPlan {
   // it, and GEMM2 runs without its pre-pass. A plan that cannot take a part says so (false / null).
   // From now on this plan writes its output (MoeArgs::ldc elements per row) in that k order.
   virtual bool write_k_order_output() { return false; }
-  // Where this plan's pre-pass writes its activations (rows as the routed rows, ld elements each),
-  // when a run may skip it (bf16 activations, no gather): enqueue_prepared then reads them there.
-  struct PreparedInput {
-    void* rows = nullptr;
-    std::int64_t ld = 0;
-  };
-  virtual PreparedInput prepared_input() const { return {}; }
+  // Where this plan's pre-pass writes its activations, when a run may skip it (bf16 activations, no
+  // gather): enqueue_prepared then reads them there. {} where it cannot.
+  virtual MoePreparedInput prepared_input() const { return {}; }
   // enqueue() without the pre-pass: the workspace holds this run's activations (args.a is not read).
   virtual void enqueue_prepared(const MoeArgs& args, cudaStream_t stream) const;
 };

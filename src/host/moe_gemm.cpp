@@ -137,10 +137,8 @@ void detail::MoeGemmOwner::reload(const MoeGemm& gemm, cudaStream_t stream) { ch
 
 bool detail::MoeGemmOwner::write_k_order_output(MoeGemm& gemm) { return checked(gemm.impl_).kernel->write_k_order_output(); }
 
-void* detail::MoeGemmOwner::prepared_rows(const MoeGemm& gemm, std::int64_t& ld) {
-  const detail::MoeKernelPlan::PreparedInput in = checked(gemm.impl_).kernel->prepared_input();
-  ld = in.ld;
-  return in.rows;
+detail::MoePreparedInput detail::MoeGemmOwner::prepared_input(const MoeGemm& gemm) {
+  return checked(gemm.impl_).kernel->prepared_input();
 }
 
 void detail::MoeGemmOwner::enqueue_prepared(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream) {

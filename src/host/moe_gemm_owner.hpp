@@ -6,11 +6,11 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <cstdint>
-
 #include "fp4gemm/moe.hpp"
 
 namespace fp4gemm::detail {
+
+struct MoePreparedInput;  // host/kernel_registry.hpp
 
 struct MoeGemmOwner {
   // MoeGemm::run without the device guard and the run serialiser: the caller holds both. The
@@ -21,7 +21,7 @@ struct MoeGemmOwner {
   // The layer's W4A16 hand-over (host/kernel_registry.hpp, MoeKernelPlan): GEMM1's output written
   // in the k order of GEMM2's workspace, and GEMM2 run on it without its pre-pass.
   static bool write_k_order_output(MoeGemm& gemm);
-  static void* prepared_rows(const MoeGemm& gemm, std::int64_t& ld);  // null: the plan has none
+  static MoePreparedInput prepared_input(const MoeGemm& gemm);  // rows null: the plan has none
   static void enqueue_prepared(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream);
 };
 

@@ -51,7 +51,7 @@ class FusedMoePlan final : public MoeKernelPlan {
   std::string describe() const override;
   std::size_t device_bytes() const override { return memory.bytes(); }
   bool write_k_order_output() override;
-  PreparedInput prepared_input() const override;
+  MoePreparedInput prepared_input() const override;
   void enqueue_prepared(const MoeArgs& args, cudaStream_t stream) const override;
 
  private:
@@ -396,7 +396,7 @@ bool FusedMoePlan::write_k_order_output() {
 
 // W4A16 plans without a gather read their activations through a bf16 pre-pass into the workspace
 // (row m of the run = workspace row m): another kernel may write them there instead.
-FusedMoePlan::PreparedInput FusedMoePlan::prepared_input() const {
+MoePreparedInput FusedMoePlan::prepared_input() const {
   if (options.activation != MoeActivation::bf16 || weights.k % KC::kBlockK != 0) return {};
   return {prepass.out, prepass.out_cols};
 }
