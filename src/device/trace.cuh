@@ -7,44 +7,15 @@
 
 #include <cuda_runtime_api.h>
 
-namespace fp4gemm::detail::sm90 {
+#include "device/trace_counters.hpp"
 
-// Counters per CTA and role (consumer warpgroup 0, 1, weight producer).
-enum TraceCounter : int {
-  kTraceTotal,      // kernel body, from barrier set-up to exit
-  kTraceMainloop,   // consumers: the k-block loops (to the last wgmma retired); producer: its loop
-  kTraceBarrier,    // consumers: waiting on `full`; producer: waiting on `empty`
-  kTraceHandoff,    // split-K: writing partials, or waiting for and adding them
-  kTraceEpilogue,   // scaling, transposing and storing C
-  kTraceKblocks,    // k-blocks processed
-  kTracePieces,     // work pieces processed
-  kTraceTokenKblocks,  // sum over pieces of k-blocks x wgmma N x halves (weights the shape mix)
-  kTraceIssue,      // producer: from its `empty` wait to the last load issued
-  kTraceEntryNs,    // %globaltimer (ns) at kernel entry
-  kTracePrologueNs, // %globaltimer (ns) when the CTA has its work (the MoE plan's schedule prologue done)
-  // Cycles (clock64) from kernel entry to: the CTA's work known (roles 0 and 2); the producer's
-  // barriers set up / its early weight loads issued (role 2); past setmaxnreg (roles 0 and 2);
-  // past the pre-pass wait (role 2) / the first full stage (role 0).
-  kTraceCyclesWork,
-  kTraceCyclesSetup,
-  kTraceCyclesIssued,
-  kTraceCyclesBranch,
-  kTraceCyclesFirst,
-  kTraceCyclesStep1,  // the MoE schedule's steps 1-4 done (role 0; device/moe_schedule.cuh)
-  kTraceCyclesStep2,
-  kTraceCyclesStep3,
-  kTraceCyclesStep4,
-  kTraceFirstNs,    // consumers: when the first `full` wait returned; producer: when the pre-pass wait returned
-  kTraceExitNs,     // at exit
-  kTraceCounters
-};
-inline constexpr int kTraceCtas = 256, kTraceRoles = 3, kTraceProducerRole = 2;
+namespace fp4gemm::detail::sm90 {
 
 // The production policy. Arguments the kernels pass are side-effect free, so nothing of a call
 // survives; clock readings are taken inside the members (a clock64() argument would stay).
 struct TraceOff {
   static constexpr bool kOn = false;
-  static constexpr int kSmemBytes = 0;  // dynamic shared memory the plan gives up
+  static constexpr int kSmemBytes = kTraceSmemBytes;  // dynamic shared memory the plan gives up (0)
   struct Stamp {};                      // a clock64 reading
   // A recording thread's counters (other threads hold a null row).
   struct Row {
@@ -71,7 +42,8 @@ struct TraceOff {
   __device__ __forceinline__ static void prepass_begin() {}
   __device__ __forceinline__ static void prepass_end(int /*lane*/) {}
   static void reset_prepass(cudaStream_t) {}
-  static cudaError_t read(unsigned long long*) { return cudaErrorNotSupported; }
+  static cudaError_t read_counters(unsigned long long*) { return cudaErrorNotSupported; }
+  static cudaError_t read_prepass(unsigned long long*) { return cudaErrorNotSupported; }
 };
 
 #ifdef FP4GEMM_TRACE
@@ -89,8 +61,7 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 // thread per role, and go to g_trace at the CTA's exit.
 struct TraceOn {
   static constexpr bool kOn = true;
-  // the static counters plus their alignment (the 192 bytes alone were not enough for the launch)
-  static constexpr int kSmemBytes = 4096;
+  static constexpr int kSmemBytes = kTraceSmemBytes;
   struct Stamp {
     long long cycles;
   };
@@ -186,10 +157,13 @@ struct TraceOn {
     static const unsigned long long reset[2] = {~0ull, 0ull};  // (static: a captured graph replays the copy from it)
     cudaMemcpyToSymbolAsync(g_prepass_ns, reset, sizeof reset, 0, cudaMemcpyHostToDevice, stream);
   }
-  // The last launch's counters: [kTraceCtas][kTraceRoles][kTraceCounters], then the pre-pass's two stamps.
-  static cudaError_t read(unsigned long long* out) {
-    if (cudaError_t e = cudaMemcpyFromSymbol(out, g_trace, sizeof(g_trace)); e != cudaSuccess) return e;
-    return cudaMemcpyFromSymbol(out + sizeof(g_trace) / sizeof(*out), g_prepass_ns, sizeof(g_prepass_ns));
+  // The unit's copies (the variables are per translation unit: the kernel's unit holds the
+  // counters, the pre-pass's unit its stamps; kernels/sm90/fused_kernel.cuh's read_trace joins them).
+  // The last launch's counters, [kTraceCtas][kTraceRoles][kTraceCounters]:
+  static cudaError_t read_counters(unsigned long long* out) { return cudaMemcpyFromSymbol(out, g_trace, sizeof(g_trace)); }
+  // The pre-pass's two stamps (first block start, last warp end):
+  static cudaError_t read_prepass(unsigned long long* out) {
+    return cudaMemcpyFromSymbol(out, g_prepass_ns, sizeof(g_prepass_ns));
   }
 };
 using Trace = TraceOn;

@@ -16,7 +16,7 @@
 #include "host/tensor_map.hpp"
 #include "host/plans/fused_plan.hpp"  // (and through the registry, the kernels' entry points)
 #include "device/kernel_config.cuh"
-#include "device/trace.cuh"
+#include "device/trace_counters.hpp"
 
 namespace fp4gemm::detail::sm90 {
 
@@ -146,7 +146,7 @@ std::unique_ptr<KernelPlan> make_fused_plan(const KernelContext& context) {
   if (device.smem_per_block_optin < fixed + SmemLayout::kMinRingBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   fp.smem_bytes = device.smem_per_block_optin;
-  fp.smem_bytes -= Trace::kSmemBytes;  // (a trace build's static counters)
+  fp.smem_bytes -= kTraceSmemBytes;  // (a trace build's static counters)
   int ring_bytes = static_cast<int>(fp.smem_bytes - fixed);
   if (tuning.ring_kb)  // measurement knob: a shallower ring
     ring_bytes = static_cast<int>(std::clamp<std::int64_t>(std::int64_t{*tuning.ring_kb} * 1024, SmemLayout::kMinRingBytes, ring_bytes));
@@ -419,7 +419,7 @@ std::string FastPlan::describe() const {
 }
 
 std::string trace_report(Format format) {
-  if constexpr (!Trace::kOn) return {};
+  if constexpr (!kTraceBuild) return {};
   std::vector<unsigned long long> v(static_cast<std::size_t>(kTraceCtas) * kTraceRoles * kTraceCounters + 2);
   FP4GEMM_CUDA_CHECK(cudaDeviceSynchronize(), "trace");
   FP4GEMM_CUDA_CHECK(format == Format::nvfp4 ? read_trace<Format::nvfp4>(v.data()) : read_trace<Format::mxfp4>(v.data()),

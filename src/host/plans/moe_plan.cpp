@@ -27,7 +27,7 @@
 #include "formats/scale_layout.hpp"
 #include "device/kernel_config.cuh"
 #include "device/moe_tiles.hpp"
-#include "device/trace.cuh"
+#include "device/trace_counters.hpp"
 
 namespace fp4gemm::detail::sm90 {
 
@@ -279,7 +279,7 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   if (p.device.smem_per_block_optin < fixed + SmemLayout::kMinRingBytes)
     throw Error("device", -1, "not enough shared memory for the fused kernel");
   p.smem_bytes = p.device.smem_per_block_optin;
-  p.smem_bytes -= Trace::kSmemBytes;  // (a trace build's static counters)
+  p.smem_bytes -= kTraceSmemBytes;  // (a trace build's static counters)
   pr.ring_bytes = static_cast<int>(p.smem_bytes - fixed);
   {
     // The 16-token class fills its ring two stages at a time (fused_kernel.cuh, kbps): its stage

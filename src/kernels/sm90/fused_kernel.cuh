@@ -423,10 +423,13 @@ cudaError_t set_fused_smem(std::size_t smem_bytes) {
   return e;
 }
 
-// Copies the last launch's counters out (Trace::read; cudaErrorNotSupported unless a trace build).
+// Copies the last launch's counters out: the launched variant's unit's counters, then the
+// pre-pass's stamps from this unit (cudaErrorNotSupported unless a trace build).
 template <Format F>
 cudaError_t read_trace(unsigned long long* out) {
-  return Trace::read(out);
+  if (!Trace::kOn || g_fused_last_trace == nullptr) return cudaErrorNotSupported;
+  if (const cudaError_t e = g_fused_last_trace(out); e != cudaSuccess) return e;
+  return Trace::read_prepass(out + static_cast<std::size_t>(kTraceCtas) * kTraceRoles * kTraceCounters);
 }
 
 #define FP4GEMM_FUSED_INSTANTIATION(PREFIX, F)                                                            \

@@ -2,7 +2,7 @@
 // Each row's kernel is compiled in a translation unit of its own, fused_variant_<name>.cu (one line:
 // FP4GEMM_DEFINE_FUSED_VARIANT(<name>)), so that the build compiles them side by side instead of
 // one format's whole set in one unit; launch_gemm and set_fused_smem (fused_kernel.cuh) reach them
-// through the two functions each row declares. A new variant is one row here and one such file.
+// through the functions each row declares. A new variant is one row here and one such file.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,17 +36,23 @@ namespace fp4gemm::detail::sm90 {
     static constexpr int kSmallMx = mx;                                                                   \
   };                                                                                                      \
   cudaError_t fused_launch_##name(const cudaLaunchConfig_t& config, const FusedParams& params, OutType out); \
-  cudaError_t fused_smem_##name(std::size_t smem_bytes);
+  cudaError_t fused_smem_##name(std::size_t smem_bytes);                                                  \
+  cudaError_t fused_trace_##name(unsigned long long* out);
 FP4GEMM_FUSED_VARIANTS(FP4GEMM_DECLARE_FUSED_VARIANT)
 #undef FP4GEMM_DECLARE_FUSED_VARIANT
 
+// A trace build's reader of the counters of the variant launched last (each unit has its own
+// counters; read_trace calls this one). Set by the launch in a trace build only.
+inline cudaError_t (*g_fused_last_trace)(unsigned long long* out) = nullptr;
+
 }  // namespace fp4gemm::detail::sm90
 
-// In fused_variant_<name>.cu (after including fused_kernel.cuh): the row's kernel and its two functions.
+// In fused_variant_<name>.cu (after including fused_kernel.cuh): the row's kernel and its functions.
 #define FP4GEMM_DEFINE_FUSED_VARIANT(name)                                                                    \
   namespace fp4gemm::detail::sm90 {                                                                           \
   cudaError_t fused_launch_##name(const cudaLaunchConfig_t& config, const FusedParams& params, OutType out) { \
     using V = FusedVariant_##name;                                                                            \
+    if constexpr (Trace::kOn) g_fused_last_trace = fused_trace_##name;                                        \
     return cudaLaunchKernelEx(&config, fused_grouped_gemm<V::kFormat, V::Scheduler, V::kSmallMx>, params, out); \
   }                                                                                                           \
   cudaError_t fused_smem_##name(std::size_t smem_bytes) {                                                     \
@@ -54,4 +60,5 @@ FP4GEMM_FUSED_VARIANTS(FP4GEMM_DECLARE_FUSED_VARIANT)
     return cudaFuncSetAttribute(fused_grouped_gemm<V::kFormat, V::Scheduler, V::kSmallMx>,                    \
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes));   \
   }                                                                                                           \
+  cudaError_t fused_trace_##name(unsigned long long* out) { return Trace::read_counters(out); }              \
   }
