@@ -13,6 +13,9 @@
 #   cli_old_trace   399676a, cmake -DFP4GEMM_TRACE=ON (its one fused unit takes ~16 min here)
 #   cli_main_trace  main, -DFP4GEMM_TRACE=ON;   cli_main  main;   cli_host  exp/host-rul10;   cli_decode  exp/decode-rul10
 #   cli_old         399676a (+ ../../v50/probe/old_cli_digest.patch), for (1)'s plain times beside the traces
+# Session 78 left them packed, if the checkout survives: .carry/v91a (cli_old, cli_old_trace: 24 MB), .carry/v91b
+# (cli_main_trace, cli_main: 20 MB), .carry/v91c (cli_host, cli_decode: 20 MB), main = acb7705's kernels. Carry one per
+# call, the three calls back to back: carry [".carry/v91a"], then v91b, then v91c (the third runs everything).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 V=/tmp/v91; mkdir -p $V; t0=$SECONDS
