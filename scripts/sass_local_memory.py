@@ -111,24 +111,29 @@ def census(funcs):
     return out
 
 
-def census_of_objects(objects):
-    """census() of the objects' SASS (cuobjdump -sass, which runs nvdisasm); exits with a message
-    naming the missing tool or the failing object."""
+def sass_of_objects(objects, tag="[kloop]"):
+    """The parsed SASS functions of the objects (cuobjdump -sass, which runs nvdisasm); exits with a
+    message naming the missing tool or the failing object."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from check_kernel_stack import find_cuda_tool  # (same directory)
     tool, nvdisasm = find_cuda_tool("cuobjdump"), find_cuda_tool("nvdisasm")
     for name, found in (("cuobjdump", tool), ("nvdisasm", nvdisasm)):
         if found is None:
-            sys.exit(f"[kloop] FAILED: {name} not found (the CUDA toolkit's, or `pip install nvidia-cuda-{name}`; "
+            sys.exit(f"{tag} FAILED: {name} not found (the CUDA toolkit's, or `pip install nvidia-cuda-{name}`; "
                      "scripts/deps.sh installs it)")
     env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
-    results = []
+    funcs = []
     for obj in (o for arg in objects for o in arg.split(";") if o.endswith(".cu.o") and os.path.isfile(o)):
         run = subprocess.run([tool, "-sass", obj], capture_output=True, text=True, env=env)
         if run.returncode != 0:
-            sys.exit(f"[kloop] FAILED: {tool} -sass {obj}: {run.stderr.strip()[:300]}")
-        results += census(parse_lines(run.stdout.splitlines()))
-    return results
+            sys.exit(f"{tag} FAILED: {tool} -sass {obj}: {run.stderr.strip()[:300]}")
+        funcs += parse_lines(run.stdout.splitlines())
+    return funcs
+
+
+def census_of_objects(objects):
+    """census() of the objects' SASS."""
+    return census(sass_of_objects(objects))
 
 
 def report(results, fail_on_kloop):
