@@ -4,7 +4,7 @@
 In the fused kernel's mainloop (src/device/mainloop.cuh, load_half) a consumer thread reads 8 bytes
 of each of its two weight rows, r and r + 8, per half: two LDS.64 in the SASS. Issued back to back,
 their shared-memory latencies overlap; ptxas at its default register-usage level once gave both one
-register pair in the MoE kernels, so the second load waited until the first's value was used, 20-50
+register pair in the MoE kernels, so the second load waited until the first's value was used, 16-52
 instructions later: two latencies in a row per k-block, 1.5-2.5 % of the 136-160-token classes'
 time (docs/PERF.md v65). CMakeLists.txt compiles the MoE units at --register-usage-level=10 for it.
 
