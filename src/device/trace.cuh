@@ -15,7 +15,6 @@ namespace fp4gemm::detail::sm90 {
 // survives; clock readings are taken inside the members (a clock64() argument would stay).
 struct TraceOff {
   static constexpr bool kOn = false;
-  static constexpr int kSmemBytes = kTraceSmemBytes;  // dynamic shared memory the plan gives up (0)
   struct Stamp {};                      // a clock64 reading
   // A recording thread's counters (other threads hold a null row).
   struct Row {
@@ -61,7 +60,6 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 // thread per role, and go to g_trace at the CTA's exit.
 struct TraceOn {
   static constexpr bool kOn = true;
-  static constexpr int kSmemBytes = kTraceSmemBytes;
   struct Stamp {
     long long cycles;
   };

@@ -36,7 +36,7 @@ enum TraceCounter : int {
 inline constexpr int kTraceCtas = 256, kTraceRoles = 3, kTraceProducerRole = 2;
 
 // Whether this is a trace build (cmake -DFP4GEMM_TRACE=ON), and the dynamic shared memory the
-// plans give up for the trace policy's static counters (TraceOn::kSmemBytes).
+// plans give up for the trace policy's static counters (TraceOn's shared rows).
 #ifdef FP4GEMM_TRACE
 inline constexpr bool kTraceBuild = true;
 inline constexpr int kTraceSmemBytes = 4096;  // the static counters plus their alignment (192 B alone failed the launch)

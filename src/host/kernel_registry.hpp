@@ -68,10 +68,6 @@ const KernelEntry& select_kernel(Backend requested, const DeviceInfo& device);
 
 // ---- MoE kernels (MoeGemm) ----
 
-// One MoE kernel's set-up for one weight set: built once (throws fp4gemm::Error), then enqueued
-// with a new routing each run. `enqueue` launches only (no allocation, no synchronisation, no
-// validation: MoeGemm has checked the arguments); bad routing data is reported through the plan's
-// device error word (device/moe_error.hpp).
 // Where a MoE plan's pre-pass writes its activations (MoeKernelPlan::prepared_input): rows as the
 // routed rows, ld elements each; rows null where the plan has no such workspace.
 struct MoePreparedInput {
@@ -79,6 +75,10 @@ struct MoePreparedInput {
   std::int64_t ld = 0;
 };
 
+// One MoE kernel's set-up for one weight set: built once (throws fp4gemm::Error), then enqueued
+// with a new routing each run. `enqueue` launches only (no allocation, no synchronisation, no
+// validation: MoeGemm has checked the arguments); bad routing data is reported through the plan's
+// device error word (device/moe_error.hpp).
 class MoeKernelPlan {
  public:
   virtual ~MoeKernelPlan() = default;
