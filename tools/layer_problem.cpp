@@ -73,7 +73,9 @@ LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int 
   lo.fuse_quantize = options.fuse_quantise;
   lo.batch_invariant = options.batch_invariant;
   lo.decode_tokens = options.decode_tokens;
-  layer_ = std::make_unique<MoeLayer>(lw, lo);
+  // Built on `s`: its plan-time device work (scale scans and conversions) reads the weights and scales
+  // just written on `s` (a non-blocking stream: the legacy default stream would not wait for them).
+  layer_ = std::make_unique<MoeLayer>(lw, lo, s);
   args_.hidden = hidden_.get(), args_.topk_ids = ids_.get(), args_.topk_weights = weights_.get();
   args_.out = out_.get();
 }
