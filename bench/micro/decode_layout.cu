@@ -6,7 +6,7 @@
 // warps consume ("fragment order": a chunk's 1 KB contiguous, lane L's bytes at 16 L and 512 + 16 L),
 // every warp instruction reads 512 contiguous bytes. This measures what that is worth, with and
 // without the chunk's math (e2m1 -> bf16 by the kernels' 13-op decode, one bf16 multiply per pair,
-// 8 mma.sync per chunk), fed two ways:
+// 8 mma.sync per chunk: the kernels' own e2m1_quad_bf16_raw, bf16x2_mul and mma_16816), fed two ways:
 //   reg  a 3-deep register ring (ld.global.nc.L1::no_allocate, 16 B per lane per row)
 //   cpa  the kernels' ring: cp.async.cg 16 B per lane per row into 3 shared-memory stages per warp,
 //        read back with ld.shared (no barrier: each lane reads only its own bytes)
@@ -15,7 +15,7 @@
 // flush). Each variant's per-thread sums must be identical between the two layouts (the repacked
 // buffer holds the same bytes, moved).
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a bench/micro/decode_layout.cu -o decode_layout && ./decode_layout
+//   nvcc -O3 -std=c++20 -arch=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude bench/micro/decode_layout.cu -o decode_layout && ./decode_layout
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,7 +23,14 @@
 #include <cstdio>
 #include <vector>
 
+#include "device/decode_stream.cuh"
+#include "device/dequant.cuh"
+
 namespace {
+
+using fp4gemm::detail::e2m1_quad_bf16_raw;
+using fp4gemm::detail::decode::bf16x2_mul;
+using fp4gemm::detail::decode::mma_16816;
 
 __device__ __forceinline__ uint4 ldw(const uint8_t* p) {
   uint4 v;
@@ -40,27 +47,6 @@ __device__ __forceinline__ uint4 lds(uint32_t a) {
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
   return v;
 }
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void quad(uint32_t w, uint32_t (&o)[4]) {  // the kernels' e2m1_quad_bf16_raw
-  constexpr uint32_t kP = 0x81C081C0u;
-  const uint32_t v = w >> 8;
-  o[0] = ((w & 0x000F000Fu) * 0x1040u) & kP;
-  o[1] = ((w & 0x00F000F0u) * 0x0104u) & kP;
-  o[2] = ((v & 0x000F000Fu) * 0x1040u) & kP;
-  o[3] = ((v & 0x00F000F0u) * 0x0104u) & kP;
-}
-__device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {
-  uint32_t r;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  return r;
-}
-
 struct Acc {
   float f[2][4] = {};
   uint32_t x = 0;
@@ -75,11 +61,11 @@ __device__ __forceinline__ void chunk(const uint4& wg, const uint4& wh, const ui
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       uint32_t ag[4], ah[4];
-      quad(g4[q], ag), quad(h4[q], ah);
+      e2m1_quad_bf16_raw(g4[q], ag), e2m1_quad_bf16_raw(h4[q], ah);
 #pragma unroll
-      for (int p = 0; p < 4; ++p) ag[p] = mul2(ag[p], s), ah[p] = mul2(ah[p], s);
-      mma(acc.f[0], ag[0], ah[0], ag[1], ah[1], xv[q].x, xv[q].y);
-      mma(acc.f[1], ag[2], ah[2], ag[3], ah[3], xv[q].z, xv[q].w);
+      for (int p = 0; p < 4; ++p) ag[p] = bf16x2_mul(ag[p], s), ah[p] = bf16x2_mul(ah[p], s);
+      mma_16816(acc.f[0], ag[0], ah[0], ag[1], ah[1], xv[q].x, xv[q].y);
+      mma_16816(acc.f[1], ag[2], ah[2], ag[3], ah[3], xv[q].z, xv[q].w);
     }
   }
 }
@@ -130,20 +116,20 @@ __global__ void __launch_bounds__(512, 1) reg_ring(Layout L, long items, float* 
   Acc acc;
   uint4 a[kD], b[kD];
   Cursor cur(L, i0, lane);
-  auto ld = [&](long, uint4& p, uint4& q) {
+  auto ld = [&](uint4& p, uint4& q) {
     p = ldw(cur.p), q = ldw(cur.p + cur.second);
     cur.next();
   };
 #pragma unroll
   for (int d = 0; d < kD; ++d)
-    if (i0 + d < i1) ld(i0 + d, a[d], b[d]);
+    if (i0 + d < i1) ld(a[d], b[d]);
 #pragma unroll 1
   for (long i = i0; i < i1; i += kD) {
 #pragma unroll
     for (int d = 0; d < kD; ++d) {
       if (i + d < i1) {
         chunk<kMath>(a[d], b[d], xv, acc);
-        if (i + d + kD < i1) ld(i + d + kD, a[d], b[d]);
+        if (i + d + kD < i1) ld(a[d], b[d]);
       }
     }
   }
