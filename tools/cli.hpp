@@ -38,6 +38,7 @@ struct BenchOptions : CommonOptions {
   bool no_peers = false;
   int settle_ms = 500;  // idle time before each case's timing (see bench.cpp)
   int decode_tokens = -1;  // layer suite: MoeLayerOptions::decode_tokens (-1: by the layer)
+  std::string weight_layout = "rows";  // layer suite (W4A16): rows | pieces (MoeLayerOptions::weight_layout)
 };
 
 struct GroupedOptions : CommonOptions {
@@ -89,6 +90,7 @@ struct LayerCommandOptions {
   bool fuse_quantise = false;  // W4A4: the intermediate quantised in GEMM1's epilogue (A/B; off by default)
   std::string values = "gpumode";  // gpumode | checkpoint (MXFP4 weight scale codes 117..127)
   std::string scales = "blocked";  // layer: the weight scales' layout, blocked | linear
+  std::string weight_layout = "rows";  // layer: rows | pieces (packed on the GPU; MoeLayerOptions::weight_layout)
 };
 
 // `fp4gemm quantize`: the GPU activation quantiser on a bf16 [rows, k] matrix vs a device copy.

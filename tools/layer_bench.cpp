@@ -63,6 +63,7 @@ int run_layer_suite(const BenchOptions& o) {
                          {"warmup", rs.timing.warmup},
                          {"settle_ms", o.settle_ms},
                          {"decode_tokens", o.decode_tokens},
+                         {"weight_layout", o.weight_layout},
                          {"values", o.values.empty() ? std::string("gpumode") : o.values}};
   doc["cases"] = Json::array();
   // One plan (and one weight set) per model: the cases of a model run in order on it.
@@ -75,6 +76,7 @@ int run_layer_suite(const BenchOptions& o) {
       problem.reset();  // the previous model's weights first
       LayerProblemOptions lo;
       lo.decode_tokens = o.decode_tokens, lo.checkpoint_scales = o.values == "checkpoint";
+      lo.pieces = o.weight_layout == "pieces";
       problem = std::make_unique<LayerProblem>(m, act, kLayerTokens[std::size(kLayerTokens) - 1], rs.data.seed,
                                                stream.get(), lo);
       planned = c.model;

@@ -26,6 +26,7 @@ int run_layer(const LayerCommandOptions& o) {
   LayerProblemOptions lo;
   lo.fuse_quantise = o.fuse_quantise, lo.batch_invariant = o.batch_invariant, lo.decode_tokens = o.decode_tokens;
   lo.checkpoint_scales = o.values == "checkpoint", lo.scales = parse_layout(o.scales);
+  lo.pieces = o.weight_layout == "pieces";
   LayerProblem problem(model, o.act, o.tokens, o.seed, s, lo);
   problem.set_tokens(o.tokens, o.seed, s);
   std::cout << "fp4gemm layer: E " << o.experts << ", H " << o.hidden << ", I " << o.inter << ", T " << o.tokens
@@ -58,6 +59,7 @@ int run_layer(const LayerCommandOptions& o) {
                            {"decode_tokens", o.decode_tokens},
                            {"values", o.values},
                            {"scales", o.scales},
+                           {"weight_layout", o.weight_layout},
                            {"batch_invariant", o.batch_invariant},
                            {"fuse_quantise", o.fuse_quantise}};
     doc["active_experts"] = problem.active_experts();

@@ -67,6 +67,17 @@ LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int 
   lo.format = format, lo.activations = w16_ ? MoeActivation::bf16 : MoeActivation::fp4;
   lo.activation = m_.swigluoai ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
   lo.gate_up = m_.swigluoai ? GateUpLayout::interleaved : GateUpLayout::stacked;
+  if (options.pieces) {  // the same bytes repacked (fp4gemm::pack_pieces), on `s` after the weights' writes
+    if (!w16_) throw Error("--weight-layout", -1, "pieces: the layer takes them with --act bf16 (W4A16) only");
+    const std::size_t b13 = static_cast<std::size_t>(pieces_bytes(2 * I, H)) * E;
+    const std::size_t b2 = static_cast<std::size_t>(pieces_bytes(H, I)) * E;
+    require_free_memory(b13 + b2, "the weights in pieces");
+    p13_ = DeviceBuffer(b13, "w13 pieces"), p2_ = DeviceBuffer(b2, "w2 pieces");
+    pack_pieces_gate_up(w13_.get(), p13_.get(), E, I, H, lo.gate_up, s);
+    pack_pieces(w2_.get(), p2_.get(), E, H, I, s);
+    lw.w13 = p13_.get(), lw.w2 = p2_.get();
+    lo.weight_layout = WeightLayout::pieces;
+  }
   lo.max_tokens = max_tokens, lo.topk = m_.topk;
   if (format == Format::nvfp4 && !w16_) lo.a1_scale = lo.a2_scale = 1.0f / 64;
   lo.scale_layout = options.scales;

@@ -34,6 +34,7 @@ struct LayerProblemOptions {
   bool fuse_quantise = false;    // MoeLayerOptions::fuse_quantize (W4A4)
   bool batch_invariant = false;  // MoeLayerOptions::batch_invariant
   int decode_tokens = -1;        // MoeLayerOptions::decode_tokens (-1: by the layer)
+  bool pieces = false;           // MoeLayerOptions::weight_layout pieces: the weights packed on the GPU (pack_pieces)
   // MXFP4 weight scale codes 117..127 (2^-10..1, a trained checkpoint's range) instead of GPU
   // MODE's scales 1 and 2 (codes 127 / 128). NVFP4 weights keep GPU MODE's scales.
   bool checkpoint_scales = false;
@@ -68,6 +69,7 @@ class LayerProblem {
   int max_tokens_ = 0, active_ = 0;
   std::size_t w13_bytes_ = 0, w2_bytes_ = 0, s13_bytes_ = 0, s2_bytes_ = 0;
   DeviceBuffer w13_, s13_, w2_, s2_, hidden_, out_, ids_, weights_;
+  DeviceBuffer p13_, p2_;  // LayerProblemOptions::pieces: what the layer reads
   std::unique_ptr<MoeLayer> layer_;
   MoeLayerArgs args_;
 };

@@ -54,6 +54,11 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
                   "decode_tokens; 0: never, the general path everywhere; -1: by the layer)")
       ->check(CLI::Range(-1, 8))
       ->capture_default_str();
+  cmd->add_option("--weight-layout", o.weight_layout,
+                  "layer suite, --act bf16: the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces, "
+                  "MoeLayerOptions::weight_layout)")
+      ->check(CLI::IsMember({"rows", "pieces"}))
+      ->capture_default_str();
   add_data_options(cmd, o);
   return cmd;
 }
@@ -138,6 +143,10 @@ CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
   cmd->add_option("--decode-tokens", o.decode_tokens,
                   "runs of at most this many tokens take the decode path (MoeLayerOptions::decode_tokens; 0: never; -1: by the layer)")
       ->check(CLI::Range(-1, 8))->capture_default_str();
+  cmd->add_option("--weight-layout", o.weight_layout,
+                  "the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces; --act bf16 only; "
+                  "MoeLayerOptions::weight_layout)")
+      ->check(CLI::IsMember({"rows", "pieces"}))->capture_default_str();
   cmd->add_option("--values", o.values,
                   "weight scales: gpumode (1 and 2, as GPU MODE's data) or checkpoint (MXFP4 codes 117..127, as trained "
                   "weights have; NVFP4 keeps gpumode)")

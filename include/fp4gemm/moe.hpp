@@ -33,9 +33,35 @@ using MoeEpilogue = Epilogue;  // (fp4gemm.hpp)
 //                same row and expert strides, scales in the same layout and strides)
 enum class GateUpLayout { stacked, interleaved, separate };
 
+// How the expert weights' bytes are laid out in memory.
+//   rows:   W[e] is [N, K/2] packed e2m1 rows (SPEC §2; MoeWeights' strides apply).
+//   pieces: W[e] is the rows repacked once by pack_pieces (below) into the order the kernels read them: per 16-row
+//           block and 64-wide k-block one 512-byte piece, in which lane (g, c) of a warp holds bytes 8c..8c+7 of
+//           the block's rows g and g + 8 (k padded with zeros to a multiple of 128). Every thread's two rows of a
+//           k-block are then one 16-byte load, and the decode path's 1 KB chunks are contiguous (docs/DESIGN.md).
+//           Contiguous per expert: pieces_bytes(rows, k) bytes each (ldw and expert_stride 0, or those values).
+//           For a GLU, a piece holds 8 gate rows and their 8 up rows, paired by pack_pieces from `gate_up`;
+//           the scales and biases keep the caller's layout and row order (options.gate_up says which).
+enum class WeightLayout { rows, pieces };
+
 const char* to_string(MoeActivation a);
 const char* to_string(MoeLayout l);
 const char* to_string(GateUpLayout g);
+const char* to_string(WeightLayout w);
+
+// Bytes of one expert's weights in WeightLayout::pieces: (rows / 16) x ceil(k / 128) x 1024. `rows` is the weight
+// rows per expert (a GLU's 2I); it must be a multiple of 16, k a positive multiple of 32.
+std::int64_t pieces_bytes(int rows, int k);
+
+// Repacks experts' contiguous packed e2m1 weights [experts, rows, k/2] (row stride k/2 bytes) into
+// WeightLayout::pieces at `out` (experts x pieces_bytes(rows, k) bytes, not overlapping `w`), on `stream`
+// (asynchronous, graph-capturable; nothing is read on the host). Exact: the same bytes, moved, zeros past k.
+// Weights changed in place later are repacked into the same buffer by calling it again.
+void pack_pieces(const void* w, void* out, int experts, int rows, int k, cudaStream_t stream = nullptr);
+// The same for a GLU's w13 [experts, 2 inter, k/2] with its gate / up rows as `gate_up` says (stacked or
+// interleaved): each 16-row block becomes 8 gate rows and their 8 up rows, the GLU kernels' order.
+void pack_pieces_gate_up(const void* w13, void* out, int experts, int inter, int k, GateUpLayout gate_up,
+                         cudaStream_t stream = nullptr);
 
 // The expert weights, bound at plan time. W[e] is [N, K] packed e2m1 (K-contiguous, row stride
 // `ldw` bytes, expert e at w + e * expert_stride bytes); its scales are `scales` + e *
@@ -83,6 +109,8 @@ struct MoeOptions {
   int device = -1;
   MoeEpilogue epilogue = MoeEpilogue::none;
   GateUpLayout gate_up = GateUpLayout::stacked;  // GLU only
+  // MoeWeights::w's layout (WeightLayout): pieces needs N (a GLU's 2N) a multiple of 16 and no separate gate / up.
+  WeightLayout weight_layout = WeightLayout::rows;
   float swiglu_alpha = kSwigluAlpha, swiglu_limit = kSwigluLimit;  // swigluoai only; limit > 0
   // Where the plan keeps its own blocked copy of the weight scales (linear input, or any GLU):
   // false: made once at plan time (later changes of the scale bytes are not seen); true: made

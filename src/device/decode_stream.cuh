@@ -67,9 +67,18 @@ __host__ __device__ __forceinline__ int pair_position_nv(int i) {
   const int e = i & 7, r = e & 3;
   return (i & ~7) | ((e & 4) + (r & 1) * 2 + (r >> 1));
 }
-template <Format F>
+// MXFP4 weights in pieces (WeightLayout::pieces: per 16 rows and 64-wide k-block 512 bytes, lane (g, c) holding bytes
+// 8c..8c+7 of rows g and g + 8): lane c's 32 weights of a 128-wide chunk are elements 16c..16c+15 of the chunk's two
+// k-blocks, so its activations are stored in that order -- lane c's 32 stored elements are k-block 2 ch's 16c..16c+7,
+// 16c+8..+15, then 2 ch + 1's, each 8 in the B pairing.
+__host__ __device__ __forceinline__ int pieces_position(int i) {
+  const int w = i & 127, kbl = w >> 6, c = (w >> 4) & 3, h = (w >> 3) & 1;
+  return (i & ~127) | (32 * c + 8 * (2 * kbl + h) + pair_position(w & 7));
+}
+template <Format F, bool P = false>
 __host__ __device__ __forceinline__ int pair_position_of(int i) {
-  return F == Format::nvfp4 ? pair_position_nv(i) : pair_position(i);
+  static_assert(!P || F == Format::mxfp4, "the decode kernels read pieces for MXFP4 only");
+  return F == Format::nvfp4 ? pair_position_nv(i) : P ? pieces_position(i) : pair_position(i);
 }
 
 // Where a unit's activations live: global memory (kernel 2's intermediate rows; a lane past K
@@ -207,13 +216,22 @@ __device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_
   }
 }
 
-// A chunk with an MXFP4 scale code >= 129 (a scale of 4 or more: rare in trained weights).
-template <class XS>
+// A chunk with an MXFP4 scale code >= 129 (a scale of 4 or more: rare in trained weights). P (pieces): each row's
+// codes of k-blocks 2 ch and 2 ch + 1 in bits 0-7 and 16-23, for words 0-1 and 2-3.
+template <class XS, bool P>
 __device__ __forceinline__ void consume_full_range(const Stage<XS>& st, float (&acc)[2][4]) {
-  std::uint32_t s0, s1;
-  sm90::weight_scale_pairs<Format::mxfp4>(st.cg | st.ch << 8, s0, s1);
-  const std::uint32_t sg[4] = {s0, s0, s0, s0}, sh[4] = {s1, s1, s1, s1};
-  multiply<Scaling::kTwo>(st, sg, sh, acc);
+  if constexpr (P) {
+    std::uint32_t a0, a1, b0, b1;
+    sm90::weight_scale_pairs<Format::mxfp4>((st.cg & 0xFFu) | (st.ch & 0xFFu) << 8, a0, a1);
+    sm90::weight_scale_pairs<Format::mxfp4>((st.cg >> 16 & 0xFFu) | (st.ch >> 16 & 0xFFu) << 8, b0, b1);
+    const std::uint32_t sg[4] = {a0, a0, b0, b0}, sh[4] = {a1, a1, b1, b1};
+    multiply<Scaling::kTwo>(st, sg, sh, acc);
+  } else {
+    std::uint32_t s0, s1;
+    sm90::weight_scale_pairs<Format::mxfp4>(st.cg | st.ch << 8, s0, s1);
+    const std::uint32_t sg[4] = {s0, s0, s0, s0}, sh[4] = {s1, s1, s1, s1};
+    multiply<Scaling::kTwo>(st, sg, sh, acc);
+  }
 }
 
 // MXFP4: scale codes <= 128 (real checkpoints, and GPU MODE's scales 1 and 2) take one multiply per
@@ -222,13 +240,23 @@ __device__ __forceinline__ void consume_full_range(const Stage<XS>& st, float (&
 // mma.sync needs every lane).
 // NVFP4: one f16 multiply per pair (Scaling::kNvF16), words 0-1 under the lane's first block's
 // scale, 2-3 its second.
-template <Format F, class XS>
+template <Format F, class XS, bool P>
 __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4]) {
   if constexpr (F == Format::nvfp4) {
     const std::uint32_t g0 = nv_scale_f16x2_times_128(st.cg & 0xFFu), g1 = nv_scale_f16x2_times_128(st.cg >> 8);
     const std::uint32_t h0 = nv_scale_f16x2_times_128(st.ch & 0xFFu), h1 = nv_scale_f16x2_times_128(st.ch >> 8);
     const std::uint32_t sg[4] = {g0, g0, g1, g1}, sh[4] = {h0, h0, h1, h1};
     multiply<Scaling::kNvF16>(st, sg, sh, acc);
+  } else if constexpr (P) {  // (two codes per register, bits 0-7 and 16-23)
+    const unsigned m = max(st.cg, st.ch);
+    if (__builtin_expect(!__any_sync(0xFFFFFFFFu, max(m & 0xFFu, m >> 16) > 128u), 1)) {
+      const std::uint32_t ga = (st.cg & 0xFFu) * 0x00800080u + 0x3F003F00u, gb = (st.cg >> 16) * 0x00800080u + 0x3F003F00u;
+      const std::uint32_t ha = (st.ch & 0xFFu) * 0x00800080u + 0x3F003F00u, hb = (st.ch >> 16) * 0x00800080u + 0x3F003F00u;
+      const std::uint32_t sg[4] = {ga, ga, gb, gb}, sh[4] = {ha, ha, hb, hb};
+      multiply<Scaling::kOne>(st, sg, sh, acc);
+    } else {
+      consume_full_range<XS, true>(st, acc);
+    }
   } else {
     if (__builtin_expect(!__any_sync(0xFFFFFFFFu, max(st.cg, st.ch) > 128u), 1)) {
       const std::uint32_t s0 = st.cg * 0x00800080u + 0x3F003F00u;
@@ -236,7 +264,7 @@ __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4])
       const std::uint32_t sg[4] = {s0, s0, s0, s0}, sh[4] = {s1, s1, s1, s1};
       multiply<Scaling::kOne>(st, sg, sh, acc);
     } else {
-      consume_full_range(st, acc);
+      consume_full_range<XS, false>(st, acc);
     }
   }
 }
@@ -244,8 +272,9 @@ __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4])
 // One unit's operands for this lane: rows g and g + 8 of one expert's [N, K] packed weights and
 // scales, and token g's activation row (the zero row where token g is not in the unit).
 struct Unit {
-  const std::uint8_t* wg;  // row g at k = 0
+  const std::uint8_t* wg;  // this lane's bytes of row g in the unit's first chunk (rows: row g + 16 c)
   const std::uint8_t* wh;
+  int step;                // bytes from one chunk's to the next: kChunk / 2 (rows) or 1024 (pieces)
   const std::uint8_t* scales;  // the expert's scale matrix [N, K / vec]
   const void* x;  // token g's stored activations (XGlobal / XShared)
   int row_g, row_h;
@@ -264,15 +293,19 @@ template <class XS>
 struct Cursor {
   const std::uint8_t *wg, *wh, *sg, *sh;
   typename XS::Addr x;
+  int step;  // Unit::step
 };
 
-template <Format F, ScaleLayout L, class XS>
+// (P, pieces: the lane's first scale code is k-block 2 ch's, column 4 ch + c / 2 of MXFP4's; the second is two
+// columns on, copied in the same blocked word or loaded beside it)
+template <Format F, ScaleLayout L, class XS, bool P>
 __device__ __forceinline__ Cursor<XS> cursor(const Unit& u, const Operand& op, int ch, int c) {
   constexpr int vec = F == Format::nvfp4 ? 16 : 32;
-  const int kk = kChunk * ch + 32 * c, col = kk / vec;
-  return Cursor<XS>{u.wg + kk / 2, u.wh + kk / 2, u.scales + formats::detail::scale_offset(L, u.row_g, col, op.scale_cols),
+  const int kk = kChunk * ch + 32 * c, col = (P ? kChunk * ch + 16 * c : kk) / vec;
+  return Cursor<XS>{u.wg + ch * u.step, u.wh + ch * u.step,
+                    u.scales + formats::detail::scale_offset(L, u.row_g, col, op.scale_cols),
                     u.scales + formats::detail::scale_offset(L, u.row_h, col, op.scale_cols),
-                    XS::advance(XS::from(u.x), kk)};
+                    XS::advance(XS::from(u.x), kk), u.step};
 }
 
 // The ring: per warp kStages stages of [32 lanes][16 B] row g, [32][16 B] row g + 8, and [32][4 B]
@@ -300,7 +333,7 @@ __device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur,
   }
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   constexpr int step = L == ScaleLayout::blocked ? step_blocked : step_linear;
-  cur.wg += kChunk / 2, cur.wh += kChunk / 2, cur.sg += step, cur.sh += step, cur.x = XS::advance(cur.x, kChunk);
+  cur.wg += cur.step, cur.wh += cur.step, cur.sg += step, cur.sh += step, cur.x = XS::advance(cur.x, kChunk);
 }
 
 // The bit offset of a scale code in the 4-byte word copy_chunk copied: constant along a unit (the
@@ -326,7 +359,7 @@ struct Shares {
 // of shared memory). A unit the share covers whole goes to store(u, acc) at once; a piece of a
 // split unit (the share's first or last unit) is written to rec_first / rec_last (128 floats:
 // lane-major float4) and flagged in split_first / split_last.
-template <Format F, ScaleLayout L, class XS, class UnitOf, class Ready, class Store>
+template <Format F, ScaleLayout L, bool P, class XS, class UnitOf, class Ready, class Store>
 __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit_of, Ready ready, Store store,
                                            float* rec_first, float* rec_last, int c0, int c1, bool& split_first,
                                            bool& split_last, std::uint8_t* ring) {
@@ -336,11 +369,12 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   int lu = first, lleft = n - c0 % n;  // copy side: unit, chunks left in it
   int cu = first, cleft = lleft;       // multiply side
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
-  Cursor<XS> cur = cursor<F, L, XS>(unit_of(lu), op, n - lleft, c);
+  Cursor<XS> cur = cursor<F, L, XS, P>(unit_of(lu), op, n - lleft, c);
   DECODE_STAMP(7);
   float acc[2][4] = {};
   // chunk n - left of a unit is live in this lane iff left > live_above (32c + 128 ch < K)
-  const int live_above = n - (op.k - 32 * c + kChunk - 1) / kChunk;
+  const int live_above = n - (op.k - (P ? 16 : 32) * c + kChunk - 1) / kChunk;
+  const int live_above1 = n - (op.k - 64 - 16 * c + kChunk - 1) / kChunk;  // (pieces: the second k-block's code)
   int sc = 0, sm = 0;  // the stage the next copy fills, the stage multiplied next
   // Linear scales: the codes travel in registers, loaded (ld.global.nc) with their chunk's copy and
   // moved one stage on per chunk -- a row's codes for 8 chunks share a 32-byte sector, so most hit
@@ -357,12 +391,17 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
       const bool live = lleft > live_above;
       k2g = live ? load_code<CodeT>(cur.sg) : 0u;
       k2h = live ? load_code<CodeT>(cur.sh) : 0u;
+      if constexpr (P) {
+        const bool live1 = lleft > live_above1;
+        k2g |= (live1 ? load_code<CodeT>(cur.sg + 2) : 0u) << 16;
+        k2h |= (live1 ? load_code<CodeT>(cur.sh + 2) : 0u) << 16;
+      }
     }
     copy_chunk<F, L, XS>(ring + sc * kStageBytes, cur, lleft > live_above, lane);
     sc = sc + 1 == kStages ? 0 : sc + 1;
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
-      if (++lu * n < c1) cur = cursor<F, L, XS>(unit_of(lu), op, 0, c);
+      if (++lu * n < c1) cur = cursor<F, L, XS, P>(unit_of(lu), op, 0, c);
     }
   };
   // The multiply side's position: token g's activations at this lane's k of the chunk, and the
@@ -370,7 +409,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   typename XS::Addr x;
   unsigned shift_g, shift_h;
   auto multiply_at = [&](int ch) {
-    const Cursor<XS> m = cursor<F, L, XS>(unit_of(cu), op, ch, c);
+    const Cursor<XS> m = cursor<F, L, XS, P>(unit_of(cu), op, ch, c);
     x = m.x, shift_g = code_shift(m.sg), shift_h = code_shift(m.sh);
   };
   multiply_at(n - cleft);
@@ -409,9 +448,20 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     cp_async_wait<kStages - 1>();
     const std::uint8_t* stage = ring + sm * kStageBytes;
     Stage<XS> st;
-    st.wg = *reinterpret_cast<const uint4*>(stage + 16 * lane);
-    st.wh = *reinterpret_cast<const uint4*>(stage + 512 + 16 * lane);
-    if constexpr (L == ScaleLayout::blocked) {
+    {
+      const uint4 p0 = *reinterpret_cast<const uint4*>(stage + 16 * lane);
+      const uint4 p1 = *reinterpret_cast<const uint4*>(stage + 512 + 16 * lane);
+      if constexpr (P) {  // (rows g | g + 8 of k-block 2 ch, then of 2 ch + 1)
+        st.wg = make_uint4(p0.x, p0.y, p1.x, p1.y), st.wh = make_uint4(p0.z, p0.w, p1.z, p1.w);
+      } else {
+        st.wg = p0, st.wh = p1;
+      }
+    }
+    if constexpr (L == ScaleLayout::blocked && P) {  // (the row's 4 codes of the chunk's columns in one word)
+      st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & 0x00FF00FFu;
+      st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & 0x00FF00FFu;
+      if (cleft <= live_above1) st.cg &= 0xFFu, st.ch &= 0xFFu;  // (a k-block past K: its padding columns' codes)
+    } else if constexpr (L == ScaleLayout::blocked) {
       st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & kCodeMask;
       st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & kCodeMask;
     } else {
@@ -419,7 +469,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     }
     if constexpr (XS::kPadded) st.x = x;  // zeros past K where it is
     else st.x = cleft > live_above ? x : XS::from(op.zero);
-    consume<F, XS>(st, acc);
+    consume<F, XS, P>(st, acc);
     if (left == total) DECODE_STAMP(9);
     // the stage just read is refilled (its values are in registers: this lane's own slots)
     shift_codes();
@@ -458,7 +508,7 @@ __device__ __forceinline__ CtaUnits cta_units(int units, int group) {
 // adds the pieces in warp order and calls store: deterministic for a given (units, grid). `ring`:
 // the warps' rings, kRingBytes each (16-byte aligned shared memory). Every thread of the CTA must
 // call it.
-template <Format F, ScaleLayout L, class XS, class UnitOf, class Ready, class Store>
+template <Format F, ScaleLayout L, bool P, class XS, class UnitOf, class Ready, class Store>
 __device__ __forceinline__ void stream_units_cta(int units, int group, int n, const Operand& op, UnitOf unit_of,
                                                  Ready ready, Store store, float* __restrict__ records,
                                                  std::uint8_t* ring) {
@@ -475,7 +525,7 @@ __device__ __forceinline__ void stream_units_cta(int units, int group, int n, co
   if (w < W) {
     const int c0 = u0 * n + sw.start(w), c1 = u0 * n + sw.start(w + 1);
     first = c0 / n, last = (c1 - 1) / n;
-    walk_share<F, L, XS>(n, op, unit_of, [&] { ready(W); }, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
+    walk_share<F, L, P, XS>(n, op, unit_of, [&] { ready(W); }, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
                       ring + w * kRingBytes);
   }
   __syncthreads();

@@ -40,10 +40,14 @@ struct KernelConfig {
   static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads,
                 "setmaxnreg beyond the launch allocation deadlocks");
   static constexpr int kHalfWeightBytes = kWeightBoxRows * kBlockK / 2;  // 4 KB of FP4 per half
+  // WeightLayout::pieces: 16 rows x one k-block, lane (g, c) of a warp holding bytes 8c..8c+7 of rows g and g + 8
+  // (the A-fragment rows of one thread), so a half is 8 such pieces in row-block order.
+  static constexpr int kPieceBytes = 16 * kBlockK / 2;
   // Weight scales of a stage: one 512-byte blocked atom (128 rows x 4 scale columns) per half.
   static constexpr int kScaleAtomBytes = 512;
   // Largest stage: 256 tokens x 64 k of 16-bit activations + one half (the 2-half stages have
   // <= 128 tokens: 16 KB + 8 KB + 1 KB).
+  static_assert(kPieceBytes == 512 && kHalfWeightBytes % kPieceBytes == 0, "a piece is 32 lanes x 16 bytes");
   static constexpr int kStageBytes = kMaxTokens * kBlockK * 2 + kHalfWeightBytes + kScaleAtomBytes;
   static constexpr int kMaxStages = 16;  // ring depth: as many stages of the CTA's width as fit
   static constexpr int kAccRegs = 128;   // FP32 accumulators per consumer thread: halves x N / 2

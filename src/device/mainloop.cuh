@@ -306,7 +306,7 @@ __device__ __forceinline__ void store_piece(const FusedParams& p, ConsumerState&
 // mainloop (here), the split-K hand-off (splitk_handoff) and the epilogue (store_piece). N8 =
 // tile tokens / 8, rounded up; the tile has H = 1 or 2 halves of 128 weight rows, and the
 // warpgroup owns rows h * 128 + cw * 64 + [0, 64) of half h (whose scales are the stage's atom h).
-template <Format F, int N8, int H, bool kRouted, bool kGlu, int kSmallMx>
+template <Format F, int N8, int H, bool kRouted, bool kGlu, int kSmallMx, bool kPieces>
 __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerState& st, const WorkPiece& piece,
                                               const TileDesc& tile, std::uint8_t* act_smem,
                                               std::uint8_t* w_smem, std::uint64_t* full,
@@ -361,10 +361,16 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   };
   auto load_half = [&](int stage, int kb, int h) {
     HalfRaw r;
-    const std::uint8_t* wrow =
-        w_smem + (stage * H + h) * C::kHalfWeightBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
-    r.q0 = *reinterpret_cast<const uint2*>(wrow);
-    r.q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
+    if constexpr (kPieces) {  // the 16-row block's piece: this lane's rows r | r + 8 in one 16-byte load
+      const uint4 v = *reinterpret_cast<const uint4*>(w_smem + (stage * H + h) * C::kHalfWeightBytes +
+                                                      (st.row_in_tile >> 4) * C::kPieceBytes + 16 * st.lane);
+      r.q0 = make_uint2(v.x, v.y), r.q1 = make_uint2(v.z, v.w);
+    } else {
+      const std::uint8_t* wrow =
+          w_smem + (stage * H + h) * C::kHalfWeightBytes + st.row_in_tile * (C::kBlockK / 2) + t * 8;
+      r.q0 = *reinterpret_cast<const uint2*>(wrow);
+      r.q1 = *reinterpret_cast<const uint2*>(wrow + 8 * (C::kBlockK / 2));
+    }
     const std::uint8_t* srow = st.s_smem + (stage * H + h) * C::kScaleAtomBytes + s_off +
                                (F == Format::nvfp4 ? 0 : 2 * (kb & 1));
     r.c0 = srow[0];
@@ -494,10 +500,16 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     auto load_wide = [&](int s0, int kb0, int j, int h) {
       HalfRaw r;
       const int row = st.row_in_tile;
-      const std::uint8_t* wrow = w_smem + (s0 * H + 2 * h) * C::kHalfWeightBytes + row * 64 +
-                                 ((2 * j + t / 2) ^ ((row >> 1) & 3)) * 16 + (t & 1) * 8;
-      r.q0 = *reinterpret_cast<const uint2*>(wrow);
-      r.q1 = *reinterpret_cast<const uint2*>(wrow + 8 * 64);
+      if constexpr (kPieces) {  // [16-row block][k-block j][piece]
+        const uint4 v = *reinterpret_cast<const uint4*>(w_smem + (s0 * H + 2 * h) * C::kHalfWeightBytes +
+                                                        (row >> 4) * (2 * C::kPieceBytes) + j * C::kPieceBytes + 16 * st.lane);
+        r.q0 = make_uint2(v.x, v.y), r.q1 = make_uint2(v.z, v.w);
+      } else {
+        const std::uint8_t* wrow = w_smem + (s0 * H + 2 * h) * C::kHalfWeightBytes + row * 64 +
+                                   ((2 * j + t / 2) ^ ((row >> 1) & 3)) * 16 + (t & 1) * 8;
+        r.q0 = *reinterpret_cast<const uint2*>(wrow);
+        r.q1 = *reinterpret_cast<const uint2*>(wrow + 8 * 64);
+      }
       (void)kb0;
       const std::uint8_t* srow = st.s_smem + (s0 * H + 2 * h) * C::kScaleAtomBytes + s_off + scale_j[j];
       r.c0 = srow[0];

@@ -93,6 +93,7 @@ struct MoeScheduleParams {
   // (two fields, not an array: a run-time index into the kernel's parameters made ptxas copy them
   // to the stack, 40 -> 168 bytes of frame and spills in the mainloops)
   int split_gain16, split_gain32;
+  int weight_pieces;  // the weights in k-block pieces (WeightLayout::pieces): the *_pieces kernels, 3-D weight maps
 };
 
 // FusedParams::small_mx_scales, also the kernel's template parameter kSmallMx: two multiplies,

@@ -32,6 +32,7 @@ struct CtaWork {
 struct HostWorkList {
   static constexpr bool kRoutedOutput = false;  // C per group (GroupParams::c)
   static constexpr bool kGlu = false;           // no GLU code in the plain pointer-array kernel
+  static constexpr bool kWeightPieces = false;  // the weights as rows (MoE plans may read pieces: below)
   static __device__ __forceinline__ CtaWork initial_work(const FusedParams& p, std::uint8_t*) {
     // (the class is loaded beside the range: the ring's geometry needs it)
     return CtaWork{p.cta_begin[blockIdx.x], p.cta_begin[blockIdx.x + 1], p.cta_class[blockIdx.x]};
@@ -47,6 +48,7 @@ struct HostWorkListGlu : HostWorkList {
 struct MoeDeviceSchedule {
   static constexpr bool kRoutedOutput = true;  // one C for every expert (p.moe.c)
   static constexpr bool kGlu = false;          // plain outputs (the layer's down GEMM); GLU plans: below
+  static constexpr bool kWeightPieces = false;
   static __device__ __forceinline__ CtaWork initial_work(const FusedParams& p, std::uint8_t* scratch) {
     CtaWork w;
     moe_schedule_cta<KernelConfig::kThreads>(p.moe, *reinterpret_cast<MoeScheduleScratch*>(scratch), w.begin, w.end,
@@ -60,6 +62,16 @@ struct MoeDeviceSchedule {
 // kernel carries the other's epilogue (half the code per kernel, half the compile time per unit).
 struct MoeDeviceScheduleGlu : MoeDeviceSchedule {
   static constexpr bool kGlu = true;
+};
+
+// The same schedules for weights in k-block pieces (WeightLayout::pieces, p.moe.pieces != 0): 3-D weight maps, a
+// thread's two rows of a k-block in one 16-byte shared load. Instantiations of their own, so the row-major kernels'
+// code is untouched.
+struct MoeDeviceSchedulePieces : MoeDeviceSchedule {
+  static constexpr bool kWeightPieces = true;
+};
+struct MoeDeviceScheduleGluPieces : MoeDeviceScheduleGlu {
+  static constexpr bool kWeightPieces = true;
 };
 
 }  // namespace fp4gemm::detail::sm90

@@ -22,6 +22,8 @@
 #include "kernels/ep.hpp"
 // The MoE routing's kernel (fp4gemm::align_routing and the layer's routing, host/routing.cpp).
 #include "kernels/routing.hpp"
+// The expert weights' repack into pieces (fp4gemm::pack_pieces, host/pieces.cpp).
+#include "kernels/pieces.hpp"
 // The GPU activation quantiser (fp4gemm::quantize_activations and the layer's, host/quantize.cpp).
 #include "kernels/quantize.hpp"
 // The fused GEMM's launches and the dual GEMM's paired scale copies (the plans, host/plans/).

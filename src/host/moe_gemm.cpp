@@ -77,7 +77,9 @@ MoeGemm::MoeGemm(const MoeWeights& weights, const MoeOptions& options, cudaStrea
   const int wrows = detail::moe_weight_rows(w, o);  // rows of W per expert (and of w_up)
   const int cols = w.k / scale_block_size(o.format);
   const std::int64_t dense_scales = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, wrows, cols));
-  const std::int64_t w_extent = (w.experts - 1) * w.expert_stride + (wrows - 1) * w.ldw + w.k / 2;
+  const std::int64_t w_extent = o.weight_layout == WeightLayout::pieces  // (validated: contiguous pieces)
+                                     ? w.experts * w.expert_stride
+                                     : (w.experts - 1) * w.expert_stride + (wrows - 1) * w.ldw + w.k / 2;
   const std::int64_t s_extent = (w.experts - 1) * w.scale_expert_stride + dense_scales;
   const std::string s_what = std::string(to_string(o.scale_layout)) + " scales of every expert";
   detail::check_device_buffer("weights.w", -1, w.w, w_extent, p.device.index);

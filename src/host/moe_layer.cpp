@@ -164,6 +164,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   o1.activation = o.activations, o1.layout = MoeLayout::contiguous, o1.capacity = p.capacity;
   o1.device = p.device.index;
   o1.epilogue = o.activation, o1.gate_up = o.gate_up;
+  o1.weight_layout = o.weight_layout;  // (w2 too: o2 below is o1's copy)
   o1.graph_cache = 0;  // (the layer enqueues its GEMMs itself, inside its own cached graph)
   o1.swiglu_alpha = o.swiglu_alpha, o1.swiglu_limit = o.swiglu_limit;
   o1.quantize_output = w4a4 && o.fuse_quantize;  // the intermediate leaves GEMM1 as FP4
@@ -199,7 +200,10 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
     p.decode_tokens = decode_tokens;
     detail::DecodeLayerArgs& d = p.decode;
-    d.shape = detail::decode_shape(o.format, o.scale_layout == ScaleLayout::blocked, p.device.multiprocessors, p.decode_tokens, H);
+    const bool pieces = o.weight_layout == WeightLayout::pieces;  // (validated: MXFP4 x bf16)
+    d.shape = detail::decode_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors,
+                                   p.decode_tokens, H);
+    d.weight_pieces = pieces;
     d.format = o.format, d.fp4_activations = w4a4, d.a1_scale = o.a1_scale, d.a2_scale = o.a2_scale;
     d.w13 = static_cast<const std::uint8_t*>(w.w13), d.s13 = static_cast<const std::uint8_t*>(w.w13_scales);
     d.w2 = static_cast<const std::uint8_t*>(w.w2), d.s2 = static_cast<const std::uint8_t*>(w.w2_scales);
@@ -213,7 +217,14 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.alpha13 = w1.alpha_device, d.alpha13_up = w1.alpha_up_device, d.alpha2 = w2.alpha_device;
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
     d.bias13 = w.w13_bias, d.bias2 = w.w2_bias, d.bias_f32 = w.bias_f32;
-    d.inter_rows = p.inter, d.y_rows = p.y;
+    d.inter_rows = p.inter, d.y_rows = p.y, d.inter_ld = I;
+    if (pieces) {  // the intermediate in the pieces' k order, rows padded to 128 with zeros (never written past I)
+      const std::int64_t ipad = (I + 127) / 128 * 128;
+      const std::size_t bytes = sizeof(__nv_bfloat16) * static_cast<std::size_t>(decode_pairs * ipad);
+      auto* rows = p.allocate<__nv_bfloat16>(bytes, "plan workspace");
+      FP4GEMM_CUDA_CHECK(cudaMemsetAsync(rows, 0, bytes, s), "plan");
+      d.inter_rows = rows, d.inter_ld = ipad;
+    }
     if (w4a4) d.x_deq = p.allocate<__nv_bfloat16>(std::size_t{2} * p.decode_tokens * H, "plan workspace");
     const std::size_t zeros = std::size_t{2} * (std::max(H, I) + 128);
     auto* zero = p.allocate<__nv_bfloat16>(zeros, "plan workspace");
@@ -373,7 +384,8 @@ std::string MoeLayer::describe() const {
   os << "MoE layer on " << p.device.name << ": " << p.weights.experts << " experts, top-" << o.topk << ", H "
      << p.weights.hidden << ", I " << p.weights.inter << ", " << to_string(o.format) << " weights x "
      << (o.activations == MoeActivation::fp4 ? to_string(o.format) : "bf16") << " activations, "
-     << to_string(o.activation) << " (" << to_string(o.gate_up) << " w13), up to " << o.max_tokens
+     << to_string(o.activation) << " (" << to_string(o.gate_up) << " w13"
+     << (o.weight_layout == WeightLayout::pieces ? ", weights in pieces" : "") << "), up to " << o.max_tokens
      << " tokens; eager runs as cached graphs: " << (o.graph_cache > 0 ? std::to_string(o.graph_cache) + " keys" : "off")
      << (o.activations == MoeActivation::fp4
              ? (p.gemm1->options().quantize_output ? "; intermediate quantised in GEMM1's epilogue"

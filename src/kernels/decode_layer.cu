@@ -151,7 +151,7 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
 // The run's tokens into shared memory, `threads` threads from thread 0: 8 elements (16 bytes) per step, re-paired so
 // that stored word p = elements (p, p + 4) (decode::pair_position; NVFP4 f16: (0,2) (1,3) (4,6) (5,7)); four steps'
 // loads in flight at once.
-template <Format F>
+template <Format F, bool P>
 __device__ __forceinline__ void stage_tokens(const DecodeLayerArgs& a, uint4* x_staged, int T, int H, int hpad, int threads) {
   constexpr int kBatch = 4;
   const int steps = T * (hpad / 8);
@@ -165,8 +165,12 @@ __device__ __forceinline__ void stage_tokens(const DecodeLayerArgs& a, uint4* x_
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int v = v0 + b * threads;
+      int v = v0 + b * threads;
       if (v >= steps) break;
+      if constexpr (P) {  // (weights in pieces: 8-element group j to slot pieces_position(8 j) / 8)
+        const int t = v / (hpad / 8), j = v % (hpad / 8);
+        v = t * (hpad / 8) + decode::pieces_position(8 * j) / 8;
+      }
       if constexpr (F == Format::nvfp4)
         x_staged[v] = make_uint4(__byte_perm(e[b].x, e[b].y, 0x5410u), __byte_perm(e[b].x, e[b].y, 0x7632u),
                                  __byte_perm(e[b].z, e[b].w, 0x5410u), __byte_perm(e[b].z, e[b].w, 0x7632u));
@@ -185,7 +189,7 @@ constexpr int kStagedTokensBarrier = 1;
 // up of the same (intermediate, token) and the GLU needs no exchange.
 // CTA-level stream-K (whole units per CTA, split units handed over in shared memory after one
 // barrier; no global fences or atomics).
-template <Format F, ScaleLayout L>
+template <Format F, ScaleLayout L, bool P>
 __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerArgs a) {
   stamp(0, 0);
   __shared__ Routing r;
@@ -200,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   // W4A4 launches this kernel as a programmatic dependent of the token quantiser: it reads its routing and issues its
   // rings' first copies while the quantiser runs, and stages the quantised tokens only then (`ready` below: measured
   // 0.7-3.2 us faster on the H200 than staging first; for W4A16, staging after the copies measured 0.1-1.2 us slower).
-  if (!a.fp4_activations) stage_tokens<F>(a, x_staged, T, H, hpad, blockDim.x);
+  if (!a.fp4_activations) stage_tokens<F, P>(a, x_staged, T, H, hpad, blockDim.x);
   read_routing(a, T, r, id);  // (ends with a barrier: W4A16's staged tokens are complete too)
   if (r.slots == 0) ptx::wait_prerequisites();  // (no warp streams, none waits in `ready`: the grid still ends after
                                                 // its prerequisite)
@@ -211,15 +215,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   ptx::launch_dependents();
   const int groups = I / 8;
   const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.zero_row};
-  const std::int64_t w_stride = std::int64_t{2} * I * (H / 2);
+  // rows: [E][2I][H / 2]; pieces: [E][I / 8 blocks of 8 gate and their 8 up rows][hpad / 128 chunks][1 KB]
+  const std::int64_t w_stride = P ? std::int64_t{I / 8} * (hpad / decode::kChunk) * 1024 : std::int64_t{2} * I * (H / 2);
   auto unit_of = [&](int u) {
     const int s = u / groups, i = (u % groups) * 8 + g, e = r.expert[s];
     const int gate = a.interleaved ? 2 * i : i, up = a.interleaved ? 2 * i + 1 : I + i;
-    const std::uint8_t* w = a.w13 + e * w_stride;
     const int j = r.pick[s][g];
     // an absent token's column is never stored: it multiplies token 0's row
-    return decode::Unit{w + std::int64_t{gate} * (H / 2), w + std::int64_t{up} * (H / 2), a.s13 + e * a.s13_stride,
-                        x_staged + (j >= 0 ? g : 0) * (hpad / 8), gate, up};
+    const void* xs = x_staged + (j >= 0 ? g : 0) * (hpad / 8);
+    if constexpr (P) {
+      const std::uint8_t* w = a.w13 + e * w_stride + std::int64_t{u % groups} * (hpad / decode::kChunk) * 1024 + 16 * lane;
+      return decode::Unit{w, w + 512, 1024, a.s13 + e * a.s13_stride, xs, gate, up};
+    } else {
+      const std::uint8_t* w = a.w13 + e * w_stride + 16 * c;
+      return decode::Unit{w + std::int64_t{gate} * (H / 2), w + std::int64_t{up} * (H / 2), decode::kChunk / 2,
+                          a.s13 + e * a.s13_stride, xs, gate, up};
+    }
   };
   const GluParams act = glu_params(a.glu_kind, a.glu_alpha, a.glu_limit);
   auto finish = [&](int u, float(&v)[4]) {  // v: (gate, token 2c), (gate, 2c + 1), (up, 2c), (up, 2c + 1)
@@ -234,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     for (int h = 0; h < 2; ++h) {
       const int t = 2 * c + h, j = r.pick[s][t];
       if (j >= 0)  // stored in the B pairing kernel 2 reads
-        a.inter_rows[std::int64_t{t * k + j} * I + decode::pair_position_of<F>(i)] =
+        a.inter_rows[std::int64_t{t * k + j} * a.inter_ld + decode::pair_position_of<F, P>(i)] =
             __float2bfloat16_rn(glu_apply(fmaf(v[h], ag, bg), fmaf(v[2 + h], au, bu), act));
     }
   };
@@ -242,12 +253,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   auto ready = [&](int W) {  // (called by the W streaming warps, each once its ring's first copies are issued)
     if (a.fp4_activations) {
       ptx::wait_prerequisites();  // the token quantiser's output
-      stage_tokens<F>(a, x_staged, T, H, hpad, 32 * W);
+      stage_tokens<F, P>(a, x_staged, T, H, hpad, 32 * W);
       ptx::named_barrier_sync(kStagedTokensBarrier, 32 * W);
     }
     stamp(0, 2);
   };
-  decode::stream_units_cta<F, L, decode::XShared>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
+  decode::stream_units_cta<F, L, P, decode::XShared>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
                                                ready, finish, records,
                                                reinterpret_cast<std::uint8_t*>(x_staged) + decode_ring_offset(a.tokens, H));
   stamp(0, 3);
@@ -259,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
 // after its barrier each CTA arrives once per 16-row block it touched, and the CTA that completes a
 // block combines its rows for every token: pairs in j order, one FP32 fma each, as the layer's
 // combine.
-template <Format F, ScaleLayout L>
+template <Format F, ScaleLayout L, bool P>
 __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
   stamp(1, 0);
   __shared__ Routing r;
@@ -278,13 +289,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
     return;
   }
   const decode::Operand op{I, I / (F == Format::nvfp4 ? 16 : 32), a.zero_row};
-  const std::int64_t w_stride = std::int64_t{H} * (I / 2);
+  // rows: [E][H][I / 2]; pieces: [E][H / 16 blocks][ceil(I / 128) chunks][1 KB]
+  const int chunks = (I + decode::kChunk - 1) / decode::kChunk;
+  const std::int64_t w_stride = P ? std::int64_t{H / 16} * chunks * 1024 : std::int64_t{H} * (I / 2);
   auto unit_of = [&](int u) {
     const int s = u % S, rg = (u / S) * 16 + g, rh = rg + 8, e = r.expert[s];
-    const std::uint8_t* w = a.w2 + e * w_stride;
     const int j = r.pick[s][g];
-    return decode::Unit{w + std::int64_t{rg} * (I / 2), w + std::int64_t{rh} * (I / 2),
-                        a.s2 + e * a.s2_stride, j >= 0 ? a.inter_rows + std::int64_t{g * k + j} * I : a.zero_row, rg, rh};
+    const void* xs = j >= 0 ? a.inter_rows + std::int64_t{g * k + j} * a.inter_ld : a.zero_row;
+    if constexpr (P) {
+      const std::uint8_t* w = a.w2 + e * w_stride + std::int64_t{u / S} * chunks * 1024 + 16 * lane;
+      return decode::Unit{w, w + 512, 1024, a.s2 + e * a.s2_stride, xs, rg, rh};
+    } else {
+      const std::uint8_t* w = a.w2 + e * w_stride + 16 * c;
+      return decode::Unit{w + std::int64_t{rg} * (I / 2), w + std::int64_t{rh} * (I / 2), decode::kChunk / 2,
+                          a.s2 + e * a.s2_stride, xs, rg, rh};
+    }
   };
   auto finish = [&](int u, float(&v)[4]) {
     const int s = u % S, b = u / S, rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
@@ -354,7 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   __shared__ int done[kRound];
   __shared__ int n_done;
   extern __shared__ __align__(1024) uint4 dyn2[];  // the warps' rings
-  decode::stream_units_cta<F, L, decode::XGlobal>(units, S, n, op, unit_of, ready, finish, records,
+  decode::stream_units_cta<F, L, P, decode::XGlobal>(units, S, n, op, unit_of, ready, finish, records,
                                                reinterpret_cast<std::uint8_t*>(dyn2));
   stamp(1, 3);
   const decode::CtaUnits cu = decode::cta_units(units, S);
@@ -440,24 +459,26 @@ int resident(const void* kernel, int multiprocessors, int smem) {
   return per_sm * multiprocessors;
 }
 
-// The kernels of a format and weight-scale layout (one instantiation each: the scale codes' path
-// is compile-time, so each kernel's loop is one copy of its body).
-template <template <Format, ScaleLayout> class K>
-const void* kernel_of(Format f, bool blocked) {
+// The kernels of a format, weight-scale layout and weight layout (one instantiation each: the scale codes' path is
+// compile-time, so each kernel's loop is one copy of its body; weights in pieces: MXFP4 only).
+template <template <Format, ScaleLayout, bool> class K>
+const void* kernel_of(Format f, bool blocked, bool pieces) {
   if (f == Format::nvfp4)
-    return blocked ? K<Format::nvfp4, ScaleLayout::blocked>::get() : K<Format::nvfp4, ScaleLayout::linear>::get();
-  return blocked ? K<Format::mxfp4, ScaleLayout::blocked>::get() : K<Format::mxfp4, ScaleLayout::linear>::get();
+    return blocked ? K<Format::nvfp4, ScaleLayout::blocked, false>::get() : K<Format::nvfp4, ScaleLayout::linear, false>::get();
+  if (pieces)
+    return blocked ? K<Format::mxfp4, ScaleLayout::blocked, true>::get() : K<Format::mxfp4, ScaleLayout::linear, true>::get();
+  return blocked ? K<Format::mxfp4, ScaleLayout::blocked, false>::get() : K<Format::mxfp4, ScaleLayout::linear, false>::get();
 }
-template <Format F, ScaleLayout L>
+template <Format F, ScaleLayout L, bool P>
 struct GateUp {
-  static const void* get() { return reinterpret_cast<const void*>(decode_gate_up<F, L>); }
+  static const void* get() { return reinterpret_cast<const void*>(decode_gate_up<F, L, P>); }
 };
-template <Format F, ScaleLayout L>
+template <Format F, ScaleLayout L, bool P>
 struct DownCombine {
-  static const void* get() { return reinterpret_cast<const void*>(decode_down_combine<F, L>); }
+  static const void* get() { return reinterpret_cast<const void*>(decode_down_combine<F, L, P>); }
 };
-const void* kernel1(Format f, bool blocked) { return kernel_of<GateUp>(f, blocked); }
-const void* kernel2(Format f, bool blocked) { return kernel_of<DownCombine>(f, blocked); }
+const void* kernel1(Format f, bool blocked, bool pieces) { return kernel_of<GateUp>(f, blocked, pieces); }
+const void* kernel2(Format f, bool blocked, bool pieces) { return kernel_of<DownCombine>(f, blocked, pieces); }
 
 // Launches `kernel` with `params`, as a programmatic dependent of the stream's previous kernel when `pdl`.
 void launch(const void* kernel, dim3 grid, dim3 block, void** params, int smem, bool pdl, cudaStream_t s) {
@@ -486,7 +507,7 @@ void fake_quantize(const DecodeLayerArgs& a, const __nv_bfloat16* in, long long 
 
 int decode_staged_bytes(int tokens, int hidden) { return staged_bytes(tokens, hidden); }
 
-DecodeShape decode_shape(Format format, bool blocked_scales, int multiprocessors, int tokens, int hidden) {
+DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors, int tokens, int hidden) {
   DecodeShape s;
   constexpr int ring = kDecodeWarps * decode::kRingBytes;
   s.smem1 = decode_ring_offset(tokens, hidden) + ring;
@@ -495,10 +516,10 @@ DecodeShape decode_shape(Format format, bool blocked_scales, int multiprocessors
   // uses (setting this plan's size would lower it under an earlier plan with more tokens or a
   // larger H, whose launches then fail; the static records and routing count against the 48 KB
   // default too).
-  cudaFuncSetAttribute(kernel1(format, blocked_scales), cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxStagedBytes + 1024 + ring);
-  cudaFuncSetAttribute(kernel2(format, blocked_scales), cudaFuncAttributeMaxDynamicSharedMemorySize, ring);
-  s.ctas1 = resident(kernel1(format, blocked_scales), multiprocessors, s.smem1);
-  s.ctas2 = resident(kernel2(format, blocked_scales), multiprocessors, s.smem2);
+  cudaFuncSetAttribute(kernel1(format, blocked_scales, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxStagedBytes + 1024 + ring);
+  cudaFuncSetAttribute(kernel2(format, blocked_scales, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize, ring);
+  s.ctas1 = resident(kernel1(format, blocked_scales, pieces), multiprocessors, s.smem1);
+  s.ctas2 = resident(kernel2(format, blocked_scales, pieces), multiprocessors, s.smem2);
   return s;
 }
 
@@ -544,11 +565,11 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   }
   void* params[] = {&args};
   // W4A4: kernel 1 a programmatic dependent of the token quantiser (it waits once its rings' first copies are issued)
-  launch(kernel1(a.format, a.blocked_scales), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1,
+  launch(kernel1(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1,
          a.fp4_activations, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
-    fake_quantize(a, a.inter_rows, a.inter, a.inter_rows, a.inter, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, true, s);
-  launch(kernel2(a.format, a.blocked_scales), dim3(a.shape.ctas2), dim3(kThreads), params, a.shape.smem2, true, s);
+    fake_quantize(a, a.inter_rows, a.inter_ld, a.inter_rows, a.inter_ld, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, true, s);
+  launch(kernel2(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas2), dim3(kThreads), params, a.shape.smem2, true, s);
 }
 
 }  // namespace fp4gemm::detail

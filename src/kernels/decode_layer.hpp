@@ -38,6 +38,10 @@ struct DecodeLayerArgs {
   long long s13_stride, s2_stride;  // bytes per expert of each scale matrix
   int experts, hidden, inter;
   bool blocked_scales, interleaved;
+  // WeightLayout::pieces (MXFP4 only): w13 as [E][I / 8][ceil(H / 128)][1 KB] (8 gate rows and their 8 up rows per
+  // block), w2 as [E][H / 16][ceil(I / 128)][1 KB]; the intermediate rows then stored in the pieces' k order
+  // (decode::pieces_position), inter_ld padded to a multiple of 128 with zeros.
+  bool weight_pieces;
   int glu_kind;
   float glu_alpha, glu_limit;
   const float *alpha13, *alpha13_up, *alpha2;  // per-expert (null: alpha scalars below)
@@ -56,7 +60,8 @@ struct DecodeLayerArgs {
   __nv_bfloat16* out;
   long long ldo;
   // plan workspace
-  __nv_bfloat16* inter_rows;  // [T * k, I], pair-major
+  __nv_bfloat16* inter_rows;  // [T * k, inter_ld], pair-major
+  long long inter_ld;         // I, or (weight_pieces) I rounded up to 128
   __nv_bfloat16* y_rows;      // [T * k, H], pair-major
   __nv_bfloat16* x_deq;       // W4A4: [T, H], the quantised tokens dequantised
   const __nv_bfloat16* zero_row;  // max(H, I) + 128 zeros: the activations of absent tokens
@@ -65,7 +70,7 @@ struct DecodeLayerArgs {
 };
 
 int decode_staged_bytes(int tokens, int hidden);
-DecodeShape decode_shape(Format format, bool blocked_scales, int multiprocessors, int tokens, int hidden);
+DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors, int tokens, int hidden);
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s);
 // A trace build's (cmake -DFP4GEMM_TRACE=ON) phase times of the last decode launch: per kernel and
 // phase, the median and the latest over all warps of %globaltimer, in µs from the first warp's

@@ -571,6 +571,100 @@ TEST(MoeRouting, Mxfp4ScalePathsAtTheLimit) {
   }
 }
 
+// WeightLayout::pieces (fp4gemm::pack_pieces): every format and activation, both scale layouts, MXFP4's three scale
+// decodes (two multiplies: codes past 128; one on the plan's copy: linear; one checked at every run: blocked), K not a
+// multiple of 128 (the pieces' zero k-block) and of 64, narrow and wide tiles and stream-K shares; the same plan
+// checks as every MoE case (two poisons, every element, guard bands), and bit for bit against the rows plan.
+TEST(MoePieces, EveryFormatMatchesTheReferenceAndTheRowsPlan) {
+  REQUIRE_FAST_KERNEL();
+  struct Case {
+    Format f;
+    MoeActivation act;
+    ScaleLayout layout;
+    Values values;
+    int n, k, capacity, max_code;
+  };
+  const Case cases[] = {
+      {Format::nvfp4, MoeActivation::fp4, ScaleLayout::blocked, Values::gpumode, 256, 512, 700, 0},
+      {Format::nvfp4, MoeActivation::fp4, ScaleLayout::linear, Values::full, 176, 352, 90, 0},
+      {Format::mxfp4, MoeActivation::fp4, ScaleLayout::blocked, Values::full, 208, 288, 400, 160},
+      {Format::mxfp4, MoeActivation::fp4, ScaleLayout::linear, Values::gpumode, 128, 320, 1500, 0},
+      {Format::mxfp4, MoeActivation::bf16, ScaleLayout::blocked, Values::gpumode, 384, 416, 40, 0},
+      {Format::mxfp4, MoeActivation::bf16, ScaleLayout::blocked, Values::full, 368, 2880, 64, 128},
+      {Format::mxfp4, MoeActivation::bf16, ScaleLayout::linear, Values::full, 96, 2048, 24, 0},
+  };
+  std::uint64_t seed = 7700;
+  for (const Case& c : cases) {
+    MoeConfig cfg = base_config(c.f, c.act, MoeLayout::contiguous, seed % 2 == 0, 12, c.n, c.k, c.capacity, seed);
+    ++seed;
+    cfg.scale_layout = c.layout, cfg.values = c.values, cfg.max_scale_code = c.max_code, cfg.default_strides = true;
+    SCOPED_TRACE(cfg.describe());
+    const MoeWeightSet ws(cfg);
+    const std::int64_t bytes = pieces_bytes(c.n, c.k);
+    DeviceBuffer d_pieces(static_cast<std::size_t>(bytes * cfg.experts));
+    FP4GEMM_TEST_CUDA(cudaMemset(d_pieces.get(), 0xA5, static_cast<std::size_t>(bytes * cfg.experts)));
+    pack_pieces(ws.device_w(), d_pieces.get(), cfg.experts, c.n, c.k);
+    MoeWeights w = ws.weights();
+    w.w = d_pieces.get(), w.ldw = 0, w.expert_stride = 0;
+    MoeOptions o = ws.options();
+    o.weight_layout = WeightLayout::pieces;
+    const MoeGemm plan(w, o), rows(ws.weights(), ws.options());
+    EXPECT_NE(plan.describe().find("weights in pieces"), std::string::npos) << plan.describe();
+    EXPECT_EQ(rows.describe().find("weights in pieces"), std::string::npos) << rows.describe();
+    const MoeBuffers buffers(ws);
+    std::mt19937_64 rng(cfg.seed * 3 + 1);
+    for (const RoutingKind kind : {RoutingKind::uniform, RoutingKind::skewed, RoutingKind::few_experts}) {
+      const MoeInputs in = make_inputs(ws, rng, make_routing(cfg, rng, kind));
+      EXPECT_TRUE(run_and_check(plan, ws, buffers, in));
+      const std::vector<std::uint8_t> got = buffers.download_c(nullptr);
+      EXPECT_TRUE(run_and_check(rows, ws, buffers, in));
+      EXPECT_TRUE(buffers.download_c(nullptr) == got) << "the pieces plan's bytes differ from the rows plan's";
+    }
+  }
+}
+
+// Weights in pieces: wrong strides, rows not a multiple of 16, separate gate / up weights and a buffer too small are
+// refused by name; pack_pieces / pack_pieces_gate_up refuse bad arguments by name.
+TEST(MoePieces, BadArgumentsNamed) {
+  REQUIRE_FAST_KERNEL();
+  MoeConfig cfg = base_config(Format::mxfp4, MoeActivation::bf16, MoeLayout::contiguous, false, 4, 64, 256, 64, 7790);
+  cfg.default_strides = true;
+  const MoeWeightSet ws(cfg);
+  DeviceBuffer d_pieces(static_cast<std::size_t>(pieces_bytes(64, 256) * 4));
+  MoeWeights w = ws.weights();
+  w.w = d_pieces.get(), w.ldw = 0, w.expert_stride = 0;
+  MoeOptions o = ws.options();
+  o.weight_layout = WeightLayout::pieces;
+  EXPECT_NO_THROW(MoeGemm(w, o));
+  {
+    MoeWeights b = w;
+    b.expert_stride = pieces_bytes(64, 256) + 512;
+    expect_error([&] { MoeGemm(b, o); }, "weights.expert_stride", "pieces");
+    b = w, b.ldw = 256;
+    expect_error([&] { MoeGemm(b, o); }, "weights.ldw", "pieces");
+    b = w, b.n = 56;
+    expect_error([&] { MoeGemm(b, o); }, "weights.n", "multiple of 16");
+    b = w, b.experts = 5;  // one expert past the buffer
+    expect_error([&] { MoeGemm(b, o); }, "weights.w");
+    MoeOptions g = o;
+    g.epilogue = MoeEpilogue::silu, g.gate_up = GateUpLayout::separate;
+    b = w, b.n = 32, b.w_up = ws.device_w(), b.scales_up = ws.device_scales();
+    expect_error([&] { MoeGemm(b, g); }, "options.weight_layout", "stacked or interleaved");
+    MoeOptions bad = o;
+    bad.weight_layout = static_cast<WeightLayout>(7);
+    expect_error([&] { MoeGemm(w, bad); }, "options.weight_layout");
+  }
+  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 4, 60, 256); }, "rows", "multiple of 16");
+  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 4, 64, 48); }, "k", "multiple of 32");
+  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 0, 64, 256); }, "experts");
+  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get() + 1024, 4, 64, 256); }, "out");  // too small
+  expect_error([&] { pack_pieces(nullptr, d_pieces.get(), 4, 64, 256); }, "w");
+  expect_error([&] { pack_pieces(ws.device_w(), ws.device_w(), 1, 16, 256); }, "out", "overlap");
+  expect_error([&] { pack_pieces_gate_up(ws.device_w(), d_pieces.get(), 4, 32, 256, GateUpLayout::separate); }, "gate_up");
+  expect_error([&] { pack_pieces_gate_up(ws.device_w(), d_pieces.get(), 4, 12, 256, GateUpLayout::stacked); }, "inter");
+  EXPECT_EQ(pieces_bytes(2880, 2880), std::int64_t{2880 / 16} * 23 * 1024);
+}
+
 // The one-multiply decode checks the codes it reads (a user's blocked scales can change after
 // planning) but not those of a tile's second half when that half lies wholly past N: the producer
 // does not load it, and its stage holds stale bytes. 256-row tiles (E * ceil(N / 256) >= SMs) over

@@ -67,6 +67,7 @@ struct LayerCase {
   int decode_tokens = 8;                // MoeLayerOptions::decode_tokens
   bool batch_invariant = false;         // MoeLayerOptions::batch_invariant
   bool biases = false, bias_f32 = false;  // MoeLayerWeights::w13_bias / w2_bias (random), bf16 or float
+  bool pieces = false;                  // MoeLayerOptions::weight_layout pieces (packed from the rows on the device)
   std::uint64_t seed = 1;
   std::string describe() const {
     std::ostringstream os;
@@ -74,7 +75,7 @@ struct LayerCase {
        << to_string(gate_up) << " " << to_string(scale_layout) << " E " << experts << " H " << hidden << " I " << inter
        << " top-" << topk << " max_tokens " << max_tokens << (ids_int64 ? " int64-ids" : "")
        << (weights_bf16 ? " bf16-weights" : "") << (padded ? " padded" : "") << (alphas ? " alphas" : "")
-       << (biases ? (bias_f32 ? " f32-biases" : " bf16-biases") : "") << " w13 "
+       << (biases ? (bias_f32 ? " f32-biases" : " bf16-biases") : "") << (pieces ? " pieces" : "") << " w13 "
        << to_string(w13_values) << (w13_code_max ? " codes 127.." + std::to_string(w13_code_max) : "") << " seed "
        << seed;
     return os.str();
@@ -123,6 +124,12 @@ struct Layer {
   float a1 = 1, a2s = 1;               // global activation scales
   std::vector<float> b13, b2;          // biases (LayerCase::biases): [E, 2I] in w13's row order, [E, H]
   std::unique_ptr<DeviceBuffer> d_w13, d_s13, d_w2, d_s2, d_alpha, d_b13, d_b2;
+  std::unique_ptr<DeviceBuffer> d_p13, d_p2;  // LayerCase::pieces: what the layer reads (pack())
+  // (pieces) w13 / w2 repacked from d_w13 / d_w2 into d_p13 / d_p2 (after the rows are rewritten in place)
+  void pack(cudaStream_t s = nullptr) const {
+    pack_pieces_gate_up(d_w13->get(), d_p13->get(), c.experts, c.inter, c.hidden, c.gate_up, s);
+    pack_pieces(d_w2->get(), d_p2->get(), c.experts, c.hidden, c.inter, s);
+  }
   std::unique_ptr<MoeLayer> layer;
   MoeLayerWeights weights;  // what `layer` was built from
   MoeLayerOptions options;
@@ -159,6 +166,12 @@ std::unique_ptr<Layer> make_layer(const LayerCase& c) {
   MoeLayerWeights w;
   w.experts = c.experts, w.hidden = c.hidden, w.inter = c.inter;
   w.w13 = L->d_w13->get(), w.w13_scales = L->d_s13->get(), w.w2 = L->d_w2->get(), w.w2_scales = L->d_s2->get();
+  if (c.pieces) {
+    L->d_p13 = std::make_unique<DeviceBuffer>(static_cast<std::size_t>(pieces_bytes(2 * c.inter, c.hidden) * c.experts));
+    L->d_p2 = std::make_unique<DeviceBuffer>(static_cast<std::size_t>(pieces_bytes(c.hidden, c.inter) * c.experts));
+    L->pack();
+    w.w13 = L->d_p13->get(), w.w2 = L->d_p2->get();
+  }
   if (c.alphas) {
     const auto* a = reinterpret_cast<const float*>(L->d_alpha->get());
     w.w13_alpha = a, w.w13_alpha_up = a + c.experts, w.w2_alpha = a + 2 * c.experts;
@@ -185,6 +198,7 @@ std::unique_ptr<Layer> make_layer(const LayerCase& c) {
   o.gate_up = c.gate_up, o.a1_scale = L->a1, o.a2_scale = L->a2s, o.max_tokens = c.max_tokens, o.topk = c.topk;
   o.graph_cache = c.graph_cache, o.fuse_quantize = c.fuse_quantize, o.decode_tokens = c.decode_tokens;
   o.batch_invariant = c.batch_invariant;
+  if (c.pieces) o.weight_layout = WeightLayout::pieces;
   L->layer = std::make_unique<MoeLayer>(w, o);
   L->weights = w, L->options = o;
   return L;
@@ -618,6 +632,74 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
       EXPECT_NO_THROW(L->layer->check(s));
       FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
     }
+}
+
+// Weights in pieces (MoeLayerOptions::weight_layout, W4A16 MXFP4): both paths (T 1-8 on the decode kernels, T 9-40 on
+// the general path's GEMMs), both gate / up layouts, both scale layouts, H and I not multiples of 128 (the pieces'
+// zero k-block, the decode path's padded intermediate), MXFP4 codes past 128 (the full-range decode): every output
+// against the reference and bit for bit against the same layer on rows. Then the rows rewritten in place with new
+// weights and repacked: the pieces layer sees them (against the reference of the new weights, and the rows layer).
+TEST(MoeLayerPieces, BothPathsMatchTheRowsLayerAndSeeRepackedUpdates) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (int v = 0; v < 3; ++v) {
+    LayerCase c;
+    c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.seed = 9600 + v;
+    const bool second = v == 1;
+    c.activation = second ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
+    c.gate_up = second ? GateUpLayout::interleaved : GateUpLayout::stacked;
+    c.scale_layout = v == 2 ? ScaleLayout::linear : ScaleLayout::blocked;
+    c.experts = second ? 16 : 8, c.topk = second ? 4 : 2;
+    c.hidden = v == 0 ? 288 : v == 1 ? 352 : 256, c.inter = v == 0 ? 160 : v == 1 ? 96 : 128;
+    if (v == 0) c.w13_code_max = 130;
+    c.max_tokens = 40, c.padded = second, c.biases = second, c.alphas = !second, c.graph_cache = 0;
+    LayerCase cp = c;
+    cp.pieces = true;
+    const auto R = make_layer(c);
+    const auto P = make_layer(cp);
+    const std::string d = P->layer->describe();
+    EXPECT_NE(d.find("weights in pieces"), std::string::npos) << d;
+    EXPECT_NE(d.find("decode path for T <= 8"), std::string::npos) << d;
+    std::mt19937_64 rng(c.seed * 7 + 5);
+    const std::int64_t ldh = c.hidden + (c.padded ? 24 : 0), ldo = c.hidden + (c.padded ? 40 : 0);
+    RunBuffers b(c, c.max_tokens, ldh, ldo, rng);
+    cudaStream_t s = nullptr;
+    FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+    for (int round = 0; round < 2; ++round) {
+      if (round == 1) {  // new weights written over the rows, repacked into the same pieces buffers
+        std::mt19937_64 wr(c.seed + 1000);
+        for (ExpertTensor* t : {&R->w13, &R->w2})  // (as make_tensor draws them: GEMM1 stays exact)
+          t->w = random_packed(wr, t == &R->w13 ? c.w13_values : Values::full, c.experts * t->rows, t->k, t->k / 2);
+        P->w13.w = R->w13.w, P->w2.w = R->w2.w;
+        for (Layer* L : {R.get(), P.get()}) {
+          FP4GEMM_TEST_CUDA(cudaMemcpy(L->d_w13->get(), L->w13.w.data(), L->w13.w.size(), cudaMemcpyHostToDevice));
+          FP4GEMM_TEST_CUDA(cudaMemcpy(L->d_w2->get(), L->w2.w.data(), L->w2.w.size(), cudaMemcpyHostToDevice));
+        }
+        P->pack(s);
+      }
+      for (const int T : {1, 2, 3, 5, 8, 9, 17, 40}) {
+        const Inputs in = make_inputs(c, rng, T, T % 2 ? Route::random : Route::few);
+        const Expected x = reference_layer(*P, in);
+        b.upload(c, in, s);
+        P->layer->run(b.args(c, in), s);
+        const std::vector<std::uint8_t> got = b.download(s);
+        EXPECT_TRUE(check_output(c, in, b, got, x)) << "pieces, round " << round << ", T " << T;
+        b.upload(c, in, s);
+        R->layer->run(b.args(c, in), s);
+        EXPECT_TRUE(b.download(s) == got) << "the rows layer's bytes differ: round " << round << ", T " << T;
+      }
+    }
+    EXPECT_NO_THROW(P->layer->check(s));
+    FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+  }
+  // Pieces are for W4A16 MXFP4 layers only so far (the NVFP4 and W4A4 decode kernels read rows): refused by name.
+  LayerCase nv;
+  nv.pieces = true;
+  try {
+    make_layer(nv);
+    ADD_FAILURE() << "an NVFP4 W4A4 layer took weights in pieces";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "options.weight_layout") << e.what();
+  }
 }
 
 // W4A16 and W4A4 layers have a decode path; a batch-invariant layer has none (its rows would change

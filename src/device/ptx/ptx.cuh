@@ -82,6 +82,16 @@ __device__ __forceinline__ void tma_load_2d(void* smem_dst, const void* desc, st
       : "memory");
 }
 
+// 3-D tiled TMA load (weights in k-block pieces: 512-byte pieces, k-blocks, 16-row blocks).
+__device__ __forceinline__ void tma_load_3d(void* smem_dst, const void* desc, std::uint64_t* bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_addr(smem_dst)),
+      "l"(desc), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
 // 4-D tiled TMA load (the GLU's gate/up weight maps: k bytes, 8 rows, gate|up, 8-row blocks).
 __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* desc, std::uint64_t* bar, int c0, int c1,
                                             int c2, int c3) {

@@ -27,6 +27,22 @@ int moe_weight_rows(const MoeWeights& w, const MoeOptions& o) {
   return o.epilogue != MoeEpilogue::none && o.gate_up != GateUpLayout::separate ? 2 * w.n : w.n;
 }
 
+}  // namespace fp4gemm::detail
+
+namespace fp4gemm {
+
+std::int64_t pieces_bytes(int rows, int k) {
+  if (rows < 16 || rows % 16 != 0)
+    throw Error("rows", -1, "weights in pieces need rows a positive multiple of 16 (got " + std::to_string(rows) + ")");
+  if (k < 32 || k % 32 != 0)
+    throw Error("k", -1, "weights in pieces need k a positive multiple of 32 (got " + std::to_string(k) + ")");
+  return std::int64_t{rows / 16} * ((k + 127) / 128) * 1024;
+}
+
+}  // namespace fp4gemm
+
+namespace fp4gemm::detail {
+
 MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
   MoeWeights w = weights;
   if (o.format != Format::nvfp4 && o.format != Format::mxfp4) fail("options.format", "unknown format");
@@ -133,6 +149,24 @@ MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
   if (!std::isfinite(w.alpha) && w.alpha_device == nullptr) fail("weights.alpha", "alpha must be finite");
   if (w.alpha_device != nullptr && !aligned(w.alpha_device, 4))
     fail("weights.alpha_device", "pointer is not 4-byte aligned");
+  if (o.weight_layout != WeightLayout::rows && o.weight_layout != WeightLayout::pieces)
+    fail("options.weight_layout", "unknown weight layout");
+  if (o.weight_layout == WeightLayout::pieces) {
+    // one expert's pieces: (wrows / 16) x ceil(K / 128) x 1 KB, contiguous (pack_pieces)
+    if (separate) fail("options.weight_layout", "pieces hold gate and up rows together: pack w13 stacked or interleaved");
+    if (wrows % 16 != 0)
+      fail("weights.n", std::string("weights in pieces need ") + (glu ? "2N" : "N") + " = " + std::to_string(wrows) +
+                            " to be a multiple of 16 (a piece is 16 rows)");
+    if (w.k % 32 != 0)
+      fail("weights.k", "weights in pieces need K = " + std::to_string(w.k) + " to be a multiple of 32");
+    const std::int64_t bytes = pieces_bytes(wrows, w.k);
+    if (w.ldw != 0 && w.ldw != w.k / 2)
+      fail("weights.ldw", "weights in pieces have no row stride: 0 or K/2 (got " + std::to_string(w.ldw) + ")");
+    if (w.expert_stride != 0 && w.expert_stride != bytes)
+      fail("weights.expert_stride", "weights in pieces are contiguous: 0 or pieces_bytes = " + std::to_string(bytes) +
+                                        " (got " + std::to_string(w.expert_stride) + ")");
+    w.ldw = w.k / 2, w.expert_stride = bytes;
+  }
   w.ldw = w.ldw != 0 ? w.ldw : w.k / 2;
   if (w.ldw < w.k / 2 || w.ldw % 16 != 0)
     fail("weights.ldw", "row stride " + std::to_string(w.ldw) + " bytes must be >= K/2 = " + std::to_string(w.k / 2) +
@@ -140,7 +174,7 @@ MoeWeights validate_moe(const MoeWeights& weights, const MoeOptions& o) {
   if (w.w == nullptr || !aligned(w.w, 16)) fail("weights.w", "must be a 16-byte aligned device pointer");
   if (w.scales == nullptr || !aligned(w.scales, 16)) fail("weights.scales", "must be a 16-byte aligned device pointer");
   w.expert_stride = w.expert_stride != 0 ? w.expert_stride : std::int64_t{wrows} * w.ldw;
-  if (w.expert_stride < std::int64_t{wrows} * w.ldw || w.expert_stride % 16 != 0)
+  if (o.weight_layout == WeightLayout::rows && (w.expert_stride < std::int64_t{wrows} * w.ldw || w.expert_stride % 16 != 0))
     fail("weights.expert_stride", std::string("must be >= ") + (wrows != w.n ? "2N" : "N") + " * ldw = " +
                                       std::to_string(std::int64_t{wrows} * w.ldw) + " bytes and a multiple of 16");
   const std::int64_t dense = static_cast<std::int64_t>(formats::scale_bytes(o.scale_layout, wrows, w.k / vec));
@@ -268,6 +302,12 @@ void validate_moe_layer(const MoeLayerWeights& w, const MoeLayerOptions& o) {
     fail("options.swiglu_limit", "must be > 0, got " + std::to_string(o.swiglu_limit));
   if (o.activation == MoeEpilogue::swigluoai && !std::isfinite(o.swiglu_alpha))
     fail("options.swiglu_alpha", "must be finite");
+  if (o.weight_layout != WeightLayout::rows && o.weight_layout != WeightLayout::pieces)
+    fail("options.weight_layout", "unknown weight layout");
+  // (the decode kernels read pieces for MXFP4 x bf16 only so far: other layers would lose their decode path)
+  if (o.weight_layout == WeightLayout::pieces && (o.format != Format::mxfp4 || o.activations != MoeActivation::bf16))
+    fail("options.weight_layout", "the expert layer takes weights in pieces with mxfp4 weights x bf16 activations "
+                                  "(W4A16) only; pass nvfp4 or W4A4 layers their weights as rows");
 }
 
 void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, const MoeLayerArgs& a) {

@@ -179,6 +179,11 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   // class), as the pointer-array plan has them.
   std::vector<CUtensorMap> wmaps(kMoeMapsPerExpert * w.experts);
   std::vector<GroupParams> groups(w.experts);
+  // Weights in pieces (WeightLayout::pieces, validated contiguous): per expert [krows / 16][k-blocks, padded to
+  // even][512 B] as 32-bit elements, so a box of 16-row blocks and one or two k-blocks lands as [block][k-block][piece]
+  // -- for a GLU each block already 8 gate rows and their 8 up rows (pack_pieces_gate_up).
+  const bool pieces = o.weight_layout == WeightLayout::pieces;
+  const std::uint64_t kb2 = 2 * ((static_cast<std::uint64_t>(w.k) + 127) / 128);
   std::vector<const std::uint8_t*> scale_blocked(w.experts), scale_linear(w.experts, nullptr);
   for (int e = 0; e < w.experts; ++e) {
     const auto* we = (swap ? w_up : w_gate) + e * w.expert_stride;
@@ -188,6 +193,14 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
       const std::uint32_t box_rows = KC::kWeightBoxRows * (h + 1);
       const std::uint32_t box_bytes = (wide ? 2 : 1) * KC::kBlockK / 2;
       const CUtensorMapSwizzle swizzle = wide ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE;
+      if (pieces) {
+        const std::uint64_t dims[3] = {KC::kPieceBytes / 4, kb2, static_cast<std::uint64_t>(krows) / 16};
+        const std::uint64_t strides[2] = {KC::kPieceBytes, kb2 * KC::kPieceBytes};
+        const std::uint32_t box[3] = {KC::kPieceBytes / 4, wide ? 2u : 1u, box_rows / 16};
+        wmaps[kMoeMapsPerExpert * e + m] = detail::make_map(we, CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, dims, strides, box,
+                                                            CU_TENSOR_MAP_SWIZZLE_NONE, "weights.w", e);
+        continue;
+      }
       if (!glu) {
         wmaps[kMoeMapsPerExpert * e + m] = detail::make_map_2d(we, CU_TENSOR_MAP_DATA_TYPE_UINT8,
                                                                static_cast<std::uint64_t>(w.k) / 2, w.n, w.ldw, box_bytes,
@@ -300,6 +313,7 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   sa.n = krows;
   sa.glu = static_cast<int>(o.epilogue);  // = detail::GluKind
   sa.glu_swap = swap ? 1 : 0;
+  sa.weight_pieces = pieces ? 1 : 0;
   sa.glu_width = w.n;
   sa.swiglu_alpha = o.swiglu_alpha;
   sa.swiglu_limit = o.swiglu_limit;
@@ -438,7 +452,7 @@ void FusedMoePlan::reload(cudaStream_t s) const {
 
 std::string FusedMoePlan::describe() const {
   std::ostringstream os;
-  os << params.moe.num_ctas << " CTAs, up to " << params.moe.max_tiles << " tiles, narrow tiles " << params.narrow_rows
+  os << (params.moe.weight_pieces != 0 ? "weights in pieces, " : "") << params.moe.num_ctas << " CTAs, up to " << params.moe.max_tiles << " tiles, narrow tiles " << params.narrow_rows
      << " rows" << (params.moe.stream_k != 0 ? "" : ", no stream-K (options.tuning.split_k)")
      << (params.small_mx_scales == kMxOne          ? ", one multiply per weight pair (every scale code <= 128)"
          : params.small_mx_scales == kMxOneChecked ? ", one multiply per weight pair (every scale code <= 128, "

@@ -51,11 +51,23 @@ __device__ __forceinline__ void load_weights(const FusedParams& p, std::uint8_t*
   // (A GLU kernel runs GLU plans only (launch_gemm), so the run-time test below is always true there.
   // It stays because without it ptxas allocates the MoE GLU kernels' consumers differently: ring
   // addresses reloaded from the stack in every k-loop, 190-192 LDL sites, stack 64 B instead of 24.)
+  // Weights in k-block pieces (WeightLayout::pieces): [16-row blocks][k-blocks][512-byte pieces], a GLU's blocks
+  // already 8 gate rows and their 8 up rows. (The GLU kernel's run-time test as below, for the same reason.)
+  if constexpr (Scheduler::kWeightPieces && Scheduler::kGlu) {
+    if (p.moe.glu != 0) {
+      ptx::tma_load_3d(dst, map, bar, 0, kb, row0 / 16);
+      return;
+    }
+  }
   if constexpr (Scheduler::kGlu) {
     if (p.moe.glu != 0) {
       ptx::tma_load_4d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), 0, 0, row0 / 16);
       return;
     }
+  }
+  if constexpr (Scheduler::kWeightPieces && !Scheduler::kGlu) {
+    ptx::tma_load_3d(dst, map, bar, 0, kb, row0 / 16);
+    return;
   }
   ptx::tma_load_2d(dst, map, bar, kb * (KernelConfig::kBlockK / 2), row0);
 }
@@ -322,7 +334,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     for (int pi = begin; work.is_valid(pi); pi = work.next_work(pi)) {                            \
       const WorkPiece piece = p.pieces[pi];                                                       \
       const TileDesc tile = p.tiles[piece.tile];                                                  \
-      consume_piece<F, 2 * n16, h, Scheduler::kRoutedOutput, Scheduler::kGlu, kSmallMx>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
+      consume_piece<F, 2 * n16, h, Scheduler::kRoutedOutput, Scheduler::kGlu, kSmallMx, Scheduler::kWeightPieces>(p, st, piece, tile, act_smem, w_smem, full, empty, epi_smem, out_type); \
     }                                                                                             \
     break;
     FP4GEMM_CASE(1, 1, 2) FP4GEMM_CASE(2, 2, 2) FP4GEMM_CASE(3, 3, 2) FP4GEMM_CASE(4, 4, 2)
@@ -358,20 +370,30 @@ cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_cta
   config.numAttrs = 1;
   // The row of the table (fused_variants.cuh; each row compiled in its own unit) this plan runs: format, scheduler (host work list or the
   // MoE device schedule), GLU epilogue or not, and for MXFP4 MoE plans the scale decode.
-  const bool moe = params.moe.experts > 0, glu = params.moe.glu != 0;
+  const bool moe = params.moe.experts > 0, glu = params.moe.glu != 0, pieces = moe && params.moe.weight_pieces != 0;
+#define FP4GEMM_LAUNCH(name) return fused_launch_##name(config, params, out_type)
+#define FP4GEMM_LAUNCH_MOE(name)                             \
+  do {                                                       \
+    if (pieces) {                                            \
+      if (glu) FP4GEMM_LAUNCH(name##_glu_pieces);            \
+      FP4GEMM_LAUNCH(name##_pieces);                         \
+    }                                                        \
+    if (glu) FP4GEMM_LAUNCH(name##_glu);                     \
+    FP4GEMM_LAUNCH(name);                                    \
+  } while (0)
   if constexpr (F == Format::mxfp4) {
     if (!moe) return glu ? fused_launch_mxfp4_host_glu(config, params, out_type) : fused_launch_mxfp4_host(config, params, out_type);
     switch (params.small_mx_scales) {
-      case kMxOne: return glu ? fused_launch_mxfp4_moe_one_glu(config, params, out_type) : fused_launch_mxfp4_moe_one(config, params, out_type);
-      case kMxOneChecked:
-        return glu ? fused_launch_mxfp4_moe_checked_glu(config, params, out_type)
-                   : fused_launch_mxfp4_moe_checked(config, params, out_type);
-      default: return glu ? fused_launch_mxfp4_moe_glu(config, params, out_type) : fused_launch_mxfp4_moe(config, params, out_type);
+      case kMxOne: FP4GEMM_LAUNCH_MOE(mxfp4_moe_one);
+      case kMxOneChecked: FP4GEMM_LAUNCH_MOE(mxfp4_moe_checked);
+      default: FP4GEMM_LAUNCH_MOE(mxfp4_moe);
     }
   } else {
     if (!moe) return glu ? fused_launch_nvfp4_host_glu(config, params, out_type) : fused_launch_nvfp4_host(config, params, out_type);
-    return glu ? fused_launch_nvfp4_moe_glu(config, params, out_type) : fused_launch_nvfp4_moe(config, params, out_type);
+    FP4GEMM_LAUNCH_MOE(nvfp4_moe);
   }
+#undef FP4GEMM_LAUNCH_MOE
+#undef FP4GEMM_LAUNCH
 }
 
 // Enqueues the pre-pass and the fused kernel. Instantiated once per format in fused_<format>.cu

@@ -13,19 +13,27 @@
 #include "device/scheduler.cuh"
 #include "fp4gemm/fp4gemm.hpp"
 
-#define FP4GEMM_FUSED_VARIANTS(X)                                             \
-  X(nvfp4_host, Format::nvfp4, HostWorkList, kMxTwo)                          \
-  X(nvfp4_host_glu, Format::nvfp4, HostWorkListGlu, kMxTwo)                   \
-  X(nvfp4_moe, Format::nvfp4, MoeDeviceSchedule, kMxTwo)                      \
-  X(nvfp4_moe_glu, Format::nvfp4, MoeDeviceScheduleGlu, kMxTwo)               \
-  X(mxfp4_host, Format::mxfp4, HostWorkList, kMxTwo)                          \
-  X(mxfp4_host_glu, Format::mxfp4, HostWorkListGlu, kMxTwo)                   \
-  X(mxfp4_moe, Format::mxfp4, MoeDeviceSchedule, kMxTwo)                      \
-  X(mxfp4_moe_glu, Format::mxfp4, MoeDeviceScheduleGlu, kMxTwo)               \
-  X(mxfp4_moe_one, Format::mxfp4, MoeDeviceSchedule, kMxOne)                  \
-  X(mxfp4_moe_one_glu, Format::mxfp4, MoeDeviceScheduleGlu, kMxOne)           \
-  X(mxfp4_moe_checked, Format::mxfp4, MoeDeviceSchedule, kMxOneChecked)       \
-  X(mxfp4_moe_checked_glu, Format::mxfp4, MoeDeviceScheduleGlu, kMxOneChecked)
+#define FP4GEMM_FUSED_VARIANTS(X)                                                           \
+  X(nvfp4_host, Format::nvfp4, HostWorkList, kMxTwo)                                        \
+  X(nvfp4_host_glu, Format::nvfp4, HostWorkListGlu, kMxTwo)                                 \
+  X(nvfp4_moe, Format::nvfp4, MoeDeviceSchedule, kMxTwo)                                    \
+  X(nvfp4_moe_glu, Format::nvfp4, MoeDeviceScheduleGlu, kMxTwo)                             \
+  X(mxfp4_host, Format::mxfp4, HostWorkList, kMxTwo)                                        \
+  X(mxfp4_host_glu, Format::mxfp4, HostWorkListGlu, kMxTwo)                                 \
+  X(mxfp4_moe, Format::mxfp4, MoeDeviceSchedule, kMxTwo)                                    \
+  X(mxfp4_moe_glu, Format::mxfp4, MoeDeviceScheduleGlu, kMxTwo)                             \
+  X(mxfp4_moe_one, Format::mxfp4, MoeDeviceSchedule, kMxOne)                                \
+  X(mxfp4_moe_one_glu, Format::mxfp4, MoeDeviceScheduleGlu, kMxOne)                         \
+  X(mxfp4_moe_checked, Format::mxfp4, MoeDeviceSchedule, kMxOneChecked)                     \
+  X(mxfp4_moe_checked_glu, Format::mxfp4, MoeDeviceScheduleGlu, kMxOneChecked)              \
+  X(nvfp4_moe_pieces, Format::nvfp4, MoeDeviceSchedulePieces, kMxTwo)                       \
+  X(nvfp4_moe_glu_pieces, Format::nvfp4, MoeDeviceScheduleGluPieces, kMxTwo)                \
+  X(mxfp4_moe_pieces, Format::mxfp4, MoeDeviceSchedulePieces, kMxTwo)                       \
+  X(mxfp4_moe_glu_pieces, Format::mxfp4, MoeDeviceScheduleGluPieces, kMxTwo)                \
+  X(mxfp4_moe_one_pieces, Format::mxfp4, MoeDeviceSchedulePieces, kMxOne)                   \
+  X(mxfp4_moe_one_glu_pieces, Format::mxfp4, MoeDeviceScheduleGluPieces, kMxOne)            \
+  X(mxfp4_moe_checked_pieces, Format::mxfp4, MoeDeviceSchedulePieces, kMxOneChecked)        \
+  X(mxfp4_moe_checked_glu_pieces, Format::mxfp4, MoeDeviceScheduleGluPieces, kMxOneChecked)
 
 namespace fp4gemm::detail::sm90 {
 
