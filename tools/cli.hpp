@@ -38,7 +38,7 @@ struct BenchOptions : CommonOptions {
   bool no_peers = false;
   int settle_ms = 500;  // idle time before each case's timing (see bench.cpp)
   int decode_tokens = -1;  // layer suite: MoeLayerOptions::decode_tokens (-1: by the layer)
-  std::string weight_layout = "rows";  // layer suite (W4A16): rows | pieces (MoeLayerOptions::weight_layout)
+  std::string weight_layout = "rows";  // moe / layer suites: rows | pieces (MoeOptions::weight_layout)
 };
 
 struct GroupedOptions : CommonOptions {

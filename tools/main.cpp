@@ -55,8 +55,8 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
       ->check(CLI::Range(-1, 8))
       ->capture_default_str();
   cmd->add_option("--weight-layout", o.weight_layout,
-                  "layer suite, --act bf16: the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces, "
-                  "MoeLayerOptions::weight_layout)")
+                  "moe and layer suites: the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces, "
+                  "MoeOptions / MoeLayerOptions::weight_layout; the layer suite with --act bf16 only)")
       ->check(CLI::IsMember({"rows", "pieces"}))
       ->capture_default_str();
   add_data_options(cmd, o);

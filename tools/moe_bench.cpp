@@ -48,9 +48,10 @@ std::vector<MoeShape> moe_suite() {
 
 int run_moe_suite(const BenchOptions& o) {
   const RunSettings rs = resolve_settings(o);
-  const MoeSettings s = moe_settings(o.act.empty() ? to_string(rs.data.format) : o.act,
-                                     to_string(rs.data.layout), to_string(rs.data.out), "contiguous", "uniform",
-                                     o.values.empty() ? "full" : o.values, rs.data.seed);
+  MoeSettings s = moe_settings(o.act.empty() ? to_string(rs.data.format) : o.act,
+                               to_string(rs.data.layout), to_string(rs.data.out), "contiguous", "uniform",
+                               o.values.empty() ? "full" : o.values, rs.data.seed);
+  s.pieces = o.weight_layout == "pieces";
   const std::vector<MoeShape> all = moe_suite();
   std::vector<std::pair<int, MoeShape>> cases;
   for (int index : pick_cases(o.cases, all.size(), "moe")) cases.emplace_back(index, all[index - 1]);
@@ -76,7 +77,7 @@ int run_moe_suite(const BenchOptions& o) {
                          {"routing", s.routing},                 {"values", o.values.empty() ? "full" : o.values},
                          {"seed", s.seed},                       {"iters", rs.timing.iters},
                          {"warmup", rs.timing.warmup},           {"settle_ms", o.settle_ms},
-                         {"dynamic_steps", kDynamicSteps}};
+                         {"dynamic_steps", kDynamicSteps},       {"weight_layout", o.weight_layout}};
   doc["cases"] = Json::array();
   std::mt19937_64 rng(s.seed);
   for (std::size_t i = 0; i < cases.size(); ++i) {

@@ -139,6 +139,9 @@ void validate_moe_shape(const MoeShape& s, const MoeSettings& settings) {
     throw Error("--routing", -1, "unknown routing '" + settings.routing + "'");
   if (settings.activation == MoeActivation::bf16 && settings.format != Format::mxfp4)
     throw Error("--act", -1, "bf16 activations (W4A16) run with mxfp4 weights");
+  if (settings.pieces && (s.n % 16 != 0 || s.k % 32 != 0))
+    throw Error("--weight-layout", -1, "pieces need N a multiple of 16 and K a multiple of 32 (got N " +
+                                           std::to_string(s.n) + ", K " + std::to_string(s.k) + ")");
 }
 
 // ---- the problem -----------------------------------------------------------------------------------
@@ -212,6 +215,14 @@ MoeProblem::MoeProblem(const MoeShape& shape, const MoeSettings& settings, std::
   w.w = w_.get();
   w.ldw = ldw;
   w.expert_stride = n * ldw;
+  if (settings.pieces) {  // the same bytes repacked (the reference still reads the rows)
+    const std::size_t bytes = static_cast<std::size_t>(pieces_bytes(n, k)) * e;
+    require_free_memory(bytes, "the weights in pieces");
+    pieces_ = DeviceBuffer(bytes, "data (weights in pieces)");
+    pack_pieces(w_.get(), pieces_.get(), e, n, k);
+    CLI_CUDA_CHECK(cudaDeviceSynchronize(), "data");
+    w.w = pieces_.get(), w.ldw = 0, w.expert_stride = 0;
+  }
   w.scales = w_scales_.get();
   w.scale_expert_stride = scale_stride;
   fp4gemm::MoeOptions o;
@@ -222,6 +233,7 @@ MoeProblem::MoeProblem(const MoeShape& shape, const MoeSettings& settings, std::
   o.layout = settings.layout;
   o.capacity = capacity_;
   o.tuning = settings.tuning;
+  if (settings.pieces) o.weight_layout = WeightLayout::pieces;
   plan_ = std::make_unique<MoeGemm>(w, o);
   use_routing(0);
 }

@@ -36,6 +36,7 @@ struct MoeSettings {
   // block's largest weight <= 6) instead of 117..137 (--values checkpoint).
   bool checkpoint_scales = false;
   std::uint64_t seed = 1111;
+  bool pieces = false;  // the plan reads the weights packed into pieces (MoeOptions::weight_layout; --weight-layout)
   Tuning tuning;  // the plan's measurement knobs (FP4GEMM_* variables; MoeOptions::tuning)
   std::string describe() const;  // "nvfp4 x nvfp4 (W4A4), blocked weight scales -> bf16, contiguous"
 };
@@ -102,6 +103,7 @@ class MoeProblem {
   int capacity_ = 0, a_rows_ = 0;
   std::int64_t lda_ = 0, ldc_ = 0, a_scale_cols_ = 0;
   DeviceBuffer w_, w_scales_, a_, a_scales_, offsets_, gather_, counts_, c_;
+  DeviceBuffer pieces_;  // MoeSettings::pieces: what the plan reads
   std::unique_ptr<MoeGemm> plan_;  // built once the weights are filled (linear scales are converted then)
 };
 

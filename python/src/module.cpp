@@ -193,7 +193,7 @@ NB_MODULE(_fp4gemm, m) {
               nb::handle act_format, nb::handle scale_layout, const std::string& activation,
               const std::string& gate_up, float swiglu_alpha, float swiglu_limit, float a1_scale, float a2_scale,
               int max_tokens, int topk, bool batch_invariant, int decode_tokens, nb::handle w13_bias,
-              nb::handle w2_bias, bool combine) {
+              nb::handle w2_bias, bool combine, const std::string& weight_layout) {
              fp4gemm::MoeLayerOptions o;
              const fp4gemm::MoeActivation acts = fp4gemm::python::parse_moe_activation(act_format);
              o.activations = acts;
@@ -210,6 +210,9 @@ NB_MODULE(_fp4gemm, m) {
              o.swiglu_alpha = swiglu_alpha, o.swiglu_limit = swiglu_limit;
              o.a1_scale = a1_scale, o.a2_scale = a2_scale, o.max_tokens = max_tokens, o.topk = topk;
              o.batch_invariant = batch_invariant, o.decode_tokens = decode_tokens, o.combine = combine;
+             if (weight_layout == "rows") o.weight_layout = fp4gemm::WeightLayout::rows;
+             else if (weight_layout == "pieces") o.weight_layout = fp4gemm::WeightLayout::pieces;
+             else throw fp4gemm::Error("weight_layout", -1, "'" + weight_layout + "' is not one of 'rows', 'pieces'");
              new (self) MoeLayerObject(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, o, w13_bias,
                                        w2_bias);
            },
@@ -218,7 +221,7 @@ NB_MODULE(_fp4gemm, m) {
            "activation"_a = "silu", "gate_up"_a = "stacked", "swiglu_alpha"_a = fp4gemm::kSwigluAlpha, "swiglu_limit"_a = fp4gemm::kSwigluLimit,
            "a1_scale"_a = 1.0f, "a2_scale"_a = 1.0f, "max_tokens"_a, "topk"_a,
            "batch_invariant"_a = false, "decode_tokens"_a = -1, "w13_bias"_a = nb::none(), "w2_bias"_a = nb::none(),
-           "combine"_a = true)
+           "combine"_a = true, "weight_layout"_a = "rows")
       .def("run", &MoeLayerObject::run, "hidden_states"_a.none(), "topk_ids"_a, "topk_weights"_a, "out"_a.none(),
            "stream"_a = nb::none(), "threads"_a = 0, "hidden_packed"_a = nb::none(), "hidden_scales"_a = nb::none(),
            "token_count"_a = nb::none(), "expert_rows"_a = nb::none(), "row_of"_a = nb::none(),
@@ -277,6 +280,8 @@ NB_MODULE(_fp4gemm, m) {
   m.def("quantize_activations", &fp4gemm::python::quantize_on_device, "x"_a, "packed"_a, "scales"_a, "format"_a,
         "scale_layout"_a, "global_scale"_a, "stream"_a,
         "fp4gemm::quantize_activations on CUDA arrays into packed / scales (use fp4gemm.quantize).");
+  m.def("pack_pieces", &fp4gemm::python::pack_pieces_on_device, "w"_a, "out"_a, "gate_up"_a, "stream"_a,
+        "fp4gemm::pack_pieces (gate_up None) / pack_pieces_gate_up on CUDA arrays (use fp4gemm.pack_pieces).");
   m.def("moe_check", [](nb::handle stream) { MoeBinding::get().check(stream); }, "stream"_a = nb::none(),
         "Check every cached MoE plan for bad routing data seen by its runs (synchronises).");
 

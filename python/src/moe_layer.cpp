@@ -69,18 +69,38 @@ MoeLayerObject::MoeLayerObject(nb::handle w13, nb::handle w13_scales, nb::handle
   const TensorView v13s = reader.read(w13_scales, "w13_scales", -1, false, keep);
   const TensorView v2 = reader.read(w2, "w2", -1, false, keep);
   const TensorView v2s = reader.read(w2_scales, "w2_scales", -1, false, keep);
-  if (v13.ndim != 3) fail("w13", "must be 3-D [experts, 2 * inter, hidden / 2], got shape " + v13.shape_text());
-  if (v2.ndim != 3) fail("w2", "must be 3-D [experts, hidden, inter / 2], got shape " + v2.shape_text());
   MoeLayerWeights& w = weights_;
-  w.experts = static_cast<int>(v13.shape[0]);
-  w.hidden = static_cast<int>(2 * v13.shape[2]);
-  w.inter = static_cast<int>(v13.shape[1] / 2);
-  if (v13.shape[1] % 2 != 0) fail("w13", "has " + std::to_string(v13.shape[1]) + " rows per expert; gate and up need 2 * inter");
-  check_weight(v13, "w13", w.experts, 2 * std::int64_t{w.inter}, w.hidden);
-  check_weight(v2, "w2", w.experts, w.hidden, 2 * v2.shape[2]);
-  if (2 * v2.shape[2] != w.inter)
-    fail("w2", "has shape " + v2.shape_text() + "; expected " + shape3(w.experts, w.hidden, w.inter / 2) +
-                   " (inter from w13: " + std::to_string(w.inter) + ")");
+  if (options_.weight_layout == WeightLayout::pieces) {
+    // pack_pieces' output: w13 [E, 2I / 16, ceil(H / 128), 1024], w2 [E, H / 16, ceil(I / 128), 1024] uint8
+    if (v13.ndim != 4 || v2.ndim != 4 || v13.shape[3] != 1024 || v2.shape[3] != 1024)
+      fail(v13.ndim != 4 || v13.shape[3] != 1024 ? "w13" : "w2",
+           "weights in pieces are 4-D [experts, rows / 16, ceil(k / 128), 1024] (fp4gemm.pack_pieces), got shapes " +
+               v13.shape_text() + " and " + v2.shape_text());
+    w.experts = static_cast<int>(v13.shape[0]);
+    w.hidden = static_cast<int>(16 * v2.shape[1]);
+    w.inter = static_cast<int>(8 * v13.shape[1]);
+    for (const auto& [v, name, k] : {std::tuple{&v13, "w13", std::int64_t{w.hidden}}, std::tuple{&v2, "w2", std::int64_t{w.inter}}}) {
+      if (v->dtype != DType::byte) fail(name, "weights in pieces are uint8, got " + std::string(to_string(v->dtype)));
+      if (v->shape[0] != w.experts || v->shape[2] != (k + 127) / 128)
+        fail(name, "has shape " + v->shape_text() + "; hidden " + std::to_string(w.hidden) + " (from w2) and inter " +
+                       std::to_string(w.inter) + " (from w13) need [" + std::to_string(w.experts) + ", " +
+                       std::to_string(v->shape[1]) + ", " + std::to_string((k + 127) / 128) + ", 1024]");
+      if (!is_row_major_dense(*v)) fail(name, "must be dense and row-major, got strides " + v->strides_text());
+      if (!v->cuda) fail(name, "weights in pieces run on the GPU only (a CUDA array)");
+    }
+  } else {
+    if (v13.ndim != 3) fail("w13", "must be 3-D [experts, 2 * inter, hidden / 2], got shape " + v13.shape_text());
+    if (v2.ndim != 3) fail("w2", "must be 3-D [experts, hidden, inter / 2], got shape " + v2.shape_text());
+    w.experts = static_cast<int>(v13.shape[0]);
+    w.hidden = static_cast<int>(2 * v13.shape[2]);
+    w.inter = static_cast<int>(v13.shape[1] / 2);
+    if (v13.shape[1] % 2 != 0) fail("w13", "has " + std::to_string(v13.shape[1]) + " rows per expert; gate and up need 2 * inter");
+    check_weight(v13, "w13", w.experts, 2 * std::int64_t{w.inter}, w.hidden);
+    check_weight(v2, "w2", w.experts, w.hidden, 2 * v2.shape[2]);
+    if (2 * v2.shape[2] != w.inter)
+      fail("w2", "has shape " + v2.shape_text() + "; expected " + shape3(w.experts, w.hidden, w.inter / 2) +
+                     " (inter from w13: " + std::to_string(w.inter) + ")");
+  }
   check_scales(v13s, "w13_scales", w.experts, 2 * std::int64_t{w.inter}, w.hidden, options_);
   check_scales(v2s, "w2_scales", w.experts, w.hidden, w.inter, options_);
   cuda_ = v13.cuda;
@@ -428,6 +448,37 @@ std::string MoeLayerObject::describe() const {
          to_string(options_.activation);
 }
 
+
+void pack_pieces_on_device(nb::handle w, nb::handle out, nb::handle gate_up, std::uintptr_t stream) {
+  TensorReader& reader = Binding::get().reader();
+  Keepalive keep;
+  const TensorView vw = reader.read(w, "w", -1, false, keep);
+  const TensorView vo = reader.read(out, "out", -1, true, keep);
+  if (!vw.cuda) fail("w", "must be a CUDA array");
+  if (!vo.cuda || vo.device != vw.device) fail("out", "is on " + vo.device_text() + " but w is on " + vw.device_text());
+  if ((vw.dtype != DType::byte && vw.dtype != DType::fp4x2) || vw.ndim != 3 || !is_row_major_dense(vw))
+    fail("w", "must be dense packed FP4 weights [experts, rows, k / 2] (uint8), got " + std::string(to_string(vw.dtype)) +
+                  " of shape " + vw.shape_text());
+  const std::int64_t E = vw.shape[0], rows = vw.shape[1], k = 2 * vw.shape[2];
+  if (rows % 16 != 0 || rows == 0)
+    fail("w", "has " + std::to_string(rows) + " rows per expert; pieces need a positive multiple of 16");
+  if (vo.dtype != DType::byte || vo.ndim != 4 || !is_row_major_dense(vo) || vo.shape[0] != E || vo.shape[1] * 16 != rows ||
+      vo.shape[2] != (k + 127) / 128 || vo.shape[3] != 1024)
+    fail("out", "must be a dense uint8 array [" + std::to_string(E) + ", " + std::to_string(rows / 16) + ", " +
+                    std::to_string((k + 127) / 128) + ", 1024], got " + vo.shape_text());
+  if (E > (1 << 30) || rows > (1 << 30) || k > (1 << 30)) fail("w", "too large");
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  if (gate_up.is_none()) {
+    pack_pieces(reinterpret_cast<const void*>(vw.ptr), reinterpret_cast<void*>(vo.ptr), static_cast<int>(E),
+                static_cast<int>(rows), static_cast<int>(k), s);
+    return;
+  }
+  const std::string g = nb::cast<std::string>(gate_up);
+  if (g != "stacked" && g != "interleaved") fail("gate_up", "'" + g + "' is not one of None, 'stacked', 'interleaved'");
+  pack_pieces_gate_up(reinterpret_cast<const void*>(vw.ptr), reinterpret_cast<void*>(vo.ptr), static_cast<int>(E),
+                      static_cast<int>(rows / 2), static_cast<int>(k),
+                      g == "stacked" ? GateUpLayout::stacked : GateUpLayout::interleaved, s);
+}
 
 void quantize_on_device(nb::handle x, nb::handle packed, nb::handle scales, nb::handle format, nb::handle layout,
                         float global_scale, std::uintptr_t stream) {

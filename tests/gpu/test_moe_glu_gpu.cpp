@@ -48,6 +48,7 @@ struct GluCase {
   bool gather = false;
   bool alpha_up = true;  // own up alphas (else the gate's)
   bool rescale = false;  // MoeOptions::rescale_each_run, new scale bytes written in place between runs
+  bool pieces = false;   // MoeOptions::weight_layout pieces: w packed by pack_pieces_gate_up (dense rows, K % 32 == 0)
   std::uint64_t seed = 1;
 
   std::string describe() const {
@@ -55,7 +56,7 @@ struct GluCase {
     os << to_string(format) << (act == MoeActivation::bf16 ? " W4A16" : " W4A4") << " " << to_string(values) << " "
        << to_string(epilogue) << " " << to_string(gate_up) << (up_below ? " (up below)" : "") << " "
        << to_string(scale_layout) << " scales -> " << to_string(out) << ", E " << experts << " I " << width << " K "
-       << k << " capacity " << capacity << (gather ? " gather" : "") << (alpha_up ? " alpha_up" : "") << (rescale ? " rescale_each_run" : "") << " seed "
+       << k << " capacity " << capacity << (gather ? " gather" : "") << (alpha_up ? " alpha_up" : "") << (rescale ? " rescale_each_run" : "") << (pieces ? " pieces" : "") << " seed "
        << seed;
     return os.str();
   }
@@ -125,7 +126,7 @@ std::vector<int> make_offsets(const GluCase& c, std::mt19937_64& rng, int kind) 
   const int E = c.experts, I = c.width, K = c.k, vec = scale_block_size(c.format), cols = K / vec;
   const bool separate = c.gate_up == GateUpLayout::separate;
   const int wrows = separate ? I : 2 * I;
-  const std::int64_t ldw = (K / 2 + 15) / 16 * 16 + (c.seed % 2 ? 16 : 0);
+  const std::int64_t ldw = c.pieces ? K / 2 : (K / 2 + 15) / 16 * 16 + (c.seed % 2 ? 16 : 0);
   const std::int64_t expert_stride = wrows * ldw;
   // Weights (and the separate up rows) in one device buffer: gate at offset 0 or after the up rows.
   const std::vector<std::uint8_t> w = random_packed(rng, c.values, E * wrows, K, ldw);
@@ -174,9 +175,18 @@ std::vector<int> make_offsets(const GluCase& c, std::mt19937_64& rng, int kind) 
   mw.alpha_device = reinterpret_cast<const float*>(d_alpha.get());
   if (c.alpha_up) mw.alpha_up_device = reinterpret_cast<const float*>(d_alpha.get() + 4 * E);
   if (separate) mw.w_up = dw_up, mw.scales_up = d_s.get() + up_at;
+  std::unique_ptr<DeviceBuffer> d_pieces;
+  if (c.pieces) {  // the rows packed into pieces: what the plan reads
+    const std::size_t bytes = static_cast<std::size_t>(pieces_bytes(wrows, K) * E);
+    d_pieces = std::make_unique<DeviceBuffer>(bytes);
+    FP4GEMM_TEST_CUDA(cudaMemset(d_pieces->get(), 0xA5, bytes));
+    pack_pieces_gate_up(dw_gate, d_pieces->get(), E, I, K, c.gate_up);
+    mw.w = d_pieces->get(), mw.ldw = 0, mw.expert_stride = 0;
+  }
   MoeOptions mo;
   mo.format = c.format, mo.scale_layout = c.scale_layout, mo.out_type = c.out, mo.activation = c.act;
   mo.capacity = c.capacity, mo.epilogue = c.epilogue, mo.gate_up = c.gate_up, mo.rescale_each_run = c.rescale;
+  if (c.pieces) mo.weight_layout = WeightLayout::pieces;
   const MoeGemm plan(mw, mo);
 
   // Activations (gathered: 1..capacity token rows), C arena.
@@ -397,6 +407,38 @@ TEST(MoeGluShapes, SplitLastRound) {
   GluCase c;
   c.experts = 150, c.width = 128, c.k = 1024, c.capacity = 1500;
   expect_layouts_both_activations(c, 611, [](GluCase& w) { w.k = 2048, w.gather = true; });
+}
+
+// GLU plans on weights in pieces (pack_pieces_gate_up): random cases of both packable gate / up layouts, every format,
+// activation, scale layout and output type; then the model-shaped, stream-K and split-last-round shapes.
+class MoeGluPieces : public ::testing::TestWithParam<int> {};
+
+TEST_P(MoeGluPieces, RandomCasesMatchTheReference) {
+  if (!glu_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM cannot run here";
+  GluCase c = random_glu_case(static_cast<std::uint64_t>(1000 + GetParam()));
+  c.pieces = true;
+  if (c.gate_up == GateUpLayout::separate) c.gate_up = GetParam() % 2 ? GateUpLayout::stacked : GateUpLayout::interleaved;
+  c.k = (c.k + 31) / 32 * 32;
+  SCOPED_TRACE(c.describe());
+  EXPECT_TRUE(run_glu_case(c));
+}
+INSTANTIATE_TEST_SUITE_P(Seeds, MoeGluPieces, ::testing::Range(0, 24));
+
+TEST(MoeGluPiecesShapes, TilesStreamKAndSplitLastRound) {
+  if (!glu_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM cannot run here";
+  std::uint64_t seed = 1700;
+  for (const GateUpLayout gu : {GateUpLayout::stacked, GateUpLayout::interleaved})
+    for (const int shape : {0, 1, 2}) {
+      GluCase c;
+      c.pieces = true, c.gate_up = gu, c.seed = seed++;
+      if (shape == 0) c.experts = 4, c.width = 328, c.k = 512, c.capacity = 1100;  // wide tiles, 256-row narrow tiles
+      if (shape == 1) c.experts = 6, c.width = 136, c.k = 2048, c.capacity = 24;    // stream-K split tiles
+      if (shape == 2) c.experts = 150, c.width = 128, c.k = 1024, c.capacity = 1500;  // split last round
+      c.values = Values::gpumode, c.epilogue = MoeEpilogue::silu;
+      EXPECT_TRUE(run_glu_case(c));
+      c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.values = Values::full, c.epilogue = MoeEpilogue::swigluoai;
+      EXPECT_TRUE(run_glu_case(c));
+    }
 }
 
 TEST(MoeGluArgs, BadArgumentsNamed) {

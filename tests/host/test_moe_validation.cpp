@@ -189,5 +189,52 @@ TEST(MoeRunValidation, QuantisedOutputArguments) {
   EXPECT_EQ(arg(plain, bad), "(nothing thrown)");
 }
 
+// WeightLayout::pieces: its size rule and the fields it constrains, each named.
+TEST(MoePlanValidation, WeightsInPieces) {
+  EXPECT_EQ(pieces_bytes(16, 128), 1024);
+  EXPECT_EQ(pieces_bytes(5760, 2880), std::int64_t{360} * 23 * 1024);  // gpt-oss w13: k padded to 23 x 128
+  EXPECT_EQ(pieces_bytes(2880, 2880), std::int64_t{180} * 23 * 1024);
+  EXPECT_EQ(pieces_bytes(32, 32), 2048);
+  auto bytes_error = [](int rows, int k) {
+    try {
+      pieces_bytes(rows, k);
+    } catch (const Error& e) {
+      return e.argument();
+    }
+    return std::string("(nothing thrown)");
+  };
+  EXPECT_EQ(bytes_error(8, 128), "rows");
+  EXPECT_EQ(bytes_error(0, 128), "rows");
+  EXPECT_EQ(bytes_error(24, 128), "rows");
+  EXPECT_EQ(bytes_error(16, 16), "k");
+  EXPECT_EQ(bytes_error(16, 0), "k");
+  Valid v;
+  v.o.weight_layout = WeightLayout::pieces;
+  const std::string arg = plan_error(v.w, v.o);
+  EXPECT_TRUE(arg == "device" || arg == "options.device" || arg == "weights.w") << arg;
+  auto with = [&](const std::function<void(MoeWeights&, MoeOptions&)>& edit) {
+    Valid b;
+    b.o.weight_layout = WeightLayout::pieces;
+    edit(b.w, b.o);
+    return plan_error(b.w, b.o);
+  };
+  EXPECT_EQ(with([](MoeWeights& w, MoeOptions&) { w.n = 72; }), "weights.n");
+  EXPECT_EQ(with([](MoeWeights& w, MoeOptions&) { w.k = 144; }), "weights.k");  // nvfp4 block, not 32
+  EXPECT_EQ(with([](MoeWeights& w, MoeOptions&) { w.ldw = 128; }), "weights.ldw");
+  EXPECT_EQ(with([](MoeWeights& w, MoeOptions&) { w.expert_stride = 64 * 64; }), "weights.expert_stride");
+  EXPECT_EQ(with([](MoeWeights& w, MoeOptions& o) {
+              o.epilogue = MoeEpilogue::silu, o.gate_up = GateUpLayout::separate, w.n = 32;
+              w.w_up = fake(0x500000), w.scales_up = fake(0x600000);
+            }),
+            "options.weight_layout");
+  EXPECT_EQ(with([](MoeWeights&, MoeOptions& o) { o.weight_layout = static_cast<WeightLayout>(3); }),
+            "options.weight_layout");
+  // (a GLU of I 8: 16 rows, one piece row block)
+  const std::string glu = with([](MoeWeights& w, MoeOptions& o) { o.epilogue = MoeEpilogue::silu, w.n = 8; });
+  EXPECT_TRUE(glu == "device" || glu == "options.device" || glu == "weights.w") << glu;
+  EXPECT_STREQ(to_string(WeightLayout::pieces), "pieces");
+  EXPECT_STREQ(to_string(WeightLayout::rows), "rows");
+}
+
 }  // namespace
 }  // namespace fp4gemm

@@ -671,6 +671,45 @@ def r_moe_layer(T, env):
             _check_layer_out(env, c, t, x, ids, wts, got, f"MoeLayer after in-place updates (alias {alias}) {c.text()}")
 
 
+@recipe("fp4gemm.moe", "pack_pieces", host=False, why_not_host="pack_pieces repacks CUDA tensors on their device")
+def r_pack_pieces(T, env):
+    """The weights packed into pieces: the layer on them gives the rows layer's bytes, before and after the rows are
+    rewritten in place and packed again into the same arrays; bad arguments are named."""
+    torch = env.torch
+    pack = T.use("fp4gemm.moe", moe, "pack_pieces")
+    rng = np.random.default_rng(12)
+    c = _cfg("bf16", "swigluoai", "interleaved", e=4, h=160, i=96)
+    t = S.random_truth(rng, c, "none", env.gpu)
+    live = _live(env, t)
+    p13 = pack(live[0], c.gate_up)
+    assert tuple(p13.shape) == (c.e, 2 * c.i // 16, (c.h + 127) // 128, 1024) and p13.dtype == torch.uint8
+    p2 = torch.full((c.e, c.h // 16, (c.i + 127) // 128, 1024), 0xA5, dtype=torch.uint8, device=live[2].device)
+    assert pack(live[2], out=p2) is p2
+    kw = dict(max_tokens=12, topk=2, **c.layer_kwargs())
+    rows = moe.MoeLayer(*live, **kw)
+    pieces = moe.MoeLayer(p13, live[1], p2, live[3], weight_layout="pieces", **kw)
+    assert "weights in pieces" in pieces.describe() and (pieces.hidden, pieces.inter) == (c.h, c.i)
+    for update in (False, True):
+        if update:  # new rows in place, packed again into the same arrays
+            live[0].copy_(env.dev(S.rand_fp4(rng, t.w13.shape, "gpumode")))
+            live[2].copy_(env.dev(S.rand_fp4(rng, t.w2.shape, "gpumode")))
+            pack(live[0], c.gate_up, out=p13), pack(live[2], out=p2)
+        for n in (1, 3, 12):  # the decode path and the general path
+            x = S.random_tokens(rng, n, c.h, "gpumode")
+            ids, wts = S.random_routing(rng, n, c.e, 2, "uniform", np.int32, False)
+            want = rows.run(env.dev(x), env.dev(ids), env.dev(wts))
+            got = pieces.run(env.dev(x), env.dev(ids), env.dev(wts))
+            env.sync()
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"pieces != rows (update {update}, T {n})"
+    for call, arg in ((lambda: pack(live[0], "separate"), "gate_up"), (lambda: pack(live[0][:, :72].contiguous()), "w"),
+                      (lambda: pack(live[0], out=p2), "out"), (lambda: pack(t.w13), "w"),
+                      (lambda: moe.MoeLayer(p13, live[1], live[2], live[3], weight_layout="pieces", **kw), "w2"),
+                      (lambda: moe.MoeLayer(*live, weight_layout="columns", **kw), "weight_layout")):
+        with pytest.raises(fp4gemm.ArgumentError) as e:
+            call()
+        assert e.value.argument == arg, (arg, str(e.value))
+
+
 @recipe("fp4gemm.moe", "fused_experts", "clear_layer_cache")
 def r_fused(T, env):
     rng = np.random.default_rng(9)
