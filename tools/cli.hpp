@@ -71,6 +71,7 @@ struct MoeCommandOptions {
   std::string layout = "contiguous";
   std::string routing = "uniform";
   std::string values = "full";  // full | gpumode
+  std::string weight_layout = "rows";  // rows | pieces (MoeOptions::weight_layout; packed on the GPU)
   bool check = false, dynamic = false;
   int iters = 100, warmup = 10;
   std::uint64_t seed = 1111;

@@ -115,6 +115,9 @@ CLI::App* add_moe(CLI::App& app, MoeCommandOptions& o) {
                                         "({0, +-0.5, +-1, +-1.5} x {1, 2}: --check must be bit-identical) or checkpoint "
                                         "(full, MXFP4 weight scale codes 117..127 as trained weights have)")
       ->check(CLI::IsMember({"full", "gpumode", "checkpoint"}))->capture_default_str();
+  cmd->add_option("--weight-layout", o.weight_layout,
+                  "the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces; MoeOptions::weight_layout)")
+      ->check(CLI::IsMember({"rows", "pieces"}))->capture_default_str();
   cmd->add_flag("--check", o.check, "compare with reference::moe_gemm (bit-identical on gpumode values, else SPEC 3's FP32 bound)");
   cmd->add_flag("--dynamic", o.dynamic, "also time a loop of --iters steps, each uploading a new routing and running");
   cmd->add_option("--iters", o.iters, "timed repetitions (median reported); steps of --dynamic")

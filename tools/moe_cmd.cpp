@@ -55,7 +55,8 @@ std::string routing_line(const HostRouting& r, int experts) {
 }  // namespace
 
 int run_moe(const MoeCommandOptions& o) {
-  const MoeSettings s = moe_settings(o.act, o.scales, o.out, o.layout, o.routing, o.values, o.seed);
+  MoeSettings s = moe_settings(o.act, o.scales, o.out, o.layout, o.routing, o.values, o.seed);
+  s.pieces = o.weight_layout == "pieces";
   const MoeShape shape{"moe", o.experts, o.n, o.k, o.tokens, o.topk};
   validate_moe_shape(shape, s);
   if (o.iters < 1) throw Error("--iters", -1, "must be at least 1 (got " + std::to_string(o.iters) + ")");
@@ -105,7 +106,7 @@ int run_moe(const MoeCommandOptions& o) {
                         {"topk", shape.topk}};
     doc["settings"] = Json{{"act", o.act}, {"format", to_string(s.format)}, {"activation", to_string(s.activation)},
                            {"weight_scales", to_string(s.scales)}, {"out_type", to_string(s.out)},
-                           {"layout", to_string(s.layout)}, {"routing", s.routing}, {"values", o.values},
+                           {"layout", to_string(s.layout)}, {"routing", s.routing}, {"values", o.values}, {"weight_layout", o.weight_layout},
                            {"seed", o.seed}, {"iters", o.iters}, {"warmup", o.warmup}};
     const HostRouting& r = pool.front();
     doc["routing"] = Json{{"rows", r.rows}, {"active_experts", r.active_experts}, {"max_rows_per_expert", r.max_rows},

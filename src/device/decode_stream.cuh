@@ -272,9 +272,8 @@ __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4])
 // One unit's operands for this lane: rows g and g + 8 of one expert's [N, K] packed weights and
 // scales, and token g's activation row (the zero row where token g is not in the unit).
 struct Unit {
-  const std::uint8_t* wg;  // this lane's bytes of row g in the unit's first chunk (rows: row g + 16 c)
+  const std::uint8_t* wg;  // rows: row g at k = 0; pieces: this lane's slot of the unit's first chunk
   const std::uint8_t* wh;
-  int step;                // bytes from one chunk's to the next: kChunk / 2 (rows) or 1024 (pieces)
   const std::uint8_t* scales;  // the expert's scale matrix [N, K / vec]
   const void* x;  // token g's stored activations (XGlobal / XShared)
   int row_g, row_h;
@@ -293,8 +292,11 @@ template <class XS>
 struct Cursor {
   const std::uint8_t *wg, *wh, *sg, *sh;
   typename XS::Addr x;
-  int step;  // Unit::step
 };
+
+// Bytes from one chunk's weights to the next: rows kChunk / 2; pieces (P) two 512-byte pieces.
+template <bool P>
+inline constexpr int kWeightStep = P ? 1024 : kChunk / 2;
 
 // (P, pieces: the lane's first scale code is k-block 2 ch's, column 4 ch + c / 2 of MXFP4's; the second is two
 // columns on, copied in the same blocked word or loaded beside it)
@@ -302,10 +304,10 @@ template <Format F, ScaleLayout L, class XS, bool P>
 __device__ __forceinline__ Cursor<XS> cursor(const Unit& u, const Operand& op, int ch, int c) {
   constexpr int vec = F == Format::nvfp4 ? 16 : 32;
   const int kk = kChunk * ch + 32 * c, col = (P ? kChunk * ch + 16 * c : kk) / vec;
-  return Cursor<XS>{u.wg + ch * u.step, u.wh + ch * u.step,
-                    u.scales + formats::detail::scale_offset(L, u.row_g, col, op.scale_cols),
+  const int w = P ? kWeightStep<P> * ch : kk / 2;
+  return Cursor<XS>{u.wg + w, u.wh + w, u.scales + formats::detail::scale_offset(L, u.row_g, col, op.scale_cols),
                     u.scales + formats::detail::scale_offset(L, u.row_h, col, op.scale_cols),
-                    XS::advance(XS::from(u.x), kk), u.step};
+                    XS::advance(XS::from(u.x), kk)};
 }
 
 // The ring: per warp kStages stages of [32 lanes][16 B] row g, [32][16 B] row g + 8, and [32][4 B]
@@ -322,7 +324,7 @@ constexpr int kRingBytes = kStages * kStageBytes;  // per warp
 // them there). The words stay inside the scale tensors: the decode path requires H, I % 32 == 0, so
 // every scale matrix has whole 512-byte atoms. Linear scales: the caller loads the codes (see
 // walk_share).
-template <Format F, ScaleLayout L, class XS>
+template <Format F, ScaleLayout L, bool P, class XS>
 __device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, bool live, int lane) {
   cp_async_16(stage + 16 * lane, cur.wg, live);
   cp_async_16(stage + 512 + 16 * lane, cur.wh, live);
@@ -333,7 +335,7 @@ __device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur,
   }
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   constexpr int step = L == ScaleLayout::blocked ? step_blocked : step_linear;
-  cur.wg += cur.step, cur.wh += cur.step, cur.sg += step, cur.sh += step, cur.x = XS::advance(cur.x, kChunk);
+  cur.wg += kWeightStep<P>, cur.wh += kWeightStep<P>, cur.sg += step, cur.sh += step, cur.x = XS::advance(cur.x, kChunk);
 }
 
 // The bit offset of a scale code in the 4-byte word copy_chunk copied: constant along a unit (the
@@ -397,7 +399,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
         k2h |= (live1 ? load_code<CodeT>(cur.sh + 2) : 0u) << 16;
       }
     }
-    copy_chunk<F, L, XS>(ring + sc * kStageBytes, cur, lleft > live_above, lane);
+    copy_chunk<F, L, P, XS>(ring + sc * kStageBytes, cur, lleft > live_above, lane);
     sc = sc + 1 == kStages ? 0 : sc + 1;
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;

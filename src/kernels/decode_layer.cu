@@ -225,11 +225,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     const void* xs = x_staged + (j >= 0 ? g : 0) * (hpad / 8);
     if constexpr (P) {
       const std::uint8_t* w = a.w13 + e * w_stride + std::int64_t{u % groups} * (hpad / decode::kChunk) * 1024 + 16 * lane;
-      return decode::Unit{w, w + 512, 1024, a.s13 + e * a.s13_stride, xs, gate, up};
+      return decode::Unit{w, w + 512, a.s13 + e * a.s13_stride, xs, gate, up};
     } else {
-      const std::uint8_t* w = a.w13 + e * w_stride + 16 * c;
-      return decode::Unit{w + std::int64_t{gate} * (H / 2), w + std::int64_t{up} * (H / 2), decode::kChunk / 2,
-                          a.s13 + e * a.s13_stride, xs, gate, up};
+      const std::uint8_t* w = a.w13 + e * w_stride;
+      return decode::Unit{w + std::int64_t{gate} * (H / 2), w + std::int64_t{up} * (H / 2), a.s13 + e * a.s13_stride,
+                          xs, gate, up};
     }
   };
   const GluParams act = glu_params(a.glu_kind, a.glu_alpha, a.glu_limit);
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     for (int h = 0; h < 2; ++h) {
       const int t = 2 * c + h, j = r.pick[s][t];
       if (j >= 0)  // stored in the B pairing kernel 2 reads
-        a.inter_rows[std::int64_t{t * k + j} * a.inter_ld + decode::pair_position_of<F, P>(i)] =
+        a.inter_rows[std::int64_t{t * k + j} * (P ? a.inter_ld : I) + decode::pair_position_of<F, P>(i)] =
             __float2bfloat16_rn(glu_apply(fmaf(v[h], ag, bg), fmaf(v[2 + h], au, bu), act));
     }
   };
@@ -295,14 +295,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   auto unit_of = [&](int u) {
     const int s = u % S, rg = (u / S) * 16 + g, rh = rg + 8, e = r.expert[s];
     const int j = r.pick[s][g];
-    const void* xs = j >= 0 ? a.inter_rows + std::int64_t{g * k + j} * a.inter_ld : a.zero_row;
     if constexpr (P) {
+      const void* xs = j >= 0 ? a.inter_rows + std::int64_t{g * k + j} * a.inter_ld : a.zero_row;
       const std::uint8_t* w = a.w2 + e * w_stride + std::int64_t{u / S} * chunks * 1024 + 16 * lane;
-      return decode::Unit{w, w + 512, 1024, a.s2 + e * a.s2_stride, xs, rg, rh};
+      return decode::Unit{w, w + 512, a.s2 + e * a.s2_stride, xs, rg, rh};
     } else {
-      const std::uint8_t* w = a.w2 + e * w_stride + 16 * c;
-      return decode::Unit{w + std::int64_t{rg} * (I / 2), w + std::int64_t{rh} * (I / 2), decode::kChunk / 2,
-                          a.s2 + e * a.s2_stride, xs, rg, rh};
+      const std::uint8_t* w = a.w2 + e * w_stride;
+      return decode::Unit{w + std::int64_t{rg} * (I / 2), w + std::int64_t{rh} * (I / 2), a.s2 + e * a.s2_stride,
+                          j >= 0 ? a.inter_rows + std::int64_t{g * k + j} * I : a.zero_row, rg, rh};
     }
   };
   auto finish = [&](int u, float(&v)[4]) {

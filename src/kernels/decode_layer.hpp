@@ -38,10 +38,6 @@ struct DecodeLayerArgs {
   long long s13_stride, s2_stride;  // bytes per expert of each scale matrix
   int experts, hidden, inter;
   bool blocked_scales, interleaved;
-  // WeightLayout::pieces (MXFP4 only): w13 as [E][I / 8][ceil(H / 128)][1 KB] (8 gate rows and their 8 up rows per
-  // block), w2 as [E][H / 16][ceil(I / 128)][1 KB]; the intermediate rows then stored in the pieces' k order
-  // (decode::pieces_position), inter_ld padded to a multiple of 128 with zeros.
-  bool weight_pieces;
   int glu_kind;
   float glu_alpha, glu_limit;
   const float *alpha13, *alpha13_up, *alpha2;  // per-expert (null: alpha scalars below)
@@ -60,13 +56,18 @@ struct DecodeLayerArgs {
   __nv_bfloat16* out;
   long long ldo;
   // plan workspace
-  __nv_bfloat16* inter_rows;  // [T * k, inter_ld], pair-major
-  long long inter_ld;         // I, or (weight_pieces) I rounded up to 128
+  __nv_bfloat16* inter_rows;  // [T * k, I] (weight_pieces: [T * k, inter_ld]), pair-major
   __nv_bfloat16* y_rows;      // [T * k, H], pair-major
   __nv_bfloat16* x_deq;       // W4A4: [T, H], the quantised tokens dequantised
   const __nv_bfloat16* zero_row;  // max(H, I) + 128 zeros: the activations of absent tokens
   unsigned* count_rows;       // [H / 16]: units of each 16-row block stored so far, zero between runs
   DecodeShape shape;
+  // WeightLayout::pieces (MXFP4 only): w13 as [E][I / 8][ceil(H / 128)][1 KB] (8 gate rows and their 8 up rows per
+  // block), w2 as [E][H / 16][ceil(I / 128)][1 KB]; the intermediate rows then stored in the pieces' k order
+  // (decode::pieces_position), inter_ld = I rounded up to 128 (zeros past I). (Last: the rows kernels' parameter
+  // offsets stay as they were.)
+  bool weight_pieces;
+  long long inter_ld;
 };
 
 int decode_staged_bytes(int tokens, int hidden);

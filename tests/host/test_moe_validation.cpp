@@ -221,7 +221,7 @@ TEST(MoePlanValidation, WeightsInPieces) {
   EXPECT_EQ(with([](MoeWeights& w, MoeOptions&) { w.n = 72; }), "weights.n");
   EXPECT_EQ(with([](MoeWeights& w, MoeOptions&) { w.k = 144; }), "weights.k");  // nvfp4 block, not 32
   EXPECT_EQ(with([](MoeWeights& w, MoeOptions&) { w.ldw = 128; }), "weights.ldw");
-  EXPECT_EQ(with([](MoeWeights& w, MoeOptions&) { w.expert_stride = 64 * 64; }), "weights.expert_stride");
+  EXPECT_EQ(with([](MoeWeights& w, MoeOptions&) { w.expert_stride = 64 * 64 + 512; }), "weights.expert_stride");
   EXPECT_EQ(with([](MoeWeights& w, MoeOptions& o) {
               o.epilogue = MoeEpilogue::silu, o.gate_up = GateUpLayout::separate, w.n = 32;
               w.w_up = fake(0x500000), w.scales_up = fake(0x600000);
