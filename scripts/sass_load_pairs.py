@@ -16,6 +16,9 @@ half per k-block set), the LDS.64 in program order taken two by two, and the ins
 within each pair. Exits 1 when a pair is more than max-gap apart, when a kernel has no such k-loop,
 or when there is no MoE kernel at all (the parse would be wrong). Also takes a saved cuobjdump -sass
 listing instead of --objects (the host tier's self-test: tests/fixtures/load_pair_gap.sass).
+
+The *Pieces schedulers' kernels (WeightLayout::pieces) read a thread's two rows with one LDS.128 per half: no pair
+to space. For them the check is that their wide k-loops hold those LDS.128 and no LDS.64 (the parse and the layout).
 """
 import argparse
 import os
@@ -43,6 +46,10 @@ def pair_gaps(funcs, min_n):
             if not ns or min(ns) < min_n:
                 continue
             lds = [i for i in idx if re.match(r"(@!?P\d+ )?LDS\.64\b", ins[i][1])]
+            if "Pieces" in name:  # (the count of LDS.128 and of LDS.64, in place of the gaps)
+                wide = sum(1 for i in idx if re.match(r"(@!?P\d+ )?LDS\.128\b", ins[i][1]))
+                rows.append((min(ns), [-wide, len(lds)]))
+                continue
             rows.append((min(ns), [lds[k + 1] - lds[k] for k in range(0, len(lds) - 1, 2)]))
         out.append((name, sorted(rows)))
     return out
@@ -61,6 +68,14 @@ def main():
     results = pair_gaps(funcs, args.min_n)
     bad = [] if results else ["no MoE fused kernel found"]
     for name, rows in results:
+        if "Pieces" in name:
+            wide = sum(-gaps[0] for _, gaps in rows)
+            pairs = sum(gaps[1] for _, gaps in rows)
+            print(f"[pairs] {name}: {len(rows)} k-loops with N >= {args.min_n}; {wide} LDS.128, {pairs} LDS.64 (pieces)")
+            if not rows or wide == 0 or pairs != 0:
+                bad.append(f"{name}: the pieces kernel's wide k-loops should hold LDS.128 weight loads and no LDS.64 "
+                           f"({wide} and {pairs}; the parse, or the layout's loads)")
+            continue
         worst = max((g for _, gaps in rows for g in gaps), default=None)
         print(f"[pairs] {name}: {len(rows)} k-loops with N >= {args.min_n}; largest gap {worst}")
         if not rows or worst is None:
