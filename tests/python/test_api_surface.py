@@ -896,6 +896,30 @@ def r_expert_weights(T, env):
     assert np.array_equal(env.host(gx.w13_scales), S.blocked_experts(sc13))
     assert np.array_equal(env.host(gx.w2_scales), S.blocked_experts(sc2))
     assert gx.w13_bias is None and np.array_equal(env.host(gx.w2_bias), bias)
+    # pack_pieces: the same layer on the weights in pieces (GPU: equal bytes on these GPU MODE values, both paths;
+    # host: refused by name -- it packs CUDA tensors)
+    assert T.use(K, gx, "weight_layout") == "rows"
+    if not env.gpu:
+        with pytest.raises(fp4gemm.ArgumentError) as err:
+            T.use(K, gx, "pack_pieces")()
+        assert err.value.argument == "w13"
+        return
+    px = T.use(K, gx, "pack_pieces")()
+    assert px.weight_layout == "pieces" and px.w2_bias is gx.w2_bias and px.w13_scales is gx.w13_scales
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        px.pack_pieces()
+    assert err.value.argument == "weight_layout"
+    with pytest.raises(fp4gemm.ArgumentError) as err:
+        ew.pack_pieces()  # (nvfp4)
+    assert err.value.argument == "format"
+    rows_layer, pieces_layer = gx.layer(max_tokens=12, topk=2), px.layer(max_tokens=12, topk=2)
+    assert "weights in pieces" in pieces_layer.describe()
+    for n in (2, 12):
+        x = S.random_tokens(rng, n, h, "gpumode")
+        ids, wts = S.random_routing(rng, n, e, 2, "uniform", np.int32, False)
+        a = env.host(rows_layer.run(env.dev(x), env.dev(ids), env.dev(wts)))
+        b = env.host(pieces_layer.run(env.dev(x), env.dev(ids), env.dev(wts)))
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16)), f"ExpertWeights.pack_pieces().layer, T {n}"
 
 
 # ---- fp4gemm.ep ---------------------------------------------------------------------------------------------------
