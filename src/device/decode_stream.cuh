@@ -67,18 +67,20 @@ __host__ __device__ __forceinline__ int pair_position_nv(int i) {
   const int e = i & 7, r = e & 3;
   return (i & ~7) | ((e & 4) + (r & 1) * 2 + (r >> 1));
 }
-// MXFP4 weights in pieces (WeightLayout::pieces: per 16 rows and 64-wide k-block 512 bytes, lane (g, c) holding bytes
+// Weights in pieces (WeightLayout::pieces: per 16 rows and 64-wide k-block 512 bytes, lane (g, c) holding bytes
 // 8c..8c+7 of rows g and g + 8): lane c's 32 weights of a 128-wide chunk are elements 16c..16c+15 of the chunk's two
 // k-blocks, so its activations are stored in that order -- lane c's 32 stored elements are k-block 2 ch's 16c..16c+7,
-// 16c+8..+15, then 2 ch + 1's, each 8 in the B pairing.
-__host__ __device__ __forceinline__ int pieces_position(int i) {
+// 16c+8..+15, then 2 ch + 1's, each 8 in the format's pairing (an NVFP4 scale block stays 16 stored elements in a
+// row, so the in-place quantisation of W4A4's intermediate sees the same blocks).
+__host__ __device__ __forceinline__ int pieces_group(int i) {  // where element i's group of 8 is stored
   const int w = i & 127, kbl = w >> 6, c = (w >> 4) & 3, h = (w >> 3) & 1;
-  return (i & ~127) | (32 * c + 8 * (2 * kbl + h) + pair_position(w & 7));
+  return (i & ~127) | (32 * c + 8 * (2 * kbl + h));
 }
+__host__ __device__ __forceinline__ int pieces_position(int i) { return pieces_group(i) | pair_position(i & 7); }
 template <Format F, bool P = false>
 __host__ __device__ __forceinline__ int pair_position_of(int i) {
-  static_assert(!P || F == Format::mxfp4, "the decode kernels read pieces for MXFP4 only");
-  return F == Format::nvfp4 ? pair_position_nv(i) : P ? pieces_position(i) : pair_position(i);
+  if constexpr (P) return pieces_group(i) | (F == Format::nvfp4 ? pair_position_nv(i & 7) : pair_position(i & 7));
+  return F == Format::nvfp4 ? pair_position_nv(i) : pair_position(i);
 }
 
 // Where a unit's activations live: global memory (kernel 2's intermediate rows; a lane past K
@@ -384,12 +386,26 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   // shared-memory write wavefronts, which measured up to 20 % slower. Blocked scales: one atom per
   // chunk (an L2 access each), copied into the ring with the weights, a whole ring ahead.
   unsigned k0g = 0, k0h = 0, k1g = 0, k1h = 0, k2g = 0, k2h = 0;  // the codes of stages sm, sm + 1, sm + 2
+  // NVFP4 in pieces: a row's two codes of a chunk are 4 columns apart (k-blocks 2 ch and 2 ch + 1: one in each of the
+  // chunk's two blocked atoms, 512 bytes apart): linear, two byte loads; blocked, the first through the ring's word and
+  // the second in registers as linear codes travel. Packed as NVFP4 rows' codes are: the first in bits 0-7.
+  constexpr bool kNvPieces = P && F == Format::nvfp4;
+  constexpr bool kCodesInRegisters = L == ScaleLayout::linear || kNvPieces;
   auto shift_codes = [&] {
-    if constexpr (L == ScaleLayout::linear) k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h;
+    if constexpr (kCodesInRegisters) k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h;
   };
   using CodeT = std::conditional_t<F == Format::nvfp4, std::uint16_t, std::uint8_t>;
   auto copy_next = [&] {
-    if constexpr (L == ScaleLayout::linear) {
+    if constexpr (kNvPieces) {
+      const bool live = lleft > live_above, live1 = lleft > live_above1;
+      constexpr int second = L == ScaleLayout::blocked ? 512 : 4;
+      k2g = live1 ? load_code<std::uint8_t>(cur.sg + second) : 0u;
+      k2h = live1 ? load_code<std::uint8_t>(cur.sh + second) : 0u;
+      if constexpr (L == ScaleLayout::linear) {
+        k2g = k2g << 8 | (live ? load_code<std::uint8_t>(cur.sg) : 0u);
+        k2h = k2h << 8 | (live ? load_code<std::uint8_t>(cur.sh) : 0u);
+      }
+    } else if constexpr (L == ScaleLayout::linear) {
       const bool live = lleft > live_above;
       k2g = live ? load_code<CodeT>(cur.sg) : 0u;
       k2h = live ? load_code<CodeT>(cur.sh) : 0u;
@@ -459,7 +475,10 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
         st.wg = p0, st.wh = p1;
       }
     }
-    if constexpr (L == ScaleLayout::blocked && P) {  // (the row's 4 codes of the chunk's columns in one word)
+    if constexpr (L == ScaleLayout::blocked && kNvPieces) {  // (the first code from the ring's word, the second held)
+      st.cg = (*reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & 0xFFu) | k0g << 8;
+      st.ch = (*reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & 0xFFu) | k0h << 8;
+    } else if constexpr (L == ScaleLayout::blocked && P) {  // (MXFP4: the row's 4 codes of the chunk in one word)
       st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & 0x00FF00FFu;
       st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & 0x00FF00FFu;
       if (cleft <= live_above1) st.cg &= 0xFFu, st.ch &= 0xFFu;  // (a k-block past K: its padding columns' codes)

@@ -460,9 +460,11 @@ int resident(const void* kernel, int multiprocessors, int smem) {
 }
 
 // The kernels of a format, weight-scale layout and weight layout (one instantiation each: the scale codes' path is
-// compile-time, so each kernel's loop is one copy of its body; weights in pieces: MXFP4 only).
+// compile-time, so each kernel's loop is one copy of its body).
 template <template <Format, ScaleLayout, bool> class K>
 const void* kernel_of(Format f, bool blocked, bool pieces) {
+  if (f == Format::nvfp4 && pieces)
+    return blocked ? K<Format::nvfp4, ScaleLayout::blocked, true>::get() : K<Format::nvfp4, ScaleLayout::linear, true>::get();
   if (f == Format::nvfp4)
     return blocked ? K<Format::nvfp4, ScaleLayout::blocked, false>::get() : K<Format::nvfp4, ScaleLayout::linear, false>::get();
   if (pieces)
@@ -568,7 +570,9 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   launch(kernel1(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1,
          a.fp4_activations, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
-    fake_quantize(a, a.inter_rows, a.inter_ld, a.inter_rows, a.inter_ld, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, true, s);
+    // (pieces: the stored rows' every block, inter_ld wide -- the k order moves whole NVFP4 blocks, some past I)
+    fake_quantize(a, a.inter_rows, a.inter_ld, a.inter_rows, a.inter_ld, a.tokens * a.topk,
+                  a.weight_pieces ? static_cast<int>(a.inter_ld) : a.inter, a.a2_scale, a.topk, true, s);
   launch(kernel2(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas2), dim3(kThreads), params, a.shape.smem2, true, s);
 }
 
