@@ -304,11 +304,6 @@ void validate_moe_layer(const MoeLayerWeights& w, const MoeLayerOptions& o) {
     fail("options.swiglu_alpha", "must be finite");
   if (o.weight_layout != WeightLayout::rows && o.weight_layout != WeightLayout::pieces)
     fail("options.weight_layout", "unknown weight layout");
-  // (MXFP4 W4A4's decode path quantises its intermediate in place in 32-element blocks, which the pieces' k order
-  // splits: that layer would lose its decode path)
-  if (o.weight_layout == WeightLayout::pieces && o.format == Format::mxfp4 && o.activations == MoeActivation::fp4)
-    fail("options.weight_layout", "the expert layer takes weights in pieces for mxfp4 x bf16 (W4A16) and nvfp4 x nvfp4 "
-                                  "(W4A4) layers; pass an mxfp4 W4A4 layer its weights as rows");
 }
 
 void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, const MoeLayerArgs& a) {
