@@ -64,7 +64,7 @@ struct MoeDeviceScheduleGlu : MoeDeviceSchedule {
   static constexpr bool kGlu = true;
 };
 
-// The same schedules for weights in k-block pieces (WeightLayout::pieces, p.moe.pieces != 0): 3-D weight maps, a
+// The same schedules for weights in k-block pieces (WeightLayout::pieces, p.moe.weight_pieces != 0): 3-D weight maps, a
 // thread's two rows of a k-block in one 16-byte shared load. Instantiations of their own, so the row-major kernels'
 // code is untouched.
 struct MoeDeviceSchedulePieces : MoeDeviceSchedule {
