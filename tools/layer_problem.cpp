@@ -68,7 +68,6 @@ LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int 
   lo.activation = m_.swigluoai ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
   lo.gate_up = m_.swigluoai ? GateUpLayout::interleaved : GateUpLayout::stacked;
   if (options.pieces) {  // the same bytes repacked (fp4gemm::pack_pieces), on `s` after the weights' writes
-    if (!w16_) throw Error("--weight-layout", -1, "pieces: the layer takes them with --act bf16 (W4A16) only");
     const std::size_t b13 = static_cast<std::size_t>(pieces_bytes(2 * I, H)) * E;
     const std::size_t b2 = static_cast<std::size_t>(pieces_bytes(H, I)) * E;
     require_free_memory(b13 + b2, "the weights in pieces");

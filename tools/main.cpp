@@ -56,7 +56,7 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
       ->capture_default_str();
   cmd->add_option("--weight-layout", o.weight_layout,
                   "moe and layer suites: the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces, "
-                  "MoeOptions / MoeLayerOptions::weight_layout; the layer suite with --act bf16 only)")
+                  "MoeOptions / MoeLayerOptions::weight_layout; the layer suite with --act bf16 or nvfp4)")
       ->check(CLI::IsMember({"rows", "pieces"}))
       ->capture_default_str();
   add_data_options(cmd, o);
@@ -147,7 +147,7 @@ CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
                   "runs of at most this many tokens take the decode path (MoeLayerOptions::decode_tokens; 0: never; -1: by the layer)")
       ->check(CLI::Range(-1, 8))->capture_default_str();
   cmd->add_option("--weight-layout", o.weight_layout,
-                  "the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces; --act bf16 only; "
+                  "the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces; --act bf16 or nvfp4; "
                   "MoeLayerOptions::weight_layout)")
       ->check(CLI::IsMember({"rows", "pieces"}))->capture_default_str();
   cmd->add_option("--values", o.values,

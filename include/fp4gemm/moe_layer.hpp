@@ -58,8 +58,8 @@ struct MoeLayerOptions {
   MoeEpilogue activation = MoeEpilogue::silu;   // silu or swigluoai
   GateUpLayout gate_up = GateUpLayout::stacked;  // stacked (vLLM w13) or interleaved (gpt-oss)
   // w13's and w2's layout (fp4gemm/moe.hpp, WeightLayout). pieces: both packed by pack_pieces_gate_up /
-  // pack_pieces (w13 with the gate_up above, which still says the scales' and biases' row order); MXFP4 x bf16
-  // (W4A16) layers only, for now. Faster on both paths (docs/PERF.md).
+  // pack_pieces (w13 with the gate_up above, which still says the scales' and biases' row order). Every format and
+  // activation type. Faster on both paths (docs/PERF.md).
   WeightLayout weight_layout = WeightLayout::rows;
   float swiglu_alpha = kSwigluAlpha, swiglu_limit = kSwigluLimit;
   // W4A4 NVFP4: the activations' global scales (ModelOpt's input_scale of w13 and w2); they fold

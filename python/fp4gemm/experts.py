@@ -113,14 +113,12 @@ class ExpertWeights:
         """These weights with w13 and w2 packed once into the order the kernels read them
         (``fp4gemm.moe.pack_pieces``; w13 with its gate / up order): a new ExpertWeights, ``weight_layout``
         "pieces", whose :meth:`layer` runs on them, 2-5 % faster on gpt-oss-120b's shapes (docs/PERF.md v67).
-        MXFP4 weights (W4A16 layers) on CUDA torch tensors; the scales, globals and biases are shared with this
-        one. After changing the rows in place, pack them again into the new arrays:
+        MXFP4 and NVFP4 weights (every layer) on CUDA torch tensors; the scales, globals and biases
+        are shared with this one. After changing the rows in place, pack them again into the new arrays:
         ``moe.pack_pieces(rows_w13, gate_up, out=packed.w13)``.
         """
         if self.weight_layout != "rows":
             raise _err("weight_layout", f"these weights are already in {self.weight_layout!r}")
-        if self.format != "mxfp4":
-            raise _err("format", "the expert layer takes weights in pieces for mxfp4 (W4A16) layers; keep nvfp4 as rows")
         if not (type(self.w13).__module__.split(".")[0] == "torch" and self.w13.is_cuda):
             raise _err("w13", "pack_pieces packs CUDA torch tensors on their device (load the checkpoint with "
                               "safetensors.torch and move it to the GPU first)")

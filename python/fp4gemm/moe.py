@@ -301,7 +301,7 @@ class MoeLayer:
         combine. Read at every run (in-place updates are seen).
     weight_layout: 'rows' (default: w13 ``[E, 2I, H/2]``, w2 ``[E, H, I/2]``) or 'pieces': both packed by
         :func:`pack_pieces` (w13 with this layer's ``gate_up``), the order the kernels read them in (faster on both
-        paths; MXFP4 x bf16, ``act_format='bf16'``, CUDA arrays only). Weights updated in place are packed again
+        paths; CUDA arrays only). Weights updated in place are packed again
         into the same arrays (``pack_pieces(new_w13, gate_up, out=w13_pieces)``).
     combine: False plans a layer whose every run stops before the combine (``run(...,
         expert_rows=, row_of=)``, as an expert-parallel rank's layer does): no ``[max_tokens * topk,

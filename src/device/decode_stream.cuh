@@ -67,18 +67,20 @@ __host__ __device__ __forceinline__ int pair_position_nv(int i) {
   const int e = i & 7, r = e & 3;
   return (i & ~7) | ((e & 4) + (r & 1) * 2 + (r >> 1));
 }
-// MXFP4 weights in pieces (WeightLayout::pieces: per 16 rows and 64-wide k-block 512 bytes, lane (g, c) holding bytes
+// Weights in pieces (WeightLayout::pieces: per 16 rows and 64-wide k-block 512 bytes, lane (g, c) holding bytes
 // 8c..8c+7 of rows g and g + 8): lane c's 32 weights of a 128-wide chunk are elements 16c..16c+15 of the chunk's two
 // k-blocks, so its activations are stored in that order -- lane c's 32 stored elements are k-block 2 ch's 16c..16c+7,
-// 16c+8..+15, then 2 ch + 1's, each 8 in the B pairing.
-__host__ __device__ __forceinline__ int pieces_position(int i) {
+// 16c+8..+15, then 2 ch + 1's, each 8 in the format's pairing (an NVFP4 scale block stays 16 stored elements in a
+// row, so the in-place quantisation of W4A4's intermediate sees the same blocks).
+__host__ __device__ __forceinline__ int pieces_group(int i) {  // where element i's group of 8 is stored
   const int w = i & 127, kbl = w >> 6, c = (w >> 4) & 3, h = (w >> 3) & 1;
-  return (i & ~127) | (32 * c + 8 * (2 * kbl + h) + pair_position(w & 7));
+  return (i & ~127) | (32 * c + 8 * (2 * kbl + h));
 }
+__host__ __device__ __forceinline__ int pieces_position(int i) { return pieces_group(i) | pair_position(i & 7); }
 template <Format F, bool P = false>
 __host__ __device__ __forceinline__ int pair_position_of(int i) {
-  static_assert(!P || F == Format::mxfp4, "the decode kernels read pieces for MXFP4 only");
-  return F == Format::nvfp4 ? pair_position_nv(i) : P ? pieces_position(i) : pair_position(i);
+  if constexpr (P) return pieces_group(i) | (F == Format::nvfp4 ? pair_position_nv(i & 7) : pair_position(i & 7));
+  return F == Format::nvfp4 ? pair_position_nv(i) : pair_position(i);
 }
 
 // Where a unit's activations live: global memory (kernel 2's intermediate rows; a lane past K
@@ -324,14 +326,22 @@ constexpr int kRingBytes = kStages * kStageBytes;  // per warp
 // them there). The words stay inside the scale tensors: the decode path requires H, I % 32 == 0, so
 // every scale matrix has whole 512-byte atoms. Linear scales: the caller loads the codes (see
 // walk_share).
+// NVFP4 in pieces (blocked): a row's two codes of a chunk sit in the chunk's two atoms (512 bytes apart), in the same
+// byte of each word, and the row's 4 lanes need the same two words: lane c even copies the first atom's word, c odd
+// the second's (live1: the second k-block is live in lane 1), so lanes (g, 0) and (g, 1) hold them side by side.
 template <Format F, ScaleLayout L, bool P, class XS>
-__device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, bool live, int lane) {
+__device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, bool live, bool live1, int lane) {
   cp_async_16(stage + 16 * lane, cur.wg, live);
   cp_async_16(stage + 512 + 16 * lane, cur.wh, live);
   if constexpr (L == ScaleLayout::blocked) {
     constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
-    ptx::cp_async_4(stage + 1024 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sg) & kWord), live);
-    ptx::cp_async_4(stage + 1152 + 4 * lane, reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sh) & kWord), live);
+    constexpr bool kNvPieces = P && F == Format::nvfp4;
+    const int second = kNvPieces && (lane & 1) ? 512 : 0;
+    const bool live_word = kNvPieces && (lane & 1) ? live1 : live;
+    ptx::cp_async_4(stage + 1024 + 4 * lane,
+                    reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sg + second) & kWord), live_word);
+    ptx::cp_async_4(stage + 1152 + 4 * lane,
+                    reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sh + second) & kWord), live_word);
   }
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   constexpr int step = L == ScaleLayout::blocked ? step_blocked : step_linear;
@@ -384,12 +394,21 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   // shared-memory write wavefronts, which measured up to 20 % slower. Blocked scales: one atom per
   // chunk (an L2 access each), copied into the ring with the weights, a whole ring ahead.
   unsigned k0g = 0, k0h = 0, k1g = 0, k1h = 0, k2g = 0, k2h = 0;  // the codes of stages sm, sm + 1, sm + 2
+  // NVFP4 in pieces: a row's two codes of a chunk are 4 columns apart (k-blocks 2 ch and 2 ch + 1): linear, two byte
+  // loads (as close as rows' codes: 8 chunks share a sector); blocked, both words through the ring (copy_chunk). The
+  // second code was first loaded with a byte load per chunk -- a new sector every chunk, never an L1 hit -- and measured
+  // 8-25 % slower than rows at T 1. Packed as NVFP4 rows' codes are: the first in bits 0-7.
+  constexpr bool kNvPieces = P && F == Format::nvfp4;
   auto shift_codes = [&] {
     if constexpr (L == ScaleLayout::linear) k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h;
   };
   using CodeT = std::conditional_t<F == Format::nvfp4, std::uint16_t, std::uint8_t>;
   auto copy_next = [&] {
-    if constexpr (L == ScaleLayout::linear) {
+    if constexpr (kNvPieces && L == ScaleLayout::linear) {
+      const bool live = lleft > live_above, live1 = lleft > live_above1;
+      k2g = (live1 ? load_code<std::uint8_t>(cur.sg + 4) : 0u) << 8 | (live ? load_code<std::uint8_t>(cur.sg) : 0u);
+      k2h = (live1 ? load_code<std::uint8_t>(cur.sh + 4) : 0u) << 8 | (live ? load_code<std::uint8_t>(cur.sh) : 0u);
+    } else if constexpr (L == ScaleLayout::linear) {
       const bool live = lleft > live_above;
       k2g = live ? load_code<CodeT>(cur.sg) : 0u;
       k2h = live ? load_code<CodeT>(cur.sh) : 0u;
@@ -399,7 +418,8 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
         k2h |= (live1 ? load_code<CodeT>(cur.sh + 2) : 0u) << 16;
       }
     }
-    copy_chunk<F, L, P, XS>(ring + sc * kStageBytes, cur, lleft > live_above, lane);
+    copy_chunk<F, L, P, XS>(ring + sc * kStageBytes, cur, lleft > live_above, lleft > (kNvPieces ? live_above1 : live_above),
+                            lane);
     sc = sc + 1 == kStages ? 0 : sc + 1;
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
@@ -459,7 +479,14 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
         st.wg = p0, st.wh = p1;
       }
     }
-    if constexpr (L == ScaleLayout::blocked && P) {  // (the row's 4 codes of the chunk's columns in one word)
+    if constexpr (L == ScaleLayout::blocked && kNvPieces) {  // (the row's two words, copied by lanes (g, 0) and (g, 1))
+      const uint2 wg = *reinterpret_cast<const uint2*>(stage + 1024 + 16 * (lane / 4));
+      const uint2 wh = *reinterpret_cast<const uint2*>(stage + 1152 + 16 * (lane / 4));
+      // (a lane's k-block past K: the word holds padding columns' codes, or was not copied)
+      const unsigned m0 = cleft > live_above ? 0xFFu : 0u, m1 = cleft > live_above1 ? 0xFFu : 0u;
+      st.cg = (wg.x >> shift_g & m0) | (wg.y >> shift_g & m1) << 8;
+      st.ch = (wh.x >> shift_h & m0) | (wh.y >> shift_h & m1) << 8;
+    } else if constexpr (L == ScaleLayout::blocked && P) {  // (MXFP4: the row's 4 codes of the chunk in one word)
       st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & 0x00FF00FFu;
       st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & 0x00FF00FFu;
       if (cleft <= live_above1) st.cg &= 0xFFu, st.ch &= 0xFFu;  // (a k-block past K: its padding columns' codes)

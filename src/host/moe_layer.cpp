@@ -200,7 +200,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
     p.decode_tokens = decode_tokens;
     detail::DecodeLayerArgs& d = p.decode;
-    const bool pieces = o.weight_layout == WeightLayout::pieces;  // (validated: MXFP4 x bf16)
+    const bool pieces = o.weight_layout == WeightLayout::pieces;
     d.shape = detail::decode_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors,
                                    p.decode_tokens, H);
     d.weight_pieces = pieces;

@@ -407,8 +407,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
 
 // W4A4: the activations as the general path's GEMM reads them -- quantised by the layer's rule
 // (global scale gs) and dequantised exactly to bf16 without gs (which the alphas carry) -- in place
-// or into `out`: one thread per block of vec elements of rows [0, rows) (row stride ld).
-template <Format F>
+// or into `out`: one thread per block of vec elements of rows [0, rows) (row stride ld). Pieces (P): the
+// intermediate is stored in the pieces' k order (decode::pair_position_of<F, true>), whose element c of a row the
+// block of c reads and writes where it is (each block a set of distinct positions: in place is safe).
+template <Format F, bool P = false>
 __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
                                                           long long ld_out, int rows, int cols, float gs,
                                                           const int* tokens_at, int k) {
@@ -429,7 +431,7 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
     bool nan = false;
 #pragma unroll
     for (int i = 0; i < vec; ++i) {
-      v[i] = __bfloat162float(in[r * ld_in + c0 + i]);
+      v[i] = __bfloat162float(in[r * ld_in + (P ? decode::pair_position_of<F, true>(c0 + i) : c0 + i)]);
       nan |= v[i] != v[i];
       amax = fmaxf(amax, fabsf(v[i]));
     }
@@ -442,11 +444,11 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
       const std::uint32_t n = quant::element_nibble<F>(v[i], code, gs);
       const float e = (n & 8u) ? -kE2m1[n & 7u] : kE2m1[n & 7u];
       // exact: e2m1 x scale fits bf16 and (NVFP4: e2m1 x E4M3, the decode kernels' f16) f16
+      const long long at = r * ld_out + (P ? decode::pair_position_of<F, true>(c0 + i) : c0 + i);
       if constexpr (F == Format::nvfp4) {
-        const __half h = __float2half_rn(e * scale);
-        reinterpret_cast<__half*>(out)[r * ld_out + c0 + i] = h;
+        reinterpret_cast<__half*>(out)[at] = __float2half_rn(e * scale);
       } else {
-        out[r * ld_out + c0 + i] = __float2bfloat16_rn(e * scale);
+        out[at] = __float2bfloat16_rn(e * scale);
       }
     }
   }
@@ -460,9 +462,11 @@ int resident(const void* kernel, int multiprocessors, int smem) {
 }
 
 // The kernels of a format, weight-scale layout and weight layout (one instantiation each: the scale codes' path is
-// compile-time, so each kernel's loop is one copy of its body; weights in pieces: MXFP4 only).
+// compile-time, so each kernel's loop is one copy of its body).
 template <template <Format, ScaleLayout, bool> class K>
 const void* kernel_of(Format f, bool blocked, bool pieces) {
+  if (f == Format::nvfp4 && pieces)
+    return blocked ? K<Format::nvfp4, ScaleLayout::blocked, true>::get() : K<Format::nvfp4, ScaleLayout::linear, true>::get();
   if (f == Format::nvfp4)
     return blocked ? K<Format::nvfp4, ScaleLayout::blocked, false>::get() : K<Format::nvfp4, ScaleLayout::linear, false>::get();
   if (pieces)
@@ -493,14 +497,17 @@ void launch(const void* kernel, dim3 grid, dim3 block, void** params, int smem, 
 
 // pdl: a programmatic dependent of the stream's previous kernel (which produces `in`).
 void fake_quantize(const DecodeLayerArgs& a, const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
-                   long long ld_out, int rows, int cols, float gs, int k, bool pdl, cudaStream_t s) {
+                   long long ld_out, int rows, int cols, float gs, int k, bool pdl, cudaStream_t s, bool pieces = false) {
   const long long blocks = static_cast<long long>(rows) * (cols / scale_block_size(a.format));
   const unsigned grid = static_cast<unsigned>(std::max<long long>(1, std::min<long long>((blocks + 255) / 256, 1024)));
   const int* tokens_at = a.token_count;
   void* params[] = {&in, &ld_in, &out, &ld_out, &rows, &cols, &gs, &tokens_at, &k};
-  launch(a.format == Format::nvfp4 ? reinterpret_cast<const void*>(fake_quantize_rows<Format::nvfp4>)
-                                   : reinterpret_cast<const void*>(fake_quantize_rows<Format::mxfp4>),
-         dim3(grid), dim3(256), params, 0, pdl, s);
+  const void* kernel = a.format == Format::nvfp4
+                           ? (pieces ? reinterpret_cast<const void*>(fake_quantize_rows<Format::nvfp4, true>)
+                                     : reinterpret_cast<const void*>(fake_quantize_rows<Format::nvfp4>))
+                           : (pieces ? reinterpret_cast<const void*>(fake_quantize_rows<Format::mxfp4, true>)
+                                     : reinterpret_cast<const void*>(fake_quantize_rows<Format::mxfp4>));
+  launch(kernel, dim3(grid), dim3(256), params, 0, pdl, s);
 }
 
 }  // namespace
@@ -568,7 +575,9 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   launch(kernel1(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas1), dim3(kThreads), params, a.shape.smem1,
          a.fp4_activations, s);
   if (a.fp4_activations)  // the intermediate as GEMM2 reads it, in place (pair rows)
-    fake_quantize(a, a.inter_rows, a.inter_ld, a.inter_rows, a.inter_ld, a.tokens * a.topk, a.inter, a.a2_scale, a.topk, true, s);
+    // (pieces: each block's elements where the pieces' k order put them)
+    fake_quantize(a, a.inter_rows, a.inter_ld, a.inter_rows, a.inter_ld, a.tokens * a.topk, a.inter, a.a2_scale, a.topk,
+                  true, s, a.weight_pieces);
   launch(kernel2(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas2), dim3(kThreads), params, a.shape.smem2, true, s);
 }
 

@@ -62,7 +62,7 @@ struct DecodeLayerArgs {
   const __nv_bfloat16* zero_row;  // max(H, I) + 128 zeros: the activations of absent tokens
   unsigned* count_rows;       // [H / 16]: units of each 16-row block stored so far, zero between runs
   DecodeShape shape;
-  // WeightLayout::pieces (MXFP4 only): w13 as [E][I / 8][ceil(H / 128)][1 KB] (8 gate rows and their 8 up rows per
+  // WeightLayout::pieces (MXFP4 x bf16, NVFP4 x NVFP4): w13 as [E][I / 8][ceil(H / 128)][1 KB] (8 gate rows and their 8 up rows per
   // block), w2 as [E][H / 16][ceil(I / 128)][1 KB]; the intermediate rows then stored in the pieces' k order
   // (decode::pieces_position), inter_ld = I rounded up to 128 (zeros past I). (Last: the rows kernels' parameter
   // offsets stay as they were.)

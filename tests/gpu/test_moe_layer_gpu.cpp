@@ -634,23 +634,27 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
     }
 }
 
-// Weights in pieces (MoeLayerOptions::weight_layout, W4A16 MXFP4): both paths (T 1-8 on the decode kernels, T 9-40 on
-// the general path's GEMMs), both gate / up layouts, both scale layouts, H and I not multiples of 128 (the pieces'
-// zero k-block, the decode path's padded intermediate), MXFP4 codes past 128 (the full-range decode): every output of
+// Weights in pieces (MoeLayerOptions::weight_layout; W4A16 MXFP4 and W4A4 NVFP4): both paths (T 1-8 on the decode
+// kernels, T 9-40 on the general path's GEMMs), both gate / up layouts, both scale layouts, H and I not multiples of
+// 128 (the pieces' zero k-block, the decode path's padded intermediate -- quantised in place for W4A4), MXFP4 codes
+// past 128 (the full-range decode): every output of
 // both layers against the reference, two runs the same bytes, and on the general path the pieces layer's bytes the
 // rows layer's. Then the rows rewritten in place with new weights and repacked: the pieces layer sees them.
 TEST(MoeLayerPieces, BothPathsMatchTheRowsLayerAndSeeRepackedUpdates) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
-  for (int v = 0; v < 3; ++v) {
+  for (int v = 0; v < 6; ++v) {  // v 0-2: MXFP4 W4A16; v 3, 4: NVFP4 W4A4 (v 3 blocked, v 4 linear); v 5: MXFP4 W4A4
     LayerCase c;
-    c.format = Format::mxfp4, c.act = MoeActivation::bf16, c.seed = 9600 + v;
-    const bool second = v == 1;
+    const bool nv = v == 3 || v == 4;
+    c.format = nv ? Format::nvfp4 : Format::mxfp4, c.act = v >= 3 ? MoeActivation::fp4 : MoeActivation::bf16;
+    c.seed = 9600 + v;
+    const bool second = v == 1 || v == 4;
     c.activation = second ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
     c.gate_up = second ? GateUpLayout::interleaved : GateUpLayout::stacked;
-    c.scale_layout = v == 2 ? ScaleLayout::linear : ScaleLayout::blocked;
+    c.scale_layout = v == 2 || v == 4 ? ScaleLayout::linear : ScaleLayout::blocked;
     c.experts = second ? 16 : 8, c.topk = second ? 4 : 2;
-    c.hidden = v == 0 ? 288 : v == 1 ? 352 : 256, c.inter = v == 0 ? 160 : v == 1 ? 96 : 128;
-    if (v == 0) c.w13_code_max = 130;
+    c.hidden = v % 3 == 0 ? 288 : v % 3 == 1 ? 352 : 256, c.inter = v % 3 == 0 ? 160 : v % 3 == 1 ? 96 : 128;
+    if (v == 0 || v == 5) c.w13_code_max = 130;
+    if (v == 5) c.hidden = 352, c.inter = 96;  // (MXFP4 W4A4: a 32-element block of the intermediate past 64)
     c.max_tokens = 40, c.padded = second, c.biases = second, c.alphas = !second, c.graph_cache = 0;
     LayerCase cp = c;
     cp.pieces = true;
@@ -699,15 +703,6 @@ TEST(MoeLayerPieces, BothPathsMatchTheRowsLayerAndSeeRepackedUpdates) {
     }
     EXPECT_NO_THROW(P->layer->check(s));
     FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
-  }
-  // Pieces are for W4A16 MXFP4 layers only so far (the NVFP4 and W4A4 decode kernels read rows): refused by name.
-  LayerCase nv;
-  nv.pieces = true;
-  try {
-    make_layer(nv);
-    ADD_FAILURE() << "an NVFP4 W4A4 layer took weights in pieces";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), "options.weight_layout") << e.what();
   }
 }
 

@@ -909,9 +909,10 @@ def r_expert_weights(T, env):
     with pytest.raises(fp4gemm.ArgumentError) as err:
         px.pack_pieces()
     assert err.value.argument == "weight_layout"
-    with pytest.raises(fp4gemm.ArgumentError) as err:
-        ew.pack_pieces()  # (nvfp4)
-    assert err.value.argument == "format"
+    pe = ew.pack_pieces()  # NVFP4 W4A4: the checkpoint's alphas and input scales, the same bytes as the rows layer
+    y_rows = env.host(ew.layer(max_tokens=8, topk=2).run(env.dev(x), env.dev(ids), env.dev(wts)))
+    y_pieces = env.host(pe.layer(max_tokens=8, topk=2).run(env.dev(x), env.dev(ids), env.dev(wts)))
+    assert np.array_equal(y_rows.view(np.uint16), y_pieces.view(np.uint16)), "NVFP4 ExpertWeights.pack_pieces().layer"
     rows_layer, pieces_layer = gx.layer(max_tokens=12, topk=2), px.layer(max_tokens=12, topk=2)
     assert "weights in pieces" in pieces_layer.describe()
     for n in (2, 12):

@@ -304,10 +304,6 @@ void validate_moe_layer(const MoeLayerWeights& w, const MoeLayerOptions& o) {
     fail("options.swiglu_alpha", "must be finite");
   if (o.weight_layout != WeightLayout::rows && o.weight_layout != WeightLayout::pieces)
     fail("options.weight_layout", "unknown weight layout");
-  // (the decode kernels read pieces for MXFP4 x bf16 only so far: other layers would lose their decode path)
-  if (o.weight_layout == WeightLayout::pieces && (o.format != Format::mxfp4 || o.activations != MoeActivation::bf16))
-    fail("options.weight_layout", "the expert layer takes weights in pieces with mxfp4 weights x bf16 activations "
-                                  "(W4A16) only; pass nvfp4 or W4A4 layers their weights as rows");
 }
 
 void check_moe_layer_args(const MoeLayerWeights& w, const MoeLayerOptions& o, const MoeLayerArgs& a) {
