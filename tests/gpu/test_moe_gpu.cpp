@@ -7,6 +7,8 @@
 //                  capacity exactly full, rows outside the routing untouched, empty routings,
 //                  E = 1 and E = 512, token-tile edges, both narrow-tile widths
 //   MoeRandom      320 random routings on 80 random weight sets (E 1..512, rows per expert 0..8192)
+//   MoeRandomPieces 40 of those shapes on weights in pieces (N, K rounded up), 2 routings each, also
+//                  bit for bit against the rows plan
 //   MoeGraph       one captured run replayed 1000 times, each with a new routing, new activations
 //                  (and new device alphas) written into the same buffers, every replay checked
 //   MoeDeterminism, MoeStreams
@@ -764,6 +766,43 @@ TEST_P(MoeRandom, RoutingsMatchTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, MoeRandom, ::testing::Range(0, kMoeRandomSets));
+
+// The random tier on weights in pieces: random_moe_config's shapes with N rounded up to 16, K to 32 and dense rows
+// (what pack_pieces packs), both scale layouts and formats, masked and gathered layouts; each routing checked against
+// the reference (two poisons, every element, guard bands) and bit for bit against the rows plan of the same weights.
+class MoeRandomPieces : public ::testing::TestWithParam<int> {};
+
+TEST_P(MoeRandomPieces, RoutingsMatchTheReferenceAndTheRowsPlan) {
+  REQUIRE_FAST_KERNEL();
+  const std::uint64_t seed = kMoeRandomSeed0 + 7919 + static_cast<std::uint64_t>(GetParam());
+  MoeConfig cfg = random_moe_config(seed, 1.0e7);
+  cfg.n = (cfg.n + 15) / 16 * 16, cfg.k = (cfg.k + 31) / 32 * 32, cfg.padded = false;
+  SCOPED_TRACE("random_moe_config(" + std::to_string(seed) + ") in pieces: " + cfg.describe());
+  const MoeWeightSet ws(cfg);
+  const std::int64_t bytes = pieces_bytes(cfg.n, cfg.k);
+  DeviceBuffer d_pieces(static_cast<std::size_t>(bytes * cfg.experts));
+  FP4GEMM_TEST_CUDA(cudaMemset(d_pieces.get(), 0x5A, static_cast<std::size_t>(bytes * cfg.experts)));
+  pack_pieces(ws.device_w(), d_pieces.get(), cfg.experts, cfg.n, cfg.k);
+  MoeWeights w = ws.weights();
+  w.w = d_pieces.get(), w.ldw = 0, w.expert_stride = 0;
+  MoeOptions o = ws.options();
+  o.weight_layout = WeightLayout::pieces;
+  const MoeGemm plan(w, o), rows(ws.weights(), ws.options());
+  const MoeBuffers buffers(ws);
+  std::mt19937_64 rng(cfg.seed ^ 0x3C6EF372FE94F82Bull);
+  for (int j = 0; j < 2; ++j) {
+    const auto kind = static_cast<RoutingKind>((GetParam() * 2 + j) % kRoutingKinds);
+    const MoeInputs in = make_inputs(ws, rng, make_routing(cfg, rng, kind));
+    EXPECT_TRUE(run_and_check(plan, ws, buffers, in)) << "routing " << in.routing.describe();
+    const std::vector<std::uint8_t> got = buffers.download_c(nullptr);
+    EXPECT_TRUE(run_and_check(rows, ws, buffers, in));
+    EXPECT_TRUE(buffers.download_c(nullptr) == got) << "the pieces plan's bytes differ from the rows plan's, routing "
+                                                    << in.routing.describe();
+  }
+  EXPECT_NO_THROW(plan.check(nullptr));
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, MoeRandomPieces, ::testing::Range(0, 40));
 
 // ---------------------------------------------------------------------------------------------
 // CUDA graphs: one capture, replays with a new routing each time
