@@ -60,6 +60,26 @@ def _experts_modules(model):
     return sum(1 for m in model.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "num_experts"))
 
 
+def _rows_of_pieces(p, rows, k, gate_up):
+    """fp4gemm.moe.pack_pieces' layout undone, from its definition (NumPy): pieces [E, rows/16, ceil(k/128), 1024]
+    -> packed rows [E, rows, k/2]. A piece is [32 lanes][16 B]; lane 4g + c holds bytes 8c..8c+7 of its 64-wide
+    k-block of block row g (its first 8 bytes) and g + 8; a GLU's w13 block b holds gate rows 8b..8b+7, then their up
+    rows (stacked: I + 8b + g; interleaved: 2(8b + g) + 1)."""
+    e, blocks, chunks = p.shape[:3]
+    x = p.reshape(e, blocks, 2 * chunks, 8, 4, 2, 8)  # [e, b, kb, g, c, half, j]
+    y = x.transpose(0, 1, 5, 3, 2, 4, 6).reshape(e, blocks, 16, 2 * chunks * 32)[..., : k // 2]  # [e, b, 8 half + g, .]
+    if gate_up is None:
+        return np.ascontiguousarray(y.reshape(e, rows, k // 2))
+    inter = rows // 2
+    gate, up = y[:, :, :8].reshape(e, inter, k // 2), y[:, :, 8:].reshape(e, inter, k // 2)
+    out = np.empty((e, rows, k // 2), np.uint8)
+    if gate_up == "stacked":
+        out[:, :inter], out[:, inter:] = gate, up
+    else:
+        out[:, 0::2], out[:, 1::2] = gate, up
+    return out
+
+
 def _dequantised_into(ref, q):
     """The FP4 weights the fp4gemm layers hold, dequantised (exactly: e2m1 x 2^e is a bf16), into
     ref's experts in transformers' own layout."""
@@ -70,6 +90,13 @@ def _dequantised_into(ref, q):
             continue
         p13, s13, p2, s2 = (x.cpu().numpy() if hasattr(x, "cpu") else x for x in t[:4])
         e = p13.shape[0]
+        if getattr(mq, "_fp4gemm_weight_layout", "rows") == "pieces":  # back to rows and linear scales
+            h = p2.shape[1] * 16
+            i = p13.shape[1] * 8
+            gate_up = "stacked" if getattr(mq, "is_concatenated", True) else "interleaved"
+            p13, p2 = _rows_of_pieces(p13, 2 * i, h, gate_up), _rows_of_pieces(p2, h, i, None)
+            s13 = np.stack([fp4gemm.blocked_to_linear(s13[x], 2 * i, h // 32) for x in range(e)])
+            s2 = np.stack([fp4gemm.blocked_to_linear(s2[x], h, i // 32) for x in range(e)])
 
         def dq(p, s):
             rows, half = p.shape[1], p.shape[2]

@@ -227,11 +227,14 @@ def _compare(loaded, own_layers, ref, device, layer_rel, faithful):
     logits_against_references(ref, got, ids, max_rel=0.1 if faithful else 0.5, faithful=faithful, tag="checkpoint")
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_gpt_oss_mxfp4_checkpoint_loads_as_it_is(tmp_path, device):
+@pytest.mark.parametrize("device,layout", [(d, None) for d in DEVICES] + [(d, "pieces") for d in DEVICES if d == "cuda"])
+def test_gpt_oss_mxfp4_checkpoint_loads_as_it_is(tmp_path, device, layout):
+    """layout 'pieces' (from_pretrained(weight_layout="pieces")): the module keeps the checkpoint's tensors, its layer
+    runs on a packed copy (pieces, blocked scales) whose bytes are fp4gemm.moe.pack_pieces' of those tensors."""
     rng = np.random.default_rng()
     path, sd, ref = _gpt_oss(tmp_path, rng)
-    loaded = _load(fp4hf.from_pretrained, path, device)
+    load = fp4hf.from_pretrained if layout is None else (lambda *a, **k: fp4hf.from_pretrained(*a, weight_layout=layout, **k))
+    loaded = _load(load, path, device)
     holders = _holders(loaded)
     assert len(holders) == 2
     for li, m in enumerate(holders):
@@ -240,6 +243,15 @@ def test_gpt_oss_mxfp4_checkpoint_loads_as_it_is(tmp_path, device):
                      "gate_up_proj_bias", "down_proj_bias"):
             assert torch.equal(getattr(m, name).cpu(), sd[p + name]), name
         assert "swigluoai" in m._fp4gemm_layer.describe() or m._fp4gemm_layer.on_host
+        assert ("weights in pieces" in m._fp4gemm_layer.describe()) == (layout == "pieces")
+        if layout == "pieces":
+            e, i2, h = m.num_experts, 2 * m.intermediate_dim, m.hidden_dim
+            w13, s13, w2, s2 = m._fp4gemm_packed
+            assert torch.equal(w13, fp4gemm.moe.pack_pieces(m.gate_up_proj_blocks.view(e, i2, h // 2), "interleaved"))
+            assert torch.equal(w2, fp4gemm.moe.pack_pieces(m.down_proj_blocks.view(e, h, i2 // 4)))
+            for blocked, linear in ((s13, m.gate_up_proj_scales), (s2, m.down_proj_scales)):
+                want = np.stack([fp4gemm.linear_to_blocked(x) for x in linear.cpu().numpy()])
+                assert np.array_equal(blocked.cpu().numpy(), want)
     own = []
     for li in range(2):
         tensors = {k: (v.to(device) if device == "cuda" else v.numpy() if v.dtype != torch.bfloat16 else v.float().numpy())

@@ -100,3 +100,46 @@ def test_compiled_experts_and_cuda_graphs():
             want = experts(x, top, w)
             assert torch.equal(full(x, top, w), want), t
             assert torch.equal(graphs(x, top, w).clone(), want), t
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "gpt_oss"])
+def test_weight_layout_pieces_by_default_and_rows_on_request(arch):
+    """quantize_experts' default for W4A16 on CUDA: the experts in pieces with blocked scales, byte for byte
+    fp4gemm.moe.pack_pieces of the rows weight_layout="rows" keeps (the same quantiser's output) and the library's
+    blocked relayout of its scales; both layers agree on a prompt batch (general path) and on single tokens (decode
+    path), each a different kernel pair; bad weight_layout values named."""
+    ref = _model(arch)
+    rows, pieces = copy.deepcopy(ref), copy.deepcopy(ref)
+    n = fp4hf.quantize_experts(rows, free_bf16=False, weight_layout="rows")
+    assert fp4hf.quantize_experts(pieces, free_bf16=False) == n > 0
+    pairs = [(a, b) for a, b in zip(rows.modules(), pieces.modules()) if hasattr(a, "_fp4gemm_tensors")]
+    assert len(pairs) == n
+    for a, b in pairs:
+        assert a._fp4gemm_weight_layout == "rows" and b._fp4gemm_weight_layout == "pieces"
+        assert "weights in pieces" in b._fp4gemm_layer.describe()
+        assert "weights in pieces" not in a._fp4gemm_layer.describe()
+        gate_up = "stacked" if getattr(a, "is_concatenated", True) else "interleaved"
+        p13, s13, p2, s2 = a._fp4gemm_tensors[:4]
+        q13, t13, q2, t2 = b._fp4gemm_tensors[:4]
+        assert torch.equal(q13, fp4gemm.moe.pack_pieces(p13, gate_up)) and torch.equal(q2, fp4gemm.moe.pack_pieces(p2))
+        for blocked, linear in ((t13, s13), (t2, s2)):
+            want = np.stack([fp4gemm.linear_to_blocked(x) for x in linear.cpu().numpy()])
+            assert np.array_equal(blocked.cpu().numpy(), want)
+    g = torch.Generator(device="cuda").manual_seed(int(np.random.default_rng().integers(1 << 30)))
+    ids = torch.randint(0, ref.config.vocab_size, (2, 16), generator=g, device="cuda")
+    with torch.no_grad():
+        la, lb = rows(ids).logits.float(), pieces(ids).logits.float()
+    assert torch.isfinite(lb).all() and float((la - lb).norm() / la.norm()) < 1e-2
+    for a, b in pairs:  # single tokens: the decode path on both
+        k, h = ref.config.num_experts_per_tok, ref.config.hidden_size
+        for _ in range(3):
+            x = torch.randn((1, h), generator=g, device="cuda").to(torch.bfloat16)
+            top = torch.randperm(a.num_experts, generator=g, device="cuda")[:k][None]
+            w = torch.softmax(torch.randn((1, k), generator=g, device="cuda"), -1).to(torch.bfloat16)
+            with torch.no_grad():
+                ya, yb = a(x, top, w).float(), b(x, top, w).float()
+            assert torch.isfinite(yb).all() and float((ya - yb).norm() / ya.norm().clamp_min(1e-30)) < 1e-2
+    for bad in ("tiles", 1):
+        with pytest.raises(fp4gemm.ArgumentError) as err:
+            fp4hf.quantize_experts(copy.deepcopy(ref), weight_layout=bad)
+        assert err.value.argument == "weight_layout"

@@ -23,13 +23,48 @@ def test_import_is_light():
 @pytest.mark.parametrize("kwargs,argument", [(dict(weights="int4"), "weights"),
                                              (dict(activations="fp8"), "activations"),
                                              (dict(weights="nvfp4", activations="bf16"), "activations"),
-                                             (dict(weights="nvfp4", activations="fp4"), "a1_scale")])
+                                             (dict(weights="nvfp4", activations="fp4"), "a1_scale"),
+                                             (dict(weight_layout="tiles"), "weight_layout")])
 def test_bad_arguments_named_first(kwargs, argument):
     from fp4gemm.integrations import transformers as fp4hf
 
     with pytest.raises(fp4gemm.ArgumentError) as err:
         fp4hf.quantize_experts(object(), **kwargs)
     assert err.value.argument == argument
+
+
+def test_blocked_scales_are_the_librarys_blocked_layout():
+    """The integration's scale relayout for weights in pieces (NumPy here; the same view / permute on torch tensors
+    on the GPU tier) against fp4gemm.linear_to_blocked, expert by expert, at shapes with partial atoms."""
+    import numpy as np
+
+    from fp4gemm.integrations import transformers as fp4hf
+
+    rng = np.random.default_rng()
+    for e, rows, cols in ((3, 256, 90), (2, 200, 7), (1, 128, 4), (4, 2880, 90)):
+        s = rng.integers(0, 256, (e, rows, cols), dtype=np.uint8)
+        got = fp4hf._blocked_scales(s)
+        want = np.stack([fp4gemm.linear_to_blocked(s[i]) for i in range(e)])
+        assert got.shape == want.shape and np.array_equal(got, want), (e, rows, cols)
+
+
+def test_pieces_where_they_apply():
+    """weight_layout None: pieces for W4A16 on CUDA where H and I pack, rows otherwise (an FP4 checkpoint: rows unless
+    asked); 'pieces' refused by name on the CPU (quantize_experts) and for shapes that do not pack."""
+    from fp4gemm.integrations import transformers as fp4hf
+
+    assert fp4hf._pieces(None, "bf16", True, 2880, 2880)
+    assert not fp4hf._pieces(None, "fp4", True, 2880, 2880)
+    assert not fp4hf._pieces(None, "bf16", False, 2880, 2880)
+    assert not fp4hf._pieces(None, "bf16", True, 2880, 2880, checkpoint=True)
+    assert not fp4hf._pieces(None, "bf16", True, 2880, 48)
+    assert fp4hf._pieces("pieces", "fp4", True, 2048, 768, checkpoint=True)
+    assert not fp4hf._pieces("pieces", "bf16", False, 2048, 768, checkpoint=True)  # (the CPU: rows until moved)
+    assert not fp4hf._pieces("rows", "bf16", True, 2048, 768)
+    for args, kw in ((("pieces", "bf16", False, 2048, 768), {}), (("pieces", "bf16", True, 2048, 48), {})):
+        with pytest.raises(fp4gemm.ArgumentError) as err:
+            fp4hf._pieces(*args, **kw)
+        assert err.value.argument == "weight_layout"
 
 
 def test_forward_of_an_unconverted_module_is_named():
