@@ -3,7 +3,7 @@ fp4gemm, against the same model with transformers' own bf16 experts (grouped_mm,
 one run.
 
     python bench/hf_e2e.py [--models gpt-oss,qwen3] [--layers 4] [--batches 1,8,64,256] [--prefill 2048]
-                           [--reps 50] [--json FILE]
+                           [--reps 50] [--json FILE] [--layouts default|rows,pieces] [--peers 1|0]
 
 Models: gpt-oss-120b and Qwen3-30B-A3B layer shapes (hidden, experts, top-k, heads as the real
 models), a few layers, random weights (bf16; fp4gemm quantises the experts to MXFP4, W4A16).
@@ -122,13 +122,17 @@ def main():
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--layouts", default="default",
+                    help="fp4gemm's weight_layout, one run each: 'default' (quantize_experts' choice) or a list of "
+                         "rows / pieces (e.g. rows,pieces: the same quantised experts in both layouts)")
+    ap.add_argument("--peers", type=int, default=1, help="0: skip transformers' own experts (and the null run)")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     results = {"gpu": torch.cuda.get_device_name(), "layers": args.layers, "context": args.context, "models": {}}
     for name in args.models.split(","):
         model = build(name, args.layers)
         row = {}
-        for impl in ("grouped_mm", "batched_mm", "null"):
+        for impl in ("grouped_mm", "batched_mm", "null") if args.peers else ():
             model.set_experts_implementation(impl)
             for b in batches:
                 if impl == "batched_mm" and b > 64:  # (a weight matrix gathered per token and pair: GBs)
@@ -137,19 +141,28 @@ def main():
                 row[f"{impl}_decode_us_b{b}"] = decode_step_us(model, b, args.context, args.reps)
             if impl == "grouped_mm":  # (batched_mm gathers a weight matrix per token and pair: no prefill)
                 row[f"{impl}_prefill_ms"] = prefill_ms(model, args.prefill)
-        n = fp4hf.quantize_experts(model)  # MXFP4 W4A16, the bf16 expert weights freed
-        print(f"{name}: {n} experts modules converted to fp4gemm", flush=True)
-        for b in batches:
-            row[f"fp4gemm_decode_us_b{b}"] = decode_step_us(model, b, args.context, args.reps)
-        row["fp4gemm_prefill_ms"] = prefill_ms(model, args.prefill)
+        layouts = args.layouts.split(",")
+        for li, layout in enumerate(layouts):  # MXFP4 W4A16, the bf16 expert weights freed after the last
+            n = fp4hf.quantize_experts(model, free_bf16=li == len(layouts) - 1,
+                                       weight_layout=None if layout == "default" else layout)
+            tag = "fp4gemm" if layout == "default" else f"fp4gemm_{layout}"
+            tag += f"_{li}" if layouts.count(layout) > 1 else ""  # (rows,pieces,rows,pieces: alternating rounds)
+            print(f"{name}: {n} experts modules converted to fp4gemm ({layout})", flush=True)
+            for b in batches:
+                row[f"{tag}_decode_us_b{b}"] = decode_step_us(model, b, args.context, args.reps)
+            row[f"{tag}_prefill_ms"] = prefill_ms(model, args.prefill)
         results["models"][name] = row
         del model
         torch.cuda.empty_cache()
         print(f"\n== {name}, {args.layers} layers, {results['gpu']} ==")
-        print(f"{'experts':12s}" + "".join(f"  decode b{b} tok/s" for b in batches) + f"  prefill {args.prefill} ms"
+        print(f"{'experts':14s}" + "".join(f"  decode b{b} tok/s" for b in batches) + f"  prefill {args.prefill} ms"
               + "".join(f"  experts share b{b}" for b in batches))
-        for impl in ("fp4gemm", "grouped_mm", "batched_mm"):
-            line = f"{impl:12s}"
+        tags = [("fp4gemm" if x == "default" else f"fp4gemm_{x}") + (f"_{i}" if layouts.count(x) > 1 else "")
+                for i, x in enumerate(layouts)]
+        for impl in tags + ["grouped_mm", "batched_mm"]:
+            if f"{impl}_decode_us_b{batches[0]}" not in row:
+                continue
+            line = f"{impl:14s}"
             for b in batches:
                 us = row.get(f"{impl}_decode_us_b{b}")
                 line += f"  {b / us * 1e6:17.0f}" if us else f"  {'-':>17s}"
@@ -157,7 +170,8 @@ def main():
             line += f"  {pre:16.2f}" if pre is not None else f"  {'-':>16s}"
             for b in batches:
                 us = row.get(f"{impl}_decode_us_b{b}")
-                line += f"  {1 - row[f'null_decode_us_b{b}'] / us:17.2f}" if us else f"  {'-':>17s}"
+                null = row.get(f"null_decode_us_b{b}")
+                line += f"  {1 - null / us:17.2f}" if us and null else f"  {'-':>17s}"
             print(line)
     if args.json:
         with open(args.json, "w") as f:
