@@ -4,6 +4,7 @@
 // covers the CLI's argument errors.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include "cli_run.hpp"
@@ -16,10 +17,14 @@ const std::string kCli = cli_path(FP4GEMM_CLI_PATH);
 
 CliResult run_cli(const std::string& args) { return run_cli_at(kCli, args); }
 
+// The built CLI's path is compiled in; a test binary copied to another machine without its build tree has none there.
+bool cli_present() { return std::ifstream(kCli).good(); }
+
 bool fast_kernel_available() { return device_count() > 0 && device_info().has_fast_kernel; }
 
 TEST(CliGpu, DualCheckPasses) {
   if (kCli.empty()) GTEST_SKIP() << "the CLI was not built (FP4GEMM_BUILD_CLI off)";
+  if (!cli_present()) GTEST_SKIP() << "no CLI at " << kCli << " (a test binary carried without its build: set FP4GEMM_CLI)";
   if (!fast_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the dual GEMM needs H100/H200";
   for (const char* act : {"silu", "swigluoai"}) {
     const CliResult r = run_cli(std::string("dual --mnkl 128,256,512,2 --check --iters 2 --warmup 1 --activation ") + act);
@@ -30,6 +35,7 @@ TEST(CliGpu, DualCheckPasses) {
 
 TEST(CliGpu, MoeCheckPasses) {
   if (kCli.empty()) GTEST_SKIP() << "the CLI was not built (FP4GEMM_BUILD_CLI off)";
+  if (!cli_present()) GTEST_SKIP() << "no CLI at " << kCli << " (a test binary carried without its build: set FP4GEMM_CLI)";
   if (!fast_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE GEMM needs H100/H200";
   for (const std::string act : {"nvfp4 --values gpumode", "mxfp4 --routing skewed", "bf16 --routing one-hot"}) {
     const CliResult r =
@@ -44,6 +50,7 @@ TEST(CliGpu, MoeCheckPasses) {
 // 127 / 128), decode path (T 2) and general path (T 40).
 TEST(CliGpu, LayerRunsOnBothScaleSets) {
   if (kCli.empty()) GTEST_SKIP() << "the CLI was not built (FP4GEMM_BUILD_CLI off)";
+  if (!cli_present()) GTEST_SKIP() << "no CLI at " << kCli << " (a test binary carried without its build: set FP4GEMM_CLI)";
   if (!fast_kernel_available()) GTEST_SKIP() << "no sm_90 GPU: the layer needs H100/H200";
   for (const std::string values : {"gpumode", "checkpoint"})
     for (const std::string tokens : {"2", "40"}) {
