@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
+import gc
 import importlib
 import inspect
 import os
@@ -701,6 +702,21 @@ def r_pack_pieces(T, env):
             got = pieces.run(env.dev(x), env.dev(ids), env.dev(wts))
             env.sync()
             assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"pieces != rows (update {update}, T {n})"
+    # the layer holds its arrays: the caller's pieces dropped and their memory churned, its runs stay right
+    q13, q2 = pack(live[0], c.gate_up), pack(live[2])
+    kept = moe.MoeLayer(q13, live[1], q2, live[3], weight_layout="pieces", **kw)
+    del q13, q2
+    gc.collect()
+    torch.cuda.empty_cache()
+    churn = [torch.full_like(p13, 0x5A), torch.full_like(p2, 0x5A)]  # (likely the freed blocks, were they freed)
+    for n in (1, 12):
+        x = S.random_tokens(rng, n, c.h, "gpumode")
+        ids, wts = S.random_routing(rng, n, c.e, 2, "uniform", np.int32, False)
+        want = rows.run(env.dev(x), env.dev(ids), env.dev(wts))
+        got = kept.run(env.dev(x), env.dev(ids), env.dev(wts))
+        env.sync()
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"pieces layer after its arrays were dropped, T {n}"
+    del churn, kept
     for call, arg in ((lambda: pack(live[0], "separate"), "gate_up"), (lambda: pack(live[0][:, :72].contiguous()), "w"),
                       (lambda: pack(live[0], out=p2), "out"), (lambda: pack(t.w13), "w"),
                       (lambda: moe.MoeLayer(p13, live[1], live[2], live[3], weight_layout="pieces", **kw), "w2"),
