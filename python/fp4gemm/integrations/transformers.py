@@ -201,9 +201,9 @@ def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2
 def _pieces(weight_layout: Optional[str], activations: str, on_cuda: bool, hidden: int, inter: int,
             checkpoint: bool = False) -> bool:
     """Whether a layer runs on weights in pieces (fp4gemm.moe.pack_pieces; blocked scales). None: where it measured
-    faster at every token count on an H200 (docs/PERF.md v67-v68): W4A16 on CUDA, for experts fp4gemm quantised
-    itself (an FP4 checkpoint's experts stay the checkpoint's tensors unless asked: pieces are a second copy), where
-    the shapes pack (H and I multiples of 32)."""
+    faster or level at every token count on an H200 (layer suite median -1.7 %, no cell over +1.3 %; docs/PERF.md
+    v67-v68): W4A16 on CUDA, for experts fp4gemm quantised itself (an FP4 checkpoint's experts stay the checkpoint's
+    tensors unless asked: pieces are a second copy), where the shapes pack (H and I multiples of 32)."""
     packable = hidden % 32 == 0 and inter % 32 == 0
     if weight_layout == "pieces" and not on_cuda and not checkpoint:
         raise _argument_error("weight_layout", "weights in pieces run on CUDA devices only (the host reference reads "
@@ -409,7 +409,7 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
     ones (the layer holds the FP4 copies). weight_layout: the FP4 experts as the layer reads them,
     ``"rows"`` or ``"pieces"`` (``fp4gemm.moe.pack_pieces`` with blocked scales: 2-5 % faster on the
     decode path, up to 4 % on the general path; CUDA only); None (default): pieces for W4A16 on CUDA,
-    where they measured faster at every token count, rows otherwise. A module whose activation
+    where they measured faster or level at every token count, rows otherwise. A module whose activation
     fp4gemm does not have is left as it is (a warning says which)."""
     _check_options(weights, activations, a1_scale, a2_scale, max_tokens, decode_tokens, weight_layout=weight_layout)
     act_format = "bf16" if activations == "bf16" else weights
