@@ -16,6 +16,9 @@
 //          the new k32 sum combine (compared with the correctly rounded FP32 of C + sum).
 // Data: uniform (every e2m1 code), cancel (mostly +-6 x +-6 with random signs, a few +-0.5: large partials that
 // cancel to small sums), edge (31 products of 36 and one of 1/4: the 13-bit case), small (+-0.5 x +-0.5 and zeros).
+// Encodings: e4m3 (each e2m1 value's own e4m3 byte) and raw (the nibble's bits dropped into the byte, sign to bit 7,
+// E E M to bits 4-2: the e2m1 value times 2^-6 in e4m3, subnormal 0.5 included -- two shifts and a few LOP3 per 8
+// weights, the conversion a fast path would use; every product then carries 2^-12, the smallest 2^-14).
 // Build: nvcc -std=c++17 -O2 -arch=sm_90a bench/micro/wgmma_fp8_exactness.cu -o wgmma_fp8_exactness
 // Run:   ./wgmma_fp8_exactness [tiles]   (prints mismatch counts and the first mismatch of each mode; exit 0 either
 //        way: it is a probe)
@@ -40,6 +43,8 @@ std::uint8_t e2m1_as_e4m3(int code) {
   static constexpr std::uint8_t m[8] = {0x00, 0x30, 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C};
   return static_cast<std::uint8_t>(m[code & 7] | (code & 8 ? 0x80 : 0x00));
 }
+// the raw placement: e2m1 x 2^-6 as e4m3 (E = 0: e4m3 subnormal M x 2^-7 = (M x 0.5) x 2^-6)
+std::uint8_t e2m1_raw_e4m3(int code) { return static_cast<std::uint8_t>(((code & 7) << 2) | (code & 8 ? 0x80 : 0x00)); }
 // twice the e2m1 value (an integer): 0, 1, 2, 3, 4, 6, 8, 12
 int e2m1_twice(int code) {
   static constexpr int m[8] = {0, 1, 2, 3, 4, 6, 8, 12};
@@ -161,11 +166,13 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&dD, static_cast<std::size_t>(tiles) * 4 * kM * kN * sizeof(float)));
   std::vector<float> D(static_cast<std::size_t>(tiles) * 4 * kM * kN);
   long long total_bad = 0;
+  for (const bool raw : {false, true})
   for (const char* kind : {"uniform", "cancel", "edge", "small"}) {
     const Data data = draw(rng, tiles, kind);
     std::vector<std::uint8_t> a(data.ca.size()), b(data.cb.size());
-    for (std::size_t i = 0; i < a.size(); ++i) a[i] = e2m1_as_e4m3(data.ca[i]);
-    for (std::size_t i = 0; i < b.size(); ++i) b[i] = e2m1_as_e4m3(data.cb[i]);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = raw ? e2m1_raw_e4m3(data.ca[i]) : e2m1_as_e4m3(data.ca[i]);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = raw ? e2m1_raw_e4m3(data.cb[i]) : e2m1_as_e4m3(data.cb[i]);
+    const double unit = raw ? std::ldexp(0.25, -12) : 0.25;  // one quarter, times 2^-12 in the raw encoding
     CK(cudaMemcpy(dA, a.data(), a.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dB, b.data(), b.size(), cudaMemcpyHostToDevice));
     // exact sums in units of 1/4 (products of twice-values): per tile, step, row, column
@@ -179,7 +186,7 @@ int main(int argc, char** argv) {
     for (int mode = 0; mode < 3; ++mode) {
       const int cjs[4] = {10, 14, 18, 22};
       for (int ci = 0; ci < (mode == 2 ? 4 : 1); ++ci) {
-        const double c0 = mode == 2 ? std::ldexp(1.0, cjs[ci]) + 0.25 : 0.0;
+        const double c0 = mode == 2 ? std::ldexp(1.0, cjs[ci] - (raw ? 12 : 0)) + unit : 0.0;
         CK(cudaMemset(dD, 0xFF, D.size() * sizeof(float)));  // NaN poison
         tiles_kernel<<<tiles, 128>>>(dA, dB, dD, mode, static_cast<float>(c0));
         CK(cudaGetLastError());
@@ -195,20 +202,21 @@ int main(int argc, char** argv) {
                 const long long q = mode == 0 ? exact(t, s, s + 1, r, n) : mode == 1 ? exact(t, 0, 4, r, n) : exact(t, 0, 1, r, n);
                 max_q = std::max(max_q, q < 0 ? -q : q);
                 // the FP32 value the sum should have: exact (|q| / 4 < 2^24 here), or C + sum rounded once
-                const float want = mode == 2 ? static_cast<float>(c0 + static_cast<double>(q) / 4.0)
-                                             : static_cast<float>(static_cast<double>(q) / 4.0);
+                const float want = mode == 2 ? static_cast<float>(c0 + static_cast<double>(q) * unit)
+                                             : static_cast<float>(static_cast<double>(q) * unit);
                 const float got = D[((static_cast<std::size_t>(t) * 4 + s) * kM + r) * kN + n];
                 ++checked;
                 if (!(got == want)) {
                   if (bad++ == 0)
                     std::snprintf(first, sizeof(first), "tile %d step %d row %d col %d: got %.9g, exact %.9g", t, s, r,
-                                  n, got, mode == 2 ? c0 + q / 4.0 : q / 4.0);
+                                  n, got, mode == 2 ? c0 + q * unit : q * unit);
                 }
               }
         total_bad += bad;
         const char* mname[3] = {"step (k32, C = 0)", "chain (k128)", "big-C (C + k32)"};
-        std::printf("  %-7s %-18s%s: %lld of %lld differ (largest |sum| %.2f)%s%s\n", kind, mname[mode],
-                    mode == 2 ? (std::string(" C=2^") + std::to_string(cjs[ci]) + "+1/4").c_str() : "", bad, checked,
+        std::printf("  %-5s %-7s %-18s%s: %lld of %lld differ (largest |sum| %.2f in e2m1 units)%s%s\n",
+                    raw ? "raw" : "e4m3", kind, mname[mode],
+                    mode == 2 ? (std::string(" C=2^") + std::to_string(cjs[ci]) + "+1/4" + (raw ? " (x2^-12)" : "")).c_str() : "", bad, checked,
                     max_q / 4.0, bad ? "; first: " : "", first);
       }
     }
