@@ -326,6 +326,10 @@ constexpr int kRingBytes = kStages * kStageBytes;  // per warp
 // them there). The words stay inside the scale tensors: the decode path requires H, I % 32 == 0, so
 // every scale matrix has whole 512-byte atoms. Linear scales: the caller loads the codes (see
 // walk_share).
+// NVFP4 weights in pieces: a row's two scale codes of a chunk are 4 columns apart (k-blocks 2 ch and 2 ch + 1).
+template <Format F, bool P>
+inline constexpr bool kNvPieces = P && F == Format::nvfp4;
+
 // NVFP4 in pieces (blocked): a row's two codes of a chunk sit in the chunk's two atoms (512 bytes apart), in the same
 // byte of each word, and the row's 4 lanes need the same two words: lane c even copies the first atom's word, c odd
 // the second's (live1: the second k-block is live in lane 1), so lanes (g, 0) and (g, 1) hold them side by side.
@@ -335,9 +339,8 @@ __device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur,
   cp_async_16(stage + 512 + 16 * lane, cur.wh, live);
   if constexpr (L == ScaleLayout::blocked) {
     constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
-    constexpr bool kNvPieces = P && F == Format::nvfp4;
-    const int second = kNvPieces && (lane & 1) ? 512 : 0;
-    const bool live_word = kNvPieces && (lane & 1) ? live1 : live;
+    const int second = kNvPieces<F, P> && (lane & 1) ? 512 : 0;
+    const bool live_word = kNvPieces<F, P> && (lane & 1) ? live1 : live;
     ptx::cp_async_4(stage + 1024 + 4 * lane,
                     reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sg + second) & kWord), live_word);
     ptx::cp_async_4(stage + 1152 + 4 * lane,
@@ -398,13 +401,12 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   // loads (as close as rows' codes: 8 chunks share a sector); blocked, both words through the ring (copy_chunk). The
   // second code was first loaded with a byte load per chunk -- a new sector every chunk, never an L1 hit -- and measured
   // 8-25 % slower than rows at T 1. Packed as NVFP4 rows' codes are: the first in bits 0-7.
-  constexpr bool kNvPieces = P && F == Format::nvfp4;
   auto shift_codes = [&] {
     if constexpr (L == ScaleLayout::linear) k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h;
   };
   using CodeT = std::conditional_t<F == Format::nvfp4, std::uint16_t, std::uint8_t>;
   auto copy_next = [&] {
-    if constexpr (kNvPieces && L == ScaleLayout::linear) {
+    if constexpr (kNvPieces<F, P> && L == ScaleLayout::linear) {
       const bool live = lleft > live_above, live1 = lleft > live_above1;
       k2g = (live1 ? load_code<std::uint8_t>(cur.sg + 4) : 0u) << 8 | (live ? load_code<std::uint8_t>(cur.sg) : 0u);
       k2h = (live1 ? load_code<std::uint8_t>(cur.sh + 4) : 0u) << 8 | (live ? load_code<std::uint8_t>(cur.sh) : 0u);
@@ -418,7 +420,8 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
         k2h |= (live1 ? load_code<CodeT>(cur.sh + 2) : 0u) << 16;
       }
     }
-    copy_chunk<F, L, P, XS>(ring + sc * kStageBytes, cur, lleft > live_above, lleft > (kNvPieces ? live_above1 : live_above),
+    copy_chunk<F, L, P, XS>(ring + sc * kStageBytes, cur, lleft > live_above,
+                            lleft > (kNvPieces<F, P> ? live_above1 : live_above),
                             lane);
     sc = sc + 1 == kStages ? 0 : sc + 1;
     if (__builtin_expect(--lleft == 0, 0)) {
@@ -479,7 +482,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
         st.wg = p0, st.wh = p1;
       }
     }
-    if constexpr (L == ScaleLayout::blocked && kNvPieces) {  // (the row's two words, copied by lanes (g, 0) and (g, 1))
+    if constexpr (L == ScaleLayout::blocked && kNvPieces<F, P>) {  // (the row's two words, copied by lanes (g, 0) and (g, 1))
       const uint2 wg = *reinterpret_cast<const uint2*>(stage + 1024 + 16 * (lane / 4));
       const uint2 wh = *reinterpret_cast<const uint2*>(stage + 1152 + 16 * (lane / 4));
       // (a lane's k-block past K: the word holds padding columns' codes, or was not copied)

@@ -573,6 +573,18 @@ TEST(MoeRouting, Mxfp4ScalePathsAtTheLimit) {
   }
 }
 
+// A plan on the weight set's rows packed by pack_pieces into `pieces` (experts x pieces_bytes(n, k) bytes, filled with
+// `poison` first: the plan must read only what the pack wrote).
+MoeGemm plan_on_pieces(const MoeWeightSet& ws, const MoeConfig& cfg, DeviceBuffer& pieces, int poison) {
+  FP4GEMM_TEST_CUDA(cudaMemset(pieces.get(), poison, static_cast<std::size_t>(pieces_bytes(cfg.n, cfg.k) * cfg.experts)));
+  pack_pieces(ws.device_w(), pieces.get(), cfg.experts, cfg.n, cfg.k);
+  MoeWeights w = ws.weights();
+  w.w = pieces.get(), w.ldw = 0, w.expert_stride = 0;
+  MoeOptions o = ws.options();
+  o.weight_layout = WeightLayout::pieces;
+  return MoeGemm(w, o);
+}
+
 // WeightLayout::pieces (fp4gemm::pack_pieces): every format and activation, both scale layouts, MXFP4's three scale
 // decodes (two multiplies: codes past 128; one on the plan's copy: linear; one checked at every run: blocked), K not a
 // multiple of 128 (the pieces' zero k-block) and of 64, narrow and wide tiles and stream-K shares; the same plan
@@ -602,15 +614,8 @@ TEST(MoePieces, EveryFormatMatchesTheReferenceAndTheRowsPlan) {
     cfg.scale_layout = c.layout, cfg.values = c.values, cfg.max_scale_code = c.max_code, cfg.default_strides = true;
     SCOPED_TRACE(cfg.describe());
     const MoeWeightSet ws(cfg);
-    const std::int64_t bytes = pieces_bytes(c.n, c.k);
-    DeviceBuffer d_pieces(static_cast<std::size_t>(bytes * cfg.experts));
-    FP4GEMM_TEST_CUDA(cudaMemset(d_pieces.get(), 0xA5, static_cast<std::size_t>(bytes * cfg.experts)));
-    pack_pieces(ws.device_w(), d_pieces.get(), cfg.experts, c.n, c.k);
-    MoeWeights w = ws.weights();
-    w.w = d_pieces.get(), w.ldw = 0, w.expert_stride = 0;
-    MoeOptions o = ws.options();
-    o.weight_layout = WeightLayout::pieces;
-    const MoeGemm plan(w, o), rows(ws.weights(), ws.options());
+    DeviceBuffer d_pieces(static_cast<std::size_t>(pieces_bytes(c.n, c.k) * cfg.experts));
+    const MoeGemm plan = plan_on_pieces(ws, cfg, d_pieces, 0xA5), rows(ws.weights(), ws.options());
     EXPECT_NE(plan.describe().find("weights in pieces"), std::string::npos) << plan.describe();
     EXPECT_EQ(rows.describe().find("weights in pieces"), std::string::npos) << rows.describe();
     const MoeBuffers buffers(ws);
@@ -779,15 +784,8 @@ TEST_P(MoeRandomPieces, RoutingsMatchTheReferenceAndTheRowsPlan) {
   cfg.n = (cfg.n + 15) / 16 * 16, cfg.k = (cfg.k + 31) / 32 * 32, cfg.padded = false;
   SCOPED_TRACE("random_moe_config(" + std::to_string(seed) + ") in pieces: " + cfg.describe());
   const MoeWeightSet ws(cfg);
-  const std::int64_t bytes = pieces_bytes(cfg.n, cfg.k);
-  DeviceBuffer d_pieces(static_cast<std::size_t>(bytes * cfg.experts));
-  FP4GEMM_TEST_CUDA(cudaMemset(d_pieces.get(), 0x5A, static_cast<std::size_t>(bytes * cfg.experts)));
-  pack_pieces(ws.device_w(), d_pieces.get(), cfg.experts, cfg.n, cfg.k);
-  MoeWeights w = ws.weights();
-  w.w = d_pieces.get(), w.ldw = 0, w.expert_stride = 0;
-  MoeOptions o = ws.options();
-  o.weight_layout = WeightLayout::pieces;
-  const MoeGemm plan(w, o), rows(ws.weights(), ws.options());
+  DeviceBuffer d_pieces(static_cast<std::size_t>(pieces_bytes(cfg.n, cfg.k) * cfg.experts));
+  const MoeGemm plan = plan_on_pieces(ws, cfg, d_pieces, 0x5A), rows(ws.weights(), ws.options());
   const MoeBuffers buffers(ws);
   std::mt19937_64 rng(cfg.seed ^ 0x3C6EF372FE94F82Bull);
   for (int j = 0; j < 2; ++j) {

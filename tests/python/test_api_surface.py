@@ -690,18 +690,22 @@ def r_pack_pieces(T, env):
     rows = moe.MoeLayer(*live, **kw)
     pieces = moe.MoeLayer(p13, live[1], p2, live[3], weight_layout="pieces", **kw)
     assert "weights in pieces" in pieces.describe() and (pieces.hidden, pieces.inter) == (c.h, c.i)
+
+    def same_as_rows(layer, n, what):  # one run of `layer` against the rows layer on fresh tokens and routing
+        x = S.random_tokens(rng, n, c.h, "gpumode")
+        ids, wts = S.random_routing(rng, n, c.e, 2, "uniform", np.int32, False)
+        want = rows.run(env.dev(x), env.dev(ids), env.dev(wts))
+        got = layer.run(env.dev(x), env.dev(ids), env.dev(wts))
+        env.sync()
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"{what}, T {n}"
+
     for update in (False, True):
         if update:  # new rows in place, packed again into the same arrays
             live[0].copy_(env.dev(S.rand_fp4(rng, t.w13.shape, "gpumode")))
             live[2].copy_(env.dev(S.rand_fp4(rng, t.w2.shape, "gpumode")))
             pack(live[0], c.gate_up, out=p13), pack(live[2], out=p2)
         for n in (1, 3, 12):  # the decode path and the general path
-            x = S.random_tokens(rng, n, c.h, "gpumode")
-            ids, wts = S.random_routing(rng, n, c.e, 2, "uniform", np.int32, False)
-            want = rows.run(env.dev(x), env.dev(ids), env.dev(wts))
-            got = pieces.run(env.dev(x), env.dev(ids), env.dev(wts))
-            env.sync()
-            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"pieces != rows (update {update}, T {n})"
+            same_as_rows(pieces, n, f"pieces != rows (update {update})")
     # the layer holds its arrays: the caller's pieces dropped and their memory churned, its runs stay right
     q13, q2 = pack(live[0], c.gate_up), pack(live[2])
     kept = moe.MoeLayer(q13, live[1], q2, live[3], weight_layout="pieces", **kw)
@@ -710,12 +714,7 @@ def r_pack_pieces(T, env):
     torch.cuda.empty_cache()
     churn = [torch.full_like(p13, 0x5A), torch.full_like(p2, 0x5A)]  # (likely the freed blocks, were they freed)
     for n in (1, 12):
-        x = S.random_tokens(rng, n, c.h, "gpumode")
-        ids, wts = S.random_routing(rng, n, c.e, 2, "uniform", np.int32, False)
-        want = rows.run(env.dev(x), env.dev(ids), env.dev(wts))
-        got = kept.run(env.dev(x), env.dev(ids), env.dev(wts))
-        env.sync()
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"pieces layer after its arrays were dropped, T {n}"
+        same_as_rows(kept, n, "pieces layer after its arrays were dropped")
     del churn, kept
     for call, arg in ((lambda: pack(live[0], "separate"), "gate_up"), (lambda: pack(live[0][:, :72].contiguous()), "w"),
                       (lambda: pack(live[0], out=p2), "out"), (lambda: pack(t.w13), "w"),

@@ -224,13 +224,14 @@ def _blocked_scales(s: Any) -> Any:
     rr, rc = -(-rows // 128), -(-cols // 4)
     if type(s).__module__.split(".")[0] == "torch":
         p = s.new_zeros((e, rr * 128, rc * 4))
-        p[:, :rows, :cols] = s
-        return p.view(e, rr, 4, 32, rc, 4).permute(0, 1, 4, 3, 2, 5).contiguous().view(e, -1)
-    import numpy as np
+    else:
+        import numpy as np
 
-    p = np.zeros((e, rr * 128, rc * 4), np.uint8)
+        p = np.zeros((e, rr * 128, rc * 4), np.uint8)
     p[:, :rows, :cols] = s
-    return np.ascontiguousarray(p.reshape(e, rr, 4, 32, rc, 4).transpose(0, 1, 4, 3, 2, 5)).reshape(e, -1)
+    v = p.reshape(e, rr, 4, 32, rc, 4)  # [E][R][b][a][C][d] -> [E][R][C][a][b][d] (formats.blocked_view's shim)
+    order = (0, 1, 4, 3, 2, 5)
+    return (v.permute(*order) if hasattr(v, "permute") else v.transpose(order)).reshape(e, -1)
 
 
 def _packed(w13: Any, s13: Any, w2: Any, s2: Any, gate_up: str):
