@@ -139,6 +139,7 @@ class WeightSet:
         self.updates = 0  # in-place updates so far
         self.live = live  # the arrays the library was given (None once detached)
         self.base = base if base is not None else live  # what in-place writes go through (GPU: uint8 views)
+        self.pieces = None  # GPU: w13 / w2 packed by moe.pack_pieces for layers on pieces (repacked after updates)
 
     @property
     def attached(self):
@@ -268,7 +269,7 @@ class HostSequence:
     def add_set(self, c, t, live, base=None):
         if len(self.sets) >= self.MAX_SETS:
             old = self.sets.pop(0)  # forget the oldest (objects keep their arrays)
-            old.live = old.base = None
+            old.live = old.base = old.pieces = None
         ws = WeightSet(f"W{next(self.ids)}", c, t, live, base)
         self.sets.append(ws)
         return ws
@@ -305,15 +306,23 @@ class HostSequence:
         topk = self.d.integer(1, min(c.e, 4))
         invariant = self.d.choice([False, True])  # (checked against the host composition either way)
         decode = self.d.choice([0, 2, 8, None])  # the decode path for runs of T <= decode, never, or by the layer
+        pieces = self.gpu and self.d.integer(0, 2) == 0  # (GPU: a third of the layers on weights in pieces)
         lv = ws.live
-        layer = moe.MoeLayer(lv["w13"], lv["s13"], lv["w2"], lv["s2"], max_tokens=max_tokens, topk=topk,
+        w13, w2, layout = lv["w13"], lv["w2"], "rows"
+        if pieces:  # packed once per weight set, again after each in-place update (repack)
+            if ws.pieces is None:
+                ws.pieces = dict(w13=moe.pack_pieces(ws.base["w13"], c.gate_up), w2=moe.pack_pieces(ws.base["w2"]))
+                self.call(2)
+            w13, w2, layout = ws.pieces["w13"], ws.pieces["w2"], "pieces"
+            S.count(self.tier, "layers on pieces")
+        layer = moe.MoeLayer(w13, lv["s13"], w2, lv["s2"], max_tokens=max_tokens, topk=topk,
                              w13_alpha=lv["w13_alpha"], w13_alpha_up=lv["w13_alpha_up"], w2_alpha=lv["w2_alpha"],
                              w13_bias=lv["w13_bias"], w2_bias=lv["w2_bias"], batch_invariant=invariant,
-                             decode_tokens=decode, **c.layer_kwargs())
+                             decode_tokens=decode, weight_layout=layout, **c.layer_kwargs())
         self.call()
-        rec = Rec(f"L{next(self.ids)}", "layer", layer, ws, max_tokens=max_tokens, topk=topk)
+        rec = Rec(f"L{next(self.ids)}", "layer", layer, ws, max_tokens=max_tokens, topk=topk, pieces=pieces)
         self.log(f"build {rec.name} = MoeLayer({ws.name}, max_tokens={max_tokens}, topk={topk}, "
-                 f"batch_invariant={invariant}, decode_tokens={decode})")
+                 f"batch_invariant={invariant}, decode_tokens={decode}, weight_layout={layout})")
         self.check_layer_properties(rec)
         if self.gpu:  # both GEMMs planned without stream-K exactly when batch invariant
             d = layer.describe()
@@ -334,6 +343,7 @@ class HostSequence:
         assert repr(layer) == f"fp4gemm.moe.MoeLayer({d})"
         assert f"{c.e} experts" in d and f"top-{rec.topk}" in d and f"H {c.h}" in d and f"I {c.i}" in d, d
         assert c.activation in d, d
+        assert ("weights in pieces" in d) is getattr(rec, "pieces", False), d
         if self.gpu:
             assert d.startswith("MoE layer on ") and layer.device_bytes > 0, (d, layer.device_bytes)
         else:
@@ -723,6 +733,7 @@ class HostSequence:
             getattr(t, name)[lo:hi] = new
             live_new = S.live_scales(new, c.scale_layout) if name.startswith("s") else new
             self.write(ws.base[name], slice(lo, hi), live_new, how)
+        self.repack(ws)
         users = [o for o in self.objs if o.ws is ws]
         self.after_update(ws, users, how)
         # The next run of an object built on these arrays sees the new values.
@@ -734,6 +745,15 @@ class HostSequence:
 
     def write_path(self):
         return "numpy"
+
+    def repack(self, ws):
+        """Weights in pieces follow their rows: packed again into the same arrays after the rows changed in place
+        (read at every run, as the rows are: no reload needed)."""
+        if ws.pieces is not None:
+            self.log("  pack_pieces again into the same arrays")
+            moe.pack_pieces(ws.base["w13"], ws.cfg.gate_up, out=ws.pieces["w13"])
+            moe.pack_pieces(ws.base["w2"], out=ws.pieces["w2"])
+            self.call(2)
 
     def after_update(self, ws, users, how):
         """Host objects read the arrays at every run: reload_weights() is a no-op there (called at
@@ -757,7 +777,8 @@ class HostSequence:
         ws = self.pick_set()
         self.log(f"detach {ws.name}")
         sizes = [(a.shape, a.dtype) for a in ws.live.values() if a is not None]
-        ws.live = ws.base = None
+        sizes += [(a.shape, a.dtype) for a in (ws.pieces or {}).values()]
+        ws.live = ws.base = ws.pieces = None
         self.sets.remove(ws)
         gc.collect()
         junk = self.junk(sizes)
@@ -1131,7 +1152,7 @@ class GpuSequence(HostSequence):
             cfg = ws.cfg
             self.objs = [o for o in self.objs if o.ws is not ws]
             self.sets.remove(ws)
-            ws.live = ws.base = None
+            ws.live = ws.base = ws.pieces = None
         else:
             cfg = S.draw_config(self.d, True)
         clear, empty = self.d.boolean(), self.d.boolean()
@@ -1215,7 +1236,7 @@ class GpuSequence(HostSequence):
                                                              w2_bias=None))
         if len(self.sets) >= self.MAX_SETS:
             old = self.sets.pop(0)
-            old.live = old.base = None
+            old.live = old.base = old.pieces = None
         self.sets.append(ws)
         if layer is not None:
             self.add_obj(Rec(f"L{next(self.ids)}", "layer", layer, ws, max_tokens=t, topk=topk))
@@ -1301,6 +1322,7 @@ class GpuSequence(HostSequence):
         for name, v in new.items():
             getattr(t, name)[lo:hi] = v
             self.write(ws.base[name], slice(lo, hi), S.blocked_experts(v) if name in ("s13", "s2") else v)
+        self.repack(ws)
 
     def act_threads(self):
         """Two Python threads, each running its own layer on its own stream, several runs each."""
