@@ -1,6 +1,8 @@
 // Expert weights into WeightLayout::pieces (fp4gemm/moe.hpp): one thread per 16-byte lane slot of a piece.
 #include "kernels/pieces.hpp"
 
+#include "device/dequant.cuh"
+
 #include <algorithm>
 
 namespace fp4gemm::detail {
@@ -34,7 +36,8 @@ __global__ void pack_pieces_kernel(const std::uint8_t* __restrict__ w, uint4* __
       const std::uint8_t* we = w + e * (16LL * blocks) * row_bytes;
       const uint2 a = *reinterpret_cast<const uint2*>(we + static_cast<long long>(r0) * row_bytes + byte);
       const uint2 h = *reinterpret_cast<const uint2*>(we + static_cast<long long>(r1) * row_bytes + byte);
-      v = make_uint4(a.x, a.y, h.x, h.y);
+      // each word's bits in the order the MXFP4 kernels decode in 9 operations (dequant.cuh, pieces_word_bits)
+      v = make_uint4(pieces_word_bits(a.x), pieces_word_bits(a.y), pieces_word_bits(h.x), pieces_word_bits(h.y));
     }
     out[t] = v;
   }
