@@ -10,10 +10,10 @@ set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; R=$OUT/r; mkdir -p $R
 C=/tmp/v109p; mkdir -p $C; xz -dc .carry/v109p/fp4gemm.xz > $C/fp4gemm; chmod +x $C/fp4gemm
-for spec in "bf16 gpumode 5760 2880 64 4" "bf16 gpumode 2048 768 64 8" "bf16 full 2880 2880 512 4" "mxfp4 gpumode 1536 2048 64 8" "bf16 checkpoint 2880 2880 8 4"; do
-  read act val n k T tk <<< "$spec"
+for spec in "bf16 gpumode 5760 2880 16 4 32" "bf16 gpumode 2048 768 32 8 64" "bf16 full 2880 2880 64 4 32" "mxfp4 gpumode 1536 2048 32 8 64" "bf16 checkpoint 2880 2880 8 4 32"; do
+  read act val n k T tk E <<< "$spec"
   f=$R/check_${act}_${val}_${n}x${k}_T$T.txt
-  timeout 120 $C/fp4gemm moe --experts 128 --n $n --k $k --tokens $T --topk $tk --act $act --values $val --weight-layout pieces --check --iters 5 > $f 2>&1
+  timeout 40 $C/fp4gemm moe --experts $E --n $n --k $k --tokens $T --topk $tk --act $act --values $val --weight-layout pieces --check --iters 5 > $f 2>&1
   echo "check $act $val ${n}x$k T$T rc $? : $(grep -iE 'check|pass|fail|mismatch' $f | head -2 | tr '\n' ' ')"
 done
 echo "[checks $((SECONDS - t0)) s]"
