@@ -302,7 +302,8 @@ class MoeLayer:
     weight_layout: 'rows' (default: w13 ``[E, 2I, H/2]``, w2 ``[E, H, I/2]``) or 'pieces': both packed by
         :func:`pack_pieces` (w13 with this layer's ``gate_up``), the order the kernels read them in (faster on both
         paths; CUDA arrays only). Weights updated in place are packed again
-        into the same arrays (``pack_pieces(new_w13, gate_up, out=w13_pieces)``).
+        into the same arrays (``pack_pieces(new_w13, gate_up, format=format, out=w13_pieces)``); pieces are
+        packed for one format (``format=`` of :func:`pack_pieces`, this layer's weight format).
     combine: False plans a layer whose every run stops before the combine (``run(...,
         expert_rows=, row_of=)``, as an expert-parallel rank's layer does): no ``[max_tokens * topk,
         H]`` output workspace and no decode path.
@@ -401,25 +402,30 @@ class MoeLayer:
     device_bytes = property(lambda self: self._layer.device_bytes)
 
 
-def pack_pieces(w: Any, gate_up: Optional[str] = None, *, out: Any = None, stream: Any = None) -> Any:
+def pack_pieces(w: Any, gate_up: Optional[str] = None, *, format: str, out: Any = None, stream: Any = None) -> Any:
     """Expert weights into the layout the kernels read (``MoeLayer(..., weight_layout='pieces')``).
 
     w: a CUDA torch uint8 tensor ``[E, rows, k/2]`` of packed e2m1 (dense). gate_up: None for w2-like weights, or
-    'stacked' / 'interleaved' for a GLU's w13 (each 16-row block becomes 8 gate rows and their 8 up rows). Returns
+    'stacked' / 'interleaved' for a GLU's w13 (each 16-row block becomes 8 gate rows and their 8 up rows). format:
+    'mxfp4' or 'nvfp4', the format of the layers that will read the pieces (MXFP4 pieces store each 32-bit word's
+    bits in the order the MXFP4 kernels decode fastest; a layer of the other format would read wrong values). Returns
     ``out`` (allocated when None): uint8 ``[E, rows/16, ceil(k/128), 1024]`` -- per 16 rows and 64-wide k-block a
     512-byte piece in which lane (g, c) of a warp holds bytes 8c..8c+7 of rows g and g + 8 (zeros past k). Exact (the
-    same bytes, moved), on ``stream`` (default: the current one), without synchronising; call it again with the same
+    same values, moved), on ``stream`` (default: the current one), without synchronising; call it again with the same
     ``out`` after changing ``w`` in place.
     """
     import torch
 
+    if format not in ("mxfp4", "nvfp4"):
+        raise _argument_error("format", f"{format!r} is not one of 'mxfp4', 'nvfp4' (the format of the layers that will "
+                                        "read the pieces)")
     if not isinstance(w, torch.Tensor) or not w.is_cuda or w.dim() != 3:
         raise _argument_error("w", "must be a CUDA torch tensor [experts, rows, k/2] of packed FP4 (uint8)")
     e, rows, half_k = w.shape
     if out is None:
         out = torch.empty((e, rows // 16, (2 * half_k + 127) // 128, 1024), dtype=torch.uint8, device=w.device)
     s = stream if stream is not None else torch.cuda.current_stream(w.device)
-    _C.pack_pieces(w, out, gate_up, int(getattr(s, "cuda_stream", s)))
+    _C.pack_pieces(w, out, gate_up, format, int(getattr(s, "cuda_stream", s)))
     return out
 
 
