@@ -329,6 +329,12 @@ class MoeLayer:
         acts, fmt = _act_format(act_format)
         if gate_up is None:
             gate_up = "interleaved" if activation == "swigluoai" else "stacked"
+        if weight_layout == "pieces":  # pieces are packed for one format; pack_pieces tags the tensors it fills
+            for name, w in (("w13", w13), ("w2", w2)):
+                packed_for = getattr(w, "_fp4gemm_pieces_format", None)
+                if packed_for is not None and packed_for != fmt:
+                    raise _argument_error(name, f"was packed by pack_pieces for {packed_for} layers, but this layer's "
+                                                f"weights are {fmt}: pack the rows again with format={fmt!r}")
         self._layer = _C.MoeLayer(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, fmt, acts,
                                   scale_layout, activation, gate_up, float(swiglu_alpha), float(swiglu_limit),
                                   float(a1_scale), float(a2_scale), int(max_tokens), int(topk), bool(batch_invariant),
@@ -426,6 +432,7 @@ def pack_pieces(w: Any, gate_up: Optional[str] = None, *, format: str, out: Any 
         out = torch.empty((e, rows // 16, (2 * half_k + 127) // 128, 1024), dtype=torch.uint8, device=w.device)
     s = stream if stream is not None else torch.cuda.current_stream(w.device)
     _C.pack_pieces(w, out, gate_up, format, int(getattr(s, "cuda_stream", s)))
+    out._fp4gemm_pieces_format = format  # (MoeLayer refuses a layer of the other format on this tensor by name)
     return out
 
 

@@ -721,6 +721,14 @@ def r_pack_pieces(T, env):
     del churn, kept
     with pytest.raises(TypeError, match="format"):  # the format is required: pieces differ per format
         pack_fn(live[2])
+    nv13, nv2 = pack_fn(live[0], c.gate_up, format="nvfp4"), pack_fn(live[2], format="nvfp4")  # wrong for this layer
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        moe.MoeLayer(nv13, live[1], p2, live[3], weight_layout="pieces", **kw)
+    assert e.value.argument == "w13" and "nvfp4" in str(e.value)
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        moe.MoeLayer(p13, live[1], nv2, live[3], weight_layout="pieces", **kw)
+    assert e.value.argument == "w2"
+    del nv13, nv2
     for call, arg in ((lambda: pack(live[0], "separate"), "gate_up"), (lambda: pack(live[0][:, :72].contiguous()), "w"),
                       (lambda: pack_fn(live[2], format="fp8"), "format"),
                       (lambda: pack(live[0], out=p2), "out"), (lambda: pack(t.w13), "w"),
