@@ -145,6 +145,10 @@ class WeightSet:
     def attached(self):
         return self.live is not None
 
+    def drop_arrays(self):
+        """The sequence forgets this set's arrays (rows, their write views and pieces); objects keep their own."""
+        self.live = self.base = self.pieces = None
+
     def __repr__(self):
         return f"<weights {self.name}>"
 
@@ -269,7 +273,7 @@ class HostSequence:
     def add_set(self, c, t, live, base=None):
         if len(self.sets) >= self.MAX_SETS:
             old = self.sets.pop(0)  # forget the oldest (objects keep their arrays)
-            old.live = old.base = old.pieces = None
+            old.drop_arrays()
         ws = WeightSet(f"W{next(self.ids)}", c, t, live, base)
         self.sets.append(ws)
         return ws
@@ -779,7 +783,7 @@ class HostSequence:
         self.log(f"detach {ws.name}")
         sizes = [(a.shape, a.dtype) for a in ws.live.values() if a is not None]
         sizes += [(a.shape, a.dtype) for a in (ws.pieces or {}).values()]
-        ws.live = ws.base = ws.pieces = None
+        ws.drop_arrays()
         self.sets.remove(ws)
         gc.collect()
         junk = self.junk(sizes)
@@ -1153,7 +1157,7 @@ class GpuSequence(HostSequence):
             cfg = ws.cfg
             self.objs = [o for o in self.objs if o.ws is not ws]
             self.sets.remove(ws)
-            ws.live = ws.base = ws.pieces = None
+            ws.drop_arrays()
         else:
             cfg = S.draw_config(self.d, True)
         clear, empty = self.d.boolean(), self.d.boolean()
@@ -1237,7 +1241,7 @@ class GpuSequence(HostSequence):
                                                              w2_bias=None))
         if len(self.sets) >= self.MAX_SETS:
             old = self.sets.pop(0)
-            old.live = old.base = old.pieces = None
+            old.drop_arrays()
         self.sets.append(ws)
         if layer is not None:
             self.add_obj(Rec(f"L{next(self.ids)}", "layer", layer, ws, max_tokens=t, topk=topk))
