@@ -72,8 +72,8 @@ LayerProblem::LayerProblem(const LayerModel& model, const std::string& act, int 
     const std::size_t b2 = static_cast<std::size_t>(pieces_bytes(H, I)) * E;
     require_free_memory(b13 + b2, "the weights in pieces");
     p13_ = DeviceBuffer(b13, "w13 pieces"), p2_ = DeviceBuffer(b2, "w2 pieces");
-    pack_pieces_gate_up(w13_.get(), p13_.get(), E, I, H, lo.gate_up, s);
-    pack_pieces(w2_.get(), p2_.get(), E, H, I, s);
+    pack_pieces_gate_up(w13_.get(), p13_.get(), E, I, H, lo.gate_up, format, s);
+    pack_pieces(w2_.get(), p2_.get(), E, H, I, format, s);
     lw.w13 = p13_.get(), lw.w2 = p2_.get();
     lo.weight_layout = WeightLayout::pieces;
   }

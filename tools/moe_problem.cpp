@@ -219,7 +219,7 @@ MoeProblem::MoeProblem(const MoeShape& shape, const MoeSettings& settings, std::
     const std::size_t bytes = static_cast<std::size_t>(pieces_bytes(n, k)) * e;
     require_free_memory(bytes, "the weights in pieces");
     pieces_ = DeviceBuffer(bytes, "data (weights in pieces)");
-    pack_pieces(w_.get(), pieces_.get(), e, n, k);
+    pack_pieces(w_.get(), pieces_.get(), e, n, k, settings.format);
     CLI_CUDA_CHECK(cudaDeviceSynchronize(), "data");
     w.w = pieces_.get(), w.ldw = 0, w.expert_stride = 0;
   }

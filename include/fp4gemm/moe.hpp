@@ -35,7 +35,7 @@ enum class GateUpLayout { stacked, interleaved, separate };
 
 // How the expert weights' bytes are laid out in memory.
 //   rows:   W[e] is [N, K/2] packed e2m1 rows (SPEC §2; MoeWeights' strides apply).
-//   pieces: W[e] is the rows repacked once by pack_pieces (below) into the order the kernels read them: per 16-row
+//   pieces: W[e] is the rows repacked once by pack_pieces (below, for the plan's format) into the order the kernels read them: per 16-row
 //           block and 64-wide k-block one 512-byte piece, in which lane (g, c) of a warp holds bytes 8c..8c+7 of
 //           the block's rows g and g + 8 (k padded with zeros to a multiple of 128). Every thread's two rows of a
 //           k-block are then one 16-byte load, and the decode path's 1 KB chunks are contiguous (docs/DESIGN.md).
@@ -55,12 +55,15 @@ std::int64_t pieces_bytes(int rows, int k);
 
 // Repacks experts' contiguous packed e2m1 weights [experts, rows, k/2] (row stride k/2 bytes) into
 // WeightLayout::pieces at `out` (experts x pieces_bytes(rows, k) bytes, not overlapping `w`), on `stream`
-// (asynchronous, graph-capturable; nothing is read on the host). Exact: the same bytes, moved, zeros past k.
+// (asynchronous, graph-capturable; nothing is read on the host). Exact: the same values, moved, zeros past k.
+// `format` is the weights' format, and pieces are for plans of that format only: MXFP4 pieces hold each 32-bit
+// word's bits in the order the MXFP4 kernels decode in 9 operations instead of 13 (docs/DESIGN.md, "Weights in
+// pieces"); NVFP4 pieces keep the words' bits as they are. A plan of the other format would read wrong values.
 // Weights changed in place later are repacked into the same buffer by calling it again.
-void pack_pieces(const void* w, void* out, int experts, int rows, int k, cudaStream_t stream = nullptr);
+void pack_pieces(const void* w, void* out, int experts, int rows, int k, Format format, cudaStream_t stream = nullptr);
 // The same for a GLU's w13 [experts, 2 inter, k/2] with its gate / up rows as `gate_up` says (stacked or
 // interleaved): each 16-row block becomes 8 gate rows and their 8 up rows, the GLU kernels' order.
-void pack_pieces_gate_up(const void* w13, void* out, int experts, int inter, int k, GateUpLayout gate_up,
+void pack_pieces_gate_up(const void* w13, void* out, int experts, int inter, int k, GateUpLayout gate_up, Format format,
                          cudaStream_t stream = nullptr);
 
 // The expert weights, bound at plan time. W[e] is [N, K] packed e2m1 (K-contiguous, row stride

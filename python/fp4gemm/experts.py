@@ -115,7 +115,7 @@ class ExpertWeights:
         "pieces", whose :meth:`layer` runs on them, 2-5 % faster on gpt-oss-120b's shapes (docs/PERF.md v67).
         MXFP4 and NVFP4 weights (every layer) on CUDA torch tensors; the scales, globals and biases
         are shared with this one. After changing the rows in place, pack them again into the new arrays:
-        ``moe.pack_pieces(rows_w13, gate_up, out=packed.w13)``.
+        ``moe.pack_pieces(rows_w13, gate_up, format=weights.format, out=packed.w13)``.
         """
         if self.weight_layout != "rows":
             raise _err("weight_layout", f"these weights are already in {self.weight_layout!r}")
@@ -125,7 +125,9 @@ class ExpertWeights:
         from .moe import pack_pieces
 
         gate_up = "interleaved" if self.interleaved else "stacked"
-        return replace(self, w13=pack_pieces(self.w13, gate_up), w2=pack_pieces(self.w2), weight_layout="pieces")
+        f = self.format
+        return replace(self, w13=pack_pieces(self.w13, gate_up, format=f), w2=pack_pieces(self.w2, format=f),
+                       weight_layout="pieces")
 
     # ---- the layer ----------------------------------------------------------------------------
 

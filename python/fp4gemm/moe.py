@@ -302,7 +302,8 @@ class MoeLayer:
     weight_layout: 'rows' (default: w13 ``[E, 2I, H/2]``, w2 ``[E, H, I/2]``) or 'pieces': both packed by
         :func:`pack_pieces` (w13 with this layer's ``gate_up``), the order the kernels read them in (faster on both
         paths; CUDA arrays only). Weights updated in place are packed again
-        into the same arrays (``pack_pieces(new_w13, gate_up, out=w13_pieces)``).
+        into the same arrays (``pack_pieces(new_w13, gate_up, format=format, out=w13_pieces)``); pieces are
+        packed for one format (``format=`` of :func:`pack_pieces`, this layer's weight format).
     combine: False plans a layer whose every run stops before the combine (``run(...,
         expert_rows=, row_of=)``, as an expert-parallel rank's layer does): no ``[max_tokens * topk,
         H]`` output workspace and no decode path.
@@ -328,6 +329,12 @@ class MoeLayer:
         acts, fmt = _act_format(act_format)
         if gate_up is None:
             gate_up = "interleaved" if activation == "swigluoai" else "stacked"
+        if weight_layout == "pieces":  # pieces are packed for one format; pack_pieces tags the tensors it fills
+            for name, w in (("w13", w13), ("w2", w2)):
+                packed_for = getattr(w, "_fp4gemm_pieces_format", None)
+                if packed_for is not None and packed_for != fmt:
+                    raise _argument_error(name, f"was packed by pack_pieces for {packed_for} layers, but this layer's "
+                                                f"weights are {fmt}: pack the rows again with format={fmt!r}")
         self._layer = _C.MoeLayer(w13, w13_scales, w2, w2_scales, w13_alpha, w13_alpha_up, w2_alpha, fmt, acts,
                                   scale_layout, activation, gate_up, float(swiglu_alpha), float(swiglu_limit),
                                   float(a1_scale), float(a2_scale), int(max_tokens), int(topk), bool(batch_invariant),
@@ -401,25 +408,31 @@ class MoeLayer:
     device_bytes = property(lambda self: self._layer.device_bytes)
 
 
-def pack_pieces(w: Any, gate_up: Optional[str] = None, *, out: Any = None, stream: Any = None) -> Any:
+def pack_pieces(w: Any, gate_up: Optional[str] = None, *, format: str, out: Any = None, stream: Any = None) -> Any:
     """Expert weights into the layout the kernels read (``MoeLayer(..., weight_layout='pieces')``).
 
     w: a CUDA torch uint8 tensor ``[E, rows, k/2]`` of packed e2m1 (dense). gate_up: None for w2-like weights, or
-    'stacked' / 'interleaved' for a GLU's w13 (each 16-row block becomes 8 gate rows and their 8 up rows). Returns
+    'stacked' / 'interleaved' for a GLU's w13 (each 16-row block becomes 8 gate rows and their 8 up rows). format:
+    'mxfp4' or 'nvfp4', the format of the layers that will read the pieces (MXFP4 pieces store each 32-bit word's
+    bits in the order the MXFP4 kernels decode fastest; a layer of the other format would read wrong values). Returns
     ``out`` (allocated when None): uint8 ``[E, rows/16, ceil(k/128), 1024]`` -- per 16 rows and 64-wide k-block a
     512-byte piece in which lane (g, c) of a warp holds bytes 8c..8c+7 of rows g and g + 8 (zeros past k). Exact (the
-    same bytes, moved), on ``stream`` (default: the current one), without synchronising; call it again with the same
+    same values, moved), on ``stream`` (default: the current one), without synchronising; call it again with the same
     ``out`` after changing ``w`` in place.
     """
     import torch
 
+    if format not in ("mxfp4", "nvfp4"):
+        raise _argument_error("format", f"{format!r} is not one of 'mxfp4', 'nvfp4' (the format of the layers that will "
+                                        "read the pieces)")
     if not isinstance(w, torch.Tensor) or not w.is_cuda or w.dim() != 3:
         raise _argument_error("w", "must be a CUDA torch tensor [experts, rows, k/2] of packed FP4 (uint8)")
     e, rows, half_k = w.shape
     if out is None:
         out = torch.empty((e, rows // 16, (2 * half_k + 127) // 128, 1024), dtype=torch.uint8, device=w.device)
     s = stream if stream is not None else torch.cuda.current_stream(w.device)
-    _C.pack_pieces(w, out, gate_up, int(getattr(s, "cuda_stream", s)))
+    _C.pack_pieces(w, out, gate_up, format, int(getattr(s, "cuda_stream", s)))
+    out._fp4gemm_pieces_format = format  # (MoeLayer refuses a layer of the other format on this tensor by name)
     return out
 
 

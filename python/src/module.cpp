@@ -280,7 +280,7 @@ NB_MODULE(_fp4gemm, m) {
   m.def("quantize_activations", &fp4gemm::python::quantize_on_device, "x"_a, "packed"_a, "scales"_a, "format"_a,
         "scale_layout"_a, "global_scale"_a, "stream"_a,
         "fp4gemm::quantize_activations on CUDA arrays into packed / scales (use fp4gemm.quantize).");
-  m.def("pack_pieces", &fp4gemm::python::pack_pieces_on_device, "w"_a, "out"_a, "gate_up"_a.none(), "stream"_a,
+  m.def("pack_pieces", &fp4gemm::python::pack_pieces_on_device, "w"_a, "out"_a, "gate_up"_a.none(), "format"_a, "stream"_a,
         "fp4gemm::pack_pieces (gate_up None) / pack_pieces_gate_up on CUDA arrays (use fp4gemm.pack_pieces).");
   m.def("moe_check", [](nb::handle stream) { MoeBinding::get().check(stream); }, "stream"_a = nb::none(),
         "Check every cached MoE plan for bad routing data seen by its runs (synchronises).");

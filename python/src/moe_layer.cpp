@@ -449,7 +449,8 @@ std::string MoeLayerObject::describe() const {
 }
 
 
-void pack_pieces_on_device(nb::handle w, nb::handle out, nb::handle gate_up, std::uintptr_t stream) {
+void pack_pieces_on_device(nb::handle w, nb::handle out, nb::handle gate_up, const std::string& format,
+                           std::uintptr_t stream) {
   TensorReader& reader = Binding::get().reader();
   Keepalive keep;
   const TensorView vw = reader.read(w, "w", -1, false, keep);
@@ -467,17 +468,20 @@ void pack_pieces_on_device(nb::handle w, nb::handle out, nb::handle gate_up, std
     fail("out", "must be a dense uint8 array [" + std::to_string(E) + ", " + std::to_string(rows / 16) + ", " +
                     std::to_string((k + 127) / 128) + ", 1024], got " + vo.shape_text());
   if (E > (1 << 30) || rows > (1 << 30) || k > (1 << 30)) fail("w", "too large");
+  if (format != "mxfp4" && format != "nvfp4")
+    fail("format", "'" + format + "' is not one of 'mxfp4', 'nvfp4' (the format of the layers that will read the pieces)");
+  const Format f = format == "mxfp4" ? Format::mxfp4 : Format::nvfp4;
   const auto s = reinterpret_cast<cudaStream_t>(stream);
   if (gate_up.is_none()) {
     pack_pieces(reinterpret_cast<const void*>(vw.ptr), reinterpret_cast<void*>(vo.ptr), static_cast<int>(E),
-                static_cast<int>(rows), static_cast<int>(k), s);
+                static_cast<int>(rows), static_cast<int>(k), f, s);
     return;
   }
   const std::string g = nb::cast<std::string>(gate_up);
   if (g != "stacked" && g != "interleaved") fail("gate_up", "'" + g + "' is not one of None, 'stacked', 'interleaved'");
   pack_pieces_gate_up(reinterpret_cast<const void*>(vw.ptr), reinterpret_cast<void*>(vo.ptr), static_cast<int>(E),
                       static_cast<int>(rows / 2), static_cast<int>(k),
-                      g == "stacked" ? GateUpLayout::stacked : GateUpLayout::interleaved, s);
+                      g == "stacked" ? GateUpLayout::stacked : GateUpLayout::interleaved, f, s);
 }
 
 void quantize_on_device(nb::handle x, nb::handle packed, nb::handle scales, nb::handle format, nb::handle layout,

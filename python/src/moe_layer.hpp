@@ -78,7 +78,8 @@ class MoeLayerObject {
 // fp4gemm.quantize on CUDA arrays: fp4gemm::quantize_activations into caller-allocated outputs.
 // fp4gemm::pack_pieces / pack_pieces_gate_up (gate_up None: plain) of CUDA w [E, rows, k / 2] into out
 // [E, rows / 16, ceil(k / 128), 1024] (use fp4gemm.pack_pieces).
-void pack_pieces_on_device(nb::handle w, nb::handle out, nb::handle gate_up, std::uintptr_t stream);
+void pack_pieces_on_device(nb::handle w, nb::handle out, nb::handle gate_up, const std::string& format,
+                           std::uintptr_t stream);
 void quantize_on_device(nb::handle x, nb::handle packed, nb::handle scales, nb::handle format, nb::handle layout,
                         float global_scale, std::uintptr_t stream);
 

@@ -183,7 +183,7 @@ enum class Scaling { kOne, kTwo, kNvF16 };
 
 // acc[h] (rows g, g + 8 x token columns 2c, 2c + 1) += this chunk's 16 x 128 weights times token
 // g's activations, word by word. sg[q], sh[q]: the multipliers of word q of each row.
-template <Scaling S, class XS>
+template <Scaling S, class XS, bool P = false>
 __device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_t (&sg)[4], const std::uint32_t (&sh)[4],
                                          float (&acc)[2][4]) {
   const std::uint32_t wg[4] = {st.wg.x, st.wg.y, st.wg.z, st.wg.w};
@@ -198,6 +198,9 @@ __device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_
     if constexpr (kF16) {
       e2m1_quad_f16_raw(wg[q], ag);
       e2m1_quad_f16_raw(wh[q], ah);
+    } else if constexpr (P) {  // weights in pieces: bits permuted at pack time (dequant.cuh)
+      e2m1_quad_bf16_pieces(wg[q], ag);
+      e2m1_quad_bf16_pieces(wh[q], ah);
     } else {
       e2m1_quad_bf16_raw(wg[q], ag);
       e2m1_quad_bf16_raw(wh[q], ah);
@@ -227,12 +230,12 @@ __device__ __forceinline__ void consume_full_range(const Stage<XS>& st, float (&
     sm90::weight_scale_pairs<Format::mxfp4>((st.cg & 0xFFu) | (st.ch & 0xFFu) << 8, a0, a1);
     sm90::weight_scale_pairs<Format::mxfp4>((st.cg >> 16 & 0xFFu) | (st.ch >> 16 & 0xFFu) << 8, b0, b1);
     const std::uint32_t sg[4] = {a0, a0, b0, b0}, sh[4] = {a1, a1, b1, b1};
-    multiply<Scaling::kTwo>(st, sg, sh, acc);
+    multiply<Scaling::kTwo, XS, P>(st, sg, sh, acc);
   } else {
     std::uint32_t s0, s1;
     sm90::weight_scale_pairs<Format::mxfp4>(st.cg | st.ch << 8, s0, s1);
     const std::uint32_t sg[4] = {s0, s0, s0, s0}, sh[4] = {s1, s1, s1, s1};
-    multiply<Scaling::kTwo>(st, sg, sh, acc);
+    multiply<Scaling::kTwo, XS, P>(st, sg, sh, acc);
   }
 }
 
@@ -255,7 +258,7 @@ __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4])
       const std::uint32_t ga = (st.cg & 0xFFu) * 0x00800080u + 0x3F003F00u, gb = (st.cg >> 16) * 0x00800080u + 0x3F003F00u;
       const std::uint32_t ha = (st.ch & 0xFFu) * 0x00800080u + 0x3F003F00u, hb = (st.ch >> 16) * 0x00800080u + 0x3F003F00u;
       const std::uint32_t sg[4] = {ga, ga, gb, gb}, sh[4] = {ha, ha, hb, hb};
-      multiply<Scaling::kOne>(st, sg, sh, acc);
+      multiply<Scaling::kOne, XS, true>(st, sg, sh, acc);
     } else {
       consume_full_range<XS, true>(st, acc);
     }

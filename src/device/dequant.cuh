@@ -79,6 +79,35 @@ FP4GEMM_HD void e2m1_quad_bf16_raw(std::uint32_t w, std::uint32_t (&out)[4]) {
   out[3] = ((v & 0x00F000F0u) * 0x0104u) & kPlaced;
 }
 
+// MXFP4 weights in pieces (WeightLayout::pieces) store each 32-bit word with its bits permuted at pack time, so that
+// e2m1_quad_bf16_pieces(pieces_word_bits(w)) == e2m1_quad_bf16_raw(w) in 9 operations instead of 13 (the idea of
+// docs/PERF.md v53, bench/micro/repack_9op_check.py). Register p holds nibbles p (low half) and p + 4 (high half);
+// the bf16 target bits of a nibble are {6, 7, 8} (mantissa bit, exponent bits) and 15 (sign). Registers 0, 1, 2 are
+// stored at the targets shifted down by 0, 3 and 6 bits (one shift and one mask each); the target sets tile a 16-bit
+// half three times, not four, so register 3 takes the bits left over, {14, 10, 11, 13} (mantissa, E0, E1, sign), and
+// costs a right shift by 8, a mask, one multiply that places three copies and a mask.
+// Bit positions of nibble p's bits (mantissa, E0, E1, sign) in the low half of a stored word; nibble p + 4 sits 16
+// higher.
+FP4GEMM_HD int pieces_bit_position(int p, int bit) {
+  constexpr int kPos[4][4] = {{6, 7, 8, 15}, {3, 4, 5, 12}, {0, 1, 2, 9}, {14, 10, 11, 13}};
+  return kPos[p][bit];
+}
+FP4GEMM_HD std::uint32_t pieces_word_bits(std::uint32_t w) {
+  std::uint32_t s = 0;
+  for (int j = 0; j < 8; ++j)
+    for (int b = 0; b < 4; ++b) s |= ((w >> (4 * j + b)) & 1u) << (pieces_bit_position(j & 3, b) + 16 * (j >> 2));
+  return s;
+}
+FP4GEMM_HD void e2m1_quad_bf16_pieces(std::uint32_t s, std::uint32_t (&out)[4]) {
+  constexpr std::uint32_t kPlaced = 0x81C081C0u;  // sign bit 15, e2m1 bits 6-8, per half
+  constexpr std::uint32_t kThird = 0x006C006Cu;   // register 3's bits after the shift by 8: 6, 2, 3, 5 per half
+  out[0] = s & kPlaced;
+  out[1] = (s << 3) & kPlaced;
+  out[2] = (s << 6) & kPlaced;
+  // mantissa 6 -> 6 (x 1), E0 2 -> 7 and E1 3 -> 8 (x 2^5), sign 5 -> 15 (x 2^10): the copies meet no set bit
+  out[3] = (((s >> 8) & kThird) * (1u + (1u << 5) + (1u << 10))) & kPlaced;
+}
+
 // NVFP4 weights run in f16: dq * 2^-7 = raw * (scale * 2^7) is one exact multiply (scale * 2^7
 // <= 57344 fits f16; every dq * 2^-7 is a multiple of 2^-17, inside f16's subnormal grid), and
 // the epilogue multiplies the FP32 accumulator by 2^7.

@@ -54,7 +54,8 @@ __device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) { return 
 
 // Dequantises this thread's 16 weights of one row (8 bytes) into 8 A-operand registers:
 // out[s] feeds k-step s slots {2t, 2t+1}, out[4 + s] slots {2t+8, 2t+9}.
-template <Format F, int kSmallMx>
+// kPieces: the words of weights in pieces, bits permuted at pack time (e2m1_quad_bf16_pieces; MXFP4).
+template <Format F, int kSmallMx, bool kPieces = false>
 __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
   if constexpr (F == Format::nvfp4) {
     const __half2 s = *reinterpret_cast<const __half2*>(&scale2);
@@ -80,8 +81,13 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
       return bf16x2_bits(__hmul2(r, kSmallMx == kMxOneChecked ? __low2bfloat162(s) : s));
     };
     std::uint32_t lo[4], hi[4];  // wgmma_k_source_mxfp4: register s holds nibbles (s, s + 4)
-    e2m1_quad_bf16_raw(q.x, lo);
-    e2m1_quad_bf16_raw(q.y, hi);
+    if constexpr (kPieces) {
+      e2m1_quad_bf16_pieces(q.x, lo);
+      e2m1_quad_bf16_pieces(q.y, hi);
+    } else {
+      e2m1_quad_bf16_raw(q.x, lo);
+      e2m1_quad_bf16_raw(q.y, hi);
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       out[i] = cvt(lo[i]);
@@ -405,8 +411,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       weight_scale_pairs<F>(kb * kColsPerKb < col_end ? codes : 0u, s0, s1);
     }
     std::uint32_t d0[8], d1[8];
-    dequant_row<F, kSmallMx>(r.q0, s0, d0);
-    dequant_row<F, kSmallMx>(r.q1, s1, d1);
+    dequant_row<F, kSmallMx, kPieces>(r.q0, s0, d0);
+    dequant_row<F, kSmallMx, kPieces>(r.q1, s1, d1);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       buf[i][0] = d0[i];

@@ -15,8 +15,10 @@ const char* to_string(WeightLayout w) { return w == WeightLayout::rows ? "rows" 
 
 namespace {
 
-void pack(const void* w, void* out, int experts, int rows, int k, detail::PieceRows kind, cudaStream_t stream,
-          const char* what) {
+void pack(const void* w, void* out, int experts, int rows, int k, detail::PieceRows kind, Format format,
+          cudaStream_t stream, const char* what) {
+  if (format != Format::mxfp4 && format != Format::nvfp4)
+    throw Error("format", -1, "must be Format::mxfp4 or Format::nvfp4 (the format of the plans that will read the pieces)");
   if (experts < 1 || experts > detail::kMaxMoeExperts)
     throw Error("experts", -1, "must be 1.." + std::to_string(detail::kMaxMoeExperts) + " (got " + std::to_string(experts) + ")");
   const std::int64_t piece_bytes = pieces_bytes(rows, k);  // (checks rows and k)
@@ -33,17 +35,17 @@ void pack(const void* w, void* out, int experts, int rows, int k, detail::PieceR
   if (a < b + static_cast<std::uintptr_t>(out_bytes) && b < a + static_cast<std::uintptr_t>(in_bytes))
     throw Error("out", -1, "must not overlap w (the repack is not in place)");
   FP4GEMM_CUDA_CHECK(detail::launch_pack_pieces(static_cast<const std::uint8_t*>(w), static_cast<std::uint8_t*>(out),
-                                                experts, rows, k, kind, stream),
+                                                experts, rows, k, kind, format == Format::mxfp4, stream),
                      what);
 }
 
 }  // namespace
 
-void pack_pieces(const void* w, void* out, int experts, int rows, int k, cudaStream_t stream) {
-  pack(w, out, experts, rows, k, detail::PieceRows::plain, stream, "pack_pieces");
+void pack_pieces(const void* w, void* out, int experts, int rows, int k, Format format, cudaStream_t stream) {
+  pack(w, out, experts, rows, k, detail::PieceRows::plain, format, stream, "pack_pieces");
 }
 
-void pack_pieces_gate_up(const void* w13, void* out, int experts, int inter, int k, GateUpLayout gate_up,
+void pack_pieces_gate_up(const void* w13, void* out, int experts, int inter, int k, GateUpLayout gate_up, Format format,
                          cudaStream_t stream) {
   if (gate_up != GateUpLayout::stacked && gate_up != GateUpLayout::interleaved)
     throw Error("gate_up", -1, "w13 in pieces pairs gate and up rows of one buffer: stacked or interleaved");
@@ -53,7 +55,7 @@ void pack_pieces_gate_up(const void* w13, void* out, int experts, int inter, int
   if (inter > (1 << 29)) throw Error("inter", -1, "too many rows");
   pack(w13, out, experts, 2 * inter, k,
        gate_up == GateUpLayout::stacked ? detail::PieceRows::gate_up_stacked : detail::PieceRows::gate_up_interleaved,
-       stream, "pack_pieces_gate_up");
+       format, stream, "pack_pieces_gate_up");
 }
 
 }  // namespace fp4gemm

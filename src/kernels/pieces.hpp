@@ -12,7 +12,8 @@ namespace fp4gemm::detail {
 enum class PieceRows { plain, gate_up_stacked, gate_up_interleaved };
 
 // w: [experts, rows, k / 2] contiguous; out: experts x (rows / 16) x ceil(k / 128) x 1 KB. Arguments checked.
+// mxfp4_bits: each word's bits in the MXFP4 kernels' decode order (device/dequant.cuh, pieces_word_bits).
 cudaError_t launch_pack_pieces(const std::uint8_t* w, std::uint8_t* out, int experts, int rows, int k, PieceRows kind,
-                               cudaStream_t stream);
+                               bool mxfp4_bits, cudaStream_t stream);
 
 }  // namespace fp4gemm::detail

@@ -180,7 +180,7 @@ std::vector<int> make_offsets(const GluCase& c, std::mt19937_64& rng, int kind) 
     const std::size_t bytes = static_cast<std::size_t>(pieces_bytes(wrows, K) * E);
     d_pieces = std::make_unique<DeviceBuffer>(bytes);
     FP4GEMM_TEST_CUDA(cudaMemset(d_pieces->get(), 0xA5, bytes));
-    pack_pieces_gate_up(dw_gate, d_pieces->get(), E, I, K, c.gate_up);
+    pack_pieces_gate_up(dw_gate, d_pieces->get(), E, I, K, c.gate_up, c.format);
     mw.w = d_pieces->get(), mw.ldw = 0, mw.expert_stride = 0;
   }
   MoeOptions mo;

@@ -577,7 +577,7 @@ TEST(MoeRouting, Mxfp4ScalePathsAtTheLimit) {
 // `poison` first: the plan must read only what the pack wrote).
 MoeGemm plan_on_pieces(const MoeWeightSet& ws, const MoeConfig& cfg, DeviceBuffer& pieces, int poison) {
   FP4GEMM_TEST_CUDA(cudaMemset(pieces.get(), poison, static_cast<std::size_t>(pieces_bytes(cfg.n, cfg.k) * cfg.experts)));
-  pack_pieces(ws.device_w(), pieces.get(), cfg.experts, cfg.n, cfg.k);
+  pack_pieces(ws.device_w(), pieces.get(), cfg.experts, cfg.n, cfg.k, cfg.format);
   MoeWeights w = ws.weights();
   w.w = pieces.get(), w.ldw = 0, w.expert_stride = 0;
   MoeOptions o = ws.options();
@@ -661,14 +661,15 @@ TEST(MoePieces, BadArgumentsNamed) {
     bad.weight_layout = static_cast<WeightLayout>(7);
     expect_error([&] { MoeGemm(w, bad); }, "options.weight_layout");
   }
-  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 4, 60, 256); }, "rows", "multiple of 16");
-  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 4, 64, 48); }, "k", "multiple of 32");
-  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 0, 64, 256); }, "experts");
-  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get() + 1024, 4, 64, 256); }, "out");  // too small
-  expect_error([&] { pack_pieces(nullptr, d_pieces.get(), 4, 64, 256); }, "w");
-  expect_error([&] { pack_pieces(ws.device_w(), ws.device_w(), 1, 16, 256); }, "out", "overlap");
-  expect_error([&] { pack_pieces_gate_up(ws.device_w(), d_pieces.get(), 4, 32, 256, GateUpLayout::separate); }, "gate_up");
-  expect_error([&] { pack_pieces_gate_up(ws.device_w(), d_pieces.get(), 4, 12, 256, GateUpLayout::stacked); }, "inter");
+  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 4, 60, 256, Format::mxfp4); }, "rows", "multiple of 16");
+  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 4, 64, 48, Format::mxfp4); }, "k", "multiple of 32");
+  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 0, 64, 256, Format::mxfp4); }, "experts");
+  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get() + 1024, 4, 64, 256, Format::nvfp4); }, "out");  // too small
+  expect_error([&] { pack_pieces(nullptr, d_pieces.get(), 4, 64, 256, Format::nvfp4); }, "w");
+  expect_error([&] { pack_pieces(ws.device_w(), ws.device_w(), 1, 16, 256, Format::mxfp4); }, "out", "overlap");
+  expect_error([&] { pack_pieces(ws.device_w(), d_pieces.get(), 4, 64, 256, static_cast<Format>(7)); }, "format");
+  expect_error([&] { pack_pieces_gate_up(ws.device_w(), d_pieces.get(), 4, 32, 256, GateUpLayout::separate, Format::mxfp4); }, "gate_up");
+  expect_error([&] { pack_pieces_gate_up(ws.device_w(), d_pieces.get(), 4, 12, 256, GateUpLayout::stacked, Format::mxfp4); }, "inter");
   EXPECT_EQ(pieces_bytes(2880, 2880), std::int64_t{2880 / 16} * 23 * 1024);
 }
 

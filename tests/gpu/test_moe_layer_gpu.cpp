@@ -127,8 +127,8 @@ struct Layer {
   std::unique_ptr<DeviceBuffer> d_p13, d_p2;  // LayerCase::pieces: what the layer reads (pack())
   // (pieces) w13 / w2 repacked from d_w13 / d_w2 into d_p13 / d_p2 (after the rows are rewritten in place)
   void pack(cudaStream_t s = nullptr) const {
-    pack_pieces_gate_up(d_w13->get(), d_p13->get(), c.experts, c.inter, c.hidden, c.gate_up, s);
-    pack_pieces(d_w2->get(), d_p2->get(), c.experts, c.hidden, c.inter, s);
+    pack_pieces_gate_up(d_w13->get(), d_p13->get(), c.experts, c.inter, c.hidden, c.gate_up, c.format, s);
+    pack_pieces(d_w2->get(), d_p2->get(), c.experts, c.hidden, c.inter, c.format, s);
   }
   std::unique_ptr<MoeLayer> layer;
   MoeLayerWeights weights;  // what `layer` was built from

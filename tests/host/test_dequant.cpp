@@ -98,6 +98,36 @@ void expect_order_matches_registers(SourceFn source, RegisterFn element_of_regis
   EXPECT_EQ(seen.size(), 64u) << "not a permutation of the k-block";
 }
 
+// Weights in pieces: pack_pieces permutes each word's bits (pieces_word_bits) so that the MXFP4 kernels decode it in
+// 9 operations; the registers must be e2m1_quad_bf16_raw's of the original word -- every code in every slot, the
+// all-zero and all-one words, random words -- and the permutation must be one (every bit lands on its own position).
+TEST(Dequant, PiecesWordBitsDecodeToTheRawRegisters) {
+  auto same = [](std::uint32_t w) {
+    std::uint32_t a[4], b[4];
+    fp4gemm::detail::e2m1_quad_bf16_raw(w, a);
+    fp4gemm::detail::e2m1_quad_bf16_pieces(fp4gemm::detail::pieces_word_bits(w), b);
+    for (int p = 0; p < 4; ++p)
+      if (a[p] != b[p]) return false;
+    return true;
+  };
+  for (int j = 0; j < 8; ++j)
+    for (std::uint32_t c = 0; c < 16; ++c) EXPECT_TRUE(same(c << (4 * j))) << "code " << c << " in slot " << j;
+  EXPECT_TRUE(same(0u));
+  EXPECT_TRUE(same(0xFFFFFFFFu));
+  std::mt19937 rng(std::random_device{}());
+  for (int i = 0; i < 200000; ++i) {
+    const std::uint32_t w = static_cast<std::uint32_t>(rng());
+    ASSERT_TRUE(same(w)) << std::hex << "word 0x" << w;
+  }
+  std::uint32_t seen = 0;
+  for (int b = 0; b < 32; ++b) {
+    const std::uint32_t s = fp4gemm::detail::pieces_word_bits(1u << b);
+    EXPECT_EQ(__builtin_popcount(s), 1) << "bit " << b;
+    seen |= s;
+  }
+  EXPECT_EQ(seen, 0xFFFFFFFFu);
+}
+
 TEST(Dequant, Nvfp4KOrderMatchesTheQuadRegisters) {
   constexpr int kBase[4] = {0, 1, 4, 5};
   expect_order_matches_registers(wgmma_k_source_nvfp4, [&](int reg, int h) {

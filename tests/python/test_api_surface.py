@@ -677,7 +677,10 @@ def r_pack_pieces(T, env):
     """The weights packed into pieces: the layer on them gives the rows layer's bytes, before and after the rows are
     rewritten in place and packed again into the same arrays; bad arguments are named."""
     torch = env.torch
-    pack = T.use("fp4gemm.moe", moe, "pack_pieces")
+    pack_fn = T.use("fp4gemm.moe", moe, "pack_pieces")
+
+    def pack(*args, **kwargs):  # these weights are MXFP4 (W4A16)
+        return pack_fn(*args, format="mxfp4", **kwargs)
     rng = np.random.default_rng(12)
     c = _cfg("bf16", "swigluoai", "interleaved", e=4, h=160, i=96)
     t = S.random_truth(rng, c, "none", env.gpu)
@@ -716,7 +719,18 @@ def r_pack_pieces(T, env):
     for n in (1, 12):
         same_as_rows(kept, n, "pieces layer after its arrays were dropped")
     del churn, kept
+    with pytest.raises(TypeError, match="format"):  # the format is required: pieces differ per format
+        pack_fn(live[2])
+    nv13, nv2 = pack_fn(live[0], c.gate_up, format="nvfp4"), pack_fn(live[2], format="nvfp4")  # wrong for this layer
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        moe.MoeLayer(nv13, live[1], p2, live[3], weight_layout="pieces", **kw)
+    assert e.value.argument == "w13" and "nvfp4" in str(e.value)
+    with pytest.raises(fp4gemm.ArgumentError) as e:
+        moe.MoeLayer(p13, live[1], nv2, live[3], weight_layout="pieces", **kw)
+    assert e.value.argument == "w2"
+    del nv13, nv2
     for call, arg in ((lambda: pack(live[0], "separate"), "gate_up"), (lambda: pack(live[0][:, :72].contiguous()), "w"),
+                      (lambda: pack_fn(live[2], format="fp8"), "format"),
                       (lambda: pack(live[0], out=p2), "out"), (lambda: pack(t.w13), "w"),
                       (lambda: moe.MoeLayer(p13, live[1], live[2], live[3], weight_layout="pieces", **kw), "w2"),
                       (lambda: moe.MoeLayer(*live, weight_layout="columns", **kw), "weight_layout")):

@@ -315,7 +315,8 @@ class HostSequence:
         w13, w2, layout = lv["w13"], lv["w2"], "rows"
         if pieces:  # packed once per weight set, again after each in-place update (repack)
             if ws.pieces is None:
-                ws.pieces = dict(w13=moe.pack_pieces(ws.base["w13"], c.gate_up), w2=moe.pack_pieces(ws.base["w2"]))
+                ws.pieces = dict(w13=moe.pack_pieces(ws.base["w13"], c.gate_up, format=c.fmt),
+                                 w2=moe.pack_pieces(ws.base["w2"], format=c.fmt))
                 self.call(2)
             w13, w2, layout = ws.pieces["w13"], ws.pieces["w2"], "pieces"
             S.count(self.tier, "layers on pieces")
@@ -755,8 +756,8 @@ class HostSequence:
         (read at every run, as the rows are: no reload needed)."""
         if ws.pieces is not None:
             self.log("  pack_pieces again into the same arrays")
-            moe.pack_pieces(ws.base["w13"], ws.cfg.gate_up, out=ws.pieces["w13"])
-            moe.pack_pieces(ws.base["w2"], out=ws.pieces["w2"])
+            moe.pack_pieces(ws.base["w13"], ws.cfg.gate_up, format=ws.cfg.fmt, out=ws.pieces["w13"])
+            moe.pack_pieces(ws.base["w2"], format=ws.cfg.fmt, out=ws.pieces["w2"])
             self.call(2)
 
     def after_update(self, ws, users, how):

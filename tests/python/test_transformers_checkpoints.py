@@ -247,8 +247,9 @@ def test_gpt_oss_mxfp4_checkpoint_loads_as_it_is(tmp_path, device, layout):
         if layout == "pieces":
             e, i2, h = m.num_experts, 2 * m.intermediate_dim, m.hidden_dim
             w13, s13, w2, s2 = m._fp4gemm_packed
-            assert torch.equal(w13, fp4gemm.moe.pack_pieces(m.gate_up_proj_blocks.view(e, i2, h // 2), "interleaved"))
-            assert torch.equal(w2, fp4gemm.moe.pack_pieces(m.down_proj_blocks.view(e, h, i2 // 4)))
+            assert torch.equal(w13, fp4gemm.moe.pack_pieces(m.gate_up_proj_blocks.view(e, i2, h // 2), "interleaved",
+                                                            format="mxfp4"))
+            assert torch.equal(w2, fp4gemm.moe.pack_pieces(m.down_proj_blocks.view(e, h, i2 // 4), format="mxfp4"))
             for blocked, linear in ((s13, m.gate_up_proj_scales), (s2, m.down_proj_scales)):
                 want = np.stack([fp4gemm.linear_to_blocked(x) for x in linear.cpu().numpy()])
                 assert np.array_equal(blocked.cpu().numpy(), want)

@@ -121,7 +121,8 @@ def test_weight_layout_pieces_by_default_and_rows_on_request(arch):
         gate_up = "stacked" if getattr(a, "is_concatenated", True) else "interleaved"
         p13, s13, p2, s2 = a._fp4gemm_tensors[:4]
         q13, t13, q2, t2 = b._fp4gemm_tensors[:4]
-        assert torch.equal(q13, fp4gemm.moe.pack_pieces(p13, gate_up)) and torch.equal(q2, fp4gemm.moe.pack_pieces(p2))
+        assert torch.equal(q13, fp4gemm.moe.pack_pieces(p13, gate_up, format="mxfp4"))  # (W4A16: MXFP4 weights)
+        assert torch.equal(q2, fp4gemm.moe.pack_pieces(p2, format="mxfp4"))
         for blocked, linear in ((t13, s13), (t2, s2)):
             want = np.stack([fp4gemm.linear_to_blocked(x) for x in linear.cpu().numpy()])
             assert np.array_equal(blocked.cpu().numpy(), want)

@@ -234,11 +234,13 @@ def _blocked_scales(s: Any) -> Any:
     return (v.permute(*order) if hasattr(v, "permute") else v.transpose(order)).reshape(e, -1)
 
 
-def _packed(w13: Any, s13: Any, w2: Any, s2: Any, gate_up: str):
-    """Packed rows and linear scales -> (w13, w13 scales, w2, w2 scales) in pieces with blocked scales."""
+def _packed(w13: Any, s13: Any, w2: Any, s2: Any, gate_up: str, format: str):
+    """Packed rows and linear scales -> (w13, w13 scales, w2, w2 scales) in pieces (for `format`'s layers) with
+    blocked scales."""
     from ..moe import pack_pieces
 
-    return pack_pieces(w13, gate_up), _blocked_scales(s13), pack_pieces(w2), _blocked_scales(s2)
+    return (pack_pieces(w13, gate_up, format=format), _blocked_scales(s13), pack_pieces(w2, format=format),
+            _blocked_scales(s2))
 
 
 def _quantization_classes() -> dict:
@@ -444,7 +446,7 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
         kw = dict(max_tokens=max_tokens, topk=int(topk), act_format=act_format, activation=activation, gate_up=gate_up,
                   scale_layout="linear", decode_tokens=decode_tokens)
         if _pieces(weight_layout, activations, w13.is_cuda, w2.shape[1], w2.shape[2]):  # (the pieces replace the rows)
-            p13, s13, p2, s2 = _packed(p13, s13, p2, s2, gate_up)
+            p13, s13, p2, s2 = _packed(p13, s13, p2, s2, gate_up, weights)
             kw.update(scale_layout="blocked", weight_layout="pieces")
         if s_alpha is not None:
             kw.update(swiglu_alpha=s_alpha, swiglu_limit=s_limit)
@@ -459,6 +461,7 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
                 kw.update(w13_bias=kw["w13_bias"].float().numpy(), w2_bias=kw["w2_bias"].float().numpy())
         m._fp4gemm_tensors = (p13, s13, p2, s2, g13, g2, kw.get("w13_bias"), kw.get("w2_bias"))
         m._fp4gemm_weight_layout = kw.get("weight_layout", "rows")
+        m._fp4gemm_weight_format = weights
         m._fp4gemm_layer = MoeLayer(p13, s13, p2, s2, **kw)
         m._fp4gemm_max_tokens = max_tokens
         _register_handle(m)
@@ -686,7 +689,7 @@ def _plan_holder(m: Any, c: Any) -> Any:
     m._fp4gemm_packed = None
     if _pieces(getattr(c, "weight_layout", None), c.activations, w13.is_cuda, h, i, checkpoint=True):
         # a second copy of the experts, in pieces with blocked scales (the module keeps the checkpoint's tensors)
-        arrays = m._fp4gemm_packed = list(_packed(*arrays, kw["gate_up"]))
+        arrays = m._fp4gemm_packed = list(_packed(*arrays, kw["gate_up"], m.fp4gemm_format))
         kw.update(scale_layout="blocked", weight_layout="pieces")
     if not w13.is_cuda:  # on the CPU: the layer is fp4gemm's host reference (NumPy arrays)
         arrays = [a.numpy() for a in arrays]
