@@ -60,18 +60,26 @@ def _experts_modules(model):
     return sum(1 for m in model.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "num_experts"))
 
 
-# MXFP4 pieces store each 32-bit word's bits permuted (src/device/dequant.cuh, pieces_bit_position): nibble j's bit b
-# (mantissa, E0, E1, sign) sits at _MX_POS[j % 4][b] + 16 (j // 4).
+# Pieces store each 32-bit word's bits permuted (src/device/dequant.cuh, pieces_bit_position / _nv): MXFP4 nibble j's
+# bit b (mantissa, E0, E1, sign) sits at _MX_POS[j % 4][b] + 16 (j // 4); NVFP4 nibble j's at
+# _NV_POS[(j & 1) + 2 (j >> 2)][b] + 16 ((j >> 1) & 1).
 _MX_POS = ((6, 7, 8, 15), (3, 4, 5, 12), (0, 1, 2, 9), (14, 10, 11, 13))
+_NV_POS = ((9, 10, 11, 15), (6, 7, 8, 12), (3, 4, 5, 13), (0, 1, 2, 14))
 
 
-def _unpermute_mxfp4_words(p):
-    """MXFP4 pieces' words back to the rows' bit order (NumPy, from the definition above)."""
+def _piece_bit(format, j, b):
+    if format == "mxfp4":
+        return _MX_POS[j % 4][b] + 16 * (j // 4)
+    return _NV_POS[(j & 1) + 2 * (j >> 2)][b] + 16 * ((j >> 1) & 1)
+
+
+def _unpermute_words(p, format):
+    """Pieces' words back to the rows' bit order (NumPy, from the definitions above)."""
     s = np.ascontiguousarray(p).view("<u4")
     w = np.zeros_like(s)
     for j in range(8):
         for b in range(4):
-            w |= ((s >> np.uint32(_MX_POS[j % 4][b] + 16 * (j // 4))) & np.uint32(1)) << np.uint32(4 * j + b)
+            w |= ((s >> np.uint32(_piece_bit(format, j, b))) & np.uint32(1)) << np.uint32(4 * j + b)
     return w.view(np.uint8).reshape(p.shape)
 
 
@@ -79,9 +87,8 @@ def _rows_of_pieces(p, rows, k, gate_up, format):
     """fp4gemm.moe.pack_pieces' layout undone, from its definition (NumPy): pieces [E, rows/16, ceil(k/128), 1024]
     -> packed rows [E, rows, k/2]. A piece is [32 lanes][16 B]; lane 4g + c holds bytes 8c..8c+7 of its 64-wide
     k-block of block row g (its first 8 bytes) and g + 8; a GLU's w13 block b holds gate rows 8b..8b+7, then their up
-    rows (stacked: I + 8b + g; interleaved: 2(8b + g) + 1). MXFP4 pieces' words have their bits permuted."""
-    if format == "mxfp4":
-        p = _unpermute_mxfp4_words(p)
+    rows (stacked: I + 8b + g; interleaved: 2(8b + g) + 1). Each word's bits are permuted for its format."""
+    p = _unpermute_words(p, format)
     e, blocks, chunks = p.shape[:3]
     x = p.reshape(e, blocks, 2 * chunks, 8, 4, 2, 8)  # [e, b, kb, g, c, half, j]
     y = x.transpose(0, 1, 5, 3, 2, 4, 6).reshape(e, blocks, 16, 2 * chunks * 32)[..., : k // 2]  # [e, b, 8 half + g, .]
