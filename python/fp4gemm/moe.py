@@ -413,8 +413,8 @@ def pack_pieces(w: Any, gate_up: Optional[str] = None, *, format: str, out: Any 
 
     w: a CUDA torch uint8 tensor ``[E, rows, k/2]`` of packed e2m1 (dense). gate_up: None for w2-like weights, or
     'stacked' / 'interleaved' for a GLU's w13 (each 16-row block becomes 8 gate rows and their 8 up rows). format:
-    'mxfp4' or 'nvfp4', the format of the layers that will read the pieces (MXFP4 pieces store each 32-bit word's
-    bits in the order the MXFP4 kernels decode fastest; a layer of the other format would read wrong values). Returns
+    'mxfp4' or 'nvfp4', the format of the layers that will read the pieces (each 32-bit word's bits are stored in
+    the order that format's kernels decode fastest; a layer of the other format would read wrong values). Returns
     ``out`` (allocated when None): uint8 ``[E, rows/16, ceil(k/128), 1024]`` -- per 16 rows and 64-wide k-block a
     512-byte piece in which lane (g, c) of a warp holds bytes 8c..8c+7 of rows g and g + 8 (zeros past k). Exact (the
     same values, moved), on ``stream`` (default: the current one), without synchronising; call it again with the same

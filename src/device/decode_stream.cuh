@@ -195,7 +195,10 @@ __device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_
     // elements 8q..8q+7, stored as (0,4) (1,5) (2,6) (3,7); f16: (0,2) (1,3) (4,6) (5,7)
     const uint4 xv = XS::load(st.x, q);
     std::uint32_t ag[4], ah[4];
-    if constexpr (kF16) {
+    if constexpr (kF16 && P) {  // weights in pieces: bits permuted at pack time (dequant.cuh)
+      e2m1_quad_f16_pieces(wg[q], ag);
+      e2m1_quad_f16_pieces(wh[q], ah);
+    } else if constexpr (kF16) {
       e2m1_quad_f16_raw(wg[q], ag);
       e2m1_quad_f16_raw(wh[q], ah);
     } else if constexpr (P) {  // weights in pieces: bits permuted at pack time (dequant.cuh)
@@ -251,7 +254,7 @@ __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4])
     const std::uint32_t g0 = nv_scale_f16x2_times_128(st.cg & 0xFFu), g1 = nv_scale_f16x2_times_128(st.cg >> 8);
     const std::uint32_t h0 = nv_scale_f16x2_times_128(st.ch & 0xFFu), h1 = nv_scale_f16x2_times_128(st.ch >> 8);
     const std::uint32_t sg[4] = {g0, g0, g1, g1}, sh[4] = {h0, h0, h1, h1};
-    multiply<Scaling::kNvF16>(st, sg, sh, acc);
+    multiply<Scaling::kNvF16, XS, P>(st, sg, sh, acc);
   } else if constexpr (P) {  // (two codes per register, bits 0-7 and 16-23)
     const unsigned m = max(st.cg, st.ch);
     if (__builtin_expect(!__any_sync(0xFFFFFFFFu, max(m & 0xFFu, m >> 16) > 128u), 1)) {

@@ -108,6 +108,37 @@ FP4GEMM_HD void e2m1_quad_bf16_pieces(std::uint32_t s, std::uint32_t (&out)[4]) 
   out[3] = (((s >> 8) & kThird) * (1u + (1u << 5) + (1u << 10))) & kPlaced;
 }
 
+// NVFP4 weights in pieces: the same idea for e2m1_quad_f16_raw's registers (register 0 = nibbles (0, 2), 1 = (1, 3),
+// 2 = (4, 6), 3 = (5, 7), low half first), whose f16 target bits per half are {9, 10, 11} (mantissa bit, exponent
+// bits) and 15 (sign). Register 0 is stored at its targets, register 1 three bits lower (a shift and a mask);
+// registers 2 and 3 take the bits left over, {3, 4, 5, 13} and {0, 1, 2, 14}, each placed by one multiply between two
+// masks: x (2^6 + 2^2) and x (2^9 + 2^1) put every copy of every kept bit (both halves) on a distinct bit, so there
+// are no carries, and the targets receive exactly the nibble's bits: 9 operations per word instead of 11.
+FP4GEMM_HD int pieces_bit_position_nv(int p, int bit) {
+  constexpr int kPos[4][4] = {{9, 10, 11, 15}, {6, 7, 8, 12}, {3, 4, 5, 13}, {0, 1, 2, 14}};
+  return kPos[p][bit];
+}
+FP4GEMM_HD std::uint32_t pieces_word_bits_nv(std::uint32_t w) {
+  std::uint32_t s = 0;
+  for (int j = 0; j < 8; ++j) {  // nibble j -> register (j & 1) + 2 (j >> 2), half (j >> 1) & 1
+    const int p = (j & 1) + 2 * (j >> 2), half = (j >> 1) & 1;
+    for (int b = 0; b < 4; ++b) s |= ((w >> (4 * j + b)) & 1u) << (pieces_bit_position_nv(p, b) + 16 * half);
+  }
+  return s;
+}
+FP4GEMM_HD void e2m1_quad_f16_pieces(std::uint32_t s, std::uint32_t (&out)[4]) {
+  constexpr std::uint32_t kPlaced = 0x8E008E00u;  // sign bit 15, e2m1 bits 9-11, per half
+  out[0] = s & kPlaced;
+  out[1] = (s << 3) & kPlaced;
+  out[2] = ((s & 0x20382038u) * ((1u << 6) + (1u << 2))) & kPlaced;
+  out[3] = ((s & 0x40074007u) * ((1u << 9) + (1u << 1))) & kPlaced;
+}
+
+// The word bits pack_pieces stores for a format's kernels (pieces_word_bits / pieces_word_bits_nv).
+FP4GEMM_HD std::uint32_t pieces_word_bits_for(bool nvfp4, std::uint32_t w) {
+  return nvfp4 ? pieces_word_bits_nv(w) : pieces_word_bits(w);
+}
+
 // NVFP4 weights run in f16: dq * 2^-7 = raw * (scale * 2^7) is one exact multiply (scale * 2^7
 // <= 57344 fits f16; every dq * 2^-7 is a multiple of 2^-17, inside f16's subnormal grid), and
 // the epilogue multiplies the FP32 accumulator by 2^7.

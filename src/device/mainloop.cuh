@@ -54,7 +54,7 @@ __device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) { return 
 
 // Dequantises this thread's 16 weights of one row (8 bytes) into 8 A-operand registers:
 // out[s] feeds k-step s slots {2t, 2t+1}, out[4 + s] slots {2t+8, 2t+9}.
-// kPieces: the words of weights in pieces, bits permuted at pack time (e2m1_quad_bf16_pieces; MXFP4).
+// kPieces: the words of weights in pieces, bits permuted at pack time (e2m1_quad_bf16_pieces / e2m1_quad_f16_pieces).
 template <Format F, int kSmallMx, bool kPieces = false>
 __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::uint32_t (&out)[8]) {
   if constexpr (F == Format::nvfp4) {
@@ -64,8 +64,13 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
       return *reinterpret_cast<const std::uint32_t*>(&r);
     };
     std::uint32_t lo[4], hi[4];  // wgmma_k_source_nvfp4: lower slots from q.x, upper from q.y
-    e2m1_quad_f16_raw(q.x, lo);
-    e2m1_quad_f16_raw(q.y, hi);
+    if constexpr (kPieces) {
+      e2m1_quad_f16_pieces(q.x, lo);
+      e2m1_quad_f16_pieces(q.y, hi);
+    } else {
+      e2m1_quad_f16_raw(q.x, lo);
+      e2m1_quad_f16_raw(q.y, hi);
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       out[i] = cvt(lo[i]);

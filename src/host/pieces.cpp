@@ -35,7 +35,7 @@ void pack(const void* w, void* out, int experts, int rows, int k, detail::PieceR
   if (a < b + static_cast<std::uintptr_t>(out_bytes) && b < a + static_cast<std::uintptr_t>(in_bytes))
     throw Error("out", -1, "must not overlap w (the repack is not in place)");
   FP4GEMM_CUDA_CHECK(detail::launch_pack_pieces(static_cast<const std::uint8_t*>(w), static_cast<std::uint8_t*>(out),
-                                                experts, rows, k, kind, format == Format::mxfp4, stream),
+                                                experts, rows, k, kind, format == Format::nvfp4, stream),
                      what);
 }
 

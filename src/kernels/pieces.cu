@@ -13,7 +13,7 @@ namespace {
 // 8 bytes) and of row r1, zeros past the row's k / 2 bytes (the last 128-wide chunk's second k-block, where k % 128 is
 // 32 or 64; rows are 16-byte multiples, so an 8-byte slice is all in or all out).
 __global__ void pack_pieces_kernel(const std::uint8_t* __restrict__ w, uint4* __restrict__ out, long long slots,
-                                   int blocks, int kblocks2, int row_bytes, int inter, PieceRows kind, bool mxfp4_bits) {
+                                   int blocks, int kblocks2, int row_bytes, int inter, PieceRows kind, bool nvfp4) {
   for (long long t = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; t < slots;
        t += static_cast<long long>(gridDim.x) * blockDim.x) {
     const int lane = static_cast<int>(t % 32), g = lane / 4, c = lane % 4;
@@ -37,8 +37,9 @@ __global__ void pack_pieces_kernel(const std::uint8_t* __restrict__ w, uint4* __
       const uint2 a = *reinterpret_cast<const uint2*>(we + static_cast<long long>(r0) * row_bytes + byte);
       const uint2 h = *reinterpret_cast<const uint2*>(we + static_cast<long long>(r1) * row_bytes + byte);
       v = make_uint4(a.x, a.y, h.x, h.y);
-      // MXFP4: each word's bits in the order its kernels decode in 9 operations (dequant.cuh, pieces_word_bits)
-      if (mxfp4_bits) v = make_uint4(pieces_word_bits(a.x), pieces_word_bits(a.y), pieces_word_bits(h.x), pieces_word_bits(h.y));
+      // each word's bits in the order its format's kernels decode in 9 operations (dequant.cuh, pieces_word_bits_for)
+      v = make_uint4(pieces_word_bits_for(nvfp4, a.x), pieces_word_bits_for(nvfp4, a.y),
+                     pieces_word_bits_for(nvfp4, h.x), pieces_word_bits_for(nvfp4, h.y));
     }
     out[t] = v;
   }
@@ -47,12 +48,12 @@ __global__ void pack_pieces_kernel(const std::uint8_t* __restrict__ w, uint4* __
 }  // namespace
 
 cudaError_t launch_pack_pieces(const std::uint8_t* w, std::uint8_t* out, int experts, int rows, int k, PieceRows kind,
-                               bool mxfp4_bits, cudaStream_t stream) {
+                               bool nvfp4, cudaStream_t stream) {
   const int blocks = rows / 16, kblocks2 = 2 * ((k + 127) / 128);
   const long long slots = static_cast<long long>(experts) * blocks * kblocks2 * 32;
   const int grid = static_cast<int>(std::min<long long>((slots + 255) / 256, 4096));
   pack_pieces_kernel<<<grid, 256, 0, stream>>>(w, reinterpret_cast<uint4*>(out), slots, blocks, kblocks2, k / 2,
-                                               rows / 2, kind, mxfp4_bits);
+                                               rows / 2, kind, nvfp4);
   return cudaGetLastError();
 }
 

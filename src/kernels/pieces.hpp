@@ -12,8 +12,9 @@ namespace fp4gemm::detail {
 enum class PieceRows { plain, gate_up_stacked, gate_up_interleaved };
 
 // w: [experts, rows, k / 2] contiguous; out: experts x (rows / 16) x ceil(k / 128) x 1 KB. Arguments checked.
-// mxfp4_bits: each word's bits in the MXFP4 kernels' decode order (device/dequant.cuh, pieces_word_bits).
+// nvfp4: each word's bits in the NVFP4 (f16) kernels' decode order, else the MXFP4 (bf16) kernels' (device/dequant.cuh,
+// pieces_word_bits_for).
 cudaError_t launch_pack_pieces(const std::uint8_t* w, std::uint8_t* out, int experts, int rows, int k, PieceRows kind,
-                               bool mxfp4_bits, cudaStream_t stream);
+                               bool nvfp4, cudaStream_t stream);
 
 }  // namespace fp4gemm::detail

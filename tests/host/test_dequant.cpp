@@ -98,21 +98,26 @@ void expect_order_matches_registers(SourceFn source, RegisterFn element_of_regis
   EXPECT_EQ(seen.size(), 64u) << "not a permutation of the k-block";
 }
 
-// Weights in pieces: pack_pieces permutes each word's bits (pieces_word_bits) so that the MXFP4 kernels decode it in
-// 9 operations; the registers must be e2m1_quad_bf16_raw's of the original word -- every code in every slot, the
+// Weights in pieces: pack_pieces permutes each word's bits (pieces_word_bits for MXFP4, pieces_word_bits_nv for NVFP4)
+// so that the kernels decode it in 9 operations; the registers must be the rows' decode of the original word
+// (e2m1_quad_bf16_raw / e2m1_quad_f16_raw) -- every code in every slot, every value of either 16-bit half, the
 // all-zero and all-one words, random words -- and the permutation must be one (every bit lands on its own position).
-TEST(Dequant, PiecesWordBitsDecodeToTheRawRegisters) {
-  auto same = [](std::uint32_t w) {
+template <class Raw, class Pieces, class Bits>
+void expect_pieces_decode_raw(Raw raw, Pieces pieces, Bits bits) {
+  auto same = [&](std::uint32_t w) {
     std::uint32_t a[4], b[4];
-    fp4gemm::detail::e2m1_quad_bf16_raw(w, a);
-    fp4gemm::detail::e2m1_quad_bf16_pieces(fp4gemm::detail::pieces_word_bits(w), b);
+    raw(w, a);
+    pieces(bits(w), b);
     for (int p = 0; p < 4; ++p)
       if (a[p] != b[p]) return false;
     return true;
   };
   for (int j = 0; j < 8; ++j)
     for (std::uint32_t c = 0; c < 16; ++c) EXPECT_TRUE(same(c << (4 * j))) << "code " << c << " in slot " << j;
-  EXPECT_TRUE(same(0u));
+  for (std::uint32_t v = 0; v < 0x10000u; ++v) {
+    ASSERT_TRUE(same(v)) << std::hex << "word 0x" << v;
+    ASSERT_TRUE(same(v << 16)) << std::hex << "word 0x" << (v << 16);
+  }
   EXPECT_TRUE(same(0xFFFFFFFFu));
   std::mt19937 rng(std::random_device{}());
   for (int i = 0; i < 200000; ++i) {
@@ -121,11 +126,27 @@ TEST(Dequant, PiecesWordBitsDecodeToTheRawRegisters) {
   }
   std::uint32_t seen = 0;
   for (int b = 0; b < 32; ++b) {
-    const std::uint32_t s = fp4gemm::detail::pieces_word_bits(1u << b);
+    const std::uint32_t s = bits(1u << b);
     EXPECT_EQ(__builtin_popcount(s), 1) << "bit " << b;
     seen |= s;
   }
   EXPECT_EQ(seen, 0xFFFFFFFFu);
+}
+
+TEST(Dequant, PiecesWordBitsDecodeToTheRawRegisters) {
+  using namespace fp4gemm::detail;
+  expect_pieces_decode_raw([](std::uint32_t w, std::uint32_t (&o)[4]) { e2m1_quad_bf16_raw(w, o); },
+                           [](std::uint32_t s, std::uint32_t (&o)[4]) { e2m1_quad_bf16_pieces(s, o); },
+                           [](std::uint32_t w) { return pieces_word_bits(w); });
+}
+
+TEST(Dequant, NvPiecesWordBitsDecodeToTheRawRegisters) {
+  using namespace fp4gemm::detail;
+  expect_pieces_decode_raw([](std::uint32_t w, std::uint32_t (&o)[4]) { e2m1_quad_f16_raw(w, o); },
+                           [](std::uint32_t s, std::uint32_t (&o)[4]) { e2m1_quad_f16_pieces(s, o); },
+                           [](std::uint32_t w) { return pieces_word_bits_nv(w); });
+  for (int nv = 0; nv < 2; ++nv)  // pack_pieces' choice by format
+    EXPECT_EQ(pieces_word_bits_for(nv == 1, 0x12345678u), nv ? pieces_word_bits_nv(0x12345678u) : pieces_word_bits(0x12345678u));
 }
 
 TEST(Dequant, Nvfp4KOrderMatchesTheQuadRegisters) {

@@ -10,6 +10,7 @@ import torch
 import transformers
 
 import fp4gemm
+from pieces_layout import rows_of_pieces
 
 _COMMON = dict(vocab_size=512, hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
 
@@ -60,43 +61,6 @@ def _experts_modules(model):
     return sum(1 for m in model.modules() if hasattr(m, "gate_up_proj") and hasattr(m, "num_experts"))
 
 
-# MXFP4 pieces store each 32-bit word's bits permuted (src/device/dequant.cuh, pieces_bit_position): nibble j's bit b
-# (mantissa, E0, E1, sign) sits at _MX_POS[j % 4][b] + 16 (j // 4).
-_MX_POS = ((6, 7, 8, 15), (3, 4, 5, 12), (0, 1, 2, 9), (14, 10, 11, 13))
-
-
-def _unpermute_mxfp4_words(p):
-    """MXFP4 pieces' words back to the rows' bit order (NumPy, from the definition above)."""
-    s = np.ascontiguousarray(p).view("<u4")
-    w = np.zeros_like(s)
-    for j in range(8):
-        for b in range(4):
-            w |= ((s >> np.uint32(_MX_POS[j % 4][b] + 16 * (j // 4))) & np.uint32(1)) << np.uint32(4 * j + b)
-    return w.view(np.uint8).reshape(p.shape)
-
-
-def _rows_of_pieces(p, rows, k, gate_up, format):
-    """fp4gemm.moe.pack_pieces' layout undone, from its definition (NumPy): pieces [E, rows/16, ceil(k/128), 1024]
-    -> packed rows [E, rows, k/2]. A piece is [32 lanes][16 B]; lane 4g + c holds bytes 8c..8c+7 of its 64-wide
-    k-block of block row g (its first 8 bytes) and g + 8; a GLU's w13 block b holds gate rows 8b..8b+7, then their up
-    rows (stacked: I + 8b + g; interleaved: 2(8b + g) + 1). MXFP4 pieces' words have their bits permuted."""
-    if format == "mxfp4":
-        p = _unpermute_mxfp4_words(p)
-    e, blocks, chunks = p.shape[:3]
-    x = p.reshape(e, blocks, 2 * chunks, 8, 4, 2, 8)  # [e, b, kb, g, c, half, j]
-    y = x.transpose(0, 1, 5, 3, 2, 4, 6).reshape(e, blocks, 16, 2 * chunks * 32)[..., : k // 2]  # [e, b, 8 half + g, .]
-    if gate_up is None:
-        return np.ascontiguousarray(y.reshape(e, rows, k // 2))
-    inter = rows // 2
-    gate, up = y[:, :, :8].reshape(e, inter, k // 2), y[:, :, 8:].reshape(e, inter, k // 2)
-    out = np.empty((e, rows, k // 2), np.uint8)
-    if gate_up == "stacked":
-        out[:, :inter], out[:, inter:] = gate, up
-    else:
-        out[:, 0::2], out[:, 1::2] = gate, up
-    return out
-
-
 def _dequantised_into(ref, q):
     """The FP4 weights the fp4gemm layers hold, dequantised (exactly: e2m1 x 2^e is a bf16), into
     ref's experts in transformers' own layout."""
@@ -112,7 +76,7 @@ def _dequantised_into(ref, q):
             i = p13.shape[1] * 8
             gate_up = "stacked" if getattr(mq, "is_concatenated", True) else "interleaved"
             f = mq._fp4gemm_weight_format
-            p13, p2 = _rows_of_pieces(p13, 2 * i, h, gate_up, f), _rows_of_pieces(p2, h, i, None, f)
+            p13, p2 = rows_of_pieces(p13, 2 * i, h, gate_up, f), rows_of_pieces(p2, h, i, None, f)
             s13 = np.stack([fp4gemm.blocked_to_linear(s13[x], 2 * i, h // 32) for x in range(e)])
             s2 = np.stack([fp4gemm.blocked_to_linear(s2[x], h, i // 32) for x in range(e)])
 

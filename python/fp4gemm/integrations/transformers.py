@@ -410,8 +410,8 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
     activations' global scales ``a1_scale`` / ``a2_scale``). max_tokens: the layer's workspace (a
     call with more tokens runs in slices). free_bf16: replace the bf16 expert parameters by empty
     ones (the layer holds the FP4 copies). weight_layout: the FP4 experts as the layer reads them,
-    ``"rows"`` or ``"pieces"`` (``fp4gemm.moe.pack_pieces`` with blocked scales: 2-5 % faster on the
-    decode path, up to 4 % on the general path; CUDA only); None (default): pieces for W4A16 on CUDA,
+    ``"rows"`` or ``"pieces"`` (``fp4gemm.moe.pack_pieces`` with blocked scales: W4A16 layers median 6 %
+    faster than rows, up to 15 %, docs/PERF.md v70; CUDA only); None (default): pieces for W4A16 on CUDA,
     where they measured faster or level at every token count, rows otherwise. A module whose activation
     fp4gemm does not have is left as it is (a warning says which)."""
     _check_options(weights, activations, a1_scale, a2_scale, max_tokens, decode_tokens, weight_layout=weight_layout)
