@@ -80,8 +80,8 @@ FP4GEMM_HD void e2m1_quad_bf16_raw(std::uint32_t w, std::uint32_t (&out)[4]) {
 }
 
 // MXFP4 weights in pieces (WeightLayout::pieces) store each 32-bit word with its bits permuted at pack time, so that
-// e2m1_quad_bf16_pieces(pieces_word_bits(w)) == e2m1_quad_bf16_raw(w) in 9 operations instead of 13 (the idea of
-// docs/PERF.md v53, bench/micro/repack_9op_check.py). Register p holds nibbles p (low half) and p + 4 (high half);
+// e2m1_quad_bf16_pieces(pieces_word_bits(w)) == e2m1_quad_bf16_raw(w) in 9 operations instead of 13 (checked in
+// bench/micro/repack_9op_check.py and tests/host/test_dequant.cpp). Register p holds nibbles p (low half) and p + 4 (high half);
 // the bf16 target bits of a nibble are {6, 7, 8} (mantissa bit, exponent bits) and 15 (sign). Registers 0, 1, 2 are
 // stored at the targets shifted down by 0, 3 and 6 bits (one shift and one mask each); the target sets tile a 16-bit
 // half three times, not four, so register 3 takes the bits left over, {14, 10, 11, 13} (mantissa, E0, E1, sign), and
