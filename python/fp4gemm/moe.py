@@ -454,14 +454,16 @@ def fused_experts(hidden_states: Any, w13: Any, w13_scale: Any, w2: Any, w2_scal
                   scale_layout: str = "blocked", w13_alpha: Any = None, w13_alpha_up: Any = None, w2_alpha: Any = None,
                   a1_scale: float = 1.0, a2_scale: float = 1.0, swiglu_alpha: float = SWIGLU_ALPHA,
                   swiglu_limit: float = SWIGLU_LIMIT, w13_bias: Any = None, w2_bias: Any = None, out: Any = None,
-                  stream: Any = None):
+                  stream: Any = None, weight_layout: str = "rows"):
     """The MoE expert layer in one call (vLLM's ``fused_experts``); returns bf16 ``[T, H]``.
 
     Arguments as for :class:`MoeLayer` and its ``run`` (w13_bias ``[E, 2I]`` / w2_bias ``[E, H]``,
     bf16 or float32: gpt-oss's expert biases, read at every call). The layer plan is cached on the weights'
     addresses and the options; its workspace is sized for the largest T seen (doubling when a call
     needs more, so a warm-up call with the largest T before capturing a CUDA graph avoids a plan
-    being built during capture). Superseded plans stay alive until :func:`clear_layer_cache`."""
+    being built during capture). Superseded plans stay alive until :func:`clear_layer_cache`.
+    ``weight_layout="pieces"``: w13 and w2 packed once by :func:`pack_pieces` (the faster layout, as for
+    :class:`MoeLayer`); ``torch.ops.fp4gemm.fused_experts`` takes rows only."""
     return _cache(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
                   w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale, swiglu_alpha,
-                  swiglu_limit, out, stream, w13_bias, w2_bias)
+                  swiglu_limit, out, stream, w13_bias, w2_bias, weight_layout)

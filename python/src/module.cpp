@@ -295,7 +295,7 @@ NB_MODULE(_fp4gemm, m) {
            "scale_layout"_a.none() = "blocked", "a1_scale"_a = 1.0, "a2_scale"_a = 1.0,
            "swiglu_alpha"_a = fp4gemm::python::FusedExpertsCache::kOpSwigluAlpha,
            "swiglu_limit"_a = fp4gemm::python::FusedExpertsCache::kOpSwigluLimit, "out"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
-           "w13_bias"_a.none() = nb::none(), "w2_bias"_a.none() = nb::none())
+           "w13_bias"_a.none() = nb::none(), "w2_bias"_a.none() = nb::none(), "weight_layout"_a.none() = "rows")
       .def("clear", &fp4gemm::python::FusedExpertsCache::clear)
       .def("plans", &fp4gemm::python::FusedExpertsCache::plans, "The plans keyed on the weights' addresses (tests).")
       .def("retired", &fp4gemm::python::FusedExpertsCache::retired, "How many superseded plans are kept (tests).")

@@ -598,7 +598,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
                                    nb::handle activation_arg, nb::handle act_format_arg, nb::handle gate_up,
                                    nb::handle scale_layout_arg, double a1_scale, double a2_scale,
                                    double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream,
-                                   nb::handle w13_bias, nb::handle w2_bias) {
+                                   nb::handle w13_bias, nb::handle w2_bias, nb::handle weight_layout_arg) {
   TensorReader& reader = Binding::get().reader();
   const nb::handle objs[kWeights] = {w13, w13_scale, w2, w2_scale, w13_alpha, w13_alpha_up, w2_alpha, w13_bias, w2_bias};
   // The layer keeps these as float: entries compare them as the layer will use them (1.702 from one
@@ -614,6 +614,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
   const std::string activation = text(activation_arg, "activation", "'silu' or 'swigluoai'", false);
   const std::string act_format = text(act_format_arg, "act_format", "'nvfp4', 'mxfp4' or 'bf16'", false);
   const std::string scale_layout = text(scale_layout_arg, "scale_layout", "'blocked' or 'linear'", false);
+  const std::string weight_layout = text(weight_layout_arg, "weight_layout", "'rows' or 'pieces'", false);
   // "" (the torch op's spelling of None) and None: the activation's default layout
   const std::string gate = text(gate_up, "gate_up", "None, 'stacked' or 'interleaved'", true);
   // The fast path: torch tensors throughout (the alphas may be None), [T, ...] tokens, [T, k] ids.
@@ -640,7 +641,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
                   e.limit == swiglu_limit;
       for (int i = 0; i < kWeights && same; ++i) same = e.ids[i] == objs[i].ptr() && e.views[i].ptr == ptrs[i];
       if (!same || e.activation != activation || e.act_format != act_format || e.gate_up != gate ||
-          e.scale_layout != scale_layout)
+          e.scale_layout != scale_layout || e.weight_layout != weight_layout)
         continue;
       // ids match: the same objects unless one died and its id was reused -- then the entry is
       // stale (its layer keeps the weights alive, so this should not happen): drop it
@@ -655,7 +656,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
   if (hit == nullptr || t > hit->raw->options().max_tokens) {
     // the plan cached on the weights' addresses, grown to T (may build one)
     nb::object layer = plan_layer(objs, hidden, topk_ids, activation, act_format, gate, scale_layout, a1_scale,
-                                  a2_scale, swiglu_alpha, swiglu_limit);
+                                  a2_scale, swiglu_alpha, swiglu_limit, weight_layout);
     bool cacheable = fast;
     nb::object refs[kWeights];
     for (int i = 0; i < kWeights && cacheable; ++i) {
@@ -672,6 +673,7 @@ nb::object FusedExpertsCache::call(nb::handle hidden, nb::handle w13, nb::handle
       Entry e;
       for (int i = 0; i < kWeights; ++i) e.ids[i] = objs[i].ptr(), e.refs[i] = refs[i];
       e.activation = activation, e.act_format = act_format, e.gate_up = gate, e.scale_layout = scale_layout;
+      e.weight_layout = weight_layout;
       e.a1 = a1_scale, e.a2 = a2_scale, e.alpha = swiglu_alpha, e.limit = swiglu_limit;
       e.topk = static_cast<int>(topk);
       e.layer = layer_c, e.raw = raw_c;
@@ -709,7 +711,8 @@ FusedExpertsCache::~FusedExpertsCache() { forget_torch_native_cache(this); }
 nb::object FusedExpertsCache::plan_layer(const nb::handle (&objs)[kWeights], nb::handle hidden, nb::handle topk_ids,
                                          const std::string& activation, const std::string& act_format,
                                          const std::string& gate, const std::string& scale_layout, double a1_scale,
-                                         double a2_scale, double swiglu_alpha, double swiglu_limit) {
+                                         double a2_scale, double swiglu_alpha, double swiglu_limit,
+                                         const std::string& weight_layout) {
   // (T and top-k as MoeLayer.run reads them; a bad argument is named by the plan or the run)
   const std::int64_t t = nb::cast<std::int64_t>(hidden.attr("shape")[0]);
   const std::int64_t topk = nb::cast<std::int64_t>(topk_ids.attr("shape")[1]);
@@ -746,7 +749,7 @@ nb::object FusedExpertsCache::plan_layer(const nb::handle (&objs)[kWeights], nb:
   std::snprintf(buf, sizeof(buf), "k%lld a%a %a s%a %a", static_cast<long long>(topk), a1_scale, a2_scale,
                 swiglu_alpha, swiglu_limit);
   key += buf;
-  key += "|" + activation + "|" + act_format + "|" + gate + "|" + scale_layout;
+  key += "|" + activation + "|" + act_format + "|" + gate + "|" + scale_layout + "|" + weight_layout;
   auto it = plans_.find(key);
   std::int64_t grown = t;
   if (it != plans_.end()) {
@@ -760,7 +763,8 @@ nb::object FusedExpertsCache::plan_layer(const nb::handle (&objs)[kWeights], nb:
       "gate_up"_a = gate.empty() ? nb::object(nb::none()) : nb::object(nb::str(gate.c_str())),
       "scale_layout"_a = scale_layout, "w13_alpha"_a = objs[4], "w13_alpha_up"_a = objs[5], "w2_alpha"_a = objs[6],
       "a1_scale"_a = a1_scale, "a2_scale"_a = a2_scale, "swiglu_alpha"_a = swiglu_alpha,
-      "swiglu_limit"_a = swiglu_limit, "w13_bias"_a = objs[7], "w2_bias"_a = objs[8]);
+      "swiglu_limit"_a = swiglu_limit, "w13_bias"_a = objs[7], "w2_bias"_a = objs[8],
+      "weight_layout"_a = weight_layout);
   it = plans_.find(key);  // (again: Python ran in between)
   if (it != plans_.end()) {
     retired_.push_back(it->second);
@@ -778,7 +782,7 @@ const MoeLayerObject* FusedExpertsCache::find_native(const NativeKey& key, nb::o
         e.alpha != kOpSwigluAlpha ||
         e.limit != kOpSwigluLimit ||
         e.activation != key.activation || e.act_format != key.act_format || e.gate_up != key.gate_up ||
-        e.scale_layout != key.scale_layout)
+        e.scale_layout != key.scale_layout || e.weight_layout != "rows")  // (the op's weights are rows)
       continue;
     bool same = true;
     for (int i = 0; i < kWeights && same; ++i) {

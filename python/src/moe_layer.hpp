@@ -117,7 +117,7 @@ class FusedExpertsCache {
                   nb::handle w2_alpha, nb::handle activation, nb::handle act_format, nb::handle gate_up,
                   nb::handle scale_layout, double a1_scale, double a2_scale,
                   double swiglu_alpha, double swiglu_limit, nb::handle out, nb::handle stream,
-                  nb::handle w13_bias, nb::handle w2_bias);
+                  nb::handle w13_bias, nb::handle w2_bias, nb::handle weight_layout);
   // Every plan: the identity front, the address-keyed plans behind it, and the superseded plans
   // (kept alive: a CUDA graph may still replay them).
   void clear() {
@@ -155,7 +155,7 @@ class FusedExpertsCache {
   nb::object plan_layer(const nb::handle (&objs)[kWeights], nb::handle hidden, nb::handle topk_ids,
                         const std::string& activation, const std::string& act_format, const std::string& gate,
                         const std::string& scale_layout, double a1_scale, double a2_scale, double swiglu_alpha,
-                        double swiglu_limit);
+                        double swiglu_limit, const std::string& weight_layout);
   std::unordered_map<std::string, nb::object> plans_;
   std::vector<nb::object> retired_;
   static constexpr std::size_t kMaxEntries = 256;  // past this, the oldest entry goes
@@ -164,7 +164,7 @@ class FusedExpertsCache {
     nb::object refs[kWeights];
     TensorView views[kWeights];  // as read when the entry was made (None: ndim 0, ptr 0)
     std::uintptr_t impls[kWeights] = {};  // torch's TensorImpl of each (Tensor._cdata), for find_native
-    std::string activation, act_format, gate_up, scale_layout;
+    std::string activation, act_format, gate_up, scale_layout, weight_layout;
     double a1 = 0, a2 = 0, alpha = 0, limit = 0;
     int topk = 0;
     nb::object layer;  // the fp4gemm.moe.MoeLayer's _fp4gemm.MoeLayer

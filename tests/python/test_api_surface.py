@@ -709,6 +709,27 @@ def r_pack_pieces(T, env):
             pack(live[0], c.gate_up, out=p13), pack(live[2], out=p2)
         for n in (1, 3, 12):  # the decode path and the general path
             same_as_rows(pieces, n, f"pieces != rows (update {update})")
+    # fused_experts (vLLM's one call) on the same pieces: the rows layer's bytes, on both paths
+    fkw = c.layer_kwargs()
+
+    def fused(n, **kw2):
+        x = S.random_tokens(rng, n, c.h, "gpumode")
+        ids, wts = S.random_routing(rng, n, c.e, 2, "uniform", np.int32, False)
+        want = rows.run(env.dev(x), env.dev(ids), env.dev(wts))
+        got = moe.fused_experts(env.dev(x), p13, live[1], p2, live[3], env.dev(wts), env.dev(ids), **fkw, **kw2)
+        env.sync()
+        return got, want
+
+    for n in (2, 9):
+        got, want = fused(n, weight_layout="pieces")
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"fused_experts on pieces, T {n}"
+    for bad in ("columns", 3):  # a layout it does not know, or not a string: named
+        with pytest.raises(fp4gemm.ArgumentError) as e:
+            fused(2, weight_layout=bad)
+        assert e.value.argument == "weight_layout", str(e.value)
+    with pytest.raises(fp4gemm.ArgumentError) as e:  # pieces read as rows: their shape is refused by name
+        fused(2)
+    assert e.value.argument in ("w13", "w2"), str(e.value)
     # the layer holds its arrays: the caller's pieces dropped and their memory churned, its runs stay right
     q13, q2 = pack(live[0], c.gate_up), pack(live[2])
     kept = moe.MoeLayer(q13, live[1], q2, live[3], weight_layout="pieces", **kw)
