@@ -732,8 +732,11 @@ def r_pack_pieces(T, env):
     for call, name in ((moe.fused_experts, "moe.fused_experts"), (ops.fused_experts, "ops.fused_experts"),
                        (torch_op, "torch.ops.fp4gemm.fused_experts"), (torch_op, "the op again")):
         for n in (2, 9):
+            hot0 = ops._C._torch_native_counts()[0]
             got, want = fused(n, call, weight_layout="pieces")
             assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"{name} on pieces, T {n}"
+            if name == "the op again" and ops.native_status()["fused_experts"] == "":  # the plan exists: C++ path
+                assert ops._C._torch_native_counts()[0] == hot0 + 1, "the op on pieces did not take its C++ kernel"
     for bad in ("columns", 3):  # a layout it does not know, or not a string: named
         with pytest.raises(fp4gemm.ArgumentError) as e:
             fused(2, weight_layout=bad)
