@@ -463,7 +463,7 @@ def fused_experts(hidden_states: Any, w13: Any, w13_scale: Any, w2: Any, w2_scal
     needs more, so a warm-up call with the largest T before capturing a CUDA graph avoids a plan
     being built during capture). Superseded plans stay alive until :func:`clear_layer_cache`.
     ``weight_layout="pieces"``: w13 and w2 packed once by :func:`pack_pieces` (the faster layout, as for
-    :class:`MoeLayer`); ``torch.ops.fp4gemm.fused_experts`` takes rows only."""
+    :class:`MoeLayer`); so does ``torch.ops.fp4gemm.fused_experts`` (its last argument)."""
     return _cache(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
                   w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale, swiglu_alpha,
                   swiglu_limit, out, stream, w13_bias, w2_bias, weight_layout)

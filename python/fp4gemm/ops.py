@@ -402,9 +402,10 @@ def moe_grouped_gemm_out(
 
 
 def _bias_args(args):
-    # the schema's last two arguments, the biases (a Python kernel is called without the trailing
-    # arguments left at their defaults)
-    return dict(w13_bias=args[16] if len(args) > 16 else None, w2_bias=args[17] if len(args) > 17 else None)
+    # the schema's last three arguments, the biases and the weight layout (a Python kernel is called
+    # without the trailing arguments left at their defaults)
+    return dict(w13_bias=args[16] if len(args) > 16 else None, w2_bias=args[17] if len(args) > 17 else None,
+                weight_layout=args[18] if len(args) > 18 else "rows")
 
 
 def _fused_experts_kernel(*args):
@@ -433,6 +434,7 @@ def _fused_experts(
     a2_scale: float,
     w13_bias: Optional[Tensor] = None,
     w2_bias: Optional[Tensor] = None,
+    weight_layout: str = "rows",
 ) -> Tensor:
     """(The schema. The kernel is fp4gemm.moe's C++ plan cache, called with these arguments in
     this order: gate_up "" means the activation's default layout.)"""
@@ -451,9 +453,10 @@ _python_twin("fused_experts", _fused_experts_python_kernel)
 @_fused_experts.register_fake
 def _fused_experts_fake(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
                         w2_alpha, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale, w13_bias=None,
-                        w2_bias=None):
-    if hidden_states.dim() != 2 or w13.dim() != 3:
-        raise _C.ArgumentError("fp4gemm: hidden_states / w13: expected [T, H] and [E, 2I, H/2]")
+                        w2_bias=None, weight_layout="rows"):
+    if hidden_states.dim() != 2 or w13.dim() != (4 if weight_layout == "pieces" else 3):
+        raise _C.ArgumentError("fp4gemm: hidden_states / w13: expected [T, H] and [E, 2I, H/2] (weights in pieces: "
+                               "[E, 2I/16, ceil(H/128), 1024])")
     return hidden_states.new_empty(hidden_states.shape, dtype=torch.bfloat16)
 
 
@@ -476,14 +479,15 @@ def fused_experts(
     a2_scale: float = 1.0,
     w13_bias: Optional[Tensor] = None,
     w2_bias: Optional[Tensor] = None,
+    weight_layout: str = "rows",
 ) -> Tensor:
     """torch.ops.fp4gemm.fused_experts with defaults (CUDA tensors call the op's C++ kernel where
     registered, see native_status(); else plain eager tensors call the implementation directly);
-    see fp4gemm.moe.fused_experts."""
+    see fp4gemm.moe.fused_experts (``weight_layout="pieces"``: w13 / w2 packed by fp4gemm.moe.pack_pieces)."""
     if _NATIVE_FUSED_EXPERTS is not None and hidden_states.is_cuda:  # the C++ kernel: fastest in every mode
         return _NATIVE_FUSED_EXPERTS(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha,
                                      w13_alpha_up, w2_alpha, activation, act_format, gate_up or "", scale_layout,
-                                     float(a1_scale), float(a2_scale), w13_bias, w2_bias)
+                                     float(a1_scale), float(a2_scale), w13_bias, w2_bias, weight_layout)
     # _plain_eager, spelled out (a generator over 10 tensors costs ~1.5 us per call)
     eager = (type(hidden_states) is Tensor and type(w13) is Tensor and type(w13_scale) is Tensor
              and type(w2) is Tensor and type(w2_scale) is Tensor and type(topk_weights) is Tensor
@@ -495,10 +499,11 @@ def fused_experts(
     if eager:
         return _moe._cache(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha, w13_alpha_up,
                            w2_alpha, activation, act_format, gate_up or "", scale_layout, float(a1_scale),
-                           float(a2_scale), w13_bias=w13_bias, w2_bias=w2_bias)
+                           float(a2_scale), w13_bias=w13_bias, w2_bias=w2_bias, weight_layout=weight_layout)
     return torch.ops.fp4gemm.fused_experts(hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids,
                                            w13_alpha, w13_alpha_up, w2_alpha, activation, act_format, gate_up or "",
-                                           scale_layout, float(a1_scale), float(a2_scale), w13_bias, w2_bias)
+                                           scale_layout, float(a1_scale), float(a2_scale), w13_bias, w2_bias,
+                                           weight_layout)
 
 
 # ---- native (C++) kernels through torch's stable C ABI ------------------------------------------

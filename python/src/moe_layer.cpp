@@ -782,7 +782,7 @@ const MoeLayerObject* FusedExpertsCache::find_native(const NativeKey& key, nb::o
         e.alpha != kOpSwigluAlpha ||
         e.limit != kOpSwigluLimit ||
         e.activation != key.activation || e.act_format != key.act_format || e.gate_up != key.gate_up ||
-        e.scale_layout != key.scale_layout || e.weight_layout != "rows")  // (the op's weights are rows)
+        e.scale_layout != key.scale_layout || e.weight_layout != key.weight_layout)
       continue;
     bool same = true;
     for (int i = 0; i < kWeights && same; ++i) {

@@ -139,7 +139,7 @@ class FusedExpertsCache {
   struct NativeKey {
     const TensorView* weights = nullptr;  // [kWeights]
     const std::uintptr_t* impls = nullptr;  // [kWeights]: their TensorImpl addresses (0 for None)
-    std::string_view activation, act_format, gate_up, scale_layout;
+    std::string_view activation, act_format, gate_up, scale_layout, weight_layout;
     double a1 = 1, a2 = 1;
     std::int64_t tokens = 0, topk = 0;
   };

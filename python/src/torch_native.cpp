@@ -307,8 +307,9 @@ void native_kernel(StableIValue* stack, std::uint64_t num_args, std::uint64_t nu
 // ---- fp4gemm::fused_experts -------------------------------------------------------------------------
 
 // (hidden_states, w13, w13_scale, w2, w2_scale, topk_weights, topk_ids, w13_alpha?, w13_alpha_up?,
-// w2_alpha?, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale, w13_bias?, w2_bias?) -> Tensor
-constexpr char kFusedExpertsKinds[] = "TTTTTTTOOOSSSSddOO";
+// w2_alpha?, activation, act_format, gate_up, scale_layout, a1_scale, a2_scale, w13_bias?, w2_bias?, weight_layout)
+// -> Tensor
+constexpr char kFusedExpertsKinds[] = "TTTTTTTOOOSSSSddOOS";
 constexpr char kFusedExpertsPython[] = "fp4gemm::_fused_experts_python";
 
 // The hot path; true when it ran and left the output in stack[0] (the inputs released).
@@ -337,7 +338,7 @@ bool fused_experts_hot(StableIValue* stack) {
   key.weights = weights;
   key.impls = impls;
   key.activation = text_of(stack[10]), key.act_format = text_of(stack[11]);
-  key.gate_up = text_of(stack[12]), key.scale_layout = text_of(stack[13]);
+  key.gate_up = text_of(stack[12]), key.scale_layout = text_of(stack[13]), key.weight_layout = text_of(stack[18]);
   key.a1 = double_of(stack[14]), key.a2 = double_of(stack[15]);
   key.tokens = hidden.shape[0], key.topk = ids.shape[1];
   const Shim& s = g_shim;

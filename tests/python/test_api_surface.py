@@ -712,17 +712,31 @@ def r_pack_pieces(T, env):
     # fused_experts (vLLM's one call) on the same pieces: the rows layer's bytes, on both paths
     fkw = c.layer_kwargs()
 
-    def fused(n, **kw2):
+    def fused(n, call=moe.fused_experts, **kw2):
         x = S.random_tokens(rng, n, c.h, "gpumode")
         ids, wts = S.random_routing(rng, n, c.e, 2, "uniform", np.int32, False)
         want = rows.run(env.dev(x), env.dev(ids), env.dev(wts))
-        got = moe.fused_experts(env.dev(x), p13, live[1], p2, live[3], env.dev(wts), env.dev(ids), **fkw, **kw2)
+        got = call(env.dev(x), p13, live[1], p2, live[3], env.dev(wts), env.dev(ids), **fkw, **kw2)
         env.sync()
         return got, want
 
-    for n in (2, 9):
-        got, want = fused(n, weight_layout="pieces")
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"fused_experts on pieces, T {n}"
+    from fp4gemm import ops
+
+    def torch_op(x, w13, s13, w2, s2, wts, ids, **kw3):  # the op itself, every argument spelled
+        return torch.ops.fp4gemm.fused_experts(x, w13, s13, w2, s2, wts, ids, None, None, None, kw3["activation"],
+                                               kw3["act_format"], kw3["gate_up"] or "", kw3["scale_layout"],
+                                               float(kw3["a1_scale"]), float(kw3["a2_scale"]), None, None,
+                                               kw3["weight_layout"])
+
+    # the function, the torch op's wrapper and the op (its C++ kernel once the plan exists: the second call)
+    for call, name in ((moe.fused_experts, "moe.fused_experts"), (ops.fused_experts, "ops.fused_experts"),
+                       (torch_op, "torch.ops.fp4gemm.fused_experts"), (torch_op, "the op again")):
+        for n in (2, 9):
+            hot0 = ops._C._torch_native_counts()[0]
+            got, want = fused(n, call, weight_layout="pieces")
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"{name} on pieces, T {n}"
+            if name == "the op again" and ops.native_status()["fused_experts"] == "":  # the plan exists: C++ path
+                assert ops._C._torch_native_counts()[0] == hot0 + 1, "the op on pieces did not take its C++ kernel"
     for bad in ("columns", 3):  # a layout it does not know, or not a string: named
         with pytest.raises(fp4gemm.ArgumentError) as e:
             fused(2, weight_layout=bad)
