@@ -3,7 +3,9 @@
 triton_kernels converts the shared weights into its own Hopper layout once at setup; this runs fp4gemm the same way:
 every ``fp4gemm.moe.MoeLayer`` the script builds on rows with linear scales is built instead on a copy packed once
 into pieces (``fp4gemm.moe.pack_pieces``) with blocked scales -- what the transformers integration runs by default
-(``weight_layout="pieces"``). Everything else (cases, timing, checks, JSON) is tk_layer.py's.
+(``weight_layout="pieces"``). fp4gemm.moe.fused_experts builds its layers through the same class, so the script's
+``fp4gemm_fused`` column runs on pieces too (a copy packed per plan; a grown plan packs another). Everything else
+(cases, timing, checks, JSON) is tk_layer.py's.
 
 Usage: python3 bench/tk_layer_pieces.py [path/to/tk_layer.py]  (default: the peers' copy beside triton_kernels on
 PYTHONPATH, else ../shared/peers/tk_layer.py); tk_layer.py's environment variables apply.
@@ -32,7 +34,7 @@ def main() -> None:
     class PiecesLayer(rows_layer):
         def __init__(self, w13, w13_scales, w2, w2_scales, **kw):
             if kw.get("weight_layout", "rows") == "rows" and kw.get("scale_layout", "blocked") == "linear":
-                fmt = "nvfp4" if str(kw.get("act_format", "bf16")) == "nvfp4" else "mxfp4"
+                fmt = "nvfp4" if str(kw.get("act_format", "nvfp4")) == "nvfp4" else "mxfp4"  # (MoeLayer's default)
                 gate_up = kw.get("gate_up") or ("interleaved" if kw.get("activation") == "swigluoai" else "stacked")
                 packed = _packed(w13, w13_scales, w2, w2_scales, gate_up, fmt)
                 self._fp4gemm_packed = packed  # the copy lives as long as the layer

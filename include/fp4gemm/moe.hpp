@@ -58,7 +58,8 @@ std::int64_t pieces_bytes(int rows, int k);
 // (asynchronous, graph-capturable; nothing is read on the host). Exact: the same values, moved, zeros past k.
 // `format` is the weights' format, and pieces are for plans of that format only: each 32-bit word's bits are stored
 // in the order that format's kernels decode in 9 operations (MXFP4 in bf16: instead of 13; NVFP4 in f16: instead of
-// 11; docs/DESIGN.md, "Weights in pieces"). A plan of the other format would read wrong values.
+// 11; docs/DESIGN.md, "Weights in pieces"). A plan of the other format would read wrong values. The bit order may change
+// between versions: pack at load time from the rows, do not store pieces.
 // Weights changed in place later are repacked into the same buffer by calling it again.
 void pack_pieces(const void* w, void* out, int experts, int rows, int k, Format format, cudaStream_t stream = nullptr);
 // The same for a GLU's w13 [experts, 2 inter, k/2] with its gate / up rows as `gate_up` says (stacked or

@@ -58,8 +58,9 @@ struct MoeLayerOptions {
   MoeEpilogue activation = MoeEpilogue::silu;   // silu or swigluoai
   GateUpLayout gate_up = GateUpLayout::stacked;  // stacked (vLLM w13) or interleaved (gpt-oss)
   // w13's and w2's layout (fp4gemm/moe.hpp, WeightLayout). pieces: both packed by pack_pieces_gate_up /
-  // pack_pieces (w13 with the gate_up above, which still says the scales' and biases' row order). Every format and
-  // activation type. Faster on both paths (docs/PERF.md).
+  // pack_pieces (w13 with the gate_up above, which still says the scales' and biases' row order), with this
+  // layer's `format` (the words' bit order is the format's). Every format and activation type. Faster on both paths
+  // (docs/PERF.md). Pieces are an in-memory layout: pack them from the rows at load time; do not store them.
   WeightLayout weight_layout = WeightLayout::rows;
   float swiglu_alpha = kSwigluAlpha, swiglu_limit = kSwigluLimit;
   // W4A4 NVFP4: the activations' global scales (ModelOpt's input_scale of w13 and w2); they fold

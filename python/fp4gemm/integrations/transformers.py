@@ -201,8 +201,8 @@ def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2
 def _pieces(weight_layout: Optional[str], activations: str, on_cuda: bool, hidden: int, inter: int,
             checkpoint: bool = False) -> bool:
     """Whether a layer runs on weights in pieces (fp4gemm.moe.pack_pieces; blocked scales). None: where it measured
-    faster or level at every token count on an H200 (layer suite median -1.7 %, no cell over +1.3 %; docs/PERF.md
-    v67-v68): W4A16 on CUDA, for experts fp4gemm quantised itself (an FP4 checkpoint's experts stay the checkpoint's
+    faster or level at every token count on an H200 (W4A16 layer suite: pieces / rows 0.85..1.00, median 0.94; docs/PERF.md
+    v70): W4A16 on CUDA, for experts fp4gemm quantised itself (an FP4 checkpoint's experts stay the checkpoint's
     tensors unless asked: pieces are a second copy), where the shapes pack (H and I multiples of 32)."""
     packable = hidden % 32 == 0 and inter % 32 == 0
     if weight_layout == "pieces" and not on_cuda and not checkpoint:
