@@ -194,20 +194,9 @@ __device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_
   for (int q = 0; q < 4; ++q) {
     // elements 8q..8q+7, stored as (0,4) (1,5) (2,6) (3,7); f16: (0,2) (1,3) (4,6) (5,7)
     const uint4 xv = XS::load(st.x, q);
-    std::uint32_t ag[4], ah[4];
-    if constexpr (kF16 && P) {  // weights in pieces: bits permuted at pack time (dequant.cuh)
-      e2m1_quad_f16_pieces(wg[q], ag);
-      e2m1_quad_f16_pieces(wh[q], ah);
-    } else if constexpr (kF16) {
-      e2m1_quad_f16_raw(wg[q], ag);
-      e2m1_quad_f16_raw(wh[q], ah);
-    } else if constexpr (P) {  // weights in pieces: bits permuted at pack time (dequant.cuh)
-      e2m1_quad_bf16_pieces(wg[q], ag);
-      e2m1_quad_bf16_pieces(wh[q], ah);
-    } else {
-      e2m1_quad_bf16_raw(wg[q], ag);
-      e2m1_quad_bf16_raw(wh[q], ah);
-    }
+    std::uint32_t ag[4], ah[4];  // (P: weights in pieces, bits permuted at pack time; dequant.cuh)
+    e2m1_quad<kF16, P>(wg[q], ag);
+    e2m1_quad<kF16, P>(wh[q], ah);
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
       if constexpr (kF16) {

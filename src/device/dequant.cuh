@@ -139,6 +139,16 @@ FP4GEMM_HD std::uint32_t pieces_word_bits_for(bool nvfp4, std::uint32_t w) {
   return nvfp4 ? pieces_word_bits_nv(w) : pieces_word_bits(w);
 }
 
+// A word's four 16-bit pair registers as a kernel decodes it: f16 (NVFP4) or bf16 (MXFP4), from the rows' bits or from
+// pieces' (bits permuted at pack time).
+template <bool kF16, bool kPieces>
+FP4GEMM_HD void e2m1_quad(std::uint32_t w, std::uint32_t (&out)[4]) {
+  if constexpr (kF16 && kPieces) e2m1_quad_f16_pieces(w, out);
+  else if constexpr (kF16) e2m1_quad_f16_raw(w, out);
+  else if constexpr (kPieces) e2m1_quad_bf16_pieces(w, out);
+  else e2m1_quad_bf16_raw(w, out);
+}
+
 // NVFP4 weights run in f16: dq * 2^-7 = raw * (scale * 2^7) is one exact multiply (scale * 2^7
 // <= 57344 fits f16; every dq * 2^-7 is a multiple of 2^-17, inside f16's subnormal grid), and
 // the epilogue multiplies the FP32 accumulator by 2^7.

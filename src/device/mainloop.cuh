@@ -64,13 +64,8 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
       return *reinterpret_cast<const std::uint32_t*>(&r);
     };
     std::uint32_t lo[4], hi[4];  // wgmma_k_source_nvfp4: lower slots from q.x, upper from q.y
-    if constexpr (kPieces) {
-      e2m1_quad_f16_pieces(q.x, lo);
-      e2m1_quad_f16_pieces(q.y, hi);
-    } else {
-      e2m1_quad_f16_raw(q.x, lo);
-      e2m1_quad_f16_raw(q.y, hi);
-    }
+    e2m1_quad<true, kPieces>(q.x, lo);
+    e2m1_quad<true, kPieces>(q.y, hi);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       out[i] = cvt(lo[i]);
@@ -86,13 +81,8 @@ __device__ __forceinline__ void dequant_row(uint2 q, std::uint32_t scale2, std::
       return bf16x2_bits(__hmul2(r, kSmallMx == kMxOneChecked ? __low2bfloat162(s) : s));
     };
     std::uint32_t lo[4], hi[4];  // wgmma_k_source_mxfp4: register s holds nibbles (s, s + 4)
-    if constexpr (kPieces) {
-      e2m1_quad_bf16_pieces(q.x, lo);
-      e2m1_quad_bf16_pieces(q.y, hi);
-    } else {
-      e2m1_quad_bf16_raw(q.x, lo);
-      e2m1_quad_bf16_raw(q.y, hi);
-    }
+    e2m1_quad<false, kPieces>(q.x, lo);
+    e2m1_quad<false, kPieces>(q.y, hi);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       out[i] = cvt(lo[i]);

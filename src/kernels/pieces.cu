@@ -36,7 +36,6 @@ __global__ void pack_pieces_kernel(const std::uint8_t* __restrict__ w, uint4* __
       const std::uint8_t* we = w + e * (16LL * blocks) * row_bytes;
       const uint2 a = *reinterpret_cast<const uint2*>(we + static_cast<long long>(r0) * row_bytes + byte);
       const uint2 h = *reinterpret_cast<const uint2*>(we + static_cast<long long>(r1) * row_bytes + byte);
-      v = make_uint4(a.x, a.y, h.x, h.y);
       // each word's bits in the order its format's kernels decode in 9 operations (dequant.cuh, pieces_word_bits_for)
       v = make_uint4(pieces_word_bits_for(nvfp4, a.x), pieces_word_bits_for(nvfp4, a.y),
                      pieces_word_bits_for(nvfp4, h.x), pieces_word_bits_for(nvfp4, h.y));
