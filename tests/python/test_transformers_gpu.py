@@ -102,16 +102,18 @@ def test_compiled_experts_and_cuda_graphs():
             assert torch.equal(graphs(x, top, w).clone(), want), t
 
 
-@pytest.mark.parametrize("arch", ["qwen3_moe", "gpt_oss"])
-def test_weight_layout_pieces_by_default_and_rows_on_request(arch):
-    """quantize_experts' default for W4A16 on CUDA: the experts in pieces with blocked scales, byte for byte
+@pytest.mark.parametrize("arch,weights", [("qwen3_moe", "mxfp4"), ("gpt_oss", "mxfp4"), ("qwen3_moe", "nvfp4")])
+def test_weight_layout_pieces_by_default_and_rows_on_request(arch, weights):
+    """quantize_experts' default for W4A16 and NVFP4 W4A4 on CUDA: the experts in pieces with blocked scales, byte for byte
     fp4gemm.moe.pack_pieces of the rows weight_layout="rows" keeps (the same quantiser's output) and the library's
     blocked relayout of its scales; both layers agree on a prompt batch (general path) and on single tokens (decode
     path), each a different kernel pair; bad weight_layout values named."""
     ref = _model(arch)
     rows, pieces = copy.deepcopy(ref), copy.deepcopy(ref)
-    n = fp4hf.quantize_experts(rows, free_bf16=False, weight_layout="rows")
-    assert fp4hf.quantize_experts(pieces, free_bf16=False) == n > 0
+    # NVFP4: W4A4, the activations' global scales given (both layers the same)
+    kw = dict(weights="nvfp4", activations="fp4", a1_scale=0.01, a2_scale=0.01) if weights == "nvfp4" else {}
+    n = fp4hf.quantize_experts(rows, free_bf16=False, weight_layout="rows", **kw)
+    assert fp4hf.quantize_experts(pieces, free_bf16=False, **kw) == n > 0
     pairs = [(a, b) for a, b in zip(rows.modules(), pieces.modules()) if hasattr(a, "_fp4gemm_tensors")]
     assert len(pairs) == n
     for a, b in pairs:
@@ -121,8 +123,8 @@ def test_weight_layout_pieces_by_default_and_rows_on_request(arch):
         gate_up = "stacked" if getattr(a, "is_concatenated", True) else "interleaved"
         p13, s13, p2, s2 = a._fp4gemm_tensors[:4]
         q13, t13, q2, t2 = b._fp4gemm_tensors[:4]
-        assert torch.equal(q13, fp4gemm.moe.pack_pieces(p13, gate_up, format="mxfp4"))  # (W4A16: MXFP4 weights)
-        assert torch.equal(q2, fp4gemm.moe.pack_pieces(p2, format="mxfp4"))
+        assert torch.equal(q13, fp4gemm.moe.pack_pieces(p13, gate_up, format=weights))
+        assert torch.equal(q2, fp4gemm.moe.pack_pieces(p2, format=weights))
         for blocked, linear in ((t13, s13), (t2, s2)):
             want = np.stack([fp4gemm.linear_to_blocked(x) for x in linear.cpu().numpy()])
             assert np.array_equal(blocked.cpu().numpy(), want)

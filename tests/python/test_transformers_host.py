@@ -49,12 +49,14 @@ def test_blocked_scales_are_the_librarys_blocked_layout():
 
 
 def test_pieces_where_they_apply():
-    """weight_layout None: pieces for W4A16 on CUDA where H and I pack, rows otherwise (an FP4 checkpoint: rows unless
+    """weight_layout None: pieces for W4A16 and NVFP4 W4A4 on CUDA where H and I pack, rows otherwise (an FP4 checkpoint: rows unless
     asked); 'pieces' refused by name on the CPU (quantize_experts) and for shapes that do not pack."""
     from fp4gemm.integrations import transformers as fp4hf
 
     assert fp4hf._pieces(None, "bf16", True, 2880, 2880)
-    assert not fp4hf._pieces(None, "fp4", True, 2880, 2880)
+    assert not fp4hf._pieces(None, "fp4", True, 2880, 2880)  # MXFP4 W4A4: rows
+    assert fp4hf._pieces(None, "fp4", True, 2880, 2880, weights="nvfp4")  # NVFP4 W4A4: pieces
+    assert not fp4hf._pieces(None, "fp4", True, 2880, 2880, checkpoint=True, weights="nvfp4")
     assert not fp4hf._pieces(None, "bf16", False, 2880, 2880)
     assert not fp4hf._pieces(None, "bf16", True, 2880, 2880, checkpoint=True)
     assert not fp4hf._pieces(None, "bf16", True, 2880, 48)

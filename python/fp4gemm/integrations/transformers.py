@@ -199,10 +199,10 @@ def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2
 
 
 def _pieces(weight_layout: Optional[str], activations: str, on_cuda: bool, hidden: int, inter: int,
-            checkpoint: bool = False) -> bool:
+            checkpoint: bool = False, weights: str = "mxfp4") -> bool:
     """Whether a layer runs on weights in pieces (fp4gemm.moe.pack_pieces; blocked scales). None: where it measured
     faster or level at every token count on an H200 (W4A16 layer suite: pieces / rows 0.85..1.00, median 0.94; docs/PERF.md
-    v70): W4A16 on CUDA, for experts fp4gemm quantised itself (an FP4 checkpoint's experts stay the checkpoint's
+    v70; NVFP4 W4A4: 0.91..1.00, median 0.965): W4A16 and NVFP4 W4A4 on CUDA, for experts fp4gemm quantised itself (an FP4 checkpoint's experts stay the checkpoint's
     tensors unless asked: pieces are a second copy), where the shapes pack (H and I multiples of 32)."""
     packable = hidden % 32 == 0 and inter % 32 == 0
     if weight_layout == "pieces" and not on_cuda and not checkpoint:
@@ -212,7 +212,7 @@ def _pieces(weight_layout: Optional[str], activations: str, on_cuda: bool, hidde
         raise _argument_error("weight_layout", f"weights in pieces need the hidden size ({hidden}) and the experts' "
                                                f"intermediate size ({inter}) to be multiples of 32")
     if weight_layout is None:
-        return on_cuda and activations == "bf16" and not checkpoint and packable
+        return on_cuda and (activations == "bf16" or weights == "nvfp4") and not checkpoint and packable
     return weight_layout == "pieces" and on_cuda
 
 
@@ -411,8 +411,8 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
     call with more tokens runs in slices). free_bf16: replace the bf16 expert parameters by empty
     ones (the layer holds the FP4 copies). weight_layout: the FP4 experts as the layer reads them,
     ``"rows"`` or ``"pieces"`` (``fp4gemm.moe.pack_pieces`` with blocked scales: W4A16 layers median 6 %
-    faster than rows, up to 15 %, docs/PERF.md v70; CUDA only); None (default): pieces for W4A16 on CUDA,
-    where they measured faster or level at every token count, rows otherwise. A module whose activation
+    faster than rows, up to 15 %, docs/PERF.md v70; CUDA only); None (default): pieces for W4A16 and NVFP4 W4A4 on
+    CUDA, where they measured faster or level at every token count, rows otherwise. A module whose activation
     fp4gemm does not have is left as it is (a warning says which)."""
     _check_options(weights, activations, a1_scale, a2_scale, max_tokens, decode_tokens, weight_layout=weight_layout)
     act_format = "bf16" if activations == "bf16" else weights
@@ -445,7 +445,7 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
         p2, s2, g2 = _quantize_rows(w2, weights)
         kw = dict(max_tokens=max_tokens, topk=int(topk), act_format=act_format, activation=activation, gate_up=gate_up,
                   scale_layout="linear", decode_tokens=decode_tokens)
-        if _pieces(weight_layout, activations, w13.is_cuda, w2.shape[1], w2.shape[2]):  # (the pieces replace the rows)
+        if _pieces(weight_layout, activations, w13.is_cuda, w2.shape[1], w2.shape[2], weights=weights):  # (replace the rows)
             p13, s13, p2, s2 = _packed(p13, s13, p2, s2, gate_up, weights)
             kw.update(scale_layout="blocked", weight_layout="pieces")
         if s_alpha is not None:
