@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared for the next session (not run): where the general path's two-warpgroup 16-token loop stalls (PERF.md v71:
-# ~45 % issue efficiency; four warpgroups raised it only ~10 %). ncu per-SASS-instruction stall samples of the layer's
+# 66 % issue-active by v69's ncu; four warpgroups, with +27 % instructions, lost only 7-17 %). ncu per-SASS-instruction stall samples of the layer's
 # GEMM1 (gpt-oss-120b W4A16 on pieces, T 64: the 16-token class) and GEMM2, with main's CLI (.carry/v111c = 3e603f7,
 # device code = main's). Carry .carry/v111c. Reads: samples per opcode class (dequantisation, HGMMA, barrier waits,
 # LDS, the rest) and the top instructions, from the CSV scripts/ncu_source.sh writes.
