@@ -53,17 +53,18 @@ def test_pieces_where_they_apply():
     asked); 'pieces' refused by name on the CPU (quantize_experts) and for shapes that do not pack."""
     from fp4gemm.integrations import transformers as fp4hf
 
-    assert fp4hf._pieces(None, "bf16", True, 2880, 2880)
-    assert not fp4hf._pieces(None, "fp4", True, 2880, 2880)  # MXFP4 W4A4: rows
+    assert fp4hf._pieces(None, "bf16", True, 2880, 2880, weights="mxfp4")
+    assert not fp4hf._pieces(None, "fp4", True, 2880, 2880, weights="mxfp4")  # MXFP4 W4A4: rows
     assert fp4hf._pieces(None, "fp4", True, 2880, 2880, weights="nvfp4")  # NVFP4 W4A4: pieces
     assert not fp4hf._pieces(None, "fp4", True, 2880, 2880, checkpoint=True, weights="nvfp4")
-    assert not fp4hf._pieces(None, "bf16", False, 2880, 2880)
-    assert not fp4hf._pieces(None, "bf16", True, 2880, 2880, checkpoint=True)
-    assert not fp4hf._pieces(None, "bf16", True, 2880, 48)
-    assert fp4hf._pieces("pieces", "fp4", True, 2048, 768, checkpoint=True)
-    assert not fp4hf._pieces("pieces", "bf16", False, 2048, 768, checkpoint=True)  # (the CPU: rows until moved)
-    assert not fp4hf._pieces("rows", "bf16", True, 2048, 768)
-    for args, kw in ((("pieces", "bf16", False, 2048, 768), {}), (("pieces", "bf16", True, 2048, 48), {})):
+    assert not fp4hf._pieces(None, "bf16", False, 2880, 2880, weights="mxfp4")
+    assert not fp4hf._pieces(None, "bf16", True, 2880, 2880, checkpoint=True, weights="mxfp4")
+    assert not fp4hf._pieces(None, "bf16", True, 2880, 48, weights="mxfp4")
+    assert fp4hf._pieces("pieces", "fp4", True, 2048, 768, checkpoint=True, weights="mxfp4")
+    assert not fp4hf._pieces("pieces", "bf16", False, 2048, 768, checkpoint=True, weights="mxfp4")  # (the CPU: rows until moved)
+    assert not fp4hf._pieces("rows", "bf16", True, 2048, 768, weights="mxfp4")
+    for args, kw in ((("pieces", "bf16", False, 2048, 768), {"weights": "mxfp4"}),
+                     (("pieces", "bf16", True, 2048, 48), {"weights": "mxfp4"})):
         with pytest.raises(fp4gemm.ArgumentError) as err:
             fp4hf._pieces(*args, **kw)
         assert err.value.argument == "weight_layout"

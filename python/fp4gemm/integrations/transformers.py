@@ -198,12 +198,13 @@ def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2
         raise _argument_error("weight_layout", f"{weight_layout!r} is not one of None (by the layer), 'rows', 'pieces'")
 
 
-def _pieces(weight_layout: Optional[str], activations: str, on_cuda: bool, hidden: int, inter: int,
-            checkpoint: bool = False, weights: str = "mxfp4") -> bool:
-    """Whether a layer runs on weights in pieces (fp4gemm.moe.pack_pieces; blocked scales). None: where it measured
-    faster or level at every token count on an H200 (W4A16 layer suite: pieces / rows 0.85..1.00, median 0.94; docs/PERF.md
-    v70; NVFP4 W4A4: 0.91..1.00, median 0.965): W4A16 and NVFP4 W4A4 on CUDA, for experts fp4gemm quantised itself (an FP4 checkpoint's experts stay the checkpoint's
-    tensors unless asked: pieces are a second copy), where the shapes pack (H and I multiples of 32)."""
+def _pieces(weight_layout: Optional[str], activations: str, on_cuda: bool, hidden: int, inter: int, *, weights: str,
+            checkpoint: bool = False) -> bool:
+    """Whether a layer of `weights` ('mxfp4' / 'nvfp4') runs on weights in pieces (fp4gemm.moe.pack_pieces; blocked
+    scales). None: where it measured faster or level at every token count on an H200 (docs/PERF.md v70, layer suites,
+    pieces / rows: W4A16 0.85..1.00, median 0.94; NVFP4 W4A4 0.91..1.00, median 0.965): W4A16 and NVFP4 W4A4 on CUDA,
+    for experts fp4gemm quantised itself (an FP4 checkpoint's experts stay the checkpoint's tensors unless asked:
+    pieces are a second copy), where the shapes pack (H and I multiples of 32)."""
     packable = hidden % 32 == 0 and inter % 32 == 0
     if weight_layout == "pieces" and not on_cuda and not checkpoint:
         raise _argument_error("weight_layout", "weights in pieces run on CUDA devices only (the host reference reads "
@@ -687,7 +688,8 @@ def _plan_holder(m: Any, c: Any) -> Any:
             kw[key] = v
     arrays = [a.detach().contiguous() for a in (w13, s13, w2, s2)]
     m._fp4gemm_packed = None
-    if _pieces(getattr(c, "weight_layout", None), c.activations, w13.is_cuda, h, i, checkpoint=True):
+    if _pieces(getattr(c, "weight_layout", None), c.activations, w13.is_cuda, h, i, weights=m.fp4gemm_format,
+               checkpoint=True):
         # a second copy of the experts, in pieces with blocked scales (the module keeps the checkpoint's tensors)
         arrays = m._fp4gemm_packed = list(_packed(*arrays, kw["gate_up"], m.fp4gemm_format))
         kw.update(scale_layout="blocked", weight_layout="pieces")
