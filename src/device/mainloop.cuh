@@ -419,18 +419,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // The stage's activation descriptor for k-step 0; k-step s adds 32 bytes (2 in the 16-byte
   // address field, which cannot carry: shared addresses are < 2^18).
   const std::uint32_t act_smem0 = ptx::smem_addr(act_smem);
-  // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf`, the activations of stage
-  // `stage` (no fence, no commit).
-  auto issue_wgmmas = [&](int kb, int stage, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
-    // The stage's address through a warp reduction (every lane holds the same value): REDUX writes a
-    // uniform register, so ptxas builds the k-steps' descriptors with uniform operations. From the
-    // stage counter and base in regular registers it built each in a regular register and moved it
-    // over before every HGMMA (6 R2UR per 4 HGMMAs, 20-22 instructions from the arrive to the last
-    // HGMMA, in every class but the 16-token pairs; with the reduction 0 R2UR, 7-12 instructions).
-    // Not in the pointer-array GLU kernels: there the reduction put 8 more bytes on the MXFP4 kernel's stack.
-    std::uint32_t stage_smem = act_smem0 + stage * st.act_stage_bytes;
-    if constexpr (kRouted || !kGlu) stage_smem = __reduce_max_sync(0xFFFFFFFFu, stage_smem);
-    const std::uint64_t desc0 = ptx::smem_desc_sw128(stage_smem);
+  // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf`, the activations at descriptor
+  // desc0 (k-step 0 of a stage; no fence, no commit).
+  auto issue_wgmmas_at = [&](int kb, std::uint64_t desc0, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
 #pragma unroll
     for (int h = h0; h < h1; ++h) {
 #pragma unroll
@@ -440,6 +431,18 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (kb > piece.kb_begin || s > 0) ? 1 : 0);
       }
     }
+  };
+  // The same from stage `stage`'s activations.
+  auto issue_wgmmas = [&](int kb, int stage, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
+    // The stage's address through a warp reduction (every lane holds the same value): REDUX writes a
+    // uniform register, so ptxas builds the k-steps' descriptors with uniform operations. From the
+    // stage counter and base in regular registers it built each in a regular register and moved it
+    // over before every HGMMA (6 R2UR per 4 HGMMAs, 20-22 instructions from the arrive to the last
+    // HGMMA, in every class but the 16-token pairs; with the reduction 0 R2UR, 7-12 instructions).
+    // Not in the pointer-array GLU kernels: there the reduction put 8 more bytes on the MXFP4 kernel's stack.
+    std::uint32_t stage_smem = act_smem0 + stage * st.act_stage_bytes;
+    if constexpr (kRouted || !kGlu) stage_smem = __reduce_max_sync(0xFFFFFFFFu, stage_smem);
+    issue_wgmmas_at(kb, ptx::smem_desc_sw128(stage_smem), h0, h1, buf);
   };
   // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf` as one commit group.
   auto issue = [&](int kb, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
@@ -525,15 +528,26 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     const int npair = (piece.kb_end - piece.kb_begin) / 2;
     int kb = piece.kb_begin;
     auto release_pair_before = [&](int s0) {  // the two stages before s0
-      ptx::mbarrier_arrive(&empty[s0 == 0 ? stages - 1 : s0 - 1]);
-      ptx::mbarrier_arrive(&empty[s0 >= 2 ? s0 - 2 : s0 + stages - 2]);
+      if constexpr (kWide) {  // (s0 even, stages even: the previous pair is stages 2i, 2i + 1)
+        const int prev = (s0 == 0 ? stages : s0) - 2;
+        ptx::mbarrier_arrive(&empty[prev + 1]);
+        ptx::mbarrier_arrive(&empty[prev]);
+      } else {
+        ptx::mbarrier_arrive(&empty[s0 == 0 ? stages - 1 : s0 - 1]);
+        ptx::mbarrier_arrive(&empty[s0 >= 2 ? s0 - 2 : s0 + stages - 2]);
+      }
     };
+    // kWide: a pair's second stage's descriptor is its first's plus one stage (the descriptor's address field
+    // counts 16 bytes and cannot carry: shared addresses are < 2^18), in a uniform register for the piece.
+    [[maybe_unused]] const std::uint32_t desc_step =
+        kWide ? __reduce_max_sync(0xFFFFFFFFu, static_cast<std::uint32_t>(st.act_stage_bytes) >> 4) : 0u;
     for (int p0 = 0; p0 < npair; p0 += 2) {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         if (p0 + u < npair) {
           const int s0 = st.stage;
-          const bool wrap = s0 + 1 == stages;
+          // (kWide: every pair starts at an even stage of an even ring, so its second stage never wraps)
+          const bool wrap = !kWide && s0 + 1 == stages;
           const int s1 = wrap ? 0 : s0 + 1;
           const std::uint32_t ph1 = wrap ? st.phase ^ 1 : st.phase;
           wait_stage(s0, st.phase);
@@ -544,8 +558,15 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           for (int h = 0; h < H; ++h) dequant_raw(kb + 1, h, load_pair(s0, s1, kb, 1, h), b[u][1][h]);
           fence_acc(acc);
           ptx::wgmma_fence();
-          issue_wgmmas(kb, s0, 0, H, b[u][0]);
-          issue_wgmmas(kb + 1, s1, 0, H, b[u][1]);
+          if constexpr (kWide) {
+            std::uint32_t stage_smem = __reduce_max_sync(0xFFFFFFFFu, act_smem0 + s0 * st.act_stage_bytes);
+            const std::uint64_t d0 = ptx::smem_desc_sw128(stage_smem);
+            issue_wgmmas_at(kb, d0, 0, H, b[u][0]);
+            issue_wgmmas_at(kb + 1, d0 + desc_step, 0, H, b[u][1]);
+          } else {
+            issue_wgmmas(kb, s0, 0, H, b[u][0]);
+            issue_wgmmas(kb + 1, s1, 0, H, b[u][1]);
+          }
           ptx::wgmma_commit();
           retire_older_groups();  // the previous pair's group is done
           if (kb > piece.kb_begin) release_pair_before(s0);
