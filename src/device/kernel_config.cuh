@@ -84,7 +84,8 @@ constexpr int kMoeSlotFloats = KernelConfig::kConsumerThreads * 32;
 // (kMoeWideStageKblocks) into ring stages 2i and 2i + 1, which its paired loop consumes together:
 // one weight box of 64-byte rows per pair streams at 4.35 instead of 3.50 TB/s (TMA's 32-byte
 // rows; the ring alone, measured on H200), and the producers issue half as many weight and scale
-// copies. Barriers and activation boxes stay one per k-block (fused_kernel.cuh, mainloop.cuh).
+// copies. Activation boxes stay one per k-block; a pair has one `full` and one `empty` barrier, stage 2i's
+// (stage 2i + 1's are unused: fused_kernel.cuh, mainloop.cuh).
 // Weight maps per expert: [0, 1] one k-block (32-byte rows) of 128 / 256 rows, [2, 3] two k-blocks
 // (64-byte rows, 64-byte swizzle: 16-byte chunk c of smem row r at c ^ ((r >> 1) & 3)).
 constexpr int kMoeMapsPerExpert = 4;

@@ -528,10 +528,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     const int npair = (piece.kb_end - piece.kb_begin) / 2;
     int kb = piece.kb_begin;
     auto release_pair_before = [&](int s0) {  // the two stages before s0
-      if constexpr (kWide) {  // (s0 even, stages even: the previous pair is stages 2i, 2i + 1)
-        const int prev = (s0 == 0 ? stages : s0) - 2;
-        ptx::mbarrier_arrive(&empty[prev + 1]);
-        ptx::mbarrier_arrive(&empty[prev]);
+      if constexpr (kWide) {  // (s0 even, stages even: the previous pair is stages 2i, 2i + 1, one barrier)
+        ptx::mbarrier_arrive(&empty[(s0 == 0 ? stages : s0) - 2]);
       } else {
         ptx::mbarrier_arrive(&empty[s0 == 0 ? stages - 1 : s0 - 1]);
         ptx::mbarrier_arrive(&empty[s0 >= 2 ? s0 - 2 : s0 + stages - 2]);
@@ -551,7 +549,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           const int s1 = wrap ? 0 : s0 + 1;
           const std::uint32_t ph1 = wrap ? st.phase ^ 1 : st.phase;
           wait_stage(s0, st.phase);
-          wait_stage(s1, ph1);
+          if constexpr (!kWide) wait_stage(s1, ph1);  // (kWide: the pair's one barrier)
 #pragma unroll
           for (int h = 0; h < H; ++h) dequant_raw(kb, h, load_pair(s0, s1, kb, 0, h), b[u][0][h]);
 #pragma unroll
@@ -583,8 +581,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       fence_acc(acc);
       if (npair > 0) release_pair_before(st.stage);
       release_two = false;
-      wait_full();
-      if constexpr (kWide) wait_stage(st.stage + 1, st.phase);  // (its pair's second stage: released below)
+      wait_full();  // (kWide: its pair's one barrier, released below)
 #pragma unroll
       for (int h = 0; h < H; ++h) dequant_raw(kb, h, load_pair(st.stage, st.stage, kb, 0, h), b[0][0][h]);
       fence_acc(acc);
@@ -634,8 +631,12 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   }
   ptx::wgmma_wait<0>();
   fence_acc(acc);
-  release_previous_stage();
-  if (release_two) ptx::mbarrier_arrive(&empty[st.stage >= 2 ? st.stage - 2 : st.stage + stages - 2]);
+  if constexpr (kPairs && kRouted) {  // kWide: every piece ends a pair (>= 1 k-block); its one barrier
+    ptx::mbarrier_arrive(&empty[(st.stage == 0 ? stages : st.stage) - 2]);
+  } else {
+    release_previous_stage();
+    if (release_two) ptx::mbarrier_arrive(&empty[st.stage >= 2 ? st.stage - 2 : st.stage + stages - 2]);
+  }
   if constexpr (kSmallMx == kMxOneChecked) {
     // (A half wholly past N is not loaded -- make_producer_piece -- and holds stale bytes: not checked.)
     const std::uint32_t bad = bad_code[0] | (H == 2 && tile.row0 + 128 < g.n ? bad_code[H - 1] : 0u);

@@ -21,7 +21,7 @@ namespace fp4gemm::detail::sm90 {
 // What every source needs of the stage and the piece.
 struct ScaleStage {
   std::uint8_t* atoms;   // the stage's scale atoms in shared memory, [half][kbps]
-  std::uint64_t* full;   // full[0]: the stage's barrier (full[1]: a stage pair's second)
+  std::uint64_t* full;   // full[0]: the stage's barrier (a stage pair's one barrier)
   int kb, kb_end;        // the stage's first k-block, the piece's end
   int halves, loaded;    // the tile's 128-row halves, the halves this piece loads
   int lane;
@@ -42,7 +42,6 @@ struct BlockedBulk {
         ptx::bulk_load(s.atoms + h * kbps * C::kScaleAtomBytes,
                        sblk + (static_cast<std::int64_t>(row0 / 128 + h) * col_blocks + c0) * C::kScaleAtomBytes,
                        atoms * C::kScaleAtomBytes, &s.full[0]);
-      if constexpr (kbps > 1) ptx::mbarrier_arrive(&s.full[1]);
     }
   }
 };

@@ -128,8 +128,10 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // The MoE kernel's 16-token class streams two k-blocks per weight load (kernel_config.cuh,
   // kMoeWideStageKblocks): ring stages 2i and 2i + 1 hold one pair, their weights as one box of
   // 64-byte rows over both stages' weight space, their scale atoms as [half][2] over both stages'
-  // scale space. Barriers, activation boxes and the ring's geometry stay per k-block (the
-  // consumer's paired loop keeps its form). The plan checks that this class's stage count is even.
+  // scale space. A pair has one `full` and one `empty` barrier, stage 2i's (stage 2i + 1's are
+  // initialised and unused): one wait and one arrive per pair on each side instead of two.
+  // Activation boxes and the ring's geometry stay per k-block. The plan checks that this class's
+  // stage count is even.
   // (The producer's piece loop takes the width as a compile-time constant, below: as a run-time
   // value it made ptxas spill, with spill loads in every other class's consumer loop.)
   auto stage_kblocks = [&] { return Scheduler::kRoutedOutput && n16 == 1 ? kMoeWideStageKblocks : 1; };
@@ -242,8 +244,7 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
         for (int i = 0; i < 4 * C::kMaxHalves; ++i) valid_rows |= (pp.row0 + 32 * i + lane < rows ? 1u : 0u) << i;
         for (int kb = pp.kb_begin; kb < pp.kb_end; kb += kbps) {  // stages [stage, stage + kbps)
           const Trace::Stamp t0 = counters.now();
-          ptx::mbarrier_wait(&empty[stage], phase ^ 1);
-          if constexpr (kbps > 1) ptx::mbarrier_wait(&empty[stage + 1], phase ^ 1);  // (stages is even: no wrap)
+          ptx::mbarrier_wait(&empty[stage], phase ^ 1);  // (a pair: its one barrier)
           const Trace::Stamp t1 = counters.now();
           counters.add_between(kTraceBarrier, t0, t1);
           counters.add(kTraceKblocks, min(kbps, pp.kb_end - kb));  // (a stage pair: 2)
@@ -257,14 +258,13 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
                 ptx::mbarrier_arrive_expect_tx(&full[stage], loaded * C::kHalfWeightBytes * kbps);
                 load_weights<Scheduler>(p, w_smem + stage * halves * C::kHalfWeightBytes, wmap, &full[stage], kb, pp.row0);
               }
-              if constexpr (kbps > 1) ptx::mbarrier_arrive(&full[stage + 1]);
             }
             if (loads_acts && lane == 0) {
+              ptx::mbarrier_arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(kbps * act_stage_bytes));
               for (int j = 0; j < kbps; ++j) {
                 // (a pair's second box past the piece's end reloads its first: the consumers skip it)
                 const int kbj = kb + j < pp.kb_end ? kb + j : kb;
-                ptx::mbarrier_arrive_expect_tx(&full[stage + j], static_cast<std::uint32_t>(act_stage_bytes));
-                ptx::tma_load_2d(act_smem + (stage + j) * act_stage_bytes, act_map, &full[stage + j], kbj * C::kBlockK,
+                ptx::tma_load_2d(act_smem + (stage + j) * act_stage_bytes, act_map, &full[stage], kbj * C::kBlockK,
                                  pp.act_row0);
               }
             }
