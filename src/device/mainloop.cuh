@@ -334,6 +334,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   constexpr int kSets = kKblockGroups ? 2 : 1;
   // Tiles of 16 tokens: two k-blocks per commit group (below).
   constexpr bool kPairs = kKblockGroups && N8 <= C::kPairMaxN8;
+  // The MoE kernel's 16-token class: stage pairs from one weight box (below, at the paired loop).
+  constexpr bool kWide = kPairs && kRouted;
   std::uint32_t a[kSets][H][8][2];
 
   // Weight scales come with the stage (the producer loads them). Blocked atom (SPEC 2): row r's
@@ -428,7 +430,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       for (int s = 0; s < 4; ++s) {
         // Fragment: a0 (row r, slots 2t..), a1 (row r+8), a2 (row r, slots 2t+8..), a3.
         const std::uint32_t frag[4] = {buf[h][s][0], buf[h][s][1], buf[h][4 + s][0], buf[h][4 + s][1]};
-        wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (kb > piece.kb_begin || s > 0) ? 1 : 0);
+        // (kWide: the accumulators are zeroed before the piece's first pair, so every wgmma adds)
+        wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (kWide || kb > piece.kb_begin || s > 0) ? 1 : 0);
       }
     }
   };
@@ -473,6 +476,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   };
 
   bool release_two = false;  // the last commit group read two stages (kPairs)
+  // kWide: the first stage of the newest pair issued, whose one `empty` barrier releases the pair.
+  [[maybe_unused]] int last_s0 = 0;
   if constexpr (kPairs) {
     // 16-token tiles: two k-blocks (two ring stages) per commit group, as triton_kernels' 128-k
     // stages. Both stages' waits come first, then the two k-blocks' dequantisation as one block of
@@ -490,7 +495,6 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // 32 j..32 j + 31 of each row; scale atoms [half][2] over both stages' scale space (NVFP4: atom j;
     // MXFP4: one atom per two k-blocks, so a pair from an odd k-block spans two). Every piece's pairs
     // start at an even stage, so s1 = s0 + 1 and the odd last k-block takes a whole pair too.
-    constexpr bool kWide = kRouted;
     // Scale bytes of k-block j of a pair past its half's first atom: NVFP4 atom j; MXFP4 the
     // columns 2 (kb % 2) of atom kb / 2 - kb0 / 2, which depend on j and the parity of the pair's
     // first k-block only -- the parity of the piece's first (pairs advance by two): per piece,
@@ -528,13 +532,19 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     const int npair = (piece.kb_end - piece.kb_begin) / 2;
     int kb = piece.kb_begin;
     auto release_pair_before = [&](int s0) {  // the two stages before s0
-      if constexpr (kWide) {  // (s0 even, stages even: the previous pair is stages 2i, 2i + 1, one barrier)
-        ptx::mbarrier_arrive(&empty[(s0 == 0 ? stages : s0) - 2]);
+      if constexpr (kWide) {
+        ptx::mbarrier_arrive(&empty[last_s0]);
       } else {
         ptx::mbarrier_arrive(&empty[s0 == 0 ? stages - 1 : s0 - 1]);
         ptx::mbarrier_arrive(&empty[s0 >= 2 ? s0 - 2 : s0 + stages - 2]);
       }
     };
+    if constexpr (kWide) {  // every wgmma of the piece adds (no scale-d predicate per pair)
+#pragma unroll
+      for (int h = 0; h < H; ++h)
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) acc[h][i] = 0.f;
+    }
     // kWide: a pair's second stage's descriptor is its first's plus one stage (the descriptor's address field
     // counts 16 bytes and cannot carry: shared addresses are < 2^18), in a uniform register for the piece.
     [[maybe_unused]] const std::uint32_t desc_step =
@@ -568,6 +578,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           ptx::wgmma_commit();
           retire_older_groups();  // the previous pair's group is done
           if (kb > piece.kb_begin) release_pair_before(s0);
+          if constexpr (kWide) last_s0 = s0;
           const bool wrap1 = s1 + 1 == stages;
           st.stage = wrap1 ? 0 : s1 + 1;
           st.phase = wrap1 ? ph1 ^ 1 : ph1;
@@ -588,6 +599,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       ptx::wgmma_fence();
       issue_wgmmas(kb, st.stage, 0, H, b[0][0]);
       ptx::wgmma_commit();
+      if constexpr (kWide) last_s0 = st.stage;
       next_stage();
       if constexpr (kWide) {
         next_stage();
@@ -631,8 +643,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   }
   ptx::wgmma_wait<0>();
   fence_acc(acc);
-  if constexpr (kPairs && kRouted) {  // kWide: every piece ends a pair (>= 1 k-block); its one barrier
-    ptx::mbarrier_arrive(&empty[(st.stage == 0 ? stages : st.stage) - 2]);
+  if constexpr (kWide) {  // every piece ends a pair (>= 1 k-block); its one barrier
+    ptx::mbarrier_arrive(&empty[last_s0]);
   } else {
     release_previous_stage();
     if (release_two) ptx::mbarrier_arrive(&empty[st.stage >= 2 ? st.stage - 2 : st.stage + stages - 2]);
