@@ -423,15 +423,17 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   const std::uint32_t act_smem0 = ptx::smem_addr(act_smem);
   // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf`, the activations at descriptor
   // desc0 (k-step 0 of a stage; no fence, no commit).
-  auto issue_wgmmas_at = [&](int kb, std::uint64_t desc0, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
+  // (adds: the k-block is not the piece's first -- known at the call for a pair's second k-block: as
+  // kb > kb_begin ptxas tested it again, with a VOTEU before each such wgmma)
+  auto issue_wgmmas_at = [&](int kb, std::uint64_t desc0, int h0, int h1, const std::uint32_t(&buf)[H][8][2],
+                             bool adds = false) {
 #pragma unroll
     for (int h = h0; h < h1; ++h) {
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         // Fragment: a0 (row r, slots 2t..), a1 (row r+8), a2 (row r, slots 2t+8..), a3.
         const std::uint32_t frag[4] = {buf[h][s][0], buf[h][s][1], buf[h][4 + s][0], buf[h][4 + s][1]};
-        // (kWide: the accumulators are zeroed before the piece's first pair, so every wgmma adds)
-        wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (kWide || kb > piece.kb_begin || s > 0) ? 1 : 0);
+        wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (adds || kb > piece.kb_begin || s > 0) ? 1 : 0);
       }
     }
   };
@@ -539,12 +541,6 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         ptx::mbarrier_arrive(&empty[s0 >= 2 ? s0 - 2 : s0 + stages - 2]);
       }
     };
-    if constexpr (kWide) {  // every wgmma of the piece adds (no scale-d predicate per pair)
-#pragma unroll
-      for (int h = 0; h < H; ++h)
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) acc[h][i] = 0.f;
-    }
     // kWide: a pair's second stage's descriptor is its first's plus one stage (the descriptor's address field
     // counts 16 bytes and cannot carry: shared addresses are < 2^18), in a uniform register for the piece.
     [[maybe_unused]] const std::uint32_t desc_step =
@@ -569,8 +565,11 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           if constexpr (kWide) {
             std::uint32_t stage_smem = __reduce_max_sync(0xFFFFFFFFu, act_smem0 + s0 * st.act_stage_bytes);
             const std::uint64_t d0 = ptx::smem_desc_sw128(stage_smem);
+            // (the step added to the low word alone: a 64-bit add's carry took the predicate register
+            // the scale-d tests use, and ptxas re-made that predicate before each wgmma)
+            const std::uint64_t d1 = (d0 & 0xFFFFFFFF00000000ull) | static_cast<std::uint32_t>(static_cast<std::uint32_t>(d0) + desc_step);
             issue_wgmmas_at(kb, d0, 0, H, b[u][0]);
-            issue_wgmmas_at(kb + 1, d0 + desc_step, 0, H, b[u][1]);
+            issue_wgmmas_at(kb + 1, d1, 0, H, b[u][1], /*adds=*/true);
           } else {
             issue_wgmmas(kb, s0, 0, H, b[u][0]);
             issue_wgmmas(kb + 1, s1, 0, H, b[u][1]);
