@@ -482,8 +482,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   [[maybe_unused]] int last_s0 = 0;
   if constexpr (kPairs) {
     // 16-token tiles: two k-blocks (two ring stages) per commit group, as triton_kernels' 128-k
-    // stages. Both stages' waits come first, then the two k-blocks' dequantisation as one block of
-    // straight-line code, 16 wgmmas, one retiring wait and two releases. ptxas then computes the
+    // stages. Both stages' waits come first (kWide: the pair's one wait), then the two k-blocks'
+    // dequantisation as one block of straight-line code, 16 wgmmas, one retiring wait and the
+    // previous pair's release (two arrives; kWide: one). ptxas then computes the
     // activation descriptors in uniform registers (no R2UR before each HGMMA, where a profile
     // found `wait` stalls): 222.5 -> 200.8 instructions per k-block (W4A16 small-scale MXFP4),
     // 208.5 -> 192.8 (NVFP4), against one k-block per group. Four A register sets:
@@ -496,7 +497,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // (16-byte chunk c of smem row r at c ^ ((r >> 1) & 3)), k-block j of the pair in bytes
     // 32 j..32 j + 31 of each row; scale atoms [half][2] over both stages' scale space (NVFP4: atom j;
     // MXFP4: one atom per two k-blocks, so a pair from an odd k-block spans two). Every piece's pairs
-    // start at an even stage, so s1 = s0 + 1 and the odd last k-block takes a whole pair too.
+    // start at an even stage, so s1 = s0 + 1 and the odd last k-block takes a whole pair too. A pair
+    // has one `full` and one `empty` barrier, stage 2i's. (Every piece has >= 1 k-block: the device
+    // schedule makes no empty piece, and the release at the piece's end relies on it.)
     // Scale bytes of k-block j of a pair past its half's first atom: NVFP4 atom j; MXFP4 the
     // columns 2 (kb % 2) of atom kb / 2 - kb0 / 2, which depend on j and the parity of the pair's
     // first k-block only -- the parity of the piece's first (pairs advance by two): per piece,
@@ -533,7 +536,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     std::uint32_t b[2][2][H][8][2];
     const int npair = (piece.kb_end - piece.kb_begin) / 2;
     int kb = piece.kb_begin;
-    auto release_pair_before = [&](int s0) {  // the two stages before s0
+    auto release_pair_before = [&](int s0) {  // the pair before s0 (kWide: the pair at last_s0)
       if constexpr (kWide) {
         ptx::mbarrier_arrive(&empty[last_s0]);
       } else {
