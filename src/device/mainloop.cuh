@@ -334,6 +334,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   constexpr int kSets = kKblockGroups ? 2 : 1;
   // Tiles of 16 tokens: two k-blocks per commit group (below).
   constexpr bool kPairs = kKblockGroups && N8 <= C::kPairMaxN8;
+  // The MoE kernel's 16-token class: stage pairs from one weight box (below, at the paired loop).
+  constexpr bool kWide = kPairs && kRouted;
   std::uint32_t a[kSets][H][8][2];
 
   // Weight scales come with the stage (the producer loads them). Blocked atom (SPEC 2): row r's
@@ -421,14 +423,17 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   const std::uint32_t act_smem0 = ptx::smem_addr(act_smem);
   // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf`, the activations at descriptor
   // desc0 (k-step 0 of a stage; no fence, no commit).
-  auto issue_wgmmas_at = [&](int kb, std::uint64_t desc0, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
+  // (adds: the k-block is not the piece's first -- known at the call for a pair's second k-block: as
+  // kb > kb_begin ptxas tested it again, with a VOTEU before each such wgmma)
+  auto issue_wgmmas_at = [&](int kb, std::uint64_t desc0, int h0, int h1, const std::uint32_t(&buf)[H][8][2],
+                             bool adds = false) {
 #pragma unroll
     for (int h = h0; h < h1; ++h) {
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         // Fragment: a0 (row r, slots 2t..), a1 (row r+8), a2 (row r, slots 2t+8..), a3.
         const std::uint32_t frag[4] = {buf[h][s][0], buf[h][s][1], buf[h][4 + s][0], buf[h][4 + s][1]};
-        wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (kb > piece.kb_begin || s > 0) ? 1 : 0);
+        wgmma_rs<F, N8>(acc[h], frag, desc0 + 2 * s, (adds || kb > piece.kb_begin || s > 0) ? 1 : 0);
       }
     }
   };
@@ -473,10 +478,13 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   };
 
   bool release_two = false;  // the last commit group read two stages (kPairs)
+  // kWide: the first stage of the newest pair issued, whose one `empty` barrier releases the pair.
+  [[maybe_unused]] int last_s0 = 0;
   if constexpr (kPairs) {
     // 16-token tiles: two k-blocks (two ring stages) per commit group, as triton_kernels' 128-k
-    // stages. Both stages' waits come first, then the two k-blocks' dequantisation as one block of
-    // straight-line code, 16 wgmmas, one retiring wait and two releases. ptxas then computes the
+    // stages. Both stages' waits come first (kWide: the pair's one wait), then the two k-blocks'
+    // dequantisation as one block of straight-line code, 16 wgmmas, one retiring wait and the
+    // previous pair's release (two arrives; kWide: one). ptxas then computes the
     // activation descriptors in uniform registers (no R2UR before each HGMMA, where a profile
     // found `wait` stalls): 222.5 -> 200.8 instructions per k-block (W4A16 small-scale MXFP4),
     // 208.5 -> 192.8 (NVFP4), against one k-block per group. Four A register sets:
@@ -489,8 +497,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // (16-byte chunk c of smem row r at c ^ ((r >> 1) & 3)), k-block j of the pair in bytes
     // 32 j..32 j + 31 of each row; scale atoms [half][2] over both stages' scale space (NVFP4: atom j;
     // MXFP4: one atom per two k-blocks, so a pair from an odd k-block spans two). Every piece's pairs
-    // start at an even stage, so s1 = s0 + 1 and the odd last k-block takes a whole pair too.
-    constexpr bool kWide = kRouted;
+    // start at an even stage, so s1 = s0 + 1 and the odd last k-block takes a whole pair too. A pair
+    // has one `full` and one `empty` barrier, stage 2i's. (Every piece has >= 1 k-block: the device
+    // schedule makes no empty piece, and the release at the piece's end relies on it.)
     // Scale bytes of k-block j of a pair past its half's first atom: NVFP4 atom j; MXFP4 the
     // columns 2 (kb % 2) of atom kb / 2 - kb0 / 2, which depend on j and the parity of the pair's
     // first k-block only -- the parity of the piece's first (pairs advance by two): per piece,
@@ -527,9 +536,9 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     std::uint32_t b[2][2][H][8][2];
     const int npair = (piece.kb_end - piece.kb_begin) / 2;
     int kb = piece.kb_begin;
-    auto release_pair_before = [&](int s0) {  // the two stages before s0
-      if constexpr (kWide) {  // (s0 even, stages even: the previous pair is stages 2i, 2i + 1, one barrier)
-        ptx::mbarrier_arrive(&empty[(s0 == 0 ? stages : s0) - 2]);
+    auto release_pair_before = [&](int s0) {  // the pair before s0 (kWide: the pair at last_s0)
+      if constexpr (kWide) {
+        ptx::mbarrier_arrive(&empty[last_s0]);
       } else {
         ptx::mbarrier_arrive(&empty[s0 == 0 ? stages - 1 : s0 - 1]);
         ptx::mbarrier_arrive(&empty[s0 >= 2 ? s0 - 2 : s0 + stages - 2]);
@@ -559,8 +568,11 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           if constexpr (kWide) {
             std::uint32_t stage_smem = __reduce_max_sync(0xFFFFFFFFu, act_smem0 + s0 * st.act_stage_bytes);
             const std::uint64_t d0 = ptx::smem_desc_sw128(stage_smem);
+            // (the step added to the low word alone: a 64-bit add's carry took the predicate register
+            // the scale-d tests use, and ptxas re-made that predicate before each wgmma)
+            const std::uint64_t d1 = (d0 & 0xFFFFFFFF00000000ull) | static_cast<std::uint32_t>(static_cast<std::uint32_t>(d0) + desc_step);
             issue_wgmmas_at(kb, d0, 0, H, b[u][0]);
-            issue_wgmmas_at(kb + 1, d0 + desc_step, 0, H, b[u][1]);
+            issue_wgmmas_at(kb + 1, d1, 0, H, b[u][1], /*adds=*/true);
           } else {
             issue_wgmmas(kb, s0, 0, H, b[u][0]);
             issue_wgmmas(kb + 1, s1, 0, H, b[u][1]);
@@ -568,6 +580,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           ptx::wgmma_commit();
           retire_older_groups();  // the previous pair's group is done
           if (kb > piece.kb_begin) release_pair_before(s0);
+          if constexpr (kWide) last_s0 = s0;
           const bool wrap1 = s1 + 1 == stages;
           st.stage = wrap1 ? 0 : s1 + 1;
           st.phase = wrap1 ? ph1 ^ 1 : ph1;
@@ -588,6 +601,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       ptx::wgmma_fence();
       issue_wgmmas(kb, st.stage, 0, H, b[0][0]);
       ptx::wgmma_commit();
+      if constexpr (kWide) last_s0 = st.stage;
       next_stage();
       if constexpr (kWide) {
         next_stage();
@@ -631,8 +645,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   }
   ptx::wgmma_wait<0>();
   fence_acc(acc);
-  if constexpr (kPairs && kRouted) {  // kWide: every piece ends a pair (>= 1 k-block); its one barrier
-    ptx::mbarrier_arrive(&empty[(st.stage == 0 ? stages : st.stage) - 2]);
+  if constexpr (kWide) {  // every piece ends a pair (>= 1 k-block); its one barrier
+    ptx::mbarrier_arrive(&empty[last_s0]);
   } else {
     release_previous_stage();
     if (release_two) ptx::mbarrier_arrive(&empty[st.stage >= 2 ? st.stage - 2 : st.stage + stages - 2]);

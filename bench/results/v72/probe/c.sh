@@ -2,7 +2,7 @@
 # v72 c (one H200): branch exp/pair-barrier (one full / empty barrier per stage pair in the MoE kernel's 16-token class)
 # from two bundles unpacked into /tmp/v116 by earlier calls on the same warm machine (.carry/v116n/b.tar.xz: gt, cli,
 # py_new -- one build, xz with a 192 MiB dictionary shares their device code; .carry/v116m/b.tar.xz: cli_main, py_main):
-# gt (the branch's gtests), cli (the branch's CLI), cli_main (main 3ea... = exp/pair-bookkeeping 0dcf1dd's CLI),
+# gt (the branch's gtests), cli (the branch's CLI), cli_main (merged main = exp/pair-bookkeeping 0dcf1dd's device code),
 # py_new/ py_main/ (the two Python extensions). 1) the MoE / pieces / GLU / layer gtests, memcheck, racecheck of the
 # paired loop; 2) the W4A16 and NVFP4 layer suites on pieces, branch against main, alternating, 2 rounds, digests.
 set -uo pipefail
