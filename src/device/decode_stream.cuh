@@ -245,8 +245,7 @@ __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4])
     const std::uint32_t sg[4] = {g0, g0, g1, g1}, sh[4] = {h0, h0, h1, h1};
     multiply<Scaling::kNvF16, XS, P>(st, sg, sh, acc);
   } else if constexpr (P) {  // (two codes per register, bits 0-7 and 16-23)
-    const unsigned m = max(st.cg, st.ch);
-    if (__builtin_expect(!__any_sync(0xFFFFFFFFu, max(m & 0xFFu, m >> 16) > 128u), 1)) {
+    if (__builtin_expect(!__any_sync(0xFFFFFFFFu, mx_packed_codes_above_128(st.cg, st.ch)), 1)) {
       const std::uint32_t ga = (st.cg & 0xFFu) * 0x00800080u + 0x3F003F00u, gb = (st.cg >> 16) * 0x00800080u + 0x3F003F00u;
       const std::uint32_t ha = (st.ch & 0xFFu) * 0x00800080u + 0x3F003F00u, hb = (st.ch >> 16) * 0x00800080u + 0x3F003F00u;
       const std::uint32_t sg[4] = {ga, ga, gb, gb}, sh[4] = {ha, ha, hb, hb};

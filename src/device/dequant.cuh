@@ -33,6 +33,16 @@ FP4GEMM_HD int wgmma_k_source_nvfp4(int kk) {
   return 16 * t + 8 * upper + 4 * (step / 2) + step % 2 + 2 * h;
 }
 
+// MXFP4 on pieces, the decode path's per-chunk range check: a lane's two rows' scale codes, two per
+// register (bits 0-7 and 16-23, the other bits zero). True iff any of the four codes is > 128 (the
+// one-multiply decode covers codes <= 128): code + 127 reaches bit 8 exactly when code >= 129, and no
+// half carries into the next (code + 127 < 2^9). (A 32-bit max of the two registers, split afterwards,
+// compared the high codes first and hid a low code > 128 behind the other row's larger high code: that
+// code's multiplier, built for <= 128, was +Inf or negative.)
+FP4GEMM_HD bool mx_packed_codes_above_128(std::uint32_t cg, std::uint32_t ch) {
+  return (((cg + 0x007F007Fu) | (ch + 0x007F007Fu)) & 0x01000100u) != 0u;
+}
+
 // __byte_perm(x, y, s): result byte i = byte (s >> 4i) & 7 of the 8-byte value y:x.
 FP4GEMM_HD std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, std::uint32_t sel) {
 #if defined(__CUDA_ARCH__)

@@ -61,6 +61,10 @@ struct LayerCase {
   // MXFP4 w13 scale codes drawn from 127..w13_code_max instead (0: w13_values' own): codes past 128
   // send the decode path's chunks to its full-range decode, 127 / 128 stay on the one-multiply decode
   int w13_code_max = 0;
+  // MXFP4 scale codes of both weights 127 / 128, each one 129 or 130 with probability 1 / rare_high_codes instead
+  // (0: off): a lone code past 128 among one-multiply codes, so the decode path's per-chunk range check must see each
+  // code of each lane (a 32-bit max of a lane's two code registers once hid a low code behind a larger high one)
+  int rare_high_codes = 0;
   float a1 = 0, a2 = 0;                 // NVFP4 W4A4 global scales (0: powers of two chosen here)
   int graph_cache = 8;                  // MoeLayerOptions::graph_cache
   bool fuse_quantize = false;           // MoeLayerOptions::fuse_quantize
@@ -92,7 +96,8 @@ struct ExpertTensor {
   std::int64_t scale_stride = 0;
 };
 
-ExpertTensor make_tensor(const LayerCase& c, std::mt19937_64& rng, int rows, int k, Values values, int code_max = 0) {
+ExpertTensor make_tensor(const LayerCase& c, std::mt19937_64& rng, int rows, int k, Values values, int code_max = 0,
+                         int rare_high = 0) {
   ExpertTensor t;
   t.rows = rows, t.k = k, t.cols = k / scale_block_size(c.format);
   t.w = random_packed(rng, values, c.experts * rows, k, k / 2);
@@ -104,6 +109,10 @@ ExpertTensor make_tensor(const LayerCase& c, std::mt19937_64& rng, int rows, int
   if (code_max > 0 && c.format == Format::mxfp4) {
     std::uniform_int_distribution<int> code(127, code_max);
     for (auto& s : t.scales_linear) s = static_cast<std::uint8_t>(code(rng));
+  }
+  if (rare_high > 0 && c.format == Format::mxfp4) {
+    std::uniform_int_distribution<int> low(127, 128), high(129, 130), pick(0, rare_high - 1);
+    for (auto& s : t.scales_linear) s = static_cast<std::uint8_t>(pick(rng) == 0 ? high(rng) : low(rng));
   }
   t.scale_stride = static_cast<std::int64_t>(formats::scale_bytes(c.scale_layout, rows, t.cols));
   if (c.scale_layout == ScaleLayout::linear) {
@@ -139,8 +148,8 @@ std::unique_ptr<Layer> make_layer(const LayerCase& c) {
   auto L = std::make_unique<Layer>();
   L->c = c;
   std::mt19937_64 rng(c.seed);
-  L->w13 = make_tensor(c, rng, 2 * c.inter, c.hidden, c.w13_values, c.w13_code_max);
-  L->w2 = make_tensor(c, rng, c.hidden, c.inter, Values::full);
+  L->w13 = make_tensor(c, rng, 2 * c.inter, c.hidden, c.w13_values, c.w13_code_max, c.rare_high_codes);
+  L->w2 = make_tensor(c, rng, c.hidden, c.inter, Values::full, 0, c.rare_high_codes);
   std::uniform_int_distribution<int> p2(-2, 2);
   for (int e = 0; e < c.experts; ++e) {
     L->a13.push_back(c.alphas ? std::ldexp(1.0f, p2(rng)) : 1.0f);
@@ -637,12 +646,12 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
 // Weights in pieces (MoeLayerOptions::weight_layout; W4A16 MXFP4 and W4A4 NVFP4): both paths (T 1-8 on the decode
 // kernels, T 9-40 on the general path's GEMMs), both gate / up layouts, both scale layouts, H and I not multiples of
 // 128 (the pieces' zero k-block, the decode path's padded intermediate -- quantised in place for W4A4), MXFP4 codes
-// past 128 (the full-range decode): every output of
+// past 128 (the full-range decode; v 6: lone ones among codes <= 128, which the per-chunk check must see): every output of
 // both layers against the reference, two runs the same bytes, and on the general path the pieces layer's bytes the
 // rows layer's. Then the rows rewritten in place with new weights and repacked: the pieces layer sees them.
 TEST(MoeLayerPieces, BothPathsMatchTheRowsLayerAndSeeRepackedUpdates) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
-  for (int v = 0; v < 6; ++v) {  // v 0-2: MXFP4 W4A16; v 3, 4: NVFP4 W4A4 (v 3 blocked, v 4 linear); v 5: MXFP4 W4A4
+  for (int v = 0; v < 7; ++v) {  // v 0-2, 6: MXFP4 W4A16; v 3, 4: NVFP4 W4A4 (v 3 blocked, v 4 linear); v 5: MXFP4 W4A4
     LayerCase c;
     const bool nv = v == 3 || v == 4;
     c.format = nv ? Format::nvfp4 : Format::mxfp4, c.act = v >= 3 ? MoeActivation::fp4 : MoeActivation::bf16;
@@ -655,6 +664,7 @@ TEST(MoeLayerPieces, BothPathsMatchTheRowsLayerAndSeeRepackedUpdates) {
     c.hidden = v % 3 == 0 ? 288 : v % 3 == 1 ? 352 : 256, c.inter = v % 3 == 0 ? 160 : v % 3 == 1 ? 96 : 128;
     if (v == 0 || v == 5) c.w13_code_max = 130;
     if (v == 5) c.hidden = 352, c.inter = 96;  // (MXFP4 W4A4: a 32-element block of the intermediate past 64)
+    if (v == 6) c.rare_high_codes = 64, c.hidden = 512, c.inter = 256;  // (~2 codes past 128 per warp chunk of 128)
     c.max_tokens = 40, c.padded = second, c.biases = second, c.alphas = !second, c.graph_cache = 0;
     LayerCase cp = c;
     cp.pieces = true;

@@ -199,5 +199,39 @@ TEST(Dequant, GluKOrderHandOverWritesThePrepassOrder) {
   }
 }
 
+// The decode path's range check on MXFP4 pieces (decode_stream.cuh): a chunk takes the one-multiply decode only if
+// no code of any lane is > 128. Every code in every position, against the obvious per-code test; the case a 32-bit max
+// of the two registers hid (row g's low code 200 behind row h's larger high code).
+TEST(Dequant, PackedMxCodeCheckSeesEveryCodeAbove128) {
+  auto pack = [](unsigned lo, unsigned hi) { return static_cast<std::uint32_t>(lo | hi << 16); };
+  auto naive = [](const unsigned (&c)[4]) { return c[0] > 128 || c[1] > 128 || c[2] > 128 || c[3] > 128; };
+  EXPECT_TRUE(mx_packed_codes_above_128(pack(200, 100), pack(120, 110)));
+  EXPECT_TRUE(mx_packed_codes_above_128(pack(129, 127), pack(127, 128)));
+  EXPECT_FALSE(mx_packed_codes_above_128(pack(128, 128), pack(128, 128)));
+  EXPECT_FALSE(mx_packed_codes_above_128(0, 0));
+  EXPECT_TRUE(mx_packed_codes_above_128(pack(255, 255), pack(255, 255)));
+  // every code 0..255 in each position, the other three from values around the boundary
+  constexpr unsigned kOthers[] = {0, 1, 100, 127, 128, 129, 130, 200, 255};
+  for (int pos = 0; pos < 4; ++pos)
+    for (unsigned v = 0; v < 256; ++v)
+      for (unsigned a : kOthers)
+        for (unsigned b : kOthers)
+          for (unsigned d : kOthers) {
+            unsigned c[4] = {a, b, d, a};
+            c[pos] = v;
+            const bool want = naive(c);
+            ASSERT_EQ(mx_packed_codes_above_128(pack(c[0], c[1]), pack(c[2], c[3])), want)
+                << "codes " << c[0] << " " << c[1] << " " << c[2] << " " << c[3];
+          }
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<unsigned> near(120, 136), any(0, 255);
+  for (int trial = 0; trial < 200000; ++trial) {
+    unsigned c[4];
+    for (unsigned& x : c) x = trial % 2 ? near(rng) : any(rng);
+    ASSERT_EQ(mx_packed_codes_above_128(pack(c[0], c[1]), pack(c[2], c[3])), naive(c))
+        << "codes " << c[0] << " " << c[1] << " " << c[2] << " " << c[3];
+  }
+}
+
 }  // namespace
 }  // namespace fp4gemm::detail
