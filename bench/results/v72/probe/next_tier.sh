@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Prepared for the next session (not run): the whole GPU tier on main's kernels after v72's three merges (main e1c360a's
-# device code: the bundle .carry/v117n = gt, cli, py_new built from exp/pair-zero d038876^, whose device code equals
-# main's -- the later commits change comments and docs only). v72 ran only the MoE / pieces / GLU / layer gtests.
-#   bash next_tier.sh 0 1            bash next_tier.sh 2 3 memcheck            bash next_tier.sh py
-# (carry .carry/v117n; four gtest shards, two per call, ~265 s each; then the Python GPU tier on py_new)
+# Prepared for the next session (not run): the whole GPU tier on main's kernels after v72 (three merges in the MoE
+# kernel's 16-token loop, and the decode path's range-check fix with its new GPU case MoeLayerPieces v 6). The bundle
+# .carry/v118n (gt, cli, py_new; xz with a 192 MiB dictionary) was built from main 0bca7b0's sources (later commits:
+# docs only). v72 ran only the MoE / pieces / GLU / layer gtests of the merged loop, and nothing of the fix on a GPU.
+#   bash next_tier.sh fix     bash next_tier.sh 0 1     bash next_tier.sh 2 3 memcheck     bash next_tier.sh py
+# (carry .carry/v118n; four gtest shards, two per call, ~265 s each; then the Python GPU tier on py_new)
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; R=$OUT/r; mkdir -p $R
-B=/tmp/v117; mkdir -p $B; [ -f $B/v117n.done ] || { xz -dc .carry/v117n/b.tar.xz | tar xf - -C $B; touch $B/v117n.done; }
+B=/tmp/v118; mkdir -p $B; [ -f $B/v118n.done ] || { xz -dc .carry/v118n/b.tar.xz | tar xf - -C $B; touch $B/v118n.done; }
 export FP4GEMM_CLI=$B/cli  # (the CliGpu tests run the carried CLI; without it they skip)
+if [[ " $* " == *" fix "* ]]; then  # the fix's GPU case and the decode tests, memcheck of the first
+  timeout 200 $B/gt --gtest_filter='MoeLayerPieces.*:MoeLayerDecode.*:*Decode*' > $R/fix.txt 2>&1
+  echo "fix tests rc $? [$((SECONDS - t0)) s]"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|tests from .* ran" $R/fix.txt | head -8
+  timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 $B/gt \
+    --gtest_filter='MoeLayerPieces.*' > $R/fix_memcheck.txt 2>&1
+  echo "fix memcheck rc $? [$((SECONDS - t0)) s]"; grep -E "ERROR SUMMARY|PASSED|FAILED" $R/fix_memcheck.txt | head -3
+fi
 for s in "$@"; do
-  case $s in memcheck|py) continue;; esac
+  case $s in memcheck|py|fix) continue;; esac
   GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$s timeout 265 $B/gt > $R/shard$s.txt 2>&1
   echo "shard $s rc $? [$((SECONDS - t0)) s]"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|tests from .* ran" $R/shard$s.txt | head -12
   grep -E "^\[ RUN" $R/shard$s.txt | tail -1
