@@ -12,6 +12,11 @@ for c in v118n v119n; do
   B=/tmp/$c; mkdir -p $B; [ -f $B/done ] || [ ! -f .carry/$c/b.tar.xz ] || { xz -dc .carry/$c/b.tar.xz | tar xf - -C $B; touch $B/done; }
 done
 [ "${1:-}" = unpack ] && { ls /tmp/v118n /tmp/v119n; exit 0; }
+timeout 200 /tmp/v119n/gt --gtest_filter='MoeLayerPieces.*:MoeLayerDecode.*:*Decode*' > $R/gt.txt 2>&1
+echo "gt rc $? [$((SECONDS - t0)) s]"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|tests from .* ran" $R/gt.txt | head -8
+timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 /tmp/v119n/gt \
+  --gtest_filter='MoeLayerPieces.*' > $R/memcheck.txt 2>&1
+echo "memcheck rc $? [$((SECONDS - t0)) s]"; grep -E "ERROR SUMMARY|PASSED|FAILED" $R/memcheck.txt | head -3
 export FP4GEMM_DIGEST=1
 for rnd in 1 2; do for act in bf16 nvfp4; do for v in v119n v118n; do
 
