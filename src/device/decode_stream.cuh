@@ -131,6 +131,31 @@ __device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
   else asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
+// The same by a 32-bit shared address: the ring's slots are kept in registers as shared addresses, not re-derived
+// from a generic pointer each chunk. (Advancing the cursors first and copying from behind them, to spare ptxas its
+// moves of each cursor before the copies, gave the same SASS count: ptxas folds the offset back.)
+__device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_4_at(std::uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ uint4 lds_128(std::uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint2 lds_64(std::uint32_t a) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ std::uint32_t lds_32(std::uint32_t a) {
+  std::uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+  return v;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
@@ -171,6 +196,21 @@ __device__ __forceinline__ std::uint32_t nv_scale_f16x2_times_128(unsigned code)
 
 __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32_t b) {
   const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const std::uint32_t*>(&r);
+}
+// Bytes of x (0-3) or zeros (4-7) picked by the selector's nibbles, which must not set bit 3 (the sign-replication
+// mode): prmt.b32 directly, since __byte_perm masks the selector with an instruction of its own.
+__device__ __forceinline__ std::uint32_t pick_bytes(std::uint32_t x, std::uint32_t sel) {
+  std::uint32_t r;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(x), "r"(sel));
+  return r;
+}
+// The bf16 pair `m` with half `H` (0: bits 0-15) in both halves: a broadcast that HMUL2 takes as an operand selector
+// (.H0_H0 / .H1_H1), no instruction of its own.
+template <int H>
+__device__ __forceinline__ std::uint32_t bf16_half_both(std::uint32_t m) {
+  const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&m);
+  const __nv_bfloat162 r = H == 0 ? __low2bfloat162(v) : __high2bfloat162(v);
   return *reinterpret_cast<const std::uint32_t*>(&r);
 }
 
@@ -246,8 +286,11 @@ __device__ __forceinline__ void consume(const Stage<XS>& st, float (&acc)[2][4])
     multiply<Scaling::kNvF16, XS, P>(st, sg, sh, acc);
   } else if constexpr (P) {  // (two codes per register, bits 0-7 and 16-23)
     if (__builtin_expect(!__any_sync(0xFFFFFFFFu, mx_packed_codes_above_128(st.cg, st.ch)), 1)) {
-      const std::uint32_t ga = (st.cg & 0xFFu) * 0x00800080u + 0x3F003F00u, gb = (st.cg >> 16) * 0x00800080u + 0x3F003F00u;
-      const std::uint32_t ha = (st.ch & 0xFFu) * 0x00800080u + 0x3F003F00u, hb = (st.ch >> 16) * 0x00800080u + 0x3F003F00u;
+      // one IMAD per row makes both codes' multipliers, one per half (codes <= 128: no carry between the halves);
+      // HMUL2 reads the half it needs
+      const std::uint32_t mg = st.cg * 0x80u + 0x3F003F00u, mh = st.ch * 0x80u + 0x3F003F00u;
+      const std::uint32_t ga = bf16_half_both<0>(mg), gb = bf16_half_both<1>(mg);
+      const std::uint32_t ha = bf16_half_both<0>(mh), hb = bf16_half_both<1>(mh);
       const std::uint32_t sg[4] = {ga, ga, gb, gb}, sh[4] = {ha, ha, hb, hb};
       multiply<Scaling::kOne, XS, true>(st, sg, sh, acc);
     } else {
@@ -327,22 +370,39 @@ inline constexpr bool kNvPieces = P && F == Format::nvfp4;
 // NVFP4 in pieces (blocked): a row's two codes of a chunk sit in the chunk's two atoms (512 bytes apart), in the same
 // byte of each word, and the row's 4 lanes need the same two words: lane c even copies the first atom's word, c odd
 // the second's (live1: the second k-block is live in lane 1), so lanes (g, 0) and (g, 1) hold them side by side.
-template <Format F, ScaleLayout L, bool P, class XS>
-__device__ __forceinline__ void copy_chunk(std::uint8_t* stage, Cursor<XS>& cur, bool live, bool live1, int lane) {
-  cp_async_16(stage + 16 * lane, cur.wg, live);
-  cp_async_16(stage + 512 + 16 * lane, cur.wh, live);
-  if constexpr (L == ScaleLayout::blocked) {
-    constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
-    const int second = kNvPieces<F, P> && (lane & 1) ? 512 : 0;
-    const bool live_word = kNvPieces<F, P> && (lane & 1) ? live1 : live;
-    ptx::cp_async_4(stage + 1024 + 4 * lane,
-                    reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sg + second) & kWord), live_word);
-    ptx::cp_async_4(stage + 1152 + 4 * lane,
-                    reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(cur.sh + second) & kWord), live_word);
-  }
+// `w16`, `w4`: this lane's slots of the stage. Blocked scales: the cursor's code pointers are already the aligned
+// words' (align_codes). Pieces: the second row's bytes are the first's + 512 (one cursor). R8 (rows g and g + 8 of one
+// 16-row block, kernel 2): blocked, the second row's codes are the first's + 128 bytes (one cursor).
+template <Format F, ScaleLayout L, bool P, class XS, bool R8 = false>
+__device__ __forceinline__ void copy_chunk(std::uint32_t w16, std::uint32_t w4, Cursor<XS>& cur, bool live, bool live1,
+                                           int lane) {
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   constexpr int step = L == ScaleLayout::blocked ? step_blocked : step_linear;
-  cur.wg += kWeightStep<P>, cur.wh += kWeightStep<P>, cur.sg += step, cur.sh += step, cur.x = XS::advance(cur.x, kChunk);
+  constexpr int ws = kWeightStep<P>;
+  cp_async_16_at(w16, cur.wg, live);
+  if constexpr (P) cp_async_16_at(w16 + 512, cur.wg + 512, live);
+  else cp_async_16_at(w16 + 512, cur.wh, live);
+  if constexpr (L == ScaleLayout::blocked) {
+    const int second = kNvPieces<F, P> && (lane & 1) ? 512 : 0;
+    const bool live_word = kNvPieces<F, P> && (lane & 1) ? live1 : live;
+    cp_async_4_at(w4, cur.sg + second, live_word);
+    cp_async_4_at(w4 + 128, (R8 ? cur.sg + 128 : cur.sh) + second, live_word);
+  }
+  cur.wg += ws, cur.sg += step, cur.x = XS::advance(cur.x, kChunk);
+  if constexpr (!P) cur.wh += ws;
+  if constexpr (!R8 || L != ScaleLayout::blocked) cur.sh += step;
+}
+
+// Blocked scales: the copy side's code pointers as the aligned 4-byte words that hold the codes, once per unit (the
+// steps along a unit are whole words; `code_shift` of the unaligned pointer finds a code in its word).
+template <ScaleLayout L, class XS>
+__device__ __forceinline__ Cursor<XS> align_codes(Cursor<XS> k) {
+  if constexpr (L == ScaleLayout::blocked) {
+    constexpr std::uintptr_t kWord = ~std::uintptr_t{3};
+    k.sg = reinterpret_cast<const std::uint8_t*>(reinterpret_cast<std::uintptr_t>(k.sg) & kWord);
+    k.sh = reinterpret_cast<const std::uint8_t*>(reinterpret_cast<std::uintptr_t>(k.sh) & kWord);
+  }
+  return k;
 }
 
 // The bit offset of a scale code in the 4-byte word copy_chunk copied: constant along a unit (the
@@ -368,7 +428,7 @@ struct Shares {
 // of shared memory). A unit the share covers whole goes to store(u, acc) at once; a piece of a
 // split unit (the share's first or last unit) is written to rec_first / rec_last (128 floats:
 // lane-major float4) and flagged in split_first / split_last.
-template <Format F, ScaleLayout L, bool P, class XS, class UnitOf, class Ready, class Store>
+template <Format F, ScaleLayout L, bool P, class XS, bool R8, class UnitOf, class Ready, class Store>
 __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit_of, Ready ready, Store store,
                                            float* rec_first, float* rec_last, int c0, int c1, bool& split_first,
                                            bool& split_last, std::uint8_t* ring) {
@@ -378,19 +438,25 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   int lu = first, lleft = n - c0 % n;  // copy side: unit, chunks left in it
   int cu = first, cleft = lleft;       // multiply side
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
-  Cursor<XS> cur = cursor<F, L, XS, P>(unit_of(lu), op, n - lleft, c);
+  Cursor<XS> cur = align_codes<L>(cursor<F, L, XS, P>(unit_of(lu), op, n - lleft, c));
   DECODE_STAMP(7);
   float acc[2][4] = {};
   // chunk n - left of a unit is live in this lane iff left > live_above (32c + 128 ch < K)
   const int live_above = n - (op.k - (P ? 16 : 32) * c + kChunk - 1) / kChunk;
   const int live_above1 = n - (op.k - 64 - 16 * c + kChunk - 1) / kChunk;  // (pieces: the second k-block's code)
-  int sc = 0, sm = 0;  // the stage the next copy fills, the stage multiplied next
+  // One stage index for both sides: after the first kStages copies, a copy refills the stage just multiplied. `so`:
+  // its byte offset; `w16`, `w4`: this lane's slots of stage 0 (weights, the codes' words), hoisted.
+  int so = 0;
+  // (through a shuffle: ptxas re-derived the address from the CTA's shared window in every chunk otherwise, 5
+  // instructions, where the ring is dynamic shared memory after static)
+  const std::uint32_t ring_s = __shfl_sync(0xFFFFFFFFu, ptx::smem_addr(ring), 0);
+  const std::uint32_t w16 = ring_s + 16 * lane, w4 = ring_s + 1024 + 4 * lane;
   // Linear scales: the codes travel in registers, loaded (ld.global.nc) with their chunk's copy and
   // moved one stage on per chunk -- a row's codes for 8 chunks share a 32-byte sector, so most hit
   // L1; copied by cp.async, the 8 rows' codes (in up to 8 lines per instruction) cost as many
   // shared-memory write wavefronts, which measured up to 20 % slower. Blocked scales: one atom per
   // chunk (an L2 access each), copied into the ring with the weights, a whole ring ahead.
-  unsigned k0g = 0, k0h = 0, k1g = 0, k1h = 0, k2g = 0, k2h = 0;  // the codes of stages sm, sm + 1, sm + 2
+  unsigned k0g = 0, k0h = 0, k1g = 0, k1h = 0, k2g = 0, k2h = 0;  // the codes of the next three stages multiplied
   // NVFP4 in pieces: a row's two codes of a chunk are 4 columns apart (k-blocks 2 ch and 2 ch + 1): linear, two byte
   // loads (as close as rows' codes: 8 chunks share a sector); blocked, both words through the ring (copy_chunk). The
   // second code was first loaded with a byte load per chunk -- a new sector every chunk, never an L1 hit -- and measured
@@ -399,37 +465,42 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     if constexpr (L == ScaleLayout::linear) k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h;
   };
   using CodeT = std::conditional_t<F == Format::nvfp4, std::uint16_t, std::uint8_t>;
-  auto copy_next = [&] {
+  auto copy_next = [&](int at, bool more) {  // (at: the stage's byte offset; !more: past the share, nothing read)
     if constexpr (kNvPieces<F, P> && L == ScaleLayout::linear) {
-      const bool live = lleft > live_above, live1 = lleft > live_above1;
+      const bool live = more && lleft > live_above, live1 = more && lleft > live_above1;
       k2g = (live1 ? load_code<std::uint8_t>(cur.sg + 4) : 0u) << 8 | (live ? load_code<std::uint8_t>(cur.sg) : 0u);
       k2h = (live1 ? load_code<std::uint8_t>(cur.sh + 4) : 0u) << 8 | (live ? load_code<std::uint8_t>(cur.sh) : 0u);
     } else if constexpr (L == ScaleLayout::linear) {
-      const bool live = lleft > live_above;
+      const bool live = more && lleft > live_above;
       k2g = live ? load_code<CodeT>(cur.sg) : 0u;
       k2h = live ? load_code<CodeT>(cur.sh) : 0u;
       if constexpr (P) {
-        const bool live1 = lleft > live_above1;
+        const bool live1 = more && lleft > live_above1;
         k2g |= (live1 ? load_code<CodeT>(cur.sg + 2) : 0u) << 16;
         k2h |= (live1 ? load_code<CodeT>(cur.sh + 2) : 0u) << 16;
       }
     }
-    copy_chunk<F, L, P, XS>(ring + sc * kStageBytes, cur, lleft > live_above,
-                            lleft > (kNvPieces<F, P> ? live_above1 : live_above),
-                            lane);
-    sc = sc + 1 == kStages ? 0 : sc + 1;
+    copy_chunk<F, L, P, XS, R8>(w16 + at, w4 + at, cur, more && lleft > live_above,
+                            more && lleft > (kNvPieces<F, P> ? live_above1 : live_above), lane);
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
-      if (++lu * n < c1) cur = cursor<F, L, XS, P>(unit_of(lu), op, 0, c);
+      if (++lu * n < c1) cur = align_codes<L>(cursor<F, L, XS, P>(unit_of(lu), op, 0, c));
     }
   };
   // The multiply side's position: token g's activations at this lane's k of the chunk, and the
   // codes' bit offsets in their words (per unit).
   typename XS::Addr x;
-  unsigned shift_g, shift_h;
+  // shift: the codes' bit offset in their words, the same for both rows (blocked: it is the column's, col % 4).
+  // Blocked MXFP4 pieces: the byte_perm selectors that move the lane's two codes (bytes b and b + 2 of the word) to
+  // bytes 0 and 2 and zero the rest; sel_last zeroes the second where its k-block is past K.
+  unsigned shift, sel_full = 0, sel_last = 0;
   auto multiply_at = [&](int ch) {
     const Cursor<XS> m = cursor<F, L, XS, P>(unit_of(cu), op, ch, c);
-    x = m.x, shift_g = code_shift(m.sg), shift_h = code_shift(m.sh);
+    x = m.x, shift = code_shift(m.sg);
+    if constexpr (L == ScaleLayout::blocked && P && F == Format::mxfp4) {
+      const unsigned b = shift / 8;
+      sel_full = b | 0x40u | (b + 2) << 8 | 0x4000u, sel_last = b | 0x4440u;
+    }
   };
   multiply_at(n - cleft);
   auto piece_end = [&](bool at_unit_end) {
@@ -451,11 +522,10 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   };
   // One cp.async group per stage, empty past the share's last chunk, so that waiting for all but
   // the newest kStages - 1 groups always means the stage about to be multiplied has landed.
-  int copies = total;  // chunks not yet copied
 #pragma unroll 1
   for (int d = 0; d < kStages; ++d) {
     shift_codes();
-    if (copies > 0) copy_next(), --copies;
+    copy_next(d * kStageBytes, d < total);
     cp_async_commit();
   }
   DECODE_STAMP(8);
@@ -465,11 +535,10 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
 #pragma unroll 1
   while (left > 0) {
     cp_async_wait<kStages - 1>();
-    const std::uint8_t* stage = ring + sm * kStageBytes;
     Stage<XS> st;
     {
-      const uint4 p0 = *reinterpret_cast<const uint4*>(stage + 16 * lane);
-      const uint4 p1 = *reinterpret_cast<const uint4*>(stage + 512 + 16 * lane);
+      const uint4 p0 = lds_128(w16 + so);
+      const uint4 p1 = lds_128(w16 + so + 512);
       if constexpr (P) {  // (rows g | g + 8 of k-block 2 ch, then of 2 ch + 1)
         st.wg = make_uint4(p0.x, p0.y, p1.x, p1.y), st.wh = make_uint4(p0.z, p0.w, p1.z, p1.w);
       } else {
@@ -477,19 +546,19 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
       }
     }
     if constexpr (L == ScaleLayout::blocked && kNvPieces<F, P>) {  // (the row's two words, copied by lanes (g, 0) and (g, 1))
-      const uint2 wg = *reinterpret_cast<const uint2*>(stage + 1024 + 16 * (lane / 4));
-      const uint2 wh = *reinterpret_cast<const uint2*>(stage + 1152 + 16 * (lane / 4));
+      const uint2 wg = lds_64(ring_s + so + 1024 + 16 * (lane / 4));
+      const uint2 wh = lds_64(ring_s + so + 1152 + 16 * (lane / 4));
       // (a lane's k-block past K: the word holds padding columns' codes, or was not copied)
       const unsigned m0 = cleft > live_above ? 0xFFu : 0u, m1 = cleft > live_above1 ? 0xFFu : 0u;
-      st.cg = (wg.x >> shift_g & m0) | (wg.y >> shift_g & m1) << 8;
-      st.ch = (wh.x >> shift_h & m0) | (wh.y >> shift_h & m1) << 8;
+      st.cg = (wg.x >> shift & m0) | (wg.y >> shift & m1) << 8;
+      st.ch = (wh.x >> shift & m0) | (wh.y >> shift & m1) << 8;
     } else if constexpr (L == ScaleLayout::blocked && P) {  // (MXFP4: the row's 4 codes of the chunk in one word)
-      st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & 0x00FF00FFu;
-      st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & 0x00FF00FFu;
-      if (cleft <= live_above1) st.cg &= 0xFFu, st.ch &= 0xFFu;  // (a k-block past K: its padding columns' codes)
+      const unsigned sel = cleft > live_above1 ? sel_full : sel_last;  // (a k-block past K: its padding columns' codes)
+      st.cg = pick_bytes(lds_32(w4 + so), sel);
+      st.ch = pick_bytes(lds_32(w4 + so + 128), sel);
     } else if constexpr (L == ScaleLayout::blocked) {
-      st.cg = *reinterpret_cast<const std::uint32_t*>(stage + 1024 + 4 * lane) >> shift_g & kCodeMask;
-      st.ch = *reinterpret_cast<const std::uint32_t*>(stage + 1152 + 4 * lane) >> shift_h & kCodeMask;
+      st.cg = lds_32(w4 + so) >> shift & kCodeMask;
+      st.ch = lds_32(w4 + so + 128) >> shift & kCodeMask;
     } else {
       st.cg = k0g, st.ch = k0h;
     }
@@ -499,9 +568,9 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     if (left == total) DECODE_STAMP(9);
     // the stage just read is refilled (its values are in registers: this lane's own slots)
     shift_codes();
-    if (copies > 0) copy_next(), --copies;
+    copy_next(so, left > kStages);  // (the chunks not yet copied: left - kStages; past them no bytes are read)
     cp_async_commit();
-    sm = sm + 1 == kStages ? 0 : sm + 1;
+    so = so + kStageBytes == kRingBytes ? 0 : so + kStageBytes;
     x = XS::advance(x, kChunk);
     --left;
     if (--cleft == 0) {
@@ -532,9 +601,9 @@ __device__ __forceinline__ CtaUnits cta_units(int units, int group) {
 // chunks evenly and hand split units over through shared memory (`records`: [warps][2][128]
 // floats), one barrier, no global fences or atomics. The warp holding a split unit's last piece
 // adds the pieces in warp order and calls store: deterministic for a given (units, grid). `ring`:
-// the warps' rings, kRingBytes each (16-byte aligned shared memory). Every thread of the CTA must
-// call it.
-template <Format F, ScaleLayout L, bool P, class XS, class UnitOf, class Ready, class Store>
+// the warps' rings, kRingBytes each (16-byte aligned shared memory). R8: every unit's rows are g and g + 8 of one
+// 16-row block (copy_chunk). Every thread of the CTA must call it.
+template <Format F, ScaleLayout L, bool P, class XS, bool R8, class UnitOf, class Ready, class Store>
 __device__ __forceinline__ void stream_units_cta(int units, int group, int n, const Operand& op, UnitOf unit_of,
                                                  Ready ready, Store store, float* __restrict__ records,
                                                  std::uint8_t* ring) {
@@ -551,7 +620,7 @@ __device__ __forceinline__ void stream_units_cta(int units, int group, int n, co
   if (w < W) {
     const int c0 = u0 * n + sw.start(w), c1 = u0 * n + sw.start(w + 1);
     first = c0 / n, last = (c1 - 1) / n;
-    walk_share<F, L, P, XS>(n, op, unit_of, [&] { ready(W); }, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
+    walk_share<F, L, P, XS, R8>(n, op, unit_of, [&] { ready(W); }, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
                       ring + w * kRingBytes);
   }
   __syncthreads();

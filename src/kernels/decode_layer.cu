@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     }
     stamp(0, 2);
   };
-  decode::stream_units_cta<F, L, P, decode::XShared>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
+  decode::stream_units_cta<F, L, P, decode::XShared, false>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
                                                ready, finish, records,
                                                reinterpret_cast<std::uint8_t*>(x_staged) + decode_ring_offset(a.tokens, H));
   stamp(0, 3);
@@ -373,8 +373,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   __shared__ int done[kRound];
   __shared__ int n_done;
   extern __shared__ __align__(1024) uint4 dyn2[];  // the warps' rings
-  decode::stream_units_cta<F, L, P, decode::XGlobal>(units, S, n, op, unit_of, ready, finish, records,
-                                               reinterpret_cast<std::uint8_t*>(dyn2));
+  // (R8: a unit's rows are g and g + 8 of one 16-row block)
+  decode::stream_units_cta<F, L, P, decode::XGlobal, true>(units, S, n, op, unit_of, ready, finish, records,
+                                                           reinterpret_cast<std::uint8_t*>(dyn2));
   stamp(1, 3);
   const decode::CtaUnits cu = decode::cta_units(units, S);
   const int u0 = cu.u0, u1 = cu.u1;
