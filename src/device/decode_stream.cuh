@@ -93,6 +93,11 @@ struct XGlobal {
   __device__ static Addr advance(Addr a, int elements) { return a + elements; }
   __device__ static uint4 load(Addr a, int q) { return __ldg(reinterpret_cast<const uint4*>(a) + q); }
 };
+// Kernel 2's intermediate on pieces: rows padded with zeros to a whole chunk (never written past K; moe_layer.cpp), so
+// a lane past K reads zeros where it is, as from shared memory.
+struct XGlobalPadded : XGlobal {
+  static constexpr bool kPadded = true;
+};
 struct XShared {
   using Addr = std::uint32_t;
   static constexpr bool kPadded = true;

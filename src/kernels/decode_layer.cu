@@ -374,7 +374,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   __shared__ int n_done;
   extern __shared__ __align__(1024) uint4 dyn2[];  // the warps' rings
   // (R8: a unit's rows are g and g + 8 of one 16-row block)
-  decode::stream_units_cta<F, L, P, decode::XGlobal, true>(units, S, n, op, unit_of, ready, finish, records,
+  using XS = std::conditional_t<P, decode::XGlobalPadded, decode::XGlobal>;  // (pieces: rows padded with zeros)
+  decode::stream_units_cta<F, L, P, XS, true>(units, S, n, op, unit_of, ready, finish, records,
                                                            reinterpret_cast<std::uint8_t*>(dyn2));
   stamp(1, 3);
   const decode::CtaUnits cu = decode::cta_units(units, S);
