@@ -85,12 +85,14 @@ __host__ __device__ __forceinline__ int pair_position_of(int i) {
 
 // Where a unit's activations live: global memory (kernel 2's intermediate rows; a lane past K
 // reads the zero row) or the CTA's shared memory (kernel 1's staged tokens, padded with zeros to a
-// whole chunk, so a lane past K reads zeros where it is).
+// whole chunk, so a lane past K reads zeros where it is). at(row, ch, c): lane c's first 16 bytes of
+// chunk ch; load(a, q): its q-th 16 bytes (elements 8q..8q+7 of its 32).
 struct XGlobal {
   using Addr = const __nv_bfloat16*;
   static constexpr bool kPadded = false;
   __device__ static Addr from(const void* p) { return static_cast<Addr>(p); }
   __device__ static Addr advance(Addr a, int elements) { return a + elements; }
+  __device__ static Addr at(Addr row, int ch, int c) { return row + kChunk * ch + 32 * c; }
   __device__ static uint4 load(Addr a, int q) { return __ldg(reinterpret_cast<const uint4*>(a) + q); }
 };
 // Kernel 2's intermediate on pieces: rows padded with zeros to a whole chunk (never written past K; moe_layer.cpp), so
@@ -98,17 +100,29 @@ struct XGlobal {
 struct XGlobalPadded : XGlobal {
   static constexpr bool kPadded = true;
 };
+// Kernel 1's staged tokens, in shared memory, bank-conflict free: within a chunk (16 granules of 16 bytes) lane c's
+// q-th granule is stored at granule 4q + c (staged_granule), so the four lanes of a row read 64 contiguous bytes per
+// load; a row is kStagedRowPad bytes longer than its elements (an odd multiple of 64), so rows g and g + 1 fall in
+// opposite halves of the banks and the 8 rows of a load take the 4 wavefronts 512 bytes need. (Stored as the rows
+// are, lane c's 64 bytes at 64c, lanes c and c + 2 met in the same banks and every row in the same ones: 16
+// wavefronts per load with 8 tokens, 2 with one; they were most of kernel 1's shared-memory traffic, and its
+// bound at T 8.)
 struct XShared {
   using Addr = std::uint32_t;
   static constexpr bool kPadded = true;
   __device__ static Addr from(const void* p) { return static_cast<Addr>(__cvta_generic_to_shared(p)); }
   __device__ static Addr advance(Addr a, int elements) { return a + 2 * elements; }
+  __device__ static Addr at(Addr row, int ch, int c) { return row + 2 * kChunk * ch + 16 * c; }
   __device__ static uint4 load(Addr a, int q) {
     uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a + 16 * q));
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a + 64 * q));
     return v;
   }
 };
+constexpr int kStagedRowPad = 64;  // bytes after each staged token row (XShared)
+// Where granule j (16 bytes: elements 8j..8j+7 of a row's storage) of a staged row is stored: the two 2-bit fields of
+// its index within the chunk swapped (lane c's q-th granule 4c + q -> 4q + c).
+__host__ __device__ __forceinline__ int staged_granule(int j) { return (j & ~15) | (j & 3) << 2 | (j >> 2 & 3); }
 
 // One chunk's operands for one lane, as the multiply reads them: 16 bytes of each of the two
 // weight rows, their scale codes (MXFP4: one per row; NVFP4: two per row, the first in the low
@@ -351,7 +365,7 @@ __device__ __forceinline__ Cursor<XS> cursor(const Unit& u, const Operand& op, i
   const int w = P ? kWeightStep<P> * ch : kk / 2;
   return Cursor<XS>{u.wg + w, u.wh + w, u.scales + formats::detail::scale_offset(L, u.row_g, col, op.scale_cols),
                     u.scales + formats::detail::scale_offset(L, u.row_h, col, op.scale_cols),
-                    XS::advance(XS::from(u.x), kk)};
+                    XS::at(XS::from(u.x), ch, c)};
 }
 
 // The ring: per warp kStages stages of [32 lanes][16 B] row g, [32][16 B] row g + 8, and [32][4 B]

@@ -58,9 +58,13 @@ __device__ __forceinline__ float bias_at(const void* bias, bool f32, std::int64_
 }
 
 // Kernel 1's dynamic shared memory: the launch's tokens staged (tokens x hidden padded to a chunk,
-// 16-bit), then from the next 1 KB boundary the warps' rings.
+// 16-bit, each row decode::kStagedRowPad bytes longer: decode::XShared), then from the next 1 KB boundary the warps'
+// rings.
+__host__ __device__ __forceinline__ int staged_row_granules(int hidden) {  // (16-byte granules per staged row)
+  return (hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk / 8 + decode::kStagedRowPad / 16;
+}
 __host__ __device__ __forceinline__ int staged_bytes(int tokens, int hidden) {
-  return tokens * ((hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk) * 2;
+  return tokens * staged_row_granules(hidden) * 16;
 }
 __host__ __device__ __forceinline__ int decode_ring_offset(int tokens, int hidden) {
   return (staged_bytes(tokens, hidden) + 1023) / 1024 * 1024;
@@ -150,7 +154,8 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
 
 // The run's tokens into shared memory, `threads` threads from thread 0: 8 elements (16 bytes) per step, re-paired so
 // that stored word p = elements (p, p + 4) (decode::pair_position; NVFP4 f16: (0,2) (1,3) (4,6) (5,7)); four steps'
-// loads in flight at once.
+// loads in flight at once. Each granule goes where decode::XShared reads it (staged_granule, rows
+// staged_row_granules apart).
 template <Format F, bool P>
 __device__ __forceinline__ void stage_tokens(const DecodeLayerArgs& a, uint4* x_staged, int T, int H, int hpad, int threads) {
   constexpr int kBatch = 4;
@@ -167,9 +172,9 @@ __device__ __forceinline__ void stage_tokens(const DecodeLayerArgs& a, uint4* x_
     for (int b = 0; b < kBatch; ++b) {
       int v = v0 + b * threads;
       if (v >= steps) break;
-      if constexpr (P) {  // (weights in pieces: 8-element group j to slot pieces_position(8 j) / 8)
+      {  // (weights in pieces: 8-element group j to slot pieces_position(8 j) / 8)
         const int t = v / (hpad / 8), j = v % (hpad / 8);
-        v = t * (hpad / 8) + decode::pieces_position(8 * j) / 8;
+        v = t * staged_row_granules(H) + decode::staged_granule(P ? decode::pieces_position(8 * j) / 8 : j);
       }
       if constexpr (F == Format::nvfp4)
         x_staged[v] = make_uint4(__byte_perm(e[b].x, e[b].y, 0x5410u), __byte_perm(e[b].x, e[b].y, 0x7632u),
@@ -222,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
     const int gate = a.interleaved ? 2 * i : i, up = a.interleaved ? 2 * i + 1 : I + i;
     const int j = r.pick[s][g];
     // an absent token's column is never stored: it multiplies token 0's row
-    const void* xs = x_staged + (j >= 0 ? g : 0) * (hpad / 8);
+    const void* xs = x_staged + (j >= 0 ? g : 0) * staged_row_granules(H);
     if constexpr (P) {
       const std::uint8_t* w = a.w13 + e * w_stride + std::int64_t{u % groups} * (hpad / decode::kChunk) * 1024 + 16 * lane;
       return decode::Unit{w, w + 512, a.s13 + e * a.s13_stride, xs, gate, up};
