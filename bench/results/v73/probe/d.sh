@@ -8,7 +8,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 NEW=$1; OLD=$2; shift 2; ARGS=" $* "
 t0=$SECONDS; R=$OUT/r; mkdir -p $R
-BN=${BUNDLE:-c}; B=/tmp/$BN; mkdir -p $B; [ -f $B/done ] || { xz -dc .carry/$BN/b.tar.xz | tar xf - -C $B; touch $B/done; }
+BN=${BUNDLE:-c}; B=/tmp/$BN; mkdir -p $B; H=$(md5sum < .carry/$BN/b.tar.xz | cut -c1-8)
+[ -f $B/done.$H ] || { xz -dc .carry/$BN/b.tar.xz | tar xf - -C $B; touch $B/done.$H; }
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 gsum() { grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|tests from .* ran" "$1" | head -12; }
 if [[ $ARGS == *" tests "* ]]; then
