@@ -87,10 +87,9 @@ __host__ __device__ __forceinline__ int pair_position_of(int i) {
 // reads the zero row) or the CTA's shared memory (kernel 1's staged tokens, padded with zeros to a
 // whole chunk, so a lane past K reads zeros where it is). at(row, ch, c): lane c's first 16 bytes of
 // chunk ch; load(a, q): its q-th 16 bytes (elements 8q..8q+7 of its 32).
-// XGlobal: copied into the ring with the weights (kInRing), a whole ring ahead, and read back by XRing.
 struct XGlobal {
   using Addr = const __nv_bfloat16*;
-  static constexpr bool kPadded = false, kInRing = true;
+  static constexpr bool kPadded = false;
   __device__ static Addr from(const void* p) { return static_cast<Addr>(p); }
   __device__ static Addr advance(Addr a, int elements) { return a + elements; }
   __device__ static Addr at(Addr row, int ch, int c) { return row + kChunk * ch + 32 * c; }
@@ -110,7 +109,7 @@ struct XGlobalPadded : XGlobal {
 // bound at T 8.)
 struct XShared {
   using Addr = std::uint32_t;
-  static constexpr bool kPadded = true, kInRing = false;
+  static constexpr bool kPadded = true;
   __device__ static Addr from(const void* p) { return static_cast<Addr>(__cvta_generic_to_shared(p)); }
   __device__ static Addr advance(Addr a, int elements) { return a + 2 * elements; }
   __device__ static Addr at(Addr row, int ch, int c) { return row + 2 * kChunk * ch + 16 * c; }
@@ -120,19 +119,6 @@ struct XShared {
     return v;
   }
 };
-// The activations a lane copied into its ring slots (XGlobal's): its q-th 16 bytes at 512 q + 16 lane of the stage's
-// activation area (each load 512 contiguous bytes).
-struct XRing {
-  using Addr = std::uint32_t;
-  __device__ static uint4 load(Addr a, int q) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a + 512 * q));
-    return v;
-  }
-};
-// How the multiply reads a unit's activations.
-template <class XS>
-using XConsume = std::conditional_t<XS::kInRing, XRing, XS>;
 constexpr int kStagedRowPad = 64;  // bytes after each staged token row (XShared)
 // Where granule j (16 bytes: elements 8j..8j+7 of a row's storage) of a staged row is stored: the two 2-bit fields of
 // its index within the chunk swapped (lane c's q-th granule 4c + q -> 4q + c).
@@ -388,12 +374,6 @@ __device__ __forceinline__ Cursor<XS> cursor(const Unit& u, const Operand& op, i
 constexpr int kStages = 3;
 constexpr int kStageBytes = 32 * (16 + 16 + 4 + 4);
 constexpr int kRingBytes = kStages * kStageBytes;  // per warp
-// With the activations in the ring (XGlobal: kernel 2's intermediate, which each lane otherwise loaded from L2 right
-// before its multiply, ncu's long-scoreboard stalls), [4][32 lanes][16 B] more per stage.
-template <class XS>
-inline constexpr int kStageBytesOf = kStageBytes + (XS::kInRing ? 32 * 64 : 0);
-template <class XS>
-inline constexpr int kRingBytesOf = kStages * kStageBytesOf<XS>;
 
 // Copies the cursor's chunk into this lane's slots of `stage` and advances the cursor. A lane past
 // K (not `live`) gets zeros, nothing read (K is a multiple of 32, so a lane's 32 elements are live
@@ -412,16 +392,9 @@ inline constexpr bool kNvPieces = P && F == Format::nvfp4;
 // `w16`, `w4`: this lane's slots of the stage. Blocked scales: the cursor's code pointers are already the aligned
 // words' (align_codes). Pieces: the second row's bytes are the first's + 512 (one cursor). R8 (rows g and g + 8 of one
 // 16-row block, kernel 2): blocked, the second row's codes are the first's + 128 bytes (one cursor).
-// `wx`: with_x, this lane's activation slots (XGlobal; the prologue copies them after the kernel's `ready`).
 template <Format F, ScaleLayout L, bool P, class XS, bool R8 = false>
-__device__ __forceinline__ void copy_chunk(std::uint32_t w16, std::uint32_t w4, std::uint32_t wx, bool with_x,
-                                           Cursor<XS>& cur, bool live, bool live1, int lane) {
-  if constexpr (XS::kInRing) {
-    if (with_x) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) cp_async_16_at(wx + 512 * q, cur.x + 8 * q, live);
-    }
-  }
+__device__ __forceinline__ void copy_chunk(std::uint32_t w16, std::uint32_t w4, Cursor<XS>& cur, bool live, bool live1,
+                                           int lane) {
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   constexpr int step = L == ScaleLayout::blocked ? step_blocked : step_linear;
   constexpr int ws = kWeightStep<P>;
@@ -496,8 +469,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   // (through a shuffle: ptxas re-derived the address from the CTA's shared window in every chunk otherwise, 5
   // instructions, where the ring is dynamic shared memory after static)
   const std::uint32_t ring_s = __shfl_sync(0xFFFFFFFFu, ptx::smem_addr(ring), 0);
-  const std::uint32_t w16 = ring_s + 16 * lane, w4 = ring_s + 1024 + 4 * lane, wx = ring_s + kStageBytes + 16 * lane;
-  using XC = XConsume<XS>;
+  const std::uint32_t w16 = ring_s + 16 * lane, w4 = ring_s + 1024 + 4 * lane;
   // Linear scales: the codes travel in registers, loaded (ld.global.nc) with their chunk's copy and
   // moved one stage on per chunk -- a row's codes for 8 chunks share a 32-byte sector, so most hit
   // L1; copied by cp.async, the 8 rows' codes (in up to 8 lines per instruction) cost as many
@@ -512,8 +484,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     if constexpr (L == ScaleLayout::linear) k0g = k1g, k0h = k1h, k1g = k2g, k1h = k2h;
   };
   using CodeT = std::conditional_t<F == Format::nvfp4, std::uint16_t, std::uint8_t>;
-  auto copy_next = [&](int at, bool more, bool with_x) {  // (at: the stage's byte offset; !more: past the share, nothing
-                                                          // read; with_x: the activations too)
+  auto copy_next = [&](int at, bool more) {  // (at: the stage's byte offset; !more: past the share, nothing read)
     if constexpr (kNvPieces<F, P> && L == ScaleLayout::linear) {
       const bool live = more && lleft > live_above, live1 = more && lleft > live_above1;
       k2g = (live1 ? load_code<std::uint8_t>(cur.sg + 4) : 0u) << 8 | (live ? load_code<std::uint8_t>(cur.sg) : 0u);
@@ -528,7 +499,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
         k2h |= (live1 ? load_code<CodeT>(cur.sh + 2) : 0u) << 16;
       }
     }
-    copy_chunk<F, L, P, XS, R8>(w16 + at, w4 + at, wx + at, with_x, cur, more && lleft > live_above,
+    copy_chunk<F, L, P, XS, R8>(w16 + at, w4 + at, cur, more && lleft > live_above,
                             more && lleft > (kNvPieces<F, P> ? live_above1 : live_above), lane);
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
@@ -570,33 +541,20 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   };
   // One cp.async group per stage, empty past the share's last chunk, so that waiting for all but
   // the newest kStages - 1 groups always means the stage about to be multiplied has landed.
-  constexpr int kSB = kStageBytesOf<XS>, kRB = kRingBytesOf<XS>;
 #pragma unroll 1
   for (int d = 0; d < kStages; ++d) {
     shift_codes();
-    copy_next(d * kSB, d < total, false);
+    copy_next(d * kStageBytes, d < total);
     cp_async_commit();
   }
   DECODE_STAMP(8);
   ready();  // (the activations are read from here on: a kernel may wait for their producer here)
-  if constexpr (XS::kInRing) {  // the first stages' activations, now: one more group, waited for whole at the first chunk
-#pragma unroll 1
-    for (int d = 0; d < kStages && d < total; ++d) {
-      const int u = (c0 + d) / n, ch = (c0 + d) % n;
-      const Cursor<XS> m = cursor<F, L, XS, P>(unit_of(u), op, ch, c);
-      const bool live = n - ch > live_above;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) cp_async_16_at(wx + d * kSB + 512 * q, m.x + 8 * q, live);
-    }
-    cp_async_commit();
-  }
   constexpr unsigned kCodeMask = F == Format::nvfp4 ? 0xFFFFu : 0xFFu;
   int left = total;  // chunks not yet multiplied
 #pragma unroll 1
   while (left > 0) {
-    if (XS::kInRing && left == total) cp_async_wait<0>();
-    else cp_async_wait<kStages - 1>();
-    Stage<XC> st;
+    cp_async_wait<kStages - 1>();
+    Stage<XS> st;
     {
       const uint4 p0 = lds_128(w16 + so);
       const uint4 p1 = lds_128(w16 + so + 512);
@@ -623,16 +581,15 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     } else {
       st.cg = k0g, st.ch = k0h;
     }
-    if constexpr (XS::kInRing) st.x = wx + so;  // (zeros past K: not copied)
-    else if constexpr (XS::kPadded) st.x = x;  // zeros past K where it is
+    if constexpr (XS::kPadded) st.x = x;  // zeros past K where it is
     else st.x = cleft > live_above ? x : XS::from(op.zero);
-    consume<F, XC, P>(st, acc);
+    consume<F, XS, P>(st, acc);
     if (left == total) DECODE_STAMP(9);
     // the stage just read is refilled (its values are in registers: this lane's own slots)
     shift_codes();
-    copy_next(so, left > kStages, true);  // (the chunks not yet copied: left - kStages; past them no bytes are read)
+    copy_next(so, left > kStages);  // (the chunks not yet copied: left - kStages; past them no bytes are read)
     cp_async_commit();
-    so = so + kSB == kRB ? 0 : so + kSB;
+    so = so + kStageBytes == kRingBytes ? 0 : so + kStageBytes;
     x = XS::advance(x, kChunk);
     --left;
     if (--cleft == 0) {
@@ -683,7 +640,7 @@ __device__ __forceinline__ void stream_units_cta(int units, int group, int n, co
     const int c0 = u0 * n + sw.start(w), c1 = u0 * n + sw.start(w + 1);
     first = c0 / n, last = (c1 - 1) / n;
     walk_share<F, L, P, XS, R8>(n, op, unit_of, [&] { ready(W); }, store, rec(w, 0), rec(w, 1), c0, c1, split_first, split_last,
-                      ring + w * kRingBytesOf<XS>);
+                      ring + w * kRingBytes);
   }
   __syncthreads();
   // the split units whose last piece is this warp's: its first unit (if it is also another warp's)

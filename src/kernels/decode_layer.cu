@@ -45,7 +45,7 @@ __device__ __forceinline__ void stamp(int kernel, int phase) {
 }
 __device__ void stamp_any(int phase) {  // (kernel 2's dynamic shared memory is its rings alone; kernel 1's has the tokens too)
   unsigned dyn; asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-  stamp(dyn == kDecodeWarps * decode::kRingBytesOf<decode::XGlobal> ? 1 : 0, phase);
+  stamp(dyn == kDecodeWarps * decode::kRingBytes ? 1 : 0, phase);
 }
 #else
 __device__ __forceinline__ void stamp(int, int) {}
@@ -523,16 +523,15 @@ int decode_staged_bytes(int tokens, int hidden) { return staged_bytes(tokens, hi
 
 DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors, int tokens, int hidden) {
   DecodeShape s;
-  constexpr int ring = kDecodeWarps * decode::kRingBytesOf<decode::XShared>;
-  constexpr int ring2 = kDecodeWarps * decode::kRingBytesOf<decode::XGlobal>;  // (the activations in the ring too)
+  constexpr int ring = kDecodeWarps * decode::kRingBytes;
   s.smem1 = decode_ring_offset(tokens, hidden) + ring;
-  s.smem2 = ring2;
+  s.smem2 = ring;
   // The attribute is the kernel's, not the plan's: opt in once for the largest staging any plan
   // uses (setting this plan's size would lower it under an earlier plan with more tokens or a
   // larger H, whose launches then fail; the static records and routing count against the 48 KB
   // default too).
   cudaFuncSetAttribute(kernel1(format, blocked_scales, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxStagedBytes + 1024 + ring);
-  cudaFuncSetAttribute(kernel2(format, blocked_scales, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize, ring2);
+  cudaFuncSetAttribute(kernel2(format, blocked_scales, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize, ring);
   s.ctas1 = resident(kernel1(format, blocked_scales, pieces), multiprocessors, s.smem1);
   s.ctas2 = resident(kernel2(format, blocked_scales, pieces), multiprocessors, s.smem2);
   return s;
