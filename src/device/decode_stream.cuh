@@ -87,16 +87,13 @@ __host__ __device__ __forceinline__ int pair_position_of(int i) {
 // reads the zero row) or the CTA's shared memory (kernel 1's staged tokens, padded with zeros to a
 // whole chunk, so a lane past K reads zeros where it is). at(row, ch, c): lane c's first 16 bytes of
 // chunk ch; load(a, q): its q-th 16 bytes (elements 8q..8q+7 of its 32).
-// XGlobal: each lane's next chunk is prefetched into L1 a chunk ahead (kPrefetch; a lane's 64 bytes are one line's
-// half), so its four loads hit L1 rather than wait for L2 (ncu: kernel 2's top stall was long_scoreboard).
 struct XGlobal {
   using Addr = const __nv_bfloat16*;
-  static constexpr bool kPadded = false, kPrefetch = true;
+  static constexpr bool kPadded = false;
   __device__ static Addr from(const void* p) { return static_cast<Addr>(p); }
   __device__ static Addr advance(Addr a, int elements) { return a + elements; }
   __device__ static Addr at(Addr row, int ch, int c) { return row + kChunk * ch + 32 * c; }
   __device__ static uint4 load(Addr a, int q) { return __ldg(reinterpret_cast<const uint4*>(a) + q); }
-  __device__ static void prefetch(Addr a) { asm volatile("prefetch.global.L1 [%0];" ::"l"(a)); }
 };
 // Kernel 2's intermediate on pieces: rows padded with zeros to a whole chunk (never written past K; moe_layer.cpp), so
 // a lane past K reads zeros where it is, as from shared memory.
@@ -112,7 +109,7 @@ struct XGlobalPadded : XGlobal {
 // bound at T 8.)
 struct XShared {
   using Addr = std::uint32_t;
-  static constexpr bool kPadded = true, kPrefetch = false;
+  static constexpr bool kPadded = true;
   __device__ static Addr from(const void* p) { return static_cast<Addr>(__cvta_generic_to_shared(p)); }
   __device__ static Addr advance(Addr a, int elements) { return a + 2 * elements; }
   __device__ static Addr at(Addr row, int ch, int c) { return row + 2 * kChunk * ch + 16 * c; }
@@ -586,9 +583,6 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     }
     if constexpr (XS::kPadded) st.x = x;  // zeros past K where it is
     else st.x = cleft > live_above ? x : XS::from(op.zero);
-    if constexpr (XS::kPrefetch) {  // the unit's next chunk, where this lane reads it (a hint: nothing past the unit)
-      if (cleft > 1 && (XS::kPadded || cleft - 1 > live_above)) XS::prefetch(XS::advance(x, kChunk));
-    }
     consume<F, XS, P>(st, acc);
     if (left == total) DECODE_STAMP(9);
     // the stage just read is refilled (its values are in registers: this lane's own slots)
