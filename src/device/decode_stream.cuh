@@ -554,6 +554,10 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
 #pragma unroll 1
   while (left > 0) {
     cp_async_wait<kStages - 1>();
+    // NVFP4 pieces, blocked: a lane reads the code words lanes (g, 0) and (g, 1) copied, so the warp meets after its
+    // waits (their copies visible) and again before the stage is refilled (every lane's reads done first).
+    constexpr bool kSharedSlots = L == ScaleLayout::blocked && kNvPieces<F, P>;
+    if constexpr (kSharedSlots) __syncwarp();
     Stage<XS> st;
     {
       const uint4 p0 = lds_128(w16 + so);
@@ -586,6 +590,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     consume<F, XS, P>(st, acc);
     if (left == total) DECODE_STAMP(9);
     // the stage just read is refilled (its values are in registers: this lane's own slots)
+    if constexpr (kSharedSlots) __syncwarp();
     shift_codes();
     copy_next(so, left > kStages);  // (the chunks not yet copied: left - kStages; past them no bytes are read)
     cp_async_commit();
