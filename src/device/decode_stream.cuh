@@ -15,7 +15,8 @@
 // instead of ~2,400 for a register ring unrolled over its stages). The kernels are sensitive to
 // their code size: on the H200, variants that executed fewer instructions from more code were
 // slower (ncu's no_instruction stalls; docs/PERF.md). Each lane copies its own bytes into its own
-// slots and reads them back itself, so the ring needs no barrier and no exchange.
+// slots and reads them back itself, so the ring needs no barrier and no exchange -- except NVFP4 weights in pieces
+// with blocked scales, whose lanes read the code words two lanes of their row copied (walk_share: __syncwarp).
 //
 // Register layout (the m16n8k16 fragments): lane (g, c) = (lane / 4, lane % 4) holds weight rows
 // g and g + 8 and, of each 128-wide k chunk, elements 32c..32c+31 -- 16 bytes per row, one MXFP4
@@ -589,7 +590,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     else st.x = cleft > live_above ? x : XS::from(op.zero);
     consume<F, XS, P>(st, acc);
     if (left == total) DECODE_STAMP(9);
-    // the stage just read is refilled (its values are in registers: this lane's own slots)
+    // the stage just read is refilled (its values are in registers; the lane's own slots, but for kSharedSlots)
     if constexpr (kSharedSlots) __syncwarp();
     shift_codes();
     copy_next(so, left > kStages);  // (the chunks not yet copied: left - kStages; past them no bytes are read)

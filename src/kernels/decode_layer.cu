@@ -66,6 +66,7 @@ __host__ __device__ __forceinline__ int staged_row_granules(int hidden) {  // (1
 __host__ __device__ __forceinline__ int staged_bytes(int tokens, int hidden) {
   return tokens * staged_row_granules(hidden) * 16;
 }
+static_assert(kDecodeMaxStagedBytes == 96 * 1024 + kDecodeMaxTokens * decode::kStagedRowPad, "decode_layer.hpp's pad");
 __host__ __device__ __forceinline__ int decode_ring_offset(int tokens, int hidden) {
   return (staged_bytes(tokens, hidden) + 1023) / 1024 * 1024;
 }

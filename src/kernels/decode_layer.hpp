@@ -25,8 +25,9 @@ struct DecodeShape {
   int ctas1 = 0, ctas2 = 0;
   int smem1 = 0, smem2 = 0;
 };
-// Kernel 1 stages up to kDecodeMaxStagedBytes of tokens (decode tokens x hidden, padded to a chunk).
-inline constexpr int kDecodeMaxStagedBytes = 96 * 1024;
+// Kernel 1 stages up to kDecodeMaxStagedBytes of tokens (decode tokens x hidden, padded to a chunk, each row 64 bytes
+// longer: decode::kStagedRowPad; the pad's 8 x 64 bytes are added so that it lowers no H's token bound).
+inline constexpr int kDecodeMaxStagedBytes = 96 * 1024 + kDecodeMaxTokens * 64;
 inline constexpr int kDecodeWarps = 16;  // per CTA (one CTA per SM)
 
 struct DecodeLayerArgs {

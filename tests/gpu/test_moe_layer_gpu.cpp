@@ -716,6 +716,50 @@ TEST(MoeLayerPieces, BothPathsMatchTheRowsLayerAndSeeRepackedUpdates) {
   }
 }
 
+// The decode kernels' streaming loop well past its first chunk. In the tests above every warp's share is one or two
+// chunks; here, at E 16, top-2, H 2080 and I 800 (both 32 past a multiple of 128: every unit's last chunk has its
+// second k-block past K) and T 8, a warp walks ~10 chunks in kernel 1 and ~5 in kernel 2, so the ring is refilled and
+// wraps, the cursors step and change unit on both sides, and the NVFP4 pieces' shared code words are refilled under
+// the warp's other lanes. Rows and pieces, blocked and linear scales, MXFP4 W4A16 (half of them with w13 codes past
+// 128: the full-range decode), NVFP4 W4A4 and MXFP4 W4A4: every output against the reference, two runs the same bytes.
+TEST(MoeLayerDecode, LongSharesMatchTheReference) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (int v = 0; v < 12; ++v) {  // v % 2: rows / pieces; v / 2 % 2: blocked / linear; v / 4: W4A16, NVFP4 W4A4, MXFP4 W4A4
+    LayerCase c;
+    const int f = v / 4;
+    c.format = f == 1 ? Format::nvfp4 : Format::mxfp4;
+    c.act = f == 0 ? MoeActivation::bf16 : MoeActivation::fp4;
+    c.pieces = v % 2 == 1;
+    c.scale_layout = v / 2 % 2 == 1 ? ScaleLayout::linear : ScaleLayout::blocked;
+    const bool oai = v % 3 == 1;
+    c.activation = oai ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
+    c.gate_up = oai ? GateUpLayout::interleaved : GateUpLayout::stacked;
+    c.experts = 16, c.topk = 2, c.hidden = 2080, c.inter = 800, c.max_tokens = 8, c.graph_cache = 0;
+    if (f == 0 && v % 4 >= 2) c.w13_code_max = 130;
+    c.seed = 9700 + v;
+    const auto L = make_layer(c);
+    const std::string d = L->layer->describe();
+    EXPECT_NE(d.find("decode path for T <= 8"), std::string::npos) << d;
+    std::mt19937_64 rng(c.seed * 3 + 1);
+    RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
+    cudaStream_t s = nullptr;
+    FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+    for (const int T : {3, 8}) {
+      const Inputs in = make_inputs(c, rng, T, Route::random);
+      const Expected x = reference_layer(*L, in);
+      b.upload(c, in, s);
+      L->layer->run(b.args(c, in), s);
+      const std::vector<std::uint8_t> got = b.download(s);
+      EXPECT_TRUE(check_output(c, in, b, got, x)) << c.describe() << ", T " << T;
+      b.upload(c, in, s);
+      L->layer->run(b.args(c, in), s);
+      EXPECT_TRUE(b.download(s) == got) << "two runs differ: " << c.describe() << ", T " << T;
+    }
+    EXPECT_NO_THROW(L->layer->check(s));
+    FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+  }
+}
+
 // W4A16 and W4A4 layers have a decode path; a batch-invariant layer has none (its rows would change
 // when T crosses the path's bound); decode_tokens outside 0..8 is refused by name.
 TEST(MoeLayerDecode, OnlyWhereItApplies) {
