@@ -437,17 +437,20 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       }
     }
   };
-  // The same from stage `stage`'s activations.
-  auto issue_wgmmas = [&](int kb, int stage, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
-    // The stage's address through a warp reduction (every lane holds the same value): REDUX writes a
-    // uniform register, so ptxas builds the k-steps' descriptors with uniform operations. From the
-    // stage counter and base in regular registers it built each in a regular register and moved it
-    // over before every HGMMA (6 R2UR per 4 HGMMAs, 20-22 instructions from the arrive to the last
-    // HGMMA, in every class but the 16-token pairs; with the reduction 0 R2UR, 7-12 instructions).
-    // Not in the pointer-array GLU kernels: there the reduction put 8 more bytes on the MXFP4 kernel's stack.
+  // The wgmma descriptor of stage `stage`'s activations (k-step 0). The stage's address goes through a warp
+  // reduction (every lane holds the same value): REDUX writes a uniform register, so ptxas builds the k-steps'
+  // descriptors with uniform operations. From the stage counter and base in regular registers it built each in a
+  // regular register and moved it over before every HGMMA (6 R2UR per 4 HGMMAs, 20-22 instructions from the arrive
+  // to the last HGMMA, in every class but the 16-token pairs; with the reduction 0 R2UR, 7-12 instructions).
+  // Not in the pointer-array GLU kernels: there the reduction put 8 more bytes on the MXFP4 kernel's stack.
+  auto stage_desc = [&](int stage) {
     std::uint32_t stage_smem = act_smem0 + stage * st.act_stage_bytes;
     if constexpr (kRouted || !kGlu) stage_smem = __reduce_max_sync(0xFFFFFFFFu, stage_smem);
-    issue_wgmmas_at(kb, ptx::smem_desc_sw128(stage_smem), h0, h1, buf);
+    return ptx::smem_desc_sw128(stage_smem);
+  };
+  // The same from stage `stage`'s activations.
+  auto issue_wgmmas = [&](int kb, int stage, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
+    issue_wgmmas_at(kb, stage_desc(stage), h0, h1, buf);
   };
   // Issues the 4 k-steps of halves [h0, h1) of k-block kb from `buf` as one commit group.
   auto issue = [&](int kb, int h0, int h1, const std::uint32_t(&buf)[H][8][2]) {
@@ -477,7 +480,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     fence_acc(acc);
   };
 
-  bool release_two = false;  // the last commit group read two stages (kPairs)
+  [[maybe_unused]] bool release_two = false;  // the last commit group read two stages (kPairs, not kWide)
   // kWide: the first stage of the newest pair issued, whose one `empty` barrier releases the pair.
   [[maybe_unused]] int last_s0 = 0;
   if constexpr (kPairs) {
@@ -566,8 +569,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
           fence_acc(acc);
           ptx::wgmma_fence();
           if constexpr (kWide) {
-            std::uint32_t stage_smem = __reduce_max_sync(0xFFFFFFFFu, act_smem0 + s0 * st.act_stage_bytes);
-            const std::uint64_t d0 = ptx::smem_desc_sw128(stage_smem);
+            const std::uint64_t d0 = stage_desc(s0);  // (kWide is routed: through the reduction)
             // (the step added to the low word alone: a 64-bit add's carry took the predicate register
             // the scale-d tests use, and ptxas re-made that predicate before each wgmma)
             const std::uint64_t d1 = (d0 & 0xFFFFFFFF00000000ull) | static_cast<std::uint32_t>(static_cast<std::uint32_t>(d0) + desc_step);
@@ -588,12 +590,12 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         }
       }
     }
-    release_two = npair > 0;
+    if constexpr (!kWide) release_two = npair > 0;  // (kWide releases through last_s0)
     if (kb < piece.kb_end) {  // an odd last k-block
       ptx::wgmma_wait<0>();
       fence_acc(acc);
       if (npair > 0) release_pair_before(st.stage);
-      release_two = false;
+      if constexpr (!kWide) release_two = false;
       wait_full();  // (kWide: its pair's one barrier, released below)
 #pragma unroll
       for (int h = 0; h < H; ++h) dequant_raw(kb, h, load_pair(st.stage, st.stage, kb, 0, h), b[0][0][h]);
@@ -603,10 +605,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       ptx::wgmma_commit();
       if constexpr (kWide) last_s0 = st.stage;
       next_stage();
-      if constexpr (kWide) {
-        next_stage();
-        release_two = true;
-      }
+      if constexpr (kWide) next_stage();  // (the odd k-block takes its whole pair; released through last_s0)
     }
   } else if constexpr (kKblockGroups) {
     // Per k-block: wait for the stage, dequantise every half into the free register set, issue
