@@ -135,14 +135,6 @@ struct Stage {
   typename XS::Addr x;
 };
 
-// 16 bytes global -> shared, zeros where not `valid` (then the source is not read). Streaming: not
-// kept in L1; the L2 fetches the 128-byte line (a warp reads 64 bytes of each of 8 rows per copy).
-// An L2::256B prefetch measured slower on the H200 (docs/PERF.md).
-__device__ __forceinline__ void cp_async_16(void* smem_dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(ptx::smem_addr(smem_dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
 // A scale code (T: one byte, or NVFP4's two adjacent ones), read-only through L1.
 template <class T>
 __device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
@@ -151,9 +143,11 @@ __device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
   else asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
-// The same by a 32-bit shared address: the ring's slots are kept in registers as shared addresses, not re-derived
-// from a generic pointer each chunk. (Advancing the cursors first and copying from behind them, to spare ptxas its
-// moves of each cursor before the copies, gave the same SASS count: ptxas folds the offset back.)
+// 16 bytes global -> shared (a 32-bit shared address: the ring's slots are kept in registers as shared addresses, not
+// re-derived from a generic pointer each chunk), zeros where not `valid` (then the source is not read). Streaming: not
+// kept in L1; the L2 fetches the 128-byte line (a warp reads 64 bytes of each of 8 rows per copy). An L2::256B
+// prefetch measured slower on the H200 (docs/PERF.md). (Advancing the cursors first and copying from behind them, to
+// spare ptxas its moves of each cursor before the copies, gave the same SASS count: ptxas folds the offset back.)
 __device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
@@ -376,7 +370,7 @@ constexpr int kStages = 3;
 constexpr int kStageBytes = 32 * (16 + 16 + 4 + 4);
 constexpr int kRingBytes = kStages * kStageBytes;  // per warp
 
-// Copies the cursor's chunk into this lane's slots of `stage` and advances the cursor. A lane past
+// Copies the cursor's chunk into this lane's slots of a stage and advances the cursor. A lane past
 // K (not `live`) gets zeros, nothing read (K is a multiple of 32, so a lane's 32 elements are live
 // or not, whole): zero weights under codes 0 (finite scales). Blocked scales: the codes are copied
 // as the aligned 4-byte words that hold them (cp.async copies 4, 8 or 16 bytes; `code_shift` finds
