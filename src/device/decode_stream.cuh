@@ -88,9 +88,12 @@ __host__ __device__ __forceinline__ int pair_position_of(int i) {
 // reads the zero row) or the CTA's shared memory (kernel 1's staged tokens, padded with zeros to a
 // whole chunk, so a lane past K reads zeros where it is). at(row, ch, c): lane c's first 16 bytes of
 // chunk ch; load(a, q): its q-th 16 bytes (elements 8q..8q+7 of its 32).
+// Global activations are loaded into registers a chunk ahead (kAhead: walk_share issues chunk i + 1's loads before
+// multiplying chunk i), so their L2 latency overlaps a chunk's math instead of stalling it; shared ones at use.
 struct XGlobal {
   using Addr = const __nv_bfloat16*;
   static constexpr bool kPadded = false;
+  static constexpr bool kAhead = true;
   __device__ static Addr from(const void* p) { return static_cast<Addr>(p); }
   __device__ static Addr advance(Addr a, int elements) { return a + elements; }
   __device__ static Addr at(Addr row, int ch, int c) { return row + kChunk * ch + 32 * c; }
@@ -111,6 +114,7 @@ struct XGlobalPadded : XGlobal {
 struct XShared {
   using Addr = std::uint32_t;
   static constexpr bool kPadded = true;
+  static constexpr bool kAhead = false;
   __device__ static Addr from(const void* p) { return static_cast<Addr>(__cvta_generic_to_shared(p)); }
   __device__ static Addr advance(Addr a, int elements) { return a + 2 * elements; }
   __device__ static Addr at(Addr row, int ch, int c) { return row + 2 * kChunk * ch + 16 * c; }
@@ -133,6 +137,7 @@ struct Stage {
   uint4 wg, wh;
   unsigned cg, ch;
   typename XS::Addr x;
+  uint4 xv[4];  // XS::kAhead: the activations, already loaded
 };
 
 // A scale code (T: one byte, or NVFP4's two adjacent ones), read-only through L1.
@@ -247,7 +252,9 @@ __device__ __forceinline__ void multiply(const Stage<XS>& st, const std::uint32_
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     // elements 8q..8q+7, stored as (0,4) (1,5) (2,6) (3,7); f16: (0,2) (1,3) (4,6) (5,7)
-    const uint4 xv = XS::load(st.x, q);
+    uint4 xv;
+    if constexpr (XS::kAhead) xv = st.xv[q];
+    else xv = XS::load(st.x, q);
     std::uint32_t ag[4], ah[4];  // (P: weights in pieces, bits permuted at pack time; dequant.cuh)
     e2m1_quad<kF16, P>(wg[q], ag);
     e2m1_quad<kF16, P>(wh[q], ah);
@@ -508,14 +515,14 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   // Blocked MXFP4 pieces: the byte_perm selectors that move the lane's two codes (bytes b and b + 2 of the word) to
   // bytes 0 and 2 and zero the rest; sel_last zeroes the second where its k-block is past K.
   unsigned shift, sel_full = 0, sel_last = 0;
-  auto multiply_at = [&](int ch) {
-    const Cursor<XS> m = cursor<F, L, XS, P>(unit_of(cu), op, ch, c);
+  auto multiply_from = [&](const Cursor<XS>& m) {
     x = m.x, shift = code_shift(m.sg);
     if constexpr (L == ScaleLayout::blocked && P && F == Format::mxfp4) {
       const unsigned b = shift / 8;
       sel_full = b | 0x40u | (b + 2) << 8 | 0x4000u, sel_last = b | 0x4440u;
     }
   };
+  auto multiply_at = [&](int ch) { multiply_from(cursor<F, L, XS, P>(unit_of(cu), op, ch, c)); };
   multiply_at(n - cleft);
   auto piece_end = [&](bool at_unit_end) {
     float v[4];
@@ -546,6 +553,19 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   ready();  // (the activations are read from here on: a kernel may wait for their producer here)
   constexpr unsigned kCodeMask = F == Format::nvfp4 ? 0xFFFFu : 0xFFu;
   int left = total;  // chunks not yet multiplied
+  // XS::kAhead: the activations of the chunk about to be multiplied (xa), loaded one chunk ahead; `at_x`: where a
+  // chunk's are, given its position (zeros past K: the zero row where the rows are not padded).
+  uint4 xa[4];
+  Cursor<XS> next{};  // (kAhead: the next unit's multiply-side position, found when its activations are loaded)
+  auto at_x = [&](typename XS::Addr p, int chunks_left) {
+    if constexpr (XS::kPadded) return p;
+    else return chunks_left > live_above ? p : XS::from(op.zero);
+  };
+  auto load_x = [&](typename XS::Addr p) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) xa[q] = XS::load(p, q);
+  };
+  if constexpr (XS::kAhead) load_x(at_x(x, cleft));
 #pragma unroll 1
   while (left > 0) {
     cp_async_wait<kStages - 1>();
@@ -580,8 +600,17 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     } else {
       st.cg = k0g, st.ch = k0h;
     }
-    if constexpr (XS::kPadded) st.x = x;  // zeros past K where it is
-    else st.x = cleft > live_above ? x : XS::from(op.zero);
+    if constexpr (XS::kAhead) {
+      // this chunk's activations from registers, the next chunk's loads issued before its math: the next chunk of
+      // this unit, or the first of the next unit (its activation row; the unit's other positions are taken where it
+      // starts: multiply_from), or none past the share
+#pragma unroll
+      for (int q = 0; q < 4; ++q) st.xv[q] = xa[q];
+      if (cleft > 1) load_x(at_x(XS::advance(x, kChunk), cleft - 1));
+      else if (left > 1) next = cursor<F, L, XS, P>(unit_of(cu + 1), op, 0, c), load_x(at_x(next.x, n));
+    } else {
+      st.x = at_x(x, cleft);
+    }
     consume<F, XS, P>(st, acc);
     if (left == total) DECODE_STAMP(9);
     // the stage just read is refilled (its values are in registers; the lane's own slots, but for kSharedSlots)
@@ -594,7 +623,10 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     --left;
     if (--cleft == 0) {
       piece_end(true);
-      if (left > 0) multiply_at(0);
+      if (left > 0) {
+        if constexpr (XS::kAhead) multiply_from(next);
+        else multiply_at(0);
+      }
     }
   }
   if (cleft != n) piece_end(false);  // the share ends inside a unit
