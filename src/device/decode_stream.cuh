@@ -603,7 +603,8 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     if constexpr (XS::kAhead) {
       // this chunk's activations from registers, the next chunk's loads issued before its math: the next chunk of
       // this unit, or the first of the next unit (its activation row; the unit's other positions are taken where it
-      // starts: multiply_from), or none past the share
+      // starts: multiply_from); none after the share's last chunk, except where the share ends inside a unit (then
+      // the unit's next chunk, in bounds and unused)
 #pragma unroll
       for (int q = 0; q < 4; ++q) st.xv[q] = xa[q];
       if (cleft > 1) load_x(at_x(XS::advance(x, kChunk), cleft - 1));
