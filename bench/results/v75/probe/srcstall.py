@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""Per-instruction stall samples from `ncu --page source --csv --print-source sass` (s.sh): for each kernel, the
-instructions with the most samples and the reasons, and the samples summed over address ranges of the SASS."""
+"""Per-instruction stall samples from `ncu --page source --csv --print-source sass` (s.sh): for each kernel's second
+launch, its samples by reason, then the instructions with the most samples and their top reasons.
+Usage: srcstall.py src_T8.csv.gz [top]"""
 import csv, gzip, re, sys, collections
 
 def kernels(path):
-    out, cur, name, hdr = [], None, None, None
+    out, cur, hdr = [], None, None
     with gzip.open(path, 'rt') as f:
         for row in csv.reader(f):
             if row and row[0] == 'Kernel Name':
-                name, cur, hdr = row[1], [], None
-                out.append((name, cur))
+                cur, hdr = [], None
+                out.append((row[1], cur))
                 continue
             if hdr is None:
                 hdr = row
