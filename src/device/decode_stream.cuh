@@ -436,7 +436,8 @@ __device__ __forceinline__ unsigned code_shift(const std::uint8_t* code) {
 // division).
 struct Shares {
   int base, extra;
-  __device__ __forceinline__ Shares(int C, int W) : base(C / W), extra(C % W) {}
+  __device__ __forceinline__ Shares(int C, int W)  // (C >= 0, W >= 1: unsigned division, no sign fix-ups)
+      : base(static_cast<int>(static_cast<unsigned>(C) / static_cast<unsigned>(W))), extra(C - base * W) {}
   __device__ __forceinline__ int start(int v) const { return v * base + min(v, extra); }
   __device__ __forceinline__ int owner(int x) const {  // the taker whose share holds item x
     const int big = extra * (base + 1);
@@ -455,8 +456,8 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
                                            bool& split_last, std::uint8_t* ring) {
   const int lane = threadIdx.x % 32, c = lane % 4;
   const int total = c1 - c0;
-  const int first = c0 / n;
-  int lu = first, lleft = n - c0 % n;  // copy side: unit, chunks left in it
+  const int first = static_cast<int>(static_cast<unsigned>(c0) / static_cast<unsigned>(n));
+  int lu = first, lleft = n - (c0 - first * n);  // copy side: unit, chunks left in it
   int cu = first, cleft = lleft;       // multiply side
   bool whole = lleft == n;  // the unit being multiplied started at its chunk 0
   Cursor<XS> cur = align_codes<L>(cursor<F, L, XS, P>(unit_of(lu), op, n - lleft, c));

@@ -161,11 +161,14 @@ template <Format F, bool P>
 __device__ __forceinline__ void stage_tokens(const DecodeLayerArgs& a, uint4* x_staged, int T, int H, int hpad, int threads) {
   constexpr int kBatch = 4;
   const int steps = T * (hpad / 8);
+  // (v / (hpad / 8) as a multiply: hpad / 8 >= 16, and v * (hpad / 8) < 2^32 -- at most 96 KB of staged tokens)
+  const unsigned row_granules = static_cast<unsigned>(hpad / 8), row_magic = 0xFFFFFFFFu / row_granules + 1u;
+  auto row_of = [&](int v) { return static_cast<int>(__umulhi(static_cast<unsigned>(v), row_magic)); };
   for (int v0 = threadIdx.x; v0 < steps; v0 += kBatch * threads) {
     uint4 e[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int v = v0 + b * threads, t = v / (hpad / 8), j = v % (hpad / 8);
+      const int v = v0 + b * threads, t = row_of(v), j = v - t * static_cast<int>(row_granules);
       e[b] = v < steps && 8 * j < H ? __ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + 8 * j))  // (0,1) (2,3) (4,5) (6,7)
                                     : make_uint4(0, 0, 0, 0);
     }
@@ -174,7 +177,7 @@ __device__ __forceinline__ void stage_tokens(const DecodeLayerArgs& a, uint4* x_
       int v = v0 + b * threads;
       if (v >= steps) break;
       {  // (weights in pieces: 8-element group j to slot pieces_position(8 j) / 8)
-        const int t = v / (hpad / 8), j = v % (hpad / 8);
+        const int t = row_of(v), j = v - t * static_cast<int>(row_granules);
         v = t * staged_row_granules(H) + decode::staged_granule(P ? decode::pieces_position(8 * j) / 8 : j);
       }
       if constexpr (F == Format::nvfp4)
@@ -224,13 +227,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   // rows: [E][2I][H / 2]; pieces: [E][I / 8 blocks of 8 gate and their 8 up rows][hpad / 128 chunks][1 KB]
   const std::int64_t w_stride = P ? std::int64_t{I / 8} * (hpad / decode::kChunk) * 1024 : std::int64_t{2} * I * (H / 2);
   auto unit_of = [&](int u) {
-    const int s = u / groups, i = (u % groups) * 8 + g, e = r.expert[s];
+    const int s = static_cast<int>(static_cast<unsigned>(u) / groups), i = (u - s * groups) * 8 + g, e = r.expert[s];
     const int gate = a.interleaved ? 2 * i : i, up = a.interleaved ? 2 * i + 1 : I + i;
     const int j = r.pick[s][g];
     // an absent token's column is never stored: it multiplies token 0's row
     const void* xs = x_staged + (j >= 0 ? g : 0) * staged_row_granules(H);
     if constexpr (P) {
-      const std::uint8_t* w = a.w13 + e * w_stride + std::int64_t{u % groups} * (hpad / decode::kChunk) * 1024 + 16 * lane;
+      const std::uint8_t* w = a.w13 + e * w_stride + std::int64_t{u - s * groups} * (hpad / decode::kChunk) * 1024 + 16 * lane;
       return decode::Unit{w, w + 512, a.s13 + e * a.s13_stride, xs, gate, up};
     } else {
       const std::uint8_t* w = a.w13 + e * w_stride;
@@ -240,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   };
   const GluParams act = glu_params(a.glu_kind, a.glu_alpha, a.glu_limit);
   auto finish = [&](int u, float(&v)[4]) {  // v: (gate, token 2c), (gate, 2c + 1), (up, 2c), (up, 2c + 1)
-    const int s = u / groups, i = (u % groups) * 8 + g, e = r.expert[s];
+    const int s = static_cast<int>(static_cast<unsigned>(u) / groups), i = (u - s * groups) * 8 + g, e = r.expert[s];
     const float ag = a.alpha13 != nullptr ? a.alpha13[e] : a.alpha13_s;
     const float au = a.alpha13_up != nullptr ? a.alpha13_up[e] : a.alpha13 != nullptr ? ag : a.alpha13_up_s;
     // the biases of the unit's gate and up rows (the general path's epilogue: fma(acc, alpha, bias))
@@ -299,11 +302,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   const int chunks = (I + decode::kChunk - 1) / decode::kChunk;
   const std::int64_t w_stride = P ? std::int64_t{H / 16} * chunks * 1024 : std::int64_t{H} * (I / 2);
   auto unit_of = [&](int u) {
-    const int s = u % S, rg = (u / S) * 16 + g, rh = rg + 8, e = r.expert[s];
+    const int b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S, rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
     const int j = r.pick[s][g];
     if constexpr (P) {
       const void* xs = j >= 0 ? a.inter_rows + std::int64_t{g * k + j} * a.inter_ld : a.zero_row;
-      const std::uint8_t* w = a.w2 + e * w_stride + std::int64_t{u / S} * chunks * 1024 + 16 * lane;
+      const std::uint8_t* w = a.w2 + e * w_stride + std::int64_t{b} * chunks * 1024 + 16 * lane;
       return decode::Unit{w, w + 512, a.s2 + e * a.s2_stride, xs, rg, rh};
     } else {
       const std::uint8_t* w = a.w2 + e * w_stride;
@@ -312,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
     }
   };
   auto finish = [&](int u, float(&v)[4]) {
-    const int s = u % S, b = u / S, rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
+    const int b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S, rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
     const float alpha = a.alpha2 != nullptr ? a.alpha2[e] : a.alpha2_s;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
