@@ -104,6 +104,21 @@ struct XGlobal {
 struct XGlobalPadded : XGlobal {
   static constexpr bool kPadded = true;
 };
+// The fused decode kernel's intermediate: written in the same grid, so read with coherent loads (ld.global, after the
+// grid barrier's acquire), not ld.global.nc.
+struct XCoherent : XGlobal {
+  __device__ static uint4 load(Addr a, int q) {
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(reinterpret_cast<const uint4*>(a) + q)
+                 : "memory");
+    return v;
+  }
+};
+struct XCoherentPadded : XCoherent {
+  static constexpr bool kPadded = true;
+};
 // Kernel 1's staged tokens, in shared memory, bank-conflict free: within a chunk (16 granules of 16 bytes) lane c's
 // q-th granule is stored at granule 4q + c (staged_granule), so the four lanes of a row read 64 contiguous bytes per
 // load; a row is kStagedRowPad bytes longer than its elements (an odd multiple of 64), so rows g and g + 1 fall in

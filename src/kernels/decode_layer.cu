@@ -198,13 +198,12 @@ constexpr int kStagedTokensBarrier = 1;
 // up of the same (intermediate, token) and the GLU needs no exchange.
 // CTA-level stream-K (whole units per CTA, split units handed over in shared memory after one
 // barrier; no global fences or atomics).
+// Kernel 1's body (decode_gate_up; the fused kernel's first part: no dependent to launch). `records`: kDecodeWarps * 2 *
+// 128 floats; x_staged: the dynamic shared memory -- the tokens ([decode tokens][hpad], stored in the B pairing,
+// zero-padded), then from a 1 KB boundary the warps' rings (decode_ring_offset).
 template <Format F, ScaleLayout L, bool P>
-__global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerArgs a) {
-  stamp(0, 0);
-  __shared__ Routing r;
-  // dynamic shared memory: the tokens ([decode tokens][hpad], stored in the B pairing, zero-padded),
-  // then from a 1 KB boundary the warps' rings (decode_ring_offset)
-  extern __shared__ __align__(1024) uint4 x_staged[];
+__device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, Routing& r, float* records, uint4* x_staged,
+                                             bool fused) {
   const long long id = load_pair_id(a);  // (in flight with the tokens' loads below)
   const int T = run_tokens(a), k = a.topk;
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -221,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   // Kernel 2 may launch now: its CTAs cannot share an SM with this kernel's (registers), so each starts its routing
   // read and first weight loads where a kernel-1 CTA has exited instead of after the last one (it waits for this
   // grid's completion before reading the intermediate).
-  ptx::launch_dependents();
+  if (!fused) ptx::launch_dependents();
   const int groups = I / 8;
   const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.zero_row};
   // rows: [E][2I][H / 2]; pieces: [E][I / 8 blocks of 8 gate and their 8 up rows][hpad / 128 chunks][1 KB]
@@ -258,7 +257,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
             __float2bfloat16_rn(glu_apply(fmaf(v[h], ag, bg), fmaf(v[2 + h], au, bu), act));
     }
   };
-  __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   auto ready = [&](int W) {  // (called by the W streaming warps, each once its ring's first copies are issued)
     if (a.fp4_activations) {
       ptx::wait_prerequisites();  // the token quantiser's output
@@ -270,6 +268,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
   decode::stream_units_cta<F, L, P, decode::XShared, false>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
                                                ready, finish, records,
                                                reinterpret_cast<std::uint8_t*>(x_staged) + decode_ring_offset(a.tokens, H));
+}
+
+template <Format F, ScaleLayout L, bool P>
+__global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerArgs a) {
+  stamp(0, 0);
+  __shared__ Routing r;
+  __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
+  extern __shared__ __align__(1024) uint4 x_staged[];
+  gate_up_part<F, L, P>(a, r, records, x_staged, false);
   stamp(0, 3);
   stamp(0, 4);
 }
@@ -279,19 +286,24 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
 // after its barrier each CTA arrives once per 16-row block it touched, and the CTA that completes a
 // block combines its rows for every token: pairs in j order, one FP32 fma each, as the layer's
 // combine.
-template <Format F, ScaleLayout L, bool P>
-__global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
-  stamp(1, 0);
-  __shared__ Routing r;
-  const long long id = load_pair_id(a);
+constexpr int kRound = 128;  // touched blocks handled per round (a CTA touches ~H / (16 grid) + 3)
+
+// Kernel 2's body (decode_down_combine; the fused kernel's second part, whose routing kernel 1's part read: `fused`).
+// XS: where the intermediate is read from; ready(W): called by each streaming warp once its ring's first copies are
+// issued, before it reads the intermediate. `records`: kDecodeWarps * 2 * 128 floats; done: kRound ints; ring: the warps'
+// rings.
+template <Format F, ScaleLayout L, bool P, class XS, class Ready>
+__device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, Routing& r, float* records, int* done,
+                                                  int& n_done, std::uint8_t* ring, Ready ready, bool fused) {
+  const long long id = fused ? -1 : load_pair_id(a);  // (in flight with the token count's load)
   const int T = run_tokens(a), k = a.topk;
-  read_routing(a, T, r, id);
+  if (!fused) read_routing(a, T, r, id);
   stamp(1, 1);
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int S = r.slots, blocks = H / 16;
   if (S == 0) {  // no pair routed anywhere: every present token's row is zero
     // (still after the prerequisite grid: no CTA of this grid then ends before it, whatever the stream runs next)
-    ptx::wait_prerequisites();
+    if (!fused) ptx::wait_prerequisites();
     for (long long q = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; q < static_cast<long long>(T) * H;
          q += static_cast<long long>(gridDim.x) * blockDim.x)
       a.out[(q / H) * a.ldo + q % H] = __float2bfloat16_rn(0.0f);
@@ -369,23 +381,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
       a.out[t * a.ldo + row] = __float2bfloat16_rn(acc);
     }
   };
-  // The weights do not depend on kernel 1: the first chunks' loads are issued before waiting for
-  // its intermediate rows (PDL), overlapping kernel 1's tail.
-  auto ready = [](int) { ptx::wait_prerequisites(), stamp(1, 2); };
   const int units = blocks * S, n = (I + decode::kChunk - 1) / decode::kChunk;
   // CTA-level stream-K (one whole block per CTA where there are no more blocks than CTAs:
   // decode::cta_units), then per touched 16-row block one arrival of this CTA's unit count unless
   // the block is the CTA's alone; the CTA that completes a block combines it (its warps take the
   // completed blocks in turn).
-  __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
-  constexpr int kRound = 128;  // touched blocks handled per round (a CTA touches ~H / (16 grid) + 3)
-  __shared__ int done[kRound];
-  __shared__ int n_done;
-  extern __shared__ __align__(1024) uint4 dyn2[];  // the warps' rings
   // (R8: a unit's rows are g and g + 8 of one 16-row block)
-  using XS = std::conditional_t<P, decode::XGlobalPadded, decode::XGlobal>;  // (pieces: rows padded with zeros)
-  decode::stream_units_cta<F, L, P, XS, true>(units, S, n, op, unit_of, ready, finish, records,
-                                                           reinterpret_cast<std::uint8_t*>(dyn2));
+  decode::stream_units_cta<F, L, P, XS, true>(units, S, n, op, unit_of, ready, finish, records, ring);
   stamp(1, 3);
   const decode::CtaUnits cu = decode::cta_units(units, S);
   const int u0 = cu.u0, u1 = cu.u1;
@@ -414,6 +416,78 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
     if (base + kRound <= b_hi) __syncthreads();  // (n_done and done[] are rewritten by the next round)
   }
   stamp(1, 4);
+}
+
+template <Format F, ScaleLayout L, bool P>
+__global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
+  stamp(1, 0);
+  __shared__ Routing r;
+  __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
+  __shared__ int done[kRound];
+  __shared__ int n_done;
+  extern __shared__ __align__(1024) uint4 dyn2[];  // the warps' rings
+  // The weights do not depend on kernel 1: the first chunks' loads are issued before waiting for
+  // its intermediate rows (PDL), overlapping kernel 1's tail.
+  auto ready = [](int) { ptx::wait_prerequisites(), stamp(1, 2); };
+  using XS = std::conditional_t<P, decode::XGlobalPadded, decode::XGlobal>;  // (pieces: rows padded with zeros)
+  down_combine_part<F, L, P, XS>(a, r, records, done, n_done, reinterpret_cast<std::uint8_t*>(dyn2), ready, false);
+}
+
+// ---- the fused kernel (W4A16): kernel 1's part, a grid barrier, kernel 2's part ------------------------------------
+// Launched cooperatively (every CTA resident at once: one per SM). Kernel 2's part starts in each CTA as soon as its
+// gate/up part ends -- its share, cursors and first down-weight copies (into kernel 1's rings, free by then) overlap the
+// other CTAs' gate/up tails -- and its warps wait for the grid only before reading the intermediate. The barrier: each
+// CTA adds 1 to a 64-bit counter (release, after a CTA barrier that orders its intermediate rows first); a CTA's
+// target is (c / G + 1) * G for the counter c read before its own arrival, which lies in [run * G, run * G + G - 1]
+// whatever the other CTAs have done; its streaming warps wait (acquire) for the counter to reach it. The intermediate
+// is read with coherent loads (written in this grid: not ld.global.nc).
+__device__ __forceinline__ unsigned long long ld_acquire_gpu_u64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned long long ld_relaxed_gpu_u64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void red_release_gpu_add_u64(unsigned long long* p, unsigned long long v) {
+  asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+template <Format F, ScaleLayout L, bool P>
+__global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArgs a) {
+  stamp(0, 0);
+  __shared__ Routing r;
+  __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
+  __shared__ int done[kRound];
+  __shared__ int n_done;
+  __shared__ unsigned long long target;  // 0 until thread 0 knows it
+  extern __shared__ __align__(1024) uint4 x_staged[];
+  if (threadIdx.x == 0) target = 0;  // (visible after read_routing's barriers)
+  gate_up_part<F, L, P>(a, r, records, x_staged, true);
+  __syncthreads();  // every intermediate row of this CTA stored (the hand-offs' too); records free
+  // Thread 0 reads the counter, then arrives (its own later add unseen); it publishes the target once its warp has
+  // issued its first copies (the read's latency off the path), the other warps wait for that first.
+  unsigned long long base = 0;
+  if (threadIdx.x == 0) base = ld_relaxed_gpu_u64(a.grid_bar), red_release_gpu_add_u64(a.grid_bar, 1);
+  stamp(0, 3);
+  auto ready = [&](int) {
+    volatile unsigned long long* tv = &target;
+    if (threadIdx.x == 0) *tv = (base / gridDim.x + 1) * gridDim.x;
+    if (threadIdx.x % 32 == 0) {
+      unsigned long long t;
+      while ((t = *tv) == 0) {
+      }
+      while (ld_acquire_gpu_u64(a.grid_bar) < t) __nanosleep(32);
+    }
+    __syncwarp();
+    stamp(1, 2);
+  };
+  using XS = std::conditional_t<P, decode::XCoherentPadded, decode::XCoherent>;
+  down_combine_part<F, L, P, XS>(a, r, records, done, n_done,
+                                 reinterpret_cast<std::uint8_t*>(x_staged) + decode_ring_offset(a.tokens, a.hidden),
+                                 ready, true);
 }
 
 // W4A4: the activations as the general path's GEMM reads them -- quantised by the layer's rule
@@ -492,17 +566,28 @@ template <Format F, ScaleLayout L, bool P>
 struct DownCombine {
   static const void* get() { return reinterpret_cast<const void*>(decode_down_combine<F, L, P>); }
 };
+template <Format F, ScaleLayout L, bool P>
+struct Fused {
+  static const void* get() { return reinterpret_cast<const void*>(decode_fused<F, L, P>); }
+};
 const void* kernel1(Format f, bool blocked, bool pieces) { return kernel_of<GateUp>(f, blocked, pieces); }
+const void* kernel_fused(Format f, bool blocked, bool pieces) { return kernel_of<Fused>(f, blocked, pieces); }
 const void* kernel2(Format f, bool blocked, bool pieces) { return kernel_of<DownCombine>(f, blocked, pieces); }
 
 // Launches `kernel` with `params`, as a programmatic dependent of the stream's previous kernel when `pdl`.
-void launch(const void* kernel, dim3 grid, dim3 block, void** params, int smem, bool pdl, cudaStream_t s) {
+void launch(const void* kernel, dim3 grid, dim3 block, void** params, int smem, bool pdl, cudaStream_t s,
+            bool cooperative = false) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr, cfg.numAttrs = pdl ? 1 : 0;
+  if (cooperative) {  // (every CTA resident at once: the fused kernel's grid barrier)
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+  } else {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+  }
+  cfg.attrs = attr, cfg.numAttrs = pdl || cooperative ? 1 : 0;
   cudaLaunchKernelExC(&cfg, kernel, params);
 }
 
@@ -538,6 +623,15 @@ DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int mu
   cudaFuncSetAttribute(kernel2(format, blocked_scales, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize, ring);
   s.ctas1 = resident(kernel1(format, blocked_scales, pieces), multiprocessors, s.smem1);
   s.ctas2 = resident(kernel2(format, blocked_scales, pieces), multiprocessors, s.smem2);
+  // the fused kernel: kernel 1's dynamic shared memory (its rings serve kernel 2's part), one CTA per SM
+  if (cudaFuncSetAttribute(kernel_fused(format, blocked_scales, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kDecodeMaxStagedBytes + 1024 + ring) == cudaSuccess) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_fused(format, blocked_scales, pieces), kThreads,
+                                                      s.smem1) == cudaSuccess && per_sm >= 1)
+      s.ctas_fused = multiprocessors;  // (one per SM: the grid barrier needs every CTA resident)
+  }
+  cudaGetLastError();  // (a failed attribute or query leaves no error behind: the two kernels run instead)
   return s;
 }
 
@@ -577,6 +671,12 @@ std::string decode_trace_report() {
 
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   DecodeLayerArgs args = a;
+  if (a.fused && !a.fp4_activations && a.shape.ctas_fused > 0) {
+    void* params[] = {&args};
+    launch(kernel_fused(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas_fused), dim3(kThreads), params,
+           a.shape.smem1, false, s, true);
+    return;
+  }
   if (a.fp4_activations) {  // the tokens as GEMM1 reads them, into x_deq
     fake_quantize(a, a.x, a.ldx, a.x_deq, a.hidden, a.tokens, a.hidden, a.a1_scale, 1, false, s);
     args.x = a.x_deq, args.ldx = a.hidden;

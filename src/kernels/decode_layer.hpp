@@ -24,6 +24,7 @@ inline constexpr int kDecodeMaxPairs = 64;  // T * k
 struct DecodeShape {
   int ctas1 = 0, ctas2 = 0;
   int smem1 = 0, smem2 = 0;
+  int ctas_fused = 0;  // the fused kernel's grid (kernel 1's dynamic shared memory): 0 where it cannot run
 };
 // Kernel 1 stages up to kDecodeMaxStagedBytes of tokens (decode tokens x hidden, padded to a chunk, each row 64 bytes
 // longer: decode::kStagedRowPad; the pad's 8 x 64 bytes are added so that it lowers no H's token bound).
@@ -69,6 +70,10 @@ struct DecodeLayerArgs {
   // offsets stay as they were.)
   bool weight_pieces;
   long long inter_ld;
+  // W4A16 (fused): one cooperative kernel, gate/up then down + combine, the CTAs meeting at a grid barrier (a 64-bit
+  // arrival counter in the plan's workspace, zero at plan time, G added per run, never reset)
+  bool fused;
+  unsigned long long* grid_bar;
 };
 
 int decode_staged_bytes(int tokens, int hidden);
