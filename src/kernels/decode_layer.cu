@@ -466,7 +466,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
   extern __shared__ __align__(1024) uint4 x_staged[];
   if (threadIdx.x == 0) target = 0;  // (visible after read_routing's barriers)
   gate_up_part<F, L, P>(a, r, records, x_staged, true);
-  __syncthreads();  // every intermediate row of this CTA stored (the hand-offs' too); records free
+  // (a ring's last copies -- zero-filled past the share -- may still be landing: kernel 2's part reuses the rings)
+  decode::cp_async_wait<0>();
+  __syncthreads();  // every intermediate row of this CTA stored (the hand-offs' too); records and rings free
   // Thread 0 reads the counter, then arrives (its own later add unseen); it publishes the target once its warp has
   // issued its first copies (the read's latency off the path), the other warps wait for that first.
   unsigned long long base = 0;
@@ -479,7 +481,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
       unsigned long long t;
       while ((t = *tv) == 0) {
       }
-      while (ld_acquire_gpu_u64(a.grid_bar) < t) __nanosleep(32);
+      // (a grid that cannot meet -- not every CTA resident -- traps after ~2 s instead of hanging)
+      for (unsigned i = 0; ld_acquire_gpu_u64(a.grid_bar) < t; ++i) {
+        if (i > (1u << 24)) __trap();
+        __nanosleep(64);
+      }
     }
     __syncwarp();
     stamp(1, 2);
@@ -624,14 +630,18 @@ DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int mu
   s.ctas1 = resident(kernel1(format, blocked_scales, pieces), multiprocessors, s.smem1);
   s.ctas2 = resident(kernel2(format, blocked_scales, pieces), multiprocessors, s.smem2);
   // the fused kernel: kernel 1's dynamic shared memory (its rings serve kernel 2's part), one CTA per SM
+  // (a failed attribute or query leaves no error behind: the two kernels run instead)
   if (cudaFuncSetAttribute(kernel_fused(format, blocked_scales, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kDecodeMaxStagedBytes + 1024 + ring) == cudaSuccess) {
+                           kDecodeMaxStagedBytes + 1024 + ring) != cudaSuccess) {
+    cudaGetLastError();
+  } else {
     int per_sm = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_fused(format, blocked_scales, pieces), kThreads,
-                                                      s.smem1) == cudaSuccess && per_sm >= 1)
+                                                      s.smem1) != cudaSuccess)
+      cudaGetLastError();
+    else if (per_sm >= 1)
       s.ctas_fused = multiprocessors;  // (one per SM: the grid barrier needs every CTA resident)
   }
-  cudaGetLastError();  // (a failed attribute or query leaves no error behind: the two kernels run instead)
   return s;
 }
 
