@@ -477,15 +477,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
   auto ready = [&](int) {
     volatile unsigned long long* tv = &target;
     if (threadIdx.x == 0) *tv = (base / gridDim.x + 1) * gridDim.x;
-    if (threadIdx.x % 32 == 0) {
+    if (threadIdx.x % 32 == 0) {  // (warp 0 streams whenever any warp does: W = min(warps, chunks) >= 1)
       unsigned long long t;
-      while ((t = *tv) == 0) {
-      }
-      // (a grid that cannot meet -- not every CTA resident -- traps after ~2 s instead of hanging)
-      for (unsigned i = 0; ld_acquire_gpu_u64(a.grid_bar) < t; ++i) {
-        if (i > (1u << 24)) __trap();
+      while ((t = *tv) == 0) __nanosleep(32);
+      // relaxed polls, then one acquire (each acquire invalidates the SM's L1); a grid that cannot meet -- not every
+      // CTA resident -- traps after some seconds instead of hanging
+      for (unsigned i = 0; ld_relaxed_gpu_u64(a.grid_bar) < t; ++i) {
+        if (i > (1u << 22)) __trap();
         __nanosleep(64);
       }
+      (void)ld_acquire_gpu_u64(a.grid_bar);
     }
     __syncwarp();
     stamp(1, 2);
@@ -639,8 +640,9 @@ DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int mu
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_fused(format, blocked_scales, pieces), kThreads,
                                                       s.smem1) != cudaSuccess)
       cudaGetLastError();
-    else if (per_sm >= 1)
-      s.ctas_fused = multiprocessors;  // (one per SM: the grid barrier needs every CTA resident)
+    else if (per_sm >= 1 && s.ctas1 == multiprocessors && s.ctas2 == multiprocessors)
+      s.ctas_fused = multiprocessors;  // (one per SM: the grid barrier needs every CTA resident; the two kernels' grid,
+                                       // so the stream-K splits and the results are theirs)
   }
   return s;
 }
