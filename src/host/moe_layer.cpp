@@ -239,6 +239,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.fused = !w4a4 && d.shape.ctas_fused > 0 && !(fused_env != nullptr && std::string(fused_env) == "0");
     d.grid_bar = p.allocate<unsigned long long>(sizeof(unsigned long long), "plan workspace");
     FP4GEMM_CUDA_CHECK(cudaMemsetAsync(d.grid_bar, 0, sizeof(unsigned long long), s), "plan");
+    if (d.fused) d.fused = detail::decode_fused_runs(d, s);  // (after the workspace it touches is set)
   }
   FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(s), "plan");
   try {

@@ -681,6 +681,26 @@ std::string decode_trace_report() {
 #endif
 }
 
+bool decode_fused_runs(const DecodeLayerArgs& a, cudaStream_t s) {
+  if (a.fp4_activations || a.shape.ctas_fused <= 0) return false;
+  // No tokens: every CTA reads nothing and writes nothing but its arrival (the counter stays a multiple of the grid).
+  DecodeLayerArgs probe = a;
+  probe.tokens = 0, probe.token_count = nullptr, probe.topk = 1;  // (the plan's run fields are not set yet)
+  void* params[] = {&probe};
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(a.shape.ctas_fused), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = a.shape.smem1, cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr, cfg.numAttrs = 1;
+  if (cudaLaunchKernelExC(&cfg, kernel_fused(a.format, a.blocked_scales, a.weight_pieces), params) != cudaSuccess ||
+      cudaStreamSynchronize(s) != cudaSuccess) {
+    cudaGetLastError();  // (a launch the device refuses -- e.g. fewer SMs available than the plan saw -- is not sticky)
+    return false;
+  }
+  return true;
+}
+
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   DecodeLayerArgs args = a;
   if (a.fused && !a.fp4_activations && a.shape.ctas_fused > 0) {

@@ -79,6 +79,9 @@ struct DecodeLayerArgs {
 int decode_staged_bytes(int tokens, int hidden);
 DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors, int tokens, int hidden);
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s);
+// Whether the fused kernel (W4A16) launches on this device and stream: one launch without tokens (plan time; false where
+// the cooperative launch is refused, the error cleared).
+bool decode_fused_runs(const DecodeLayerArgs& a, cudaStream_t s);
 // A trace build's (cmake -DFP4GEMM_TRACE=ON) phase times of the last decode launch: per kernel and
 // phase, the median and the latest over all warps of %globaltimer, in µs from the first warp's
 // entry into kernel 1 ("" in other builds).
