@@ -400,9 +400,12 @@ std::string MoeLayer::describe() const {
          : p.handover != nullptr ? "; GEMM1 writes the intermediate in GEMM2's k order (no pre-pass)"
                                  : "")
      << (o.combine ? "" : "; stops before its combine (expert rows; no output workspace)")
-     << (p.decode_tokens > 0 ? "; decode path for T <= " + std::to_string(p.decode_tokens) + " (2 kernels of " +
-                                   std::to_string(p.decode.shape.ctas1) + " / " + std::to_string(p.decode.shape.ctas2) + " CTAs)"
-                             : "; no decode path")
+     << (p.decode_tokens == 0 ? "; no decode path"
+         : p.decode.fused     ? "; decode path for T <= " + std::to_string(p.decode_tokens) + " (1 fused kernel of " +
+                                    std::to_string(p.decode.shape.ctas_fused) + " CTAs)"
+                              : "; decode path for T <= " + std::to_string(p.decode_tokens) + " (2 kernels of " +
+                                    std::to_string(p.decode.shape.ctas1) + " / " + std::to_string(p.decode.shape.ctas2) +
+                                    " CTAs)")
      << "; workspace " << (p.memory.bytes() + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
      << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();
   return os.str();

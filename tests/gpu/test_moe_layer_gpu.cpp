@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <numeric>
@@ -756,6 +757,57 @@ TEST(MoeLayerDecode, LongSharesMatchTheReference) {
       EXPECT_TRUE(b.download(s) == got) << "two runs differ: " << c.describe() << ", T " << T;
     }
     EXPECT_NO_THROW(L->layer->check(s));
+    FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+  }
+}
+
+// W4A16's decode path as one fused kernel (the default where it launches) and as the two kernels
+// (FP4GEMM_DECODE_FUSED=0 at plan time): the same grid, so the same bytes, every T of 1..8 and routings that repeat an
+// expert or leave slots empty; both against the reference; the fused layer also replayed from its CUDA graphs (a
+// cooperative launch captured) with a new routing each run, and its grid barrier's counter carried across many runs.
+TEST(MoeLayerDecode, FusedKernelMatchesTheTwoKernels) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (int v = 0; v < 4; ++v) {  // v % 2: rows / pieces; v / 2: blocked / linear
+    LayerCase c;
+    c.format = Format::mxfp4, c.act = MoeActivation::bf16;
+    c.pieces = v % 2 == 1;
+    c.scale_layout = v / 2 == 1 ? ScaleLayout::linear : ScaleLayout::blocked;
+    c.activation = v == 1 ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
+    c.gate_up = v == 1 ? GateUpLayout::interleaved : GateUpLayout::stacked;
+    c.experts = 16, c.topk = 4, c.hidden = 1056, c.inter = 416, c.max_tokens = 8, c.seed = 9800 + v;
+    LayerCase cg = c;
+    c.graph_cache = 0;
+    ::unsetenv("FP4GEMM_DECODE_FUSED");
+    const auto F = make_layer(c);
+    const auto G = make_layer(cg);  // (fused, graphs cached)
+    ::setenv("FP4GEMM_DECODE_FUSED", "0", 1);
+    const auto K = make_layer(c);
+    ::unsetenv("FP4GEMM_DECODE_FUSED");
+    EXPECT_NE(F->layer->describe().find("1 fused kernel"), std::string::npos) << F->layer->describe();
+    EXPECT_NE(K->layer->describe().find("2 kernels"), std::string::npos) << K->layer->describe();
+    std::mt19937_64 rng(c.seed * 11 + 7);
+    RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
+    cudaStream_t s = nullptr;
+    FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+    for (int round = 0; round < 3; ++round)
+      for (int T = 1; T <= 8; ++T) {
+        const Inputs in = make_inputs(c, rng, T, round == 1 ? Route::few : round == 2 ? Route::invalid_ids : Route::random);
+        const Expected x = reference_layer(*F, in);
+        b.upload(c, in, s);
+        K->layer->run(b.args(c, in), s);
+        const std::vector<std::uint8_t> two = b.download(s);
+        EXPECT_TRUE(check_output(c, in, b, two, x)) << "two kernels: " << c.describe() << ", T " << T;
+        b.upload(c, in, s);
+        F->layer->run(b.args(c, in), s);
+        EXPECT_TRUE(b.download(s) == two) << "fused differs from the two kernels: " << c.describe() << ", T " << T;
+        for (int rep = 0; rep < 2; ++rep) {  // (graph capture, then replay)
+          b.upload(c, in, s);
+          G->layer->run(b.args(c, in), s);
+          EXPECT_TRUE(b.download(s) == two) << "fused from a graph differs: " << c.describe() << ", T " << T << ", run " << rep;
+        }
+      }
+    EXPECT_NO_THROW(F->layer->check(s));
+    EXPECT_NO_THROW(G->layer->check(s));
     FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
   }
 }
