@@ -97,10 +97,13 @@ struct MoeLayerOptions {
   // DeepSeek-V3 shapes on 8 ranks of 4096 tokens) and no decode path, and every run must pass
   // expert_rows. true: both kinds of run.
   bool combine = true;
-  // Runs of at most this many tokens (0..8) take the decode path: two kernels (gate/up + GLU,
-  // then down + the top-k combine) that stream every active expert's weights once over all SMs,
-  // instead of the six launches of the general path (W4A4: the tokens and the intermediate are
-  // first quantised and dequantised to bf16 by the layer's rule, two small launches more). Not with
+  // Runs of at most this many tokens (0..8) take the decode path: gate/up + GLU, then down + the
+  // top-k combine, streaming every active expert's weights once over all SMs, instead of the six
+  // launches of the general path. W4A16: one cooperative kernel, a grid barrier between the two
+  // parts, where the device grants the launch (tried at plan time; else, or with the environment
+  // variable FP4GEMM_DECODE_FUSED=0 at plan time, two kernels with programmatic dependent launch:
+  // the same bytes). W4A4: two kernels, the tokens and the intermediate first quantised and
+  // dequantised to bf16 by the layer's rule (two small launches more). Not with
   // batch_invariant (the two paths sum in different orders, so a token's row would change when
   // the batch crosses this size). 0: never. -1 (the default, kDecodeTokensAuto): where it was
   // measured faster on an H200 (gpt-oss-120b and Qwen3-30B-A3B shapes, L2 flushed; docs/PERF.md):

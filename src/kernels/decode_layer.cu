@@ -339,11 +339,11 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, Rout
       }
     }
   };
-  // The 16-row block b: every pair's y rows to the output, pairs in j order (one warp; the CTA
-  // that stored the block's last units).
-  auto combine = [&](int b) {
+  // The 16-row block b for tokens 2 tp and 2 tp + 1: every pair's y rows to the output, pairs in j order (one warp; the
+  // CTA that stored the block's last units).
+  auto combine = [&](int b, int tp) {
     const int row = b * 16 + lane % 16;
-    for (int t = lane / 16; t < T; t += 2) {
+    if (const int t = 2 * tp + lane / 16; t < T) {
       float acc = 0.0f;
       // 8 pairs at a time: their loads first, straight-line (an unrouted or missing pair reads a
       // valid row and is masked), then the fmas in j order -- one L2 round trip per 8 pairs
@@ -411,8 +411,10 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, Rout
       }
     }
     __syncthreads();
-    const int nd = n_done;
-    for (int i = threadIdx.x / 32; i < nd; i += blockDim.x / 32) combine(done[i]);
+    // (the warps take (block, token pair) items: one L2 round trip each, all in flight at once where the CTA has as
+    // many warps as items)
+    const int nd = n_done, tps = (T + 1) / 2;
+    for (int i = threadIdx.x / 32; i < nd * tps; i += blockDim.x / 32) combine(done[i / tps], i % tps);
     if (base + kRound <= b_hi) __syncthreads();  // (n_done and done[] are rewritten by the next round)
   }
   stamp(1, 4);
@@ -462,29 +464,31 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   __shared__ int done[kRound];
   __shared__ int n_done;
-  __shared__ unsigned long long target;  // 0 until thread 0 knows it
+  __shared__ unsigned long long target;  // the counter value at which this run's grid has met
   extern __shared__ __align__(1024) uint4 x_staged[];
-  if (threadIdx.x == 0) target = 0;  // (visible after read_routing's barriers)
+  // Thread 0 reads the counter at entry (before its own arrival, after the previous run's: the stream orders them), its
+  // latency hidden behind the gate/up part.
+  unsigned long long base = 0;
+  if (threadIdx.x == 0) base = ld_relaxed_gpu_u64(a.grid_bar);
   gate_up_part<F, L, P>(a, r, records, x_staged, true);
   // (a ring's last copies -- zero-filled past the share -- may still be landing: kernel 2's part reuses the rings)
   decode::cp_async_wait<0>();
-  __syncthreads();  // every intermediate row of this CTA stored (the hand-offs' too); records and rings free
-  // Thread 0 reads the counter, then arrives (its own later add unseen); it publishes the target once its warp has
-  // issued its first copies (the read's latency off the path), the other warps wait for that first.
-  unsigned long long base = 0;
-  if (threadIdx.x == 0) base = ld_relaxed_gpu_u64(a.grid_bar), red_release_gpu_add_u64(a.grid_bar, 1);
+  if (threadIdx.x == 0) target = (base / gridDim.x + 1) * gridDim.x;
+  __syncthreads();  // every intermediate row of this CTA stored (the hand-offs' too); records and rings free; target set
+  if (threadIdx.x == 0) red_release_gpu_add_u64(a.grid_bar, 1);  // (its release covers the CTA's rows: the barrier)
   stamp(0, 3);
   auto ready = [&](int) {
-    volatile unsigned long long* tv = &target;
-    if (threadIdx.x == 0) *tv = (base / gridDim.x + 1) * gridDim.x;
     if (threadIdx.x % 32 == 0) {  // (warp 0 streams whenever any warp does: W = min(warps, chunks) >= 1)
-      unsigned long long t;
-      while ((t = *tv) == 0) __nanosleep(32);
+      const unsigned long long t = target;
       // relaxed polls, then one acquire (each acquire invalidates the SM's L1); a grid that cannot meet -- not every
       // CTA resident -- traps after some seconds instead of hanging
       for (unsigned i = 0; ld_relaxed_gpu_u64(a.grid_bar) < t; ++i) {
         if (i > (1u << 22)) __trap();
+#ifndef FP4GEMM_DECODE_POLL_NS
         __nanosleep(64);
+#else
+        if (FP4GEMM_DECODE_POLL_NS > 0) __nanosleep(FP4GEMM_DECODE_POLL_NS);
+#endif
       }
       (void)ld_acquire_gpu_u64(a.grid_bar);
     }
@@ -574,8 +578,11 @@ struct DownCombine {
   static const void* get() { return reinterpret_cast<const void*>(decode_down_combine<F, L, P>); }
 };
 template <Format F, ScaleLayout L, bool P>
-struct Fused {
-  static const void* get() { return reinterpret_cast<const void*>(decode_fused<F, L, P>); }
+struct Fused {  // (W4A16 only, whose weights are MXFP4: no NVFP4 instantiation)
+  static const void* get() {
+    if constexpr (F == Format::nvfp4) return nullptr;
+    else return reinterpret_cast<const void*>(decode_fused<F, L, P>);
+  }
 };
 const void* kernel1(Format f, bool blocked, bool pieces) { return kernel_of<GateUp>(f, blocked, pieces); }
 const void* kernel_fused(Format f, bool blocked, bool pieces) { return kernel_of<Fused>(f, blocked, pieces); }
@@ -631,14 +638,12 @@ DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int mu
   s.ctas1 = resident(kernel1(format, blocked_scales, pieces), multiprocessors, s.smem1);
   s.ctas2 = resident(kernel2(format, blocked_scales, pieces), multiprocessors, s.smem2);
   // the fused kernel: kernel 1's dynamic shared memory (its rings serve kernel 2's part), one CTA per SM
-  // (a failed attribute or query leaves no error behind: the two kernels run instead)
-  if (cudaFuncSetAttribute(kernel_fused(format, blocked_scales, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kDecodeMaxStagedBytes + 1024 + ring) != cudaSuccess) {
-    cudaGetLastError();
-  } else {
+  // (NVFP4 has none; a failed attribute or query leaves no error behind: the two kernels run instead)
+  if (const void* fused = kernel_fused(format, blocked_scales, pieces); fused != nullptr) {
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_fused(format, blocked_scales, pieces), kThreads,
-                                                      s.smem1) != cudaSuccess)
+    if (cudaFuncSetAttribute(fused, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeMaxStagedBytes + 1024 + ring) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fused, kThreads, s.smem1) != cudaSuccess)
       cudaGetLastError();
     else if (per_sm >= 1 && s.ctas1 == multiprocessors && s.ctas2 == multiprocessors)
       s.ctas_fused = multiprocessors;  // (one per SM: the grid barrier needs every CTA resident; the two kernels' grid,
