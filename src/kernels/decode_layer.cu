@@ -484,11 +484,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
       // CTA resident -- traps after some seconds instead of hanging
       for (unsigned i = 0; ld_relaxed_gpu_u64(a.grid_bar) < t; ++i) {
         if (i > (1u << 22)) __trap();
-#ifndef FP4GEMM_DECODE_POLL_NS
-        __nanosleep(64);
-#else
-        if (FP4GEMM_DECODE_POLL_NS > 0) __nanosleep(FP4GEMM_DECODE_POLL_NS);
-#endif
+        __nanosleep(64);  // (measured: polling without the sleep was 0.5 % slower, PERF.md v76)
       }
       (void)ld_acquire_gpu_u64(a.grid_bar);
     }
