@@ -287,8 +287,8 @@ class MoeLayer:
     batch_invariant: every token's output row independent of the other tokens of the run, bit for
         bit (no stream-K split of a tile's K between CTAs, whose FP32 partial sums are added in a
         batch-dependent order). Off by default (the faster schedule); expert parallelism turns it on.
-    decode_tokens: runs of at most this many tokens (0..8) take the decode path -- two kernels that
-        stream every active expert's weights once over all SMs (W4A16 and W4A4; not with
+    decode_tokens: runs of at most this many tokens (0..8) take the decode path -- two kernels (W4A16:
+        one cooperative kernel) that stream every active expert's weights once over all SMs (W4A16 and W4A4; not with
         batch_invariant, top-k > 8, or a hidden or intermediate size that is not a multiple of 32).
         0: always the general path; None (default): where it measured faster on an H200 (L2
         flushed, gpt-oss-120b and Qwen3-30B-A3B shapes): up to 8 tokens, W4A16 and W4A4, but at most
