@@ -43,12 +43,19 @@ __device__ __forceinline__ void stamp(int kernel, int phase) {
     g_decode_trace[kernel][blockIdx.x][threadIdx.x / 32][phase] = t;
   }
 }
+// The part a kernel-1-sized launch is in: 0 (kernel 1, the fused kernel's gate/up part) or 1 (the fused kernel's down
+// + combine part), so that the stream parts' stamps of the fused kernel's second part land under kernel 2.
+__shared__ int g_trace_part;
+__device__ __forceinline__ void trace_part(int part) {
+  if (threadIdx.x == 0) g_trace_part = part;  // (read after the next CTA barrier)
+}
 __device__ void stamp_any(int phase) {  // (kernel 2's dynamic shared memory is its rings alone; kernel 1's has the tokens too)
   unsigned dyn; asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-  stamp(dyn == kDecodeWarps * decode::kRingBytes ? 1 : 0, phase);
+  stamp(dyn == kDecodeWarps * decode::kRingBytes ? 1 : g_trace_part, phase);
 }
 #else
 __device__ __forceinline__ void stamp(int, int) {}
+__device__ __forceinline__ void trace_part(int) {}
 #endif
 
 // Element i of a bias row (bf16 or float); -0 without a bias (x + -0 is x).
@@ -273,6 +280,7 @@ __device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, Routing& 
 template <Format F, ScaleLayout L, bool P>
 __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerArgs a) {
   stamp(0, 0);
+  trace_part(0);
   __shared__ Routing r;
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   extern __shared__ __align__(1024) uint4 x_staged[];
@@ -460,6 +468,7 @@ __device__ __forceinline__ void red_release_gpu_add_u64(unsigned long long* p, u
 template <Format F, ScaleLayout L, bool P>
 __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArgs a) {
   stamp(0, 0);
+  trace_part(0);
   __shared__ Routing r;
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   __shared__ int done[kRound];
@@ -474,6 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
   // (a ring's last copies -- zero-filled past the share -- may still be landing: kernel 2's part reuses the rings)
   decode::cp_async_wait<0>();
   if (threadIdx.x == 0) target = (base / gridDim.x + 1) * gridDim.x;
+  trace_part(1);
   __syncthreads();  // every intermediate row of this CTA stored (the hand-offs' too); records and rings free; target set
   if (threadIdx.x == 0) red_release_gpu_add_u64(a.grid_bar, 1);  // (its release covers the CTA's rows: the barrier)
   stamp(0, 3);
@@ -662,7 +672,9 @@ std::string decode_trace_report() {
   static const char* kNames[kTracePhases] = {"entry", "routing read", "ring loads issued / waited", "stream-K done",
                                              "exit", "staged", "cta share", "cursor", "ring issued", "first chunk done"};
   std::ostringstream o;
-  o << "decode trace (last launch; us from kernel 1's first entry; median / latest over warps):\n";
+  o << "decode trace (last launch; us from kernel 1's first entry; p10 / median / p90 / latest over warps; the fused\n"
+       "kernel's down + combine part under kernel 2, its gate/up part's end, barrier and arrival as kernel 1's stream-K "
+       "done):\n";
   for (int k = 0; k < 2; ++k)
     for (int p = 0; p < kTracePhases; ++p) {
       std::vector<double> v;
@@ -671,8 +683,8 @@ std::string decode_trace_report() {
           if (h[k][c][w][p] >= t0) v.push_back((h[k][c][w][p] - t0) * 1e-3);
       if (v.empty()) continue;
       std::sort(v.begin(), v.end());
-      o << "  kernel " << k + 1 << " " << kNames[p] << ": " << v[v.size() / 2] << " / " << v.back() << " (" << v.size()
-        << " warps)\n";
+      o << "  kernel " << k + 1 << " " << kNames[p] << ": " << v[v.size() / 10] << " / " << v[v.size() / 2] << " / "
+        << v[v.size() * 9 / 10] << " / " << v.back() << " (" << v.size() << " warps)\n";
     }
   std::memset(h, 0, sizeof(h));
   cudaMemcpyToSymbol(g_decode_trace, h, sizeof(h));  // (the next report sees only later launches)
