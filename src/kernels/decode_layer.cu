@@ -451,20 +451,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
 // target is (c / G + 1) * G for the counter c read before its own arrival, which lies in [run * G, run * G + G - 1]
 // whatever the other CTAs have done; its streaming warps wait (acquire) for the counter to reach it. The intermediate
 // is read with coherent loads (written in this grid: not ld.global.nc).
-__device__ __forceinline__ unsigned long long ld_acquire_gpu_u64(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ unsigned long long ld_relaxed_gpu_u64(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void red_release_gpu_add_u64(unsigned long long* p, unsigned long long v) {
-  asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 template <Format F, ScaleLayout L, bool P>
 __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArgs a) {
   stamp(0, 0);
@@ -478,25 +464,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
   // Thread 0 reads the counter at entry (before its own arrival, after the previous run's: the stream orders them), its
   // latency hidden behind the gate/up part.
   unsigned long long base = 0;
-  if (threadIdx.x == 0) base = ld_relaxed_gpu_u64(a.grid_bar);
+  if (threadIdx.x == 0) base = ptx::ld_relaxed_gpu(a.grid_bar);
   gate_up_part<F, L, P>(a, r, records, x_staged, true);
   // (a ring's last copies -- zero-filled past the share -- may still be landing: kernel 2's part reuses the rings)
   decode::cp_async_wait<0>();
   if (threadIdx.x == 0) target = (base / gridDim.x + 1) * gridDim.x;
   trace_part(1);
   __syncthreads();  // every intermediate row of this CTA stored (the hand-offs' too); records and rings free; target set
-  if (threadIdx.x == 0) red_release_gpu_add_u64(a.grid_bar, 1);  // (its release covers the CTA's rows: the barrier)
+  if (threadIdx.x == 0) ptx::red_release_gpu_add(a.grid_bar, 1ull);  // (its release covers the CTA's rows: the barrier)
   stamp(0, 3);
   auto ready = [&](int) {
     if (threadIdx.x % 32 == 0) {  // (warp 0 streams whenever any warp does: W = min(warps, chunks) >= 1)
       const unsigned long long t = target;
       // relaxed polls, then one acquire (each acquire invalidates the SM's L1); a grid that cannot meet -- not every
       // CTA resident -- traps after some seconds instead of hanging
-      for (unsigned i = 0; ld_relaxed_gpu_u64(a.grid_bar) < t; ++i) {
+      for (unsigned i = 0; ptx::ld_relaxed_gpu(a.grid_bar) < t; ++i) {
         if (i > (1u << 22)) __trap();
         __nanosleep(64);  // (measured: polling without the sleep was 0.5 % slower, PERF.md v76)
       }
-      (void)ld_acquire_gpu_u64(a.grid_bar);
+      (void)ptx::ld_acquire_gpu(a.grid_bar);
     }
     __syncwarp();
     stamp(1, 2);
@@ -595,8 +581,8 @@ const void* kernel_fused(Format f, bool blocked, bool pieces) { return kernel_of
 const void* kernel2(Format f, bool blocked, bool pieces) { return kernel_of<DownCombine>(f, blocked, pieces); }
 
 // Launches `kernel` with `params`, as a programmatic dependent of the stream's previous kernel when `pdl`.
-void launch(const void* kernel, dim3 grid, dim3 block, void** params, int smem, bool pdl, cudaStream_t s,
-            bool cooperative = false) {
+cudaError_t launch(const void* kernel, dim3 grid, dim3 block, void** params, int smem, bool pdl, cudaStream_t s,
+                   bool cooperative = false) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
   cudaLaunchAttribute attr[1];
@@ -608,7 +594,7 @@ void launch(const void* kernel, dim3 grid, dim3 block, void** params, int smem, 
     attr[0].val.programmaticStreamSerializationAllowed = 1;
   }
   cfg.attrs = attr, cfg.numAttrs = pdl || cooperative ? 1 : 0;
-  cudaLaunchKernelExC(&cfg, kernel, params);
+  return cudaLaunchKernelExC(&cfg, kernel, params);
 }
 
 // pdl: a programmatic dependent of the stream's previous kernel (which produces `in`).
@@ -700,13 +686,8 @@ bool decode_fused_runs(const DecodeLayerArgs& a, cudaStream_t s) {
   DecodeLayerArgs probe = a;
   probe.tokens = 0, probe.token_count = nullptr, probe.topk = 1;  // (the plan's run fields are not set yet)
   void* params[] = {&probe};
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(a.shape.ctas_fused), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = a.shape.smem1, cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr, cfg.numAttrs = 1;
-  if (cudaLaunchKernelExC(&cfg, kernel_fused(a.format, a.blocked_scales, a.weight_pieces), params) != cudaSuccess ||
+  if (launch(kernel_fused(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas_fused), dim3(kThreads), params,
+             a.shape.smem1, false, s, true) != cudaSuccess ||
       cudaStreamSynchronize(s) != cudaSuccess) {
     cudaGetLastError();  // (a launch the device refuses -- e.g. fewer SMs available than the plan saw -- is not sticky)
     return false;
