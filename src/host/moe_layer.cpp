@@ -234,12 +234,12 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     const std::size_t blocks = H / 16;
     d.count_rows = p.allocate<unsigned>(sizeof(unsigned) * blocks, "plan workspace");
     FP4GEMM_CUDA_CHECK(cudaMemsetAsync(d.count_rows, 0, sizeof(unsigned) * blocks, s), "plan");
-    // W4A16: one fused kernel where it fits (FP4GEMM_DECODE_FUSED=0: the two kernels)
+    // W4A16: one fused kernel where it launches (FP4GEMM_DECODE_FUSED=0: the two kernels)
     const char* fused_env = std::getenv("FP4GEMM_DECODE_FUSED");
-    d.fused = !w4a4 && d.shape.ctas_fused > 0 && !(fused_env != nullptr && std::string(fused_env) == "0");
     d.grid_bar = p.allocate<unsigned long long>(sizeof(unsigned long long), "plan workspace");
     FP4GEMM_CUDA_CHECK(cudaMemsetAsync(d.grid_bar, 0, sizeof(unsigned long long), s), "plan");
-    if (d.fused) d.fused = detail::decode_fused_runs(d, s);  // (after the workspace it touches is set)
+    d.fused = !(fused_env != nullptr && std::string(fused_env) == "0") &&
+              detail::decode_fused_runs(d, s);  // (after the workspace it touches is set)
   }
   FP4GEMM_CUDA_CHECK(cudaStreamSynchronize(s), "plan");
   try {

@@ -697,7 +697,7 @@ bool decode_fused_runs(const DecodeLayerArgs& a, cudaStream_t s) {
 
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   DecodeLayerArgs args = a;
-  if (a.fused && !a.fp4_activations && a.shape.ctas_fused > 0) {
+  if (a.fused) {  // (decode_fused_runs decided it at plan time)
     void* params[] = {&args};
     launch(kernel_fused(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas_fused), dim3(kThreads), params,
            a.shape.smem1, false, s, true);

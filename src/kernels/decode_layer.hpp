@@ -83,7 +83,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s);
 // the cooperative launch is refused, the error cleared).
 bool decode_fused_runs(const DecodeLayerArgs& a, cudaStream_t s);
 // A trace build's (cmake -DFP4GEMM_TRACE=ON) phase times of the last decode launch: per kernel and
-// phase, the median and the latest over all warps of %globaltimer, in µs from the first warp's
+// phase, p10 / median / p90 / latest over all warps of %globaltimer, in µs from the first warp's
 // entry into kernel 1 ("" in other builds).
 std::string decode_trace_report();
 
