@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -91,6 +92,7 @@ struct Routing {
   int key[kDecodeMaxPairs];                    // per pair: e * kDecodeMaxPairs + o, or -1 (o < k <= 64)
 };
 static_assert(kDecodeMaxPairs == 64, "read_routing: one warp, two pairs per lane");
+static_assert(kDecodeMaxTokens == 8 && offsetof(Routing, pick) % 4 == 0, "read_routing: a pick row is two ints");
 
 __device__ __forceinline__ int run_tokens(const DecodeLayerArgs& a) {
   return a.token_count != nullptr ? min(a.tokens, max(*a.token_count, 0)) : a.tokens;
@@ -111,10 +113,26 @@ __device__ __forceinline__ long long load_pair_id(const DecodeLayerArgs& a) {
 // pairs, and for the second half a scan of the first half's keys, needed only past 32 pairs); the
 // slot numbers from two ballots. (Loops with data-dependent trip counts and divisions by k made this
 // warp's part ~400 instructions at T 1 while the CTA's other warps waited: docs/PERF.md.)
+// One token with every pick a valid expert (the decode step's usual case): slot s is pair s -- each pair has its own key
+// (e, o), and it is its key's first pair -- so the slots are written straight from the ids, without warp 0's numbering
+// and its barrier.
 __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long long v) {
   const int k = a.topk, P = T * k, p = threadIdx.x;
-  if (p < kDecodeMaxPairs) r.id[p] = p < P && v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
-  __syncthreads();
+  const bool valid = p < P && v >= 0 && v < a.experts;
+  if (p < kDecodeMaxPairs) r.id[p] = valid ? static_cast<int>(v) : -1;
+  if (T == 1) {  // (uniform)
+    // written before the barrier that decides (warp 0 rewrites all of it where an id is invalid; an invalid id's
+    // expert entry is then never read)
+    if (p < k) {
+      r.expert[p] = static_cast<int>(v);
+      int* row = reinterpret_cast<int*>(r.pick[p]);  // token 0 picks it as its j = p; tokens 1-7 are absent
+      row[0] = p | static_cast<int>(0xFFFFFF00u), row[1] = -1;
+    }
+    if (p == 0) r.slots = k;
+    if (__syncthreads_and(p >= k || valid)) return;
+  } else {
+    __syncthreads();
+  }
   if (p < 32) {
     const unsigned inv_k = (65536u + static_cast<unsigned>(k) - 1u) / static_cast<unsigned>(k);  // q / k exact for q < 64
     int key[2], first[2], e[2], tok[2];
