@@ -387,7 +387,11 @@ __device__ __forceinline__ Cursor<XS> cursor(const Unit& u, const Operand& op, i
 
 // The ring: per warp kStages stages of [32 lanes][16 B] row g, [32][16 B] row g + 8, and [32][4 B]
 // the words holding each row's scale codes. 3 deep (60 KB per CTA): 4 and 5 deep measured 1-3 %
-// slower on the H200, 6 does not fit beside kernel 1's largest token staging.
+// slower on the H200, 6 does not fit beside kernel 1's largest token staging. More bytes in flight have not helped
+// anywhere: a 5-10 deep ring for the fused kernel's down part alone (primed while its CTA waits at the grid barrier)
+// was 1-5 % slower, and each unit requested into L2 ahead of the ring (cp.async.bulk.prefetch) 5-17 % slower. The loop
+// is bound by this stream more than by its math: without the dequantisation and mma it ran only 9-12 % faster
+// (docs/PERF.md).
 constexpr int kStages = 3;
 constexpr int kStageBytes = 32 * (16 + 16 + 4 + 4);
 constexpr int kRingBytes = kStages * kStageBytes;  // per warp
