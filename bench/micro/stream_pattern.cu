@@ -16,7 +16,8 @@
 // cudaMemcpy device-to-device (read + write counted) for reference.
 //
 // Build and run (sm_90a):
-//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a bench/micro/stream_pattern.cu -o build/stream_pattern
+//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude --expt-relaxed-constexpr \
+//        bench/micro/stream_pattern.cu -o build/stream_pattern
 //   build/stream_pattern            (the sweep below; QUICK=1: ring depth 3 only)
 #include <cuda_runtime.h>
 
@@ -25,6 +26,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "device/decode_stream.cuh"
+#include "device/ptx/ptx.cuh"
 
 #define CHECK(x)                                                                                  \
   do {                                                                                            \
@@ -38,44 +42,12 @@
 namespace {
 
 constexpr int kChunk = 1024;
-
-__device__ __forceinline__ std::uint32_t smem(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp16(std::uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wait_groups() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ uint4 lds128(std::uint32_t a) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-  return v;
-}
-__device__ __forceinline__ void mbar_init(std::uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(std::uint32_t bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t phase) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}" ::"r"(bar),
-      "r"(phase)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_copy(std::uint32_t dst, const void* src, int bytes, std::uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
-      "r"(bytes), "r"(bar)
-      : "memory");
-}
+// (the decode ring's own copy, wait and load wrappers, and the project's mbarrier / bulk-copy ones)
+using fp4gemm::detail::decode::cp_async_16_at;
+using fp4gemm::detail::decode::cp_async_commit;
+using fp4gemm::detail::decode::cp_async_wait;
+using fp4gemm::detail::decode::lds_128;
+namespace ptx = fp4gemm::ptx;
 
 // The chunk index of step j of this warp, and how many steps it has.
 template <int ORDER>
@@ -116,39 +88,39 @@ __global__ void __launch_bounds__(1024, 1) stream(const std::uint8_t* __restrict
   __shared__ __align__(8) unsigned long long bars[32][D];
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   std::uint8_t* ring = ring_all + static_cast<long long>(w) * D * kChunk;
-  const std::uint32_t r0 = smem(ring);
+  const std::uint32_t r0 = ptx::smem_addr(ring);
   const Walk<ORDER> walk(chunks);
   std::uint32_t acc[4] = {0u, 0u, 0u, 0u};
   if constexpr (COPY == 0) {
     auto issue = [&](int stage, long long j) {
       if (j < walk.count) {
         const std::uint8_t* p = src + walk.at(j) * kChunk + 16 * lane;
-        cp16(r0 + stage * kChunk + 16 * lane, p);
-        cp16(r0 + stage * kChunk + 512 + 16 * lane, p + 512);
+        cp_async_16_at(r0 + stage * kChunk + 16 * lane, p, true);
+        cp_async_16_at(r0 + stage * kChunk + 512 + 16 * lane, p + 512, true);
       }
-      commit();
+      cp_async_commit();
     };
 #pragma unroll 1
     for (int d = 0; d < D; ++d) issue(d, d);
     int stage = 0;
 #pragma unroll 1
     for (long long j = 0; j < walk.count; ++j) {
-      wait_groups<D - 1>();
-      const uint4 a = lds128(r0 + stage * kChunk + 16 * lane), b = lds128(r0 + stage * kChunk + 512 + 16 * lane);
+      cp_async_wait<D - 1>();
+      const uint4 a = lds_128(r0 + stage * kChunk + 16 * lane), b = lds_128(r0 + stage * kChunk + 512 + 16 * lane);
       compute(a, b, C, acc);
       issue(stage, j + D);
       stage = stage + 1 == D ? 0 : stage + 1;
     }
   } else {
-    const std::uint32_t bar0 = smem(&bars[w][0]);
+    std::uint64_t* bar = reinterpret_cast<std::uint64_t*>(&bars[w][0]);
     if (lane == 0)
-      for (int d = 0; d < D; ++d) mbar_init(bar0 + 8 * d, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      for (int d = 0; d < D; ++d) ptx::mbarrier_init(bar + d, 1);
+    ptx::fence_barrier_init();
     __syncwarp();
     auto issue = [&](int stage, long long j) {
       if (lane == 0 && j < walk.count) {
-        mbar_expect(bar0 + 8 * stage, kChunk);
-        bulk_copy(r0 + stage * kChunk, src + walk.at(j) * kChunk, kChunk, bar0 + 8 * stage);
+        ptx::mbarrier_arrive_expect_tx(bar + stage, kChunk);
+        ptx::bulk_load(ring + stage * kChunk, src + walk.at(j) * kChunk, kChunk, bar + stage);
       }
     };
 #pragma unroll 1
@@ -157,8 +129,8 @@ __global__ void __launch_bounds__(1024, 1) stream(const std::uint8_t* __restrict
     std::uint32_t phase = 0;
 #pragma unroll 1
     for (long long j = 0; j < walk.count; ++j) {
-      mbar_wait(bar0 + 8 * stage, phase);
-      const uint4 a = lds128(r0 + stage * kChunk + 16 * lane), b = lds128(r0 + stage * kChunk + 512 + 16 * lane);
+      ptx::mbarrier_wait(bar + stage, phase);
+      const uint4 a = lds_128(r0 + stage * kChunk + 16 * lane), b = lds_128(r0 + stage * kChunk + 512 + 16 * lane);
       compute(a, b, C, acc);
       __syncwarp();  // (every lane has read the stage before lane 0 refills it)
       issue(stage, j + D);
