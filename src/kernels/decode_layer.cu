@@ -513,9 +513,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
 
 // W4A4: the activations as the general path's GEMM reads them -- quantised by the layer's rule
 // (global scale gs) and dequantised exactly to bf16 without gs (which the alphas carry) -- in place
-// or into `out`: one thread per block of vec elements of rows [0, rows) (row stride ld). Pieces (P): the
-// intermediate is stored in the pieces' k order (decode::pair_position_of<F, true>), whose element c of a row the
-// block of c reads and writes where it is (each block a set of distinct positions: in place is safe).
+// or into `out`, rows [0, rows) of `cols` elements (row stride ld). Pieces (P): the intermediate is stored in the
+// pieces' k order (decode::pair_position_of<F, true>); element c of a row is read and written where it is stored.
+// One thread per element: a warp holds 32 consecutive elements of one row (cols is a multiple of 32), so a scale
+// block (16 or 32 elements) is 16 or 32 lanes and its amax is reduced by shuffles -- every lane's chain is one load,
+// the block's reduction, the scale code and its own quotient. (One thread per block was a serial chain of 16-32
+// IEEE divisions: 6-10 us per launch at T 1 on the H200, on the decode path's critical path twice, PERF.md v78.)
+// Each element is read and written by the same thread: in place is safe.
 template <Format F, bool P = false>
 __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
                                                           long long ld_out, int rows, int cols, float gs,
@@ -527,35 +531,30 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
   ptx::launch_dependents();
   ptx::wait_prerequisites();
   if (tokens_at != nullptr) rows = min(rows, max(*tokens_at, 0) * k);
-  const int per_row = cols / vec;
-  const long long total = static_cast<long long>(rows) * per_row;
-  for (long long b = blockIdx.x * 256ll + threadIdx.x; b < total; b += 256ll * gridDim.x) {
-    const long long r = b / per_row;
-    const int c0 = static_cast<int>(b % per_row) * vec;
-    float v[vec];
-    float amax = 0.0f;
-    bool nan = false;
+  const long long total = static_cast<long long>(rows) * cols;  // (a multiple of 32: whole warps in or out)
+  const int lane = threadIdx.x % 32;
+  const unsigned group = vec == 32 ? 0xFFFFFFFFu : 0xFFFFu << (lane & 16);  // this lane's scale block
+  for (long long e = blockIdx.x * 256ll + threadIdx.x; e - lane < total; e += 256ll * gridDim.x) {
+    // (32-bit: at most 8 tokens x top-8 rows of a hidden or intermediate size)
+    const int r = static_cast<int>(static_cast<unsigned>(e) / static_cast<unsigned>(cols)), c = static_cast<int>(e) - r * cols;
+    const int at = P ? decode::pair_position_of<F, true>(c) : c;
+    const float v = __bfloat162float(in[static_cast<long long>(r) * ld_in + at]);
+    float amax = fabsf(v);
 #pragma unroll
-    for (int i = 0; i < vec; ++i) {
-      v[i] = __bfloat162float(in[r * ld_in + (P ? decode::pair_position_of<F, true>(c0 + i) : c0 + i)]);
-      nan |= v[i] != v[i];
-      amax = fmaxf(amax, fabsf(v[i]));
-    }
+    for (int o = 1; o < vec; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    const bool nan = (__ballot_sync(0xFFFFFFFFu, v != v) & group) != 0u;  // (fmaxf drops NaNs: the rule keeps them)
     const float am = nan ? __int_as_float(0x7FC00000) : amax;
     const std::uint32_t code = F == Format::nvfp4 ? quant::nv_scale_code_exact(am, gs) : quant::mx_scale_code(am);
     const float scale = quant::code_scale<F>(code);
     static constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-#pragma unroll
-    for (int i = 0; i < vec; ++i) {
-      const std::uint32_t n = quant::element_nibble<F>(v[i], code, gs);
-      const float e = (n & 8u) ? -kE2m1[n & 7u] : kE2m1[n & 7u];
-      // exact: e2m1 x scale fits bf16 and (NVFP4: e2m1 x E4M3, the decode kernels' f16) f16
-      const long long at = r * ld_out + (P ? decode::pair_position_of<F, true>(c0 + i) : c0 + i);
-      if constexpr (F == Format::nvfp4) {
-        reinterpret_cast<__half*>(out)[at] = __float2half_rn(e * scale);
-      } else {
-        out[at] = __float2bfloat16_rn(e * scale);
-      }
+    const std::uint32_t n = quant::element_nibble<F>(v, code, gs);
+    const float q = (n & 8u) ? -kE2m1[n & 7u] : kE2m1[n & 7u];
+    // exact: e2m1 x scale fits bf16 and (NVFP4: e2m1 x E4M3, the decode kernels' f16) f16
+    const long long o = static_cast<long long>(r) * ld_out + at;
+    if constexpr (F == Format::nvfp4) {
+      reinterpret_cast<__half*>(out)[o] = __float2half_rn(q * scale);
+    } else {
+      out[o] = __float2bfloat16_rn(q * scale);
     }
   }
 }
@@ -618,8 +617,8 @@ cudaError_t launch(const void* kernel, dim3 grid, dim3 block, void** params, int
 // pdl: a programmatic dependent of the stream's previous kernel (which produces `in`).
 void fake_quantize(const DecodeLayerArgs& a, const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
                    long long ld_out, int rows, int cols, float gs, int k, bool pdl, cudaStream_t s, bool pieces = false) {
-  const long long blocks = static_cast<long long>(rows) * (cols / scale_block_size(a.format));
-  const unsigned grid = static_cast<unsigned>(std::max<long long>(1, std::min<long long>((blocks + 255) / 256, 1024)));
+  const long long elements = static_cast<long long>(rows) * cols;  // (one thread each)
+  const unsigned grid = static_cast<unsigned>(std::max<long long>(1, std::min<long long>((elements + 255) / 256, 1024)));
   const int* tokens_at = a.token_count;
   void* params[] = {&in, &ld_in, &out, &ld_out, &rows, &cols, &gs, &tokens_at, &k};
   const void* kernel = a.format == Format::nvfp4
