@@ -12,13 +12,12 @@ for i in 0 1 2 3; do
   (GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout ${SHT:-420} /tmp/$M/gt > $R/shard$i.txt 2>&1; echo "shard $i rc $? [$((SECONDS - t0)) s]") &
 done
 (
-for tool in memcheck synccheck; do
-  for c in "nvfp4 pieces 3" "nvfp4 rows 8" "mxfp4 rows 3" "nvfp4 pieces 8"; do set -- $c
+for tc in "memcheck nvfp4 pieces 3" "memcheck mxfp4 rows 8" "synccheck nvfp4 pieces 8" "synccheck mxfp4 rows 3" \
+          ${SAN_MORE:-}; do set -- $tc; tool=$1; shift; c="$*"
     timeout 100 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 /tmp/$M/cli layer \
       --experts 16 --hidden 2080 --inter 800 --tokens $3 --topk 2 --act $1 --weight-layout $2 --decode-tokens 8 \
       --iters 1 --warmup 0 > $R/${tool}_$1_$2_$3.txt 2>&1
     echo "$tool $c rc $? [$((SECONDS - t0)) s]"; grep -E "ERROR SUMMARY|SYNCCHECK SUMMARY|decode path" $R/${tool}_$1_$2_$3.txt | head -2
-  done
 done
 ) &
 [ -d /tmp/$M/py ] && (cp /tmp/$M/py/_fp4gemm*.so python/fp4gemm/ && cd tests/python && PYTHONPATH=../../python timeout ${PYT:-300} \
