@@ -196,7 +196,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   const std::int64_t decode_pairs = std::int64_t{decode_tokens} * o.topk;
   const bool decode_fits =  // the kernels' 128-wide chunk counts are 32-bit; a lane's 32 k elements are live or not
       decode_pairs * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
-      decode_pairs * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) && H % 32 == 0 && I % 32 == 0;
+      decode_pairs * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) && H % 32 == 0 && I % 32 == 0 &&
+      decode_pairs * std::max(H, I) < (std::int64_t{1} << 31);  // (W4A4's quantisers index elements in 32 bits)
   if ((w4a4 || o.format == Format::mxfp4) && !o.batch_invariant && o.combine && decode_tokens > 0 &&
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
     p.decode_tokens = decode_tokens;
