@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
       // CTA resident -- traps after some seconds instead of hanging
       for (unsigned i = 0; ptx::ld_relaxed_gpu(a.grid_bar) < t; ++i) {
         if (i > (1u << 22)) __trap();
-        __nanosleep(64);  // (measured: polling without the sleep was 0.5 % slower, PERF.md v76)
+        __nanosleep(64);  // (measured: polling without the sleep was 0.5 % slower)
       }
       (void)ptx::ld_acquire_gpu(a.grid_bar);
     }
@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_fused(const DecodeLayerArg
 // One thread per element: a warp holds 32 consecutive elements of one row (cols is a multiple of 32), so a scale
 // block (16 or 32 elements) is 16 or 32 lanes and its amax is reduced by shuffles -- every lane's chain is one load,
 // the block's reduction, the scale code and its own quotient. (One thread per block was a serial chain of 16-32
-// IEEE divisions: 6-10 us per launch at T 1 on the H200, on the decode path's critical path twice, PERF.md v78.)
+// IEEE divisions: 6-10 us per launch at T 1 on the H200, on the decode path's critical path twice.)
 // Each element is read and written by the same thread: in place is safe.
 template <Format F, bool P = false>
 __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* in, long long ld_in, __nv_bfloat16* out,
@@ -535,7 +535,7 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
   const int lane = threadIdx.x % 32;
   const unsigned group = vec == 32 ? 0xFFFFFFFFu : 0xFFFFu << (lane & 16);  // this lane's scale block
   for (long long e = blockIdx.x * 256ll + threadIdx.x; e - lane < total; e += 256ll * gridDim.x) {
-    // (32-bit: at most 8 tokens x top-8 rows of a hidden or intermediate size)
+    // (32-bit: the plan keeps T x k rows of a hidden or intermediate size below 2^31 elements)
     const int r = static_cast<int>(static_cast<unsigned>(e) / static_cast<unsigned>(cols)), c = static_cast<int>(e) - r * cols;
     const int at = P ? decode::pair_position_of<F, true>(c) : c;
     const float v = __bfloat162float(in[static_cast<long long>(r) * ld_in + at]);
