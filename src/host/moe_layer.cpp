@@ -220,9 +220,27 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
     d.bias13 = w.w13_bias, d.bias2 = w.w2_bias, d.bias_f32 = w.bias_f32;
     d.inter_rows = p.inter, d.y_rows = p.y, d.inter_ld = I;
+    // The wide path (W4A16 MXFP4; prototype, FP4GEMM_DECODE_WIDE=N): runs of decode_tokens < T <= N tokens, up to
+    // kDecodeWideMaxPairs pairs and kMaxMoeExperts experts.
+    d.wide_tokens = 0, d.wide = false;
+    d.wide_shape = detail::decode_wide_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors);
+    if (const char* wide_env = std::getenv("FP4GEMM_DECODE_WIDE");
+        wide_env != nullptr && detail::decode_wide_supported(o.format, w4a4) && d.wide_shape.ctas1 > 0 && d.wide_shape.ctas2 > 0) {
+      int wt = std::min({std::atoi(wide_env), o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
+      const std::int64_t wp = std::int64_t{wt} * o.topk;
+      const bool fits = wp * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
+                        wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31);
+      if (wt > decode_tokens && fits) {
+        d.wide_tokens = wt;
+        const std::int64_t hpad = (H + 127) / 128 * 128;
+        d.x_wide = p.allocate<__nv_bfloat16>(sizeof(__nv_bfloat16) * static_cast<std::size_t>(wt * hpad), "plan workspace");
+        d.route = p.allocate<int>(detail::decode_wide_route_bytes(), "plan workspace");
+      }
+    }
+    const std::int64_t rows_pairs = std::max<std::int64_t>(decode_pairs, std::int64_t{d.wide_tokens} * o.topk);
     if (pieces) {  // the intermediate in the pieces' k order, rows padded to 128 with zeros (never written past I)
       const std::int64_t ipad = (I + 127) / 128 * 128;
-      const std::size_t bytes = sizeof(__nv_bfloat16) * static_cast<std::size_t>(decode_pairs * ipad);
+      const std::size_t bytes = sizeof(__nv_bfloat16) * static_cast<std::size_t>(rows_pairs * ipad);
       auto* rows = p.allocate<__nv_bfloat16>(bytes, "plan workspace");
       FP4GEMM_CUDA_CHECK(cudaMemsetAsync(rows, 0, bytes, s), "plan");
       d.inter_rows = rows, d.inter_ld = ipad;
@@ -282,8 +300,9 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   const bool uncombined = args.expert_rows != nullptr;  // (the caller combines: no decode path)
   int* const row_of = uncombined ? args.row_of : p.row_of;
   __nv_bfloat16* const y = uncombined ? static_cast<__nv_bfloat16*>(args.expert_rows) : p.y;
-  if (T <= p.decode_tokens && args.hidden_packed == nullptr && !uncombined) {
+  if ((T <= p.decode_tokens || T <= p.decode.wide_tokens) && args.hidden_packed == nullptr && !uncombined) {
     detail::DecodeLayerArgs d = p.decode;
+    d.wide = T > p.decode_tokens;
     d.x = static_cast<const __nv_bfloat16*>(args.hidden), d.ldx = ldh;
     d.ids = args.topk_ids, d.ids_int64 = args.ids_int64;
     d.weights = args.topk_weights, d.weights_bf16 = args.weights_bf16;
@@ -407,6 +426,9 @@ std::string MoeLayer::describe() const {
                               : "; decode path for T <= " + std::to_string(p.decode_tokens) + " (2 kernels of " +
                                     std::to_string(p.decode.shape.ctas1) + " / " + std::to_string(p.decode.shape.ctas2) +
                                     " CTAs)")
+     << (p.decode.wide_tokens > p.decode_tokens && p.decode_tokens > 0
+             ? "; wide decode path for T <= " + std::to_string(p.decode.wide_tokens) + " (pre-pass + 2 kernels)"
+             : "")
      << "; workspace " << (p.memory.bytes() + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
      << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();
   return os.str();
