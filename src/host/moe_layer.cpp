@@ -191,7 +191,16 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // path ahead at every T to its cap of 3 W4A16, and to T 4 W4A4 (0.91 at 4); DeepSeek-V3's H 7168 W4A16 to T 7,
   // ratio 0.96 at 6 and 0.995 at 7, tied at 8; W4A4 to T 4, 0.99 at 3 and 0.94 at 4, measured no further).
   if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 4 : 6);
-  int decode_tokens = std::min(o.decode_tokens == kDecodeTokensAuto ? auto_tokens : o.decode_tokens, o.max_tokens);
+  // The wide kernels (W4A16 MXFP4, past the 8 tokens kernel 1 stages; decode_layer.hpp) where the narrow bound is 8 at
+  // H <= 3072 (bench/results/v79 on an H200, W4A16 on pieces, wide / general path: Qwen3-30B-A3B's 2.4 MB experts ahead
+  // at every T to 64 -- 0.61 at T 9, 0.81 at 32, 0.93 at 64; gpt-oss-120b's 12.4 MB ones to T 24 -- 0.84 at 9, 0.98 at
+  // 24, 1.05 at 32): up to 64 tokens with experts of at most 4 MiB, else 24.
+  const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
+  const int auto_wide = !w4a4 && o.format == Format::mxfp4 && auto_tokens == detail::kDecodeMaxTokens && H <= 3072
+                            ? (expert_bytes <= (std::int64_t{4} << 20) ? 64 : 24)
+                            : 0;
+  const int requested = o.decode_tokens == kDecodeTokensAuto ? std::max(auto_tokens, auto_wide) : o.decode_tokens;
+  int decode_tokens = std::min({requested, detail::kDecodeMaxTokens, o.max_tokens});
   while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;
   const std::int64_t decode_pairs = std::int64_t{decode_tokens} * o.topk;
   const bool decode_fits =  // the kernels' 128-wide chunk counts are 32-bit; a lane's 32 k elements are live or not
@@ -220,13 +229,12 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
     d.bias13 = w.w13_bias, d.bias2 = w.w2_bias, d.bias_f32 = w.bias_f32;
     d.inter_rows = p.inter, d.y_rows = p.y, d.inter_ld = I;
-    // The wide path (W4A16 MXFP4; prototype, FP4GEMM_DECODE_WIDE=N): runs of decode_tokens < T <= N tokens, up to
-    // kDecodeWideMaxPairs pairs and kMaxMoeExperts experts.
+    // The wide kernels (W4A16 MXFP4): runs of decode_tokens < T <= the requested bound, up to kDecodeWideMaxPairs pairs.
     d.wide_tokens = 0, d.wide = false;
-    d.wide_shape = detail::decode_wide_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors);
-    if (const char* wide_env = std::getenv("FP4GEMM_DECODE_WIDE");
-        wide_env != nullptr && detail::decode_wide_supported(o.format, w4a4) && d.wide_shape.ctas1 > 0 && d.wide_shape.ctas2 > 0) {
-      int wt = std::min({std::atoi(wide_env), o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
+    if (requested > decode_tokens && detail::decode_wide_supported(o.format, w4a4))
+      d.wide_shape = detail::decode_wide_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors);
+    if (d.wide_shape.ctas1 > 0 && d.wide_shape.ctas2 > 0) {
+      const int wt = std::min({requested, o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
       const std::int64_t wp = std::int64_t{wt} * o.topk;
       const bool fits = wp * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
                         wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31);

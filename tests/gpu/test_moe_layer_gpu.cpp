@@ -644,14 +644,13 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
     }
 }
 
-// The wide decode path (W4A16 MXFP4, FP4GEMM_DECODE_WIDE=N: runs of 9..N tokens through a routing pre-pass and the
+// The wide decode path (W4A16 MXFP4, decode_tokens = 64: runs of 9..64 tokens through a routing pre-pass and the
 // decode kernels with slots of up to 8 pairs of one expert): T from 9 to 64 against the reference composition, in
 // rows and pieces, both scale layouts, both gate / up layouts, K tails, MXFP4 codes past 128; routings with repeats
 // (a token listing an expert twice), ids outside [0, E), every token on one expert (8 slots of one expert at T 64,
 // top-1), a device token count below T; two runs the same bytes; and the plan says it has the path.
 TEST(MoeLayerDecode, WidePathMatchesTheComposition) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
-  setenv("FP4GEMM_DECODE_WIDE", "64", 1);
   for (int v = 0; v < 4; ++v) {
     LayerCase c;
     c.format = Format::mxfp4, c.act = MoeActivation::bf16;
@@ -665,9 +664,10 @@ TEST(MoeLayerDecode, WidePathMatchesTheComposition) {
     if (!second) c.w13_code_max = 130;
     c.max_tokens = 64, c.ids_int64 = second, c.weights_bf16 = !second, c.padded = second, c.alphas = !second;
     c.biases = v == 3;
-    c.decode_tokens = 8, c.graph_cache = 0;
+    c.decode_tokens = 64, c.graph_cache = 0;
     const auto L = make_layer(c);
     const std::string d = L->layer->describe();
+    EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
     EXPECT_NE(d.find("wide decode path for T <= 64"), std::string::npos) << d;
     std::mt19937_64 rng(c.seed * 5 + 3);
     RunBuffers b(c, c.max_tokens, c.hidden + (c.padded ? 24 : 0), c.hidden + (c.padded ? 40 : 0), rng);
@@ -706,7 +706,6 @@ TEST(MoeLayerDecode, WidePathMatchesTheComposition) {
     EXPECT_NO_THROW(L->layer->check(s));
     FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
   }
-  unsetenv("FP4GEMM_DECODE_WIDE");
 }
 
 // Weights in pieces (MoeLayerOptions::weight_layout; W4A16 MXFP4 and W4A4 NVFP4): both paths (T 1-8 on the decode
@@ -889,10 +888,19 @@ TEST(MoeLayerDecode, OnlyWhereItApplies) {
   EXPECT_NE(make_layer(c)->layer->describe().find("decode path for T <= 4"), std::string::npos);
   c.act = MoeActivation::bf16, c.batch_invariant = true;
   EXPECT_NE(make_layer(c)->layer->describe().find("no decode path"), std::string::npos);
-  c.batch_invariant = false, c.decode_tokens = 9;
+  // past 8 tokens: the wide kernels, W4A16 MXFP4 only (W4A4 keeps the 8 of the narrow ones)
+  c.batch_invariant = false, c.max_tokens = 40, c.decode_tokens = 20;
+  std::string d = make_layer(c)->layer->describe();
+  EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
+  EXPECT_NE(d.find("wide decode path for T <= 20 "), std::string::npos) << d;
+  c.act = MoeActivation::fp4;
+  d = make_layer(c)->layer->describe();
+  EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
+  EXPECT_EQ(d.find("wide decode path"), std::string::npos) << d;
+  c.act = MoeActivation::bf16, c.decode_tokens = 65;
   try {
     make_layer(c);
-    ADD_FAILURE() << "decode_tokens 9 accepted";
+    ADD_FAILURE() << "decode_tokens 65 accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "options.decode_tokens") << e.what();
   }
@@ -919,15 +927,20 @@ TEST(MoeLayerHandover, WhereItApplies) {
 TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
-  struct Want { Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound; };
-  for (const Want w : {Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 64, 256, 128, 8},  // E / 2k = 8, small experts
-                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8},  // 4.125 MiB experts
+  // bound: the narrow kernels' (T <= 8); wide: the wide kernels' (W4A16 MXFP4 where the narrow bound is 8 at H <= 3072:
+  // 64 with experts of at most 4 MiB, else 24; 0: none)
+  struct Want { Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound, wide = 0; };
+  for (const Want w : {Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 64, 256, 128, 8, 64},  // E / 2k = 8, small experts
+                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8, 24},  // 4.125 MiB experts
+                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1344, 8, 64},  // 3.94 MiB experts
+                       Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 40, 256, 128, 8, 40},  // max_tokens
+                       Want{Format::mxfp4, MoeActivation::bf16, 64, 4, 200, 256, 128, 8, 64},
                        Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8},
                        Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8},
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 2, 64, 256, 128, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 2, 64, 256, 128, 3},   // Mixtral-like: 3
                        Want{Format::nvfp4, MoeActivation::fp4, 8, 4, 64, 256, 128, 3},
-                       Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 5, 256, 128, 5},  // max_tokens
+                       Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 5, 256, 128, 5},  // max_tokens (no wide: 5 < 9)
                        // wide hidden sizes (the measured crossover: Mixtral H 4096, DeepSeek-V3 H 7168)
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 1, 64, 4096, 256, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 4096, 256, 6},
@@ -944,6 +957,10 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
     EXPECT_NE(d.find(w.bound > 0 ? "decode path for T <= " + std::to_string(w.bound) + " " : std::string("no decode path")),
               std::string::npos)
         << c.describe() << ": " << d;
+    if (w.wide > 0)
+      EXPECT_NE(d.find("wide decode path for T <= " + std::to_string(w.wide) + " "), std::string::npos) << c.describe() << ": " << d;
+    else
+      EXPECT_EQ(d.find("wide decode path"), std::string::npos) << c.describe() << ": " << d;
   }
 }
 

@@ -39,6 +39,20 @@ if [ $mode = ab ]; then
   grep -h -i "error" $R/*.txt | head -5
   echo "ab [$((SECONDS - t0)) s]"
 fi
+if [ $mode = ab2 ]; then  # the layer's default bound (-1: the wide kernels where it chose them) against the narrow 8
+  for m in "qwen3 128 2048 768 8 silu" "gptoss 128 2880 2880 4 swigluoai"; do set -- $m
+    for T in ${TS:-1 8 9 16 24 32 64}; do for d in 8 -1; do for rnd in 1 2; do
+      timeout 100 /tmp/$M/cli layer --experts $2 --hidden $3 --inter $4 --tokens $T --topk $5 --activation $6 --act bf16 \
+        --weight-layout pieces --decode-tokens $d --iters 100 --warmup 10 > $R/${1}_T${T}_d${d}_r$rnd.txt 2>&1
+    done; done
+    printf "%-7s T %3s  decode_tokens 8: %s / %s   default: %s / %s  %s\n" $1 $T \
+      "$(grep -o 'time: [0-9.]*' $R/${1}_T${T}_d8_r1.txt | cut -c7-)" "$(grep -o 'time: [0-9.]*' $R/${1}_T${T}_d8_r2.txt | cut -c7-)" \
+      "$(grep -o 'time: [0-9.]*' $R/${1}_T${T}_d-1_r1.txt | cut -c7-)" "$(grep -o 'time: [0-9.]*' $R/${1}_T${T}_d-1_r2.txt | cut -c7-)" \
+      "$(grep -o 'wide decode path for T <= [0-9]*' $R/${1}_T${T}_d-1_r1.txt)"
+    done
+  done
+  echo "ab2 [$((SECONDS - t0)) s]"
+fi
 done
 find $R -name '*.txt' | xargs gzip -f 2>/dev/null
 tar czf $OUT/${NAME:-w}.tgz -C $OUT r && rm -rf $R
