@@ -52,7 +52,7 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
   cmd->add_option("--decode-tokens", o.decode_tokens,
                   "layer suite: runs of at most this many tokens take the decode path (MoeLayerOptions::"
                   "decode_tokens; 0: never, the general path everywhere; -1: by the layer)")
-      ->check(CLI::Range(-1, 8))
+      ->check(CLI::Range(-1, 64))
       ->capture_default_str();
   cmd->add_option("--weight-layout", o.weight_layout,
                   "moe and layer suites: the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces, "
@@ -145,7 +145,7 @@ CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
                 "every row independent of its batch (MoeLayerOptions::batch_invariant: no stream-K split); for A/B");
   cmd->add_option("--decode-tokens", o.decode_tokens,
                   "runs of at most this many tokens take the decode path (MoeLayerOptions::decode_tokens; 0: never; -1: by the layer)")
-      ->check(CLI::Range(-1, 8))->capture_default_str();
+      ->check(CLI::Range(-1, 64))->capture_default_str();
   cmd->add_option("--weight-layout", o.weight_layout,
                   "the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces; --act bf16 or nvfp4; "
                   "MoeLayerOptions::weight_layout)")

@@ -191,7 +191,16 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // path ahead at every T to its cap of 3 W4A16, and to T 4 W4A4 (0.91 at 4); DeepSeek-V3's H 7168 W4A16 to T 7,
   // ratio 0.96 at 6 and 0.995 at 7, tied at 8; W4A4 to T 4, 0.99 at 3 and 0.94 at 4, measured no further).
   if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 4 : 6);
-  int decode_tokens = std::min(o.decode_tokens == kDecodeTokensAuto ? auto_tokens : o.decode_tokens, o.max_tokens);
+  // The wide kernels (W4A16 MXFP4, past the 8 tokens kernel 1 stages; decode_layer.hpp) where the narrow bound is 8 at
+  // H <= 3072 (bench/results/v79 on an H200, W4A16 on pieces, wide / general path: Qwen3-30B-A3B's 2.4 MB experts ahead
+  // at every T to 64 -- 0.61 at T 9, 0.81 at 32, 0.93 at 64; gpt-oss-120b's 12.4 MB ones to T 24 -- 0.84 at 9, 0.98 at
+  // 24, 1.05 at 32): up to 64 tokens with experts of at most 4 MiB, else 24.
+  const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
+  const int auto_wide = !w4a4 && o.format == Format::mxfp4 && auto_tokens == detail::kDecodeMaxTokens && H <= 3072
+                            ? (expert_bytes <= (std::int64_t{4} << 20) ? 64 : 24)
+                            : 0;
+  const int requested = o.decode_tokens == kDecodeTokensAuto ? std::max(auto_tokens, auto_wide) : o.decode_tokens;
+  int decode_tokens = std::min({requested, detail::kDecodeMaxTokens, o.max_tokens});
   while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;
   const std::int64_t decode_pairs = std::int64_t{decode_tokens} * o.topk;
   const bool decode_fits =  // the kernels' 128-wide chunk counts are 32-bit; a lane's 32 k elements are live or not
@@ -220,9 +229,26 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
     d.bias13 = w.w13_bias, d.bias2 = w.w2_bias, d.bias_f32 = w.bias_f32;
     d.inter_rows = p.inter, d.y_rows = p.y, d.inter_ld = I;
+    // The wide kernels (W4A16 MXFP4): runs of decode_tokens < T <= the requested bound, up to kDecodeWideMaxPairs pairs.
+    d.wide_tokens = 0, d.wide = false;
+    if (requested > decode_tokens && detail::decode_wide_supported(o.format, w4a4))
+      d.wide_shape = detail::decode_wide_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors);
+    if (d.wide_shape.ctas1 > 0 && d.wide_shape.ctas2 > 0) {
+      const int wt = std::min({requested, o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
+      const std::int64_t wp = std::int64_t{wt} * o.topk;
+      const bool fits = wp * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
+                        wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31);
+      if (wt > decode_tokens && fits) {
+        d.wide_tokens = wt;
+        const std::int64_t hpad = (H + 127) / 128 * 128;
+        d.x_wide = p.allocate<__nv_bfloat16>(sizeof(__nv_bfloat16) * static_cast<std::size_t>(wt * hpad), "plan workspace");
+        d.route = p.allocate<int>(detail::decode_wide_route_bytes(), "plan workspace");
+      }
+    }
+    const std::int64_t rows_pairs = std::max<std::int64_t>(decode_pairs, std::int64_t{d.wide_tokens} * o.topk);
     if (pieces) {  // the intermediate in the pieces' k order, rows padded to 128 with zeros (never written past I)
       const std::int64_t ipad = (I + 127) / 128 * 128;
-      const std::size_t bytes = sizeof(__nv_bfloat16) * static_cast<std::size_t>(decode_pairs * ipad);
+      const std::size_t bytes = sizeof(__nv_bfloat16) * static_cast<std::size_t>(rows_pairs * ipad);
       auto* rows = p.allocate<__nv_bfloat16>(bytes, "plan workspace");
       FP4GEMM_CUDA_CHECK(cudaMemsetAsync(rows, 0, bytes, s), "plan");
       d.inter_rows = rows, d.inter_ld = ipad;
@@ -282,8 +308,9 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
   const bool uncombined = args.expert_rows != nullptr;  // (the caller combines: no decode path)
   int* const row_of = uncombined ? args.row_of : p.row_of;
   __nv_bfloat16* const y = uncombined ? static_cast<__nv_bfloat16*>(args.expert_rows) : p.y;
-  if (T <= p.decode_tokens && args.hidden_packed == nullptr && !uncombined) {
+  if ((T <= p.decode_tokens || T <= p.decode.wide_tokens) && args.hidden_packed == nullptr && !uncombined) {
     detail::DecodeLayerArgs d = p.decode;
+    d.wide = T > p.decode_tokens;
     d.x = static_cast<const __nv_bfloat16*>(args.hidden), d.ldx = ldh;
     d.ids = args.topk_ids, d.ids_int64 = args.ids_int64;
     d.weights = args.topk_weights, d.weights_bf16 = args.weights_bf16;
@@ -407,6 +434,9 @@ std::string MoeLayer::describe() const {
                               : "; decode path for T <= " + std::to_string(p.decode_tokens) + " (2 kernels of " +
                                     std::to_string(p.decode.shape.ctas1) + " / " + std::to_string(p.decode.shape.ctas2) +
                                     " CTAs)")
+     << (p.decode.wide_tokens > p.decode_tokens && p.decode_tokens > 0
+             ? "; wide decode path for T <= " + std::to_string(p.decode.wide_tokens) + " (pre-pass + 2 kernels)"
+             : "")
      << "; workspace " << (p.memory.bytes() + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
      << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();
   return os.str();

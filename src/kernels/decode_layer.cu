@@ -178,6 +178,44 @@ __device__ void read_routing(const DecodeLayerArgs& a, int T, Routing& r, long l
   __syncthreads();
 }
 
+// ---- the wide path's routing (T * k <= kDecodeWideMaxPairs): numbered once by the pre-pass, read by every CTA ------
+// A slot is up to 8 pairs of one expert -- its pairs in pair order, 8 per slot -- and its mma columns are those pairs
+// (a token that lists an expert twice is two columns). Slots in expert order: deterministic. The same bytes in the
+// plan's workspace (written by decode_wide_prep) and in each CTA's shared memory.
+struct WideRouting {
+  int slots;
+  int expert[kDecodeWideMaxPairs];
+  short col[kDecodeWideMaxPairs][kDecodeMaxTokens];  // the column's pair, or -1
+};
+static_assert(sizeof(WideRouting) % 4 == 0, "copied as words");
+
+// The table into shared memory, every thread (ends with a barrier). The whole table, not its first `slots`: one round
+// trip instead of two dependent ones.
+__device__ __forceinline__ void load_wide_routing(const DecodeLayerArgs& a, WideRouting& r) {
+  constexpr int kWords = sizeof(WideRouting) / 4;
+  const int* src = static_cast<const int*>(a.route);
+  int* dst = reinterpret_cast<int*>(&r);
+  constexpr int kPer = (kWords + 511) / 512;
+  int v[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int w = static_cast<int>(threadIdx.x) + i * static_cast<int>(blockDim.x);
+    v[i] = w < kWords ? src[w] : 0;
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int w = static_cast<int>(threadIdx.x) + i * static_cast<int>(blockDim.x);
+    if (w < kWords) dst[w] = v[i];
+  }
+  __syncthreads();
+}
+
+// A pair's expert as the combine weighs it: the id, or -1 outside [0, E) (the wide path reads the ids again).
+__device__ __forceinline__ int pair_expert(const DecodeLayerArgs& a, int q) {
+  const long long v = a.ids_int64 ? static_cast<const long long*>(a.ids)[q] : static_cast<long long>(static_cast<const int*>(a.ids)[q]);
+  return v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
+}
+
 // The run's tokens into shared memory, `threads` threads from thread 0: 8 elements (16 bytes) per step, re-paired so
 // that stored word p = elements (p, p + 4) (decode::pair_position; NVFP4 f16: (0,2) (1,3) (4,6) (5,7)); four steps'
 // loads in flight at once. Each granule goes where decode::XShared reads it (staged_granule, rows
@@ -226,19 +264,26 @@ constexpr int kStagedTokensBarrier = 1;
 // Kernel 1's body (decode_gate_up; the fused kernel's first part: no dependent to launch). `records`: kDecodeWarps * 2 *
 // 128 floats; x_staged: the dynamic shared memory -- the tokens ([decode tokens][hpad], stored in the B pairing,
 // zero-padded), then from a 1 KB boundary the warps' rings (decode_ring_offset).
-template <Format F, ScaleLayout L, bool P>
-__device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, Routing& r, float* records, uint4* x_staged,
+// W (the wide path): the routing from the pre-pass's table (after waiting for the pre-pass), the tokens read from its
+// global copy (decode::XGlobalPadded), the rings from the dynamic shared memory's start.
+template <Format F, ScaleLayout L, bool P, bool W = false, class R>
+__device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, R& r, float* records, uint4* x_staged,
                                              bool fused) {
-  const long long id = load_pair_id(a);  // (in flight with the tokens' loads below)
+  const long long id = W ? -1 : load_pair_id(a);  // (in flight with the tokens' loads below)
   const int T = run_tokens(a), k = a.topk;
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int hpad = (H + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
+  if constexpr (W) {
+    ptx::wait_prerequisites();  // the pre-pass's table and tokens
+    load_wide_routing(a, r);
+  } else {
   // W4A16: the run's tokens, every CTA its own copy, staged at once (their loads overlap the routing's).
   // W4A4 launches this kernel as a programmatic dependent of the token quantiser: it reads its routing and issues its
   // rings' first copies while the quantiser runs, and stages the quantised tokens only then (`ready` below: measured
   // 0.7-3.2 us faster on the H200 than staging first; for W4A16, staging after the copies measured 0.1-1.2 us slower).
   if (!a.fp4_activations) stage_tokens<F, P>(a, x_staged, T, H, hpad, blockDim.x);
   read_routing(a, T, r, id);  // (ends with a barrier: W4A16's staged tokens are complete too)
+  }
   if (r.slots == 0) ptx::wait_prerequisites();  // (no warp streams, none waits in `ready`: the grid still ends after
                                                 // its prerequisite)
   stamp(0, 1);
@@ -253,9 +298,15 @@ __device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, Routing& 
   auto unit_of = [&](int u) {
     const int s = static_cast<int>(static_cast<unsigned>(u) / groups), i = (u - s * groups) * 8 + g, e = r.expert[s];
     const int gate = a.interleaved ? 2 * i : i, up = a.interleaved ? 2 * i + 1 : I + i;
-    const int j = r.pick[s][g];
     // an absent token's column is never stored: it multiplies token 0's row
-    const void* xs = x_staged + (j >= 0 ? g : 0) * staged_row_granules(H);
+    const void* xs;
+    if constexpr (W) {
+      const int q = r.col[s][g];
+      xs = a.x_wide + static_cast<std::int64_t>(q >= 0 ? q / k : 0) * hpad;
+    } else {
+      const int j = r.pick[s][g];
+      xs = x_staged + (j >= 0 ? g : 0) * staged_row_granules(H);
+    }
     if constexpr (P) {
       const std::uint8_t* w = a.w13 + e * w_stride + std::int64_t{u - s * groups} * (hpad / decode::kChunk) * 1024 + 16 * lane;
       return decode::Unit{w, w + 512, a.s13 + e * a.s13_stride, xs, gate, up};
@@ -276,33 +327,40 @@ __device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, Routing& 
     const float bu = bias_at(a.bias13, a.bias_f32, b0 + (a.interleaved ? 2 * i + 1 : I + i));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int t = 2 * c + h, j = r.pick[s][t];
-      if (j >= 0)  // stored in the B pairing kernel 2 reads
+      const int t = 2 * c + h;
+      if constexpr (W) {
+        if (const int q = r.col[s][t]; q >= 0)
+          a.inter_rows[std::int64_t{q} * (P ? a.inter_ld : I) + decode::pair_position_of<F, P>(i)] =
+              __float2bfloat16_rn(glu_apply(fmaf(v[h], ag, bg), fmaf(v[2 + h], au, bu), act));
+      } else if (const int j = r.pick[s][t]; j >= 0) {  // stored in the B pairing kernel 2 reads
         a.inter_rows[std::int64_t{t * k + j} * (P ? a.inter_ld : I) + decode::pair_position_of<F, P>(i)] =
             __float2bfloat16_rn(glu_apply(fmaf(v[h], ag, bg), fmaf(v[2 + h], au, bu), act));
+      }
     }
   };
-  auto ready = [&](int W) {  // (called by the W streaming warps, each once its ring's first copies are issued)
-    if (a.fp4_activations) {
+  auto ready = [&](int nw) {  // (called by the nw streaming warps, each once its ring's first copies are issued)
+    if (!W && a.fp4_activations) {
       ptx::wait_prerequisites();  // the token quantiser's output
-      stage_tokens<F, P>(a, x_staged, T, H, hpad, 32 * W);
-      ptx::named_barrier_sync(kStagedTokensBarrier, 32 * W);
+      stage_tokens<F, P>(a, x_staged, T, H, hpad, 32 * nw);
+      ptx::named_barrier_sync(kStagedTokensBarrier, 32 * nw);
     }
     stamp(0, 2);
   };
-  decode::stream_units_cta<F, L, P, decode::XShared, false>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
-                                               ready, finish, records,
-                                               reinterpret_cast<std::uint8_t*>(x_staged) + decode_ring_offset(a.tokens, H));
+  using XS = std::conditional_t<W, decode::XGlobalPadded, decode::XShared>;
+  decode::stream_units_cta<F, L, P, XS, false>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of, ready, finish,
+                                               records,
+                                               reinterpret_cast<std::uint8_t*>(x_staged) +
+                                                   (W ? 0 : decode_ring_offset(a.tokens, H)));
 }
 
-template <Format F, ScaleLayout L, bool P>
+template <Format F, ScaleLayout L, bool P, bool W = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerArgs a) {
   stamp(0, 0);
   trace_part(0);
-  __shared__ Routing r;
+  __shared__ std::conditional_t<W, WideRouting, Routing> r;
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   extern __shared__ __align__(1024) uint4 x_staged[];
-  gate_up_part<F, L, P>(a, r, records, x_staged, false);
+  gate_up_part<F, L, P, W>(a, r, records, x_staged, false);
   stamp(0, 3);
   stamp(0, 4);
 }
@@ -318,12 +376,15 @@ constexpr int kRound = 128;  // touched blocks handled per round (a CTA touches 
 // XS: where the intermediate is read from; ready(W): called by each streaming warp once its ring's first copies are
 // issued, before it reads the intermediate. `records`: kDecodeWarps * 2 * 128 floats; done: kRound ints; ring: the warps'
 // rings.
-template <Format F, ScaleLayout L, bool P, class XS, class Ready>
-__device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, Routing& r, float* records, int* done,
+// W (the wide path): the routing from the pre-pass's table (complete: kernel 1 waited for the pre-pass before it let
+// this grid launch), the pairs' ids read again by the combine.
+template <Format F, ScaleLayout L, bool P, class XS, bool W = false, class R, class Ready>
+__device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r, float* records, int* done,
                                                   int& n_done, std::uint8_t* ring, Ready ready, bool fused) {
-  const long long id = fused ? -1 : load_pair_id(a);  // (in flight with the token count's load)
+  const long long id = fused || W ? -1 : load_pair_id(a);  // (in flight with the token count's load)
   const int T = run_tokens(a), k = a.topk;
-  if (!fused) read_routing(a, T, r, id);
+  if constexpr (W) load_wide_routing(a, r);
+  else if (!fused) read_routing(a, T, r, id);
   stamp(1, 1);
   const int H = a.hidden, I = a.inter, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int S = r.slots, blocks = H / 16;
@@ -341,15 +402,17 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, Rout
   const std::int64_t w_stride = P ? std::int64_t{H / 16} * chunks * 1024 : std::int64_t{H} * (I / 2);
   auto unit_of = [&](int u) {
     const int b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S, rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
-    const int j = r.pick[s][g];
+    int j, q = 0;  // (W: the column's pair q, j = q; else the token's pick j, pair g k + j)
+    if constexpr (W) q = r.col[s][g], j = q;
+    else j = r.pick[s][g];
     if constexpr (P) {
-      const void* xs = j >= 0 ? a.inter_rows + std::int64_t{g * k + j} * a.inter_ld : a.zero_row;
+      const void* xs = j >= 0 ? a.inter_rows + std::int64_t{W ? q : g * k + j} * a.inter_ld : a.zero_row;
       const std::uint8_t* w = a.w2 + e * w_stride + std::int64_t{b} * chunks * 1024 + 16 * lane;
       return decode::Unit{w, w + 512, a.s2 + e * a.s2_stride, xs, rg, rh};
     } else {
       const std::uint8_t* w = a.w2 + e * w_stride;
       return decode::Unit{w + std::int64_t{rg} * (I / 2), w + std::int64_t{rh} * (I / 2), a.s2 + e * a.s2_stride,
-                          j >= 0 ? a.inter_rows + std::int64_t{g * k + j} * I : a.zero_row, rg, rh};
+                          j >= 0 ? a.inter_rows + std::int64_t{W ? q : g * k + j} * I : a.zero_row, rg, rh};
     }
   };
   auto finish = [&](int u, float(&v)[4]) {
@@ -357,9 +420,12 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, Rout
     const float alpha = a.alpha2 != nullptr ? a.alpha2[e] : a.alpha2_s;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int t = 2 * c + h, j = r.pick[s][t];
+      const int t = 2 * c + h;
+      int j, q = 0;
+      if constexpr (W) q = r.col[s][t], j = q;
+      else j = r.pick[s][t];
       if (j >= 0) {
-        __nv_bfloat16* y = a.y_rows + std::int64_t{t * k + j} * H;
+        __nv_bfloat16* y = a.y_rows + std::int64_t{W ? q : t * k + j} * H;
         y[rg] = __float2bfloat16_rn(alpha * v[h]);
         y[rh] = __float2bfloat16_rn(alpha * v[2 + h]);
       }
@@ -380,7 +446,8 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, Rout
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
           pair[q] = t * k + min(j0 + q, k - 1);
-          id[q] = j0 + q < k ? r.id[pair[q]] : -1;
+          if constexpr (W) id[q] = j0 + q < k ? pair_expert(a, pair[q]) : -1;
+          else id[q] = j0 + q < k ? r.id[pair[q]] : -1;
           yv[q] = __bfloat162float(__ldcg(a.y_rows + std::int64_t{pair[q]} * H + row));
         }
         if (a.weights_bf16) {
@@ -446,10 +513,10 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, Rout
   stamp(1, 4);
 }
 
-template <Format F, ScaleLayout L, bool P>
+template <Format F, ScaleLayout L, bool P, bool W = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
   stamp(1, 0);
-  __shared__ Routing r;
+  __shared__ std::conditional_t<W, WideRouting, Routing> r;
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   __shared__ int done[kRound];
   __shared__ int n_done;
@@ -458,7 +525,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   // its intermediate rows (PDL), overlapping kernel 1's tail.
   auto ready = [](int) { ptx::wait_prerequisites(), stamp(1, 2); };
   using XS = std::conditional_t<P, decode::XGlobalPadded, decode::XGlobal>;  // (pieces: rows padded with zeros)
-  down_combine_part<F, L, P, XS>(a, r, records, done, n_done, reinterpret_cast<std::uint8_t*>(dyn2), ready, false);
+  down_combine_part<F, L, P, XS, W>(a, r, records, done, n_done, reinterpret_cast<std::uint8_t*>(dyn2), ready, false);
 }
 
 // ---- the fused kernel (W4A16): kernel 1's part, a grid barrier, kernel 2's part ------------------------------------
@@ -559,6 +626,98 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
   }
 }
 
+// ---- the wide path's pre-pass: CTA 0 numbers the slots, the others write the tokens in the kernels' k order ----------
+// CTA 0 (one thread per pair, P = T * k <= kDecodeWideMaxPairs): each valid pair sets its bit in its expert's 512-bit
+// mask (shared memory, E x 64 bytes), so an expert's pair count and a pair's rank among its expert's pairs (lower pair
+// indices first) are popcounts; an expert takes ceil(count / 8) slots, numbered in expert order by a CTA scan; the pair
+// of rank r is column r % 8 of slot base + r / 8 (the slot's columns past the expert's pairs -1). The other CTAs copy
+// the run's tokens into x_wide ([T][hpad], zeros past H): each 8-element group re-paired and placed as kernel 1's
+// shared staging would hold it (decode::pair_position_of), so kernel 1 reads them as kernel 2 reads the intermediate.
+constexpr int kPrepThreads = 512;
+template <Format F, bool P>
+__global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLayerArgs a) {
+  ptx::launch_dependents();  // (kernel 1 waits for this grid's completion before reading anything it writes)
+  const int T = run_tokens(a), k = a.topk, H = a.hidden, E = a.experts, tid = static_cast<int>(threadIdx.x);
+  if (blockIdx.x == 0) {
+    extern __shared__ unsigned mask[];  // [E][16] words, then per expert its pair count and its first slot
+    int* count = reinterpret_cast<int*>(mask + E * 16);
+    int* base = count + E;
+    __shared__ int warp_sum[kPrepThreads / 32];
+    WideRouting* out = static_cast<WideRouting*>(a.route);
+    for (int i = tid; i < E * 16; i += kPrepThreads) mask[i] = 0u;
+    __syncthreads();
+    const int pairs = T * k;
+    const int e = tid < pairs ? pair_expert(a, tid) : -1;
+    if (e >= 0) atomicOr(&mask[e * 16 + tid / 32], 1u << (tid % 32));
+    __syncthreads();
+    // this thread's experts [tid * per, tid * per + per): counts and slots, then the CTA's exclusive scan of the slots
+    const int per = (E + kPrepThreads - 1) / kPrepThreads, words = (pairs + 31) / 32;
+    int mine = 0;
+    for (int i = 0; i < per; ++i) {
+      const int x = tid * per + i;
+      if (x >= E) break;
+      int n = 0;
+      for (int w = 0; w < words; ++w) n += __popc(mask[x * 16 + w]);
+      count[x] = n, mine += (n + 7) / 8;
+    }
+    const int lane = tid % 32, warp = tid / 32;
+    int incl = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (lane == 31) warp_sum[warp] = incl;
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < kPrepThreads / 32; ++w) {
+      before += w < warp ? warp_sum[w] : 0;
+      total += warp_sum[w];
+    }
+    int run = before + incl - mine;
+    for (int i = 0; i < per; ++i) {
+      const int x = tid * per + i;
+      if (x >= E) break;
+      base[x] = run, run += (count[x] + 7) / 8;
+    }
+    __syncthreads();
+    if (e >= 0) {
+      const int w = tid / 32;
+      int rank = __popc(mask[e * 16 + w] & ((1u << (tid % 32)) - 1u));
+      for (int v = 0; v < w; ++v) rank += __popc(mask[e * 16 + v]);
+      const int slot = base[e] + rank / 8, col = rank % 8;
+      out->col[slot][col] = static_cast<short>(tid);
+      if (col == 0) {
+        out->expert[slot] = e;
+        for (int c = count[e] - rank; c < kDecodeMaxTokens; ++c) out->col[slot][c] = -1;
+      }
+    }
+    if (tid == 0) out->slots = total;
+    return;
+  }
+  // the tokens: 16-byte groups, four loads in flight per thread
+  const int hpad = (H + decode::kChunk - 1) / decode::kChunk * decode::kChunk, row_groups = hpad / 8;
+  const int steps = T * row_groups, threads = (static_cast<int>(gridDim.x) - 1) * kPrepThreads;
+  constexpr int kBatch = 4;
+  for (int v0 = (static_cast<int>(blockIdx.x) - 1) * kPrepThreads + tid; v0 < steps; v0 += kBatch * threads) {
+    uint4 x[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int v = v0 + b * threads, t = v / row_groups, j = v - t * row_groups;
+      x[b] = v < steps && 8 * j < H ? __ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + 8 * j)) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int v = v0 + b * threads, t = v / row_groups, j = v - t * row_groups;
+      if (v >= steps) break;
+      const int at = std::int64_t{t} * row_groups + (P ? decode::pieces_position(8 * j) / 8 : j);
+      reinterpret_cast<uint4*>(a.x_wide)[at] =
+          make_uint4(__byte_perm(x[b].x, x[b].z, 0x5410u), __byte_perm(x[b].x, x[b].z, 0x7632u),
+                     __byte_perm(x[b].y, x[b].w, 0x5410u), __byte_perm(x[b].y, x[b].w, 0x7632u));
+    }
+  }
+}
+
 int resident(const void* kernel, int multiprocessors, int smem) {
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) != cudaSuccess || per_sm < 1)
@@ -593,6 +752,27 @@ struct Fused {  // (W4A16 only, whose weights are MXFP4: no NVFP4 instantiation)
     else return reinterpret_cast<const void*>(decode_fused<F, L, P>);
   }
 };
+template <Format F, ScaleLayout L, bool P>
+struct GateUpWide {  // (W4A16 MXFP4 only)
+  static const void* get() {
+    if constexpr (F == Format::nvfp4) return nullptr;
+    else return reinterpret_cast<const void*>(decode_gate_up<F, L, P, true>);
+  }
+};
+template <Format F, ScaleLayout L, bool P>
+struct DownCombineWide {
+  static const void* get() {
+    if constexpr (F == Format::nvfp4) return nullptr;
+    else return reinterpret_cast<const void*>(decode_down_combine<F, L, P, true>);
+  }
+};
+const void* kernel1w(Format f, bool blocked, bool pieces) { return kernel_of<GateUpWide>(f, blocked, pieces); }
+const void* kernel2w(Format f, bool blocked, bool pieces) { return kernel_of<DownCombineWide>(f, blocked, pieces); }
+const void* kernel_prep(Format f, bool pieces) {
+  if (f == Format::nvfp4) return nullptr;
+  return pieces ? reinterpret_cast<const void*>(decode_wide_prep<Format::mxfp4, true>)
+                : reinterpret_cast<const void*>(decode_wide_prep<Format::mxfp4, false>);
+}
 const void* kernel1(Format f, bool blocked, bool pieces) { return kernel_of<GateUp>(f, blocked, pieces); }
 const void* kernel_fused(Format f, bool blocked, bool pieces) { return kernel_of<Fused>(f, blocked, pieces); }
 const void* kernel2(Format f, bool blocked, bool pieces) { return kernel_of<DownCombine>(f, blocked, pieces); }
@@ -661,6 +841,30 @@ DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int mu
   return s;
 }
 
+DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors) {
+  DecodeWideShape s;
+  constexpr int ring = kDecodeWarps * decode::kRingBytes;
+  // kernel 1 without staged tokens; the pre-pass's shared memory for kMaxMoeExperts (512) experts
+  const void* k1w = kernel1w(format, blocked_scales, pieces);
+  if (k1w == nullptr) return s;
+  const void* k2w = kernel2w(format, blocked_scales, pieces);
+  constexpr int kPrepSmemMax = 512 * (64 + 8);
+  if (cudaFuncSetAttribute(k1w, cudaFuncAttributeMaxDynamicSharedMemorySize, ring) == cudaSuccess &&
+      cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, ring) == cudaSuccess &&
+      cudaFuncSetAttribute(kernel_prep(format, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmemMax) ==
+          cudaSuccess) {
+    s.smem1 = ring;
+    s.ctas1 = resident(k1w, multiprocessors, ring);
+    s.ctas2 = resident(k2w, multiprocessors, ring);
+  } else {
+    cudaGetLastError();
+  }
+  return s;
+}
+
+std::size_t decode_wide_route_bytes() { return sizeof(WideRouting); }
+bool decode_wide_supported(Format format, bool fp4_activations) { return format == Format::mxfp4 && !fp4_activations; }
+
 std::string decode_trace_report() {
 #ifdef FP4GEMM_TRACE
   static unsigned long long h[2][kTraceCtas][kDecodeWarps][kTracePhases];
@@ -714,6 +918,18 @@ bool decode_fused_runs(const DecodeLayerArgs& a, cudaStream_t s) {
 
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   DecodeLayerArgs args = a;
+  if (a.wide) {  // the pre-pass, then the two kernels, each a programmatic dependent of the one before
+    void* params[] = {&args};
+    const int hpad = (a.hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
+    const int groups = a.tokens * (hpad / 8);
+    const int ctas = 1 + std::min(64, (groups + 4 * kPrepThreads - 1) / (4 * kPrepThreads));
+    launch(kernel_prep(a.format, a.weight_pieces), dim3(ctas), dim3(kPrepThreads), params, a.experts * (64 + 8), false, s);
+    launch(kernel1w(a.format, a.blocked_scales, a.weight_pieces), dim3(a.wide_shape.ctas1), dim3(kThreads), params,
+           a.wide_shape.smem1, true, s);
+    launch(kernel2w(a.format, a.blocked_scales, a.weight_pieces), dim3(a.wide_shape.ctas2), dim3(kThreads), params,
+           a.shape.smem2, true, s);
+    return;
+  }
   if (a.fused) {  // (decode_fused_runs decided it at plan time)
     void* params[] = {&args};
     launch(kernel_fused(a.format, a.blocked_scales, a.weight_pieces), dim3(a.shape.ctas_fused), dim3(kThreads), params,

@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -18,6 +19,10 @@ namespace fp4gemm::detail {
 
 inline constexpr int kDecodeMaxTokens = 8;  // token columns of one mma (n8)
 inline constexpr int kDecodeMaxPairs = 64;  // T * k
+// The wide decode path (W4A16 MXFP4, more tokens than kernel 1 stages): a routing pre-pass numbers the slots -- an
+// expert's pairs in pair order, 8 per slot -- and writes the tokens in the kernels' k order to global memory; up to
+// kDecodeWideMaxPairs pairs.
+inline constexpr int kDecodeWideMaxPairs = 512;
 
 // The plan-time shape of the decode path: each kernel's grid (as many CTAs as stay resident) and
 // dynamic shared memory (the warps' load rings; kernel 1 also the staged tokens).
@@ -25,6 +30,10 @@ struct DecodeShape {
   int ctas1 = 0, ctas2 = 0;
   int smem1 = 0, smem2 = 0;
   int ctas_fused = 0;  // the fused kernel's grid (kernel 1's dynamic shared memory): 0 where it cannot run
+};
+// The wide path's kernels (decode_shape; 0: none).
+struct DecodeWideShape {
+  int ctas1 = 0, ctas2 = 0, smem1 = 0;
 };
 // Kernel 1 stages up to kDecodeMaxStagedBytes of tokens (decode tokens x hidden, padded to a chunk, each row 64 bytes
 // longer: decode::kStagedRowPad; the pad's 8 x 64 bytes are added so that it lowers no H's token bound).
@@ -74,7 +83,20 @@ struct DecodeLayerArgs {
   // arrival counter in the plan's workspace, zero at plan time, G added per run, never reset)
   bool fused;
   unsigned long long* grid_bar;
+  // The wide path (W4A16 MXFP4): runs of decode tokens < T <= wide_tokens (0: none). x_wide: [wide_tokens][H padded to
+  // 128], the tokens in the kernels' k order (zeros past H); route: the slots (decode_layer.cu's WideRouting); wide:
+  // this launch takes it.
+  int wide_tokens;
+  DecodeWideShape wide_shape;
+  __nv_bfloat16* x_wide;
+  void* route;
+  bool wide;
 };
+DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors);
+// Bytes of the wide path's routing table (the plan's workspace).
+std::size_t decode_wide_route_bytes();
+// Whether the wide path has kernels for this format (W4A16 MXFP4).
+bool decode_wide_supported(Format format, bool fp4_activations);
 
 int decode_staged_bytes(int tokens, int hidden);
 DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors, int tokens, int hidden);

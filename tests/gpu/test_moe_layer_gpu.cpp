@@ -644,6 +644,70 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
     }
 }
 
+// The wide decode path (W4A16 MXFP4, decode_tokens = 64: runs of 9..64 tokens through a routing pre-pass and the
+// decode kernels with slots of up to 8 pairs of one expert): T from 9 to 64 against the reference composition, in
+// rows and pieces, both scale layouts, both gate / up layouts, K tails, MXFP4 codes past 128; routings with repeats
+// (a token listing an expert twice), ids outside [0, E), every token on one expert (8 slots of one expert at T 64,
+// top-1), a device token count below T; two runs the same bytes; and the plan says it has the path.
+TEST(MoeLayerDecode, WidePathMatchesTheComposition) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (int v = 0; v < 4; ++v) {
+    LayerCase c;
+    c.format = Format::mxfp4, c.act = MoeActivation::bf16;
+    c.seed = 9900 + v;
+    const bool second = v % 2 == 1;
+    c.pieces = v >= 2;
+    c.activation = second ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
+    c.gate_up = second ? GateUpLayout::interleaved : GateUpLayout::stacked;
+    c.scale_layout = second ? ScaleLayout::linear : ScaleLayout::blocked;
+    c.experts = second ? 40 : 12, c.topk = second ? 8 : 4, c.hidden = second ? 352 : 288, c.inter = second ? 96 : 160;
+    if (!second) c.w13_code_max = 130;
+    c.max_tokens = 64, c.ids_int64 = second, c.weights_bf16 = !second, c.padded = second, c.alphas = !second;
+    c.biases = v == 3;
+    c.decode_tokens = 64, c.graph_cache = 0;
+    const auto L = make_layer(c);
+    const std::string d = L->layer->describe();
+    EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
+    EXPECT_NE(d.find("wide decode path for T <= 64"), std::string::npos) << d;
+    std::mt19937_64 rng(c.seed * 5 + 3);
+    RunBuffers b(c, c.max_tokens, c.hidden + (c.padded ? 24 : 0), c.hidden + (c.padded ? 40 : 0), rng);
+    DeviceBuffer count(4);
+    cudaStream_t s = nullptr;
+    FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+    for (const int T : {9, 13, 24, 37, 64})
+      for (int mode = 0; mode < 3; ++mode) {
+        Inputs in = make_inputs(c, rng, T, mode == 1 ? Route::invalid_ids : Route::random);
+        if (mode == 2) {  // repeats: token t lists its first expert again at j = 1 (and 2)
+          for (int t = 0; t < T; ++t)
+            for (int j = 1; j <= std::min(c.topk - 1, 1 + t % 2); ++j) in.ids[t * c.topk + j] = in.ids[t * c.topk];
+        }
+        if (T == 64 && mode == 0)  // every pair on expert 3: 32 or 64 slots of one expert
+          for (auto& id : in.ids) id = 3;
+        const int present = mode == 1 ? T - 3 : T;  // the device count says 3 tokens fewer; rows past it not uploaded
+        Inputs used = in;
+        used.tokens = present;
+        used.hidden.resize(static_cast<std::size_t>(present) * in.ld_hidden);
+        used.ids.resize(static_cast<std::size_t>(present) * c.topk), used.weights.resize(used.ids.size());
+        const Expected x = reference_layer(*L, used);
+        b.upload(c, used, s);
+        MoeLayerArgs a = b.args(c, used);
+        a.tokens = T;
+        if (present < T) {
+          FP4GEMM_TEST_CUDA(cudaMemcpyAsync(count.get(), &present, 4, cudaMemcpyHostToDevice, s));
+          a.token_count = reinterpret_cast<const int*>(count.get());
+        }
+        L->layer->run(a, s);
+        const std::vector<std::uint8_t> first = b.download(s);
+        EXPECT_TRUE(check_output(c, used, b, first, x)) << c.describe() << ", T " << T << ", mode " << mode;
+        b.upload(c, used, s);
+        L->layer->run(a, s);
+        EXPECT_TRUE(b.download(s) == first) << "two runs differ: T " << T << ", mode " << mode;
+      }
+    EXPECT_NO_THROW(L->layer->check(s));
+    FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+  }
+}
+
 // Weights in pieces (MoeLayerOptions::weight_layout; W4A16 MXFP4 and W4A4 NVFP4): both paths (T 1-8 on the decode
 // kernels, T 9-40 on the general path's GEMMs), both gate / up layouts, both scale layouts, H and I not multiples of
 // 128 (the pieces' zero k-block, the decode path's padded intermediate -- quantised in place for W4A4), MXFP4 codes
@@ -824,10 +888,19 @@ TEST(MoeLayerDecode, OnlyWhereItApplies) {
   EXPECT_NE(make_layer(c)->layer->describe().find("decode path for T <= 4"), std::string::npos);
   c.act = MoeActivation::bf16, c.batch_invariant = true;
   EXPECT_NE(make_layer(c)->layer->describe().find("no decode path"), std::string::npos);
-  c.batch_invariant = false, c.decode_tokens = 9;
+  // past 8 tokens: the wide kernels, W4A16 MXFP4 only (W4A4 keeps the 8 of the narrow ones)
+  c.batch_invariant = false, c.max_tokens = 40, c.decode_tokens = 20;
+  std::string d = make_layer(c)->layer->describe();
+  EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
+  EXPECT_NE(d.find("wide decode path for T <= 20 "), std::string::npos) << d;
+  c.act = MoeActivation::fp4;
+  d = make_layer(c)->layer->describe();
+  EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
+  EXPECT_EQ(d.find("wide decode path"), std::string::npos) << d;
+  c.act = MoeActivation::bf16, c.decode_tokens = 65;
   try {
     make_layer(c);
-    ADD_FAILURE() << "decode_tokens 9 accepted";
+    ADD_FAILURE() << "decode_tokens 65 accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "options.decode_tokens") << e.what();
   }
@@ -854,15 +927,20 @@ TEST(MoeLayerHandover, WhereItApplies) {
 TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
-  struct Want { Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound; };
-  for (const Want w : {Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 64, 256, 128, 8},  // E / 2k = 8, small experts
-                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8},  // 4.125 MiB experts
+  // bound: the narrow kernels' (T <= 8); wide: the wide kernels' (W4A16 MXFP4 where the narrow bound is 8 at H <= 3072:
+  // 64 with experts of at most 4 MiB, else 24; 0: none)
+  struct Want { Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound, wide = 0; };
+  for (const Want w : {Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 64, 256, 128, 8, 64},  // E / 2k = 8, small experts
+                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8, 24},  // 4.125 MiB experts
+                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1344, 8, 64},  // 3.94 MiB experts
+                       Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 40, 256, 128, 8, 40},  // max_tokens
+                       Want{Format::mxfp4, MoeActivation::bf16, 64, 4, 200, 256, 128, 8, 64},
                        Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8},
                        Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8},
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 2, 64, 256, 128, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 2, 64, 256, 128, 3},   // Mixtral-like: 3
                        Want{Format::nvfp4, MoeActivation::fp4, 8, 4, 64, 256, 128, 3},
-                       Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 5, 256, 128, 5},  // max_tokens
+                       Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 5, 256, 128, 5},  // max_tokens (no wide: 5 < 9)
                        // wide hidden sizes (the measured crossover: Mixtral H 4096, DeepSeek-V3 H 7168)
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 1, 64, 4096, 256, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 4096, 256, 6},
@@ -879,6 +957,10 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
     EXPECT_NE(d.find(w.bound > 0 ? "decode path for T <= " + std::to_string(w.bound) + " " : std::string("no decode path")),
               std::string::npos)
         << c.describe() << ": " << d;
+    if (w.wide > 0)
+      EXPECT_NE(d.find("wide decode path for T <= " + std::to_string(w.wide) + " "), std::string::npos) << c.describe() << ": " << d;
+    else
+      EXPECT_EQ(d.find("wide decode path"), std::string::npos) << c.describe() << ": " << d;
   }
 }
 

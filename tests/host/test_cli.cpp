@@ -127,7 +127,7 @@ TEST(Cli, BadArgumentsGiveOneLineNamingTheOption) {
       {"bench --cases 1,x", {"--cases"}},
       {"bench --settle-ms -5", {"--settle-ms"}},
       {"bench --settle-ms 20000", {"--settle-ms"}},
-      {"bench --suite layer --decode-tokens 9", {"--decode-tokens"}},
+      {"bench --suite layer --decode-tokens 65", {"--decode-tokens"}},
       {"bench --suite layer --decode-tokens -2", {"--decode-tokens"}},
       {"bench --bogus", {"--bogus"}},
       {"bench --suite moe --cases 57", {"--cases", "57", "56"}},
