@@ -234,14 +234,25 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     if (requested > decode_tokens && detail::decode_wide_supported(o.format, w4a4))
       d.wide_shape = detail::decode_wide_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors);
     if (d.wide_shape.ctas1 > 0 && d.wide_shape.ctas2 > 0) {
-      const int wt = std::min({requested, o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
+      // Kernel 1 stages the token rows of its CTA's slots, 8 per slot: a CTA's balanced share of the units (slots x
+      // I / 8) spans at most ceil(share / (I / 8)) + 1 slots, and a run at most min(P, P / 8 + min(E, P)) slots of
+      // its P pairs; fewer wide tokens where the rows do not fit kDecodeWideMaxStagedBytes.
+      const std::int64_t groups = I / 8, row_bytes = detail::decode_wide_staged_row_bytes(H);
+      auto staged_rows = [&](int tokens) {
+        const std::int64_t pairs = std::int64_t{tokens} * o.topk;
+        const std::int64_t slots = std::min(pairs, pairs / 8 + std::min<std::int64_t>(E, pairs));
+        const std::int64_t share = (slots * groups + d.wide_shape.ctas1 - 1) / d.wide_shape.ctas1;
+        return 8 * std::min(slots, (share + groups - 1) / groups + 1);
+      };
+      int wt = std::min({requested, o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
+      while (wt > decode_tokens && staged_rows(wt) * row_bytes > detail::kDecodeWideMaxStagedBytes) --wt;
       const std::int64_t wp = std::int64_t{wt} * o.topk;
       const bool fits = wp * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
                         wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31);
       if (wt > decode_tokens && fits) {
         d.wide_tokens = wt;
-        const std::int64_t hpad = (H + 127) / 128 * 128;
-        d.x_wide = p.allocate<__nv_bfloat16>(sizeof(__nv_bfloat16) * static_cast<std::size_t>(wt * hpad), "plan workspace");
+        d.wide_ring_offset = static_cast<int>((staged_rows(wt) * row_bytes + 1023) / 1024 * 1024);
+        d.wide_shape.smem1 = d.wide_ring_offset + detail::decode_wide_ring_bytes();
         d.route = p.allocate<int>(detail::decode_wide_route_bytes(), "plan workspace");
       }
     }
