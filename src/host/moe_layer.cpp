@@ -193,8 +193,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 4 : 6);
   // The wide kernels (W4A16 MXFP4, past the 8 tokens kernel 1 stages; decode_layer.hpp) where the narrow bound is 8 at
   // H <= 3072 (bench/results/v79 on an H200, W4A16 on pieces, wide / general path: Qwen3-30B-A3B's 2.4 MB experts ahead
-  // at every T to 64 -- 0.61 at T 9, 0.81 at 32, 0.93 at 64; gpt-oss-120b's 12.4 MB ones to T 24 -- 0.84 at 9, 0.98 at
-  // 24, 1.05 at 32): up to 64 tokens with experts of at most 4 MiB, else 24.
+  // at every T to 64 -- 0.62 at T 9, 0.74 at 32, 0.81 at 64; gpt-oss-120b's 12.4 MB ones 0.80 at 9, 0.89 at 24, and
+  // 0.92 at 32, measured after this bound was set): up to 64 tokens with experts of at most 4 MiB, else 24.
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const int auto_wide = !w4a4 && o.format == Format::mxfp4 && auto_tokens == detail::kDecodeMaxTokens && H <= 3072
                             ? (expert_bytes <= (std::int64_t{4} << 20) ? 64 : 24)

@@ -19,9 +19,9 @@ namespace fp4gemm::detail {
 
 inline constexpr int kDecodeMaxTokens = 8;  // token columns of one mma (n8)
 inline constexpr int kDecodeMaxPairs = 64;  // T * k
-// The wide decode path (W4A16 MXFP4, more tokens than kernel 1 stages): a routing pre-pass numbers the slots -- an
-// expert's pairs in pair order, 8 per slot -- and writes the tokens in the kernels' k order to global memory; up to
-// kDecodeWideMaxPairs pairs.
+// The wide decode path (W4A16 MXFP4, past the 8 tokens the narrow kernel 1 stages): a routing pre-pass numbers the
+// slots -- an expert's pairs in pair order, 8 per slot, whose mma columns are those pairs -- and each CTA of kernel 1
+// stages the token rows of its own slots; up to kDecodeWideMaxPairs pairs.
 inline constexpr int kDecodeWideMaxPairs = 512;
 // The wide kernel 1 stages the token rows of its CTA's slots (8 per slot): at most this many bytes.
 inline constexpr int kDecodeWideMaxStagedBytes = 128 * 1024;
