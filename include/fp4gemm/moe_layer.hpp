@@ -102,8 +102,8 @@ struct MoeLayerOptions {
   // launches of the general path. Up to 8 tokens (one mma's token columns) the first kernel stages the
   // run's tokens in shared memory; past 8 -- W4A16 MXFP4 only, up to 512 (token, expert) pairs; W4A4
   // stops at 8 -- the wide kernels run after a routing pre-pass that groups each expert's pairs 8 at
-  // a time (one slot each: the expert's weights streamed once per slot) and writes the tokens in the
-  // kernels' k order (three launches with programmatic dependent launch). W4A16: one cooperative kernel, a grid barrier between the two
+  // a time (one slot each: the expert's weights streamed once per slot), each CTA of the first kernel
+  // staging the tokens of its own slots (three launches with programmatic dependent launch). W4A16: one cooperative kernel, a grid barrier between the two
   // parts, where the device grants the launch (tried at plan time; else, or with the environment
   // variable FP4GEMM_DECODE_FUSED=0 at plan time, two kernels with programmatic dependent launch:
   // the same bytes). W4A4: two kernels, the tokens and the intermediate first quantised and
@@ -118,8 +118,8 @@ struct MoeLayerOptions {
   // with bench/decode_crossover.py: Mixtral-8x7B, H 4096, ahead to its cap of 3 tokens W4A16 and to 4 W4A4;
   // DeepSeek-V3, H 7168, to 7 W4A16 (by 0.5 % at 7) and 4 W4A4 (by 1 % at 3)): at most 6 / 4 (W4A16 / W4A4)
   // past H 3072. The wide kernels, where that bound is 8 and H <= 3072: up to 64 tokens with experts of at most
-  // 4 MiB of FP4 weights (Qwen3-30B-A3B: ahead of the general path at every T to 64, 0.93 at 64), else 24
-  // (gpt-oss-120b: 0.98 at 24, 1.05 at 32; bench/results/v79). Layers with top-k > 8, or a hidden or intermediate size that is not a multiple of 32
+  // 4 MiB of FP4 weights (Qwen3-30B-A3B: ahead of the general path at every T to 64, 0.62 of its time at T 9,
+  // 0.81 at 64), else 24 (gpt-oss-120b: 0.80 at 9, 0.89 at 24; bench/results/v79). Layers with top-k > 8, or a hidden or intermediate size that is not a multiple of 32
   // (NVFP4), have no decode path; a large hidden size also lowers the bound (its first kernel
   // stages the run's tokens in shared memory, at most 96 KB: 6 tokens at H = 7168). describe()
   // names the bound in force.

@@ -193,8 +193,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 4 : 6);
   // The wide kernels (W4A16 MXFP4, past the 8 tokens kernel 1 stages; decode_layer.hpp) where the narrow bound is 8 at
   // H <= 3072 (bench/results/v79 on an H200, W4A16 on pieces, wide / general path: Qwen3-30B-A3B's 2.4 MB experts ahead
-  // at every T to 64 -- 0.61 at T 9, 0.81 at 32, 0.93 at 64; gpt-oss-120b's 12.4 MB ones to T 24 -- 0.84 at 9, 0.98 at
-  // 24, 1.05 at 32): up to 64 tokens with experts of at most 4 MiB, else 24.
+  // at every T to 64 -- 0.62 at T 9, 0.74 at 32, 0.81 at 64; gpt-oss-120b's 12.4 MB ones 0.80 at 9, 0.89 at 24, and
+  // 0.92 at 32, measured after this bound was set): up to 64 tokens with experts of at most 4 MiB, else 24.
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const int auto_wide = !w4a4 && o.format == Format::mxfp4 && auto_tokens == detail::kDecodeMaxTokens && H <= 3072
                             ? (expert_bytes <= (std::int64_t{4} << 20) ? 64 : 24)
@@ -234,14 +234,25 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     if (requested > decode_tokens && detail::decode_wide_supported(o.format, w4a4))
       d.wide_shape = detail::decode_wide_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors);
     if (d.wide_shape.ctas1 > 0 && d.wide_shape.ctas2 > 0) {
-      const int wt = std::min({requested, o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
+      // Kernel 1 stages the token rows of its CTA's slots, 8 per slot: a CTA's balanced share of the units (slots x
+      // I / 8) spans at most ceil(share / (I / 8)) + 1 slots, and a run at most min(P, P / 8 + min(E, P)) slots of
+      // its P pairs; fewer wide tokens where the rows do not fit kDecodeWideMaxStagedBytes.
+      const std::int64_t groups = I / 8, row_bytes = detail::decode_wide_staged_row_bytes(H);
+      auto staged_rows = [&](int tokens) {
+        const std::int64_t pairs = std::int64_t{tokens} * o.topk;
+        const std::int64_t slots = std::min(pairs, pairs / 8 + std::min<std::int64_t>(E, pairs));
+        const std::int64_t share = (slots * groups + d.wide_shape.ctas1 - 1) / d.wide_shape.ctas1;
+        return 8 * std::min(slots, (share + groups - 1) / groups + 1);
+      };
+      int wt = std::min({requested, o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
+      while (wt > decode_tokens && staged_rows(wt) * row_bytes > detail::kDecodeWideMaxStagedBytes) --wt;
       const std::int64_t wp = std::int64_t{wt} * o.topk;
       const bool fits = wp * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
                         wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31);
       if (wt > decode_tokens && fits) {
         d.wide_tokens = wt;
-        const std::int64_t hpad = (H + 127) / 128 * 128;
-        d.x_wide = p.allocate<__nv_bfloat16>(sizeof(__nv_bfloat16) * static_cast<std::size_t>(wt * hpad), "plan workspace");
+        d.wide_ring_offset = static_cast<int>((staged_rows(wt) * row_bytes + 1023) / 1024 * 1024);
+        d.wide_shape.smem1 = d.wide_ring_offset + detail::decode_wide_ring_bytes();
         d.route = p.allocate<int>(detail::decode_wide_route_bytes(), "plan workspace");
       }
     }

@@ -253,6 +253,32 @@ __device__ __forceinline__ void stage_tokens(const DecodeLayerArgs& a, uint4* x_
   }
 }
 
+// The wide kernel 1's staging: the token rows of this CTA's slots [s_lo, s_lo + rows / 8), row 8 (s - s_lo) + column
+// holding the column's token (a column without a pair: not staged, never read), as stage_tokens stores a row.
+template <Format F, bool P>
+__device__ __forceinline__ void stage_wide_rows(const DecodeLayerArgs& a, const WideRouting& r, uint4* x_staged, int s_lo,
+                                                int rows, int H, int hpad, int threads) {
+  constexpr int kBatch = 4;
+  const int row_granules = hpad / 8, steps = rows * row_granules, k = a.topk;
+  for (int v0 = static_cast<int>(threadIdx.x); v0 < steps; v0 += kBatch * threads) {
+    uint4 e[kBatch];
+    int at[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int v = v0 + b * threads, row = v / row_granules, j = v - row * row_granules;
+      const int q = v < steps ? r.col[s_lo + row / 8][row % 8] : -1;
+      at[b] = q >= 0 ? row * staged_row_granules(H) + decode::staged_granule(P ? decode::pieces_position(8 * j) / 8 : j) : -1;
+      e[b] = q >= 0 && 8 * j < H ? __ldg(reinterpret_cast<const uint4*>(a.x + static_cast<long long>(q / k) * a.ldx + 8 * j))
+                                 : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (at[b] >= 0)
+        x_staged[at[b]] = make_uint4(__byte_perm(e[b].x, e[b].z, 0x5410u), __byte_perm(e[b].x, e[b].z, 0x7632u),
+                                     __byte_perm(e[b].y, e[b].w, 0x5410u), __byte_perm(e[b].y, e[b].w, 0x7632u));
+  }
+}
+
 // Kernel 1's named barrier of its W streaming warps after W4A4's late token staging (barrier 0 is __syncthreads).
 constexpr int kStagedTokensBarrier = 1;
 
@@ -292,6 +318,12 @@ __device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, R& r, flo
   // grid's completion before reading the intermediate).
   if (!fused) ptx::launch_dependents();
   const int groups = I / 8;
+  // W: this CTA's slots, as stream_units_cta shares the units (staged_rows: the rows its share needs)
+  int s_lo = 0, staged_rows = 0;
+  if constexpr (W) {
+    const decode::CtaUnits cu = decode::cta_units(r.slots * groups, 0);
+    if (cu.u1 > cu.u0) s_lo = cu.u0 / groups, staged_rows = 8 * ((cu.u1 - 1) / groups - s_lo + 1);
+  }
   const decode::Operand op{H, H / (F == Format::nvfp4 ? 16 : 32), a.zero_row};
   // rows: [E][2I][H / 2]; pieces: [E][I / 8 blocks of 8 gate and their 8 up rows][hpad / 128 chunks][1 KB]
   const std::int64_t w_stride = P ? std::int64_t{I / 8} * (hpad / decode::kChunk) * 1024 : std::int64_t{2} * I * (H / 2);
@@ -300,9 +332,8 @@ __device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, R& r, flo
     const int gate = a.interleaved ? 2 * i : i, up = a.interleaved ? 2 * i + 1 : I + i;
     // an absent token's column is never stored: it multiplies token 0's row
     const void* xs;
-    if constexpr (W) {
-      const int q = r.col[s][g];
-      xs = a.x_wide + static_cast<std::int64_t>(q >= 0 ? q / k : 0) * hpad;
+    if constexpr (W) {  // (column 0 of a slot always has a pair)
+      xs = x_staged + (8 * (s - s_lo) + (r.col[s][g] >= 0 ? g : 0)) * staged_row_granules(H);
     } else {
       const int j = r.pick[s][g];
       xs = x_staged + (j >= 0 ? g : 0) * staged_row_granules(H);
@@ -339,18 +370,20 @@ __device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, R& r, flo
     }
   };
   auto ready = [&](int nw) {  // (called by the nw streaming warps, each once its ring's first copies are issued)
-    if (!W && a.fp4_activations) {
+    if constexpr (W) {  // the CTA's slots' tokens, staged while the rings' first copies fly
+      stage_wide_rows<F, P>(a, r, x_staged, s_lo, staged_rows, H, hpad, 32 * nw);
+      ptx::named_barrier_sync(kStagedTokensBarrier, 32 * nw);
+    } else if (a.fp4_activations) {
       ptx::wait_prerequisites();  // the token quantiser's output
       stage_tokens<F, P>(a, x_staged, T, H, hpad, 32 * nw);
       ptx::named_barrier_sync(kStagedTokensBarrier, 32 * nw);
     }
     stamp(0, 2);
   };
-  using XS = std::conditional_t<W, decode::XGlobalPadded, decode::XShared>;
-  decode::stream_units_cta<F, L, P, XS, false>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of, ready, finish,
-                                               records,
-                                               reinterpret_cast<std::uint8_t*>(x_staged) +
-                                                   (W ? 0 : decode_ring_offset(a.tokens, H)));
+  decode::stream_units_cta<F, L, P, decode::XShared, false>(r.slots * groups, 0, hpad / decode::kChunk, op, unit_of,
+                                                            ready, finish, records,
+                                                            reinterpret_cast<std::uint8_t*>(x_staged) +
+                                                                (W ? a.wide_ring_offset : decode_ring_offset(a.tokens, H)));
 }
 
 template <Format F, ScaleLayout L, bool P, bool W = false>
@@ -626,19 +659,18 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
   }
 }
 
-// ---- the wide path's pre-pass: CTA 0 numbers the slots, the others write the tokens in the kernels' k order ----------
+// ---- the wide path's pre-pass: one CTA numbers the slots -------------------------------------------------------------
 // CTA 0 (one thread per pair, P = T * k <= kDecodeWideMaxPairs): each valid pair sets its bit in its expert's 512-bit
 // mask (shared memory, E x 64 bytes), so an expert's pair count and a pair's rank among its expert's pairs (lower pair
 // indices first) are popcounts; an expert takes ceil(count / 8) slots, numbered in expert order by a CTA scan; the pair
-// of rank r is column r % 8 of slot base + r / 8 (the slot's columns past the expert's pairs -1). The other CTAs copy
-// the run's tokens into x_wide ([T][hpad], zeros past H): each 8-element group re-paired and placed as kernel 1's
-// shared staging would hold it (decode::pair_position_of), so kernel 1 reads them as kernel 2 reads the intermediate.
+// of rank r is column r % 8 of slot base + r / 8 (the slot's columns past the expert's pairs -1). (Kernel 1's CTAs
+// stage the tokens of their own slots.)
 constexpr int kPrepThreads = 512;
 template <Format F, bool P>
 __global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLayerArgs a) {
   ptx::launch_dependents();  // (kernel 1 waits for this grid's completion before reading anything it writes)
-  const int T = run_tokens(a), k = a.topk, H = a.hidden, E = a.experts, tid = static_cast<int>(threadIdx.x);
-  if (blockIdx.x == 0) {
+  const int T = run_tokens(a), k = a.topk, E = a.experts, tid = static_cast<int>(threadIdx.x);
+  {
     extern __shared__ unsigned mask[];  // [E][16] words, then per expert its pair count and its first slot
     int* count = reinterpret_cast<int*>(mask + E * 16);
     int* base = count + E;
@@ -693,28 +725,6 @@ __global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLay
       }
     }
     if (tid == 0) out->slots = total;
-    return;
-  }
-  // the tokens: 16-byte groups, four loads in flight per thread
-  const int hpad = (H + decode::kChunk - 1) / decode::kChunk * decode::kChunk, row_groups = hpad / 8;
-  const int steps = T * row_groups, threads = (static_cast<int>(gridDim.x) - 1) * kPrepThreads;
-  constexpr int kBatch = 4;
-  for (int v0 = (static_cast<int>(blockIdx.x) - 1) * kPrepThreads + tid; v0 < steps; v0 += kBatch * threads) {
-    uint4 x[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int v = v0 + b * threads, t = v / row_groups, j = v - t * row_groups;
-      x[b] = v < steps && 8 * j < H ? __ldg(reinterpret_cast<const uint4*>(a.x + t * a.ldx + 8 * j)) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int v = v0 + b * threads, t = v / row_groups, j = v - t * row_groups;
-      if (v >= steps) break;
-      const int at = std::int64_t{t} * row_groups + (P ? decode::pieces_position(8 * j) / 8 : j);
-      reinterpret_cast<uint4*>(a.x_wide)[at] =
-          make_uint4(__byte_perm(x[b].x, x[b].z, 0x5410u), __byte_perm(x[b].x, x[b].z, 0x7632u),
-                     __byte_perm(x[b].y, x[b].w, 0x5410u), __byte_perm(x[b].y, x[b].w, 0x7632u));
-    }
   }
 }
 
@@ -849,12 +859,13 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
   if (k1w == nullptr) return s;
   const void* k2w = kernel2w(format, blocked_scales, pieces);
   constexpr int kPrepSmemMax = 512 * (64 + 8);
-  if (cudaFuncSetAttribute(k1w, cudaFuncAttributeMaxDynamicSharedMemorySize, ring) == cudaSuccess &&
+  if (cudaFuncSetAttribute(k1w, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeWideMaxStagedBytes + ring) ==
+          cudaSuccess &&
       cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, ring) == cudaSuccess &&
       cudaFuncSetAttribute(kernel_prep(format, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmemMax) ==
           cudaSuccess) {
-    s.smem1 = ring;
-    s.ctas1 = resident(k1w, multiprocessors, ring);
+    s.smem1 = kDecodeWideMaxStagedBytes + ring;  // (the plan's own need: decode_wide_smem1)
+    s.ctas1 = resident(k1w, multiprocessors, s.smem1);
     s.ctas2 = resident(k2w, multiprocessors, ring);
   } else {
     cudaGetLastError();
@@ -863,6 +874,8 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
 }
 
 std::size_t decode_wide_route_bytes() { return sizeof(WideRouting); }
+int decode_wide_staged_row_bytes(int hidden) { return staged_row_granules(hidden) * 16; }
+int decode_wide_ring_bytes() { return kDecodeWarps * decode::kRingBytes; }
 bool decode_wide_supported(Format format, bool fp4_activations) { return format == Format::mxfp4 && !fp4_activations; }
 
 std::string decode_trace_report() {
@@ -920,10 +933,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   DecodeLayerArgs args = a;
   if (a.wide) {  // the pre-pass, then the two kernels, each a programmatic dependent of the one before
     void* params[] = {&args};
-    const int hpad = (a.hidden + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
-    const int groups = a.tokens * (hpad / 8);
-    const int ctas = 1 + std::min(64, (groups + 4 * kPrepThreads - 1) / (4 * kPrepThreads));
-    launch(kernel_prep(a.format, a.weight_pieces), dim3(ctas), dim3(kPrepThreads), params, a.experts * (64 + 8), false, s);
+    launch(kernel_prep(a.format, a.weight_pieces), dim3(1), dim3(kPrepThreads), params, a.experts * (64 + 8), false, s);
     launch(kernel1w(a.format, a.blocked_scales, a.weight_pieces), dim3(a.wide_shape.ctas1), dim3(kThreads), params,
            a.wide_shape.smem1, true, s);
     launch(kernel2w(a.format, a.blocked_scales, a.weight_pieces), dim3(a.wide_shape.ctas2), dim3(kThreads), params,

@@ -19,10 +19,12 @@ namespace fp4gemm::detail {
 
 inline constexpr int kDecodeMaxTokens = 8;  // token columns of one mma (n8)
 inline constexpr int kDecodeMaxPairs = 64;  // T * k
-// The wide decode path (W4A16 MXFP4, more tokens than kernel 1 stages): a routing pre-pass numbers the slots -- an
-// expert's pairs in pair order, 8 per slot -- and writes the tokens in the kernels' k order to global memory; up to
-// kDecodeWideMaxPairs pairs.
+// The wide decode path (W4A16 MXFP4, past the 8 tokens the narrow kernel 1 stages): a routing pre-pass numbers the
+// slots -- an expert's pairs in pair order, 8 per slot, whose mma columns are those pairs -- and each CTA of kernel 1
+// stages the token rows of its own slots; up to kDecodeWideMaxPairs pairs.
 inline constexpr int kDecodeWideMaxPairs = 512;
+// The wide kernel 1 stages the token rows of its CTA's slots (8 per slot): at most this many bytes.
+inline constexpr int kDecodeWideMaxStagedBytes = 128 * 1024;
 
 // The plan-time shape of the decode path: each kernel's grid (as many CTAs as stay resident) and
 // dynamic shared memory (the warps' load rings; kernel 1 also the staged tokens).
@@ -83,18 +85,20 @@ struct DecodeLayerArgs {
   // arrival counter in the plan's workspace, zero at plan time, G added per run, never reset)
   bool fused;
   unsigned long long* grid_bar;
-  // The wide path (W4A16 MXFP4): runs of decode tokens < T <= wide_tokens (0: none). x_wide: [wide_tokens][H padded to
-  // 128], the tokens in the kernels' k order (zeros past H); route: the slots (decode_layer.cu's WideRouting); wide:
-  // this launch takes it.
+  // The wide path (W4A16 MXFP4): runs of decode tokens < T <= wide_tokens (0: none). wide_ring_offset: kernel 1's rings
+  // after its staged rows (a multiple of 1 KB, the plan's most rows: decode_wide_staged_row_bytes each); route: the
+  // slots (decode_layer.cu's WideRouting); wide: this launch takes it.
   int wide_tokens;
   DecodeWideShape wide_shape;
-  __nv_bfloat16* x_wide;
+  int wide_ring_offset;
   void* route;
   bool wide;
 };
 DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors);
-// Bytes of the wide path's routing table (the plan's workspace).
+// Bytes of the wide path's routing table (the plan's workspace), of one staged token row, of kernel 1's rings.
 std::size_t decode_wide_route_bytes();
+int decode_wide_staged_row_bytes(int hidden);
+int decode_wide_ring_bytes();
 // Whether the wide path has kernels for this format (W4A16 MXFP4).
 bool decode_wide_supported(Format format, bool fp4_activations);
 

@@ -53,6 +53,20 @@ if [ $mode = ab2 ]; then  # the layer's default bound (-1: the wide kernels wher
   done
   echo "ab2 [$((SECONDS - t0)) s]"
 fi
+if [ $mode = ab3 ]; then  # builds VS (first: candidate, last: baseline) at the layer's default bound, same call
+  VS=(${VS:-w3 w2})
+  for m in "qwen3 128 2048 768 8 silu" "gptoss 128 2880 2880 4 swigluoai"; do set -- $m
+    for T in ${TS:-9 16 24 32 64}; do for rnd in 1 2; do for v in "${VS[@]}"; do
+      timeout 100 /tmp/$v/cli layer --experts $2 --hidden $3 --inter $4 --tokens $T --topk $5 --activation $6 --act bf16 \
+        --weight-layout pieces --iters 100 --warmup 10 > $R/${1}_T${T}_${v}_r$rnd.txt 2>&1
+    done; done
+    line="$(printf '%-7s T %3s' $1 $T)"
+    for v in "${VS[@]}"; do line="$line  $v: $(grep -o 'time: [0-9.]*' $R/${1}_T${T}_${v}_r1.txt | cut -c7-) / $(grep -o 'time: [0-9.]*' $R/${1}_T${T}_${v}_r2.txt | cut -c7-)"; done
+    echo "$line"
+    done
+  done
+  echo "ab3 [$((SECONDS - t0)) s]"
+fi
 done
 find $R -name '*.txt' | xargs gzip -f 2>/dev/null
 tar czf $OUT/${NAME:-w}.tgz -C $OUT r && rm -rf $R
