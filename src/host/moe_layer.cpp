@@ -203,10 +203,14 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   int decode_tokens = std::min({requested, detail::kDecodeMaxTokens, o.max_tokens});
   while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;
   const std::int64_t decode_pairs = std::int64_t{decode_tokens} * o.topk;
-  const bool decode_fits =  // the kernels' 128-wide chunk counts are 32-bit; a lane's 32 k elements are live or not
-      decode_pairs * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
-      decode_pairs * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) && H % 32 == 0 && I % 32 == 0 &&
-      decode_pairs * std::max(H, I) < (std::int64_t{1} << 31);  // (W4A4's quantisers index elements in 32 bits)
+  // The kernels' 128-wide chunk counts are 32-bit, and so are W4A4's quantisers' element indices.
+  auto indices_fit = [&](std::int64_t pairs) {
+    return pairs * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
+           pairs * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) &&
+           pairs * std::max(H, I) < (std::int64_t{1} << 31);
+  };
+  // (a lane's 32 k elements are live or not)
+  const bool decode_fits = indices_fit(decode_pairs) && H % 32 == 0 && I % 32 == 0;
   if ((w4a4 || o.format == Format::mxfp4) && !o.batch_invariant && o.combine && decode_tokens > 0 &&
       o.topk <= detail::kDecodeMaxTokens && decode_fits) {
     p.decode_tokens = decode_tokens;
@@ -246,10 +250,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       };
       int wt = std::min({requested, o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
       while (wt > decode_tokens && staged_rows(wt) * row_bytes > detail::kDecodeWideMaxStagedBytes) --wt;
-      const std::int64_t wp = std::int64_t{wt} * o.topk;
-      const bool fits = wp * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
-                        wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31);
-      if (wt > decode_tokens && fits) {
+      if (wt > decode_tokens && indices_fit(std::int64_t{wt} * o.topk)) {
         d.wide_tokens = wt;
         d.wide_ring_offset = static_cast<int>((staged_rows(wt) * row_bytes + 1023) / 1024 * 1024);
         d.wide_shape.smem1 = d.wide_ring_offset + detail::decode_wide_ring_bytes();

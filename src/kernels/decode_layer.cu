@@ -98,12 +98,16 @@ __device__ __forceinline__ int run_tokens(const DecodeLayerArgs& a) {
   return a.token_count != nullptr ? min(a.tokens, max(*a.token_count, 0)) : a.tokens;
 }
 
-// Thread p's pair id as the caller wrote it (p < the launch's T * k, else -1): a load that can be
-// issued before anything else the CTA waits for (it does not depend on the run's token count).
+// Pair q's id as the caller wrote it (int32 or int64).
+__device__ __forceinline__ long long pair_id(const DecodeLayerArgs& a, int q) {
+  return a.ids_int64 ? static_cast<const long long*>(a.ids)[q] : static_cast<long long>(static_cast<const int*>(a.ids)[q]);
+}
+// Thread p's pair id (p < the launch's T * k, else -1): a load that can be issued before anything else the CTA waits
+// for (it does not depend on the run's token count).
 __device__ __forceinline__ long long load_pair_id(const DecodeLayerArgs& a) {
   const int p = threadIdx.x;
   if (p >= kDecodeMaxPairs || p >= a.tokens * a.topk) return -1;
-  return a.ids_int64 ? static_cast<const long long*>(a.ids)[p] : static_cast<long long>(static_cast<const int*>(a.ids)[p]);
+  return pair_id(a, p);
 }
 
 // Fills r from the ids load_pair_id read (all threads of the CTA call it; two barriers). Warp 0
@@ -212,8 +216,20 @@ __device__ __forceinline__ void load_wide_routing(const DecodeLayerArgs& a, Wide
 
 // A pair's expert as the combine weighs it: the id, or -1 outside [0, E) (the wide path reads the ids again).
 __device__ __forceinline__ int pair_expert(const DecodeLayerArgs& a, int q) {
-  const long long v = a.ids_int64 ? static_cast<const long long*>(a.ids)[q] : static_cast<long long>(static_cast<const int*>(a.ids)[q]);
+  const long long v = pair_id(a, q);
   return v >= 0 && v < a.experts ? static_cast<int>(v) : -1;
+}
+
+// 8 bf16 elements (a 16-byte load of a row: pairs (0,1) (2,3) (4,5) (6,7)) in the kernels' B pairing: stored word p =
+// elements (p, p + 4) (decode::pair_position; NVFP4 f16: (0,2) (1,3) (4,6) (5,7)).
+template <Format F>
+__device__ __forceinline__ uint4 pair_granule(uint4 e) {
+  if constexpr (F == Format::nvfp4)
+    return make_uint4(__byte_perm(e.x, e.y, 0x5410u), __byte_perm(e.x, e.y, 0x7632u), __byte_perm(e.z, e.w, 0x5410u),
+                      __byte_perm(e.z, e.w, 0x7632u));
+  else
+    return make_uint4(__byte_perm(e.x, e.z, 0x5410u), __byte_perm(e.x, e.z, 0x7632u), __byte_perm(e.y, e.w, 0x5410u),
+                      __byte_perm(e.y, e.w, 0x7632u));
 }
 
 // The run's tokens into shared memory, `threads` threads from thread 0: 8 elements (16 bytes) per step, re-paired so
@@ -243,12 +259,7 @@ __device__ __forceinline__ void stage_tokens(const DecodeLayerArgs& a, uint4* x_
         const int t = row_of(v), j = v - t * static_cast<int>(row_granules);
         v = t * staged_row_granules(H) + decode::staged_granule(P ? decode::pieces_position(8 * j) / 8 : j);
       }
-      if constexpr (F == Format::nvfp4)
-        x_staged[v] = make_uint4(__byte_perm(e[b].x, e[b].y, 0x5410u), __byte_perm(e[b].x, e[b].y, 0x7632u),
-                                 __byte_perm(e[b].z, e[b].w, 0x5410u), __byte_perm(e[b].z, e[b].w, 0x7632u));
-      else
-        x_staged[v] = make_uint4(__byte_perm(e[b].x, e[b].z, 0x5410u), __byte_perm(e[b].x, e[b].z, 0x7632u),
-                                 __byte_perm(e[b].y, e[b].w, 0x5410u), __byte_perm(e[b].y, e[b].w, 0x7632u));
+      x_staged[v] = pair_granule<F>(e[b]);
     }
   }
 }
@@ -273,9 +284,7 @@ __device__ __forceinline__ void stage_wide_rows(const DecodeLayerArgs& a, const 
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
-      if (at[b] >= 0)
-        x_staged[at[b]] = make_uint4(__byte_perm(e[b].x, e[b].z, 0x5410u), __byte_perm(e[b].x, e[b].z, 0x7632u),
-                                     __byte_perm(e[b].y, e[b].w, 0x5410u), __byte_perm(e[b].y, e[b].w, 0x7632u));
+      if (at[b] >= 0) x_staged[at[b]] = pair_granule<F>(e[b]);
   }
 }
 

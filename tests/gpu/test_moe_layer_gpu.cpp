@@ -572,6 +572,42 @@ TEST_P(MoeLayerCases, MatchesTheQuantisedComposition) {
 INSTANTIATE_TEST_SUITE_P(All, MoeLayerCases, ::testing::ValuesIn(layer_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& i) { return "case" + std::to_string(i.index); });
 
+// The decode tests' runs of T tokens in three routings, each against the reference composition and run twice for the
+// same bytes: mode 0 random (every pair on expert `one_expert` where >= 0); mode 1 ids outside [0, E) mixed in, and a
+// device token count `fewer` below T (where T > fewer; the ids and hidden rows past it not uploaded: not read, their out
+// rows not written); mode 2 repeats (token t lists its first expert again at j = 1, and 2).
+void run_routing_modes(const Layer& L, const LayerCase& c, RunBuffers& b, DeviceBuffer& count, cudaStream_t s,
+                       std::mt19937_64& rng, int T, int one_expert, int fewer, const std::string& what) {
+  for (int mode = 0; mode < 3; ++mode) {
+    Inputs in = make_inputs(c, rng, T, mode == 1 ? Route::invalid_ids : Route::random);
+    if (mode == 2) {
+      for (int t = 0; t < T; ++t)
+        for (int j = 1; j <= std::min(c.topk - 1, 1 + t % 2); ++j) in.ids[t * c.topk + j] = in.ids[t * c.topk];
+    }
+    if (one_expert >= 0 && mode == 0)
+      for (auto& id : in.ids) id = one_expert;
+    const int present = mode == 1 && T > fewer ? T - fewer : T;
+    Inputs used = in;
+    used.tokens = present;
+    used.hidden.resize(static_cast<std::size_t>(present) * in.ld_hidden);
+    used.ids.resize(static_cast<std::size_t>(present) * c.topk), used.weights.resize(used.ids.size());
+    const Expected x = reference_layer(L, used);
+    b.upload(c, used, s);
+    MoeLayerArgs a = b.args(c, used);
+    a.tokens = T;
+    if (present < T) {
+      FP4GEMM_TEST_CUDA(cudaMemcpyAsync(count.get(), &present, 4, cudaMemcpyHostToDevice, s));
+      a.token_count = reinterpret_cast<const int*>(count.get());
+    }
+    L.layer->run(a, s);
+    const std::vector<std::uint8_t> first = b.download(s);
+    EXPECT_TRUE(check_output(c, used, b, first, x)) << what << ", T " << T << ", mode " << mode;
+    b.upload(c, used, s);
+    L.layer->run(a, s);
+    EXPECT_TRUE(b.download(s) == first) << "two runs differ: " << what << ", T " << T << ", mode " << mode;
+  }
+}
+
 // The decode path (T <= MoeLayerOptions::decode_tokens; W4A16, and W4A4 NVFP4 / MXFP4 whose tokens
 // and intermediate are quantised and dequantised by the layer's rule first): every T of 1..8 against the
 // reference composition, with routings the general tests do not draw -- a token listing the same
@@ -610,35 +646,7 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
       cudaStream_t s = nullptr;
       FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
       for (int T = 1; T <= 8; ++T)
-        for (int mode = 0; mode < 3; ++mode) {
-          Inputs in = make_inputs(c, rng, T, mode == 1 ? Route::invalid_ids : Route::random);
-          if (mode == 2) {  // repeats: token t lists its first expert again at j = 1 (and 2)
-            for (int t = 0; t < T; ++t)
-              for (int j = 1; j <= std::min(c.topk - 1, 1 + t % 2); ++j) in.ids[t * c.topk + j] = in.ids[t * c.topk];
-          }
-          if (T == 8 && mode == 0)  // every token on expert 0
-            for (auto& id : in.ids) id = 0;
-          // mode 1 with T > 2: the device count says T - 2 tokens; rows past it not uploaded
-          const int present = mode == 1 && T > 2 ? T - 2 : T;
-          Inputs used = in;
-          used.tokens = present;
-          used.hidden.resize(static_cast<std::size_t>(present) * in.ld_hidden);
-          used.ids.resize(static_cast<std::size_t>(present) * c.topk), used.weights.resize(used.ids.size());
-          const Expected x = reference_layer(*L, used);
-          b.upload(c, used, s);
-          MoeLayerArgs a = b.args(c, used);
-          a.tokens = T;
-          if (present < T) {
-            FP4GEMM_TEST_CUDA(cudaMemcpyAsync(count.get(), &present, 4, cudaMemcpyHostToDevice, s));
-            a.token_count = reinterpret_cast<const int*>(count.get());
-          }
-          L->layer->run(a, s);
-          const std::vector<std::uint8_t> first = b.download(s);
-          EXPECT_TRUE(check_output(c, used, b, first, x)) << "decode_tokens " << decode << ", T " << T << ", mode " << mode;
-          b.upload(c, used, s);
-          L->layer->run(a, s);
-          EXPECT_TRUE(b.download(s) == first) << "two runs differ: decode_tokens " << decode << ", T " << T;
-        }
+        run_routing_modes(*L, c, b, count, s, rng, T, T == 8 ? 0 : -1, 2, "decode_tokens " + std::to_string(decode));
       EXPECT_NO_THROW(L->layer->check(s));
       FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
     }
@@ -674,35 +682,8 @@ TEST(MoeLayerDecode, WidePathMatchesTheComposition) {
     DeviceBuffer count(4);
     cudaStream_t s = nullptr;
     FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
-    for (const int T : {9, 13, 24, 37, 64})
-      for (int mode = 0; mode < 3; ++mode) {
-        Inputs in = make_inputs(c, rng, T, mode == 1 ? Route::invalid_ids : Route::random);
-        if (mode == 2) {  // repeats: token t lists its first expert again at j = 1 (and 2)
-          for (int t = 0; t < T; ++t)
-            for (int j = 1; j <= std::min(c.topk - 1, 1 + t % 2); ++j) in.ids[t * c.topk + j] = in.ids[t * c.topk];
-        }
-        if (T == 64 && mode == 0)  // every pair on expert 3: 32 or 64 slots of one expert
-          for (auto& id : in.ids) id = 3;
-        const int present = mode == 1 ? T - 3 : T;  // the device count says 3 tokens fewer; rows past it not uploaded
-        Inputs used = in;
-        used.tokens = present;
-        used.hidden.resize(static_cast<std::size_t>(present) * in.ld_hidden);
-        used.ids.resize(static_cast<std::size_t>(present) * c.topk), used.weights.resize(used.ids.size());
-        const Expected x = reference_layer(*L, used);
-        b.upload(c, used, s);
-        MoeLayerArgs a = b.args(c, used);
-        a.tokens = T;
-        if (present < T) {
-          FP4GEMM_TEST_CUDA(cudaMemcpyAsync(count.get(), &present, 4, cudaMemcpyHostToDevice, s));
-          a.token_count = reinterpret_cast<const int*>(count.get());
-        }
-        L->layer->run(a, s);
-        const std::vector<std::uint8_t> first = b.download(s);
-        EXPECT_TRUE(check_output(c, used, b, first, x)) << c.describe() << ", T " << T << ", mode " << mode;
-        b.upload(c, used, s);
-        L->layer->run(a, s);
-        EXPECT_TRUE(b.download(s) == first) << "two runs differ: T " << T << ", mode " << mode;
-      }
+    for (const int T : {9, 13, 24, 37, 64})  // (T 64: every pair on expert 3, 32 or 64 slots of one expert)
+      run_routing_modes(*L, c, b, count, s, rng, T, T == 64 ? 3 : -1, 3, c.describe());
     EXPECT_NO_THROW(L->layer->check(s));
     FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
   }
