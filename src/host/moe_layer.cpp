@@ -194,10 +194,11 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // The wide kernels (W4A16 MXFP4, past the 8 tokens kernel 1 stages; decode_layer.hpp) where the narrow bound is 8 at
   // H <= 3072 (bench/results/v79 on an H200, W4A16 on pieces, wide / general path: Qwen3-30B-A3B's 2.4 MB experts ahead
   // at every T to 64 -- 0.62 at T 9, 0.74 at 32, 0.81 at 64; gpt-oss-120b's 12.4 MB ones 0.80 at 9, 0.89 at 24, and
-  // 0.92 at 32, measured after this bound was set): up to 64 tokens with experts of at most 4 MiB, else 24.
+  // 0.92 at 32): up to 64 tokens with experts of at most 4 MiB, else 32. W4A4 (the wide kernels after the layer's
+  // quantisers, as the narrow ones): only where decode_tokens asks for them, its crossover not yet measured.
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const int auto_wide = !w4a4 && o.format == Format::mxfp4 && auto_tokens == detail::kDecodeMaxTokens && H <= 3072
-                            ? (expert_bytes <= (std::int64_t{4} << 20) ? 64 : 24)
+                            ? (expert_bytes <= (std::int64_t{4} << 20) ? 64 : 32)
                             : 0;
   const int requested = o.decode_tokens == kDecodeTokensAuto ? std::max(auto_tokens, auto_wide) : o.decode_tokens;
   int decode_tokens = std::min({requested, detail::kDecodeMaxTokens, o.max_tokens});
@@ -229,7 +230,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
     d.bias13 = w.w13_bias, d.bias2 = w.w2_bias, d.bias_f32 = w.bias_f32;
     d.inter_rows = p.inter, d.y_rows = p.y, d.inter_ld = I;
-    // The wide kernels (W4A16 MXFP4): runs of decode_tokens < T <= the requested bound, up to kDecodeWideMaxPairs pairs.
+    // The wide kernels (W4A16 MXFP4, W4A4): runs of decode_tokens < T <= the requested bound, up to kDecodeWideMaxPairs
+    // pairs.
     d.wide_tokens = 0, d.wide = false;
     if (requested > decode_tokens && detail::decode_wide_supported(o.format, w4a4))
       d.wide_shape = detail::decode_wide_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors);
@@ -264,7 +266,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       FP4GEMM_CUDA_CHECK(cudaMemsetAsync(rows, 0, bytes, s), "plan");
       d.inter_rows = rows, d.inter_ld = ipad;
     }
-    if (w4a4) d.x_deq = p.allocate<__nv_bfloat16>(std::size_t{2} * p.decode_tokens * H, "plan workspace");
+    if (w4a4)
+      d.x_deq = p.allocate<__nv_bfloat16>(std::size_t{2} * std::max(p.decode_tokens, d.wide_tokens) * H, "plan workspace");
     const std::size_t zeros = std::size_t{2} * (std::max(H, I) + 128);
     auto* zero = p.allocate<__nv_bfloat16>(zeros, "plan workspace");
     FP4GEMM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zeros, s), "plan");
