@@ -250,7 +250,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       while (wt > decode_tokens && staged_rows(wt) * row_bytes > detail::kDecodeWideMaxStagedBytes) --wt;
       const std::int64_t wp = std::int64_t{wt} * o.topk;
       const bool fits = wp * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
-                        wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31);
+                        wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) &&
+                        wp * std::max(H, I) < (std::int64_t{1} << 31);  // (W4A4's quantisers index elements in 32 bits)
       if (wt > decode_tokens && fits) {
         d.wide_tokens = wt;
         d.wide_ring_offset = static_cast<int>((staged_rows(wt) * row_bytes + 1023) / 1024 * 1024);
