@@ -100,8 +100,7 @@ struct MoeLayerOptions {
   // Runs of at most this many tokens (0..64) take the decode path: gate/up + GLU, then down + the
   // top-k combine, streaming every active expert's weights once over all SMs, instead of the six
   // launches of the general path. Up to 8 tokens (one mma's token columns) the first kernel stages the
-  // run's tokens in shared memory; past 8 -- W4A16 MXFP4 only, up to 512 (token, expert) pairs; W4A4
-  // stops at 8 -- the wide kernels run after a routing pre-pass that groups each expert's pairs 8 at
+  // run's tokens in shared memory; past 8 -- up to 512 (token, expert) pairs -- the wide kernels run after a routing pre-pass that groups each expert's pairs 8 at
   // a time (one slot each: the expert's weights streamed once per slot), each CTA of the first kernel
   // staging the tokens of its own slots (three launches with programmatic dependent launch). W4A16: one cooperative kernel, a grid barrier between the two
   // parts, where the device grants the launch (tried at plan time; else, or with the environment
@@ -119,7 +118,10 @@ struct MoeLayerOptions {
   // DeepSeek-V3, H 7168, to 7 W4A16 (by 0.5 % at 7) and 4 W4A4 (by 1 % at 3)): at most 6 / 4 (W4A16 / W4A4)
   // past H 3072. The wide kernels, where that bound is 8 and H <= 3072: up to 64 tokens with experts of at most
   // 4 MiB of FP4 weights (Qwen3-30B-A3B: ahead of the general path at every T to 64, 0.62 of its time at T 9,
-  // 0.81 at 64), else 24 (gpt-oss-120b: 0.80 at 9, 0.89 at 24; bench/results/v79). Layers with top-k > 8, or a hidden or intermediate size that is not a multiple of 32
+  // 0.81 at 64), else 32 (gpt-oss-120b: 0.80 at 9, 0.89 at 24, 0.92 at 32; bench/results/v79). W4A4 takes the
+  // wide kernels after its quantisers, as the narrow ones: up to 64 tokens with experts of at most 4 MiB, else 16
+  // (NVFP4 gpt-oss-120b: 0.86 at 9, 0.96 at 16, tied at 24, behind at 32; bench/results/v80). Layers with top-k
+  // > 8, or a hidden or intermediate size that is not a multiple of 32
   // (NVFP4), have no decode path; a large hidden size also lowers the bound (its first kernel
   // stages the run's tokens in shared memory, at most 96 KB: 6 tokens at H = 7168). describe()
   // names the bound in force.

@@ -290,13 +290,13 @@ class MoeLayer:
     decode_tokens: runs of at most this many tokens (0..64) take the decode path -- two kernels (W4A16:
         one cooperative kernel) that stream every active expert's weights once over all SMs (W4A16 and W4A4; not with
         batch_invariant, top-k > 8, or a hidden or intermediate size that is not a multiple of 32). Up to 8 tokens
-        the first kernel stages the run's tokens; past 8 (W4A16 MXFP4 only; W4A4 stops at 8) the wide kernels
-        run after a routing pre-pass that groups each expert's pairs 8 at a time.
+        the first kernel stages the run's tokens; past 8 the wide kernels run after a routing pre-pass that groups
+        each expert's pairs 8 at a time.
         0: always the general path; None (default): where it measured faster on an H200 (L2
         flushed, gpt-oss-120b and Qwen3-30B-A3B shapes): up to 8 tokens, W4A16 and W4A4, but at most
         max(3, experts / (2 topk)) (experts shared by a few tokens favour the general path sooner); and where that
-        is 8 at hidden sizes up to 3072, W4A16 MXFP4 up to 64 tokens with experts of at most 4 MiB (Qwen3-30B-A3B),
-        24 with larger ones (gpt-oss-120b). ``describe()`` names the bounds in force.
+        is 8 at hidden sizes up to 3072, up to 64 tokens with experts of at most 4 MiB (Qwen3-30B-A3B), and with
+        larger ones (gpt-oss-120b) 32 W4A16, 16 W4A4. ``describe()`` names the bounds in force.
     w13_bias, w2_bias: expert biases (gpt-oss's ``gate_up_proj_bias`` / ``down_proj_bias``), bf16 or
         float32 (both the same), ``[E, 2I]`` in w13's row order and ``[E, H]``, on the weights'
         device, or None. w13_bias is added before the activation (``gate = fma(acc, alpha, bias)`` in

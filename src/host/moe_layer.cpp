@@ -184,20 +184,25 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // (Its NVFP4 kernels run in f16 and need FP4 activations: never NVFP4 W4A16.)
   // Kernel 1 stages the run's tokens in shared memory: fewer decode tokens where they do not fit.
   // kDecodeTokensAuto: the measured crossover (MoeLayerOptions::decode_tokens).
-  // gpt-oss-120b's 12.4 MB experts and Qwen3-30B-A3B's 3.4 MB ones, W4A16 and W4A4: the decode path ahead at every
+  // gpt-oss-120b's 12.4 MB experts and Qwen3-30B-A3B's 2.4 MB ones, W4A16 and W4A4: the decode path ahead at every
   // T up to the kernels' 8 (bench/decode_crossover.py on an H200; gpt-oss W4A4 T 8 by the smallest margin, 0.93).
   int auto_tokens = std::min(detail::kDecodeMaxTokens, std::max(3, E / (2 * o.topk)));
   // Wide hidden sizes: the general path wins sooner (bench/decode_crossover.py on an H200: Mixtral's H 4096 decode
   // path ahead at every T to its cap of 3 W4A16, and to T 4 W4A4 (0.91 at 4); DeepSeek-V3's H 7168 W4A16 to T 7,
   // ratio 0.96 at 6 and 0.995 at 7, tied at 8; W4A4 to T 4, 0.99 at 3 and 0.94 at 4, measured no further).
   if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 4 : 6);
-  // The wide kernels (W4A16 MXFP4, past the 8 tokens kernel 1 stages; decode_layer.hpp) where the narrow bound is 8 at
-  // H <= 3072 (bench/results/v79 on an H200, W4A16 on pieces, wide / general path: Qwen3-30B-A3B's 2.4 MB experts ahead
-  // at every T to 64 -- 0.62 at T 9, 0.74 at 32, 0.81 at 64; gpt-oss-120b's 12.4 MB ones 0.80 at 9, 0.89 at 24, and
-  // 0.92 at 32, measured after this bound was set): up to 64 tokens with experts of at most 4 MiB, else 24.
+  // The wide kernels (past the 8 tokens kernel 1 stages; decode_layer.hpp) where the narrow bound is 8 at H <= 3072
+  // (bench/results/v79-v80 on an H200, on pieces, wide / general path at the default bound of 8):
+  // - W4A16 MXFP4: Qwen3-30B-A3B's 2.4 MB experts ahead at every T to 64 -- 0.62 at T 9, 0.74 at 32, 0.81 at 64;
+  //   gpt-oss-120b's 12.4 MB ones 0.80 at 9, 0.89 at 24, 0.92 at 32: up to 64 tokens with experts of at most 4 MiB,
+  //   else 32.
+  // - W4A4 (the wide kernels after the layer's quantisers): NVFP4 Qwen3 0.66 at T 9, 0.82 at 32, 0.89 at 64; gpt-oss
+  //   0.86 at 9, 0.96 at 16, 1.00 at 24, 1.03 at 32: up to 64 tokens with experts of at most 4 MiB, else 16 (MXFP4 by
+  //   the same bound).
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
-  const int auto_wide = !w4a4 && o.format == Format::mxfp4 && auto_tokens == detail::kDecodeMaxTokens && H <= 3072
-                            ? (expert_bytes <= (std::int64_t{4} << 20) ? 64 : 24)
+  const bool small_experts = expert_bytes <= (std::int64_t{4} << 20);
+  const int auto_wide = (w4a4 || o.format == Format::mxfp4) && auto_tokens == detail::kDecodeMaxTokens && H <= 3072
+                            ? (small_experts ? 64 : w4a4 ? 16 : 32)
                             : 0;
   const int requested = o.decode_tokens == kDecodeTokensAuto ? std::max(auto_tokens, auto_wide) : o.decode_tokens;
   int decode_tokens = std::min({requested, detail::kDecodeMaxTokens, o.max_tokens});
@@ -233,7 +238,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     d.alpha13_s = w1.alpha, d.alpha13_up_s = w1.alpha, d.alpha2_s = w2.alpha;
     d.bias13 = w.w13_bias, d.bias2 = w.w2_bias, d.bias_f32 = w.bias_f32;
     d.inter_rows = p.inter, d.y_rows = p.y, d.inter_ld = I;
-    // The wide kernels (W4A16 MXFP4): runs of decode_tokens < T <= the requested bound, up to kDecodeWideMaxPairs pairs.
+    // The wide kernels (W4A16 MXFP4, W4A4): runs of decode_tokens < T <= the requested bound, up to kDecodeWideMaxPairs
+    // pairs.
     d.wide_tokens = 0, d.wide = false;
     if (requested > decode_tokens && detail::decode_wide_supported(o.format, w4a4))
       d.wide_shape = detail::decode_wide_shape(o.format, o.scale_layout == ScaleLayout::blocked, pieces, p.device.multiprocessors);
@@ -265,7 +271,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       FP4GEMM_CUDA_CHECK(cudaMemsetAsync(rows, 0, bytes, s), "plan");
       d.inter_rows = rows, d.inter_ld = ipad;
     }
-    if (w4a4) d.x_deq = p.allocate<__nv_bfloat16>(std::size_t{2} * p.decode_tokens * H, "plan workspace");
+    if (w4a4)
+      d.x_deq = p.allocate<__nv_bfloat16>(std::size_t{2} * std::max(p.decode_tokens, d.wide_tokens) * H, "plan workspace");
     const std::size_t zeros = std::size_t{2} * (std::max(H, I) + 128);
     auto* zero = p.allocate<__nv_bfloat16>(zeros, "plan workspace");
     FP4GEMM_CUDA_CHECK(cudaMemsetAsync(zero, 0, zeros, s), "plan");

@@ -675,7 +675,6 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
 // of rank r is column r % 8 of slot base + r / 8 (the slot's columns past the expert's pairs -1). (Kernel 1's CTAs
 // stage the tokens of their own slots.)
 constexpr int kPrepThreads = 512;
-template <Format F, bool P>
 __global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLayerArgs a) {
   ptx::launch_dependents();  // (kernel 1 waits for this grid's completion before reading anything it writes)
   const int T = run_tokens(a), k = a.topk, E = a.experts, tid = static_cast<int>(threadIdx.x);
@@ -735,6 +734,9 @@ __global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLay
     }
     if (tid == 0) out->slots = total;
   }
+  // W4A4: launched as a programmatic dependent of the token quantiser, this grid ends only after it, so kernel 1's one
+  // wait covers both (without PDL the wait returns at once)
+  ptx::wait_prerequisites();
 }
 
 int resident(const void* kernel, int multiprocessors, int smem) {
@@ -772,26 +774,16 @@ struct Fused {  // (W4A16 only, whose weights are MXFP4: no NVFP4 instantiation)
   }
 };
 template <Format F, ScaleLayout L, bool P>
-struct GateUpWide {  // (W4A16 MXFP4 only)
-  static const void* get() {
-    if constexpr (F == Format::nvfp4) return nullptr;
-    else return reinterpret_cast<const void*>(decode_gate_up<F, L, P, true>);
-  }
+struct GateUpWide {
+  static const void* get() { return reinterpret_cast<const void*>(decode_gate_up<F, L, P, true>); }
 };
 template <Format F, ScaleLayout L, bool P>
 struct DownCombineWide {
-  static const void* get() {
-    if constexpr (F == Format::nvfp4) return nullptr;
-    else return reinterpret_cast<const void*>(decode_down_combine<F, L, P, true>);
-  }
+  static const void* get() { return reinterpret_cast<const void*>(decode_down_combine<F, L, P, true>); }
 };
 const void* kernel1w(Format f, bool blocked, bool pieces) { return kernel_of<GateUpWide>(f, blocked, pieces); }
 const void* kernel2w(Format f, bool blocked, bool pieces) { return kernel_of<DownCombineWide>(f, blocked, pieces); }
-const void* kernel_prep(Format f, bool pieces) {
-  if (f == Format::nvfp4) return nullptr;
-  return pieces ? reinterpret_cast<const void*>(decode_wide_prep<Format::mxfp4, true>)
-                : reinterpret_cast<const void*>(decode_wide_prep<Format::mxfp4, false>);
-}
+const void* kernel_prep() { return reinterpret_cast<const void*>(decode_wide_prep); }
 const void* kernel1(Format f, bool blocked, bool pieces) { return kernel_of<GateUp>(f, blocked, pieces); }
 const void* kernel_fused(Format f, bool blocked, bool pieces) { return kernel_of<Fused>(f, blocked, pieces); }
 const void* kernel2(Format f, bool blocked, bool pieces) { return kernel_of<DownCombine>(f, blocked, pieces); }
@@ -871,7 +863,7 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
   if (cudaFuncSetAttribute(k1w, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeWideMaxStagedBytes + ring) ==
           cudaSuccess &&
       cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, ring) == cudaSuccess &&
-      cudaFuncSetAttribute(kernel_prep(format, pieces), cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmemMax) ==
+      cudaFuncSetAttribute(kernel_prep(), cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmemMax) ==
           cudaSuccess) {
     s.smem1 = kDecodeWideMaxStagedBytes + ring;  // (the plan's own need: decode_wide_smem1)
     s.ctas1 = resident(k1w, multiprocessors, s.smem1);
@@ -885,7 +877,7 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
 std::size_t decode_wide_route_bytes() { return sizeof(WideRouting); }
 int decode_wide_staged_row_bytes(int hidden) { return staged_row_granules(hidden) * 16; }
 int decode_wide_ring_bytes() { return kDecodeWarps * decode::kRingBytes; }
-bool decode_wide_supported(Format format, bool fp4_activations) { return format == Format::mxfp4 && !fp4_activations; }
+bool decode_wide_supported(Format format, bool fp4_activations) { return fp4_activations || format == Format::mxfp4; }
 
 std::string decode_trace_report() {
 #ifdef FP4GEMM_TRACE
@@ -940,11 +932,19 @@ bool decode_fused_runs(const DecodeLayerArgs& a, cudaStream_t s) {
 
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   DecodeLayerArgs args = a;
-  if (a.wide) {  // the pre-pass, then the two kernels, each a programmatic dependent of the one before
+  if (a.wide) {  // (W4A4: the token quantiser,) the pre-pass, kernel 1, (the intermediate's quantiser,) kernel 2, each
+                 // after the first a programmatic dependent of the one before
+    if (a.fp4_activations) {
+      fake_quantize(a, a.x, a.ldx, a.x_deq, a.hidden, a.tokens, a.hidden, a.a1_scale, 1, false, s);
+      args.x = a.x_deq, args.ldx = a.hidden;
+    }
     void* params[] = {&args};
-    launch(kernel_prep(a.format, a.weight_pieces), dim3(1), dim3(kPrepThreads), params, a.experts * (64 + 8), false, s);
+    launch(kernel_prep(), dim3(1), dim3(kPrepThreads), params, a.experts * (64 + 8), a.fp4_activations, s);
     launch(kernel1w(a.format, a.blocked_scales, a.weight_pieces), dim3(a.wide_shape.ctas1), dim3(kThreads), params,
            a.wide_shape.smem1, true, s);
+    if (a.fp4_activations)
+      fake_quantize(a, a.inter_rows, a.inter_ld, a.inter_rows, a.inter_ld, a.tokens * a.topk, a.inter, a.a2_scale, a.topk,
+                    true, s, a.weight_pieces);
     launch(kernel2w(a.format, a.blocked_scales, a.weight_pieces), dim3(a.wide_shape.ctas2), dim3(kThreads), params,
            a.shape.smem2, true, s);
     return;

@@ -19,7 +19,7 @@ namespace fp4gemm::detail {
 
 inline constexpr int kDecodeMaxTokens = 8;  // token columns of one mma (n8)
 inline constexpr int kDecodeMaxPairs = 64;  // T * k
-// The wide decode path (W4A16 MXFP4, past the 8 tokens the narrow kernel 1 stages): a routing pre-pass numbers the
+// The wide decode path (past the 8 tokens the narrow kernel 1 stages; W4A16 MXFP4, W4A4): a routing pre-pass numbers the
 // slots -- an expert's pairs in pair order, 8 per slot, whose mma columns are those pairs -- and each CTA of kernel 1
 // stages the token rows of its own slots; up to kDecodeWideMaxPairs pairs.
 inline constexpr int kDecodeWideMaxPairs = 512;
@@ -85,7 +85,7 @@ struct DecodeLayerArgs {
   // arrival counter in the plan's workspace, zero at plan time, G added per run, never reset)
   bool fused;
   unsigned long long* grid_bar;
-  // The wide path (W4A16 MXFP4): runs of decode tokens < T <= wide_tokens (0: none). wide_ring_offset: kernel 1's rings
+  // The wide path (W4A16 MXFP4, W4A4): runs of decode tokens < T <= wide_tokens (0: none). wide_ring_offset: kernel 1's rings
   // after its staged rows (a multiple of 1 KB, the plan's most rows: decode_wide_staged_row_bytes each); route: the
   // slots (decode_layer.cu's WideRouting); wide: this launch takes it.
   int wide_tokens;

@@ -652,24 +652,25 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
     }
 }
 
-// The wide decode path (W4A16 MXFP4, decode_tokens = 64: runs of 9..64 tokens through a routing pre-pass and the
-// decode kernels with slots of up to 8 pairs of one expert): T from 9 to 64 against the reference composition, in
+// The wide decode path (decode_tokens = 64: runs of 9..64 tokens through a routing pre-pass and the decode kernels with
+// slots of up to 8 pairs of one expert; W4A16 MXFP4, and W4A4 NVFP4 / MXFP4 after the layer's quantisers): T from 9 to 64 against the reference composition, in
 // rows and pieces, both scale layouts, both gate / up layouts, K tails, MXFP4 codes past 128; routings with repeats
 // (a token listing an expert twice), ids outside [0, E), every token on one expert (8 slots of one expert at T 64,
 // top-1), a device token count below T; two runs the same bytes; and the plan says it has the path.
 TEST(MoeLayerDecode, WidePathMatchesTheComposition) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
-  for (int v = 0; v < 4; ++v) {
+  for (int v = 0; v < 7; ++v) {  // v 0-3: W4A16 (rows, pieces); v 4, 5: W4A4 NVFP4 (rows, pieces); v 6: W4A4 MXFP4 pieces
     LayerCase c;
-    c.format = Format::mxfp4, c.act = MoeActivation::bf16;
+    c.format = v == 4 || v == 5 ? Format::nvfp4 : Format::mxfp4;
+    c.act = v >= 4 ? MoeActivation::fp4 : MoeActivation::bf16;
     c.seed = 9900 + v;
     const bool second = v % 2 == 1;
-    c.pieces = v >= 2;
+    c.pieces = v == 2 || v == 3 || v == 5 || v == 6;
     c.activation = second ? MoeEpilogue::swigluoai : MoeEpilogue::silu;
     c.gate_up = second ? GateUpLayout::interleaved : GateUpLayout::stacked;
     c.scale_layout = second ? ScaleLayout::linear : ScaleLayout::blocked;
     c.experts = second ? 40 : 12, c.topk = second ? 8 : 4, c.hidden = second ? 352 : 288, c.inter = second ? 96 : 160;
-    if (!second) c.w13_code_max = 130;
+    if (!second && c.format == Format::mxfp4) c.w13_code_max = 130;
     c.max_tokens = 64, c.ids_int64 = second, c.weights_bf16 = !second, c.padded = second, c.alphas = !second;
     c.biases = v == 3;
     c.decode_tokens = 64, c.graph_cache = 0;
@@ -869,15 +870,17 @@ TEST(MoeLayerDecode, OnlyWhereItApplies) {
   EXPECT_NE(make_layer(c)->layer->describe().find("decode path for T <= 4"), std::string::npos);
   c.act = MoeActivation::bf16, c.batch_invariant = true;
   EXPECT_NE(make_layer(c)->layer->describe().find("no decode path"), std::string::npos);
-  // past 8 tokens: the wide kernels, W4A16 MXFP4 only (W4A4 keeps the 8 of the narrow ones)
+  // past 8 tokens: the wide kernels, W4A16 MXFP4 and W4A4 (NVFP4, MXFP4) where decode_tokens asks
   c.batch_invariant = false, c.max_tokens = 40, c.decode_tokens = 20;
-  std::string d = make_layer(c)->layer->describe();
-  EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
-  EXPECT_NE(d.find("wide decode path for T <= 20 "), std::string::npos) << d;
-  c.act = MoeActivation::fp4;
-  d = make_layer(c)->layer->describe();
-  EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
-  EXPECT_EQ(d.find("wide decode path"), std::string::npos) << d;
+  for (const MoeActivation act : {MoeActivation::bf16, MoeActivation::fp4})
+    for (const Format f : {Format::mxfp4, Format::nvfp4}) {
+      if (act == MoeActivation::bf16 && f == Format::nvfp4) continue;  // (no NVFP4 W4A16 layer)
+      c.act = act, c.format = f;
+      const std::string d = make_layer(c)->layer->describe();
+      EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
+      EXPECT_NE(d.find("wide decode path for T <= 20 "), std::string::npos) << d;
+    }
+  c.format = Format::mxfp4;
   c.act = MoeActivation::bf16, c.decode_tokens = 65;
   try {
     make_layer(c);
@@ -909,15 +912,18 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
   // bound: the narrow kernels' (T <= 8); wide: the wide kernels' (W4A16 MXFP4 where the narrow bound is 8 at H <= 3072:
-  // 64 with experts of at most 4 MiB, else 24; 0: none)
+  // 64 with experts of at most 4 MiB, else 32 W4A16 / 16 W4A4; 0: none)
   struct Want { Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound, wide = 0; };
   for (const Want w : {Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 64, 256, 128, 8, 64},  // E / 2k = 8, small experts
-                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8, 24},  // 4.125 MiB experts
+                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8, 32},  // 4.125 MiB experts
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1344, 8, 64},  // 3.94 MiB experts
                        Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 40, 256, 128, 8, 40},  // max_tokens
                        Want{Format::mxfp4, MoeActivation::bf16, 64, 4, 200, 256, 128, 8, 64},
-                       Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8},
-                       Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8},
+                       Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
+                       Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
+                       Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 16},  // 4.125 MiB experts
+                       Want{Format::mxfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 16},
+                       Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1344, 8, 64},  // 3.94 MiB experts
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 2, 64, 256, 128, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 2, 64, 256, 128, 3},   // Mixtral-like: 3
                        Want{Format::nvfp4, MoeActivation::fp4, 8, 4, 64, 256, 128, 3},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # v79 (one H200): the wide decode path (exp/decode-wide) -- its gtests and memcheck, then the layer at T 9..64 with the
 # path off / on (FP4GEMM_DECODE_WIDE), W4A16 on pieces, Qwen3-30B-A3B and gpt-oss-120b shapes. BUNDLE: .carry/<tag>
-# holding /tmp/<M>/{cli,gt}. MODES: tests, ab (both by default). TS: the token counts.
+# holding /tmp/<M>/{cli,gt}. MODES: tests, ab (both by default), ab2 (default bound against --decode-tokens 8), ab3 (builds
+# VS at the default bound), ab4 (W4A4 ACT: --decode-tokens 8 against 64). TS: the token counts.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; R=$OUT/r; mkdir -p $R; M=${M:-w1}
@@ -66,6 +67,20 @@ if [ $mode = ab3 ]; then  # builds VS (first: candidate, last: baseline) at the 
     done
   done
   echo "ab3 [$((SECONDS - t0)) s]"
+fi
+if [ $mode = ab4 ]; then  # W4A4 (ACT, default nvfp4) on pieces: the narrow bound (--decode-tokens 8) against the wide kernels (64)
+  for m in "qwen3 128 2048 768 8 silu" "gptoss 128 2880 2880 4 swigluoai"; do set -- $m
+    for T in ${TS:-9 16 24 32 64}; do for d in 8 64; do for rnd in 1 2; do
+      timeout 100 /tmp/$M/cli layer --experts $2 --hidden $3 --inter $4 --tokens $T --topk $5 --activation $6 --act ${ACT:-nvfp4} \
+        --weight-layout pieces --decode-tokens $d --iters 100 --warmup 10 > $R/a4_${1}_T${T}_d${d}_r$rnd.txt 2>&1
+    done; done
+    printf "%-7s T %3s  decode_tokens 8: %s / %s   64: %s / %s  %s\n" $1 $T \
+      "$(grep -o 'time: [0-9.]*' $R/a4_${1}_T${T}_d8_r1.txt | cut -c7-)" "$(grep -o 'time: [0-9.]*' $R/a4_${1}_T${T}_d8_r2.txt | cut -c7-)" \
+      "$(grep -o 'time: [0-9.]*' $R/a4_${1}_T${T}_d64_r1.txt | cut -c7-)" "$(grep -o 'time: [0-9.]*' $R/a4_${1}_T${T}_d64_r2.txt | cut -c7-)" \
+      "$(grep -o 'wide decode path for T <= [0-9]*' $R/a4_${1}_T${T}_d64_r1.txt)"
+    done
+  done
+  echo "ab4 [$((SECONDS - t0)) s]"
 fi
 done
 find $R -name '*.txt' | xargs gzip -f 2>/dev/null
