@@ -120,7 +120,7 @@ struct MoeLayerOptions {
   // 4 MiB of FP4 weights (Qwen3-30B-A3B: ahead of the general path at every T to 64, 0.62 of its time at T 9,
   // 0.81 at 64), else 32 (gpt-oss-120b: 0.80 at 9, 0.89 at 24, 0.92 at 32; bench/results/v79). W4A4 takes the
   // wide kernels after its quantisers, as the narrow ones: up to 64 tokens with experts of at most 4 MiB, else 16
-  // (NVFP4 gpt-oss-120b: 0.86 at 9, 0.96 at 16, tied at 24, behind at 32; bench/results/v80). Layers with top-k
+  // NVFP4 (gpt-oss-120b: 0.86 at 9, 0.96 at 16, tied at 24, behind at 32; bench/results/v80) and 32 MXFP4 (0.93 at 32). Layers with top-k
   // > 8, or a hidden or intermediate size that is not a multiple of 32
   // (NVFP4), have no decode path; a large hidden size also lowers the bound (its first kernel
   // stages the run's tokens in shared memory, at most 96 KB: 6 tokens at H = 7168). describe()

@@ -197,12 +197,12 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   //   gpt-oss-120b's 12.4 MB ones 0.80 at 9, 0.89 at 24, 0.92 at 32: up to 64 tokens with experts of at most 4 MiB,
   //   else 32.
   // - W4A4 (the wide kernels after the layer's quantisers): NVFP4 Qwen3 0.66 at T 9, 0.82 at 32, 0.89 at 64; gpt-oss
-  //   0.86 at 9, 0.96 at 16, 1.00 at 24, 1.03 at 32: up to 64 tokens with experts of at most 4 MiB, else 16 (MXFP4 by
-  //   the same bound).
+  //   0.86 at 9, 0.96 at 16, 1.00 at 24, 1.03 at 32; MXFP4 Qwen3 0.63 at 9, 0.76 at 32; gpt-oss 0.80 at 9, 0.90 at
+  //   24, 0.93 at 32: up to 64 tokens with experts of at most 4 MiB, else 16 NVFP4 / 32 MXFP4.
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const bool small_experts = expert_bytes <= (std::int64_t{4} << 20);
   const int auto_wide = (w4a4 || o.format == Format::mxfp4) && auto_tokens == detail::kDecodeMaxTokens && H <= 3072
-                            ? (small_experts ? 64 : w4a4 ? 16 : 32)
+                            ? (small_experts ? 64 : w4a4 && o.format == Format::nvfp4 ? 16 : 32)
                             : 0;
   const int requested = o.decode_tokens == kDecodeTokensAuto ? std::max(auto_tokens, auto_wide) : o.decode_tokens;
   int decode_tokens = std::min({requested, detail::kDecodeMaxTokens, o.max_tokens});

@@ -912,7 +912,7 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
   // bound: the narrow kernels' (T <= 8); wide: the wide kernels' (W4A16 MXFP4 where the narrow bound is 8 at H <= 3072:
-  // 64 with experts of at most 4 MiB, else 32 W4A16 / 16 W4A4; 0: none)
+  // 64 with experts of at most 4 MiB, else 32 (W4A4 NVFP4: 16); 0: none)
   struct Want { Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound, wide = 0; };
   for (const Want w : {Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 64, 256, 128, 8, 64},  // E / 2k = 8, small experts
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8, 32},  // 4.125 MiB experts
@@ -922,7 +922,7 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
                        Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
                        Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
                        Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 16},  // 4.125 MiB experts
-                       Want{Format::mxfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 16},
+                       Want{Format::mxfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 32},
                        Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1344, 8, 64},  // 3.94 MiB experts
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 2, 64, 256, 128, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 2, 64, 256, 128, 3},   // Mixtral-like: 3
