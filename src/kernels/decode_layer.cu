@@ -284,6 +284,31 @@ __device__ __forceinline__ void stage_wide_rows(const DecodeLayerArgs& a, const 
   }
 }
 
+// The wide kernel 2's staging: the intermediate rows of this CTA's slots [s_lo, s_lo + rows / 8) -- already in the
+// kernels' k order (kernel 1 wrote them so) -- row 8 (s - s_lo) + column, granules placed as decode::XShared reads them,
+// zeros past the row's `stored` elements (I, or the pieces' padded row).
+__device__ __forceinline__ void stage_wide_inter(const DecodeLayerArgs& a, const WideRouting& r, uint4* x_staged, int s_lo,
+                                                 int rows, int kpad, int stored, int threads) {
+  constexpr int kBatch = 4;
+  const int row_granules = kpad / 8, steps = rows * row_granules;
+  for (int v0 = static_cast<int>(threadIdx.x); v0 < steps; v0 += kBatch * threads) {
+    uint4 e[kBatch];
+    int at[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int v = v0 + b * threads, row = v / row_granules, j = v - row * row_granules;
+      const int q = v < steps ? r.col[s_lo + row / 8][row % 8] : -1;
+      at[b] = q >= 0 ? row * staged_row_granules(kpad) + decode::staged_granule(j) : -1;
+      // (written by kernel 1, whose completion the caller waited for: coherent loads, not the read-only path)
+      e[b] = q >= 0 && 8 * j < stored ? decode::XCoherent::load(a.inter_rows + static_cast<long long>(q) * a.inter_ld + 8 * j, 0)
+                                      : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (at[b] >= 0) x_staged[at[b]] = e[b];
+  }
+}
+
 // Kernel 1's named barrier of its W streaming warps after W4A4's late token staging (barrier 0 is __syncthreads).
 constexpr int kStagedTokensBarrier = 1;
 
@@ -438,12 +463,32 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
   // rows: [E][H][I / 2]; pieces: [E][H / 16 blocks][ceil(I / 128) chunks][1 KB]
   const int chunks = (I + decode::kChunk - 1) / decode::kChunk;
   const std::int64_t w_stride = P ? std::int64_t{H / 16} * chunks * 1024 : std::int64_t{H} * (I / 2);
+  // W: units slot-major (u = s blocks + b), so a CTA's share covers a few slots, whose intermediate rows it stages
+  // (s_lo: its first slot; staged_rows: 8 per slot); otherwise block-major (u = b S + s)
+  int s_lo = 0, staged_rows = 0;
+  if constexpr (W) {
+    const decode::CtaUnits cw = decode::cta_units(blocks * S, 0);
+    if (cw.u1 > cw.u0) s_lo = cw.u0 / blocks, staged_rows = 8 * ((cw.u1 - 1) / blocks - s_lo + 1);
+  }
+  const int kpad = (I + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
+  auto block_slot = [&](int u, int& b, int& s) {
+    if constexpr (W) s = static_cast<int>(static_cast<unsigned>(u) / blocks), b = u - s * blocks;
+    else b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S;
+  };
   auto unit_of = [&](int u) {
-    const int b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S, rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
+    int b, s;
+    block_slot(u, b, s);
+    const int rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
     int j, q = 0;  // (W: the column's pair q, j = q; else the token's pick j, pair g k + j)
     if constexpr (W) q = r.col[s][g], j = q;
     else j = r.pick[s][g];
-    if constexpr (P) {
+    if constexpr (W) {  // the staged row (column 0 of a slot always has a pair)
+      const void* xs = reinterpret_cast<const uint4*>(ring) - a.wide_ring_offset2 / 16 +
+                       (8 * (s - s_lo) + (j >= 0 ? g : 0)) * staged_row_granules(kpad);
+      const std::uint8_t* w = P ? a.w2 + e * w_stride + std::int64_t{b} * chunks * 1024 + 16 * lane : a.w2 + e * w_stride;
+      if constexpr (P) return decode::Unit{w, w + 512, a.s2 + e * a.s2_stride, xs, rg, rh};
+      else return decode::Unit{w + std::int64_t{rg} * (I / 2), w + std::int64_t{rh} * (I / 2), a.s2 + e * a.s2_stride, xs, rg, rh};
+    } else if constexpr (P) {
       const void* xs = j >= 0 ? a.inter_rows + std::int64_t{W ? q : g * k + j} * a.inter_ld : a.zero_row;
       const std::uint8_t* w = a.w2 + e * w_stride + std::int64_t{b} * chunks * 1024 + 16 * lane;
       return decode::Unit{w, w + 512, a.s2 + e * a.s2_stride, xs, rg, rh};
@@ -454,7 +499,9 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
     }
   };
   auto finish = [&](int u, float(&v)[4]) {
-    const int b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S, rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
+    int b, s;
+    block_slot(u, b, s);
+    const int rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
     const float alpha = a.alpha2 != nullptr ? a.alpha2[e] : a.alpha2_s;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -518,22 +565,40 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
   // the block is the CTA's alone; the CTA that completes a block combines it (its warps take the
   // completed blocks in turn).
   // (R8: a unit's rows are g and g + 8 of one 16-row block)
-  decode::stream_units_cta<F, L, P, XS, true>(units, S, n, op, unit_of, ready, finish, records, ring);
+  // W: the intermediate rows of the CTA's slots staged once its streaming warps' first copies are issued (after `ready`:
+  // kernel 1's or the quantiser's completion)
+  auto ready_w = [&](int nw) {
+    ready(nw);
+    if constexpr (W) {
+      stage_wide_inter(a, r, reinterpret_cast<uint4*>(ring - a.wide_ring_offset2), s_lo, staged_rows, kpad,
+                       P ? static_cast<int>(a.inter_ld) : I, 32 * nw);
+      ptx::named_barrier_sync(kStagedTokensBarrier, 32 * nw);
+    }
+  };
+  decode::stream_units_cta<F, L, P, XS, true>(units, W ? 0 : S, n, op, unit_of, ready_w, finish, records, ring);
   stamp(1, 3);
-  const decode::CtaUnits cu = decode::cta_units(units, S);
+  const decode::CtaUnits cu = decode::cta_units(units, W ? 0 : S);
   const int u0 = cu.u0, u1 = cu.u1;
   if (u1 <= u0) return stamp(1, 4);  // (the whole CTA)
-  const int b_lo = u0 / S, b_hi = (u1 - 1) / S;
+  // the blocks this CTA touched: block-major, [u0 / S, (u1 - 1) / S]; slot-major (W), every block its share meets
+  const int b_lo = W ? (u1 - u0 >= blocks ? 0 : u0 % blocks) : u0 / S;
+  const int b_hi = W ? (u1 - u0 >= blocks ? blocks - 1 : b_lo + (u1 - u0) - 1) : (u1 - 1) / S;
   for (int base = b_lo; base <= b_hi; base += kRound) {
     if (threadIdx.x == 0) n_done = 0;
     __syncthreads();  // every y row of this CTA stored (first round); the previous round's combines read done[]
-    const int b = base + static_cast<int>(threadIdx.x);
-    if (threadIdx.x < kRound && b <= b_hi) {
+    const int bw = base + static_cast<int>(threadIdx.x), b = W && bw >= blocks ? bw - blocks : bw;  // (W: wraps once)
+    if (threadIdx.x < kRound && bw <= b_hi) {
       // One acq_rel arrival per block: its release covers every y row the CTA stored (ordered
       // before it by the barrier above), its acquire the other CTAs' rows for the last arriver,
       // whose combine warps are ordered after it by the barrier below (no sequentially consistent
       // fences: MEMBAR.SC.GPU waited on here, measured).
-      const unsigned mine = static_cast<unsigned>(min(u1, (b + 1) * S) - max(u0, b * S));
+      unsigned mine;
+      if constexpr (W) {  // the units s blocks + b of the share, s over its slots
+        mine = 0;
+        for (int s = u0 / blocks; s <= (u1 - 1) / blocks; ++s) mine += s * blocks + b >= u0 && s * blocks + b < u1;
+      } else {
+        mine = static_cast<unsigned>(min(u1, (b + 1) * S) - max(u0, b * S));
+      }
       if (mine == static_cast<unsigned>(S)) {  // the block is this CTA's alone: no arrival
         done[atomicAdd(&n_done, 1)] = b;
       } else if (ptx::atom_acq_rel_gpu_add(a.count_rows + b, mine) + mine == static_cast<unsigned>(S)) {
@@ -562,8 +627,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   // The weights do not depend on kernel 1: the first chunks' loads are issued before waiting for
   // its intermediate rows (PDL), overlapping kernel 1's tail.
   auto ready = [](int) { ptx::wait_prerequisites(), stamp(1, 2); };
-  using XS = std::conditional_t<P, decode::XGlobalPadded, decode::XGlobal>;  // (pieces: rows padded with zeros)
-  down_combine_part<F, L, P, XS, W>(a, r, records, done, n_done, reinterpret_cast<std::uint8_t*>(dyn2), ready, false);
+  // (pieces: rows padded with zeros; W: the CTA's slots' rows staged in shared memory before the rings)
+  using XS = std::conditional_t<W, decode::XShared, std::conditional_t<P, decode::XGlobalPadded, decode::XGlobal>>;
+  down_combine_part<F, L, P, XS, W>(a, r, records, done, n_done,
+                                    reinterpret_cast<std::uint8_t*>(dyn2) + (W ? a.wide_ring_offset2 : 0), ready, false);
 }
 
 // ---- the fused kernel (W4A16): kernel 1's part, a grid barrier, kernel 2's part ------------------------------------
@@ -858,12 +925,14 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
   constexpr int kPrepSmemMax = 512 * (64 + 8);
   if (cudaFuncSetAttribute(k1w, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeWideMaxStagedBytes + ring) ==
           cudaSuccess &&
-      cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, ring) == cudaSuccess &&
+      cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeWideMaxStagedBytes + ring) ==
+          cudaSuccess &&
       cudaFuncSetAttribute(kernel_prep(), cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmemMax) ==
           cudaSuccess) {
     s.smem1 = kDecodeWideMaxStagedBytes + ring;  // (the plan's own need: decode_wide_smem1)
     s.ctas1 = resident(k1w, multiprocessors, s.smem1);
-    s.ctas2 = resident(k2w, multiprocessors, ring);
+    s.smem2 = kDecodeWideMaxStagedBytes + ring;  // (the plan's own need: its staged rows + the rings)
+    s.ctas2 = resident(k2w, multiprocessors, s.smem2);
   } else {
     cudaGetLastError();
   }
@@ -871,7 +940,7 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
 }
 
 std::size_t decode_wide_route_bytes() { return sizeof(WideRouting); }
-int decode_wide_staged_row_bytes(int hidden) { return staged_row_granules(hidden) * 16; }
+int decode_wide_staged_row_bytes(int hidden) { return staged_row_granules(hidden) * 16; }  // (also for K = I)
 int decode_wide_ring_bytes() { return kDecodeWarps * decode::kRingBytes; }
 bool decode_wide_supported(Format format, bool fp4_activations) { return fp4_activations || format == Format::mxfp4; }
 
@@ -942,7 +1011,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
       fake_quantize(a, a.inter_rows, a.inter_ld, a.inter_rows, a.inter_ld, a.tokens * a.topk, a.inter, a.a2_scale, a.topk,
                     true, s, a.weight_pieces);
     launch(kernel2w(a.format, a.blocked_scales, a.weight_pieces), dim3(a.wide_shape.ctas2), dim3(kThreads), params,
-           a.shape.smem2, true, s);
+           a.wide_shape.smem2, true, s);
     return;
   }
   if (a.fused) {  // (decode_fused_runs decided it at plan time)
