@@ -256,7 +256,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
         --wt;
       const std::int64_t wp = std::int64_t{wt} * o.topk;
       const bool fits = wp * (I / 8) * ((H + 127) / 128) < (std::int64_t{1} << 31) &&
-                        wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31);
+                        wp * (H / 16) * ((I + 127) / 128) < (std::int64_t{1} << 31) &&
+                        wp * std::max(H, I) < (std::int64_t{1} << 31);  // (W4A4's quantisers index elements in 32 bits)
       if (wt > decode_tokens && fits) {
         d.wide_tokens = wt;
         d.wide_ring_offset = static_cast<int>((rows1(wt) * row_bytes + 1023) / 1024 * 1024);
