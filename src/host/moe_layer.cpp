@@ -239,7 +239,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       // Kernel 1 stages the token rows of its CTA's slots, 8 per slot: a CTA's balanced share of the units (slots x
       // I / 8) spans at most ceil(share / (I / 8)) + 1 slots, and a run at most min(P, P / 8 + min(E, P)) slots of
       // its P pairs; fewer wide tokens where the rows do not fit kDecodeWideMaxStagedBytes.
-      // Kernel 2 likewise the intermediate rows of its slots (units slot-major: a slot is H / 16 units).
+      // Kernel 2 likewise the intermediate rows of its slots (units slot-major: a slot is H / 16 units). (It has no
+      // unstaged variant: past I ~ 4064 even 2 slots' 16 rows exceed the bound and the wide path is off.)
       const std::int64_t groups = I / 8, row_bytes = detail::decode_wide_staged_row_bytes(H);
       const std::int64_t blocks = H / 16, row_bytes2 = detail::decode_wide_staged_row_bytes(I);
       auto staged_rows = [&](int tokens, std::int64_t per_slot, int ctas) {

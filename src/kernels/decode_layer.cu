@@ -619,6 +619,7 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
 template <Format F, ScaleLayout L, bool P, bool W = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
   stamp(1, 0);
+  trace_part(1);  // (a trace build: the wide kernel 2's dynamic shared memory is more than its rings)
   __shared__ std::conditional_t<W, WideRouting, Routing> r;
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   __shared__ int done[kRound];
