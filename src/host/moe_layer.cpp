@@ -463,7 +463,7 @@ std::string MoeLayer::describe() const {
                                     std::to_string(p.decode.shape.ctas1) + " / " + std::to_string(p.decode.shape.ctas2) +
                                     " CTAs)")
      << (p.decode.wide_tokens > p.decode_tokens && p.decode_tokens > 0
-             ? "; wide decode path for T <= " + std::to_string(p.decode.wide_tokens) + " (pre-pass + 2 kernels)"
+             ? "; wide decode path for T <= " + std::to_string(p.decode.wide_tokens) + " (pre-pass, 2 kernels, combine)"
              : "")
      << "; workspace " << (p.memory.bytes() + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
      << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();
