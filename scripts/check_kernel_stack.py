@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 
-FAST_PATH = re.compile(r"fused_grouped_gemm|dequant_activations|quantize_kernel|combine_kernel|align_routing|routing_grid_|decode_gate_up|decode_down_combine|ep_count_kernel|ep_send_kernel|ep_back_kernel")
+FAST_PATH = re.compile(r"fused_grouped_gemm|dequant_activations|quantize_kernel|combine_kernel|align_routing|routing_grid_|decode_gate_up|decode_down_combine|decode_fused|decode_wide_prep|decode_wide_combine|ep_count_kernel|ep_send_kernel|ep_back_kernel")
 
 
 def find_cuda_tool(name: str) -> str | None:

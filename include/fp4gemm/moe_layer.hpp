@@ -102,7 +102,7 @@ struct MoeLayerOptions {
   // launches of the general path. Up to 8 tokens (one mma's token columns) the first kernel stages the
   // run's tokens in shared memory; past 8 -- up to 512 (token, expert) pairs -- the wide kernels run after a routing pre-pass that groups each expert's pairs 8 at
   // a time (one slot each: the expert's weights streamed once per slot), each CTA of the first kernel
-  // staging the tokens of its own slots (three launches with programmatic dependent launch). W4A16: one cooperative kernel, a grid barrier between the two
+  // staging the tokens of its own slots, then a combine kernel (four launches with programmatic dependent launch). W4A16: one cooperative kernel, a grid barrier between the two
   // parts, where the device grants the launch (tried at plan time; else, or with the environment
   // variable FP4GEMM_DECODE_FUSED=0 at plan time, two kernels with programmatic dependent launch:
   // the same bytes). W4A4: two kernels, the tokens and the intermediate first quantised and

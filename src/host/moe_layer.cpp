@@ -247,19 +247,28 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       // Kernel 1 stages the token rows of its CTA's slots, 8 per slot: a CTA's balanced share of the units (slots x
       // I / 8) spans at most ceil(share / (I / 8)) + 1 slots, and a run at most min(P, P / 8 + min(E, P)) slots of
       // its P pairs; fewer wide tokens where the rows do not fit kDecodeWideMaxStagedBytes.
+      // Kernel 2 likewise the intermediate rows of its slots (units slot-major: a slot is H / 16 units). (It has no
+      // unstaged variant: past I ~ 4064 even 2 slots' 16 rows exceed the bound and the wide path is off.)
       const std::int64_t groups = I / 8, row_bytes = detail::decode_wide_staged_row_bytes(H);
-      auto staged_rows = [&](int tokens) {
+      const std::int64_t blocks = H / 16, row_bytes2 = detail::decode_wide_staged_row_bytes(I);
+      auto staged_rows = [&](int tokens, std::int64_t per_slot, int ctas) {
         const std::int64_t pairs = std::int64_t{tokens} * o.topk;
         const std::int64_t slots = std::min(pairs, pairs / 8 + std::min<std::int64_t>(E, pairs));
-        const std::int64_t share = (slots * groups + d.wide_shape.ctas1 - 1) / d.wide_shape.ctas1;
-        return 8 * std::min(slots, (share + groups - 1) / groups + 1);
+        const std::int64_t share = (slots * per_slot + ctas - 1) / ctas;
+        return 8 * std::min(slots, (share + per_slot - 1) / per_slot + 1);
       };
+      auto rows1 = [&](int t) { return staged_rows(t, groups, d.wide_shape.ctas1); };
+      auto rows2 = [&](int t) { return staged_rows(t, blocks, d.wide_shape.ctas2); };
       int wt = std::min({requested, o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
-      while (wt > decode_tokens && staged_rows(wt) * row_bytes > detail::kDecodeWideMaxStagedBytes) --wt;
+      while (wt > decode_tokens && (rows1(wt) * row_bytes > detail::kDecodeWideMaxStagedBytes ||
+                                    rows2(wt) * row_bytes2 > detail::kDecodeWideMaxStagedBytes))
+        --wt;
       if (wt > decode_tokens && indices_fit(std::int64_t{wt} * o.topk)) {
         d.wide_tokens = wt;
-        d.wide_ring_offset = static_cast<int>((staged_rows(wt) * row_bytes + 1023) / 1024 * 1024);
+        d.wide_ring_offset = static_cast<int>((rows1(wt) * row_bytes + 1023) / 1024 * 1024);
         d.wide_shape.smem1 = d.wide_ring_offset + detail::decode_wide_ring_bytes();
+        d.wide_ring_offset2 = static_cast<int>((rows2(wt) * row_bytes2 + 1023) / 1024 * 1024);
+        d.wide_shape.smem2 = d.wide_ring_offset2 + detail::decode_wide_ring_bytes();
         d.route = p.allocate<int>(detail::decode_wide_route_bytes(), "plan workspace");
       }
     }
@@ -454,7 +463,7 @@ std::string MoeLayer::describe() const {
                                     std::to_string(p.decode.shape.ctas1) + " / " + std::to_string(p.decode.shape.ctas2) +
                                     " CTAs)")
      << (p.decode.wide_tokens > p.decode_tokens && p.decode_tokens > 0
-             ? "; wide decode path for T <= " + std::to_string(p.decode.wide_tokens) + " (pre-pass + 2 kernels)"
+             ? "; wide decode path for T <= " + std::to_string(p.decode.wide_tokens) + " (pre-pass, 2 kernels, combine)"
              : "")
      << "; workspace " << (p.memory.bytes() + p.gemm1->device_bytes() + p.gemm2->device_bytes()) / 1024
      << " KiB\n  GEMM1: " << p.gemm1->describe() << "\n  GEMM2: " << p.gemm2->describe();

@@ -288,6 +288,31 @@ __device__ __forceinline__ void stage_wide_rows(const DecodeLayerArgs& a, const 
   }
 }
 
+// The wide kernel 2's staging: the intermediate rows of this CTA's slots [s_lo, s_lo + rows / 8) -- already in the
+// kernels' k order (kernel 1 wrote them so) -- row 8 (s - s_lo) + column, granules placed as decode::XShared reads them,
+// zeros past the row's `stored` elements (I, or the pieces' padded row).
+__device__ __forceinline__ void stage_wide_inter(const DecodeLayerArgs& a, const WideRouting& r, uint4* x_staged, int s_lo,
+                                                 int rows, int kpad, int stored, int threads) {
+  constexpr int kBatch = 4;
+  const int row_granules = kpad / 8, steps = rows * row_granules;
+  for (int v0 = static_cast<int>(threadIdx.x); v0 < steps; v0 += kBatch * threads) {
+    uint4 e[kBatch];
+    int at[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int v = v0 + b * threads, row = v / row_granules, j = v - row * row_granules;
+      const int q = v < steps ? r.col[s_lo + row / 8][row % 8] : -1;
+      at[b] = q >= 0 ? row * staged_row_granules(kpad) + decode::staged_granule(j) : -1;
+      // (written by kernel 1, whose completion the caller waited for: coherent loads, not the read-only path)
+      e[b] = q >= 0 && 8 * j < stored ? decode::XCoherent::load(a.inter_rows + static_cast<long long>(q) * a.inter_ld + 8 * j, 0)
+                                      : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (at[b] >= 0) x_staged[at[b]] = e[b];
+  }
+}
+
 // Kernel 1's named barrier of its W streaming warps after W4A4's late token staging (barrier 0 is __syncthreads).
 constexpr int kStagedTokensBarrier = 1;
 
@@ -412,6 +437,52 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
 // after its barrier each CTA arrives once per 16-row block it touched, and the CTA that completes a
 // block combines its rows for every token: pairs in j order, one FP32 fma each, as the layer's
 // combine.
+// The 16-row block b for tokens 2 tp and 2 tp + 1 (one warp): every pair's y rows to the output, pairs in j order, one
+// FP32 fma each, as the layer's combine. id_of(pair): the pair's expert, or -1 (unrouted, or outside [0, E)). (T, H,
+// k, lane: the run's tokens, a.hidden, a.topk, the thread's lane -- the caller's values.)
+template <class IdOf>
+__device__ __forceinline__ void combine_block(const DecodeLayerArgs& a, int T, int H, int k, int lane, int b, int tp,
+                                              IdOf id_of) {
+  const int row = b * 16 + lane % 16;
+  if (const int t = 2 * tp + lane / 16; t < T) {
+    float acc = 0.0f;
+    // 8 pairs at a time: their loads first, straight-line (an unrouted or missing pair reads a
+    // valid row and is masked), then the fmas in j order -- one L2 round trip per 8 pairs
+    // instead of one per pair, the same sum
+    for (int j0 = 0; j0 < k; j0 += 8) {
+      int id[8], pair[8];
+      float yv[8], wt[8], bv[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        pair[q] = t * k + min(j0 + q, k - 1);
+        id[q] = j0 + q < k ? id_of(pair[q]) : -1;
+        yv[q] = __bfloat162float(__ldcg(a.y_rows + std::int64_t{pair[q]} * H + row));
+      }
+      if (a.weights_bf16) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) wt[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.weights)[pair[q]]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) wt[q] = static_cast<const float*>(a.weights)[pair[q]];
+      }
+#pragma unroll
+      for (int q = 0; q < 8; ++q) bv[q] = -0.0f;  // (x + -0 is x: no bias)
+      if (a.bias2 != nullptr && a.bias_f32) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) bv[q] = static_cast<const float*>(a.bias2)[std::int64_t{max(id[q], 0)} * H + row];
+      } else if (a.bias2 != nullptr) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+          bv[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias2)[std::int64_t{max(id[q], 0)} * H + row]);
+      }
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        if (id[q] >= 0) acc = fmaf(wt[q], yv[q] + bv[q], acc);
+    }
+    a.out[t * a.ldo + row] = __float2bfloat16_rn(acc);
+  }
+}
+
 constexpr int kRound = 128;  // touched blocks handled per round (a CTA touches ~H / (16 grid) + 3)
 
 // Kernel 2's body (decode_down_combine; the fused kernel's second part, whose routing kernel 1's part read: `fused`).
@@ -442,12 +513,32 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
   // rows: [E][H][I / 2]; pieces: [E][H / 16 blocks][ceil(I / 128) chunks][1 KB]
   const int chunks = (I + decode::kChunk - 1) / decode::kChunk;
   const std::int64_t w_stride = P ? std::int64_t{H / 16} * chunks * 1024 : std::int64_t{H} * (I / 2);
+  // W: units slot-major (u = s blocks + b), so a CTA's share covers a few slots, whose intermediate rows it stages
+  // (s_lo: its first slot; staged_rows: 8 per slot); otherwise block-major (u = b S + s)
+  int s_lo = 0, staged_rows = 0;
+  if constexpr (W) {
+    const decode::CtaUnits cw = decode::cta_units(blocks * S, 0);
+    if (cw.u1 > cw.u0) s_lo = cw.u0 / blocks, staged_rows = 8 * ((cw.u1 - 1) / blocks - s_lo + 1);
+  }
+  const int kpad = (I + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
+  auto block_slot = [&](int u, int& b, int& s) {
+    if constexpr (W) s = static_cast<int>(static_cast<unsigned>(u) / blocks), b = u - s * blocks;
+    else b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S;
+  };
   auto unit_of = [&](int u) {
-    const int b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S, rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
+    int b, s;
+    block_slot(u, b, s);
+    const int rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
     int j, q = 0;  // (W: the column's pair q, j = q; else the token's pick j, pair g k + j)
     if constexpr (W) q = r.col[s][g], j = q;
     else j = r.pick[s][g];
-    if constexpr (P) {
+    if constexpr (W) {  // the staged row (column 0 of a slot always has a pair)
+      const void* xs = reinterpret_cast<const uint4*>(ring) - a.wide_ring_offset2 / 16 +
+                       (8 * (s - s_lo) + (j >= 0 ? g : 0)) * staged_row_granules(kpad);
+      const std::uint8_t* w = P ? a.w2 + e * w_stride + std::int64_t{b} * chunks * 1024 + 16 * lane : a.w2 + e * w_stride;
+      if constexpr (P) return decode::Unit{w, w + 512, a.s2 + e * a.s2_stride, xs, rg, rh};
+      else return decode::Unit{w + std::int64_t{rg} * (I / 2), w + std::int64_t{rh} * (I / 2), a.s2 + e * a.s2_stride, xs, rg, rh};
+    } else if constexpr (P) {
       const void* xs = j >= 0 ? a.inter_rows + std::int64_t{W ? q : g * k + j} * a.inter_ld : a.zero_row;
       const std::uint8_t* w = a.w2 + e * w_stride + std::int64_t{b} * chunks * 1024 + 16 * lane;
       return decode::Unit{w, w + 512, a.s2 + e * a.s2_stride, xs, rg, rh};
@@ -458,7 +549,9 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
     }
   };
   auto finish = [&](int u, float(&v)[4]) {
-    const int b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S, rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
+    int b, s;
+    block_slot(u, b, s);
+    const int rg = b * 16 + g, rh = rg + 8, e = r.expert[s];
     const float alpha = a.alpha2 != nullptr ? a.alpha2[e] : a.alpha2_s;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -473,48 +566,12 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
       }
     }
   };
-  // The 16-row block b for tokens 2 tp and 2 tp + 1: every pair's y rows to the output, pairs in j order (one warp; the
-  // CTA that stored the block's last units).
+  // (the CTA that stored a block's last units combines it; W: decode_wide_combine)
   auto combine = [&](int b, int tp) {
-    const int row = b * 16 + lane % 16;
-    if (const int t = 2 * tp + lane / 16; t < T) {
-      float acc = 0.0f;
-      // 8 pairs at a time: their loads first, straight-line (an unrouted or missing pair reads a
-      // valid row and is masked), then the fmas in j order -- one L2 round trip per 8 pairs
-      // instead of one per pair, the same sum
-      for (int j0 = 0; j0 < k; j0 += 8) {
-        int id[8], pair[8];
-        float yv[8], wt[8], bv[8];
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          pair[q] = t * k + min(j0 + q, k - 1);
-          if constexpr (W) id[q] = j0 + q < k ? pair_expert(a, pair[q]) : -1;
-          else id[q] = j0 + q < k ? r.id[pair[q]] : -1;
-          yv[q] = __bfloat162float(__ldcg(a.y_rows + std::int64_t{pair[q]} * H + row));
-        }
-        if (a.weights_bf16) {
-#pragma unroll
-          for (int q = 0; q < 8; ++q) wt[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.weights)[pair[q]]);
-        } else {
-#pragma unroll
-          for (int q = 0; q < 8; ++q) wt[q] = static_cast<const float*>(a.weights)[pair[q]];
-        }
-#pragma unroll
-        for (int q = 0; q < 8; ++q) bv[q] = -0.0f;  // (x + -0 is x: no bias)
-        if (a.bias2 != nullptr && a.bias_f32) {
-#pragma unroll
-          for (int q = 0; q < 8; ++q) bv[q] = static_cast<const float*>(a.bias2)[std::int64_t{max(id[q], 0)} * H + row];
-        } else if (a.bias2 != nullptr) {
-#pragma unroll
-          for (int q = 0; q < 8; ++q)
-            bv[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias2)[std::int64_t{max(id[q], 0)} * H + row]);
-        }
-#pragma unroll
-        for (int q = 0; q < 8; ++q)
-          if (id[q] >= 0) acc = fmaf(wt[q], yv[q] + bv[q], acc);
-      }
-      a.out[t * a.ldo + row] = __float2bfloat16_rn(acc);
-    }
+    combine_block(a, T, H, k, lane, b, tp, [&](int q) {
+      if constexpr (W) return pair_expert(a, q);
+      else return r.id[q];
+    });
   };
   const int units = blocks * S, n = (I + decode::kChunk - 1) / decode::kChunk;
   // CTA-level stream-K (one whole block per CTA where there are no more blocks than CTAs:
@@ -522,8 +579,19 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
   // the block is the CTA's alone; the CTA that completes a block combines it (its warps take the
   // completed blocks in turn).
   // (R8: a unit's rows are g and g + 8 of one 16-row block)
-  decode::stream_units_cta<F, L, P, XS, true>(units, S, n, op, unit_of, ready, finish, records, ring);
+  // W: the intermediate rows of the CTA's slots staged once its streaming warps' first copies are issued (after `ready`:
+  // kernel 1's or the quantiser's completion)
+  auto ready_w = [&](int nw) {
+    ready(nw);
+    if constexpr (W) {
+      stage_wide_inter(a, r, reinterpret_cast<uint4*>(ring - a.wide_ring_offset2), s_lo, staged_rows, kpad,
+                       P ? static_cast<int>(a.inter_ld) : I, 32 * nw);
+      ptx::named_barrier_sync(kStagedTokensBarrier, 32 * nw);
+    }
+  };
+  decode::stream_units_cta<F, L, P, XS, true>(units, W ? 0 : S, n, op, unit_of, ready_w, finish, records, ring);
   stamp(1, 3);
+  if constexpr (W) return stamp(1, 4);  // (the combine: decode_wide_combine, over the whole GPU)
   const decode::CtaUnits cu = decode::cta_units(units, S);
   const int u0 = cu.u0, u1 = cu.u1;
   if (u1 <= u0) return stamp(1, 4);  // (the whole CTA)
@@ -558,6 +626,7 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
 template <Format F, ScaleLayout L, bool P, bool W = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeLayerArgs a) {
   stamp(1, 0);
+  trace_part(1);  // (a trace build: the wide kernel 2's dynamic shared memory is more than its rings)
   __shared__ std::conditional_t<W, WideRouting, Routing> r;
   __shared__ __align__(16) float records[kDecodeWarps * 2 * 128];
   __shared__ int done[kRound];
@@ -566,8 +635,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
   // The weights do not depend on kernel 1: the first chunks' loads are issued before waiting for
   // its intermediate rows (PDL), overlapping kernel 1's tail.
   auto ready = [](int) { ptx::wait_prerequisites(), stamp(1, 2); };
-  using XS = std::conditional_t<P, decode::XGlobalPadded, decode::XGlobal>;  // (pieces: rows padded with zeros)
-  down_combine_part<F, L, P, XS, W>(a, r, records, done, n_done, reinterpret_cast<std::uint8_t*>(dyn2), ready, false);
+  // (pieces: rows padded with zeros; W: the CTA's slots' rows staged in shared memory before the rings)
+  using XS = std::conditional_t<W, decode::XShared, std::conditional_t<P, decode::XGlobalPadded, decode::XGlobal>>;
+  // (W: the combine kernel may launch now; it waits for this grid's completion before it reads anything)
+  if constexpr (W) ptx::launch_dependents();
+  down_combine_part<F, L, P, XS, W>(a, r, records, done, n_done,
+                                    reinterpret_cast<std::uint8_t*>(dyn2) + (W ? a.wide_ring_offset2 : 0), ready, false);
+}
+
+// The wide path's combine, after its kernel 2 (a programmatic dependent): the (16-row block, token pair) items spread
+// over the grid, one warp each (combine_block; the ids read again: a pair outside [0, E) weighs nothing). Slot-major
+// kernel 2 units give every CTA all blocks of a slot or two, so no CTA completes a block early enough to combine it.
+constexpr int kCombineThreads = 256;
+__global__ void __launch_bounds__(kCombineThreads) decode_wide_combine(const DecodeLayerArgs a) {
+  ptx::wait_prerequisites();  // kernel 2's y rows
+  const int T = run_tokens(a), tps = (T + 1) / 2, items = a.hidden / 16 * tps;
+  const int warps = static_cast<int>(gridDim.x) * (kCombineThreads / 32);
+  for (int i = static_cast<int>(blockIdx.x) * (kCombineThreads / 32) + static_cast<int>(threadIdx.x) / 32; i < items; i += warps)
+    combine_block(a, T, a.hidden, a.topk, static_cast<int>(threadIdx.x) % 32, i / tps, i % tps,
+                  [&](int q) { return pair_expert(a, q); });
 }
 
 // ---- the fused kernel (W4A16): kernel 1's part, a grid barrier, kernel 2's part ------------------------------------
@@ -862,12 +948,14 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
   constexpr int kPrepSmemMax = 512 * (64 + 8);
   if (cudaFuncSetAttribute(k1w, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeWideMaxStagedBytes + ring) ==
           cudaSuccess &&
-      cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, ring) == cudaSuccess &&
+      cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeWideMaxStagedBytes + ring) ==
+          cudaSuccess &&
       cudaFuncSetAttribute(kernel_prep(), cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmemMax) ==
           cudaSuccess) {
     s.smem1 = kDecodeWideMaxStagedBytes + ring;  // (the plan's own need: decode_wide_smem1)
     s.ctas1 = resident(k1w, multiprocessors, s.smem1);
-    s.ctas2 = resident(k2w, multiprocessors, ring);
+    s.smem2 = kDecodeWideMaxStagedBytes + ring;  // (the plan's own need: its staged rows + the rings)
+    s.ctas2 = resident(k2w, multiprocessors, s.smem2);
   } else {
     cudaGetLastError();
   }
@@ -875,7 +963,7 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
 }
 
 std::size_t decode_wide_route_bytes() { return sizeof(WideRouting); }
-int decode_wide_staged_row_bytes(int hidden) { return staged_row_granules(hidden) * 16; }
+int decode_wide_staged_row_bytes(int hidden) { return staged_row_granules(hidden) * 16; }  // (also for K = I)
 int decode_wide_ring_bytes() { return kDecodeWarps * decode::kRingBytes; }
 bool decode_wide_supported(Format format, bool fp4_activations) { return fp4_activations || format == Format::mxfp4; }
 
@@ -932,8 +1020,8 @@ bool decode_fused_runs(const DecodeLayerArgs& a, cudaStream_t s) {
 
 void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
   DecodeLayerArgs args = a;
-  if (a.wide) {  // (W4A4: the token quantiser,) the pre-pass, kernel 1, (the intermediate's quantiser,) kernel 2, each
-                 // after the first a programmatic dependent of the one before
+  if (a.wide) {  // (W4A4: the token quantiser,) the pre-pass, kernel 1, (the intermediate's quantiser,) kernel 2, the
+                 // combine, each after the first a programmatic dependent of the one before
     if (a.fp4_activations) {
       fake_quantize(a, a.x, a.ldx, a.x_deq, a.hidden, a.tokens, a.hidden, a.a1_scale, 1, false, s);
       args.x = a.x_deq, args.ldx = a.hidden;
@@ -946,7 +1034,10 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
       fake_quantize(a, a.inter_rows, a.inter_ld, a.inter_rows, a.inter_ld, a.tokens * a.topk, a.inter, a.a2_scale, a.topk,
                     true, s, a.weight_pieces);
     launch(kernel2w(a.format, a.blocked_scales, a.weight_pieces), dim3(a.wide_shape.ctas2), dim3(kThreads), params,
-           a.shape.smem2, true, s);
+           a.wide_shape.smem2, true, s);
+    const int items = a.hidden / 16 * ((a.tokens + 1) / 2), per_cta = kCombineThreads / 32;
+    launch(reinterpret_cast<const void*>(decode_wide_combine), dim3(std::max(1, std::min((items + per_cta - 1) / per_cta, 1024))),
+           dim3(kCombineThreads), params, 0, true, s);
     return;
   }
   if (a.fused) {  // (decode_fused_runs decided it at plan time)

@@ -35,7 +35,7 @@ struct DecodeShape {
 };
 // The wide path's kernels (decode_shape; 0: none).
 struct DecodeWideShape {
-  int ctas1 = 0, ctas2 = 0, smem1 = 0;
+  int ctas1 = 0, ctas2 = 0, smem1 = 0, smem2 = 0;
 };
 // Kernel 1 stages up to kDecodeMaxStagedBytes of tokens (decode tokens x hidden, padded to a chunk, each row 64 bytes
 // longer: decode::kStagedRowPad; the pad's 8 x 64 bytes are added so that it lowers no H's token bound).
@@ -93,6 +93,7 @@ struct DecodeLayerArgs {
   int wide_ring_offset;
   void* route;
   bool wide;
+  int wide_ring_offset2;  // kernel 2's rings after its staged intermediate rows (the CTA's slots', 8 per slot)
 };
 DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors);
 // Bytes of the wide path's routing table (the plan's workspace), of one staged token row, of kernel 1's rings.
