@@ -116,11 +116,11 @@ struct MoeLayerOptions {
   // path's wgmma kernel is ahead sooner; and wide hidden sizes bring the crossover down (measured
   // with bench/decode_crossover.py: Mixtral-8x7B, H 4096, ahead to its cap of 3 tokens W4A16 and to 4 W4A4;
   // DeepSeek-V3, H 7168, to 7 W4A16 (by 0.5 % at 7) and 4 W4A4 (by 1 % at 3)): at most 6 / 4 (W4A16 / W4A4)
-  // past H 3072. The wide kernels, where that bound is 8 and H <= 3072: up to 64 tokens with experts of at most
-  // 4 MiB of FP4 weights (Qwen3-30B-A3B: ahead of the general path at every T to 64, 0.62 of its time at T 9,
-  // 0.81 at 64), else 32 (gpt-oss-120b: 0.80 at 9, 0.89 at 24, 0.92 at 32; bench/results/v79). W4A4 takes the
-  // wide kernels after its quantisers, as the narrow ones: up to 64 tokens with experts of at most 4 MiB, else 16
-  // NVFP4 (gpt-oss-120b: 0.86 at 9, 0.96 at 16, tied at 24, behind at 32; bench/results/v80) and 32 MXFP4 (0.93 at 32). Layers with top-k
+  // past H 3072. The wide kernels, where that bound is 8 and H <= 3072: up to 64 tokens (Qwen3-30B-A3B: ahead of
+  // the general path at every T to 64, 0.62 of its time at T 9, 0.81 at 64; gpt-oss-120b: 0.80 at 9, 0.89 at 33,
+  // 0.91 at 64; bench/results/v79, v81). W4A4 takes the wide kernels after its quantisers, as the narrow ones: up to
+  // 64 tokens, but 24 for NVFP4 with experts over 4 MiB (gpt-oss-120b: 0.93 at 16, 0.97 at 24, 0.99 at 28, behind
+  // from 32; MXFP4 0.93 at 64; bench/results/v81). Layers with top-k
   // > 8, or a hidden or intermediate size that is not a multiple of 32
   // (NVFP4), have no decode path; a large hidden size also lowers the bound (its first kernel
   // stages the run's tokens in shared memory, at most 96 KB: 6 tokens at H = 7168). describe()

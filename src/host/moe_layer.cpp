@@ -192,17 +192,17 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // ratio 0.96 at 6 and 0.995 at 7, tied at 8; W4A4 to T 4, 0.99 at 3 and 0.94 at 4, measured no further).
   if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 4 : 6);
   // The wide kernels (past the 8 tokens kernel 1 stages; decode_layer.hpp) where the narrow bound is 8 at H <= 3072
-  // (bench/results/v79-v80 on an H200, on pieces, wide / general path at the default bound of 8):
+  // (bench/results/v79-v81 on an H200, on pieces, wide / general path at the default bound of 8):
   // - W4A16 MXFP4: Qwen3-30B-A3B's 2.4 MB experts ahead at every T to 64 -- 0.62 at T 9, 0.74 at 32, 0.81 at 64;
-  //   gpt-oss-120b's 12.4 MB ones 0.80 at 9, 0.89 at 24, 0.92 at 32: up to 64 tokens with experts of at most 4 MiB,
-  //   else 32.
+  //   gpt-oss-120b's 12.4 MB ones 0.80 at 9, 0.89 at 24, 0.89 at 33, 0.88 at 40, 0.91 at 64 (v81: past 33 tokens
+  //   once the staging took what shared memory leaves).
   // - W4A4 (the wide kernels after the layer's quantisers): NVFP4 Qwen3 0.66 at T 9, 0.82 at 32, 0.89 at 64; gpt-oss
-  //   0.86 at 9, 0.96 at 16, 1.00 at 24, 1.03 at 32; MXFP4 Qwen3 0.63 at 9, 0.76 at 32; gpt-oss 0.80 at 9, 0.90 at
-  //   24, 0.93 at 32: up to 64 tokens with experts of at most 4 MiB, else 16 NVFP4 / 32 MXFP4.
+  //   0.93 at 16, 0.97 at 24, 0.99 at 28, 1.04 at 32, 1.07 at 64; MXFP4 Qwen3 0.63 at 9, 0.76 at 32; gpt-oss 0.80 at
+  //   9, 0.90 at 32, 0.92 at 48, 0.93 at 64: up to 64 tokens, but 24 for NVFP4 with experts over 4 MiB.
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const bool small_experts = expert_bytes <= (std::int64_t{4} << 20);
   const int auto_wide = (w4a4 || o.format == Format::mxfp4) && auto_tokens == detail::kDecodeMaxTokens && H <= 3072
-                            ? (small_experts ? 64 : w4a4 && o.format == Format::nvfp4 ? 16 : 32)
+                            ? (!small_experts && w4a4 && o.format == Format::nvfp4 ? 24 : 64)
                             : 0;
   const int requested = o.decode_tokens == kDecodeTokensAuto ? std::max(auto_tokens, auto_wide) : o.decode_tokens;
   int decode_tokens = std::min({requested, detail::kDecodeMaxTokens, o.max_tokens});
@@ -246,9 +246,10 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     if (d.wide_shape.ctas1 > 0 && d.wide_shape.ctas2 > 0) {
       // Kernel 1 stages the token rows of its CTA's slots, 8 per slot: a CTA's balanced share of the units (slots x
       // I / 8) spans at most ceil(share / (I / 8)) + 1 slots, and a run at most min(P, P / 8 + min(E, P)) slots of
-      // its P pairs; fewer wide tokens where the rows do not fit kDecodeWideMaxStagedBytes.
+      // its P pairs; fewer wide tokens where the rows do not fit the kernel's staging (wide_shape.staged1 / 2: what the
+      // device's shared memory leaves, rounded to whole KB as the ring offsets are).
       // Kernel 2 likewise the intermediate rows of its slots (units slot-major: a slot is H / 16 units). (It has no
-      // unstaged variant: past I ~ 4064 even 2 slots' 16 rows exceed the bound and the wide path is off.)
+      // unstaged variant: past I ~ 4400 even 2 slots' 16 rows exceed the staging and the wide path is off.)
       const std::int64_t groups = I / 8, row_bytes = detail::decode_wide_staged_row_bytes(H);
       const std::int64_t blocks = H / 16, row_bytes2 = detail::decode_wide_staged_row_bytes(I);
       auto staged_rows = [&](int tokens, std::int64_t per_slot, int ctas) {
@@ -260,14 +261,15 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
       auto rows1 = [&](int t) { return staged_rows(t, groups, d.wide_shape.ctas1); };
       auto rows2 = [&](int t) { return staged_rows(t, blocks, d.wide_shape.ctas2); };
       int wt = std::min({requested, o.max_tokens, detail::kDecodeWideMaxPairs / o.topk});
-      while (wt > decode_tokens && (rows1(wt) * row_bytes > detail::kDecodeWideMaxStagedBytes ||
-                                    rows2(wt) * row_bytes2 > detail::kDecodeWideMaxStagedBytes))
+      auto kb = [](std::int64_t bytes) { return (bytes + 1023) / 1024 * 1024; };
+      while (wt > decode_tokens && (kb(rows1(wt) * row_bytes) > d.wide_shape.staged1 ||
+                                    kb(rows2(wt) * row_bytes2) > d.wide_shape.staged2))
         --wt;
       if (wt > decode_tokens && indices_fit(std::int64_t{wt} * o.topk)) {
         d.wide_tokens = wt;
-        d.wide_ring_offset = static_cast<int>((rows1(wt) * row_bytes + 1023) / 1024 * 1024);
+        d.wide_ring_offset = static_cast<int>(kb(rows1(wt) * row_bytes));
         d.wide_shape.smem1 = d.wide_ring_offset + detail::decode_wide_ring_bytes();
-        d.wide_ring_offset2 = static_cast<int>((rows2(wt) * row_bytes2 + 1023) / 1024 * 1024);
+        d.wide_ring_offset2 = static_cast<int>(kb(rows2(wt) * row_bytes2));
         d.wide_shape.smem2 = d.wide_ring_offset2 + detail::decode_wide_ring_bytes();
         d.route = p.allocate<int>(detail::decode_wide_route_bytes(), "plan workspace");
       }

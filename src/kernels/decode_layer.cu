@@ -504,9 +504,10 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
   if (S == 0) {  // no pair routed anywhere: every present token's row is zero
     // (still after the prerequisite grid: no CTA of this grid then ends before it, whatever the stream runs next)
     if (!fused) ptx::wait_prerequisites();
-    for (long long q = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; q < static_cast<long long>(T) * H;
-         q += static_cast<long long>(gridDim.x) * blockDim.x)
-      a.out[(q / H) * a.ldo + q % H] = __float2bfloat16_rn(0.0f);
+    if constexpr (!W)  // (W: decode_wide_combine writes every present token's row, zeros where no pair is routed)
+      for (long long q = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; q < static_cast<long long>(T) * H;
+           q += static_cast<long long>(gridDim.x) * blockDim.x)
+        a.out[(q / H) * a.ldo + q % H] = __float2bfloat16_rn(0.0f);
     return;
   }
   const decode::Operand op{I, I / (F == Format::nvfp4 ? 16 : 32), a.zero_row};
@@ -566,13 +567,6 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
       }
     }
   };
-  // (the CTA that stored a block's last units combines it; W: decode_wide_combine)
-  auto combine = [&](int b, int tp) {
-    combine_block(a, T, H, k, lane, b, tp, [&](int q) {
-      if constexpr (W) return pair_expert(a, q);
-      else return r.id[q];
-    });
-  };
   const int units = blocks * S, n = (I + decode::kChunk - 1) / decode::kChunk;
   // CTA-level stream-K (one whole block per CTA where there are no more blocks than CTAs:
   // decode::cta_units), then per touched 16-row block one arrival of this CTA's unit count unless
@@ -591,34 +585,38 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
   };
   decode::stream_units_cta<F, L, P, XS, true>(units, W ? 0 : S, n, op, unit_of, ready_w, finish, records, ring);
   stamp(1, 3);
-  if constexpr (W) return stamp(1, 4);  // (the combine: decode_wide_combine, over the whole GPU)
-  const decode::CtaUnits cu = decode::cta_units(units, S);
-  const int u0 = cu.u0, u1 = cu.u1;
-  if (u1 <= u0) return stamp(1, 4);  // (the whole CTA)
-  const int b_lo = u0 / S, b_hi = (u1 - 1) / S;
-  for (int base = b_lo; base <= b_hi; base += kRound) {
-    if (threadIdx.x == 0) n_done = 0;
-    __syncthreads();  // every y row of this CTA stored (first round); the previous round's combines read done[]
-    const int b = base + static_cast<int>(threadIdx.x);
-    if (threadIdx.x < kRound && b <= b_hi) {
-      // One acq_rel arrival per block: its release covers every y row the CTA stored (ordered
-      // before it by the barrier above), its acquire the other CTAs' rows for the last arriver,
-      // whose combine warps are ordered after it by the barrier below (no sequentially consistent
-      // fences: MEMBAR.SC.GPU waited on here, measured).
-      const unsigned mine = static_cast<unsigned>(min(u1, (b + 1) * S) - max(u0, b * S));
-      if (mine == static_cast<unsigned>(S)) {  // the block is this CTA's alone: no arrival
-        done[atomicAdd(&n_done, 1)] = b;
-      } else if (ptx::atom_acq_rel_gpu_add(a.count_rows + b, mine) + mine == static_cast<unsigned>(S)) {
-        a.count_rows[b] = 0;  // for the next run
-        done[atomicAdd(&n_done, 1)] = b;
+  // The arrivals and the in-kernel combine: compiled only where they run (W: decode_wide_combine, over the whole GPU)
+  if constexpr (!W) {
+    // (the CTA that stored a block's last units combines it)
+    auto combine = [&](int b, int tp) { combine_block(a, T, H, k, lane, b, tp, [&](int q) { return r.id[q]; }); };
+    const decode::CtaUnits cu = decode::cta_units(units, S);
+    const int u0 = cu.u0, u1 = cu.u1;
+    if (u1 <= u0) return stamp(1, 4);  // (the whole CTA)
+    const int b_lo = u0 / S, b_hi = (u1 - 1) / S;
+    for (int base = b_lo; base <= b_hi; base += kRound) {
+      if (threadIdx.x == 0) n_done = 0;
+      __syncthreads();  // every y row of this CTA stored (first round); the previous round's combines read done[]
+      const int b = base + static_cast<int>(threadIdx.x);
+      if (threadIdx.x < kRound && b <= b_hi) {
+        // One acq_rel arrival per block: its release covers every y row the CTA stored (ordered
+        // before it by the barrier above), its acquire the other CTAs' rows for the last arriver,
+        // whose combine warps are ordered after it by the barrier below (no sequentially consistent
+        // fences: MEMBAR.SC.GPU waited on here, measured).
+        const unsigned mine = static_cast<unsigned>(min(u1, (b + 1) * S) - max(u0, b * S));
+        if (mine == static_cast<unsigned>(S)) {  // the block is this CTA's alone: no arrival
+          done[atomicAdd(&n_done, 1)] = b;
+        } else if (ptx::atom_acq_rel_gpu_add(a.count_rows + b, mine) + mine == static_cast<unsigned>(S)) {
+          a.count_rows[b] = 0;  // for the next run
+          done[atomicAdd(&n_done, 1)] = b;
+        }
       }
+      __syncthreads();
+      // (the warps take (block, token pair) items: one L2 round trip each, all in flight at once where the CTA has as
+      // many warps as items)
+      const int nd = n_done, tps = (T + 1) / 2;
+      for (int i = threadIdx.x / 32; i < nd * tps; i += blockDim.x / 32) combine(done[i / tps], i % tps);
+      if (base + kRound <= b_hi) __syncthreads();  // (n_done and done[] are rewritten by the next round)
     }
-    __syncthreads();
-    // (the warps take (block, token pair) items: one L2 round trip each, all in flight at once where the CTA has as
-    // many warps as items)
-    const int nd = n_done, tps = (T + 1) / 2;
-    for (int i = threadIdx.x / 32; i < nd * tps; i += blockDim.x / 32) combine(done[i / tps], i % tps);
-    if (base + kRound <= b_hi) __syncthreads();  // (n_done and done[] are rewritten by the next round)
   }
   stamp(1, 4);
 }
@@ -946,15 +944,27 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
   if (k1w == nullptr) return s;
   const void* k2w = kernel2w(format, blocked_scales, pieces);
   constexpr int kPrepSmemMax = 512 * (64 + 8);
-  if (cudaFuncSetAttribute(k1w, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeWideMaxStagedBytes + ring) ==
-          cudaSuccess &&
-      cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeWideMaxStagedBytes + ring) ==
-          cudaSuccess &&
+  // Each kernel's staging: whatever the block's opt-in shared memory leaves beside its static part and the rings
+  // (on the H200 ~140 KB: gpt-oss-120b's 24 staged rows of 5.7 KB at 64 tokens just fit).
+  int device = 0, optin = 0;
+  cudaFuncAttributes f1{}, f2{};
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaFuncGetAttributes(&f1, k1w) != cudaSuccess || cudaFuncGetAttributes(&f2, k2w) != cudaSuccess) {
+    cudaGetLastError();
+    return s;
+  }
+  const int dyn1 = optin - static_cast<int>(f1.sharedSizeBytes), dyn2 = optin - static_cast<int>(f2.sharedSizeBytes);
+  const int staged1 = (dyn1 - ring) / 1024 * 1024, staged2 = (dyn2 - ring) / 1024 * 1024;
+  if (staged1 <= 0 || staged2 <= 0) return s;
+  if (cudaFuncSetAttribute(k1w, cudaFuncAttributeMaxDynamicSharedMemorySize, staged1 + ring) == cudaSuccess &&
+      cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, staged2 + ring) == cudaSuccess &&
       cudaFuncSetAttribute(kernel_prep(), cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmemMax) ==
           cudaSuccess) {
-    s.smem1 = kDecodeWideMaxStagedBytes + ring;  // (the plan's own need: decode_wide_smem1)
+    s.staged1 = staged1, s.staged2 = staged2;
+    s.smem1 = staged1 + ring;  // (the plan's own need: its staged rows + the rings)
     s.ctas1 = resident(k1w, multiprocessors, s.smem1);
-    s.smem2 = kDecodeWideMaxStagedBytes + ring;  // (the plan's own need: its staged rows + the rings)
+    s.smem2 = staged2 + ring;
     s.ctas2 = resident(k2w, multiprocessors, s.smem2);
   } else {
     cudaGetLastError();

@@ -23,8 +23,6 @@ inline constexpr int kDecodeMaxPairs = 64;  // T * k
 // slots -- an expert's pairs in pair order, 8 per slot, whose mma columns are those pairs -- and each CTA of kernel 1
 // stages the token rows of its own slots; up to kDecodeWideMaxPairs pairs.
 inline constexpr int kDecodeWideMaxPairs = 512;
-// The wide kernel 1 stages the token rows of its CTA's slots (8 per slot): at most this many bytes.
-inline constexpr int kDecodeWideMaxStagedBytes = 128 * 1024;
 
 // The plan-time shape of the decode path: each kernel's grid (as many CTAs as stay resident) and
 // dynamic shared memory (the warps' load rings; kernel 1 also the staged tokens).
@@ -34,8 +32,12 @@ struct DecodeShape {
   int ctas_fused = 0;  // the fused kernel's grid (kernel 1's dynamic shared memory): 0 where it cannot run
 };
 // The wide path's kernels (decode_shape; 0: none).
+// staged1 / staged2: the bytes each kernel can stage in front of its rings (kernel 1 the token rows of its CTA's slots,
+// kernel 2 their intermediate rows; whole KB): the device's per-block opt-in shared memory less the kernel's static
+// shared memory and the rings.
 struct DecodeWideShape {
   int ctas1 = 0, ctas2 = 0, smem1 = 0, smem2 = 0;
+  int staged1 = 0, staged2 = 0;
 };
 // Kernel 1 stages up to kDecodeMaxStagedBytes of tokens (decode tokens x hidden, padded to a chunk, each row 64 bytes
 // longer: decode::kStagedRowPad; the pad's 8 x 64 bytes are added so that it lowers no H's token bound).

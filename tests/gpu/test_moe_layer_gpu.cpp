@@ -690,6 +690,36 @@ TEST(MoeLayerDecode, WidePathMatchesTheComposition) {
   }
 }
 
+// The wide path's staging sized by the device (DecodeWideShape::staged1 / 2: the opt-in shared memory less the kernels'
+// static part and rings, ~140 KB on the H200): gpt-oss-120b's hidden size (5.7 KB staged rows, not a multiple of 128)
+// with many small experts, so that a CTA's share of kernel 1's units spans three slots -- 24 staged rows, past the
+// 128 KB that capped such layers at 33 tokens before. T 64 (512 pairs over 200 experts, and in run_routing_modes'
+// other modes repeats, ids outside [0, E) and a device token count below T) against the reference composition, W4A16
+// MXFP4 and W4A4 NVFP4 on pieces.
+TEST(MoeLayerDecode, WidePathAtTheLargestStaging) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (int v = 0; v < 2; ++v) {
+    LayerCase c;
+    c.format = v == 0 ? Format::mxfp4 : Format::nvfp4;
+    c.act = v == 0 ? MoeActivation::bf16 : MoeActivation::fp4;
+    c.seed = 9950 + v;
+    c.pieces = true, c.scale_layout = ScaleLayout::blocked, c.activation = MoeEpilogue::swigluoai;
+    c.experts = 200, c.topk = 8, c.hidden = 2880, c.inter = 64, c.max_tokens = 64;
+    c.decode_tokens = 64, c.graph_cache = 0;
+    const auto L = make_layer(c);
+    const std::string d = L->layer->describe();
+    EXPECT_NE(d.find("wide decode path for T <= 64"), std::string::npos) << d;
+    std::mt19937_64 rng(c.seed * 5 + 3);
+    RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
+    DeviceBuffer count(4);
+    cudaStream_t s = nullptr;
+    FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+    run_routing_modes(*L, c, b, count, s, rng, 64, -1, 5, c.describe());
+    EXPECT_NO_THROW(L->layer->check(s));
+    FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+  }
+}
+
 // Weights in pieces (MoeLayerOptions::weight_layout; W4A16 MXFP4 and W4A4 NVFP4): both paths (T 1-8 on the decode
 // kernels, T 9-40 on the general path's GEMMs), both gate / up layouts, both scale layouts, H and I not multiples of
 // 128 (the pieces' zero k-block, the decode path's padded intermediate -- quantised in place for W4A4), MXFP4 codes
@@ -911,18 +941,18 @@ TEST(MoeLayerHandover, WhereItApplies) {
 TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
-  // bound: the narrow kernels' (T <= 8); wide: the wide kernels' (W4A16 MXFP4 where the narrow bound is 8 at H <= 3072:
-  // 64 with experts of at most 4 MiB, else 32 (W4A4 NVFP4: 16); 0: none)
+  // bound: the narrow kernels' (T <= 8); wide: the wide kernels' (W4A16 MXFP4 and W4A4 where the narrow bound is 8 at
+  // H <= 3072: 64, but 24 for W4A4 NVFP4 with experts over 4 MiB; 0: none)
   struct Want { Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound, wide = 0; };
   for (const Want w : {Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 64, 256, 128, 8, 64},  // E / 2k = 8, small experts
-                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8, 32},  // 4.125 MiB experts
+                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8, 64},  // 4.125 MiB experts
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1344, 8, 64},  // 3.94 MiB experts
                        Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 40, 256, 128, 8, 40},  // max_tokens
                        Want{Format::mxfp4, MoeActivation::bf16, 64, 4, 200, 256, 128, 8, 64},
                        Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
                        Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
-                       Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 16},  // 4.125 MiB experts
-                       Want{Format::mxfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 32},
+                       Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 24},  // 4.125 MiB experts
+                       Want{Format::mxfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 64},
                        Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1344, 8, 64},  // 3.94 MiB experts
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 2, 64, 256, 128, 4},  // E / 2k = 4
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 2, 64, 256, 128, 3},   // Mixtral-like: 3
