@@ -942,11 +942,19 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
   // bound: the narrow kernels' (T <= 8); wide: the wide kernels' (W4A16 MXFP4 and W4A4 where the narrow bound is 8 at
-  // H <= 3072: 64, but 24 for W4A4 NVFP4 with experts over 4 MiB; 0: none)
-  struct Want { Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound, wide = 0; };
+  // H <= 3072: 64, but 24 for W4A4 NVFP4 with experts over 4 MiB, and none with experts over 4 MiB and linear weight
+  // scales; 0: none)
+  struct Want {
+    Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound, wide = 0;
+    ScaleLayout scales = ScaleLayout::blocked;
+  };
   for (const Want w : {Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 64, 256, 128, 8, 64},  // E / 2k = 8, small experts
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8, 64},  // 4.125 MiB experts
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1344, 8, 64},  // 3.94 MiB experts
+                       // linear weight scales: experts over 4 MiB have no wide path
+                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1408, 8, 0, ScaleLayout::linear},
+                       Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 0, ScaleLayout::linear},
+                       Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1344, 8, 64, ScaleLayout::linear},
                        Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 40, 256, 128, 8, 40},  // max_tokens
                        Want{Format::mxfp4, MoeActivation::bf16, 64, 4, 200, 256, 128, 8, 64},
                        Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
@@ -968,7 +976,7 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
                        Want{Format::mxfp4, MoeActivation::bf16, 8, 1, 3, 7168, 256, 3}}) {  // max_tokens
     LayerCase c;
     c.format = w.format, c.act = w.act, c.experts = w.experts, c.topk = w.topk, c.max_tokens = w.max_tokens;
-    c.hidden = w.hidden, c.inter = w.inter;
+    c.hidden = w.hidden, c.inter = w.inter, c.scale_layout = w.scales;
     c.decode_tokens = kDecodeTokensAuto;
     const std::string d = make_layer(c)->layer->describe();
     EXPECT_NE(d.find(w.bound > 0 ? "decode path for T <= " + std::to_string(w.bound) + " " : std::string("no decode path")),

@@ -72,7 +72,7 @@ if [ $mode = ab4 ]; then  # W4A4 (ACT, default nvfp4) on pieces: the narrow boun
   for m in "qwen3 128 2048 768 8 silu" "gptoss 128 2880 2880 4 swigluoai"; do set -- $m; case " ${MODELS:-qwen3 gptoss} " in *" $1 "*) ;; *) continue;; esac
     for T in ${TS:-9 16 24 32 64}; do for d in 8 64; do for rnd in 1 2; do
       timeout 100 /tmp/$M/cli layer --experts $2 --hidden $3 --inter $4 --tokens $T --topk $5 --activation $6 --act ${ACT:-nvfp4} \
-        --weight-layout pieces --decode-tokens $d --iters 100 --warmup 10 > $R/a4_${1}_T${T}_d${d}_r$rnd.txt 2>&1
+        --weight-layout ${WL:-pieces} ${XARGS:-} --decode-tokens $d --iters 100 --warmup 10 > $R/a4_${1}_T${T}_d${d}_r$rnd.txt 2>&1
     done; done
     printf "%-7s T %3s  decode_tokens 8: %s / %s   64: %s / %s  %s\n" $1 $T \
       "$(grep -o 'time: [0-9.]*' $R/a4_${1}_T${T}_d8_r1.txt | cut -c7-)" "$(grep -o 'time: [0-9.]*' $R/a4_${1}_T${T}_d8_r2.txt | cut -c7-)" \
