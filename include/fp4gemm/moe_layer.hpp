@@ -121,7 +121,7 @@ struct MoeLayerOptions {
   // 0.91 at 64; bench/results/v79, v81). W4A4 takes the wide kernels after its quantisers, as the narrow ones: up to
   // 64 tokens, but 24 for NVFP4 with experts over 4 MiB (gpt-oss-120b: 0.93 at 16, 0.97 at 24, 0.99 at 28, behind
   // from 32; MXFP4 0.93 at 64; bench/results/v81). With linear weight scales experts over 4 MiB take no wide path
-  // (gpt-oss-120b: 1.06 at 32, 1.13 at 64 on rows; the codes travel through L1, which the staging leaves small). Layers with top-k
+  // (gpt-oss-120b: 1.06 at 32, 1.13 at 64 on rows; not profiled -- likely the codes' L1 loads beside the staging). Layers with top-k
   // > 8, or a hidden or intermediate size that is not a multiple of 32
   // (NVFP4), have no decode path; a large hidden size also lowers the bound (its first kernel
   // stages the run's tokens in shared memory, at most 96 KB: 6 tokens at H = 7168). describe()

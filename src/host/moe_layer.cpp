@@ -201,8 +201,8 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   //   9, 0.90 at 32, 0.92 at 48, 0.93 at 64: up to 64 tokens, but 24 for NVFP4 with experts over 4 MiB.
   // - Linear (row-major) weight scales (v81 c5, W4A16): Qwen3 still ahead (rows 0.68 at 16, 0.76 at 64; pieces 0.70 /
   //   0.80), gpt-oss behind from 16 to 64 (rows 0.99 / 1.06 / 1.12 / 1.13 at 16 / 32 / 48 / 64, pieces 1.03 / 1.12 /
-  //   1.17 / 1.20): the codes travel through L1, which the wide kernels' staging leaves small, and experts over 4 MiB
-  //   stage the most. So no wide path there.
+  //   1.17 / 1.20) -- not profiled; likely the codes, which travel through L1, and the staging, which shrinks L1.
+  //   So no wide path there.
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const bool small_experts = expert_bytes <= (std::int64_t{4} << 20);
   const bool linear_scales = o.scale_layout == ScaleLayout::linear;
