@@ -205,11 +205,11 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   //   So no wide path there.
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const bool small_experts = expert_bytes <= (std::int64_t{4} << 20);
-  const bool linear_scales = o.scale_layout == ScaleLayout::linear;
-  const int auto_wide = (w4a4 || o.format == Format::mxfp4) && auto_tokens == detail::kDecodeMaxTokens && H <= 3072 &&
-                                (small_experts || !linear_scales)
-                            ? (!small_experts && w4a4 && o.format == Format::nvfp4 ? 24 : 64)
-                            : 0;
+  int auto_wide = 0;
+  if ((w4a4 || o.format == Format::mxfp4) && auto_tokens == detail::kDecodeMaxTokens && H <= 3072) {
+    if (small_experts) auto_wide = 64;
+    else if (o.scale_layout != ScaleLayout::linear) auto_wide = w4a4 && o.format == Format::nvfp4 ? 24 : 64;
+  }
   const int requested = o.decode_tokens == kDecodeTokensAuto ? std::max(auto_tokens, auto_wide) : o.decode_tokens;
   int decode_tokens = std::min({requested, detail::kDecodeMaxTokens, o.max_tokens});
   while (decode_tokens > 0 && detail::decode_staged_bytes(decode_tokens, H) > detail::kDecodeMaxStagedBytes) --decode_tokens;

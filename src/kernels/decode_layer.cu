@@ -961,11 +961,10 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
       cudaFuncSetAttribute(k2w, cudaFuncAttributeMaxDynamicSharedMemorySize, staged2 + ring) == cudaSuccess &&
       cudaFuncSetAttribute(kernel_prep(), cudaFuncAttributeMaxDynamicSharedMemorySize, kPrepSmemMax) ==
           cudaSuccess) {
+    // (smem1 / smem2 stay 0: the plan sets its own need, its staged rows + the rings)
     s.staged1 = staged1, s.staged2 = staged2;
-    s.smem1 = staged1 + ring;  // (the plan's own need: its staged rows + the rings)
-    s.ctas1 = resident(k1w, multiprocessors, s.smem1);
-    s.smem2 = staged2 + ring;
-    s.ctas2 = resident(k2w, multiprocessors, s.smem2);
+    s.ctas1 = resident(k1w, multiprocessors, staged1 + ring);
+    s.ctas2 = resident(k2w, multiprocessors, staged2 + ring);
   } else {
     cudaGetLastError();
   }

@@ -31,7 +31,7 @@ struct DecodeShape {
   int smem1 = 0, smem2 = 0;
   int ctas_fused = 0;  // the fused kernel's grid (kernel 1's dynamic shared memory): 0 where it cannot run
 };
-// The wide path's kernels (decode_shape; 0: none).
+// The wide path's kernels (decode_wide_shape; 0: none); smem1 / smem2 set by the plan (its staged rows + the rings).
 // staged1 / staged2: the bytes each kernel can stage in front of its rings (kernel 1 the token rows of its CTA's slots,
 // kernel 2 their intermediate rows; whole KB): the device's per-block opt-in shared memory less the kernel's static
 // shared memory and the rings.

@@ -15,10 +15,12 @@ if [ -n "${GF:-}" ]; then
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|tests from .* ran" $R/gt.txt | head
 fi
 cp /tmp/$M/py/_fp4gemm*.so python/fp4gemm/
-for rnd in $(seq 1 ${ROUNDS:-2}); do
-  PYTHONPATH=$PWD/python:$PWD/.peers OUT=$R/tk$rnd TKL_REPS=100 TKL_SILU=0 TKL_TOKENS=${TOK:-1,8,64,512,4096} \
+# ROUND_REPS (added in v81): reps per round, e.g. "100 100 20" (two sustained rounds and a short burst; " ": none);
+# by default ROUNDS rounds of 100.
+rnd=0; for reps in ${ROUND_REPS:-$(for _ in $(seq 1 ${ROUNDS:-2}); do printf '100 '; done)}; do rnd=$((rnd + 1))
+  PYTHONPATH=$PWD/python:$PWD/.peers OUT=$R/tk$rnd TKL_REPS=$reps TKL_SILU=0 TKL_TOKENS=${TOK:-1,8,64,512,4096} \
     TKL_BUDGET_S=${BUDGET:-200} timeout ${TMO:-240} python3 bench/tk_layer_pieces.py .peers/tk_layer.py > $R/tk$rnd.txt 2>&1
-  echo "tk round $rnd rc=$? [$((SECONDS - t0)) s]"; grep -A 13 "CUDA graph replay" $R/tk$rnd.txt | head -14
+  echo "tk round $rnd ($reps reps) rc=$? [$((SECONDS - t0)) s]"; grep -A 13 "CUDA graph replay" $R/tk$rnd.txt | head -14
 done
 if [ "${HM:-1}" = 1 ]; then
   python3 -m pip install --no-deps --no-index .peers/wheels/*.whl --target .peers/site > $R/pip.txt 2>&1
