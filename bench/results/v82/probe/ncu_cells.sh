@@ -20,7 +20,7 @@ for cs in "${CS[@]}"; do set -- $cs
   f=$R/ncu_$1_t$2_$3_d$4.txt
   /tmp/$M/cli layer $A --iters 100 --warmup 10 > $R/time_$1_t$2_$3_d$4.txt 2>&1
   echo "== $cs: $(grep -iE 'median|us' $R/time_$1_t$2_$3_d$4.txt | head -3 | tr '\n' ' ')"
-  timeout 200 ncu --clock-control none --cache-control all -k regex:"decode|fused|prepass|combine|routing|quant" -s 30 -c 10 --metrics $MET \
+  timeout 200 ncu --clock-control none --cache-control all --print-kernel-base function -k regex:"decode|fused|prepass|combine|routing|quant" -s 30 -c 10 --metrics $MET \
     /tmp/$M/cli layer $A --iters 4 --warmup 4 > $f 2>&1
   echo "   ncu rc $? [$((SECONDS - t0)) s]"
   python3 - "$f" <<'PY'
@@ -28,8 +28,8 @@ import re,sys
 cur=None; rows=[]
 for l in open(sys.argv[1]):
     m=re.match(r'^  (\S.*?)\s*\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)',l)
-    if m: cur={'k':m.group(1)[:60]}; rows.append(cur); continue
-    m=re.match(r'^\s+(\S+)\s+(\S+)\s+([\d,.]+)\s*$',l)
+    if m: cur={'k':m.group(1)[:90]}; rows.append(cur); continue
+    m=re.match(r'^\s+(\S+)\s+(?:(\S+)\s+)?([\d,.]+)\s*$',l)
     if m and cur is not None: cur[m.group(1)]=m.group(3).replace(',','')
 seen=set()
 for r in rows:
