@@ -20,8 +20,8 @@ for cs in "${CS[@]}"; do set -- $cs
   f=$R/ncu_$1_t$2_$3_d$4.txt
   /tmp/$M/cli layer $A --iters 100 --warmup 10 > $R/time_$1_t$2_$3_d$4.txt 2>&1
   echo "== $cs: $(grep -iE 'median|us' $R/time_$1_t$2_$3_d$4.txt | head -3 | tr '\n' ' ')"
-  timeout 200 ncu --clock-control none --cache-control all --print-kernel-base function -k regex:"decode|fused|prepass|combine|routing|quant" -s 30 -c 10 --metrics $MET \
-    /tmp/$M/cli layer $A --iters 4 --warmup 4 > $f 2>&1
+  timeout 200 ncu --clock-control none --cache-control all --print-kernel-base function -k regex:"decode|fused|prep|combine|routing|quant|align|padding" -s 30 -c 14 --metrics $MET \
+    /tmp/$M/cli layer $A --iters 12 --warmup 4 > $f 2>&1
   echo "   ncu rc $? [$((SECONDS - t0)) s]"
   python3 - "$f" <<'PY'
 import re,sys
