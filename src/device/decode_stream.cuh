@@ -163,13 +163,25 @@ __device__ __forceinline__ unsigned load_code(const std::uint8_t* p) {
   else asm volatile("ld.global.nc.u16 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
+// An L2 cache policy for bytes read once: first out of L2 (createpolicy, kept in a register for the copies below).
+__device__ __forceinline__ std::uint64_t l2_policy_evict_first() {
+  std::uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
 // 16 bytes global -> shared (a 32-bit shared address: the ring's slots are kept in registers as shared addresses, not
 // re-derived from a generic pointer each chunk), zeros where not `valid` (then the source is not read). Streaming: not
 // kept in L1; the L2 fetches the 128-byte line (a warp reads 64 bytes of each of 8 rows per copy). An L2::256B
 // prefetch measured slower on the H200 (docs/PERF.md). (Advancing the cursors first and copying from behind them, to
 // spare ptxas its moves of each cursor before the copies, gave the same SASS count: ptxas folds the offset back.)
-__device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+// The weight codes go first out of L2 (`policy`: l2_policy_evict_first) so that the scale sectors stay there between
+// the units that share them: a 16-row block's codes of a chunk are 4 bytes of each of 16 lines of its blocked atom,
+// whose other 12 bytes are the rows 32, 64 and 96 on -- units a warp reaches 2, 4 and 6 units later. Without the
+// policy the codes' stream evicted those sectors in between and each was read from HBM up to four times: ncu, gpt-oss
+// T 64 wide kernel 1, 1.20 GB read for 1.00 GB of weights and scales (1.04 with it); the layer 6-9 % faster (PERF.md v82).
+__device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* src, bool valid, std::uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0), "l"(policy)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_4_at(std::uint32_t dst, const void* src, bool valid) {
@@ -415,13 +427,13 @@ inline constexpr bool kNvPieces = P && F == Format::nvfp4;
 // 16-row block, kernel 2): blocked, the second row's codes are the first's + 128 bytes (one cursor).
 template <Format F, ScaleLayout L, bool P, class XS, bool R8 = false>
 __device__ __forceinline__ void copy_chunk(std::uint32_t w16, std::uint32_t w4, Cursor<XS>& cur, bool live, bool live1,
-                                           int lane) {
+                                           int lane, std::uint64_t codes_policy) {
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   constexpr int step = L == ScaleLayout::blocked ? step_blocked : step_linear;
   constexpr int ws = kWeightStep<P>;
-  cp_async_16_at(w16, cur.wg, live);
-  if constexpr (P) cp_async_16_at(w16 + 512, cur.wg + 512, live);
-  else cp_async_16_at(w16 + 512, cur.wh, live);
+  cp_async_16_at(w16, cur.wg, live, codes_policy);
+  if constexpr (P) cp_async_16_at(w16 + 512, cur.wg + 512, live, codes_policy);
+  else cp_async_16_at(w16 + 512, cur.wh, live, codes_policy);
   if constexpr (L == ScaleLayout::blocked) {
     const int second = kNvPieces<F, P> && (lane & 1) ? 512 : 0;
     const bool live_word = kNvPieces<F, P> && (lane & 1) ? live1 : live;
@@ -492,6 +504,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   // instructions, where the ring is dynamic shared memory after static)
   const std::uint32_t ring_s = __shfl_sync(0xFFFFFFFFu, ptx::smem_addr(ring), 0);
   const std::uint32_t w16 = ring_s + 16 * lane, w4 = ring_s + 1024 + 4 * lane;
+  const std::uint64_t codes_policy = l2_policy_evict_first();
   // Linear scales: the codes travel in registers, loaded (ld.global.nc) with their chunk's copy and
   // moved one stage on per chunk -- a row's codes for 8 chunks share a 32-byte sector, so most hit
   // L1; copied by cp.async, the 8 rows' codes (in up to 8 lines per instruction) cost as many
@@ -522,7 +535,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
       }
     }
     copy_chunk<F, L, P, XS, R8>(w16 + at, w4 + at, cur, more && lleft > live_above,
-                            more && lleft > (kNvPieces<F, P> ? live_above1 : live_above), lane);
+                            more && lleft > (kNvPieces<F, P> ? live_above1 : live_above), lane, codes_policy);
     if (__builtin_expect(--lleft == 0, 0)) {
       lleft = n;
       if (++lu * n < c1) cur = align_codes<L>(cursor<F, L, XS, P>(unit_of(lu), op, 0, c));
