@@ -28,7 +28,7 @@ done
 echo "[$((SECONDS - t0)) s]"
 NCUCASES=${NCUCASES:-"gptoss 8;gptoss 64;qwen3 64"}
 IFS=';' read -ra NS <<< "$NCUCASES"
-for cs in "${NS[@]}"; do set -- $cs
+for cs in "${NS[@]}"; do set -- $cs; [ -z "${1:-}" ] && continue
   for v in $VS; do
     f=$R/ncu_${v}_$1_t$2.txt
     timeout 120 ncu --clock-control none --cache-control all --print-kernel-base function -k regex:"decode" -s 4 -c 8 \
