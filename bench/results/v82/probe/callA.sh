@@ -11,3 +11,7 @@ for d in 8 64; do
 BUNDLE=v5 VS="p0 q1" ROUNDS=1 ACT=bf16 XARGS="--scales linear --decode-tokens $d" CASES="gptoss 16;gptoss 32;gptoss 64;qwen3 32;qwen3 64" NCUCASES=" " \
   NAME=a_linear_d$d bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[0-9]|done" | sed "s/^/d$d /"
 done
+for d in 8 64; do
+BUNDLE=v5 VS="q1" ROUNDS=1 ACT=nvfp4 WL=pieces XARGS="--decode-tokens $d" CASES="gptoss 24;gptoss 32;gptoss 48;gptoss 64" NCUCASES=" " \
+  NAME=a_nvfp4_bound_d$d bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[0-9]|done" | sed "s/^/nvfp4 d$d /"
+done
