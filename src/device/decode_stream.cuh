@@ -184,6 +184,24 @@ __device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* sr
                "r"(valid ? 16 : 0), "l"(policy)
                : "memory");
 }
+#ifndef FP4GEMM_EXP_ROWS_POLICY
+#define FP4GEMM_EXP_ROWS_POLICY 0
+#endif
+// Weights in rows: no policy. A warp's copy is 64 bytes of each of 8 rows -- half of each 128-byte line, the other
+// half being its next chunk, which the L2::128B fetch brings in with it. Marked evict_first, those halves were evicted
+// before the next chunk came for them whenever L2 was full of other (dirty) lines, as it is after the benchmarks'
+// flush and in a model: gpt-oss-120b T 8 on rows with linear scales 183 -> 203 us (PERF.md v82).
+__device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* src, bool valid) {
+#if FP4GEMM_EXP_ROWS_POLICY == 1
+  asm volatile("{\n .reg .b64 p;\n createpolicy.fractional.L2::evict_first.b64 p, 1.0;\n"
+               " cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, p;\n}" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+#else
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+#endif
+}
 __device__ __forceinline__ void cp_async_4_at(std::uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0) : "memory");
 }
@@ -431,9 +449,13 @@ __device__ __forceinline__ void copy_chunk(std::uint32_t w16, std::uint32_t w4, 
   constexpr int step_linear = F == Format::nvfp4 ? 8 : 4, step_blocked = F == Format::nvfp4 ? 1024 : 512;
   constexpr int step = L == ScaleLayout::blocked ? step_blocked : step_linear;
   constexpr int ws = kWeightStep<P>;
-  cp_async_16_at(w16, cur.wg, live, codes_policy);
-  if constexpr (P) cp_async_16_at(w16 + 512, cur.wg + 512, live, codes_policy);
-  else cp_async_16_at(w16 + 512, cur.wh, live, codes_policy);
+  if constexpr (P) {
+    cp_async_16_at(w16, cur.wg, live, codes_policy);
+    cp_async_16_at(w16 + 512, cur.wg + 512, live, codes_policy);
+  } else {
+    cp_async_16_at(w16, cur.wg, live);
+    cp_async_16_at(w16 + 512, cur.wh, live);
+  }
   if constexpr (L == ScaleLayout::blocked) {
     const int second = kNvPieces<F, P> && (lane & 1) ? 512 : 0;
     const bool live_word = kNvPieces<F, P> && (lane & 1) ? live1 : live;
@@ -504,7 +526,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
   // instructions, where the ring is dynamic shared memory after static)
   const std::uint32_t ring_s = __shfl_sync(0xFFFFFFFFu, ptx::smem_addr(ring), 0);
   const std::uint32_t w16 = ring_s + 16 * lane, w4 = ring_s + 1024 + 4 * lane;
-  const std::uint64_t codes_policy = l2_policy_evict_first();
+  const std::uint64_t codes_policy = P ? l2_policy_evict_first() : 0;  // (rows: none, see cp_async_16_at)
   // Linear scales: the codes travel in registers, loaded (ld.global.nc) with their chunk's copy and
   // moved one stage on per chunk -- a row's codes for 8 chunks share a 32-byte sector, so most hit
   // L1; copied by cp.async, the 8 rows' codes (in up to 8 lines per instruction) cost as many
