@@ -14,6 +14,7 @@ for i in $(seq 0 $((NSH - 1))); do
 done
 (
 SANS=("memcheck nvfp4 pieces 3" "synccheck mxfp4 rows 3" "memcheck mxfp4 rows 8" "synccheck nvfp4 pieces 8")
+[ -n "${SANS_LIST:-}" ] && IFS=';' read -ra SANS <<< "$SANS_LIST"  # (v82: e.g. "memcheck bf16 rows 8;...")
 for tc in "${SANS[@]:0:${NSAN:-4}}"; do set -- $tc; tool=$1; shift; c="$*"
     timeout 100 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 /tmp/$M/cli layer \
       --experts 16 --hidden 2080 --inter 800 --tokens $3 --topk 2 --act $1 --weight-layout $2 --decode-tokens 8 \
