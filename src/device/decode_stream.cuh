@@ -175,8 +175,8 @@ __device__ __forceinline__ std::uint64_t l2_policy_evict_first() {
 // prefetch measured slower on the H200 (docs/PERF.md). (Advancing the cursors first and copying from behind them, to
 // spare ptxas its moves of each cursor before the copies, gave the same SASS count: ptxas folds the offset back.)
 // The weight codes go first out of L2 (`policy`: l2_policy_evict_first) so that the scale sectors stay there between
-// the units that share them: a 16-row block's codes of a chunk are 4 bytes of each of 16 lines of its blocked atom,
-// whose other 12 bytes are the rows 32, 64 and 96 on -- units a warp reaches 2, 4 and 6 units later. Without the
+// the units that share them: a 16-row block's codes of a chunk are 4 bytes of each of 16 16-byte groups of its blocked
+// atom, whose other 12 bytes are the rows 32, 64 and 96 on -- units a warp reaches 2, 4 and 6 units later. Without the
 // policy the codes' stream evicted those sectors in between and each was read from HBM up to four times: ncu, gpt-oss
 // T 64 wide kernel 1, 1.20 GB read for 1.00 GB of weights and scales (1.04 with it); the layer 6-9 % faster (PERF.md v82).
 __device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* src, bool valid, std::uint64_t policy) {
