@@ -295,7 +295,7 @@ class MoeLayer:
         0: always the general path; None (default): where it measured faster on an H200 (L2
         flushed, gpt-oss-120b and Qwen3-30B-A3B shapes): up to 8 tokens, W4A16 and W4A4, but at most
         max(3, experts / (2 topk)) (experts shared by a few tokens favour the general path sooner); and where that
-        is 8 at hidden sizes up to 3072, up to 64 tokens (W4A4 NVFP4 with experts over 4 MiB, gpt-oss-120b's: 24;
+        is 8 at hidden sizes up to 3072, up to 64 tokens (W4A4 NVFP4 with experts over 4 MiB, gpt-oss-120b's: 32;
         none with experts over 4 MiB and linear weight scales).
         ``describe()`` names the bounds in force.
     w13_bias, w2_bias: expert biases (gpt-oss's ``gate_up_proj_bias`` / ``down_proj_bias``), bf16 or

@@ -942,7 +942,7 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
   // bound: the narrow kernels' (T <= 8); wide: the wide kernels' (W4A16 MXFP4 and W4A4 where the narrow bound is 8 at
-  // H <= 3072: 64, but 24 for W4A4 NVFP4 with experts over 4 MiB, and none with experts over 4 MiB and linear weight
+  // H <= 3072: 64, but 32 for W4A4 NVFP4 with experts over 4 MiB, and none with experts over 4 MiB and linear weight
   // scales; 0: none)
   struct Want {
     Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound, wide = 0;
@@ -959,7 +959,7 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
                        Want{Format::mxfp4, MoeActivation::bf16, 64, 4, 200, 256, 128, 8, 64},
                        Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
                        Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
-                       Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 24},  // 4.125 MiB experts
+                       Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 32},  // 4.125 MiB experts
                        Want{Format::mxfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 64},
                        Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1344, 8, 64},  // 3.94 MiB experts
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 2, 64, 256, 128, 4},  // E / 2k = 4
