@@ -178,7 +178,7 @@ __device__ __forceinline__ std::uint64_t l2_policy_evict_first() {
 // the units that share them: a 16-row block's codes of a chunk are 4 bytes of each of 16 16-byte groups of its blocked
 // atom, whose other 12 bytes are the rows 32, 64 and 96 on -- units a warp reaches 2, 4 and 6 units later. Without the
 // policy the codes' stream evicted those sectors in between and each was read from HBM up to four times: ncu, gpt-oss
-// T 64 wide kernel 1, 1.20 GB read for 1.00 GB of weights and scales (1.04 with it); the layer 6-9 % faster (PERF.md v82).
+// T 64 wide kernel 1, 1.20 GB read for 1.00 GB of weights and scales (1.04 with it); the layer 6-9 % faster (docs/PERF.md).
 __device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* src, bool valid, std::uint64_t policy) {
   asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src),
                "r"(valid ? 16 : 0), "l"(policy)
@@ -190,7 +190,7 @@ __device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* sr
 // Weights in rows: no policy. A warp's copy is 64 bytes of each of 8 rows -- half of each 128-byte line, the other
 // half being its next chunk, which the L2::128B fetch brings in with it. Marked evict_first, those halves were evicted
 // before the next chunk came for them whenever L2 was full of other (dirty) lines, as it is after the benchmarks'
-// flush and in a model: gpt-oss-120b T 8 on rows with linear scales 183 -> 203 us (PERF.md v82).
+// flush and in a model: gpt-oss-120b T 8 on rows with linear scales 183 -> 203 us (docs/PERF.md).
 __device__ __forceinline__ void cp_async_16_at(std::uint32_t dst, const void* src, bool valid) {
 #if FP4GEMM_EXP_ROWS_POLICY == 1
   asm volatile("{\n .reg .b64 p;\n createpolicy.fractional.L2::evict_first.b64 p, 1.0;\n"
