@@ -198,8 +198,9 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   //   once the staging took what shared memory leaves).
   // - W4A4 (the wide kernels after the layer's quantisers): NVFP4 Qwen3 0.66 at T 9, 0.82 at 32, 0.89 at 64; gpt-oss
   //   0.93 at 16, 0.97 at 24, 0.99 at 28, 1.04 at 32, 1.07 at 64 -- since the codes' evict_first policy
-  //   (bench/results/v82) 0.91 at 24, 0.98 at 32, 1.02 at 48, 1.03 at 64; MXFP4 Qwen3 0.63 at 9, 0.76 at 32; gpt-oss 0.80 at 9, 0.90 at 32, 0.92
-  //   at 48, 0.93 at 64: up to 64 tokens, but 32 for NVFP4 with experts over 4 MiB.
+  //   (bench/results/v82) 0.91 at 24, 0.98 at 32, 1.02 at 48, 1.03 at 64; MXFP4 Qwen3 0.63 at 9, 0.76 at 32;
+  //   gpt-oss 0.80 at 9, 0.90 at 32, 0.92 at 48, 0.93 at 64: up to 64 tokens, but 32 for NVFP4 with experts over
+  //   4 MiB.
   // - Linear (row-major) weight scales (W4A16): Qwen3 still ahead (rows 0.68 at 16, 0.76 at 64; pieces 0.70 /
   //   0.80), gpt-oss behind from 16 to 64 (rows 0.99 / 1.06 / 1.12 / 1.13 at 16 / 32 / 48 / 64, pieces 1.03 / 1.12 /
   //   1.17 / 1.20) -- not profiled; likely the codes, which travel through L1, and the staging, which shrinks L1.
