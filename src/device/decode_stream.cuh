@@ -686,6 +686,7 @@ __device__ __forceinline__ void walk_share(int n, const Operand& op, UnitOf unit
     }
   }
   if (cleft != n) piece_end(false);  // the share ends inside a unit
+  DECODE_STAMP(10);
 }
 
 // The units [u0, u1) of this CTA: a balanced share (CTA-level stream-K); or, where every `group`

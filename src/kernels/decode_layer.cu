@@ -33,9 +33,9 @@ constexpr int kThreads = 32 * kDecodeWarps;
 // (kernel 2: past its wait for kernel 1), 3 the CTA's stream-K done (its barrier and hand-offs),
 // 4 exit (kernel 2: after its combines); inside: 5 kernel 1's tokens staged, and from
 // decode_stream.cuh's DECODE_STAMP 6 the CTA's share computed, 7 the first cursor, 8 the ring's
-// loads issued, 9 the first chunk multiplied.
+// loads issued, 9 the first chunk multiplied, 10 the warp's last chunk multiplied (its share walked).
 #ifdef FP4GEMM_TRACE
-constexpr int kTracePhases = 10, kTraceCtas = 264;
+constexpr int kTracePhases = 11, kTraceCtas = 264;
 __device__ unsigned long long g_decode_trace[2][kTraceCtas][kDecodeWarps][kTracePhases];
 __device__ __forceinline__ void stamp(int kernel, int phase) {
   if (threadIdx.x % 32 == 0 && blockIdx.x < kTraceCtas && threadIdx.x / 32 < kDecodeWarps) {
@@ -988,7 +988,8 @@ std::string decode_trace_report() {
       if (h[0][c][w][0] != 0) t0 = std::min(t0, h[0][c][w][0]);
   if (t0 == ~0ull) return "decode trace: no decode launch recorded\n";
   static const char* kNames[kTracePhases] = {"entry", "routing read", "ring loads issued / waited", "stream-K done",
-                                             "exit", "staged", "cta share", "cursor", "ring issued", "first chunk done"};
+                                             "exit", "staged", "cta share", "cursor", "ring issued", "first chunk done",
+                                             "share walked"};
   std::ostringstream o;
   o << "decode trace (last launch; us from kernel 1's first entry; p10 / median / p90 / latest over warps; the fused\n"
        "kernel's down + combine part under kernel 2, its gate/up part's end, barrier and arrival as kernel 1's stream-K "
@@ -1004,6 +1005,25 @@ std::string decode_trace_report() {
       o << "  kernel " << k + 1 << " " << kNames[p] << ": " << v[v.size() / 10] << " / " << v[v.size() / 2] << " / "
         << v[v.size() * 9 / 10] << " / " << v.back() << " (" << v.size() << " warps)\n";
     }
+  // Where the shares end: per CTA its warps' last "share walked" and their spread (latest - earliest warp), over CTAs.
+  for (int k = 0; k < 2; ++k) {
+    std::vector<double> last, spread;
+    for (int c = 0; c < kTraceCtas; ++c) {
+      double lo = 1e30, hi = -1;
+      for (int w = 0; w < kDecodeWarps; ++w)
+        if (h[k][c][w][10] >= t0) {
+          const double t = (h[k][c][w][10] - t0) * 1e-3;
+          lo = std::min(lo, t), hi = std::max(hi, t);
+        }
+      if (hi >= 0) last.push_back(hi), spread.push_back(hi - lo);
+    }
+    if (last.empty()) continue;
+    std::sort(last.begin(), last.end()), std::sort(spread.begin(), spread.end());
+    auto q = [](const std::vector<double>& v, int pct) { return v[v.size() * pct / 100 - (pct == 100 ? 1 : 0)]; };
+    o << "  kernel " << k + 1 << " per CTA, its latest warp's share walked: " << q(last, 10) << " / " << q(last, 50) << " / "
+      << q(last, 90) << " / " << q(last, 100) << "; its warps' spread: " << q(spread, 10) << " / " << q(spread, 50)
+      << " / " << q(spread, 90) << " / " << q(spread, 100) << " (" << last.size() << " CTAs)\n";
+  }
   std::memset(h, 0, sizeof(h));
   cudaMemcpyToSymbol(g_decode_trace, h, sizeof(h));  // (the next report sees only later launches)
   return o.str();
