@@ -1024,6 +1024,28 @@ std::string decode_trace_report() {
       << q(last, 90) << " / " << q(last, 100) << "; its warps' spread: " << q(spread, 10) << " / " << q(spread, 50)
       << " / " << q(spread, 90) << " / " << q(spread, 100) << " (" << last.size() << " CTAs)\n";
   }
+  // By warp index, for its first chunk done (phase 9) and its share walked (10): the median over CTAs of each warp's
+  // lateness (its time less its CTA's earliest warp's at the same phase) -- whether the same warps are late in every CTA
+  // (the schedulers' order), and whether they start late or stream slower.
+  for (int k = 0; k < 2; ++k)
+    for (int p : {9, 10}) {
+      std::vector<double> by[kDecodeWarps];
+      for (int c = 0; c < kTraceCtas; ++c) {
+        double lo = 1e30;
+        for (int w = 0; w < kDecodeWarps; ++w)
+          if (h[k][c][w][p] >= t0) lo = std::min(lo, (h[k][c][w][p] - t0) * 1e-3);
+        for (int w = 0; w < kDecodeWarps; ++w)
+          if (h[k][c][w][p] >= t0) by[w].push_back((h[k][c][w][p] - t0) * 1e-3 - lo);
+      }
+      if (by[0].empty()) continue;
+      o << "  kernel " << k + 1 << " by warp, median lateness in its CTA at " << kNames[p] << " (us):";
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        if (by[w].empty()) continue;
+        std::sort(by[w].begin(), by[w].end());
+        o << " " << w << ":" << by[w][by[w].size() / 2];
+      }
+      o << "\n";
+    }
   std::memset(h, 0, sizeof(h));
   cudaMemcpyToSymbol(g_decode_trace, h, sizeof(h));  // (the next report sees only later launches)
   return o.str();
