@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # v83 call L, prepared, not run (the session's device time was spent): the wide decode path without its pre-pass
-# (branch exp/wide-inline-routing = probe/wide_inline_routing_probe.patch on 02e6d63): every CTA of both wide kernels
+# (branch exp/wide-inline-routing = probe/wide_inline_routing_probe.patch, which applies to main c24f40f): every CTA of both wide kernels
 # numbers the slots from the ids itself instead of waiting for the one-CTA pre-pass (~4.5 us under ncu at T 64, serial
 # before kernel 1's first copies: kernel 1's first chunk at ~8.8 us against ~5 in the fused kernel, c5). Carry
 # .carry/v25: p0 = main's CLI, wi = the branch's CLI and GPU tests. Rebuild the bundle from the branch if it is gone.
