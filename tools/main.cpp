@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli.hpp"
+#include "fp4gemm/moe_layer.hpp"
 
 namespace {
 
@@ -51,8 +52,8 @@ CLI::App* add_bench(CLI::App& app, BenchOptions& o) {
       ->capture_default_str();
   cmd->add_option("--decode-tokens", o.decode_tokens,
                   "layer suite: runs of at most this many tokens take the decode path (MoeLayerOptions::"
-                  "decode_tokens; 0: never, the general path everywhere; -1: by the layer)")
-      ->check(CLI::Range(-1, 64))
+                  "decode_tokens, at most 512 / top-k; 0: never, the general path everywhere; -1: by the layer)")
+      ->check(CLI::Range(-1, fp4gemm::kDecodeTokensMax))
       ->capture_default_str();
   cmd->add_option("--weight-layout", o.weight_layout,
                   "moe and layer suites: the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces, "
@@ -144,8 +145,9 @@ CLI::App* add_layer(CLI::App& app, LayerCommandOptions& o) {
   cmd->add_flag("--batch-invariant", o.batch_invariant,
                 "every row independent of its batch (MoeLayerOptions::batch_invariant: no stream-K split); for A/B");
   cmd->add_option("--decode-tokens", o.decode_tokens,
-                  "runs of at most this many tokens take the decode path (MoeLayerOptions::decode_tokens; 0: never; -1: by the layer)")
-      ->check(CLI::Range(-1, 64))->capture_default_str();
+                  "runs of at most this many tokens take the decode path (MoeLayerOptions::decode_tokens, at most 512 / top-k; 0: never; "
+                  "-1: by the layer)")
+      ->check(CLI::Range(-1, fp4gemm::kDecodeTokensMax))->capture_default_str();
   cmd->add_option("--weight-layout", o.weight_layout,
                   "the experts' weights as rows or packed into pieces (fp4gemm::pack_pieces; --act bf16 or nvfp4; "
                   "MoeLayerOptions::weight_layout)")

@@ -50,6 +50,9 @@ struct MoeLayerWeights {
 
 // MoeLayerOptions::decode_tokens: the bound chosen from the layer (see there).
 inline constexpr int kDecodeTokensAuto = -1;
+// MoeLayerOptions::decode_tokens' largest value: the wide decode kernels take up to 512 (token, expert) pairs, so a
+// layer's bound is at most 512 / top-k tokens (larger values are clamped to it).
+inline constexpr int kDecodeTokensMax = 512;
 
 struct MoeLayerOptions {
   Format format = Format::nvfp4;                // weights (and activations, W4A4)
@@ -97,7 +100,7 @@ struct MoeLayerOptions {
   // DeepSeek-V3 shapes on 8 ranks of 4096 tokens) and no decode path, and every run must pass
   // expert_rows. true: both kinds of run.
   bool combine = true;
-  // Runs of at most this many tokens (0..64) take the decode path: gate/up + GLU, then down + the
+  // Runs of at most this many tokens (0..kDecodeTokensMax; at most 512 / top-k are used) take the decode path: gate/up + GLU, then down + the
   // top-k combine, streaming every active expert's weights once over all SMs, instead of the six
   // launches of the general path. Up to 8 tokens (one mma's token columns) the first kernel stages the
   // run's tokens in shared memory; past 8 -- up to 512 (token, expert) pairs -- the wide kernels run after a routing pre-pass that groups each expert's pairs 8 at
@@ -116,11 +119,12 @@ struct MoeLayerOptions {
   // path's wgmma kernel is ahead sooner; and wide hidden sizes bring the crossover down (measured
   // with bench/decode_crossover.py: Mixtral-8x7B, H 4096, ahead to its cap of 3 tokens W4A16 and to 4 W4A4;
   // DeepSeek-V3, H 7168, to 7 W4A16 (by 0.5 % at 7) and 4 W4A4 (by 1 % at 3)): at most 6 / 4 (W4A16 / W4A4)
-  // past H 3072. The wide kernels, where that bound is 8 and H <= 3072: up to 64 tokens (Qwen3-30B-A3B: ahead of
-  // the general path at every T to 64, 0.62 of its time at T 9, 0.81 at 64; gpt-oss-120b: 0.80 at 9, 0.89 at 33,
-  // 0.91 at 64; bench/results/v79, v81). W4A4 takes the wide kernels after its quantisers, as the narrow ones: up to
-  // 64 tokens, but 32 for NVFP4 with experts over 4 MiB (gpt-oss-120b: 0.91 at 24, 0.98 at 32, behind from 48;
-  // MXFP4 0.93 at 64; bench/results/v81-v82). With linear weight scales experts over 4 MiB take no wide path
+  // past H 3072. The wide kernels, where that bound is 8 and H <= 3072: up to 64 tokens, and past 64 up to 4 pairs
+  // per expert on average (T <= 4 experts / top-k, at most 512 / top-k) (Qwen3-30B-A3B: ahead of the general path at
+  // every T to 64, 0.62 of its time at T 9, 0.81 at 64; gpt-oss-120b: 0.80 at 9, 0.89 at 33, 0.91 at 64, 0.84 at 96,
+  // 0.83 at 128 on pieces, 0.90 at 128 on rows; bench/results/v79, v81, v84). W4A4 takes the wide kernels after its quantisers, as the narrow ones: the
+  // same bound, but 32 for NVFP4 with experts over 4 MiB (gpt-oss-120b: 0.91 at 24, 0.98 at 32, behind from 48;
+  // MXFP4 0.93 at 64, 0.86 at 128; bench/results/v81-v82, v84). With linear weight scales experts over 4 MiB take no wide path
   // (gpt-oss-120b: 1.06 at 32, 1.13 at 64 on rows; not profiled -- likely the codes' L1 loads beside the staging). Layers with top-k
   // > 8, or a hidden or intermediate size that is not a multiple of 32
   // (NVFP4), have no decode path; a large hidden size also lowers the bound (its first kernel

@@ -263,7 +263,7 @@ def _decode_tokens(decode_tokens: Optional[int]) -> int:
     if decode_tokens is None:
         return -1
     if isinstance(decode_tokens, bool) or not isinstance(decode_tokens, int):
-        raise _argument_error("options.decode_tokens", f"must be None or an int in 0..64, got {decode_tokens!r}")
+        raise _argument_error("options.decode_tokens", f"must be None or an int in 0..512, got {decode_tokens!r}")
     return decode_tokens
 
 
@@ -287,7 +287,7 @@ class MoeLayer:
     batch_invariant: every token's output row independent of the other tokens of the run, bit for
         bit (no stream-K split of a tile's K between CTAs, whose FP32 partial sums are added in a
         batch-dependent order). Off by default (the faster schedule); expert parallelism turns it on.
-    decode_tokens: runs of at most this many tokens (0..64) take the decode path -- two kernels (W4A16:
+    decode_tokens: runs of at most this many tokens (0..512; at most 512 / topk are used) take the decode path -- two kernels (W4A16:
         one cooperative kernel) that stream every active expert's weights once over all SMs (W4A16 and W4A4; not with
         batch_invariant, top-k > 8, or a hidden or intermediate size that is not a multiple of 32). Up to 8 tokens
         the first kernel stages the run's tokens; past 8 the wide kernels run after a routing pre-pass that groups
@@ -295,8 +295,9 @@ class MoeLayer:
         0: always the general path; None (default): where it measured faster on an H200 (L2
         flushed, gpt-oss-120b and Qwen3-30B-A3B shapes): up to 8 tokens, W4A16 and W4A4, but at most
         max(3, experts / (2 topk)) (experts shared by a few tokens favour the general path sooner); and where that
-        is 8 at hidden sizes up to 3072, up to 64 tokens (W4A4 NVFP4 with experts over 4 MiB, gpt-oss-120b's: 32;
-        none with experts over 4 MiB and linear weight scales).
+        is 8 at hidden sizes up to 3072, up to 64 tokens and past 64 up to 4 pairs per expert (T <= 4 experts / topk,
+        at most 512 / topk: gpt-oss-120b 128) (W4A4 NVFP4 with experts over 4 MiB, gpt-oss-120b's: 32; none with
+        experts over 4 MiB and linear weight scales).
         ``describe()`` names the bounds in force.
     w13_bias, w2_bias: expert biases (gpt-oss's ``gate_up_proj_bias`` / ``down_proj_bias``), bf16 or
         float32 (both the same), ``[E, 2I]`` in w13's row order and ``[E, H]``, on the weights'

@@ -205,12 +205,22 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   //   0.80), gpt-oss behind from 16 to 64 (rows 0.99 / 1.06 / 1.12 / 1.13 at 16 / 32 / 48 / 64, pieces 1.03 / 1.12 /
   //   1.17 / 1.20) -- not profiled; likely the codes, which travel through L1, and the staging, which shrinks L1.
   //   So no wide path there.
+  // - Past 64 tokens (up to the kernels' 512 pairs), measured at gpt-oss-120b's shape (E 128, top-4: up to 128 tokens,
+  //   4 pairs per expert; bench/results/v84 call D, wide / general path): W4A16 pieces 0.84 at T 72, 0.84 at 96, 0.85
+  //   at 112, 0.83 at 128; rows 0.89-0.91; W4A4 MXFP4 pieces 0.85-0.88; W4A4 NVFP4 pieces 1.06-1.07 (behind, as from
+  //   48). With more pairs per expert the wide path, which streams an expert's weights once per 8 of its pairs, falls
+  //   behind for gpt-oss-sized experts (E 64 / E 32 at T 128, 8 / 16 pairs per expert: 1.05 / 1.26) but not for
+  //   Qwen3-30B-A3B's (E 32 / E 16 at T 64, 16 / 32 pairs per expert: 0.81 / 0.96; call C). So: up to 4 pairs per
+  //   expert on average (T <= 4 E / top-k), never below 64 tokens where the bound was 64.
+  static_assert(kDecodeTokensMax == detail::kDecodeWideMaxPairs, "the option's largest value: the wide kernels' pairs");
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const bool small_experts = expert_bytes <= (std::int64_t{4} << 20);
+  const int wide_by_pairs =
+      std::min(kDecodeTokensMax / o.topk, std::max(64, static_cast<int>(std::min<std::int64_t>(4 * E / o.topk, kDecodeTokensMax))));
   int auto_wide = 0;
   if ((w4a4 || o.format == Format::mxfp4) && auto_tokens == detail::kDecodeMaxTokens && H <= 3072) {
-    if (small_experts) auto_wide = 64;
-    else if (o.scale_layout != ScaleLayout::linear) auto_wide = w4a4 && o.format == Format::nvfp4 ? 32 : 64;
+    if (small_experts) auto_wide = wide_by_pairs;
+    else if (o.scale_layout != ScaleLayout::linear) auto_wide = w4a4 && o.format == Format::nvfp4 ? 32 : wide_by_pairs;
   }
   const int requested = o.decode_tokens == kDecodeTokensAuto ? std::max(auto_tokens, auto_wide) : o.decode_tokens;
   int decode_tokens = std::min({requested, detail::kDecodeMaxTokens, o.max_tokens});

@@ -652,8 +652,9 @@ TEST(MoeLayerDecode, EveryTokenCountAndRoutingMatchesTheComposition) {
     }
 }
 
-// The wide decode path (decode_tokens = 64: runs of 9..64 tokens through a routing pre-pass and the decode kernels with
-// slots of up to 8 pairs of one expert; W4A16 MXFP4, and W4A4 NVFP4 / MXFP4 after the layer's quantisers): T from 9 to 64 against the reference composition, in
+// The wide decode path (decode_tokens = 64 at top-8, 128 at top-4: runs of 9..64 / 128 tokens -- up to the kernels' 512
+// pairs -- through a routing pre-pass and the decode kernels with slots of up to 8 pairs of one expert; W4A16 MXFP4, and
+// W4A4 NVFP4 / MXFP4 after the layer's quantisers): T from 9 to 64 / 128 against the reference composition, in
 // rows and pieces, both scale layouts, both gate / up layouts, K tails, MXFP4 codes past 128; routings with repeats
 // (a token listing an expert twice), ids outside [0, E), every token on one expert (8 slots of one expert at T 64,
 // top-1), a device token count below T; two runs the same bytes; and the plan says it has the path.
@@ -671,20 +672,24 @@ TEST(MoeLayerDecode, WidePathMatchesTheComposition) {
     c.scale_layout = second ? ScaleLayout::linear : ScaleLayout::blocked;
     c.experts = second ? 40 : 12, c.topk = second ? 8 : 4, c.hidden = second ? 352 : 288, c.inter = second ? 96 : 160;
     if (!second && c.format == Format::mxfp4) c.w13_code_max = 130;
-    c.max_tokens = 64, c.ids_int64 = second, c.weights_bf16 = !second, c.padded = second, c.alphas = !second;
+    // top-4: up to 128 tokens (the kernels' 512 pairs), top-8: 64
+    const int wide = c.topk == 4 ? 128 : 64;
+    c.max_tokens = wide, c.ids_int64 = second, c.weights_bf16 = !second, c.padded = second, c.alphas = !second;
     c.biases = v == 3;
-    c.decode_tokens = 64, c.graph_cache = 0;
+    c.decode_tokens = wide, c.graph_cache = 0;
     const auto L = make_layer(c);
     const std::string d = L->layer->describe();
     EXPECT_NE(d.find("decode path for T <= 8 "), std::string::npos) << d;
-    EXPECT_NE(d.find("wide decode path for T <= 64"), std::string::npos) << d;
+    EXPECT_NE(d.find("wide decode path for T <= " + std::to_string(wide) + " "), std::string::npos) << d;
     std::mt19937_64 rng(c.seed * 5 + 3);
     RunBuffers b(c, c.max_tokens, c.hidden + (c.padded ? 24 : 0), c.hidden + (c.padded ? 40 : 0), rng);
     DeviceBuffer count(4);
     cudaStream_t s = nullptr;
     FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
-    for (const int T : {9, 13, 24, 37, 64})  // (T 64: every pair on expert 3, 32 or 64 slots of one expert)
-      run_routing_modes(*L, c, b, count, s, rng, T, T == 64 ? 3 : -1, 3, c.describe());
+    for (const int T : {9, 13, 24, 37, 64, 100, 128}) {  // (T 64 / 128: every pair on expert 3, 32 or 64 slots of one expert)
+      if (T > wide) continue;
+      run_routing_modes(*L, c, b, count, s, rng, T, T == wide ? 3 : -1, 3, c.describe());
+    }
     EXPECT_NO_THROW(L->layer->check(s));
     FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
   }
@@ -889,7 +894,8 @@ TEST(MoeLayerDecode, FusedKernelMatchesTheTwoKernels) {
 }
 
 // W4A16 and W4A4 layers have a decode path; a batch-invariant layer has none (its rows would change
-// when T crosses the path's bound); decode_tokens outside 0..8 is refused by name.
+// when T crosses the path's bound); decode_tokens outside -1..kDecodeTokensMax is refused by name, and the largest is
+// clamped to the wide kernels' 512 pairs.
 TEST(MoeLayerDecode, OnlyWhereItApplies) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   LayerCase c;
@@ -911,10 +917,16 @@ TEST(MoeLayerDecode, OnlyWhereItApplies) {
       EXPECT_NE(d.find("wide decode path for T <= 20 "), std::string::npos) << d;
     }
   c.format = Format::mxfp4;
-  c.act = MoeActivation::bf16, c.decode_tokens = 65;
+  // the largest bound asked: clamped to the kernels' 512 pairs (top-2: 256 tokens)
+  c.act = MoeActivation::bf16, c.max_tokens = 300, c.decode_tokens = kDecodeTokensMax;
+  {
+    const std::string d = make_layer(c)->layer->describe();
+    EXPECT_NE(d.find("wide decode path for T <= " + std::to_string(kDecodeTokensMax / c.topk) + " "), std::string::npos) << d;
+  }
+  c.decode_tokens = kDecodeTokensMax + 1;
   try {
     make_layer(c);
-    ADD_FAILURE() << "decode_tokens 65 accepted";
+    ADD_FAILURE() << "decode_tokens " << c.decode_tokens << " accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "options.decode_tokens") << e.what();
   }
@@ -942,7 +954,7 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   EXPECT_EQ(MoeLayerOptions{}.decode_tokens, kDecodeTokensAuto);
   // bound: the narrow kernels' (T <= 8); wide: the wide kernels' (W4A16 MXFP4 and W4A4 where the narrow bound is 8 at
-  // H <= 3072: 64, but 32 for W4A4 NVFP4 with experts over 4 MiB, and none with experts over 4 MiB and linear weight
+  // H <= 3072: 64, past 64 up to 4 pairs per expert (4 E / k) and at most 512 / k, but 32 for W4A4 NVFP4 with experts over 4 MiB, and none with experts over 4 MiB and linear weight
   // scales; 0: none)
   struct Want {
     Format format; MoeActivation act; int experts, topk, max_tokens, hidden, inter, bound, wide = 0;
@@ -957,6 +969,13 @@ TEST(MoeLayerDecode, DefaultBoundByTheLayer) {
                        Want{Format::mxfp4, MoeActivation::bf16, 16, 1, 64, 2048, 1344, 8, 64, ScaleLayout::linear},
                        Want{Format::mxfp4, MoeActivation::bf16, 32, 2, 40, 256, 128, 8, 40},  // max_tokens
                        Want{Format::mxfp4, MoeActivation::bf16, 64, 4, 200, 256, 128, 8, 64},
+                       // past 64 tokens: up to 4 pairs per expert (4 E / k), at most the kernels' 512 pairs / k
+                       Want{Format::mxfp4, MoeActivation::bf16, 128, 4, 200, 256, 128, 8, 128},
+                       Want{Format::mxfp4, MoeActivation::bf16, 128, 4, 100, 256, 128, 8, 100},  // max_tokens
+                       Want{Format::mxfp4, MoeActivation::bf16, 256, 2, 300, 256, 128, 8, 256},  // 512 pairs
+                       Want{Format::mxfp4, MoeActivation::bf16, 32, 1, 200, 2048, 1408, 8, 128},  // 4.125 MiB experts
+                       Want{Format::mxfp4, MoeActivation::fp4, 32, 1, 200, 2048, 1408, 8, 128},
+                       Want{Format::nvfp4, MoeActivation::fp4, 32, 1, 200, 2048, 1408, 8, 32},
                        Want{Format::mxfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
                        Want{Format::nvfp4, MoeActivation::fp4, 32, 2, 64, 256, 128, 8, 64},
                        Want{Format::nvfp4, MoeActivation::fp4, 16, 1, 64, 2048, 1408, 8, 32},  // 4.125 MiB experts

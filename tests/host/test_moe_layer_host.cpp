@@ -61,7 +61,7 @@ TEST(MoeLayerValidation, EachBadPlanFieldNamed) {
   EXPECT_EQ(plan_error([](W&, O& o) { o.topk = 0; }), "options.topk");
   EXPECT_EQ(plan_error([](W&, O& o) { o.graph_cache = -1; }), "options.graph_cache");
   EXPECT_EQ(plan_error([](W&, O& o) { o.decode_tokens = -2; }), "options.decode_tokens");  // -1: by the layer
-  EXPECT_EQ(plan_error([](W&, O& o) { o.decode_tokens = 65; }), "options.decode_tokens");  // > the wide kernels' 64 tokens
+  EXPECT_EQ(plan_error([](W&, O& o) { o.decode_tokens = 513; }), "options.decode_tokens");  // > the wide kernels' 512 pairs at top-1
   EXPECT_EQ(plan_error([](W&, O& o) { o.topk = 33; }), "options.topk");  // (> experts is allowed: ids may repeat)
   EXPECT_EQ(plan_error([](W&, O& o) { o.a1_scale = 0; }), "options.a1_scale");
   EXPECT_EQ(plan_error([](W&, O& o) { o.a2_scale = std::numeric_limits<float>::infinity(); }), "options.a2_scale");

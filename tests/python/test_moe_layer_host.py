@@ -276,8 +276,8 @@ def test_bad_run_arguments_named():
         moe.MoeLayer(p["w13"], p["s13"], p["w2"], p["s2"], max_tokens=4, topk=2, activation="gelu",
                      scale_layout="linear")
     assert err.value.argument == "activation"
-    # the decode path's token bound: 0..64 (past 8: the wide kernels), or None / -1: by the layer
-    for bad in (-2, 65, 2.5, True):
+    # the decode path's token bound: 0..512 (past 8: the wide kernels; at most 512 / topk used), or None / -1: by the layer
+    for bad in (-2, 513, 2.5, True):
         with pytest.raises(fp4gemm.ArgumentError) as err:
             moe.MoeLayer(p["w13"], p["s13"], p["w2"], p["s2"], max_tokens=4, topk=2, scale_layout="linear",
                          decode_tokens=bad)

@@ -99,7 +99,7 @@ def test_quantization_config_registers_and_round_trips():
     q = fp4hf.Fp4gemmHfQuantizer(cfg, pre_quantized=False)
     assert q.is_trainable is False and q.is_serializable() is False
     for kwargs, argument in [(dict(weights="int8"), "weights"), (dict(max_tokens=0), "max_tokens"),
-                             (dict(decode_tokens=65), "decode_tokens"), (dict(decode_tokens=-1), "decode_tokens"),
+                             (dict(decode_tokens=513), "decode_tokens"), (dict(decode_tokens=-1), "decode_tokens"),
                              (dict(weights="nvfp4", activations="fp4"), "a1_scale")]:
         with pytest.raises(fp4gemm.ArgumentError) as err:
             fp4hf.Fp4gemmConfig(**kwargs)

@@ -192,8 +192,8 @@ def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise _argument_error("max_tokens", f"must be a positive int, got {max_tokens!r}")
     if decode_tokens is not None and (isinstance(decode_tokens, bool) or not isinstance(decode_tokens, int)
-                                      or not 0 <= decode_tokens <= 64):
-        raise _argument_error("decode_tokens", f"must be None (by the layer) or an int in 0..64, got {decode_tokens!r}")
+                                      or not 0 <= decode_tokens <= 512):
+        raise _argument_error("decode_tokens", f"must be None (by the layer) or an int in 0..512, got {decode_tokens!r}")
     if weight_layout not in (None, "rows", "pieces"):
         raise _argument_error("weight_layout", f"{weight_layout!r} is not one of None (by the layer), 'rows', 'pieces'")
 

@@ -285,8 +285,9 @@ void validate_moe_layer(const MoeLayerWeights& w, const MoeLayerOptions& o) {
   if (o.max_tokens < 1) fail("options.max_tokens", "must be >= 1, got " + std::to_string(o.max_tokens));
   if (o.graph_cache < 0)
     fail("options.graph_cache", "must be >= 0 (0: no cached graphs), got " + std::to_string(o.graph_cache));
-  if (o.decode_tokens < kDecodeTokensAuto || o.decode_tokens > 64)
-    fail("options.decode_tokens", "must be in 0..64, or -1 (by the layer), got " + std::to_string(o.decode_tokens));
+  if (o.decode_tokens < kDecodeTokensAuto || o.decode_tokens > kDecodeTokensMax)
+    fail("options.decode_tokens", "must be in 0.." + std::to_string(kDecodeTokensMax) + ", or -1 (by the layer), got " +
+                                      std::to_string(o.decode_tokens));
   // (k may exceed E: ids may repeat an expert, and an expert-parallel rank's layer sees a token's k
   // slots over its E/W experts)
   if (o.topk < 1 || o.topk > 32) fail("options.topk", "must be in 1..32, got " + std::to_string(o.topk));
