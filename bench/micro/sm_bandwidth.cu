@@ -8,7 +8,8 @@
 // first start. Reports the per-SM medians, their spread, and how stable the SMs' order is (the correlation of the
 // per-SM medians of the odd and the even reps). Phase 2: shares weighted by the SMs' rates measured in phase 1
 // (share proportional to 1 / median span), the CTA finding its share by %smid, against equal shares in alternating
-// reps: the makespan (first start to last end) of each.
+// reps: the makespan (first start to last end) of each. Phase 3: the ring 2, 3, 4 and 6 stages deep, equal shares.
+// Phase 4: the same bytes with bulk (TMA) copies, 4 KB x 3 and 2 KB x 4 stages per warp.
 //
 // Build and run (sm_90a):
 //   nvcc -O2 -std=c++20 -gencode=arch=compute_90a,code=sm_90a bench/micro/sm_bandwidth.cu -o build/sm_bandwidth \
@@ -30,7 +31,7 @@
     }                                                                              \
   } while (0)
 
-constexpr int kWarps = 16, kStages = 3, kChunk = 1024;  // a chunk: 32 lanes x 2 x 16 B, as the decode ring's weights
+constexpr int kWarps = 16, kChunk = 1024;  // a chunk: 32 lanes x 2 x 16 B, as the decode ring's weights
 
 __device__ __forceinline__ unsigned long long now() {
   unsigned long long t;
@@ -46,6 +47,20 @@ __device__ __forceinline__ void cp16(unsigned dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 
+__device__ __forceinline__ void bar_init(unsigned bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
+               "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned bar, unsigned phase) {
+  asm volatile(
+      "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(bar), "r"(phase)
+      : "memory");
+}
+
 struct Rec {
   unsigned long long start, end;
   unsigned sm, pad;
@@ -53,6 +68,7 @@ struct Rec {
 
 // cum[s]..cum[s + 1]: SM s's chunks (by %smid; cum has sms + 1 entries). One CTA per SM (grid = sms, ~100 KB of
 // dynamic shared memory each).
+template <int kStages>
 __global__ void __launch_bounds__(512, 1) stream_k(const uint4* __restrict__ buf, const long long* cum, Rec* rec,
                                                    unsigned* sink) {
   extern __shared__ __align__(16) unsigned char ring[];
@@ -83,6 +99,53 @@ __global__ void __launch_bounds__(512, 1) stream_k(const uint4* __restrict__ buf
     asm volatile("cp.async.commit_group;" ::: "memory");
     ++c;
     so = so + kChunk == kStages * kChunk ? 0 : so + kChunk;
+  }
+  atomicMax(&t1, now());
+  if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
+  __syncthreads();
+  if (threadIdx.x == 0) rec[blockIdx.x] = Rec{t0, t1, s, 0};
+}
+
+// The same stream with bulk copies (TMA, cp.async.bulk): lane 0 of each warp copies kBulk bytes per stage, kStages deep,
+// completion on one mbarrier per stage; cum counts kBulk-byte chunks here.
+template <int kStages, int kBulk>
+__global__ void __launch_bounds__(512, 1) bulk_k(const uint4* __restrict__ buf, const long long* cum, Rec* rec,
+                                                 unsigned* sink) {
+  extern __shared__ __align__(16) unsigned char ring[];
+  __shared__ __align__(8) unsigned long long bars[kWarps * kStages];
+  __shared__ unsigned long long t0, t1;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned s = smid();
+  if (threadIdx.x == 0) t0 = ~0ull, t1 = 0;
+  const unsigned bar0 = static_cast<unsigned>(__cvta_generic_to_shared(&bars[w * kStages]));
+  const unsigned ring0 = static_cast<unsigned>(__cvta_generic_to_shared(ring)) + w * kStages * kBulk;
+  if (lane == 0)
+    for (int d = 0; d < kStages; ++d) bar_init(bar0 + 8 * d);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  atomicMin(&t0, now());
+  const long long c0 = cum[s], c1 = cum[s + 1], C = c1 - c0;
+  const long long w0 = c0 + C * w / kWarps, w1 = c0 + C * (w + 1) / kWarps;
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(buf);
+  long long c = w0;
+  if (lane == 0)
+    for (int d = 0; d < kStages && c < w1; ++d, ++c) bulk_copy(ring0 + d * kBulk, src + c * kBulk, kBulk, bar0 + 8 * d);
+  c = w0 + kStages;
+  unsigned acc = 0, phase = 0;
+  int st = 0;
+  for (long long m = w0; m < w1; ++m) {
+    bar_wait(bar0 + 8 * st, phase);
+    const unsigned char* mine = ring + w * kStages * kBulk + st * kBulk;
+#pragma unroll
+    for (int i = 0; i < kBulk / 512; ++i) {
+      const uint4 v = *reinterpret_cast<const uint4*>(mine + i * 512 + 16 * lane);
+      acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    __syncwarp();
+    if (lane == 0 && c < w1) bulk_copy(ring0 + st * kBulk, src + c * kBulk, kBulk, bar0 + 8 * st);
+    ++c;
+    if (++st == kStages) st = 0, phase ^= 1u;
   }
   atomicMax(&t1, now());
   if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
@@ -127,7 +190,10 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&rec, sizeof(Rec) * sms));
   CK(cudaMalloc(&sink, 4));
   const int smem = 100 * 1024;
-  CK(cudaFuncSetAttribute(stream_k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(stream_k<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(stream_k<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(stream_k<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(stream_k<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   auto set_shares = [&](const std::vector<double>& weight) {  // weight per smid
     std::vector<long long> c(sms + 1, 0);
     const double total = std::accumulate(weight.begin(), weight.end(), 0.0);
@@ -137,9 +203,12 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(cum, c.data(), sizeof(long long) * (sms + 1), cudaMemcpyHostToDevice));
   };
   std::vector<Rec> h(sms);
-  auto run = [&](std::vector<double>* span_by_sm, std::vector<double>* end_by_sm) {  // one rep: its makespan, us
+  auto run = [&](std::vector<double>* span_by_sm, std::vector<double>* end_by_sm, int stages = 3) {  // one rep: makespan, us
     CK(cudaMemsetAsync(flush, 0, flush_bytes));
-    stream_k<<<sms, 512, smem>>>(buf, cum, rec, sink);
+    if (stages == 2) stream_k<2><<<sms, 512, smem>>>(buf, cum, rec, sink);
+    else if (stages == 4) stream_k<4><<<sms, 512, smem>>>(buf, cum, rec, sink);
+    else if (stages == 6) stream_k<6><<<sms, 512, smem>>>(buf, cum, rec, sink);
+    else stream_k<3><<<sms, 512, smem>>>(buf, cum, rec, sink);
     CK(cudaGetLastError());
     CK(cudaMemcpy(h.data(), rec, sizeof(Rec) * sms, cudaMemcpyDeviceToHost));
     unsigned long long lo = ~0ull, hi = 0;
@@ -185,5 +254,45 @@ int main(int argc, char** argv) {
   std::printf("phase 2, alternating: equal shares makespan median %.2f us (p10 %.2f, p90 %.2f); shares by the measured rates "
               "%.2f us (p10 %.2f, p90 %.2f): %.3f\n", median(mk_eq), pct(mk_eq, 0.1), pct(mk_eq, 0.9), median(mk_w),
               pct(mk_w, 0.1), pct(mk_w, 0.9), median(mk_w) / median(mk_eq));
+  // phase 3: the ring's depth (bytes in flight per SM: 16 warps x stages x 1 KB), equal shares, interleaved
+  set_shares(equal);
+  const int depths[] = {2, 3, 4, 6};
+  std::vector<double> mk_d[4];
+  for (int r = 0; r < reps; ++r)
+    for (int i = 0; i < 4; ++i) mk_d[i].push_back(run(nullptr, nullptr, depths[i]));
+  std::printf("phase 3, ring depth (equal shares), makespan median:");
+  for (int i = 0; i < 4; ++i)
+    std::printf(" %d stages %.2f us (%.3f TB/s)%s", depths[i], median(mk_d[i]), chunks * kChunk / (median(mk_d[i]) * 1e-6) / 1e12,
+                i < 3 ? ";" : "\n");
+  // phase 4: bulk copies (TMA) per warp, 4 KB x 3 stages and 2 KB x 4 stages (12 / 8 KB in flight per warp, against
+  // the cp.async ring's 3 KB), equal shares
+  const long long bytes = chunks * kChunk;
+  auto set_bulk = [&](int bulk) {
+    std::vector<long long> c(sms + 1);
+    const long long n = bytes / bulk;
+    for (int s2 = 0; s2 <= sms; ++s2) c[s2] = n * s2 / sms;
+    CK(cudaMemcpy(cum, c.data(), sizeof(long long) * (sms + 1), cudaMemcpyHostToDevice));
+    return n * bulk;
+  };
+  CK(cudaFuncSetAttribute(bulk_k<3, 4096>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 3 * 4096));
+  CK(cudaFuncSetAttribute(bulk_k<4, 2048>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2048));
+  auto run_bulk = [&](int which) {
+    CK(cudaMemsetAsync(flush, 0, flush_bytes));
+    if (which == 0) bulk_k<3, 4096><<<sms, 512, 16 * 3 * 4096>>>(buf, cum, rec, sink);
+    else bulk_k<4, 2048><<<sms, 512, 16 * 4 * 2048>>>(buf, cum, rec, sink);
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(h.data(), rec, sizeof(Rec) * sms, cudaMemcpyDeviceToHost));
+    unsigned long long lo = ~0ull, hi = 0;
+    for (const Rec& r : h) lo = std::min(lo, r.start), hi = std::max(hi, r.end);
+    return (hi - lo) * 1e-3;
+  };
+  for (int which = 0; which < 2; ++which) {
+    const long long b = set_bulk(which == 0 ? 4096 : 2048);
+    std::vector<double> mk;
+    run_bulk(which);
+    for (int r = 0; r < reps; ++r) mk.push_back(run_bulk(which));
+    std::printf("phase 4, bulk copies %s: makespan median %.2f us (p10 %.2f, p90 %.2f) = %.3f TB/s\n",
+                which == 0 ? "4 KB x 3 stages" : "2 KB x 4 stages", median(mk), pct(mk, 0.1), pct(mk, 0.9), b / (median(mk) * 1e-6) / 1e12);
+  }
   return 0;
 }
