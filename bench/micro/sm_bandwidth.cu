@@ -9,7 +9,8 @@
 // per-SM medians of the odd and the even reps). Phase 2: shares weighted by the SMs' rates measured in phase 1
 // (share proportional to 1 / median span), the CTA finding its share by %smid, against equal shares in alternating
 // reps: the makespan (first start to last end) of each. Phase 3: the ring 2, 3, 4 and 6 stages deep, equal shares.
-// Phase 4: the same bytes with bulk (TMA) copies, 4 KB x 3 and 2 KB x 4 stages per warp.
+// Phase 4: the same bytes with bulk (TMA) copies per warp: 4 KB x 3 / x 2, 2 KB x 3 / x 4, 1 KB x 6 / x 3. Phase 5: the 3-stage ring with
+// the chunks interleaved over the grid's warps instead of contiguous shares.
 //
 // Build and run (sm_90a):
 //   nvcc -O2 -std=c++20 -gencode=arch=compute_90a,code=sm_90a bench/micro/sm_bandwidth.cu -o build/sm_bandwidth \
@@ -153,6 +154,43 @@ __global__ void __launch_bounds__(512, 1) bulk_k(const uint4* __restrict__ buf, 
   if (threadIdx.x == 0) rec[blockIdx.x] = Rec{t0, t1, s, 0};
 }
 
+// The cp.async ring (3 stages) with the chunks dealt out across the grid instead of in contiguous shares: round k of
+// warp (CTA b, warp w) reads chunk (k * grid + b) * 16 + w -- the grid's warps read one contiguous 2 MB window at a time.
+__global__ void __launch_bounds__(512, 1) interleaved_k(const uint4* __restrict__ buf, long long chunks, Rec* rec,
+                                                        unsigned* sink) {
+  constexpr int kStages = 3;
+  extern __shared__ __align__(16) unsigned char ring[];
+  __shared__ unsigned long long t0, t1;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) t0 = ~0ull, t1 = 0;
+  __syncthreads();
+  atomicMin(&t0, now());
+  const long long step = static_cast<long long>(gridDim.x) * kWarps, first = static_cast<long long>(blockIdx.x) * kWarps + w;
+  const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(ring)) + w * kStages * kChunk + 16 * lane;
+  const unsigned char* src = reinterpret_cast<const unsigned char*>(buf);
+  unsigned acc = 0;
+  long long c = first;
+  for (int d = 0; d < kStages; ++d, c += step) {
+    if (c < chunks) cp16(base + d * kChunk, src + c * kChunk + 16 * lane), cp16(base + d * kChunk + 512, src + c * kChunk + 512 + 16 * lane);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  int so = 0;
+  for (long long m = first; m < chunks; m += step) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
+    const unsigned char* mine = ring + w * kStages * kChunk + 16 * lane + so;
+    const uint4 v0 = *reinterpret_cast<const uint4*>(mine), v1 = *reinterpret_cast<const uint4*>(mine + 512);
+    acc ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w;
+    if (c < chunks) cp16(base + so, src + c * kChunk + 16 * lane), cp16(base + so + 512, src + c * kChunk + 512 + 16 * lane);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    c += step;
+    so = so + kChunk == kStages * kChunk ? 0 : so + kChunk;
+  }
+  atomicMax(&t1, now());
+  if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
+  __syncthreads();
+  if (threadIdx.x == 0) rec[blockIdx.x] = Rec{t0, t1, smid(), 0};
+}
+
 static double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -264,7 +302,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 4; ++i)
     std::printf(" %d stages %.2f us (%.3f TB/s)%s", depths[i], median(mk_d[i]), chunks * kChunk / (median(mk_d[i]) * 1e-6) / 1e12,
                 i < 3 ? ";" : "\n");
-  // phase 4: bulk copies (TMA) per warp, 4 KB x 3 stages and 2 KB x 4 stages (12 / 8 KB in flight per warp, against
+  // phase 4: bulk copies (TMA) per warp in several sizes and depths (against
   // the cp.async ring's 3 KB), equal shares
   const long long bytes = chunks * kChunk;
   auto set_bulk = [&](int bulk) {
@@ -274,25 +312,49 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(cum, c.data(), sizeof(long long) * (sms + 1), cudaMemcpyHostToDevice));
     return n * bulk;
   };
-  CK(cudaFuncSetAttribute(bulk_k<3, 4096>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 3 * 4096));
-  CK(cudaFuncSetAttribute(bulk_k<4, 2048>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2048));
-  auto run_bulk = [&](int which) {
-    CK(cudaMemsetAsync(flush, 0, flush_bytes));
-    if (which == 0) bulk_k<3, 4096><<<sms, 512, 16 * 3 * 4096>>>(buf, cum, rec, sink);
-    else bulk_k<4, 2048><<<sms, 512, 16 * 4 * 2048>>>(buf, cum, rec, sink);
-    CK(cudaGetLastError());
-    CK(cudaMemcpy(h.data(), rec, sizeof(Rec) * sms, cudaMemcpyDeviceToHost));
-    unsigned long long lo = ~0ull, hi = 0;
-    for (const Rec& r : h) lo = std::min(lo, r.start), hi = std::max(hi, r.end);
-    return (hi - lo) * 1e-3;
+  struct BulkCfg {
+    void (*k)(const uint4*, const long long*, Rec*, unsigned*);
+    int stages, bulk;
   };
-  for (int which = 0; which < 2; ++which) {
-    const long long b = set_bulk(which == 0 ? 4096 : 2048);
+  const BulkCfg cfgs[] = {{bulk_k<3, 4096>, 3, 4096}, {bulk_k<2, 4096>, 2, 4096}, {bulk_k<3, 2048>, 3, 2048},
+                          {bulk_k<6, 1024>, 6, 1024}, {bulk_k<3, 1024>, 3, 1024}, {bulk_k<4, 2048>, 4, 2048}};
+  for (const BulkCfg& g : cfgs) {
+    const int dyn = kWarps * g.stages * g.bulk;
+    CK(cudaFuncSetAttribute(g.k, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+    const long long b = set_bulk(g.bulk);
+    auto once = [&] {
+      CK(cudaMemsetAsync(flush, 0, flush_bytes));
+      g.k<<<sms, 512, dyn>>>(buf, cum, rec, sink);
+      CK(cudaGetLastError());
+      CK(cudaMemcpy(h.data(), rec, sizeof(Rec) * sms, cudaMemcpyDeviceToHost));
+      unsigned long long lo = ~0ull, hi = 0;
+      for (const Rec& r : h) lo = std::min(lo, r.start), hi = std::max(hi, r.end);
+      return (hi - lo) * 1e-3;
+    };
     std::vector<double> mk;
-    run_bulk(which);
-    for (int r = 0; r < reps; ++r) mk.push_back(run_bulk(which));
-    std::printf("phase 4, bulk copies %s: makespan median %.2f us (p10 %.2f, p90 %.2f) = %.3f TB/s\n",
-                which == 0 ? "4 KB x 3 stages" : "2 KB x 4 stages", median(mk), pct(mk, 0.1), pct(mk, 0.9), b / (median(mk) * 1e-6) / 1e12);
+    once();
+    for (int r = 0; r < reps; ++r) mk.push_back(once());
+    std::printf("phase 4, bulk copies %d B x %d stages (%d KB per CTA): makespan median %.2f us (p10 %.2f, p90 %.2f) = %.3f TB/s\n",
+                g.bulk, g.stages, dyn / 1024, median(mk), pct(mk, 0.1), pct(mk, 0.9), b / (median(mk) * 1e-6) / 1e12);
+  }
+  // phase 5: the 3-stage ring with the chunks interleaved over the grid's warps (one 2 MB window at a time)
+  {
+    CK(cudaFuncSetAttribute(interleaved_k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    std::vector<double> mk_i, mk_c;
+    auto once = [&](bool inter) {
+      CK(cudaMemsetAsync(flush, 0, flush_bytes));
+      if (inter) interleaved_k<<<sms, 512, smem>>>(buf, chunks, rec, sink);
+      else stream_k<3><<<sms, 512, smem>>>(buf, cum, rec, sink);
+      CK(cudaGetLastError());
+      CK(cudaMemcpy(h.data(), rec, sizeof(Rec) * sms, cudaMemcpyDeviceToHost));
+      unsigned long long lo = ~0ull, hi = 0;
+      for (const Rec& r : h) lo = std::min(lo, r.start), hi = std::max(hi, r.end);
+      return (hi - lo) * 1e-3;
+    };
+    set_shares(equal);
+    for (int r = 0; r < 2 * reps; ++r) (r % 2 ? mk_i : mk_c).push_back(once(r % 2 == 1));
+    std::printf("phase 5, 3-stage ring: contiguous shares %.2f us (%.3f TB/s); chunks interleaved over the grid %.2f us "
+                "(%.3f TB/s)\n", median(mk_c), bytes / (median(mk_c) * 1e-6) / 1e12, median(mk_i), bytes / (median(mk_i) * 1e-6) / 1e12);
   }
   return 0;
 }
