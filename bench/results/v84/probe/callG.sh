@@ -6,7 +6,9 @@
 # Build the bundle on the CPU machine (Release build of main, then of the patch; strip; tar; xz with a 192 MiB
 # dictionary): p0 = main's CLI; bk = the patch's CLI and GPU tests. SASS checked on the CPU machine (cuobjdump from pip):
 # no stack in any decode kernel; the pieces kernels +0..+10 registers (down_combine pieces 114 -> 124), +1-2 KB static
-# shared memory; rows kernels unchanged.
+# shared memory; rows kernels unchanged. Reviewed by reading (a helper, PTX semantics): no hazard found; its one point -- copy
+# on every chunk of the share rather than on lane 0's live flag -- is in the patch. Open: whether racecheck models bulk
+# copies and mbarriers.
 # Then: bk's decode / pieces tests (the bulk path in every pieces case), memcheck and racecheck of the wide, long-share
 # and fused tests; p0 / bk timed, W4A16 and W4A4 NVFP4 on pieces.
 cd "$(dirname "$0")/../../../.."
