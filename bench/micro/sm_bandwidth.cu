@@ -67,38 +67,42 @@ struct Rec {
   unsigned sm, pad;
 };
 
-// cum[s]..cum[s + 1]: SM s's chunks (by %smid; cum has sms + 1 entries). One CTA per SM (grid = sms, ~100 KB of
-// dynamic shared memory each).
-template <int kStages>
-__global__ void __launch_bounds__(512, 1) stream_k(const uint4* __restrict__ buf, const long long* cum, Rec* rec,
-                                                   unsigned* sink) {
+// cum[s]..cum[s + 1]: SM s's chunks (by %smid; cum has sms + 1 entries), each warp a contiguous part of them; or
+// (kInterleaved) round k of warp (CTA b, warp w) reads chunk (k * grid + b) * 16 + w of all `chunks` -- the grid's warps
+// read one contiguous 2 MB window at a time. One CTA per SM (grid = sms, ~100 KB of dynamic shared memory each).
+template <int kStages, bool kInterleaved = false>
+__global__ void __launch_bounds__(512, 1) stream_k(const uint4* __restrict__ buf, const long long* cum, long long chunks,
+                                                   Rec* rec, unsigned* sink) {
   extern __shared__ __align__(16) unsigned char ring[];
   __shared__ unsigned long long t0, t1;
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned s = smid();
   if (threadIdx.x == 0) t0 = ~0ull, t1 = 0;
   __syncthreads();
-  const unsigned long long a = now();
-  atomicMin(&t0, a);
-  const long long c0 = cum[s], c1 = cum[s + 1], C = c1 - c0;
-  const long long w0 = c0 + C * w / kWarps, w1 = c0 + C * (w + 1) / kWarps;
+  atomicMin(&t0, now());
+  long long first, end, step;  // this warp's chunks: first, first + step, ... below end
+  if constexpr (kInterleaved) {
+    first = static_cast<long long>(blockIdx.x) * kWarps + w, end = chunks, step = static_cast<long long>(gridDim.x) * kWarps;
+  } else {
+    const long long c0 = cum[s], C = cum[s + 1] - c0;
+    first = c0 + C * w / kWarps, end = c0 + C * (w + 1) / kWarps, step = 1;
+  }
   const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(ring)) + w * kStages * kChunk + 16 * lane;
   const unsigned char* src = reinterpret_cast<const unsigned char*>(buf);
+  auto copy = [&](unsigned dst, long long c) {
+    if (c < end) cp16(dst, src + c * kChunk + 16 * lane), cp16(dst + 512, src + c * kChunk + 512 + 16 * lane);
+    asm volatile("cp.async.commit_group;" ::: "memory");  // (a group per stage, empty past the share)
+  };
   unsigned acc = 0;
-  long long c = w0;
-  for (int d = 0; d < kStages; ++d, ++c) {  // (a group per stage, empty past the share)
-    if (c < w1) cp16(base + d * kChunk, src + c * kChunk + 16 * lane), cp16(base + d * kChunk + 512, src + c * kChunk + 512 + 16 * lane);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  }
+  long long c = first;
+  for (int d = 0; d < kStages; ++d, c += step) copy(base + d * kChunk, c);
   int so = 0;
-  for (long long m = w0; m < w1; ++m) {
+  for (long long m = first; m < end; m += step, c += step) {
     asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
     const unsigned char* mine = ring + w * kStages * kChunk + 16 * lane + so;
     const uint4 v0 = *reinterpret_cast<const uint4*>(mine), v1 = *reinterpret_cast<const uint4*>(mine + 512);
     acc ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w;
-    if (c < w1) cp16(base + so, src + c * kChunk + 16 * lane), cp16(base + so + 512, src + c * kChunk + 512 + 16 * lane);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    ++c;
+    copy(base + so, c);
     so = so + kChunk == kStages * kChunk ? 0 : so + kChunk;
   }
   atomicMax(&t1, now());
@@ -154,43 +158,6 @@ __global__ void __launch_bounds__(512, 1) bulk_k(const uint4* __restrict__ buf, 
   if (threadIdx.x == 0) rec[blockIdx.x] = Rec{t0, t1, s, 0};
 }
 
-// The cp.async ring (3 stages) with the chunks dealt out across the grid instead of in contiguous shares: round k of
-// warp (CTA b, warp w) reads chunk (k * grid + b) * 16 + w -- the grid's warps read one contiguous 2 MB window at a time.
-__global__ void __launch_bounds__(512, 1) interleaved_k(const uint4* __restrict__ buf, long long chunks, Rec* rec,
-                                                        unsigned* sink) {
-  constexpr int kStages = 3;
-  extern __shared__ __align__(16) unsigned char ring[];
-  __shared__ unsigned long long t0, t1;
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) t0 = ~0ull, t1 = 0;
-  __syncthreads();
-  atomicMin(&t0, now());
-  const long long step = static_cast<long long>(gridDim.x) * kWarps, first = static_cast<long long>(blockIdx.x) * kWarps + w;
-  const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(ring)) + w * kStages * kChunk + 16 * lane;
-  const unsigned char* src = reinterpret_cast<const unsigned char*>(buf);
-  unsigned acc = 0;
-  long long c = first;
-  for (int d = 0; d < kStages; ++d, c += step) {
-    if (c < chunks) cp16(base + d * kChunk, src + c * kChunk + 16 * lane), cp16(base + d * kChunk + 512, src + c * kChunk + 512 + 16 * lane);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  }
-  int so = 0;
-  for (long long m = first; m < chunks; m += step) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
-    const unsigned char* mine = ring + w * kStages * kChunk + 16 * lane + so;
-    const uint4 v0 = *reinterpret_cast<const uint4*>(mine), v1 = *reinterpret_cast<const uint4*>(mine + 512);
-    acc ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w;
-    if (c < chunks) cp16(base + so, src + c * kChunk + 16 * lane), cp16(base + so + 512, src + c * kChunk + 512 + 16 * lane);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    c += step;
-    so = so + kChunk == kStages * kChunk ? 0 : so + kChunk;
-  }
-  atomicMax(&t1, now());
-  if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
-  __syncthreads();
-  if (threadIdx.x == 0) rec[blockIdx.x] = Rec{t0, t1, smid(), 0};
-}
-
 static double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -228,10 +195,11 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&rec, sizeof(Rec) * sms));
   CK(cudaMalloc(&sink, 4));
   const int smem = 100 * 1024;
-  CK(cudaFuncSetAttribute(stream_k<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   CK(cudaFuncSetAttribute(stream_k<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(stream_k<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   CK(cudaFuncSetAttribute(stream_k<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   CK(cudaFuncSetAttribute(stream_k<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(stream_k<3, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   auto set_shares = [&](const std::vector<double>& weight) {  // weight per smid
     std::vector<long long> c(sms + 1, 0);
     const double total = std::accumulate(weight.begin(), weight.end(), 0.0);
@@ -241,12 +209,10 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(cum, c.data(), sizeof(long long) * (sms + 1), cudaMemcpyHostToDevice));
   };
   std::vector<Rec> h(sms);
-  auto run = [&](std::vector<double>* span_by_sm, std::vector<double>* end_by_sm, int stages = 3) {  // one rep: makespan, us
+  // one rep of a launch (after the L2 flush): its makespan in us; per SM its span and its end (from the first start)
+  auto timed = [&](auto launch, std::vector<double>* span_by_sm = nullptr, std::vector<double>* end_by_sm = nullptr) {
     CK(cudaMemsetAsync(flush, 0, flush_bytes));
-    if (stages == 2) stream_k<2><<<sms, 512, smem>>>(buf, cum, rec, sink);
-    else if (stages == 4) stream_k<4><<<sms, 512, smem>>>(buf, cum, rec, sink);
-    else if (stages == 6) stream_k<6><<<sms, 512, smem>>>(buf, cum, rec, sink);
-    else stream_k<3><<<sms, 512, smem>>>(buf, cum, rec, sink);
+    launch();
     CK(cudaGetLastError());
     CK(cudaMemcpy(h.data(), rec, sizeof(Rec) * sms, cudaMemcpyDeviceToHost));
     unsigned long long lo = ~0ull, hi = 0;
@@ -259,6 +225,14 @@ int main(int argc, char** argv) {
       if (end_by_sm) end_by_sm[r.sm].push_back((r.end - lo) * 1e-3);
     }
     return (hi - lo) * 1e-3;
+  };
+  auto run = [&](std::vector<double>* span_by_sm, std::vector<double>* end_by_sm, int stages = 3) {
+    return timed([&] {
+      if (stages == 2) stream_k<2><<<sms, 512, smem>>>(buf, cum, chunks, rec, sink);
+      else if (stages == 4) stream_k<4><<<sms, 512, smem>>>(buf, cum, chunks, rec, sink);
+      else if (stages == 6) stream_k<6><<<sms, 512, smem>>>(buf, cum, chunks, rec, sink);
+      else stream_k<3><<<sms, 512, smem>>>(buf, cum, chunks, rec, sink);
+    }, span_by_sm, end_by_sm);
   };
   std::vector<double> equal(sms, 1.0);
   set_shares(equal);
@@ -322,15 +296,7 @@ int main(int argc, char** argv) {
     const int dyn = kWarps * g.stages * g.bulk;
     CK(cudaFuncSetAttribute(g.k, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
     const long long b = set_bulk(g.bulk);
-    auto once = [&] {
-      CK(cudaMemsetAsync(flush, 0, flush_bytes));
-      g.k<<<sms, 512, dyn>>>(buf, cum, rec, sink);
-      CK(cudaGetLastError());
-      CK(cudaMemcpy(h.data(), rec, sizeof(Rec) * sms, cudaMemcpyDeviceToHost));
-      unsigned long long lo = ~0ull, hi = 0;
-      for (const Rec& r : h) lo = std::min(lo, r.start), hi = std::max(hi, r.end);
-      return (hi - lo) * 1e-3;
-    };
+    auto once = [&] { return timed([&] { g.k<<<sms, 512, dyn>>>(buf, cum, rec, sink); }); };
     std::vector<double> mk;
     once();
     for (int r = 0; r < reps; ++r) mk.push_back(once());
@@ -339,17 +305,12 @@ int main(int argc, char** argv) {
   }
   // phase 5: the 3-stage ring with the chunks interleaved over the grid's warps (one 2 MB window at a time)
   {
-    CK(cudaFuncSetAttribute(interleaved_k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     std::vector<double> mk_i, mk_c;
     auto once = [&](bool inter) {
-      CK(cudaMemsetAsync(flush, 0, flush_bytes));
-      if (inter) interleaved_k<<<sms, 512, smem>>>(buf, chunks, rec, sink);
-      else stream_k<3><<<sms, 512, smem>>>(buf, cum, rec, sink);
-      CK(cudaGetLastError());
-      CK(cudaMemcpy(h.data(), rec, sizeof(Rec) * sms, cudaMemcpyDeviceToHost));
-      unsigned long long lo = ~0ull, hi = 0;
-      for (const Rec& r : h) lo = std::min(lo, r.start), hi = std::max(hi, r.end);
-      return (hi - lo) * 1e-3;
+      return timed([&] {
+        if (inter) stream_k<3, true><<<sms, 512, smem>>>(buf, cum, chunks, rec, sink);
+        else stream_k<3><<<sms, 512, smem>>>(buf, cum, chunks, rec, sink);
+      });
     };
     set_shares(equal);
     for (int r = 0; r < 2 * reps; ++r) (r % 2 ? mk_i : mk_c).push_back(once(r % 2 == 1));

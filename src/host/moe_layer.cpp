@@ -215,8 +215,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   static_assert(kDecodeTokensMax == detail::kDecodeWideMaxPairs, "the option's largest value: the wide kernels' pairs");
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const bool small_experts = expert_bytes <= (std::int64_t{4} << 20);
-  const int wide_by_pairs =
-      std::min(kDecodeTokensMax / o.topk, std::max(64, static_cast<int>(std::min<std::int64_t>(4 * E / o.topk, kDecodeTokensMax))));
+  const int wide_by_pairs = std::min(kDecodeTokensMax / o.topk, std::max(64, 4 * E / o.topk));
   int auto_wide = 0;
   if ((w4a4 || o.format == Format::mxfp4) && auto_tokens == detail::kDecodeMaxTokens && H <= 3072) {
     if (small_experts) auto_wide = wide_by_pairs;

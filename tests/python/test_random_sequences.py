@@ -309,8 +309,9 @@ class HostSequence:
         max_tokens = self.d.integer(1, 16)
         topk = self.d.integer(1, min(c.e, 4))
         invariant = self.d.choice([False, True])  # (checked against the host composition either way)
-        # the decode path for runs of T <= decode (past 8: the wide kernels, W4A16 MXFP4), never, or by the layer
-        decode = self.d.choice([0, 2, 8, 24, None])
+        # the decode path for runs of T <= decode (past 8: the wide kernels, W4A16 MXFP4), never, or by the layer; 512
+        # (kDecodeTokensMax): clamped to max_tokens and 512 / topk
+        decode = self.d.choice([0, 2, 8, 24, 512, None])
         pieces = self.gpu and self.d.integer(0, 2) == 0  # (GPU: a third of the layers on weights in pieces)
         lv = ws.live
         w13, w2, layout = lv["w13"], lv["w2"], "rows"
