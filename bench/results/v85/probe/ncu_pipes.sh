@@ -2,12 +2,12 @@
 # v85 c5 / c6: where the 16-column consume's +10 % goes -- ncu on the wide kernels, p0 against c16b (BUNDLE v31), W4A16 on
 # pieces: c5 pipe utilisation (gpt-oss-120b T 128, Qwen3-30B-A3B T 64), c6 (METRICS=stall_metrics.txt, CASES=gptoss) the
 # issue-stall reasons per issue.
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; R=$OUT/r; mkdir -p $R
 H=$(md5sum < .carry/$BUNDLE/b.tar.xz | cut -c1-8)
 [ -f /tmp/done.$H ] || { xz -dc .carry/$BUNDLE/b.tar.xz | tar xf - -C /tmp; touch /tmp/done.$H; }
 M=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active
-[ -n "${METRICS:-}" ] && M=$(cat bench/results/v85/$METRICS)
+[ -n "${METRICS:-}" ] && M=$(cat bench/results/v85/probe/$METRICS)
 shape() { case $1 in gptoss) echo "--experts 128 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai --tokens 128";;
                      qwen3) echo "--experts 128 --hidden 2048 --inter 768 --topk 8 --activation silu --tokens 64";; esac; }
 for n in ${CASES:-gptoss qwen3}; do
