@@ -122,9 +122,9 @@ struct MoeLayerOptions {
   // past H 3072. The wide kernels, where that bound is 8 and H <= 3072: up to 64 tokens, and past 64 up to 4 pairs
   // per expert on average (T <= 4 experts / top-k, at most 512 / top-k) (Qwen3-30B-A3B: ahead of the general path at
   // every T to 64, 0.62 of its time at T 9, 0.81 at 64; gpt-oss-120b: 0.80 at 9, 0.89 at 33, 0.91 at 64, 0.84 at 96,
-  // 0.83 at 128 on pieces, 0.90 at 128 on rows; bench/results/v79, v81, v84). W4A4 takes the wide kernels after its quantisers, as the narrow ones: the
+  // 0.83 at 128 on pieces, 0.90 at 128 on rows; H200, docs/PERF.md). W4A4 takes the wide kernels after its quantisers, as the narrow ones: the
   // same bound, but 32 for NVFP4 with experts over 4 MiB (gpt-oss-120b: 0.91 at 24, 0.98 at 32, behind from 48;
-  // MXFP4 0.93 at 64, 0.86 at 128; bench/results/v81-v82, v84). With linear weight scales experts over 4 MiB take no wide path
+  // MXFP4 0.93 at 64, 0.86 at 128). With linear weight scales experts over 4 MiB take no wide path
   // (gpt-oss-120b: 1.06 at 32, 1.13 at 64 on rows; not profiled -- likely the codes' L1 loads beside the staging). Layers with top-k
   // > 8, or a hidden or intermediate size that is not a multiple of 32
   // (NVFP4), have no decode path; a large hidden size also lowers the bound (its first kernel

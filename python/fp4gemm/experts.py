@@ -112,7 +112,7 @@ class ExpertWeights:
     def pack_pieces(self) -> "ExpertWeights":
         """These weights with w13 and w2 packed once into the order the kernels read them
         (``fp4gemm.moe.pack_pieces``; w13 with its gate / up order): a new ExpertWeights, ``weight_layout``
-        "pieces", whose :meth:`layer` runs on them (W4A16 layer suite: median 6 % faster than rows, up to 15 %; docs/PERF.md v70).
+        "pieces", whose :meth:`layer` runs on them (W4A16 layer suite: median 6 % faster than rows, up to 15 %; H200, docs/PERF.md).
         MXFP4 and NVFP4 weights (every layer) on CUDA torch tensors; the scales, globals and biases
         are shared with this one. After changing the rows in place, pack them again into the new arrays:
         ``moe.pack_pieces(rows_w13, gate_up, format=weights.format, out=packed.w13)``.

@@ -192,13 +192,13 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // ratio 0.96 at 6 and 0.995 at 7, tied at 8; W4A4 to T 4, 0.99 at 3 and 0.94 at 4, measured no further).
   if (H > 3072) auto_tokens = std::min(auto_tokens, w4a4 ? 4 : 6);
   // The wide kernels (past the 8 tokens kernel 1 stages; decode_layer.hpp) where the narrow bound is 8 at H <= 3072
-  // (bench/results/v79-v81 on an H200, on pieces, wide / general path at the default bound of 8):
+  // (measured on an H200, on pieces, wide / general path at the default bound of 8; docs/PERF.md's worklog):
   // - W4A16 MXFP4: Qwen3-30B-A3B's 2.4 MB experts ahead at every T to 64 -- 0.62 at T 9, 0.74 at 32, 0.81 at 64;
   //   gpt-oss-120b's 12.4 MB ones 0.80 at 9, 0.89 at 24, 0.89 at 33, 0.88 at 40, 0.91 at 64 (past 33 tokens
   //   once the staging took what shared memory leaves).
   // - W4A4 (the wide kernels after the layer's quantisers): NVFP4 Qwen3 0.66 at T 9, 0.82 at 32, 0.89 at 64; gpt-oss
   //   0.93 at 16, 0.97 at 24, 0.99 at 28, 1.04 at 32, 1.07 at 64 -- since the codes' evict_first policy
-  //   (bench/results/v82) 0.91 at 24, 0.98 at 32, 1.02 at 48, 1.03 at 64; MXFP4 Qwen3 0.63 at 9, 0.76 at 32;
+  //   0.91 at 24, 0.98 at 32, 1.02 at 48, 1.03 at 64; MXFP4 Qwen3 0.63 at 9, 0.76 at 32;
   //   gpt-oss 0.80 at 9, 0.90 at 32, 0.92 at 48, 0.93 at 64: up to 64 tokens, but 32 for NVFP4 with experts over
   //   4 MiB.
   // - Linear (row-major) weight scales (W4A16): Qwen3 still ahead (rows 0.68 at 16, 0.76 at 64; pieces 0.70 /
@@ -206,11 +206,11 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   //   1.17 / 1.20) -- not profiled; likely the codes, which travel through L1, and the staging, which shrinks L1.
   //   So no wide path there.
   // - Past 64 tokens (up to the kernels' 512 pairs), measured at gpt-oss-120b's shape (E 128, top-4: up to 128 tokens,
-  //   4 pairs per expert; bench/results/v84 call D, wide / general path): W4A16 pieces 0.84 at T 72, 0.84 at 96, 0.85
+  //   4 pairs per expert; wide / general path): W4A16 pieces 0.84 at T 72, 0.84 at 96, 0.85
   //   at 112, 0.83 at 128; rows 0.89-0.91; W4A4 MXFP4 pieces 0.85-0.88; W4A4 NVFP4 pieces 1.06-1.07 (behind, as from
   //   48). With more pairs per expert the wide path, which streams an expert's weights once per 8 of its pairs, falls
   //   behind for gpt-oss-sized experts (E 64 / E 32 at T 128, 8 / 16 pairs per expert: 1.05 / 1.26) but not for
-  //   Qwen3-30B-A3B's (E 32 / E 16 at T 64, 16 / 32 pairs per expert: 0.81 / 0.96; call C). So: up to 4 pairs per
+  //   Qwen3-30B-A3B's (E 32 / E 16 at T 64, 16 / 32 pairs per expert: 0.81 / 0.96). So: up to 4 pairs per
   //   expert on average (T <= 4 E / top-k), never below 64 tokens where the bound was 64.
   static_assert(kDecodeTokensMax == detail::kDecodeWideMaxPairs, "the option's largest value: the wide kernels' pairs");
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;

@@ -201,7 +201,7 @@ def _check_options(weights: str, activations: str, a1_scale: Optional[float], a2
 def _pieces(weight_layout: Optional[str], activations: str, on_cuda: bool, hidden: int, inter: int, *, weights: str,
             checkpoint: bool = False) -> bool:
     """Whether a layer of `weights` ('mxfp4' / 'nvfp4') runs on weights in pieces (fp4gemm.moe.pack_pieces; blocked
-    scales). None: where it measured faster or level at every token count on an H200 (docs/PERF.md v70, layer suites,
+    scales). None: where it measured faster or level at every token count on an H200 (docs/PERF.md, layer suites,
     pieces / rows: W4A16 0.85..1.00, median 0.94; NVFP4 W4A4 0.91..1.00, median 0.965): W4A16 and NVFP4 W4A4 on CUDA,
     for experts fp4gemm quantised itself (an FP4 checkpoint's experts stay the checkpoint's tensors unless asked:
     pieces are a second copy), where the shapes pack (H and I multiples of 32)."""
@@ -412,7 +412,7 @@ def quantize_experts(model: Any, weights: str = "mxfp4", activations: str = "bf1
     call with more tokens runs in slices). free_bf16: replace the bf16 expert parameters by empty
     ones (the layer holds the FP4 copies). weight_layout: the FP4 experts as the layer reads them,
     ``"rows"`` or ``"pieces"`` (``fp4gemm.moe.pack_pieces`` with blocked scales: W4A16 layers median 6 %
-    faster than rows, up to 15 %, docs/PERF.md v70; CUDA only); None (default): pieces for W4A16 and NVFP4 W4A4 on
+    faster than rows, up to 15 %, docs/PERF.md; CUDA only); None (default): pieces for W4A16 and NVFP4 W4A4 on
     CUDA, where they measured faster or level at every token count, rows otherwise. A module whose activation
     fp4gemm does not have is left as it is (a warning says which)."""
     _check_options(weights, activations, a1_scale, a2_scale, max_tokens, decode_tokens, weight_layout=weight_layout)
