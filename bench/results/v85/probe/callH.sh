@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# v85 call H, prepared, not run (the session's device time was spent): the decode kernels' unit change made cheaper
+# (probe/fastdiv_units.patch, branch exp/fastdiv-units e600778): a unit's slot / block by FastDiv (src/device/fast_div.hpp:
+# the divisor's reciprocal formed once per kernel, each quotient a multiply-high and one correction; host test
+# tests/host/test_fast_div.cpp passed on the CPU machine) instead of the compiler's per-use unsigned division, and the
+# cursor's scale offsets in unsigned arithmetic. SASS (cuobjdump, CPU machine, nvcc 13.0): every decode kernel's loop
+# 30-70 instructions shorter, stacks 0; the wide kernel 2's unit change (copy side + store + multiply side) ~240 -> ~180
+# instructions. Prediction (from v85's finding that the loop is issue-bound: +4.4 % instructions cost +11.7 % time):
+# Qwen3-30B-A3B T 64 (kernel 2: a unit every 6 chunks, ~10 fewer instructions per chunk of ~205) 115 -> ~111-112 µs,
+# T 16-32 likewise -2..-3 %; gpt-oss-120b (a unit every 22.5 chunks) -0.5..-1 %; T 1 unchanged.
+# Bundle (CPU machine): p0 = main's cli; fd = the branch's cli and gt (strip; tar cf - p0 fd | xz -T2
+# --lzma2=preset=6,dict=192MiB > .carry/v32/b.tar.xz; carry .carry/v32).
+cd "$(dirname "$0")/../../../.."
+BUNDLE=${BUNDLE:-v32} M=fd MODES=tests GF='MoeLayerDecode.*:MoeLayerPieces.*:MoeLayer.*Decode*' \
+  SANF='MoeLayerDecode.WidePathMatchesTheComposition:MoeLayerDecode.FusedKernel*' \
+  NAME=h_tests bash bench/results/v79/probe/w.sh 2>&1 | tail -14
+BUNDLE=${BUNDLE:-v32} VS="p0 fd" ROUNDS=2 NCUCASES=" " NAME=h_ab16 \
+  CASES="gptoss 1;gptoss 8;gptoss 64;gptoss 128;qwen3 1;qwen3 8;qwen3 16;qwen3 32;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
+BUNDLE=${BUNDLE:-v32} VS="p0 fd" ROUNDS=2 NCUCASES=" " NAME=h_ab44 ACT=nvfp4 \
+  CASES="gptoss 8;qwen3 8;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
+BUNDLE=${BUNDLE:-v32} VS="p0 fd" ROUNDS=1 NCUCASES=" " NAME=h_rows WL=rows \
+  CASES="gptoss 8;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
