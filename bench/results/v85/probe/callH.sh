@@ -8,7 +8,13 @@
 # instructions. Prediction (from v85's finding that the loop is issue-bound: +4.4 % instructions cost +11.7 % time):
 # Qwen3-30B-A3B T 64 (kernel 2: a unit every 6 chunks, ~10 fewer instructions per chunk of ~205) 115 -> ~111-112 µs,
 # T 16-32 likewise -2..-3 %; gpt-oss-120b (a unit every 22.5 chunks) -0.5..-1 %; T 1 unchanged.
-# Bundle (CPU machine): p0 = main's cli; fd = the branch's cli and gt (strip; tar cf - p0 fd | xz -T2
+# Second, the per-group cost of a variable-group wide slot (probe/groups_probe.patch, branch exp/groups-probe): builds
+# g2 / g3 / g4 with FP4GEMM_EXP_GROUPS 2 / 3 / 4 -- every dequantised fragment multiplied G times, each extra group
+# against its own shared-memory activation load into one accumulator of its own (timing only; the tests still pass:
+# the extra sums are only compared with a constant). SASS: HMMA 512 / 864 / 1216 / 1568 in decode_layer.cu.o, no
+# stack, the wide kernels <= 118 registers at G 4. Prediction: +8..+10 % per group (v85's c16 probe, two accumulators).
+# Bundle (CPU machine; .carry/v32 built in session 98 if this machine still has it): p0 = main's cli; fd = the fastdiv
+# branch's cli and gt; g2-g4 the groups probe's cli (strip; tar cf - p0/cli fd g2 g3 g4 | xz -T1
 # --lzma2=preset=6,dict=192MiB > .carry/v32/b.tar.xz; carry .carry/v32).
 cd "$(dirname "$0")/../../../.."
 BUNDLE=${BUNDLE:-v32} M=fd MODES=tests GF='MoeLayerDecode.*:MoeLayerPieces.*:MoeLayer.*Decode*' \
@@ -20,3 +26,5 @@ BUNDLE=${BUNDLE:-v32} VS="p0 fd" ROUNDS=2 NCUCASES=" " NAME=h_ab44 ACT=nvfp4 \
   CASES="gptoss 8;qwen3 8;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
 BUNDLE=${BUNDLE:-v32} VS="p0 fd" ROUNDS=1 NCUCASES=" " NAME=h_rows WL=rows \
   CASES="gptoss 8;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
+BUNDLE=${BUNDLE:-v32} VS="p0 g2 g3 g4" ROUNDS=2 NCUCASES=" " NAME=h_groups \
+  CASES="gptoss 16;gptoss 64;gptoss 128;qwen3 16;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
