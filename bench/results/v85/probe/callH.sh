@@ -28,3 +28,5 @@ BUNDLE=${BUNDLE:-v32} VS="p0 fd" ROUNDS=1 NCUCASES=" " NAME=h_rows WL=rows \
   CASES="gptoss 8;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
 BUNDLE=${BUNDLE:-v32} VS="p0 g2 g3 g4" ROUNDS=2 NCUCASES=" " NAME=h_groups \
   CASES="gptoss 16;gptoss 64;gptoss 128;qwen3 16;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
+BUNDLE=${BUNDLE:-v32} VS="p0 fd" CASES="qwen3 gptoss" NAME=h_ncu bash bench/results/v85/probe/ncu_pipes.sh 2>&1 | \
+  grep -E "^==|decode_|gpu__time|inst_executed.sum|issue_active" | head -60
