@@ -13,10 +13,14 @@
 # against its own shared-memory activation load into one accumulator of its own (timing only; the tests still pass:
 # the extra sums are only compared with a constant). SASS: HMMA 512 / 864 / 1216 / 1568 in decode_layer.cu.o, no
 # stack, the wide kernels <= 118 registers at G 4. Prediction: +8..+10 % per group (v85's c16 probe, two accumulators).
+# gl2 / gl3 / gl4: the same with the extra groups read through L1 from global rows (FP4GEMM_EXP_GROUPS_L1 1; at G 4
+# the wide kernels reach 128 registers and spill 8-24 bytes: SASS). Two device calls: PART=1 (FastDiv: tests, A/B,
+# ncu; ~6 min) and PART=2 (the groups probe; ~5 min).
 # Bundle (CPU machine; .carry/v32 built in session 98 if this machine still has it): p0 = main's cli; fd = the fastdiv
-# branch's cli and gt; g2-g4 the groups probe's cli (strip; tar cf - p0/cli fd g2 g3 g4 | xz -T1
+# branch's cli and gt; g2-g4, gl2-gl4 the groups probe's cli (strip; tar cf - p0/cli fd g2 g3 g4 gl2 gl3 gl4 | xz -T1
 # --lzma2=preset=6,dict=192MiB > .carry/v32/b.tar.xz; carry .carry/v32).
 cd "$(dirname "$0")/../../../.."
+if [ "${PART:-1}" = 1 ]; then
 BUNDLE=${BUNDLE:-v32} M=fd MODES=tests GF='MoeLayerDecode.*:MoeLayerPieces.*:MoeLayer.*Decode*' \
   SANF='MoeLayerDecode.WidePathMatchesTheComposition:MoeLayerDecode.FusedKernel*' \
   NAME=h_tests bash bench/results/v79/probe/w.sh 2>&1 | tail -14
@@ -26,7 +30,10 @@ BUNDLE=${BUNDLE:-v32} VS="p0 fd" ROUNDS=2 NCUCASES=" " NAME=h_ab44 ACT=nvfp4 \
   CASES="gptoss 8;qwen3 8;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
 BUNDLE=${BUNDLE:-v32} VS="p0 fd" ROUNDS=1 NCUCASES=" " NAME=h_rows WL=rows \
   CASES="gptoss 8;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
-BUNDLE=${BUNDLE:-v32} VS="p0 g2 g3 g4" ROUNDS=2 NCUCASES=" " NAME=h_groups \
-  CASES="gptoss 16;gptoss 64;gptoss 128;qwen3 16;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
 BUNDLE=${BUNDLE:-v32} VS="p0 fd" CASES="qwen3 gptoss" NAME=h_ncu bash bench/results/v85/probe/ncu_pipes.sh 2>&1 | \
   grep -E "^==|decode_|gpu__time|inst_executed.sum|issue_active" | head -60
+fi
+if [ "${PART:-1}" = 2 ]; then
+BUNDLE=${BUNDLE:-v32} VS="p0 g2 gl2 g3 gl3 g4 gl4" ROUNDS=2 NCUCASES=" " NAME=h_groups \
+  CASES="gptoss 16;gptoss 64;gptoss 128;qwen3 16;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done"
+fi
