@@ -16,7 +16,7 @@
 # gl2 / gl3 / gl4: the same with the extra groups read through L1 from global rows (FP4GEMM_EXP_GROUPS_L1 1; at G 4
 # the wide kernels reach 128 registers and spill 8-24 bytes: SASS). Two device calls: PART=1 (FastDiv: tests, A/B,
 # ncu; ~6 min) and PART=2 (the groups probe; ~5 min).
-# Bundle (CPU machine; .carry/v32 built in session 98 if this machine still has it): p0 = main's cli; fd = the fastdiv
+# Bundle (CPU machine; .carry/v32 built in session 98 if this machine still has it): p0 = main 19b0422's cli; fd = the fastdiv
 # branch's cli and gt; g2-g4, gl2-gl4 the groups probe's cli (strip; tar cf - p0/cli fd g2 g3 g4 gl2 gl3 gl4 | xz -T1
 # --lzma2=preset=6,dict=192MiB > .carry/v32/b.tar.xz; carry .carry/v32).
 cd "$(dirname "$0")/../../../.."
