@@ -199,16 +199,16 @@ __device__ __forceinline__ void load_wide_routing(const DecodeLayerArgs& a, Wide
   constexpr int kWords = sizeof(WideRouting) / 4;
   const int* src = static_cast<const int*>(a.route);
   int* dst = reinterpret_cast<int*>(&r);
-  constexpr int kPer = (kWords + kThreads - 1) / kThreads;  // (both wide kernels run kThreads threads)
+  constexpr int kPer = (kWords + 511) / 512;
   int v[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int w = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int w = static_cast<int>(threadIdx.x) + i * static_cast<int>(blockDim.x);
     v[i] = w < kWords ? src[w] : 0;
   }
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int w = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int w = static_cast<int>(threadIdx.x) + i * static_cast<int>(blockDim.x);
     if (w < kWords) dst[w] = v[i];
   }
   __syncthreads();
@@ -759,8 +759,6 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
 // of rank r is column r % 8 of slot base + r / 8 (the slot's columns past the expert's pairs -1). (Kernel 1's CTAs
 // stage the tokens of their own slots.)
 constexpr int kPrepThreads = 512;
-static_assert(kPrepThreads == kDecodeWideMaxPairs && kDecodeWideMaxPairs == 16 * 32,
-              "decode_wide_prep: one thread per pair, each expert's pairs a 16-word mask");
 __global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLayerArgs a) {
   ptx::launch_dependents();  // (kernel 1 waits for this grid's completion before reading anything it writes)
   const int T = run_tokens(a), k = a.topk, E = a.experts, tid = static_cast<int>(threadIdx.x);
@@ -941,11 +939,11 @@ DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int mu
 DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors) {
   DecodeWideShape s;
   constexpr int ring = kDecodeWarps * decode::kRingBytes;
-  // kernel 1 without staged tokens; the pre-pass's shared memory for kDecodeWideMaxExperts experts
+  // kernel 1 without staged tokens; the pre-pass's shared memory for kMaxMoeExperts (512) experts
   const void* k1w = kernel1w(format, blocked_scales, pieces);
   if (k1w == nullptr) return s;
   const void* k2w = kernel2w(format, blocked_scales, pieces);
-  constexpr int kPrepSmemMax = kDecodeWideMaxExperts * (64 + 8);  // (16 mask words, a count and a first slot each)
+  constexpr int kPrepSmemMax = 512 * (64 + 8);
   // Each kernel's staging: whatever the block's opt-in shared memory leaves beside its static part and the rings
   // (on the H200 ~140 KB: gpt-oss-120b's 24 staged rows of 5.7 KB at 64 tokens just fit).
   int device = 0, optin = 0;
