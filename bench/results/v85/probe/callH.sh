@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # v85 call H, prepared, not run (the session's device time was spent): the decode kernels' unit change made cheaper
-# (probe/fastdiv_units.patch, branch exp/fastdiv-units e600778): a unit's slot / block by FastDiv (src/device/fast_div.hpp:
+# (probe/fastdiv_units.patch = the wide-path guards of 19b0422 + FastDiv, branch exp/fastdiv-units): a unit's slot / block by FastDiv (src/device/fast_div.hpp:
 # the divisor's reciprocal formed once per kernel, each quotient a multiply-high and one correction; host test
 # tests/host/test_fast_div.cpp passed on the CPU machine) instead of the compiler's per-use unsigned division, and the
 # cursor's scale offsets in unsigned arithmetic. SASS (cuobjdump, CPU machine, nvcc 13.0): every decode kernel's loop
@@ -16,7 +16,8 @@
 # gl2 / gl3 / gl4: the same with the extra groups read through L1 from global rows (FP4GEMM_EXP_GROUPS_L1 1; at G 4
 # the wide kernels reach 128 registers and spill 8-24 bytes: SASS). Two device calls: PART=1 (FastDiv: tests, A/B,
 # ncu; ~6 min) and PART=2 (the groups probe; ~5 min).
-# Bundle (CPU machine; .carry/v32 built in session 98 if this machine still has it): p0 = main 19b0422's cli; fd = the fastdiv
+# Bundle (CPU machine; .carry/v32 built in session 98 if this machine still has it): p0 = 19b0422's cli (main plus the wide-path
+# guards, reverted on main until a GPU run; the fd branch carries them, so p0 / fd isolates FastDiv); fd = the fastdiv
 # branch's cli and gt; g2-g4, gl2-gl4 the groups probe's cli (strip; tar cf - p0/cli fd g2 g3 g4 gl2 gl3 gl4 | xz -T1
 # --lzma2=preset=6,dict=192MiB > .carry/v32/b.tar.xz; carry .carry/v32).
 cd "$(dirname "$0")/../../../.."
