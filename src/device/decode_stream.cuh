@@ -410,8 +410,12 @@ __device__ __forceinline__ Cursor<XS> cursor(const Unit& u, const Operand& op, i
   constexpr int vec = F == Format::nvfp4 ? 16 : 32;
   const int kk = kChunk * ch + 32 * c, col = (P ? kChunk * ch + 16 * c : kk) / vec;
   const int w = P ? kWeightStep<P> * ch : kk / 2;
-  return Cursor<XS>{u.wg + w, u.wh + w, u.scales + formats::detail::scale_offset(L, u.row_g, col, op.scale_cols),
-                    u.scales + formats::detail::scale_offset(L, u.row_h, col, op.scale_cols),
+  // (unsigned: the rows, columns and widths are never negative, and the offset's divisions by 32 and 128 then need no
+  // sign fix-ups on each unit change)
+  const unsigned ucol = static_cast<unsigned>(col), ucols = static_cast<unsigned>(op.scale_cols);
+  return Cursor<XS>{u.wg + w, u.wh + w,
+                    u.scales + formats::detail::scale_offset(L, static_cast<unsigned>(u.row_g), ucol, ucols),
+                    u.scales + formats::detail::scale_offset(L, static_cast<unsigned>(u.row_h), ucol, ucols),
                     XS::at(XS::from(u.x), ch, c)};
 }
 

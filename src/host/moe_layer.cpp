@@ -213,6 +213,7 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   //   Qwen3-30B-A3B's (E 32 / E 16 at T 64, 16 / 32 pairs per expert: 0.81 / 0.96). So: up to 4 pairs per
   //   expert on average (T <= 4 E / top-k), never below 64 tokens where the bound was 64.
   static_assert(kDecodeTokensMax == detail::kDecodeWideMaxPairs, "the option's largest value: the wide kernels' pairs");
+  static_assert(detail::kDecodeWideMaxExperts >= detail::kMaxMoeExperts, "the wide pre-pass holds every expert a layer may have");
   const std::int64_t expert_bytes = std::int64_t{3} * H * I / 2;
   const bool small_experts = expert_bytes <= (std::int64_t{4} << 20);
   const int wide_by_pairs = std::min(kDecodeTokensMax / o.topk, std::max(64, 4 * E / o.topk));

@@ -16,6 +16,7 @@ namespace fp4gemm::detail { namespace { __device__ void stamp_any(int phase); } 
 #define DECODE_STAMP(p) ::fp4gemm::detail::stamp_any(p)
 #endif
 #include "device/decode_stream.cuh"
+#include "device/fast_div.hpp"
 #include "device/glu.hpp"
 #include "device/ptx/ptx.cuh"
 #include "device/quantize_rule.cuh"
@@ -199,16 +200,16 @@ __device__ __forceinline__ void load_wide_routing(const DecodeLayerArgs& a, Wide
   constexpr int kWords = sizeof(WideRouting) / 4;
   const int* src = static_cast<const int*>(a.route);
   int* dst = reinterpret_cast<int*>(&r);
-  constexpr int kPer = (kWords + 511) / 512;
+  constexpr int kPer = (kWords + kThreads - 1) / kThreads;  // (both wide kernels run kThreads threads)
   int v[kPer];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int w = static_cast<int>(threadIdx.x) + i * static_cast<int>(blockDim.x);
+    const int w = static_cast<int>(threadIdx.x) + i * kThreads;
     v[i] = w < kWords ? src[w] : 0;
   }
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int w = static_cast<int>(threadIdx.x) + i * static_cast<int>(blockDim.x);
+    const int w = static_cast<int>(threadIdx.x) + i * kThreads;
     if (w < kWords) dst[w] = v[i];
   }
   __syncthreads();
@@ -352,6 +353,7 @@ __device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, R& r, flo
   // grid's completion before reading the intermediate).
   if (!fused) ptx::launch_dependents();
   const int groups = I / 8;
+  const FastDiv gdiv(static_cast<unsigned>(groups));  // (a unit's slot at each unit change: fast_div.hpp)
   // W: this CTA's slots, as stream_units_cta shares the units (staged_rows: the rows its share needs)
   int s_lo = 0, staged_rows = 0;
   if constexpr (W) {
@@ -362,7 +364,7 @@ __device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, R& r, flo
   // rows: [E][2I][H / 2]; pieces: [E][I / 8 blocks of 8 gate and their 8 up rows][hpad / 128 chunks][1 KB]
   const std::int64_t w_stride = P ? std::int64_t{I / 8} * (hpad / decode::kChunk) * 1024 : std::int64_t{2} * I * (H / 2);
   auto unit_of = [&](int u) {
-    const int s = static_cast<int>(static_cast<unsigned>(u) / groups), i = (u - s * groups) * 8 + g, e = r.expert[s];
+    const int s = static_cast<int>(gdiv.div(static_cast<unsigned>(u))), i = (u - s * groups) * 8 + g, e = r.expert[s];
     const int gate = a.interleaved ? 2 * i : i, up = a.interleaved ? 2 * i + 1 : I + i;
     // an absent token's column is never stored: it multiplies token 0's row
     const void* xs;
@@ -383,7 +385,7 @@ __device__ __forceinline__ void gate_up_part(const DecodeLayerArgs& a, R& r, flo
   };
   const GluParams act = glu_params(a.glu_kind, a.glu_alpha, a.glu_limit);
   auto finish = [&](int u, float(&v)[4]) {  // v: (gate, token 2c), (gate, 2c + 1), (up, 2c), (up, 2c + 1)
-    const int s = static_cast<int>(static_cast<unsigned>(u) / groups), i = (u - s * groups) * 8 + g, e = r.expert[s];
+    const int s = static_cast<int>(gdiv.div(static_cast<unsigned>(u))), i = (u - s * groups) * 8 + g, e = r.expert[s];
     const float ag = a.alpha13 != nullptr ? a.alpha13[e] : a.alpha13_s;
     const float au = a.alpha13_up != nullptr ? a.alpha13_up[e] : a.alpha13 != nullptr ? ag : a.alpha13_up_s;
     // the biases of the unit's gate and up rows (the general path's epilogue: fma(acc, alpha, bias))
@@ -522,9 +524,10 @@ __device__ __forceinline__ void down_combine_part(const DecodeLayerArgs& a, R& r
     if (cw.u1 > cw.u0) s_lo = cw.u0 / blocks, staged_rows = 8 * ((cw.u1 - 1) / blocks - s_lo + 1);
   }
   const int kpad = (I + decode::kChunk - 1) / decode::kChunk * decode::kChunk;
+  const FastDiv udiv(static_cast<unsigned>(W ? blocks : S));  // (a unit's block and slot at each unit change)
   auto block_slot = [&](int u, int& b, int& s) {
-    if constexpr (W) s = static_cast<int>(static_cast<unsigned>(u) / blocks), b = u - s * blocks;
-    else b = static_cast<int>(static_cast<unsigned>(u) / S), s = u - b * S;
+    if constexpr (W) s = static_cast<int>(udiv.div(static_cast<unsigned>(u))), b = u - s * blocks;
+    else b = static_cast<int>(udiv.div(static_cast<unsigned>(u))), s = u - b * S;
   };
   auto unit_of = [&](int u) {
     int b, s;
@@ -759,6 +762,9 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
 // of rank r is column r % 8 of slot base + r / 8 (the slot's columns past the expert's pairs -1). (Kernel 1's CTAs
 // stage the tokens of their own slots.)
 constexpr int kPrepThreads = 512;
+constexpr int kPrepBytesPerExpert = 64 + 8;  // the pre-pass's shared memory per expert: 16 mask words, a count, a first slot
+static_assert(kPrepThreads == kDecodeWideMaxPairs && kDecodeWideMaxPairs == 16 * 32,
+              "decode_wide_prep: one thread per pair, each expert's pairs a 16-word mask");
 __global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLayerArgs a) {
   ptx::launch_dependents();  // (kernel 1 waits for this grid's completion before reading anything it writes)
   const int T = run_tokens(a), k = a.topk, E = a.experts, tid = static_cast<int>(threadIdx.x);
@@ -939,11 +945,11 @@ DecodeShape decode_shape(Format format, bool blocked_scales, bool pieces, int mu
 DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool pieces, int multiprocessors) {
   DecodeWideShape s;
   constexpr int ring = kDecodeWarps * decode::kRingBytes;
-  // kernel 1 without staged tokens; the pre-pass's shared memory for kMaxMoeExperts (512) experts
+  // kernel 1 without staged tokens; the pre-pass's shared memory for kDecodeWideMaxExperts experts
   const void* k1w = kernel1w(format, blocked_scales, pieces);
   if (k1w == nullptr) return s;
   const void* k2w = kernel2w(format, blocked_scales, pieces);
-  constexpr int kPrepSmemMax = 512 * (64 + 8);
+  constexpr int kPrepSmemMax = kDecodeWideMaxExperts * kPrepBytesPerExpert;
   // Each kernel's staging: whatever the block's opt-in shared memory leaves beside its static part and the rings
   // (on the H200 ~140 KB: gpt-oss-120b's 24 staged rows of 5.7 KB at 64 tokens just fit).
   int device = 0, optin = 0;
@@ -1078,7 +1084,7 @@ void launch_decode_layer(const DecodeLayerArgs& a, cudaStream_t s) {
       args.x = a.x_deq, args.ldx = a.hidden;
     }
     void* params[] = {&args};
-    launch(kernel_prep(), dim3(1), dim3(kPrepThreads), params, a.experts * (64 + 8), a.fp4_activations, s);
+    launch(kernel_prep(), dim3(1), dim3(kPrepThreads), params, a.experts * kPrepBytesPerExpert, a.fp4_activations, s);
     launch(kernel1w(a.format, a.blocked_scales, a.weight_pieces), dim3(a.wide_shape.ctas1), dim3(kThreads), params,
            a.wide_shape.smem1, true, s);
     if (a.fp4_activations)

@@ -23,6 +23,9 @@ inline constexpr int kDecodeMaxPairs = 64;  // T * k
 // slots -- an expert's pairs in pair order, 8 per slot, whose mma columns are those pairs -- and each CTA of kernel 1
 // stages the token rows of its own slots; up to kDecodeWideMaxPairs pairs.
 inline constexpr int kDecodeWideMaxPairs = 512;
+// Experts the wide path's pre-pass holds (a 512-bit pair mask and two counts each in shared memory); the layer accepts
+// no more (moe_layer.cpp checks it against kMaxMoeExperts at compile time).
+inline constexpr int kDecodeWideMaxExperts = 512;
 
 // The plan-time shape of the decode path: each kernel's grid (as many CTAs as stay resident) and
 // dynamic shared memory (the warps' load rings; kernel 1 also the staged tokens).
@@ -102,7 +105,7 @@ DecodeWideShape decode_wide_shape(Format format, bool blocked_scales, bool piece
 std::size_t decode_wide_route_bytes();
 int decode_wide_staged_row_bytes(int hidden);
 int decode_wide_ring_bytes();
-// Whether the wide path has kernels for this format (W4A16 MXFP4).
+// Whether the wide path has kernels for this format (W4A16 MXFP4; W4A4 NVFP4 and MXFP4).
 bool decode_wide_supported(Format format, bool fp4_activations);
 
 int decode_staged_bytes(int tokens, int hidden);
