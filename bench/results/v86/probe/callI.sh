@@ -22,3 +22,5 @@ BUNDLE=${BUNDLE:-v34} VS="m1 wg wn2 wn3 wn4" ROUNDS=2 NCUCASES=" " NAME=i_ab16 \
   CASES="gptoss 16;gptoss 64;gptoss 128;qwen3 16;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done|\["
 BUNDLE=${BUNDLE:-v34} VS="m1 wg" ROUNDS=1 NCUCASES=" " NAME=i_ab44 ACT=mxfp4 \
   CASES="gptoss 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done|\["
+BUNDLE=${BUNDLE:-v34} VS="m1 wg wn4" CASES="qwen3 gptoss" NAME=i_ncu bash bench/results/v85/probe/ncu_pipes.sh 2>&1 | \
+  grep -E "^==|decode_|gpu__time|inst_executed.sum|issue_active|hmma" | head -80
