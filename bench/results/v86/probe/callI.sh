@@ -24,3 +24,5 @@ BUNDLE=${BUNDLE:-v34} VS="m1 wg" ROUNDS=1 NCUCASES=" " NAME=i_ab44 ACT=mxfp4 \
   CASES="gptoss 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done|\["
 BUNDLE=${BUNDLE:-v34} VS="m1 wg wn4" CASES="qwen3 gptoss" NAME=i_ncu bash bench/results/v85/probe/ncu_pipes.sh 2>&1 | \
   grep -E "^==|decode_|gpu__time|inst_executed.sum|issue_active|hmma" | head -80
+# the consume micro again, now with its dequant-only mode (what the 221 cycles per chunk at G 1 are made of)
+/tmp/micro/consume_groups 8192 | tail -10
