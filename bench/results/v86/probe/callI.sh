@@ -14,6 +14,11 @@
 # PART=1 (~5 min): wg's decode / pieces gtests, memcheck + racecheck of the wide-path tests; A/B m1 / wg / wn2 / wn3 /
 # wn4 at gpt-oss T 16 / 64 / 128 and Qwen3 T 16 / 64 (W4A16 pieces, L2 flushed, median of 100, 2 rounds); W4A4 MXFP4
 # gpt-oss T 64.
+# Rebuilding the bundle (if .carry/v34 is gone): build main (Release, tests + tools) -> m1/cli; check out
+# exp/wg-consume and build -> wg/cli, wg/gt; for N in 2 3 4: re-run ninja's nvcc line for decode_layer.cu.o with
+# -DFP4GEMM_EXP_WG_N=N added, then the last two lines of `ninja -t commands tools/fp4gemm` (archive + link; running
+# ninja itself would rebuild the object) -> wnN/cli; micro/consume_groups from bench/micro/consume_groups.cu (its
+# header); strip all; tar cf - m1 wg wn2 wn3 wn4 micro | xz -T2 --lzma2=preset=6,dict=192MiB > .carry/v34/b.tar.xz.
 cd "$(dirname "$0")/../../../.."
 BUNDLE=${BUNDLE:-v34} M=wg MODES=tests GTT=300 GF='MoeLayerDecode.Wide*:MoeLayerPieces.*' \
   SANF='MoeLayerDecode.WidePathMatchesTheComposition:MoeLayerDecode.WidePathAtTheLargestStaging' \
