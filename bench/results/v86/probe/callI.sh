@@ -11,18 +11,21 @@
 # +-3 % of m1 at gpt-oss T 16-128 and Qwen3 T 16-64 (kernel 1 only changes; 64-row units coarsen the shares); wn2-wn4
 # +2..+8 % over wg (against mma.sync groups' +9..+12 % each, v86 h_groups). If wg fails its tests: the likeliest
 # culprits are the logical-k staging (decode::wg_logical_of_stored / wg_staged_byte) or the A-fragment order of wgmma.
-# PART=1 (~5 min): wg's decode / pieces gtests, memcheck + racecheck of the wide-path tests; A/B m1 / wg / wn2 / wn3 /
-# wn4 at gpt-oss T 16 / 64 / 128 and Qwen3 T 16 / 64 (W4A16 pieces, L2 flushed, median of 100, 2 rounds); W4A4 MXFP4
-# gpt-oss T 64.
+# PART=1 (~6 min): wg's wide-path / pieces gtests, memcheck + racecheck of the wide-path tests. PART=2 (~4 min): A/B
+# m1 / wg / wn2 / wn3 / wn4 at gpt-oss T 16 / 64 / 128 and Qwen3 T 16 / 64 (W4A16 pieces, L2 flushed, median of 100,
+# 2 rounds); W4A4 MXFP4 gpt-oss T 64; ncu of the wide kernels (m1 / wg / wn4); the consume micro with its dequant mode.
 # Rebuilding the bundle (if .carry/v34 is gone): build main (Release, tests + tools) -> m1/cli; check out
 # exp/wg-consume and build -> wg/cli, wg/gt; for N in 2 3 4: re-run ninja's nvcc line for decode_layer.cu.o with
 # -DFP4GEMM_EXP_WG_N=N added, then the last two lines of `ninja -t commands tools/fp4gemm` (archive + link; running
 # ninja itself would rebuild the object) -> wnN/cli; micro/consume_groups from bench/micro/consume_groups.cu (its
 # header); strip all; tar cf - m1 wg wn2 wn3 wn4 micro | xz -T2 --lzma2=preset=6,dict=192MiB > .carry/v34/b.tar.xz.
 cd "$(dirname "$0")/../../../.."
+if [ "${PART:-1}" = 1 ]; then  # (~6 min: tests, memcheck, racecheck with its 200 s cap)
 BUNDLE=${BUNDLE:-v34} M=wg MODES=tests GTT=300 GF='MoeLayerDecode.Wide*:MoeLayerPieces.*' \
   SANF='MoeLayerDecode.WidePathMatchesTheComposition:MoeLayerDecode.WidePathAtTheLargestStaging' \
   NAME=i_tests bash bench/results/v79/probe/w.sh 2>&1 | tail -14
+fi
+if [ "${PART:-1}" = 2 ]; then  # (~4 min: A/B, ncu, the micro)
 BUNDLE=${BUNDLE:-v34} VS="m1 wg wn2 wn3 wn4" ROUNDS=2 NCUCASES=" " NAME=i_ab16 \
   CASES="gptoss 16;gptoss 64;gptoss 128;qwen3 16;qwen3 64" bash bench/results/v82/probe/ab_l2.sh 2>&1 | grep -E "^r[12]|done|\["
 BUNDLE=${BUNDLE:-v34} VS="m1 wg" ROUNDS=1 NCUCASES=" " NAME=i_ab44 ACT=mxfp4 \
@@ -31,3 +34,4 @@ BUNDLE=${BUNDLE:-v34} VS="m1 wg wn4" CASES="qwen3 gptoss" NAME=i_ncu bash bench/
   grep -E "^==|decode_|gpu__time|inst_executed.sum|issue_active|hmma" | head -80
 # the consume micro again, now with its dequant-only mode (what the 221 cycles per chunk at G 1 are made of)
 /tmp/micro/consume_groups 8192 | tail -10
+fi
