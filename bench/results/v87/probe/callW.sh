@@ -12,8 +12,12 @@
 # and gpt-oss's with 16 / 32 experts at --decode-tokens 64 / 128: variable groups, against m1 and the general path).
 # PART 2 (~3 min): racecheck of the phases test. Then, if green: the rest of the C++ GPU tier and the Python GPU tier on
 # a build of the branch (bench/results/v78/probe/val.sh), and merge.
-# Predictions: gpt-oss dims E 32 T 128 (16 pairs per expert): the wide path 1.26 of the general path today (v84) ->
-# ~0.85 with super-slots of 2; E 16 T 128 (32 per expert, G 3 + 1): ~0.8. Qwen3 dims E 16 T 64: 58.9 (GM 2) -> ~54 µs.
+# Also (4e240a7): the variable-group kernels' own pre-pass for up to 4096 pairs over at most 128 experts
+# (decode_wide_prep_vg: 1024 threads, 4096-bit masks, per-word counts), so `--decode-tokens 512` takes issue 52's T 512
+# cells onto them (the layer's own bound is unchanged: it never gives 8 pairs per expert).
+# Predictions: gpt-oss-120b T 512 (16 pairs per expert: super-slots of 2-3): ~560-600 µs against the general path's 759;
+# Qwen3-30B-A3B T 512 (32 per expert: 4-5 slots, super-slots of 3 + 1-2): ~160-190 against 235; gpt-oss dims E 32
+# T 128 (16 per expert): the wide path 1.26 of the general path (v84) -> ~0.85; Qwen3 dims E 16 T 64: 58.9 -> ~54 µs.
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; R=$OUT/r; mkdir -p $R
 H=$(md5sum < .carry/$BUNDLE/b.tar.xz | cut -c1-8)
@@ -32,12 +36,14 @@ if [ "${PART:-1}" = 1 ]; then
                        q32) echo "--experts 32 --hidden 2048 --inter 768 --topk 8 --activation silu";;
                        g16) echo "--experts 16 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";;
                        g32) echo "--experts 32 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";; esac; }
+  # case: shape, T, the decode bound for m1 and vg2 (-1: the layer's own); "gen" is vg2 with --decode-tokens 8 (the
+  # general path past 8 tokens)
   for r in 1 2; do
-  for cs in "gptoss 16" "gptoss 64" "gptoss 128" "qwen3 16" "qwen3 64" "q16 64" "q16 32" "q32 64" "q32 32" "g16 128" "g16 64" "g32 128" "g32 64"; do
+  for cs in "gptoss 16 -1" "gptoss 64 -1" "gptoss 128 -1" "qwen3 16 -1" "qwen3 64 -1" "gptoss 256 512" "gptoss 512 512" \
+            "qwen3 128 512" "qwen3 256 512" "qwen3 512 512" "q16 64 64" "q16 32 64" "q32 64 64" "g16 128 128" "g32 128 128"; do
     set -- $cs; line="r$r $1 T$2:"
     for v in m1 vg2 gen; do
-      b=$v; extra=""; [ $v = gen ] && b=vg2 && extra="--decode-tokens 8"
-      case $1 in q*) [ $v != gen ] && extra="--decode-tokens 64";; g*) [ $v != gen ] && extra="--decode-tokens 128";; esac
+      b=$v; extra="--decode-tokens $3"; [ $v = gen ] && b=vg2 && extra="--decode-tokens 8"
       f=$R/ab_${v}_$1_t$2_r$r.txt
       timeout 60 /tmp/$b/cli layer $(shape $1) --tokens $2 --act bf16 --weight-layout pieces --values checkpoint $extra \
         --iters 100 --warmup 10 > $f 2>&1
