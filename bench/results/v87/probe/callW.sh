@@ -7,10 +7,9 @@
 # 120 / 123 registers, no stack, 48 HMMA each; GM 4 spilled (128 registers, 8 B stack), so 3.
 # BUNDLE v38: vg2/{cli,gt} (the branch with phases), m1/cli (main f27528e). If .carry/v38 is gone: build the branch
 # (Release, tests + tools), strip tools/fp4gemm and tests/fp4gemm_gpu_tests into vg2/, main's CLI into m1/, tar | xz.
-# PART 1 (~4 min): the decode / pieces gtests (new: MoeLayerDecode.WidePathVariableGroupsInPhases), memcheck of the two
-# wide-path tests with variable groups, the A/B (issue 52's cells: unchanged expected; Qwen3's dims with 16 / 32 experts
+# PART 1 (~4 min): the decode / pieces gtests (new: MoeLayerDecode.WidePathVariableGroupsInPhases), the A/B (issue 52's cells: unchanged expected; Qwen3's dims with 16 / 32 experts
 # and gpt-oss's with 16 / 32 experts at --decode-tokens 64 / 128: variable groups, against m1 and the general path).
-# PART 2 (~3 min): racecheck of the phases test. Then, if green: the rest of the C++ GPU tier and the Python GPU tier on
+# PART 2: memcheck of the two wide-path tests with variable groups; PART 3: racecheck of the phases test. Then, if green: the rest of the C++ GPU tier and the Python GPU tier on
 # a build of the branch (bench/results/v78/probe/val.sh), and merge.
 # Also (4e240a7): the variable-group kernels' own pre-pass for up to 4096 pairs over at most 128 experts
 # (decode_wide_prep_vg: 1024 threads, 4096-bit masks, per-word counts), so `--decode-tokens 512` takes issue 52's T 512
@@ -27,9 +26,6 @@ gsum() { grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|tests from .* ran|Fai
 if [ "${PART:-1}" = 1 ]; then
   timeout 240 /tmp/vg2/gt --gtest_filter="${GF:-MoeLayerDecode.*:MoeLayerPieces.*}" > $R/gt.txt 2>&1
   echo "gt rc $? [$((SECONDS - t0)) s]"; gsum $R/gt.txt 20
-  timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 /tmp/vg2/gt \
-    --gtest_filter='MoeLayerDecode.WidePathMatchesTheComposition:MoeLayerDecode.WidePathVariableGroupsInPhases' > $R/memcheck.txt 2>&1
-  echo "memcheck rc $? [$((SECONDS - t0)) s]"; grep -E "ERROR SUMMARY|PASSED|FAILED" $R/memcheck.txt | head -3
   shape() { case $1 in gptoss) echo "--experts 128 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";;
                        qwen3) echo "--experts 128 --hidden 2048 --inter 768 --topk 8 --activation silu";;
                        q16) echo "--experts 16 --hidden 2048 --inter 768 --topk 8 --activation silu";;
@@ -53,8 +49,13 @@ if [ "${PART:-1}" = 1 ]; then
   done; done
   echo "[$((SECONDS - t0)) s]"
 fi
-if [ "${PART:-1}" = 2 ]; then
-  timeout 200 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 /tmp/vg2/gt \
+if [ "${PART:-1}" = 2 ]; then  # (each sanitizer up to 270 s: the phases test runs 5 layers, up to 4096 pairs)
+  timeout 270 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 /tmp/vg2/gt \
+    --gtest_filter='MoeLayerDecode.WidePathMatchesTheComposition:MoeLayerDecode.WidePathVariableGroupsInPhases' > $R/memcheck.txt 2>&1
+  echo "memcheck rc $? [$((SECONDS - t0)) s]"; grep -E "ERROR SUMMARY|PASSED|FAILED" $R/memcheck.txt | head -3
+fi
+if [ "${PART:-1}" = 3 ]; then
+  timeout 270 compute-sanitizer --tool racecheck --report-api-errors no --error-exitcode 9 /tmp/vg2/gt \
     --gtest_filter=MoeLayerDecode.WidePathVariableGroupsInPhases > $R/racecheck.txt 2>&1
   echo "racecheck rc $? [$((SECONDS - t0)) s]"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" $R/racecheck.txt | head -3
 fi
