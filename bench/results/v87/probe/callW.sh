@@ -9,7 +9,10 @@
 # (Release, tests + tools), strip tools/fp4gemm and tests/fp4gemm_gpu_tests into vg2/, main's CLI into m1/, tar | xz.
 # PART 1 (~4 min): the decode / pieces gtests (new: MoeLayerDecode.WidePathVariableGroupsInPhases), the A/B (issue 52's cells: unchanged expected; Qwen3's dims with 16 / 32 experts
 # and gpt-oss's with 16 / 32 experts at --decode-tokens 64 / 128: variable groups, against m1 and the general path).
-# PART 2: memcheck of the two wide-path tests with variable groups; PART 3: racecheck of the phases test. Then, if green: the rest of the C++ GPU tier and the Python GPU tier on
+# PART 2: memcheck of the two wide-path tests with variable groups; PART 3: racecheck of the phases test.
+# Then the whole C++ GPU tier (4 shards), CLI sanitizers of the W4A4 decode path and the Python GPU tier on the branch's
+# build (vg2/py: its extension for CPython 3.12, linked against the same CMake build), ~6 min:
+#   BUNDLE=v38 M=vg2 NSH=4 SHT=330 PYTESTS="." PYT=330 NAME=w_val bash bench/results/v78/probe/val.sh Then, if green: the rest of the C++ GPU tier and the Python GPU tier on
 # a build of the branch (bench/results/v78/probe/val.sh), and merge.
 # Also (4e240a7): the variable-group kernels' own pre-pass for up to 4096 pairs over at most 128 experts
 # (decode_wide_prep_vg: 1024 threads, 4096-bit masks, per-word counts), so `--decode-tokens 512` takes issue 52's T 512
