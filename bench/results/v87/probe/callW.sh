@@ -36,9 +36,11 @@ if [ "${PART:-1}" = 1 ]; then
                        g16) echo "--experts 16 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";;
                        g32) echo "--experts 32 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";; esac; }
   # case: shape, T, the decode bound for m1 and vg2 (-1: the layer's own); "gen" is vg2 with --decode-tokens 8 (the
-  # general path past 8 tokens)
+  # general path past 8 tokens). "gptoss 64 512" / "qwen3 64 512": a variable-group plan at T 64 (2 / 4 pairs per
+  # expert: super-slots of one slot) against main's one-slot kernels -- what the GM 3 code costs where it gains nothing
+  # (if it shows, the run could pick the kernels by its own T x k / E on the host)
   for r in 1 2; do
-  for cs in "gptoss 16 -1" "gptoss 64 -1" "gptoss 128 -1" "qwen3 16 -1" "qwen3 64 -1" "gptoss 256 512" "gptoss 512 512" \
+  for cs in "gptoss 16 -1" "gptoss 64 -1" "gptoss 128 -1" "qwen3 16 -1" "qwen3 64 -1" "gptoss 64 512" "qwen3 64 512" "gptoss 256 512" "gptoss 512 512" \
             "qwen3 128 512" "qwen3 256 512" "qwen3 512 512" "q16 64 64" "q16 32 64" "q32 64 64" "g16 128 128" "g32 128 128"; do
     set -- $cs; line="r$r $1 T$2:"
     for v in m1 vg2 gen; do
