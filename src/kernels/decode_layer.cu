@@ -652,13 +652,10 @@ constexpr int kCombineThreads = 256;
 // per element the same fmas in the same order, so the same bits, for an eighth of the instructions and loads. Taken
 // where it has at least kCombineRows8Items warps' work (ncu, H200: gpt-oss-120b T 128 7.8 -> 5.5 us; with fewer
 // items it was slower -- Qwen3-30B-A3B T 16 / 64 4.1 / 5.0 -> 5.4 / 5.5 us, a sixth of the warps each waiting longer)
-// and H, ldo and the bias and output addresses are whole 16-byte groups (combine_rows8_ok).
+// (its 16-byte accesses are aligned: the layer checks that out is 16-byte aligned, ld_out a multiple of 8 and H a
+// multiple of the format's block; y_rows is the plan's. The biases, which need only their element's alignment, are
+// read element by element.)
 constexpr int kCombineRows8Items = 1024;
-__device__ __forceinline__ bool combine_rows8_ok(const DecodeLayerArgs& a) {
-  const auto aligned = [](const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; };
-  return a.hidden % 8 == 0 && a.ldo % 8 == 0 && aligned(a.out) && aligned(a.y_rows) &&
-         (a.bias2 == nullptr || aligned(a.bias2));
-}
 __device__ __forceinline__ void combine_rows8(const DecodeLayerArgs& a, int T, int H, int k, int lane, int t, int span) {
   const int row = span * 256 + 8 * lane;
   if (t >= T || row >= H) return;
@@ -688,16 +685,9 @@ __device__ __forceinline__ void combine_rows8(const DecodeLayerArgs& a, int T, i
       float bv[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) bv[e] = -0.0f;  // (x + -0 is x: no bias)
-      if (a.bias2 != nullptr && a.bias_f32) {
-        const float4* b = reinterpret_cast<const float4*>(static_cast<const float*>(a.bias2) + std::int64_t{id[q]} * H + row);
-        const float4 b0 = __ldg(b), b1 = __ldg(b + 1);
-        bv[0] = b0.x, bv[1] = b0.y, bv[2] = b0.z, bv[3] = b0.w, bv[4] = b1.x, bv[5] = b1.y, bv[6] = b1.z, bv[7] = b1.w;
-      } else if (a.bias2 != nullptr) {
-        const uint4 b = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.bias2) +
-                                                             std::int64_t{id[q]} * H + row));
-        const __nv_bfloat16* bh = reinterpret_cast<const __nv_bfloat16*>(&b);
+      if (a.bias2 != nullptr) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) bv[e] = __bfloat162float(bh[e]);
+        for (int e = 0; e < 8; ++e) bv[e] = bias_at(a.bias2, a.bias_f32, std::int64_t{id[q]} * H + row + e);
       }
       const __nv_bfloat16* yh = reinterpret_cast<const __nv_bfloat16*>(&yv[q]);
 #pragma unroll
@@ -716,7 +706,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_wide_combine(const Dec
   const int T = run_tokens(a), lane = static_cast<int>(threadIdx.x) % 32;
   const int warps = static_cast<int>(gridDim.x) * (kCombineThreads / 32);
   const int first = static_cast<int>(blockIdx.x) * (kCombineThreads / 32) + static_cast<int>(threadIdx.x) / 32;
-  if (const int spans = (a.hidden + 255) / 256; spans * T >= kCombineRows8Items && combine_rows8_ok(a)) {
+  if (const int spans = (a.hidden + 255) / 256; spans * T >= kCombineRows8Items) {
     for (int i = first; i < spans * T; i += warps) combine_rows8(a, T, a.hidden, a.topk, lane, i / spans, i % spans);
     return;
   }

@@ -58,7 +58,6 @@ struct LayerCase {
   ScaleLayout scale_layout = ScaleLayout::blocked;
   int experts = 8, hidden = 256, inter = 128, topk = 2, max_tokens = 64;
   bool ids_int64 = false, weights_bf16 = false, padded = false, alphas = true;
-  int out_shift = 0;  // bytes past a 16-byte boundary where the output starts (2: only bf16-aligned)
   Values w13_values = Values::gpumode;  // full: realistic w13 (GEMM1 then inexact)
   // MXFP4 w13 scale codes drawn from 127..w13_code_max instead (0: w13_values' own): codes past 128
   // send the decode path's chunks to its full-range decode, 127 / 128 stay on the one-multiply decode
@@ -373,7 +372,7 @@ Expected reference_layer(const Layer& L, const Inputs& in) {
 struct RunBuffers {
   static constexpr std::size_t kGuard = 4096;
   std::unique_ptr<DeviceBuffer> hidden, ids, weights, arena;
-  std::size_t out_bytes = 0, out_at = kGuard;  // (out_at: the output's offset in the arena)
+  std::size_t out_bytes = 0;
   std::vector<std::uint8_t> image;  // the arena before the run (output cells NaN)
 
   RunBuffers(const LayerCase& c, int max_tokens, std::int64_t ld_hidden, std::int64_t ld_out, std::mt19937_64& rng) {
@@ -381,7 +380,6 @@ struct RunBuffers {
     ids = std::make_unique<DeviceBuffer>(static_cast<std::size_t>(max_tokens) * c.topk * 8 + 16);
     weights = std::make_unique<DeviceBuffer>(static_cast<std::size_t>(max_tokens) * c.topk * 4 + 16);
     out_bytes = static_cast<std::size_t>(max_tokens) * ld_out * 2;
-    out_at = kGuard + static_cast<std::size_t>(c.out_shift);
     arena = std::make_unique<DeviceBuffer>(out_bytes + 2 * kGuard);
     image.resize(out_bytes + 2 * kGuard);
     fill_random(rng, image.data(), image.size());
@@ -389,7 +387,7 @@ struct RunBuffers {
   void upload(const LayerCase& c, const Inputs& in, cudaStream_t s) {
     std::vector<std::uint8_t> img = image;
     for (int t = 0; t < in.tokens; ++t)
-      for (int h = 0; h < c.hidden; ++h) std::memset(img.data() + out_at + (t * in.ld_out + h) * 2, 0xFF, 2);
+      for (int h = 0; h < c.hidden; ++h) std::memset(img.data() + kGuard + (t * in.ld_out + h) * 2, 0xFF, 2);
     FP4GEMM_TEST_CUDA(cudaMemcpyAsync(arena->get(), img.data(), img.size(), cudaMemcpyHostToDevice, s));
     FP4GEMM_TEST_CUDA(cudaMemcpyAsync(hidden->get(), in.hidden.data(), in.hidden.size() * 2, cudaMemcpyHostToDevice, s));
     staged_ids.clear(), staged_w.clear();
@@ -421,7 +419,7 @@ struct RunBuffers {
     a.hidden = hidden->get(), a.ld_hidden = in.ld_hidden;
     a.topk_ids = ids->get(), a.ids_int64 = c.ids_int64;
     a.topk_weights = weights->get(), a.weights_bf16 = c.weights_bf16;
-    a.tokens = in.tokens, a.out = arena->get() + out_at, a.ld_out = in.ld_out;
+    a.tokens = in.tokens, a.out = arena->get() + kGuard, a.ld_out = in.ld_out;
     return a;
   }
   std::vector<std::uint8_t> download(cudaStream_t s) const {
@@ -441,7 +439,7 @@ struct RunBuffers {
   std::vector<char> cell(got.size(), 0);
   for (int t = 0; t < in.tokens; ++t)
     for (int h = 0; h < c.hidden; ++h) {
-      const std::size_t at = b.out_at + (static_cast<std::size_t>(t) * in.ld_out + h) * 2;
+      const std::size_t at = RunBuffers::kGuard + (static_cast<std::size_t>(t) * in.ld_out + h) * 2;
       cell[at] = cell[at + 1] = 1;
       std::uint16_t bits;
       std::memcpy(&bits, got.data() + at, 2);
@@ -678,8 +676,6 @@ TEST(MoeLayerDecode, WidePathMatchesTheComposition) {
     const int wide = c.topk == 4 ? 128 : 64;
     c.max_tokens = wide, c.ids_int64 = second, c.weights_bf16 = !second, c.padded = second, c.alphas = !second;
     c.biases = v == 3;
-    // the second variants' output only bf16-aligned: the combine's element-wise form (the others: 8 rows per lane)
-    c.out_shift = second ? 2 : 0;
     c.decode_tokens = wide, c.graph_cache = 0;
     const auto L = make_layer(c);
     const std::string d = L->layer->describe();
@@ -731,9 +727,9 @@ TEST(MoeLayerDecode, WidePathAtTheLargestStaging) {
 
 // The wide path's combine in both of its forms, every output against the reference composition in run_routing_modes'
 // routings (random; repeats, ids outside [0, E) and a device token count below T, which picks the form on the device):
-// 8 rows per lane where a run has at least kCombineRows8Items warps' work (H 2880: 12 spans of 256 rows, so T >= 86)
-// and the output is 16-byte aligned, element-wise otherwise (fewer tokens, or v 1's output only bf16-aligned); no
-// biases, bf16 and float ones, float and bf16 routing weights.
+// 8 rows per lane where a run has at least kCombineRows8Items warps' work (H 2880: 12 spans of 256 rows, so T >= 86;
+// a lane's 8 bias values read one by one), element-wise otherwise; no biases, bf16 and float ones, float
+// and bf16 routing weights.
 TEST(MoeLayerDecode, WideCombineBothForms) {
   if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
   for (int v = 0; v < 3; ++v) {
@@ -743,7 +739,7 @@ TEST(MoeLayerDecode, WideCombineBothForms) {
     c.pieces = true, c.scale_layout = ScaleLayout::blocked, c.activation = MoeEpilogue::swigluoai;
     c.gate_up = GateUpLayout::interleaved;
     c.experts = 32, c.topk = 4, c.hidden = 2880, c.inter = 64, c.max_tokens = 128;
-    c.biases = v != 0, c.bias_f32 = v == 2, c.weights_bf16 = v == 2, c.out_shift = v == 1 ? 2 : 0;
+    c.biases = v != 0, c.bias_f32 = v == 2, c.weights_bf16 = v == 2;
     c.decode_tokens = 128, c.graph_cache = 0;
     const auto L = make_layer(c);
     const std::string d = L->layer->describe();
