@@ -648,13 +648,71 @@ __global__ void __launch_bounds__(kThreads, 1) decode_down_combine(const DecodeL
 // over the grid, one warp each (combine_block; the ids read again: a pair outside [0, E) weighs nothing). Slot-major
 // kernel 2 units give every CTA all blocks of a slot or two, so no CTA completes a block early enough to combine it.
 constexpr int kCombineThreads = 256;
+// combine_block's sums with 8 consecutive rows per lane (16-byte loads and store; a warp covers 256 rows of one token):
+// per element the same fmas in the same order, so the same bits, for an eighth of the instructions and loads. Taken
+// where it has at least kCombineRows8Items warps' work (ncu, H200: gpt-oss-120b T 128 7.8 -> 5.5 us; with fewer
+// items it was slower -- Qwen3-30B-A3B T 16 / 64 4.1 / 5.0 -> 5.4 / 5.5 us, a sixth of the warps each waiting longer)
+// (its 16-byte accesses are aligned: the layer checks that out is 16-byte aligned, ld_out a multiple of 8 and H a
+// multiple of the format's block; y_rows is the plan's. The biases, which need only their element's alignment, are
+// read element by element.)
+constexpr int kCombineRows8Items = 1024;
+__device__ __forceinline__ void combine_rows8(const DecodeLayerArgs& a, int T, int H, int k, int lane, int t, int span) {
+  const int row = span * 256 + 8 * lane;
+  if (t >= T || row >= H) return;
+  float acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+  for (int j0 = 0; j0 < k; j0 += 8) {
+    int id[8], pair[8];
+    uint4 yv[8];
+    float wt[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      pair[q] = t * k + min(j0 + q, k - 1);
+      id[q] = j0 + q < k ? pair_expert(a, pair[q]) : -1;
+      yv[q] = __ldcg(reinterpret_cast<const uint4*>(a.y_rows + std::int64_t{pair[q]} * H + row));
+    }
+    if (a.weights_bf16) {
+#pragma unroll
+      for (int q = 0; q < 8; ++q) wt[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.weights)[pair[q]]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < 8; ++q) wt[q] = static_cast<const float*>(a.weights)[pair[q]];
+    }
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      if (id[q] < 0) continue;
+      float bv[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) bv[e] = -0.0f;  // (x + -0 is x: no bias)
+      if (a.bias2 != nullptr) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) bv[e] = bias_at(a.bias2, a.bias_f32, std::int64_t{id[q]} * H + row + e);
+      }
+      const __nv_bfloat16* yh = reinterpret_cast<const __nv_bfloat16*>(&yv[q]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] = fmaf(wt[q], __bfloat162float(yh[e]) + bv[e], acc[e]);
+    }
+  }
+  uint4 o;
+  __nv_bfloat16* oh = reinterpret_cast<__nv_bfloat16*>(&o);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) oh[e] = __float2bfloat16_rn(acc[e]);
+  *reinterpret_cast<uint4*>(a.out + t * a.ldo + row) = o;
+}
+
 __global__ void __launch_bounds__(kCombineThreads) decode_wide_combine(const DecodeLayerArgs a) {
   ptx::wait_prerequisites();  // kernel 2's y rows
-  const int T = run_tokens(a), tps = (T + 1) / 2, items = a.hidden / 16 * tps;
+  const int T = run_tokens(a), lane = static_cast<int>(threadIdx.x) % 32;
   const int warps = static_cast<int>(gridDim.x) * (kCombineThreads / 32);
-  for (int i = static_cast<int>(blockIdx.x) * (kCombineThreads / 32) + static_cast<int>(threadIdx.x) / 32; i < items; i += warps)
-    combine_block(a, T, a.hidden, a.topk, static_cast<int>(threadIdx.x) % 32, i / tps, i % tps,
-                  [&](int q) { return pair_expert(a, q); });
+  const int first = static_cast<int>(blockIdx.x) * (kCombineThreads / 32) + static_cast<int>(threadIdx.x) / 32;
+  if (const int spans = (a.hidden + 255) / 256; spans * T >= kCombineRows8Items) {
+    for (int i = first; i < spans * T; i += warps) combine_rows8(a, T, a.hidden, a.topk, lane, i / spans, i % spans);
+    return;
+  }
+  const int tps = (T + 1) / 2, items = a.hidden / 16 * tps;
+  for (int i = first; i < items; i += warps)
+    combine_block(a, T, a.hidden, a.topk, lane, i / tps, i % tps, [&](int q) { return pair_expert(a, q); });
 }
 
 // ---- the fused kernel (W4A16): kernel 1's part, a grid barrier, kernel 2's part ------------------------------------
@@ -762,23 +820,26 @@ __global__ void __launch_bounds__(256) fake_quantize_rows(const __nv_bfloat16* i
 // of rank r is column r % 8 of slot base + r / 8 (the slot's columns past the expert's pairs -1). (Kernel 1's CTAs
 // stage the tokens of their own slots.)
 constexpr int kPrepThreads = 512;
-constexpr int kPrepBytesPerExpert = 64 + 8;  // the pre-pass's shared memory per expert: 16 mask words, a count, a first slot
+// An expert's 16 mask words sit kPrepMaskStride words apart: an odd stride puts the experts of a warp's lanes (the
+// counting loop's consecutive experts, the ranking's random ones) on different banks -- at 16 they shared two banks.
+constexpr int kPrepMaskStride = 17;
+constexpr int kPrepBytesPerExpert = 4 * kPrepMaskStride + 8;  // the pre-pass's shared memory per expert: the mask words, a count, a first slot
 static_assert(kPrepThreads == kDecodeWideMaxPairs && kDecodeWideMaxPairs == 16 * 32,
               "decode_wide_prep: one thread per pair, each expert's pairs a 16-word mask");
 __global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLayerArgs a) {
   ptx::launch_dependents();  // (kernel 1 waits for this grid's completion before reading anything it writes)
   const int T = run_tokens(a), k = a.topk, E = a.experts, tid = static_cast<int>(threadIdx.x);
   {
-    extern __shared__ unsigned mask[];  // [E][16] words, then per expert its pair count and its first slot
-    int* count = reinterpret_cast<int*>(mask + E * 16);
+    extern __shared__ unsigned mask[];  // [E][kPrepMaskStride] words, then per expert its pair count and its first slot
+    int* count = reinterpret_cast<int*>(mask + E * kPrepMaskStride);
     int* base = count + E;
     __shared__ int warp_sum[kPrepThreads / 32];
     WideRouting* out = static_cast<WideRouting*>(a.route);
-    for (int i = tid; i < E * 16; i += kPrepThreads) mask[i] = 0u;
+    for (int i = tid; i < E * kPrepMaskStride; i += kPrepThreads) mask[i] = 0u;
     __syncthreads();
     const int pairs = T * k;
     const int e = tid < pairs ? pair_expert(a, tid) : -1;
-    if (e >= 0) atomicOr(&mask[e * 16 + tid / 32], 1u << (tid % 32));
+    if (e >= 0) atomicOr(&mask[e * kPrepMaskStride + tid / 32], 1u << (tid % 32));
     __syncthreads();
     // this thread's experts [tid * per, tid * per + per): counts and slots, then the CTA's exclusive scan of the slots
     const int per = (E + kPrepThreads - 1) / kPrepThreads, words = (pairs + 31) / 32;
@@ -787,7 +848,7 @@ __global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLay
       const int x = tid * per + i;
       if (x >= E) break;
       int n = 0;
-      for (int w = 0; w < words; ++w) n += __popc(mask[x * 16 + w]);
+      for (int w = 0; w < words; ++w) n += __popc(mask[x * kPrepMaskStride + w]);
       count[x] = n, mine += (n + 7) / 8;
     }
     const int lane = tid % 32, warp = tid / 32;
@@ -813,8 +874,8 @@ __global__ void __launch_bounds__(kPrepThreads) decode_wide_prep(const DecodeLay
     __syncthreads();
     if (e >= 0) {
       const int w = tid / 32;
-      int rank = __popc(mask[e * 16 + w] & ((1u << (tid % 32)) - 1u));
-      for (int v = 0; v < w; ++v) rank += __popc(mask[e * 16 + v]);
+      int rank = __popc(mask[e * kPrepMaskStride + w] & ((1u << (tid % 32)) - 1u));
+      for (int v = 0; v < w; ++v) rank += __popc(mask[e * kPrepMaskStride + v]);
       const int slot = base[e] + rank / 8, col = rank % 8;
       out->col[slot][col] = static_cast<short>(tid);
       if (col == 0) {

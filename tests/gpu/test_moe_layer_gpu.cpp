@@ -725,6 +725,36 @@ TEST(MoeLayerDecode, WidePathAtTheLargestStaging) {
   }
 }
 
+// The wide path's combine in both of its forms, every output against the reference composition in run_routing_modes'
+// routings (random; repeats, ids outside [0, E) and a device token count below T, which picks the form on the device):
+// 8 rows per lane where a run has at least kCombineRows8Items warps' work (H 2880: 12 spans of 256 rows, so T >= 86;
+// a lane's 8 bias values read one by one), element-wise otherwise; no biases, bf16 and float ones, float
+// and bf16 routing weights.
+TEST(MoeLayerDecode, WideCombineBothForms) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  for (int v = 0; v < 3; ++v) {
+    LayerCase c;
+    c.format = Format::mxfp4, c.act = MoeActivation::bf16;
+    c.seed = 9990 + v;
+    c.pieces = true, c.scale_layout = ScaleLayout::blocked, c.activation = MoeEpilogue::swigluoai;
+    c.gate_up = GateUpLayout::interleaved;
+    c.experts = 32, c.topk = 4, c.hidden = 2880, c.inter = 64, c.max_tokens = 128;
+    c.biases = v != 0, c.bias_f32 = v == 2, c.weights_bf16 = v == 2;
+    c.decode_tokens = 128, c.graph_cache = 0;
+    const auto L = make_layer(c);
+    const std::string d = L->layer->describe();
+    EXPECT_NE(d.find("wide decode path for T <= 128 "), std::string::npos) << d;
+    std::mt19937_64 rng(c.seed * 5 + 3);
+    RunBuffers b(c, c.max_tokens, c.hidden, c.hidden, rng);
+    DeviceBuffer count(4);
+    cudaStream_t s = nullptr;
+    FP4GEMM_TEST_CUDA(cudaStreamCreate(&s));
+    for (const int T : {40, 100, 128}) run_routing_modes(*L, c, b, count, s, rng, T, -1, 30, c.describe());
+    EXPECT_NO_THROW(L->layer->check(s));
+    FP4GEMM_TEST_CUDA(cudaStreamDestroy(s));
+  }
+}
+
 // Weights in pieces (MoeLayerOptions::weight_layout; W4A16 MXFP4 and W4A4 NVFP4): both paths (T 1-8 on the decode
 // kernels, T 9-40 on the general path's GEMMs), both gate / up layouts, both scale layouts, H and I not multiples of
 // 128 (the pieces' zero k-block, the decode path's padded intermediate -- quantised in place for W4A4), MXFP4 codes
