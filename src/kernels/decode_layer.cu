@@ -439,6 +439,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_gate_up(const DecodeLayerA
 // after its barrier each CTA arrives once per 16-row block it touched, and the CTA that completes a
 // block combines its rows for every token: pairs in j order, one FP32 fma each, as the layer's
 // combine.
+
+// The routing weights of 8 pairs, as the run gives them (bf16 or float): the combines' loads, one round trip.
+__device__ __forceinline__ void load_pair_weights(const DecodeLayerArgs& a, const int (&pair)[8], float (&wt)[8]) {
+  if (a.weights_bf16) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) wt[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.weights)[pair[q]]);
+  } else {
+#pragma unroll
+    for (int q = 0; q < 8; ++q) wt[q] = static_cast<const float*>(a.weights)[pair[q]];
+  }
+}
+
 // The 16-row block b for tokens 2 tp and 2 tp + 1 (one warp): every pair's y rows to the output, pairs in j order, one
 // FP32 fma each, as the layer's combine. id_of(pair): the pair's expert, or -1 (unrouted, or outside [0, E)). (T, H,
 // k, lane: the run's tokens, a.hidden, a.topk, the thread's lane -- the caller's values.)
@@ -460,13 +472,7 @@ __device__ __forceinline__ void combine_block(const DecodeLayerArgs& a, int T, i
         id[q] = j0 + q < k ? id_of(pair[q]) : -1;
         yv[q] = __bfloat162float(__ldcg(a.y_rows + std::int64_t{pair[q]} * H + row));
       }
-      if (a.weights_bf16) {
-#pragma unroll
-        for (int q = 0; q < 8; ++q) wt[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.weights)[pair[q]]);
-      } else {
-#pragma unroll
-        for (int q = 0; q < 8; ++q) wt[q] = static_cast<const float*>(a.weights)[pair[q]];
-      }
+      load_pair_weights(a, pair, wt);
 #pragma unroll
       for (int q = 0; q < 8; ++q) bv[q] = -0.0f;  // (x + -0 is x: no bias)
       if (a.bias2 != nullptr && a.bias_f32) {
@@ -672,13 +678,7 @@ __device__ __forceinline__ void combine_rows8(const DecodeLayerArgs& a, int T, i
       id[q] = j0 + q < k ? pair_expert(a, pair[q]) : -1;
       yv[q] = __ldcg(reinterpret_cast<const uint4*>(a.y_rows + std::int64_t{pair[q]} * H + row));
     }
-    if (a.weights_bf16) {
-#pragma unroll
-      for (int q = 0; q < 8; ++q) wt[q] = __bfloat162float(static_cast<const __nv_bfloat16*>(a.weights)[pair[q]]);
-    } else {
-#pragma unroll
-      for (int q = 0; q < 8; ++q) wt[q] = static_cast<const float*>(a.weights)[pair[q]];
-    }
+    load_pair_weights(a, pair, wt);
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       if (id[q] < 0) continue;
