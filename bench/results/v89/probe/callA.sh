@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # v89 call A (one H200): branch exp/wide-stages (the MoE kernel's classes with one commit group per k-block fill and
-# consume their rings in stage pairs) against main. BUNDLE: m1/cli (main 2ccd959's src), ws/cli (the branch).
+# consume their rings in stage pairs) against main.
 # 1: CLI layer W4A16 pieces, issue 52's general-path cells and neighbours, alternating m1 / ws, 2 rounds.
 # 2: layer suite digests (FP4GEMM_DIGEST=1), W4A16 pieces all cases, NVFP4 W4A4 pieces T >= 256, both builds.
 set -uo pipefail
