@@ -615,17 +615,11 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // pair, then per k-block of it: dequantise into the free register set, issue it as one group,
     // retire the group before (wait<1>; after the pair's first k-block that completes the previous
     // pair, whose one `empty` barrier is then released). The odd last k-block takes its whole pair.
-    // (The odd last k-block after the loop: with it inside, behind a test, ptxas saw a path back into the loop
-    // with the first set's group still running and serialised every wgmma of the kernel, C7513.)
-    const int npair = (piece.kb_end - piece.kb_begin) / 2;
-    int kb = piece.kb_begin;
-    auto finish_pair = [&](int s0) {
-      last_s0 = s0;
-      const bool wrap = s0 + 2 == stages;
-      st.stage = wrap ? 0 : s0 + 2;
-      if (wrap) st.phase ^= 1;
-    };
-    // k-block j of the pair at s0 (descriptor d) from register set j, as one group; then the group before it retired.
+    // The odd last k-block inside the loop, its pair's second half replaced by a full drain: every path back to the
+    // loop's top then leaves only the second set's group running (or none). (Behind a test without the drain, ptxas
+    // saw a path back with the first set's group still running and serialised every wgmma of the kernel, C7513; after
+    // the loop, its own wait's out-of-line retry block formed a natural loop from the kernel's entry, which the host
+    // tier's k-loop census (scripts/sass_local_memory.py) took for a k-loop holding the prologue's LDL / STL.)
     auto kblock = [&](int s0, int kbj, int j, std::uint64_t d, std::uint32_t(&buf)[H][8][2]) {
 #pragma unroll
       for (int h = 0; h < H; ++h) dequant_raw(kbj, h, load_wide(s0, kbj - j, j, h), buf[h]);
@@ -633,25 +627,27 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       ptx::wgmma_fence();
       issue_wgmmas_at(kbj, d, 0, H, buf, /*adds=*/j > 0);
       ptx::wgmma_commit();
-      retire_older_groups();
     };
-    for (int i = 0; i < npair; ++i, kb += 2) {
+    for (int kb = piece.kb_begin; kb < piece.kb_end; kb += 2) {
       const int s0 = st.stage;
       wait_stage(s0, st.phase);
       const std::uint64_t d0 = stage_desc(s0);
-      const std::uint64_t d1 =  // (as the paired loop's: the step added to the low word alone)
-          (d0 & 0xFFFFFFFF00000000ull) | static_cast<std::uint32_t>(static_cast<std::uint32_t>(d0) + desc_step);
       kblock(s0, kb, 0, d0, a[0]);
-      if (i > 0) ptx::mbarrier_arrive(&empty[last_s0]);  // the previous pair's last group is done
-      kblock(s0, kb + 1, 1, d1, a[1]);
-      finish_pair(s0);
-    }
-    if (kb < piece.kb_end) {  // an odd last k-block: its whole pair
-      const int s0 = st.stage;
-      wait_stage(s0, st.phase);
-      kblock(s0, kb, 0, stage_desc(s0), a[0]);
-      if (npair > 0) ptx::mbarrier_arrive(&empty[last_s0]);
-      finish_pair(s0);
+      retire_older_groups();  // the previous pair's last group is done: release the pair
+      if (kb > piece.kb_begin) ptx::mbarrier_arrive(&empty[last_s0]);
+      if (kb + 1 < piece.kb_end) {
+        const std::uint64_t d1 =  // (as the paired loop's: the step added to the low word alone)
+            (d0 & 0xFFFFFFFF00000000ull) | static_cast<std::uint32_t>(static_cast<std::uint32_t>(d0) + desc_step);
+        kblock(s0, kb + 1, 1, d1, a[1]);
+        retire_older_groups();  // the pair's first group
+      } else {
+        ptx::wgmma_wait<0>();  // (the piece's odd last k-block: nothing left running)
+        fence_acc(acc);
+      }
+      last_s0 = s0;
+      const bool wrap = s0 + 2 == stages;
+      st.stage = wrap ? 0 : s0 + 2;
+      if (wrap) st.phase ^= 1;
     }
   } else if constexpr (kKblockGroups) {
     // Per k-block: wait for the stage, dequantise every half into the free register set, issue

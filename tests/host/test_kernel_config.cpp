@@ -21,16 +21,16 @@ TEST(MoeRingPairs, ClassesOnStagePairsAreThoseWithOneGroupPerKblock) {
       EXPECT_EQ(kbps > 1, moe_wide_stages(2 * n16, halves));
       paired += kbps > 1;
     }
-  // the 16-token class pairs at either tile height; one-half classes up to 144 tokens, two-half ones up to 80
+  // the 16-token class pairs at either tile height; one-half classes up to 128 tokens, two-half ones up to 80
   EXPECT_EQ(moe_stage_kblocks(1, 2), 2);
   EXPECT_EQ(moe_stage_kblocks(1, 1), 2);
   EXPECT_EQ(moe_stage_kblocks(5, 2), 2);
   EXPECT_EQ(moe_stage_kblocks(6, 2), 1);
   EXPECT_EQ(moe_stage_kblocks(8, 2), 1);
-  EXPECT_EQ(moe_stage_kblocks(9, 1), 2);
-  EXPECT_EQ(moe_stage_kblocks(10, 1), 1);
+  EXPECT_EQ(moe_stage_kblocks(8, 1), 2);
+  EXPECT_EQ(moe_stage_kblocks(9, 1), 1);
   EXPECT_EQ(moe_stage_kblocks(16, 1), 1);
-  EXPECT_EQ(paired, 15);  // narrow rows 128: the 9 classes up to 144 tokens; 256: 5 two-half + the 144-token one
+  EXPECT_EQ(paired, 13);  // narrow rows 128: the 8 classes up to 128 tokens; 256: the 5 two-half ones
 }
 
 TEST(MoeRingPairs, PairedRingsAreEvenWithTwoPairsAndFit) {
