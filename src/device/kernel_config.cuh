@@ -80,12 +80,15 @@ struct KernelConfig {
 // and 32-token classes only, <= 2 halves x 16 accumulators per consumer thread.
 constexpr int kMoeSlotFloats = KernelConfig::kConsumerThreads * 32;
 
-// The MoE kernel's 16-token class loads its weights and scales two k-blocks at a time
-// (kMoeWideStageKblocks) into ring stages 2i and 2i + 1, which its paired loop consumes together:
-// one weight box of 64-byte rows per pair streams at 4.35 instead of 3.50 TB/s (TMA's 32-byte
-// rows; the ring alone, measured on H200), and the producers issue half as many weight and scale
-// copies. Activation boxes stay one per k-block; a pair has one `full` and one `empty` barrier, stage 2i's
-// (stage 2i + 1's are unused: fused_kernel.cuh, mainloop.cuh).
+// The MoE kernel loads its weights and scales two k-blocks at a time (kMoeWideStageKblocks) into
+// ring stages 2i and 2i + 1 in every class whose consumer runs one commit group per k-block
+// (moe_wide_stages below; the 16-token class consumes a pair as one group): one weight box of 64-byte
+// rows (pieces: 1 KB runs instead of 512 bytes) per pair streams at 4.35 instead of 3.50 TB/s
+// (TMA's 32-byte rows; the ring alone, measured on H200), the producers issue half as many weight
+// and scale copies, and the consumers wait and release once per pair. Activation boxes stay one per
+// k-block; a pair has one `full` and one `empty` barrier, stage 2i's (stage 2i + 1's are unused:
+// fused_kernel.cuh, mainloop.cuh). Such a class's ring has an even number of stages, >= 4 (the
+// consumers hold the previous pair while the next one fills: SmemLayout::stages, the plan's check).
 // Weight maps per expert: [0, 1] one k-block (32-byte rows) of 128 / 256 rows, [2, 3] two k-blocks
 // (64-byte rows, 64-byte swizzle: 16-byte chunk c of smem row r at c ^ ((r >> 1) & 3)).
 constexpr int kMoeMapsPerExpert = 4;
@@ -95,6 +98,24 @@ constexpr int kMoeWideStageKblocks = 2;
 // Halves of a tile of token-width class n16 (every tile of a class has the same row count).
 __host__ __device__ constexpr int halves_of_class(int n16, int narrow_rows) {
   return tile_rows(16 * n16, narrow_rows) / 128;
+}
+
+// Whether a consumer of n8 token columns (tile tokens / 8) and `halves` halves runs one commit group
+// per k-block with two A register sets (mainloop.cuh): every one-half class, and two-half classes up to
+// 96 accumulators (48 tokens x 2 halves); the wider two-half classes have registers for one set per half
+// and run one group per half.
+__host__ __device__ constexpr bool kblock_groups(int n8, int halves) { return halves == 1 || halves * 4 * n8 <= 96; }
+// The MoE kernel's classes that fill their rings in stage pairs: those of the first kind up to 128 tokens at one
+// half and 80 at two, whose rings keep >= 8 stages on Hopper (227 KB). Not the 144-token one-half class (on the rows
+// layout ptxas put its two weight loads 29 instructions apart: the host tier's scripts/sass_load_pairs.py), the 96-token two-half class (with the
+// pair's bookkeeping ptxas spilled in its loop: 2 LDL / STL per pair, the plain MXFP4 kernel on pieces), nor the
+// 160-256-token one-half classes: their rings of 5-7 stages lose one to the pairing, and a consumer holds a whole
+// pair, so two k-blocks stay in flight instead of four (Qwen3-30B-A3B T 4096, 256-token tiles: 836 -> 891 us, H200).
+__host__ __device__ constexpr bool moe_wide_stages(int n8, int halves) {
+  return kblock_groups(n8, halves) && (halves == 1 ? n8 <= 16 : n8 <= 10);
+}
+__host__ __device__ constexpr int moe_stage_kblocks(int n16, int halves) {
+  return moe_wide_stages(2 * n16, halves) ? kMoeWideStageKblocks : 1;
 }
 
 // The CTA's shared memory, one rule for the plan that sizes it and the kernel that carves it:
@@ -116,9 +137,10 @@ struct SmemLayout {
   __host__ __device__ static constexpr int stage_bytes(int act_stage_bytes, int halves) {
     return act_stage_bytes + halves * (C::kHalfWeightBytes + C::kScaleAtomBytes);
   }
-  __host__ __device__ static constexpr int stages(int ring_bytes, int act_stage_bytes, int halves) {
+  // (kbps: ring stages filled together, the MoE kernel's stage pairs: a multiple of it)
+  __host__ __device__ static constexpr int stages(int ring_bytes, int act_stage_bytes, int halves, int kbps = 1) {
     const int s = ring_bytes / stage_bytes(act_stage_bytes, halves);
-    return s < C::kMaxStages ? s : C::kMaxStages;
+    return (s < C::kMaxStages ? s : C::kMaxStages) / kbps * kbps;
   }
 
   // Where each part of a ring of `stages` stages starts, in bytes from the (1024-byte aligned) base.

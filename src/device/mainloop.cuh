@@ -330,12 +330,14 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
   // rewritten only after wgmma_wait<1> has retired the group that read it. Two halves of 112 or
   // 128 tokens have no registers for two sets of both halves: there each half is its own group
   // and has its own set (in the order retire, dequantise, issue, half by half).
-  constexpr bool kKblockGroups = H == 1 || H * kAcc <= 96;
+  constexpr bool kKblockGroups = kblock_groups(N8, H);
   constexpr int kSets = kKblockGroups ? 2 : 1;
   // Tiles of 16 tokens: two k-blocks per commit group (below).
   constexpr bool kPairs = kKblockGroups && N8 <= C::kPairMaxN8;
-  // The MoE kernel's 16-token class: stage pairs from one weight box (below, at the paired loop).
-  constexpr bool kWide = kPairs && kRouted;
+  // The MoE kernel's classes with one group per k-block (the 16-token class too; kernel_config.cuh,
+  // moe_wide_stages): stage pairs from one weight box (below).
+  constexpr bool kWide = kRouted && moe_wide_stages(N8, H);
+  static_assert(!kWide || kKblockGroups, "stage pairs are consumed with two register sets");
   std::uint32_t a[kSets][H][8][2];
 
   // Weight scales come with the stage (the producer loads them). Blocked atom (SPEC 2): row r's
@@ -480,6 +482,46 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     fence_acc(acc);
   };
 
+  // ---- stage pairs (kWide): the producer fills stages 2i and 2i + 1 together (fused_kernel.cuh, kbps): one
+  // weight box of 64-byte rows over both stages' weight space, in TMA's 64-byte swizzle (16-byte chunk c of
+  // smem row r at c ^ ((r >> 1) & 3)), k-block j of the pair in bytes 32 j..32 j + 31 of each row (pieces:
+  // [16-row block][k-block j][piece]); scale atoms [half][2] over both stages' scale space (NVFP4: atom j;
+  // MXFP4: one atom per two k-blocks, so a pair from an odd k-block spans two). Every piece's pairs start
+  // at an even stage of an even ring, so a pair's second stage never wraps, and the odd last k-block of a
+  // piece takes a whole pair. A pair has one `full` and one `empty` barrier, stage 2i's.
+  // Scale bytes of k-block j of a pair past its half's first atom: NVFP4 atom j; MXFP4 the
+  // columns 2 (kb % 2) of atom kb / 2 - kb0 / 2, which depend on j and the parity of the pair's
+  // first k-block only -- the parity of the piece's first (pairs advance by two): per piece,
+  // not per pair (per pair it cost 4.4 instructions per k-block, W4A16).
+  const int mx_odd = piece.kb_begin & 1;
+  const int scale_j[2] = {F == Format::nvfp4 ? 0 : 2 * mx_odd,
+                          F == Format::nvfp4 ? C::kScaleAtomBytes : (mx_odd ? C::kScaleAtomBytes : 2)};
+  // k-block kb0 + j of the pair at stage s0 (kb0 its first; the scale offsets above already
+  // hold its parity), half h. (Each thread's rows r, r + 8 have the same swizzle, (r >> 1) & 3,
+  // as row r + 128 of the other half.)
+  auto load_wide = [&](int s0, int kb0, int j, int h) {
+    HalfRaw r;
+    const int row = st.row_in_tile;
+    if constexpr (kPieces) {  // [16-row block][k-block j][piece]
+      const uint4 v = *reinterpret_cast<const uint4*>(w_smem + (s0 * H + 2 * h) * C::kHalfWeightBytes +
+                                                      (row >> 4) * (2 * C::kPieceBytes) + j * C::kPieceBytes + 16 * st.lane);
+      r.q0 = make_uint2(v.x, v.y), r.q1 = make_uint2(v.z, v.w);
+    } else {
+      const std::uint8_t* wrow = w_smem + (s0 * H + 2 * h) * C::kHalfWeightBytes + row * 64 +
+                                 ((2 * j + t / 2) ^ ((row >> 1) & 3)) * 16 + (t & 1) * 8;
+      r.q0 = *reinterpret_cast<const uint2*>(wrow);
+      r.q1 = *reinterpret_cast<const uint2*>(wrow + 8 * 64);
+    }
+    (void)kb0;
+    const std::uint8_t* srow = st.s_smem + (s0 * H + 2 * h) * C::kScaleAtomBytes + s_off + scale_j[j];
+    r.c0 = srow[0];
+    r.c1 = srow[128];
+    return r;
+  };
+  // kWide: a pair's second stage's descriptor is its first's plus one stage (the descriptor's address field
+  // counts 16 bytes and cannot carry: shared addresses are < 2^18), in a uniform register for the piece.
+  [[maybe_unused]] const std::uint32_t desc_step =
+      kWide ? __reduce_max_sync(0xFFFFFFFFu, static_cast<std::uint32_t>(st.act_stage_bytes) >> 4) : 0u;
   [[maybe_unused]] bool release_two = false;  // the last commit group read two stages (kPairs, not kWide)
   // kWide: the first stage of the newest pair issued, whose one `empty` barrier releases the pair.
   [[maybe_unused]] int last_s0 = 0;
@@ -495,43 +537,8 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // drain. Holding the previous pair while both stages of this one fill needs a ring of >= 4
     // stages (KernelConfig::kMinPairStages).
     //
-    // The MoE kernel (kWide): the producer fills stages 2i and 2i + 1 as one pair (fused_kernel.cuh,
-    // kbps): one weight box of 64-byte rows over both stages' weight space, in TMA's 64-byte swizzle
-    // (16-byte chunk c of smem row r at c ^ ((r >> 1) & 3)), k-block j of the pair in bytes
-    // 32 j..32 j + 31 of each row; scale atoms [half][2] over both stages' scale space (NVFP4: atom j;
-    // MXFP4: one atom per two k-blocks, so a pair from an odd k-block spans two). Every piece's pairs
-    // start at an even stage, so s1 = s0 + 1 and the odd last k-block takes a whole pair too. A pair
-    // has one `full` and one `empty` barrier, stage 2i's. (Every piece has >= 1 k-block: the device
-    // schedule makes no empty piece, and the release at the piece's end relies on it.)
-    // Scale bytes of k-block j of a pair past its half's first atom: NVFP4 atom j; MXFP4 the
-    // columns 2 (kb % 2) of atom kb / 2 - kb0 / 2, which depend on j and the parity of the pair's
-    // first k-block only -- the parity of the piece's first (pairs advance by two): per piece,
-    // not per pair (per pair it cost 4.4 instructions per k-block, W4A16).
-    const int mx_odd = piece.kb_begin & 1;
-    const int scale_j[2] = {F == Format::nvfp4 ? 0 : 2 * mx_odd,
-                            F == Format::nvfp4 ? C::kScaleAtomBytes : (mx_odd ? C::kScaleAtomBytes : 2)};
-    // k-block kb0 + j of the pair at stage s0 (kb0 its first; the scale offsets above already
-    // hold its parity), half h. (Each thread's rows r, r + 8 have the same swizzle, (r >> 1) & 3,
-    // as row r + 128 of the other half.)
-    auto load_wide = [&](int s0, int kb0, int j, int h) {
-      HalfRaw r;
-      const int row = st.row_in_tile;
-      if constexpr (kPieces) {  // [16-row block][k-block j][piece]
-        const uint4 v = *reinterpret_cast<const uint4*>(w_smem + (s0 * H + 2 * h) * C::kHalfWeightBytes +
-                                                        (row >> 4) * (2 * C::kPieceBytes) + j * C::kPieceBytes + 16 * st.lane);
-        r.q0 = make_uint2(v.x, v.y), r.q1 = make_uint2(v.z, v.w);
-      } else {
-        const std::uint8_t* wrow = w_smem + (s0 * H + 2 * h) * C::kHalfWeightBytes + row * 64 +
-                                   ((2 * j + t / 2) ^ ((row >> 1) & 3)) * 16 + (t & 1) * 8;
-        r.q0 = *reinterpret_cast<const uint2*>(wrow);
-        r.q1 = *reinterpret_cast<const uint2*>(wrow + 8 * 64);
-      }
-      (void)kb0;
-      const std::uint8_t* srow = st.s_smem + (s0 * H + 2 * h) * C::kScaleAtomBytes + s_off + scale_j[j];
-      r.c0 = srow[0];
-      r.c1 = srow[128];
-      return r;
-    };
+    // The MoE kernel (kWide) reads its pairs from stage pairs (above). (Every piece has >= 1 k-block:
+    // the device schedule makes no empty piece, and the release at the piece's end relies on it.)
     auto load_pair = [&](int s0, int s1, int kb0, int j, int h) {
       if constexpr (kWide) return load_wide(s0, kb0, j, h);
       else return load_half(j == 0 ? s0 : s1, kb0 + j, h);
@@ -547,10 +554,6 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
         ptx::mbarrier_arrive(&empty[s0 >= 2 ? s0 - 2 : s0 + stages - 2]);
       }
     };
-    // kWide: a pair's second stage's descriptor is its first's plus one stage (the descriptor's address field
-    // counts 16 bytes and cannot carry: shared addresses are < 2^18), in a uniform register for the piece.
-    [[maybe_unused]] const std::uint32_t desc_step =
-        kWide ? __reduce_max_sync(0xFFFFFFFFu, static_cast<std::uint32_t>(st.act_stage_bytes) >> 4) : 0u;
     for (int p0 = 0; p0 < npair; p0 += 2) {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
@@ -606,6 +609,45 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
       if constexpr (kWide) last_s0 = st.stage;
       next_stage();
       if constexpr (kWide) next_stage();  // (the odd k-block takes its whole pair; released through last_s0)
+    }
+  } else if constexpr (kWide) {
+    // The MoE kernel's wider classes with one commit group per k-block, on stage pairs: one wait per
+    // pair, then per k-block of it: dequantise into the free register set, issue it as one group,
+    // retire the group before (wait<1>; after the pair's first k-block that completes the previous
+    // pair, whose one `empty` barrier is then released). The odd last k-block takes its whole pair.
+    // The odd last k-block inside the loop, its pair's second half replaced by a full drain: every path back to the
+    // loop's top then leaves only the second set's group running (or none). (Behind a test without the drain, ptxas
+    // saw a path back with the first set's group still running and serialised every wgmma of the kernel, C7513; after
+    // the loop, its own wait's out-of-line retry block formed a natural loop from the kernel's entry, which the host
+    // tier's k-loop census (scripts/sass_local_memory.py) took for a k-loop holding the prologue's LDL / STL.)
+    auto kblock = [&](int s0, int kbj, int j, std::uint64_t d, std::uint32_t(&buf)[H][8][2]) {
+#pragma unroll
+      for (int h = 0; h < H; ++h) dequant_raw(kbj, h, load_wide(s0, kbj - j, j, h), buf[h]);
+      fence_acc(acc);
+      ptx::wgmma_fence();
+      issue_wgmmas_at(kbj, d, 0, H, buf, /*adds=*/j > 0);
+      ptx::wgmma_commit();
+    };
+    for (int kb = piece.kb_begin; kb < piece.kb_end; kb += 2) {
+      const int s0 = st.stage;
+      wait_stage(s0, st.phase);
+      const std::uint64_t d0 = stage_desc(s0);
+      kblock(s0, kb, 0, d0, a[0]);
+      retire_older_groups();  // the previous pair's last group is done: release the pair
+      if (kb > piece.kb_begin) ptx::mbarrier_arrive(&empty[last_s0]);
+      if (kb + 1 < piece.kb_end) {
+        const std::uint64_t d1 =  // (as the paired loop's: the step added to the low word alone)
+            (d0 & 0xFFFFFFFF00000000ull) | static_cast<std::uint32_t>(static_cast<std::uint32_t>(d0) + desc_step);
+        kblock(s0, kb + 1, 1, d1, a[1]);
+        retire_older_groups();  // the pair's first group
+      } else {
+        ptx::wgmma_wait<0>();  // (the piece's odd last k-block: nothing left running)
+        fence_acc(acc);
+      }
+      last_s0 = s0;
+      const bool wrap = s0 + 2 == stages;
+      st.stage = wrap ? 0 : s0 + 2;
+      if (wrap) st.phase ^= 1;
     }
   } else if constexpr (kKblockGroups) {
     // Per k-block: wait for the stage, dequantise every half into the free register set, issue

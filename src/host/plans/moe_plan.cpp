@@ -294,13 +294,16 @@ FusedMoePlan::FusedMoePlan(const MoeKernelContext& context)
   p.smem_bytes = p.device.smem_per_block_optin;
   p.smem_bytes -= kTraceSmemBytes;  // (a trace build's static counters)
   pr.ring_bytes = static_cast<int>(p.smem_bytes - fixed);
-  {
-    // The 16-token class fills its ring two stages at a time (fused_kernel.cuh, kbps): its stage
-    // count, as the kernel computes it, must be even (16 on every Hopper part).
-    const int stages = SmemLayout::stages(pr.ring_bytes, KC::kActClassBytes, halves_of_class(1, pr.narrow_rows));
-    if (stages % kMoeWideStageKblocks != 0)
-      throw Error("device", -1, "shared memory gives the MoE kernel's 16-token class an odd ring of " +
-                                    std::to_string(stages) + " stages");
+  // The classes that fill their rings two stages at a time (fused_kernel.cuh, kbps; their stage counts
+  // even by SmemLayout::stages) hold one pair while the next fills: each needs >= 2 pairs (every
+  // Hopper part: 4-16 stages).
+  for (int n16 = 1; n16 <= SchedulePolicy::kWidthClasses; ++n16) {
+    const int halves = halves_of_class(n16, pr.narrow_rows), kbps = moe_stage_kblocks(n16, halves);
+    const int stages = SmemLayout::stages(pr.ring_bytes, n16 * KC::kActClassBytes, halves, kbps);
+    if (kbps > 1 && stages < KC::kMinPairStages)
+      throw Error("device", -1, "shared memory gives the MoE kernel's " + std::to_string(16 * n16) +
+                                    "-token class a ring of " + std::to_string(stages) + " stages (needs " +
+                                    std::to_string(KC::kMinPairStages) + ")");
   }
   FP4GEMM_CUDA_CHECK(o.format == Format::nvfp4 ? set_fused_smem<Format::nvfp4>(p.smem_bytes)
                                               : set_fused_smem<Format::mxfp4>(p.smem_bytes),

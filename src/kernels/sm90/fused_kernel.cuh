@@ -116,7 +116,9 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   // The carve-up: SmemLayout::of (kernel_config.cuh), by which the plan sizes the allocation, written
   // as a chain of pointer steps (each part from the one before). (Through a struct of pointers or of
   // offsets ptxas allocated the kernel differently: 30-700 more or fewer instructions per kernel.)
-  const int stages = SmemLayout::stages(p.ring_bytes, act_stage_bytes, halves);
+  // The MoE kernel's classes with one commit group per k-block fill their rings in stage pairs (below).
+  const int ring_kbps = Scheduler::kRoutedOutput ? moe_stage_kblocks(n16, halves) : 1;
+  const int stages = SmemLayout::stages(p.ring_bytes, act_stage_bytes, halves, ring_kbps);
   std::uint8_t* act_smem = smem;                                                // [stages][act_stage_bytes]
   std::uint8_t* w_smem = smem + stages * act_stage_bytes;                       // [stages][halves][4 KB]
   std::uint8_t* s_smem = w_smem + stages * halves * C::kHalfWeightBytes;       // [stages][halves][512 B]
@@ -125,16 +127,17 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
   std::uint8_t* epi_smem = smem + (ring_used + 1023) / 1024 * 1024;
   auto* full = reinterpret_cast<std::uint64_t*>(epi_smem + C::kEpiBytes);
   std::uint64_t* empty = full + stages;
-  // The MoE kernel's 16-token class streams two k-blocks per weight load (kernel_config.cuh,
+  // The MoE kernel's classes with one commit group per k-block (and the 16-token class, which
+  // consumes a pair as one group) stream two k-blocks per weight load (kernel_config.cuh,
   // kMoeWideStageKblocks): ring stages 2i and 2i + 1 hold one pair, their weights as one box of
   // 64-byte rows over both stages' weight space, their scale atoms as [half][2] over both stages'
   // scale space. A pair has one `full` and one `empty` barrier, stage 2i's (stage 2i + 1's are
   // initialised and unused): one wait and one arrive per pair on each side instead of two.
-  // Activation boxes and the ring's geometry stay per k-block. The plan checks that this class's
-  // stage count is even.
+  // Activation boxes and the ring's geometry stay per k-block; such a ring has an even stage count
+  // (SmemLayout::stages), >= 4 (the plan checks).
   // (The producer's piece loop takes the width as a compile-time constant, below: as a run-time
   // value it made ptxas spill, with spill loads in every other class's consumer loop.)
-  auto stage_kblocks = [&] { return Scheduler::kRoutedOutput && n16 == 1 ? kMoeWideStageKblocks : 1; };
+  auto stage_kblocks = [&] { return ring_kbps; };
   static_assert(kMoeWideStageKblocks == 2, "the producer's pair arithmetic (stage + 1, atoms) is written for two");
 
   trace.start();
