@@ -107,8 +107,9 @@ __host__ __device__ constexpr int halves_of_class(int n16, int narrow_rows) {
 __host__ __device__ constexpr bool kblock_groups(int n8, int halves) { return halves == 1 || halves * 4 * n8 <= 96; }
 // The MoE kernel's classes that fill their rings in stage pairs: those of the first kind up to 128 tokens at one
 // half and 80 at two, whose rings keep >= 8 stages on Hopper (227 KB). Not the 144-token one-half class (on the rows
-// layout ptxas put its two weight loads 29 instructions apart: the host tier's scripts/sass_load_pairs.py), the 96-token two-half class (with the
-// pair's bookkeeping ptxas spilled in its loop: 2 LDL / STL per pair, the plain MXFP4 kernel on pieces), nor the
+// layout ptxas put its two weight loads 29 instructions apart: the host tier's scripts/sass_load_pairs.py), the
+// 96-token two-half class (with the pair's bookkeeping ptxas spilled in its loop: 2 LDL / STL per pair, the plain
+// MXFP4 kernel on pieces), nor the
 // 160-256-token one-half classes: their rings of 5-7 stages lose one to the pairing, and a consumer holds a whole
 // pair, so two k-blocks stay in flight instead of four (Qwen3-30B-A3B T 4096, 256-token tiles: 836 -> 891 us, H200).
 __host__ __device__ constexpr bool moe_wide_stages(int n8, int halves) {

@@ -618,8 +618,7 @@ __device__ __forceinline__ void consume_piece(const FusedParams& p, ConsumerStat
     // The odd last k-block inside the loop, its pair's second half replaced by a full drain: every path back to the
     // loop's top then leaves only the second set's group running (or none). (Behind a test without the drain, ptxas
     // saw a path back with the first set's group still running and serialised every wgmma of the kernel, C7513; after
-    // the loop, its own wait's out-of-line retry block formed a natural loop from the kernel's entry, which the host
-    // tier's k-loop census (scripts/sass_local_memory.py) took for a k-loop holding the prologue's LDL / STL.)
+    // the loop, the GLU kernels' stacks grew to 40-64 B, past the host tier's budget of 32.)
     auto kblock = [&](int s0, int kbj, int j, std::uint64_t d, std::uint32_t(&buf)[H][8][2]) {
 #pragma unroll
       for (int h = 0; h < H; ++h) dequant_raw(kbj, h, load_wide(s0, kbj - j, j, h), buf[h]);

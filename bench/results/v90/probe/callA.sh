@@ -9,8 +9,10 @@ cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; A=$OUT/ab; mkdir -p $A
 H=$(md5sum < .carry/$BUNDLE/b.tar.xz | cut -c1-8)
 [ -f /tmp/done.$H ] || { xz -dc .carry/$BUNDLE/b.tar.xz | tar xf - -C /tmp; touch /tmp/done.$H; echo "unpacked [$((SECONDS - t0)) s]"; }
-[ -x /tmp/c9/cli ] || { echo "no /tmp/c9/cli (call U did not run on this machine)"; exit 3; }
-mkdir -p /tmp/m1 && ln -sf /tmp/c9/cli /tmp/m1/cli
+if [[ " ${VARS:-m1 ws ps} " == *" m1 "* ]]; then  # (m1: main's CLI, unpacked by call U)
+  [ -x /tmp/c9/cli ] || { echo "no /tmp/c9/cli (call U did not run on this machine)"; exit 3; }
+  mkdir -p /tmp/m1 && ln -sf /tmp/c9/cli /tmp/m1/cli
+fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 shape() { case $1 in gptoss) echo "--experts 128 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";;
                      qwen3) echo "--experts 128 --hidden 2048 --inter 768 --topk 8 --activation silu";; esac; }
@@ -20,6 +22,7 @@ for r in $(seq 1 ${ROUNDS:-2}); do
     set -- $cs; line="r$r $1 T$2:"
     for v in ${VARS:-m1 ws ps}; do
       f=$A/${v}_$1_t$2_r$r.txt
+      [ -x /tmp/$v/cli ] || { echo "no /tmp/$v/cli"; exit 3; }
       timeout 90 /tmp/$v/cli layer $(shape $1) --tokens $2 --act bf16 --weight-layout pieces --values checkpoint \
         --iters 100 --warmup 10 > $f 2>&1
       line="$line $v $(grep -oE '^time: [0-9.]+' $f | cut -d' ' -f2)"
