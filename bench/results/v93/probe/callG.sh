@@ -10,7 +10,7 @@ for b in ${BUNDLES:-$BUNDLE}; do  # (v93m: m1/cli; v93g: gd/{cli,gt} -- both fit
   H=$(md5sum < .carry/$b/b.tar.xz | cut -c1-8)
   [ -f /tmp/done.$H ] || { xz -dc .carry/$b/b.tar.xz | tar xf - -C /tmp; touch /tmp/done.$H; echo "unpacked $b [$((SECONDS - t0)) s]"; }
 done
-[ -x /tmp/m1/cli ] || { echo "no /tmp/m1/cli (carry .carry/v93m, or call U on this machine)"; exit 3; }
+[ -x /tmp/m1/cli ] || { echo "no /tmp/m1/cli (carry .carry/v93m)"; exit 3; }
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 gsum() { grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED  \]|tests from .* ran" "$1" | head -14; }
 if [ "${GT:-1}" = 1 ]; then

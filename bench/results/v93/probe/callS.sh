@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# v93 call S (one H200): compute-sanitizer memcheck and racecheck of exp/glu-drain's GLU epilogue (gd: BUNDLE v93g, or
-# call B's build on this machine): the MoE GLU shapes (pieces and rows, split tiles, both tile heights) and the dual GEMM's shared
+# v93 call S (one H200): compute-sanitizer memcheck and racecheck of exp/glu-drain's GLU epilogue (gd: BUNDLE v93g)
+# : the MoE GLU shapes (pieces and rows, split tiles, both tile heights) and the dual GEMM's shared
 # epilogue.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; R=$OUT/s; mkdir -p $R
 if [ -n "${BUNDLE:-}" ]; then H=$(md5sum < .carry/$BUNDLE/b.tar.xz | cut -c1-8)
   [ -f /tmp/done.$H ] || { xz -dc .carry/$BUNDLE/b.tar.xz | tar xf - -C /tmp; touch /tmp/done.$H; echo "unpacked [$((SECONDS - t0)) s]"; }; fi
-[ -x /tmp/gd/gt ] || { echo "no /tmp/gd/gt (carry .carry/v93g with BUNDLE=v93g, or call B on this machine)"; exit 3; }
+[ -x /tmp/gd/gt ] || { echo "no /tmp/gd/gt (carry .carry/v93g with BUNDLE=v93g)"; exit 3; }
 F=${SF:-'MoeGluPiecesShapes.*:MoeGluShapes.*:DualGemmShapes.SharedEpilogueGivesTheOwnersBits'}
 for tool in memcheck racecheck; do
   timeout ${ST:-200} compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 /tmp/gd/gt \
