@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# v93 call S (one H200): compute-sanitizer memcheck and racecheck of exp/glu-drain's GLU epilogue (gd: BUNDLE v93g)
-# : the MoE GLU shapes (pieces and rows, split tiles, both tile heights) and the dual GEMM's shared
+# v93 call S (one H200): compute-sanitizer memcheck and racecheck of exp/glu-drain's GLU epilogue (gd: BUNDLE v93g):
+# the MoE GLU shapes (pieces and rows, split tiles, both tile heights) and the dual GEMM's shared
 # epilogue.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
