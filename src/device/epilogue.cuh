@@ -183,8 +183,8 @@ __device__ __forceinline__ float2 glu_bias_pair(const GluArgs& a, int col) {
 // class that run once per tile, cold in the instruction cache -- the dual GEMM ran at half the
 // plain GEMM's tensor rate that way (ncu: "no instruction" stalls 11 % -> 25 %).
 // The drain's loop body is one basic block: both activations' kinds are one formula (glu.hpp,
-// GluParams) and the division is glu_div_fast, so the compiler can interleave the two independent
-// chains, which the kind's branch and the IEEE division's slow-path branch would serialise.
+// GluParams; glu_activate_pair) and the division is glu_div_fast, so the compiler can interleave the
+// two independent chains, which the kind's branch and the IEEE division's slow-path branch would serialise.
 // (Tried: a rolled pass loop with one drain copy of 4 activations per iteration -- every
 // accumulator then stays live across the loop and ptxas spilled them.)
 struct GluDrain {
@@ -246,14 +246,8 @@ __device__ __forceinline__ void glu_drain(const float2* buf, const GluDrain& d, 
 #pragma unroll 1
   for (int r = wtid / 16; r < d.tokens; r += 8) {  // (the 16 lanes of a row share r)
     const float4 x = *reinterpret_cast<const float4*>(buf + r * 32 + 2 * cp);
-    const GluTerms t0 = glu_terms(x.x, x.y, d.act), t1 = glu_terms(x.z, x.w, d.act);
-    bool ok0, ok1;
-    float o0 = glu_div_fast(t0.g, t0.d, ok0) * t0.u;
-    float o1 = glu_div_fast(t1.g, t1.d, ok1) * t1.u;
-    if (!(ok0 && ok1)) {  // outside the fast division's range (rare): the IEEE division
-      o0 = glu_div(t0.g, t0.d) * t0.u;
-      o1 = glu_div(t1.g, t1.d) * t1.u;
-    }
+    const float2 o = glu_activate_pair(make_float2(x.x, x.y), make_float2(x.z, x.w), d.act);
+    const float o0 = o.x, o1 = o.y;
     if (d.q_format == 0 || d.q_format == kGluKOrder) glu_store<T>(d, r, col, o0, o1);
     else if (d.q_format == 1) glu_store_quantized<Format::nvfp4>(d, r, col, o0, o1, wtid % 32);
     else glu_store_quantized<Format::mxfp4>(d, r, col, o0, o1, wtid % 32);

@@ -118,6 +118,51 @@ FP4GEMM_HD GluTerms glu_terms(float g, float u, const GluParams& p) {
   return {g, glu_one_plus_exp(-(p.alpha * g)), u + p.offset};
 }
 
+// NaN-propagating min / max against a bound b that is never NaN: x's NaN passes through, as the
+// comparisons of glu_terms let it. One FMNMX.NAN each on the device (PTX min.NaN / max.NaN) where
+// the comparison and select took two or three; the host's form for the host tier.
+FP4GEMM_HD float glu_min_nan(float x, float b) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(b));
+  return r;
+#else
+  return x != x ? x : std::fmin(x, b);
+#endif
+}
+FP4GEMM_HD float glu_max_nan(float x, float b) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(b));
+  return r;
+#else
+  return x != x ? x : std::fmax(x, b);
+#endif
+}
+
+// glu_terms in fewer operations, for the GLU epilogue's drain: the same g' and u' bits (the clamps
+// as NaN-propagating min / max: limit > 0, so no zero meets its bound), and the same divisor bits
+// wherever x = -(alpha g') is not NaN. The exponent is clamped from below only: for x at or above
+// 88.72283935546875 (where glu_one_plus_exp returns +inf) the core's value is garbage and is selected
+// away by the one comparison x < 88.72... -- strict, as glu_one_plus_exp's x >= 88.72... is the
+// overflow end (at that x the core's y rounds to 1 and the add would make 2^128 a NaN). A NaN x
+// gives d = +inf instead of NaN: with alpha finite (validated), x is NaN only for a NaN gate or an
+// infinite one with alpha 0, and then g / d is NaN either way (NaN / NaN; +-inf * 0 from
+// glu_div's infinite-divisor case). So the divisor is >= 1 or +inf, never NaN: glu_div_fast<false>.
+FP4GEMM_HD GluTerms glu_terms_fast(float g, float u, const GluParams& p) {
+  g = glu_min_nan(g, p.limit);
+  u = glu_min_nan(glu_max_nan(u, -p.limit), p.limit);
+  const float x = -(p.alpha * g);
+  const GluExpCore c = glu_exp_core(fmaxf(x, -87.0f));  // (NaN -> -87: selected away below)
+  unsigned tb, yb;
+  __builtin_memcpy(&tb, &c.t, 4);
+  __builtin_memcpy(&yb, &c.y, 4);
+  const unsigned vb = yb + ((tb - 0x4B400000u) << 23);  // y * 2^n, as glu_one_plus_exp
+  float v;
+  __builtin_memcpy(&v, &vb, 4);
+  return {g, x < 88.72283935546875f ? 1.0f + v : __builtin_huge_valf(), u + p.offset};
+}
+
 FP4GEMM_HD float glu_apply(float g, float u, const GluParams& p) {
   const GluTerms t = glu_terms(g, u, p);
   return glu_div(t.g, t.d) * t.u;
@@ -146,6 +191,10 @@ FP4GEMM_HD float glu_activate(int kind, float g, float u, float alpha, float lim
 // its out-of-line division (ncu source counters). Scaled, a silu gate passes down to -88.7, where
 // d becomes +inf (the zero case): unscaled, e^|g| <= |g| 2^60 up to |g| = 44.4 (d = 2^64); scaled,
 // d' <= 2^64 <= 16 * 2^60 <= |g| 2^60.
+// The divisor is >= 1, +inf or NaN (kNanDivisor false: never NaN -- glu_terms_fast's), so d' = d or
+// d 2^-64 is in [1, 2^64]: d' <= 2^100 holds, and |g| >= 2^-60 d' implies |g| >= 2^-100 -- two of
+// the range's four bounds need no test (a NaN d' fails the last one).
+template <bool kNanDivisor = true>
 __device__ __forceinline__ float glu_div_fast(float g, float d, bool& ok) {
   const float s = d > 0x1p64f ? 0x1p-64f : 1.0f;  // (false for NaN; +inf is the zero case below)
   const float ds = d * s;
@@ -157,9 +206,25 @@ __device__ __forceinline__ float glu_div_fast(float g, float d, bool& ok) {
   const float r = fmaf(-ds, q0, g);
   const float q = __fmul_rn(fmaf(y, r, q0), s);
   const float ag = fabsf(g);
-  const bool zero = d == __builtin_huge_valf() || (g == 0.0f && d == d);  // (0 / NaN is NaN)
-  ok = zero || (ag >= 0x1p-100f && ag <= 0x1p100f && ds <= 0x1p100f && ag >= ds * 0x1p-60f);
+  const bool zero = d == __builtin_huge_valf() || (g == 0.0f && (!kNanDivisor || d == d));  // (0 / NaN is NaN)
+  ok = zero || (ag <= 0x1p100f && ag >= ds * 0x1p-60f);
   return zero ? g * 0.0f : q;
+}
+
+// Two activations of the GLU epilogue's drain (epilogue.cuh, glu_drain), gate / up pairs a and b:
+// glu_terms_fast, the fast division, and the IEEE one for both where either declines (rare). One
+// basic block but for that branch, so the compiler interleaves the two independent chains. The
+// GPU tier (GluDevice) runs this function against the host's glu_activate.
+__device__ __forceinline__ float2 glu_activate_pair(float2 a, float2 b, const GluParams& p) {
+  const GluTerms t0 = glu_terms_fast(a.x, a.y, p), t1 = glu_terms_fast(b.x, b.y, p);
+  bool ok0, ok1;
+  float o0 = glu_div_fast<false>(t0.g, t0.d, ok0) * t0.u;
+  float o1 = glu_div_fast<false>(t1.g, t1.d, ok1) * t1.u;
+  if (!(ok0 && ok1)) {  // outside the fast division's range: the IEEE division
+    o0 = glu_div(t0.g, t0.d) * t0.u;
+    o1 = glu_div(t1.g, t1.d) * t1.u;
+  }
+  return make_float2(o0, o1);
 }
 #endif
 

@@ -17,25 +17,29 @@
 namespace fp4gemm::test {
 namespace {
 
-__global__ void fast_division(const float* g, const float* d, float* fast, float* ieee, int* ok, int n) {
+// Both forms of the fast division: the general one (NaN divisors allowed) and the drain's
+// (glu_div_fast<false>, for divisors that are never NaN), each with its flag.
+__global__ void fast_division(const float* g, const float* d, float* fast, float* ieee, int* ok, float* fast_nn,
+                              int* ok_nn, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   bool k;
   fast[i] = detail::glu_div_fast(g[i], d[i], k);
   ok[i] = k ? 1 : 0;
+  fast_nn[i] = detail::glu_div_fast<false>(g[i], d[i], k);
+  ok_nn[i] = k ? 1 : 0;
   ieee[i] = __fdiv_rn(g[i], d[i]);
 }
 
-// The drain's form (epilogue.cuh, glu_drain): terms, the fast division, the IEEE one where it
-// declines.
+// The drain's own function (epilogue.cuh, glu_drain -> glu.hpp, glu_activate_pair), two pairs per
+// thread as the drain calls it.
 __global__ void drain_form(const float* g, const float* u, float* out, int n, detail::GluParams p) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const int i = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n) return;
-  const detail::GluTerms t = detail::glu_terms(g[i], u[i], p);
-  bool ok;
-  float o = detail::glu_div_fast(t.g, t.d, ok) * t.u;
-  if (!ok) o = detail::glu_div(t.g, t.d) * t.u;
-  out[i] = o;
+  const int j = i + 1 < n ? i + 1 : i;
+  const float2 o = detail::glu_activate_pair(make_float2(g[i], u[i]), make_float2(g[j], u[j]), p);
+  out[i] = o.x;
+  if (j != i) out[j] = o.y;
 }
 
 bool same_bits(float a, float b) {
@@ -72,17 +76,17 @@ struct DeviceArray {
 
 // g / d on the device for every pair: glu_div_fast's result and flag, and __fdiv_rn's quotient.
 struct Divisions {
-  std::vector<float> fast, ieee;
-  std::vector<int> ok;
+  std::vector<float> fast, ieee, fast_nn;  // fast_nn: glu_div_fast<false>
+  std::vector<int> ok, ok_nn;
 };
 
 Divisions divide_on_device(const std::vector<float>& g, const std::vector<float>& d) {
   const int n = static_cast<int>(g.size());
-  DeviceArray<float> dg(g), dd(d), fast(g.size()), ieee(g.size());
-  DeviceArray<int> ok(g.size());
-  fast_division<<<(n + 255) / 256, 256>>>(dg.p, dd.p, fast.p, ieee.p, ok.p, n);
+  DeviceArray<float> dg(g), dd(d), fast(g.size()), ieee(g.size()), fast_nn(g.size());
+  DeviceArray<int> ok(g.size()), ok_nn(g.size());
+  fast_division<<<(n + 255) / 256, 256>>>(dg.p, dd.p, fast.p, ieee.p, ok.p, fast_nn.p, ok_nn.p, n);
   FP4GEMM_TEST_CUDA(cudaGetLastError());
-  return {fast.get(), ieee.get(), ok.get()};
+  return {fast.get(), ieee.get(), fast_nn.get(), ok.get(), ok_nn.get()};
 }
 
 TEST(GluDevice, FastDivisionIsTheIeeeQuotientWhereItSaysSo) {
@@ -112,13 +116,23 @@ TEST(GluDevice, FastDivisionIsTheIeeeQuotientWhereItSaysSo) {
   const Divisions r = divide_on_device(g, d);
   const auto &f = r.fast, &q = r.ieee;
   const auto& k = r.ok;
-  long accepted = 0, zero_results = 0;
+  long accepted = 0, zero_results = 0, accepted_nn = 0;
   for (int i = 0; i < n; ++i) {
+    // The drain's form, for divisors that are not NaN: where it accepts, the IEEE quotient too; and
+    // it accepts exactly what the general form accepts (its two dropped bounds are implied by d >= 1).
+    if (d[i] == d[i]) {
+      ASSERT_EQ(r.ok_nn[i], k[i]) << "g " << g[i] << " d " << d[i];
+      if (r.ok_nn[i]) {
+        ++accepted_nn;
+        ASSERT_TRUE(same_bits(r.fast_nn[i], q[i])) << "g " << g[i] << " d " << d[i] << ": fast<false> " << r.fast_nn[i];
+      }
+    }
     if (!k[i]) continue;
     ++accepted;
     zero_results += q[i] == 0.0f;
     ASSERT_TRUE(same_bits(f[i], q[i])) << "g " << g[i] << " d " << d[i] << ": fast " << f[i] << " vs IEEE " << q[i];
   }
+  EXPECT_GT(accepted_nn, n / 2);
   // The fast path must take the common cases, zero results (d = +inf) included, or the epilogue
   // would run the slow branch everywhere.
   EXPECT_GT(accepted, n / 2) << accepted << " of " << n;
@@ -153,28 +167,55 @@ TEST(GluDevice, FastDivisionTakesEveryGpuModeGate) {
   EXPECT_GT(big, 200) << "the grid must reach the divisors above 2^60";
 }
 
+// The drain's function against the host's glu_activate (the literal form: glu_terms and the IEEE
+// division), bit for bit: gates over every binade, the gates where x = -(alpha g) crosses the
+// exponent's clamp (-87) and its overflow end (88.72283935546875, compared strictly), NaN and
+// infinite gates and ups, for silu and swigluoai with gpt-oss's constants, alpha 0 and -1 (an
+// infinite gate makes x NaN; a negative alpha turns the gate's sign) and an infinite limit.
 TEST(GluDevice, DrainFormGivesTheHostActivationBits) {
   REQUIRE_GPU();
   const float inf = std::numeric_limits<float>::infinity();
-  std::mt19937_64 rng(21);
-  std::vector<float> g, u;
+  struct Case {
+    int kind;
+    float alpha, limit;
+  };
+  const Case cases[] = {{detail::kGluSilu, 1.702f, 7.0f}, {detail::kGluSwigluOai, 1.702f, 7.0f},
+                        {detail::kGluSwigluOai, 0.0f, 7.0f}, {detail::kGluSwigluOai, -1.0f, 7.0f},
+                        {detail::kGluSwigluOai, 1.702f, inf}, {detail::kGluSwigluOai, 2.5f, 300.0f}};
   const float us[] = {1.0f, -2.5f, 0.0f, -0.0f, inf, -inf, 3e38f, std::nanf(""), 1e-40f};
-  for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 32); bits += 8191) {
-    const float gv = from_bits(static_cast<std::uint32_t>(bits));
-    g.push_back(gv), u.push_back(us[bits % 9]);
-  }
-  std::normal_distribution<float> n(0.0f, 200.0f);
-  for (int i = 0; i < 2000000; ++i) g.push_back(n(rng)), u.push_back(n(rng));
-  for (const int kind : {detail::kGluSilu, detail::kGluSwigluOai}) {
-    const detail::GluParams p = detail::glu_params(kind, 1.702f, 7.0f);
+  for (const Case& c : cases) {
+    const detail::GluParams p = detail::glu_params(c.kind, c.alpha, c.limit);
+    std::mt19937_64 rng(21);
+    std::vector<float> g, u;
+    for (std::uint64_t bits = 0; bits < (std::uint64_t{1} << 32); bits += 8191) {
+      const float gv = from_bits(static_cast<std::uint32_t>(bits));
+      g.push_back(gv), u.push_back(us[bits % 9]);
+    }
+    // Every gate within 4096 ulps of each threshold of x (where alpha is not 0).
+    if (p.alpha != 0.0f)
+      for (const float xt : {-87.0f, 88.72283935546875f}) {
+        float gv = -xt / p.alpha;
+        for (int i = 0; i < 4096; ++i) gv = std::nextafter(gv, -inf);
+        for (int i = 0; i < 8192; ++i, gv = std::nextafter(gv, inf)) g.push_back(gv), u.push_back(us[i % 4]);
+      }
+    std::normal_distribution<float> n(0.0f, 200.0f);
+    for (int i = 0; i < 1000000; ++i) g.push_back(n(rng)), u.push_back(n(rng));
+    for (const float s : {0.0f, -0.0f, inf, -inf, std::nanf("")})
+      for (const float uv : us) g.push_back(s), u.push_back(uv);
     const int count = static_cast<int>(g.size());
     DeviceArray<float> dg(g), du(u), out(g.size());
-    drain_form<<<(count + 255) / 256, 256>>>(dg.p, du.p, out.p, count, p);
+    FP4GEMM_TEST_CUDA(cudaMemset(out.p, 0x7F, g.size() * sizeof(float)));  // poison: 0x7F7F7F7F (3.39e38, finite)
+    drain_form<<<(count / 2 + 256) / 256, 256>>>(dg.p, du.p, out.p, count, p);
     FP4GEMM_TEST_CUDA(cudaGetLastError());
     const auto o = out.get();
-    for (int i = 0; i < count; ++i)
-      ASSERT_TRUE(same_bits(o[i], detail::glu_activate(kind, g[i], u[i], 1.702f, 7.0f)))
-          << "kind " << kind << " g " << g[i] << " u " << u[i] << ": " << o[i];
+    long nan_outputs = 0;
+    for (int i = 0; i < count; ++i) {
+      const float want = detail::glu_activate(c.kind, g[i], u[i], c.alpha, c.limit);
+      nan_outputs += want != want;
+      ASSERT_TRUE(same_bits(o[i], want)) << "kind " << c.kind << " alpha " << c.alpha << " limit " << c.limit << " g "
+                                         << g[i] << " u " << u[i] << ": " << o[i] << " vs " << want;
+    }
+    EXPECT_LT(nan_outputs, count / 4) << "the data must not be mostly NaN";
   }
 }
 

@@ -120,6 +120,61 @@ TEST(GluActivation, OnePlusExpIsOnePlusGluExpBitForBit) {
   EXPECT_TRUE(std::isnan(detail::glu_one_plus_exp(std::nanf(""))));
 }
 
+// The drain's terms (glu_terms_fast: NaN-propagating clamps, the exponent clamped from below only)
+// give glu_terms' bits -- g', u', and the divisor wherever x = -(alpha g') is not NaN; where it is,
+// +inf, and the activation is NaN either way. Every 8191st gate pattern and every gate within 4096
+// ulps of the thresholds of x, for silu, gpt-oss's swigluoai, alpha 0 / -1 and an infinite limit.
+TEST(GluActivation, FastTermsGiveTheTermsBits) {
+  const float inf = std::numeric_limits<float>::infinity();
+  auto bits = [](float f) {
+    std::uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+  };
+  const float us[] = {1.0f, -2.5f, 0.0f, -0.0f, inf, -inf, 3e38f, std::nanf(""), 1e-40f, -7.5f, 7.0f};
+  struct Case {
+    int kind;
+    float alpha, limit;
+  };
+  long n = 0, nan_x = 0;
+  for (const Case c : {Case{detail::kGluSilu, 1.0f, inf}, Case{detail::kGluSwigluOai, 1.702f, 7.0f},
+                       Case{detail::kGluSwigluOai, 0.0f, 7.0f}, Case{detail::kGluSwigluOai, -1.0f, 7.0f},
+                       Case{detail::kGluSwigluOai, 1.702f, inf}}) {
+    const detail::GluParams p = detail::glu_params(c.kind, c.alpha, c.limit);
+    std::vector<float> gs = {0.0f, -0.0f, inf, -inf, std::nanf("")};
+    for (std::uint64_t b = 0; b < (1ull << 32); b += 8191) {
+      float g;
+      const std::uint32_t b32 = static_cast<std::uint32_t>(b);
+      std::memcpy(&g, &b32, 4);
+      gs.push_back(g);
+    }
+    if (p.alpha != 0.0f)
+      for (const float xt : {-87.0f, 88.72283935546875f}) {
+        float g = -xt / p.alpha;
+        for (int i = 0; i < 4096; ++i) g = std::nextafter(g, -inf);
+        for (int i = 0; i < 8192; ++i, g = std::nextafter(g, inf)) gs.push_back(g);
+      }
+    for (std::size_t i = 0; i < gs.size(); ++i) {
+      const float g = gs[i], u = us[i % 11];
+      const detail::GluTerms want = detail::glu_terms(g, u, p), got = detail::glu_terms_fast(g, u, p);
+      ++n;
+      ASSERT_EQ(bits(got.g), bits(want.g)) << "g " << g;
+      ASSERT_TRUE(bits(got.u) == bits(want.u) || (got.u != got.u && want.u != want.u)) << "u " << u;
+      if (want.d != want.d) {  // x NaN: a NaN gate, or an infinite one with alpha 0
+        ++nan_x;
+        ASSERT_EQ(got.d, inf) << "g " << g;
+        ASSERT_TRUE(g != g || (std::isinf(g) && p.alpha == 0.0f)) << "g " << g;
+        const float q = detail::glu_div(got.g, got.d) * got.u;
+        ASSERT_TRUE(q != q) << "g " << g << " u " << u;
+      } else {
+        ASSERT_EQ(bits(got.d), bits(want.d)) << "kind " << c.kind << " alpha " << c.alpha << " g " << g;
+      }
+    }
+  }
+  EXPECT_GT(n, 2500000);
+  EXPECT_GT(nan_x, 1000);
+}
+
 // The first exp (early returns) and the literal IEEE division: the branch-free glu_exp and
 // glu_div (an infinite divisor as g * 0) must give the same bits for every input.
 float v18_exp(float x) {
