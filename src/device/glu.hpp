@@ -61,6 +61,18 @@ FP4GEMM_HD float glu_exp(float x) {
   return x != x ? x : x > 88.72283935546875f ? __builtin_huge_valf() : x < -104.0f ? 0.0f : v;
 }
 
+// y * 2^n of a core whose xc >= -87 (n >= -126): n added to y's exponent field, one integer add
+// (glu_one_plus_exp, glu_terms_fast).
+FP4GEMM_HD float glu_exp_core_scaled(const GluExpCore& c) {
+  unsigned tb, yb;
+  __builtin_memcpy(&tb, &c.t, 4);
+  __builtin_memcpy(&yb, &c.y, 4);
+  const unsigned vb = yb + ((tb - 0x4B400000u) << 23);
+  float v;
+  __builtin_memcpy(&v, &vb, 4);
+  return v;
+}
+
 // 1 + glu_exp(x), bit for bit for every FP32 x (a host test checks all 2^32), in ~8 fewer
 // operations -- the GLU divisor, evaluated once per output element. Below x = -87,
 // exp(x) < 2^-125 and 1 + exp(x) rounds to 1 whatever that tiny value is, so x is clamped there
@@ -70,13 +82,7 @@ FP4GEMM_HD float glu_exp(float x) {
 // steps give a normal result, the add gives the same bits.
 FP4GEMM_HD float glu_one_plus_exp(float x) {
   const float xc = fminf(fmaxf(x, -87.0f), 88.72283935546875f);  // (NaN -> -87, selected away below)
-  const GluExpCore c = glu_exp_core(xc);
-  unsigned tb, yb;
-  __builtin_memcpy(&tb, &c.t, 4);
-  __builtin_memcpy(&yb, &c.y, 4);
-  const unsigned vb = yb + ((tb - 0x4B400000u) << 23);  // y * 2^n: n added to the exponent field
-  float v;
-  __builtin_memcpy(&v, &vb, 4);
+  const float v = glu_exp_core_scaled(glu_exp_core(xc));
   return x != x ? x : x >= 88.72283935546875f ? __builtin_huge_valf() : 1.0f + v;  // (at the clamp, y rounds to 1: inf, as glu_exp)
 }
 
@@ -153,13 +159,7 @@ FP4GEMM_HD GluTerms glu_terms_fast(float g, float u, const GluParams& p) {
   g = glu_min_nan(g, p.limit);
   u = glu_min_nan(glu_max_nan(u, -p.limit), p.limit);
   const float x = -(p.alpha * g);
-  const GluExpCore c = glu_exp_core(fmaxf(x, -87.0f));  // (NaN -> -87: selected away below)
-  unsigned tb, yb;
-  __builtin_memcpy(&tb, &c.t, 4);
-  __builtin_memcpy(&yb, &c.y, 4);
-  const unsigned vb = yb + ((tb - 0x4B400000u) << 23);  // y * 2^n, as glu_one_plus_exp
-  float v;
-  __builtin_memcpy(&v, &vb, 4);
+  const float v = glu_exp_core_scaled(glu_exp_core(fmaxf(x, -87.0f)));  // (NaN -> -87: selected away below)
   return {g, x < 88.72283935546875f ? 1.0f + v : __builtin_huge_valf(), u + p.offset};
 }
 
