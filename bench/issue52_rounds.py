@@ -57,6 +57,8 @@ def summarise(rounds: list[dict], burst: dict | None = None, min_reps: int = 0) 
     peer = [cell_times(d, IMPL_PEER) for d in rounds]
     gpu = next(iter(gpus))
     targets_apply = "H200" in gpu
+    burst_ours = cell_times(burst, IMPL_OURS) if burst is not None else {}
+    burst_peer = cell_times(burst, IMPL_PEER) if burst is not None else {}
     keys = sorted(set().union(*ours), key=lambda k: (k[0], k[1]))
     cells = []
     for key in keys:
@@ -71,8 +73,8 @@ def summarise(rounds: list[dict], burst: dict | None = None, min_reps: int = 0) 
         c["x_tk"] = c["tk_us"]["median"] / c["fp4gemm_us"]["median"] if t else None
         c["met"] = None if target is None or not targets_apply else c["fp4gemm_us"]["median"] <= target
         if burst is not None:
-            c["fp4gemm_burst_us"] = cell_times(burst, IMPL_OURS).get(key)
-            c["tk_burst_us"] = cell_times(burst, IMPL_PEER).get(key)
+            c["fp4gemm_burst_us"] = burst_ours.get(key)
+            c["tk_burst_us"] = burst_peer.get(key)
         cells.append(c)
     return {"gpu": gpu, "targets_apply": targets_apply, "sustained_rounds": len(rounds),
             "reps": [d.get("settings", {}).get("reps") for d in rounds],

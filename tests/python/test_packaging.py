@@ -4,7 +4,7 @@ The GPU machine's g++ 13 links libstdc++ statically by default. The module expor
 symbols, so half of its references bound to the process's libstdc++.so (loaded first by Python or
 torch) and std::ostream's facet lookup mixed the two copies' locale ids: ``MoeLayer.describe()``
 segfaulted in ``operator<<(long)`` with every build of the module (found with a backtrace on an
-H100, session 109). The link now passes ``--exclude-libs,ALL``; this test reads the module's dynamic
+H100, session 109). The link now passes a version script (``python/exports.map``); this test reads the module's dynamic
 symbol table (ELF, no tools needed) and fails if anything but the module's init function and the
 linker's own markers is exported."""
 
@@ -51,7 +51,7 @@ def test_the_module_exports_only_its_init_function():
     assert "PyInit__fp4gemm" in names, f"{ext.__file__}: no PyInit__fp4gemm among {names[:20]}"
     leaked = sorted(set(names) - LINKER_MARKERS - {"PyInit__fp4gemm"})
     assert not leaked, (f"{ext.__file__} exports {len(leaked)} symbols of its static archives (libstdc++, the "
-                        f"library, the CUDA runtime), e.g. {leaked[:12]}: link it with --exclude-libs,ALL")
+                        f"library, the CUDA runtime), e.g. {leaked[:12]}: link it with python/exports.map")
 
 
 def test_the_symbol_reader_sees_exports(tmp_path):
