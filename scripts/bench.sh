@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# The main job: builds the CLI and runs the benchmark on the seed cases (plus the dense suite),
-# floors and peers measured in the same run. Extra arguments go to `fp4gemm bench`.
+# The main job: builds the CLI and runs the benchmark (SPEC 4), floors and peers measured in the same run, one JSON
+# per suite under bench/results/:
+#   1/4 latest.json               the seed and dense GEMM suites (GPU MODE's grouped cases, seed 004's dense shapes)
+#   2/4 latest_dual.json          the dual (SwiGLU) GEMM suite
+#   3/4 latest_layer_w4a16.json   the layer suite -- the whole MoE expert layer, what users call -- W4A16 (bf16
+#                                 tokens x MXFP4 weights in pieces, checkpoint-range scales)
+#   4/4 latest_layer_w4a4.json    the layer suite, W4A4 NVFP4 (weights in pieces)
+# With arguments it runs `fp4gemm bench <arguments>` alone: --suite all (seed + dense) unless the arguments name
+# a suite, its JSON to bench/results/latest.json unless they name one (e.g. `scripts/bench.sh --suite layer --act bf16`).
+# The layer against triton_kernels' and Humming's layers (issue 52's table) is bench/tk_layer_pieces.py (needs torch
+# and triton_kernels; docs/PERF.md).
 # Without a GPU it builds the CLI, says that there is nothing to time, and exits with status 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +21,37 @@ echo "[bench] configuring $BUILD"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4GEMM_BUILD_TOOLS=ON >/dev/null
 echo "[bench] building the fp4gemm CLI (the fused kernels take a few minutes)"
 cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target fp4gemm_cli
-if ! "$BUILD/tools/fp4gemm" info >/dev/null 2>&1; then
-  echo "[bench] no usable CUDA GPU here ($("$BUILD/tools/fp4gemm" info 2>&1 | head -1)):"
+CLI="$BUILD/tools/fp4gemm"
+if ! "$CLI" info >/dev/null 2>&1; then
+  echo "[bench] no usable CUDA GPU here ($("$CLI" info 2>&1 | head -1)):"
   echo "[bench] the benchmark times the kernels on an H100/H200, so nothing was timed. The CLI is built:"
-  echo "[bench]   $BUILD/tools/fp4gemm"
+  echo "[bench]   $CLI"
   exit 2
 fi
 mkdir -p bench/results
-echo "[bench] running: fp4gemm bench --suite all --json bench/results/latest.json $*"
-exec "$BUILD/tools/fp4gemm" bench --suite all --json "bench/results/latest.json" "$@"
+
+if [ $# -gt 0 ]; then
+  args=("$@")
+  has() { local a; for a in "${args[@]}"; do case "$a" in "$1"|"$1"=*) return 0 ;; esac; done; return 1; }
+  has --suite || args=(--suite all "${args[@]}")
+  has --json || args+=(--json bench/results/latest.json)
+  echo "[bench] running: fp4gemm bench ${args[*]}"
+  exec "$CLI" bench "${args[@]}"
+fi
+
+t0=$SECONDS
+run() {  # run <step> <what> <fp4gemm bench arguments...>
+  local step=$1 what=$2; shift 2
+  echo
+  echo "[bench] $step/4 $what: fp4gemm bench $* [$((SECONDS - t0)) s so far]"
+  "$CLI" bench "$@"
+}
+run 1 "seed and dense GEMM suites" --suite all --json bench/results/latest.json
+run 2 "dual GEMM suite" --suite dual --json bench/results/latest_dual.json
+run 3 "layer suite, W4A16" --suite layer --act bf16 --weight-layout pieces --values checkpoint \
+  --json bench/results/latest_layer_w4a16.json
+run 4 "layer suite, W4A4 NVFP4" --suite layer --act nvfp4 --weight-layout pieces \
+  --json bench/results/latest_layer_w4a4.json
+echo
+echo "[bench] done in $((SECONDS - t0)) s: bench/results/latest.json, latest_dual.json, latest_layer_w4a16.json," \
+  "latest_layer_w4a4.json"
