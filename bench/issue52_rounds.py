@@ -8,7 +8,7 @@ issue's targets are set for (on another card "met" is left empty). The GPU is re
 name the same one (figures from different cards do not compare).
 
 The floor, as the issue defines it: the larger of the HBM floor -- the active experts' MXFP4 weight and scale bytes
-(active x 3 H I x (0.5 + 1/32), as tk_layer.py counts them) over the GPU's copy rate (read + write counted) -- and the
+(active x 3 H I x (0.5 + 1/32), as the peers' tk_layer.py counts them) over the GPU's copy rate (read + write counted) -- and the
 bf16 floor, 2 T k 3 H I over the GPU's cuBLAS bf16 rate. The rates default to the issue's H200 figures (4.24 TB/s,
 790 TFLOP/s); on another card the floor column is left out unless both are given (--copy-rate-tbps, e.g. from
 bench/results/v96/probe/copy_rate.py, and --bf16-tflops).
@@ -84,7 +84,17 @@ def summarise(rounds: list[dict], burst: dict | None = None, min_reps: int = 0, 
         raise SystemExit("--copy-rate-tbps / --bf16-tflops: must be positive")
     rates = (copy_tbps, bf16_tflops) if copy_tbps is not None else (
         (H200_COPY_TBPS, H200_BF16_TFLOPS) if targets_apply else None)
-    rows = {(r["shape"], int(r["T"])): r for d in rounds for r in d["results"]}
+    # each cell's dims from the rounds that carry them; rounds that route a cell onto different experts do not compare
+    rows: dict[tuple[str, int], dict] = {}
+    for d in rounds:
+        for r in d["results"]:
+            key = (r["shape"], int(r["T"]))
+            if "active_experts" not in r:
+                continue
+            seen = rows.setdefault(key, r)
+            if int(seen["active_experts"]) != int(r["active_experts"]):
+                raise SystemExit(f"{key[0]} T {key[1]}: the rounds routed onto {seen['active_experts']} and "
+                                 f"{r['active_experts']} active experts (different routings do not compare)")
     burst_ours = cell_times(burst, IMPL_OURS) if burst is not None else {}
     burst_peer = cell_times(burst, IMPL_PEER) if burst is not None else {}
     keys = sorted(set().union(*ours), key=lambda k: (k[0], k[1]))
@@ -100,7 +110,7 @@ def summarise(rounds: list[dict], burst: dict | None = None, min_reps: int = 0, 
              "target_us": target}
         c["x_tk"] = c["tk_us"]["median"] / c["fp4gemm_us"]["median"] if t else None
         c["met"] = None if target is None or not targets_apply else c["fp4gemm_us"]["median"] <= target
-        fl = cell_floor(rows[key], *rates) if rates is not None else None
+        fl = cell_floor(rows[key], *rates) if rates is not None and key in rows else None
         c["floor"] = fl
         c["of_floor"] = fl["us"] / c["fp4gemm_us"]["median"] if fl is not None else None
         if burst is not None:
@@ -147,8 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--burst", help="tk_layer.json of the short burst")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--min-reps", type=int, default=0, help="refuse sustained rounds with fewer reps")
-    ap.add_argument("--copy-rate-tbps", type=float, help="the card's copy rate for the HBM floor (default: H200 4.24)")
-    ap.add_argument("--bf16-tflops", type=float, help="the card's cuBLAS bf16 rate for the bf16 floor (default: H200 790)")
+    ap.add_argument("--copy-rate-tbps", type=float,
+                    help="the card's copy rate (TB/s, read + write) for the HBM floor; with --bf16-tflops (both or "
+                         "neither). Default: the issue's 4.24 on an H200, no floors on another card")
+    ap.add_argument("--bf16-tflops", type=float,
+                    help="the card's cuBLAS bf16 rate (TFLOP/s) for the bf16 floor; with --copy-rate-tbps. Default: the "
+                         "issue's 790 on an H200, no floors on another card")
     a = ap.parse_args(argv)
     s = summarise([load(p) for p in a.rounds], load(a.burst) if a.burst else None, a.min_reps, a.copy_rate_tbps,
                   a.bf16_tflops)

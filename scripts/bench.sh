@@ -6,8 +6,10 @@
 #   3/4 latest_layer_w4a16.json   the layer suite -- the whole MoE expert layer, what users call -- W4A16 (bf16
 #                                 tokens x MXFP4 weights in pieces, checkpoint-range scales)
 #   4/4 latest_layer_w4a4.json    the layer suite, W4A4 NVFP4 (weights in pieces)
-# With arguments it runs `fp4gemm bench <arguments>` alone: --suite all (seed + dense) unless the arguments name
-# a suite, its JSON to bench/results/latest.json unless they name one (e.g. `scripts/bench.sh --suite layer --act bf16`).
+# A suite that fails does not stop the others; the script then exits non-zero, naming it.
+# With arguments it runs `fp4gemm bench <arguments>` alone: --suite all (seed + dense) unless the arguments name a
+# suite, its JSON to bench/results/latest.json (--suite all) or latest_<suite>.json unless they name one
+# (e.g. `scripts/bench.sh --suite layer --act bf16` writes latest_layer.json).
 # The layer against triton_kernels' and Humming's layers (issue 52's table) is bench/tk_layer_pieces.py (needs torch
 # and triton_kernels; docs/PERF.md).
 # Without a GPU it builds the CLI, says that there is nothing to time, and exits with status 2.
@@ -33,18 +35,25 @@ mkdir -p bench/results
 if [ $# -gt 0 ]; then
   args=("$@")
   has() { local a; for a in "${args[@]}"; do case "$a" in "$1"|"$1"=*) return 0 ;; esac; done; return 1; }
+  suite_of() {  # the suite the arguments name (all where none)
+    local i; for ((i = 0; i < ${#args[@]}; i++)); do case "${args[i]}" in
+      --suite) echo "${args[i + 1]:-all}"; return ;; --suite=*) echo "${args[i]#--suite=}"; return ;; esac; done
+    echo all
+  }
   has --suite || args=(--suite all "${args[@]}")
-  has --json || args+=(--json bench/results/latest.json)
+  suite=$(suite_of)
+  has --json || args+=(--json "bench/results/latest$([ "$suite" = all ] || echo "_$suite").json")
   echo "[bench] running: fp4gemm bench ${args[*]}"
   exec "$CLI" bench "${args[@]}"
 fi
 
 t0=$SECONDS
+failed=()
 run() {  # run <step> <what> <fp4gemm bench arguments...>
   local step=$1 what=$2; shift 2
   echo
   echo "[bench] $step/4 $what: fp4gemm bench $* [$((SECONDS - t0)) s so far]"
-  "$CLI" bench "$@"
+  "$CLI" bench "$@" || { echo "[bench] $step/4 $what FAILED (exit $?)"; failed+=("$step/4 $what"); }
 }
 run 1 "seed and dense GEMM suites" --suite all --json bench/results/latest.json
 run 2 "dual GEMM suite" --suite dual --json bench/results/latest_dual.json
@@ -53,5 +62,9 @@ run 3 "layer suite, W4A16" --suite layer --act bf16 --weight-layout pieces --val
 run 4 "layer suite, W4A4 NVFP4" --suite layer --act nvfp4 --weight-layout pieces \
   --json bench/results/latest_layer_w4a4.json
 echo
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "[bench] done in $((SECONDS - t0)) s; FAILED: ${failed[*]} (the other suites' JSON files are written)"
+  exit 1
+fi
 echo "[bench] done in $((SECONDS - t0)) s: bench/results/latest.json, latest_dual.json, latest_layer_w4a16.json," \
   "latest_layer_w4a4.json"

@@ -4,6 +4,7 @@
 // with the bf16-rate and copy-bandwidth floors measured in the same run. The torch peers (the same
 // layer in torch bf16 and FP8) need torch and run from bench/layer_vs_torch.py, which calls this
 // CLI's `layer` command in the same process tree.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -23,7 +24,8 @@ constexpr int kLayerTokens[] = {1, 8, 32, 128, 256, 1024, 4096};
 // the numbers earlier results cite them by.
 constexpr int kLayerTokensSpec[] = {64, 512};
 constexpr int kLayerPlanTokens = 4096;  // one plan per model covers every case
-static_assert(kLayerTokens[std::size(kLayerTokens) - 1] <= kLayerPlanTokens && kLayerTokensSpec[1] <= kLayerPlanTokens);
+static_assert(kLayerTokens[std::size(kLayerTokens) - 1] <= kLayerPlanTokens &&
+              kLayerTokensSpec[std::size(kLayerTokensSpec) - 1] <= kLayerPlanTokens);
 
 struct LayerCase {
   const LayerModel* model;
@@ -47,6 +49,10 @@ int run_layer_suite(const BenchOptions& o) {
   const std::vector<LayerCase> all = layer_suite();
   std::vector<std::pair<int, LayerCase>> cases;
   for (int index : pick_cases(o.cases, all.size(), "layer")) cases.emplace_back(index, all[index - 1]);
+  // Run a model's cases together (its appended T 64 / 512 right after its first seven), so that each model's
+  // weights are made and planned once; the cases keep their numbers.
+  std::stable_sort(cases.begin(), cases.end(),
+                   [](const auto& x, const auto& y) { return x.second.model < y.second.model; });
   for (const auto& c : cases) validate_layer_model(*c.second.model, act);
   const BenchRun run(rs.json_path);
   const auto& [device, stream, ceilings, flusher] = run;

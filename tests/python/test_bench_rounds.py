@@ -90,3 +90,14 @@ def test_floors_hbm_or_bf16_by_the_issue_rates_and_per_card_rates():
         rounds_mod.summarise([h], copy_tbps=3.0)
     with pytest.raises(SystemExit, match="positive"):
         rounds_mod.summarise([h], copy_tbps=0.0, bf16_tflops=700.0)
+
+
+def test_floor_dims_from_any_round_and_routings_that_differ_refused():
+    cells = {("gpt-oss-120b", 1): (31.0, 72.0)}
+    with_dims = dims(result("NVIDIA H200", 100, cells), "gpt-oss-120b", 1, 128, 2880, 2880, 4, 4)
+    without = result("NVIDIA H200", 100, cells)
+    for order in ([with_dims, without], [without, with_dims]):
+        assert rounds_mod.summarise(order)["cells"][0]["floor"] is not None
+    other = dims(result("NVIDIA H200", 100, cells), "gpt-oss-120b", 1, 128, 2880, 2880, 4, 3)
+    with pytest.raises(SystemExit, match="active experts"):
+        rounds_mod.summarise([with_dims, other])

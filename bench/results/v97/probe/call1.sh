@@ -18,7 +18,9 @@ for args in "rows 8 2880 2880 4 4096" "pieces 8 2880 2880 4 64"; do
   PYTHONPATH=$PWD/python timeout 90 python3 bench/results/v95/probe/describe_repro.py $args > $OUT/c1/rep_${args%% *}.txt 2>&1
   echo "${args%% *}: describe rc $? $(grep -c 'describe ok' $OUT/c1/rep_${args%% *}.txt) ok"
 done
-BUILD=/tmp/b timeout 480 bash scripts/bench.sh > $OUT/c1/bench.txt 2>&1; echo "bench.sh rc $? [$((SECONDS - t0)) s]"
+# (the call's 600 s: what is left of it, less 40 s for the copies below; bench.sh's suites write their JSON as they end)
+left=$((560 - (SECONDS - t0))); [ $left -lt 60 ] && left=60
+BUILD=/tmp/b timeout $left bash scripts/bench.sh > $OUT/c1/bench.txt 2>&1; echo "bench.sh rc $? [$((SECONDS - t0)) s]"
 grep "^\[bench\]" $OUT/c1/bench.txt | grep -v "case " | tail -8
 cp bench/results/latest*.json $OUT/c1/ 2>/dev/null
 tar czf $OUT/c1.tgz -C $OUT c1; echo "call1 done [$((SECONDS - t0)) s]"
