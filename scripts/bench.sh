@@ -32,39 +32,10 @@ if ! "$CLI" info >/dev/null 2>&1; then
 fi
 mkdir -p bench/results
 
+source scripts/bench_lib.sh
 if [ $# -gt 0 ]; then
-  args=("$@")
-  has() { local a; for a in "${args[@]}"; do case "$a" in "$1"|"$1"=*) return 0 ;; esac; done; return 1; }
-  suite_of() {  # the suite the arguments name (all where none)
-    local i; for ((i = 0; i < ${#args[@]}; i++)); do case "${args[i]}" in
-      --suite) echo "${args[i + 1]:-all}"; return ;; --suite=*) echo "${args[i]#--suite=}"; return ;; esac; done
-    echo all
-  }
-  has --suite || args=(--suite all "${args[@]}")
-  suite=$(suite_of)
-  has --json || args+=(--json "bench/results/latest$([ "$suite" = all ] || echo "_$suite").json")
-  echo "[bench] running: fp4gemm bench ${args[*]}"
-  exec "$CLI" bench "${args[@]}"
+  bench_args "$@"
+  echo "[bench] running: fp4gemm bench ${BENCH_ARGS[*]}"
+  exec "$CLI" bench "${BENCH_ARGS[@]}"
 fi
-
-t0=$SECONDS
-failed=()
-run() {  # run <step> <what> <fp4gemm bench arguments...>
-  local step=$1 what=$2; shift 2
-  echo
-  echo "[bench] $step/4 $what: fp4gemm bench $* [$((SECONDS - t0)) s so far]"
-  "$CLI" bench "$@" || { echo "[bench] $step/4 $what FAILED (exit $?)"; failed+=("$step/4 $what"); }
-}
-run 1 "seed and dense GEMM suites" --suite all --json bench/results/latest.json
-run 2 "dual GEMM suite" --suite dual --json bench/results/latest_dual.json
-run 3 "layer suite, W4A16" --suite layer --act bf16 --weight-layout pieces --values checkpoint \
-  --json bench/results/latest_layer_w4a16.json
-run 4 "layer suite, W4A4 NVFP4" --suite layer --act nvfp4 --weight-layout pieces \
-  --json bench/results/latest_layer_w4a4.json
-echo
-if [ ${#failed[@]} -gt 0 ]; then
-  echo "[bench] done in $((SECONDS - t0)) s; FAILED: ${failed[*]} (the other suites' JSON files are written)"
-  exit 1
-fi
-echo "[bench] done in $((SECONDS - t0)) s: bench/results/latest.json, latest_dual.json, latest_layer_w4a16.json," \
-  "latest_layer_w4a4.json"
+bench_main_job "$CLI"
