@@ -13,7 +13,8 @@
 //                   one being read)
 //   5 no dequant    2 with the dequantisation replaced by one XOR per register (LDS kept)
 // and (v12) the same k-block with the dequantised weights stored into shared memory and read by
-// shared-A wgmma (ss_loop), against variant 2. SS_ONLY=1 stops after that table.
+// shared-A wgmma (ss_loop), against variant 2. SS_ONLY=1 stops after that table. LONE=1 (v98): one consumer
+// warpgroup alone against two, per tile shape (lone_shape).
 //
 // Build and run (sm_90a; prints TFLOP/s and the share of variant 0 per shape):
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
@@ -563,6 +564,29 @@ double run(int sms, float* sink) {
   return flops / (best * 1e-3) / 1e12;
 }
 
+// v98: one consumer warpgroup alone against two (LONE=1). Both read the same static ring; `threads` 128 runs
+// warpgroup 0 only (its 64 rows of each of the H halves), 256 both. TFLOP/s per GPU of the rows computed.
+template <int N8, int H, int V>
+double run_threads(int sms, float* sink, int threads) {
+  auto k = consumer_loop<N8, H, V>;
+  const int smem = 120 * 1024 > kStages * stage_bytes<N8, H>() + 2048 ? 120 * 1024 : kStages * stage_bytes<N8, H>() + 2048;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const int kblocks = 4000;
+  const float best = best_ms([&](bool warm) { k<<<sms, threads, smem>>>(warm ? 64 : kblocks, sink); });
+  return 2.0 * (64.0 * H * (threads / 128)) * (8 * N8) * 64 * kblocks * sms / (best * 1e-3) / 1e12;
+}
+
+// Whether a lane of the independent-lanes sketch (PERF.md v98: each warpgroup its own 64 H-row tiles) keeps the
+// tensor pipe busy alone, as it would while the other lane drains its epilogue: lone / paired.
+template <int N8, int H>
+void lone_shape(int sms, float* sink) {
+  const double paired = run_threads<N8, H, 2>(sms, sink, 256), lone = run_threads<N8, H, 2>(sms, sink, 128);
+  const double p0 = run_threads<N8, H, 0>(sms, sink, 256), l0 = run_threads<N8, H, 0>(sms, sink, 128);
+  std::printf("lane %3d rows x %3d tokens | two lanes %6.1f | one lane %6.1f (%3.0f%%) | wgmma only: two %6.1f, one %6.1f\n",
+              64 * H, 8 * N8, paired, lone, 100.0 * lone / paired, p0, l0);
+  std::fflush(stdout);
+}
+
 template <int N8, int H>
 void shape(int sms, float* sink) {
   const double v[6] = {run<N8, H, 0>(sms, sink), run<N8, H, 1>(sms, sink), run<N8, H, 2>(sms, sink),
@@ -600,6 +624,15 @@ int main() {
   std::printf("rows x tok |");
   for (int i = 0; i < 6; ++i) std::printf("   variant %d   |", i);
   std::printf("\n");
+  if (std::getenv("LONE")) {  // v98: one consumer warpgroup alone against two (variant 2 and wgmma only)
+    lone_shape<8, 2>(sms, sink);
+    lone_shape<12, 2>(sms, sink);
+    lone_shape<16, 2>(sms, sink);
+    lone_shape<18, 1>(sms, sink);
+    lone_shape<24, 1>(sms, sink);
+    lone_shape<32, 1>(sms, sink);
+    return 0;
+  }
   if (std::getenv("SMALL")) {  // the decode classes (16 / 32 tokens, 256-row tiles), v22
     shape<1, 2>(sms, sink);
     shape<2, 2>(sms, sink);
