@@ -14,11 +14,13 @@
 //   5 no dequant    2 with the dequantisation replaced by one XOR per register (LDS kept)
 // and (v12) the same k-block with the dequantised weights stored into shared memory and read by
 // shared-A wgmma (ss_loop), against variant 2. SS_ONLY=1 stops after that table. LONE=1 (v98): one consumer
-// warpgroup alone against two, per tile shape (lone_shape).
+// warpgroup alone against two, per tile shape (lone_shape); LANES=1 (v98): two warpgroups with tiles of their own,
+// each tile's GLU epilogue in step or half a tile apart (lanes_shape).
 //
 // Build and run (sm_90a; prints TFLOP/s and the share of variant 0 per shape):
-//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -Iinclude \
+//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude \
 //        bench/micro/consumer_loop.cu -o build/consumer_loop && build/consumer_loop
+// (LANES=1 / LONE=1 before the binary: the v98 tables only, seconds.)
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda.h>
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "device/dequant.cuh"
+#include "device/epilogue.cuh"
 #include "device/ptx/ptx.cuh"
 #include "device/ptx/wgmma_rs.cuh"
 #include "micro_timing.cuh"
@@ -564,6 +567,107 @@ double run(int sms, float* sink) {
   return flops / (best * 1e-3) / 1e12;
 }
 
+// ---- v98: two lanes -- each consumer warpgroup its own tiles: a mainloop of kbt k-blocks, then the GLU epilogue --
+// The sketch of PERF.md v98 on the static ring: each warpgroup runs `tiles` tiles of variant 2's k-block loop (64 H
+// rows, 8 N8 tokens), each followed by the kernel's own GLU epilogue (store_tile_glu: the accumulators staged in the
+// warpgroup's 16 KB buffer, swigluoai, bf16 stores to `out`), plus one tile of `part` k-blocks: last in both lanes
+// (phase 0: the lanes in step, as the cooperative kernel's warpgroups are), or first in lane 1 (phase 1: the lanes
+// half a tile apart, one lane's epilogue beside the other's mainloop). Same work either way. kDrain = false: no
+// epilogue at all (the bound if it were hidden completely).
+template <int N8, int H, bool kDrain>
+__global__ void __launch_bounds__(kThreads, 1) lanes_loop(int tiles, int kbt, int part, int phase, void* out,
+                                                          float* sink) {
+  extern __shared__ __align__(1024) std::uint8_t smem_raw[];
+  constexpr int kAct = act_stage_bytes<N8>();
+  constexpr int kEpiPerWg = fp4gemm::detail::sm90::kGluPassTokens * 32 * 8;  // [64 tokens][32 columns] float2
+  const StaticRing ring = setup_static_ring<N8, H>(smem_raw, 2 * kEpiPerWg);
+  std::uint8_t *w = ring.w, *sc = ring.sc;
+  std::uint64_t* bars = ring.bars;
+  constexpr int kAcc = 4 * N8;
+  const int cw = threadIdx.x / 128, wtid = threadIdx.x % 128, warp = wtid / 32, lane = threadIdx.x % 32, t = lane % 4;
+  const int row = cw * 64 + warp * 16 + lane / 4;
+  const int s_off = (row % 32) * 16 + (row / 32) * 4 + t;
+  float acc[H][kAcc];
+  std::uint32_t a[2][H][8][2];
+  const std::uint32_t act0 = ptx::smem_addr(ring.act);
+  int stage = 0;
+  auto dequant_stage = [&](int h, std::uint32_t(&buf)[8][2]) {
+    const std::uint8_t* wrow = w + (stage * H + h) * 4096 + row * 32 + t * 8;
+    const std::uint8_t* srow = sc + (stage * H + h) * 512 + s_off;
+    dequant_rows(wrow, srow, buf);
+  };
+  auto tile_run = [&](int kbs) {
+    for (int kb0 = 0; kb0 < kbs; kb0 += 2) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int kb = kb0 + u;
+        if (kb < kbs) {
+          ptx::mbarrier_wait(&bars[0], 0);
+#pragma unroll
+          for (int h = 0; h < H; ++h) dequant_stage(h, a[u][h]);
+          issue_kblock<N8>(acc, a[u], act0 + stage * kAct, kb);
+#pragma unroll
+          for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
+          ptx::wgmma_wait<1>();
+#pragma unroll
+          for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
+          if (wtid == 0) ptx::mbarrier_arrive(&bars[1]);
+          stage = stage + 1 == kStages ? 0 : stage + 1;
+        }
+      }
+    }
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
+  };
+  auto epilogue = [&] {
+    if constexpr (kDrain) {
+      using namespace fp4gemm::detail;
+      using namespace fp4gemm::detail::sm90;
+      GroupParams g{};
+      g.c = out;
+      g.ldc = H * 64;  // output columns: 64 gate / up pairs per 128-row half
+      TileDesc tile{};
+      tile.ntok = 8 * N8;
+      const GluArgs glu{kGluSwigluOai, 0, H * 64, 1.702f, 7.0f, 1.0f, 1.0f, 0, 1.0f, nullptr, nullptr, 0, 0};
+      std::uint8_t* epi = ring.extra + cw * kEpiPerWg;
+      constexpr int kPasses = (8 * N8 + kGluPassTokens - 1) / kGluPassTokens;
+#pragma unroll
+      for (int h = 0; h < H; ++h)
+        store_tile_glu<__nv_bfloat16, N8>(acc[h], g, tile, h * 128 + cw * 64, lane, glu, warp, cw, wtid, epi, 0, kPasses);
+    }
+  };
+  const bool part_first = phase != 0 && cw == 1;
+  if (part_first && part > 0) { tile_run(part); epilogue(); }
+  for (int i = 0; i < tiles; ++i) { tile_run(kbt); epilogue(); }
+  if (!part_first && part > 0) { tile_run(part); epilogue(); }
+  drain_and_sink(acc, sink);
+}
+
+template <int N8, int H, bool kDrain>
+double run_lanes(int sms, float* sink, void* out, int tiles, int kbt, int phase) {
+  auto k = lanes_loop<N8, H, kDrain>;
+  const int smem = kStages * stage_bytes<N8, H>() + 2 * 16384 + 4096;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const float best = best_ms([&](bool warm) {
+    k<<<sms, kThreads, smem>>>(warm ? 1 : tiles, kbt, kbt / 2, phase, out, sink);
+  });
+  return best * 1e3;  // us
+}
+
+// The time of one launch (every SM: two lanes x (tiles + 1/2) tiles), in step / half a tile apart / no epilogue.
+template <int N8, int H>
+void lanes_shape(int sms, float* sink, void* out, int kbt) {
+  const int tiles = 16;
+  const double in_step = run_lanes<N8, H, true>(sms, sink, out, tiles, kbt, 0);
+  const double apart = run_lanes<N8, H, true>(sms, sink, out, tiles, kbt, 1);
+  const double none = run_lanes<N8, H, false>(sms, sink, out, tiles, kbt, 0);
+  std::printf("lane %3d rows x %3d tokens, %2d k-blocks | in step %8.1f us | half a tile apart %8.1f (%+5.1f %%) | "
+              "no epilogue %8.1f (%+5.1f %%)\n",
+              64 * H, 8 * N8, kbt, in_step, apart, 100.0 * (apart / in_step - 1), none, 100.0 * (none / in_step - 1));
+  std::fflush(stdout);
+}
+
 // v98: one consumer warpgroup alone against two (LONE=1). Both read the same static ring; `threads` 128 runs
 // warpgroup 0 only (its 64 rows of each of the H halves), 256 both. TFLOP/s per GPU of the rows computed.
 template <int N8, int H, int V>
@@ -624,6 +728,17 @@ int main() {
   std::printf("rows x tok |");
   for (int i = 0; i < 6; ++i) std::printf("   variant %d   |", i);
   std::printf("\n");
+  if (std::getenv("LANES")) {  // v98: two lanes in step against half a tile apart (GLU epilogue, static ring)
+    void* out;
+    cudaMalloc(&out, 256 * 256 * 2);
+    for (int kbt : {32, 45}) {  // Qwen3-30B-A3B's and gpt-oss-120b's GEMM1 K / 64
+      lanes_shape<8, 2>(sms, sink, out, kbt);
+      lanes_shape<16, 2>(sms, sink, out, kbt);
+      lanes_shape<18, 1>(sms, sink, out, kbt);
+      lanes_shape<32, 1>(sms, sink, out, kbt);
+    }
+    return 0;
+  }
   if (std::getenv("LONE")) {  // v98: one consumer warpgroup alone against two (variant 2 and wgmma only)
     lone_shape<8, 2>(sms, sink);
     lone_shape<12, 2>(sms, sink);
