@@ -159,6 +159,18 @@ __device__ __forceinline__ void issue_kblock(float (&acc)[H][A], const std::uint
   ptx::wgmma_commit();
 }
 
+// issue_kblock, then every commit group but this one retired (wait<1>, the kernel's two A register sets).
+template <int N8, int H, int A>
+__device__ __forceinline__ void issue_retire_older(float (&acc)[H][A], const std::uint32_t (&buf)[H][8][2],
+                                                   std::uint32_t act_addr, int kb) {
+  issue_kblock<N8>(acc, buf, act_addr, kb);
+#pragma unroll
+  for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
+  ptx::wgmma_wait<1>();
+#pragma unroll
+  for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
+}
+
 // The static ring in dynamic shared memory (1024-byte aligned): kStages stages of activations,
 // weights and scale atoms, then `extra` bytes (1024-aligned), then the two static barriers; the
 // ring is filled and the barriers initialised.
@@ -416,12 +428,7 @@ __global__ void __launch_bounds__(kFedThreads, 1) fed_loop(const __grid_constant
         ptx::mbarrier_wait(&full[stage], phase);
 #pragma unroll
         for (int h = 0; h < H; ++h) dequant_half(h, a[u][h]);
-        issue_kblock<N8>(acc, a[u], act0 + stage * kAct, kb);
-#pragma unroll
-        for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
-        ptx::wgmma_wait<1>();
-#pragma unroll
-        for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
+        issue_retire_older<N8>(acc, a[u], act0 + stage * kAct, kb);
         if (kb > 0 && threadIdx.x % 128 == 0) ptx::mbarrier_arrive(&empty[stage == 0 ? kStages - 1 : stage - 1]);
         if (++stage == kStages) { stage = 0; phase ^= 1; }
       }
@@ -605,12 +612,7 @@ __global__ void __launch_bounds__(kThreads, 1) lanes_loop(int tiles, int kbt, in
           ptx::mbarrier_wait(&bars[0], 0);
 #pragma unroll
           for (int h = 0; h < H; ++h) dequant_stage(h, a[u][h]);
-          issue_kblock<N8>(acc, a[u], act0 + stage * kAct, kb);
-#pragma unroll
-          for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
-          ptx::wgmma_wait<1>();
-#pragma unroll
-          for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
+          issue_retire_older<N8>(acc, a[u], act0 + stage * kAct, kb);
           if (wtid == 0) ptx::mbarrier_arrive(&bars[1]);
           stage = stage + 1 == kStages ? 0 : stage + 1;
         }
