@@ -21,17 +21,17 @@ bench_args() {
 # and the function then returns 1, naming it.
 bench_main_job() {
   local cli=$1 t0=$SECONDS failed=()
-  run() {  # run <step> <what> <fp4gemm bench arguments...>
+  bench_suite() {  # bench_suite <step> <what> <fp4gemm bench arguments...>
     local step=$1 what=$2; shift 2
     echo
     echo "[bench] $step/4 $what: fp4gemm bench $* [$((SECONDS - t0)) s so far]"
     "$cli" bench "$@" || { echo "[bench] $step/4 $what FAILED (exit $?)"; failed+=("$step/4 $what"); }
   }
-  run 1 "seed and dense GEMM suites" --suite all --json bench/results/latest.json
-  run 2 "dual GEMM suite" --suite dual --json bench/results/latest_dual.json
-  run 3 "layer suite, W4A16" --suite layer --act bf16 --weight-layout pieces --values checkpoint \
+  bench_suite 1 "seed and dense GEMM suites" --suite all --json bench/results/latest.json
+  bench_suite 2 "dual GEMM suite" --suite dual --json bench/results/latest_dual.json
+  bench_suite 3 "layer suite, W4A16" --suite layer --act bf16 --weight-layout pieces --values checkpoint \
     --json bench/results/latest_layer_w4a16.json
-  run 4 "layer suite, W4A4 NVFP4" --suite layer --act nvfp4 --weight-layout pieces \
+  bench_suite 4 "layer suite, W4A4 NVFP4" --suite layer --act nvfp4 --weight-layout pieces \
     --json bench/results/latest_layer_w4a4.json
   echo
   if [ ${#failed[@]} -gt 0 ]; then
