@@ -581,6 +581,8 @@ double run(int sms, float* sink) {
 // (phase 0: the lanes in step, as the cooperative kernel's warpgroups are), or first in lane 1 (phase 1: the lanes
 // half a tile apart, one lane's epilogue beside the other's mainloop). Same work either way. kDrain = false: no
 // epilogue at all (the bound if it were hidden completely).
+constexpr int kLaneTiles = 17;  // tiles per lane in one launch (16 + the half tile), each with its own output rows
+
 template <int N8, int H, bool kDrain>
 __global__ void __launch_bounds__(kThreads, 1) lanes_loop(int tiles, int kbt, int part, int phase, void* out,
                                                           float* sink) {
@@ -622,14 +624,18 @@ __global__ void __launch_bounds__(kThreads, 1) lanes_loop(int tiles, int kbt, in
 #pragma unroll
     for (int h = 0; h < H; ++h) ptx::fence_registers(acc[h]);
   };
+  int tile_no = 0;  // this lane's tiles so far: each tile's output rows are fresh lines, as in the kernel
   auto epilogue = [&] {
     if constexpr (kDrain) {
       using namespace fp4gemm::detail;
       using namespace fp4gemm::detail::sm90;
       GroupParams g{};
-      g.c = out;
+      // v99: every CTA its own region of kLaneTiles tiles x 256 token rows (v98 had every CTA write the same
+      // 128 KB: the stores of 132 SMs met in L2 on the same lines).
       g.ldc = H * 64;  // output columns: 64 gate / up pairs per 128-row half
+      g.c = static_cast<__nv_bfloat16*>(out) + static_cast<std::int64_t>(blockIdx.x) * kLaneTiles * 256 * g.ldc;
       TileDesc tile{};
+      tile.tok0 = 256 * (tile_no++ % kLaneTiles);
       tile.ntok = 8 * N8;
       const GluArgs glu{kGluSwigluOai, 0, H * 64, 1.702f, 7.0f, 1.0f, 1.0f, 0, 1.0f, nullptr, nullptr, 0, 0};
       std::uint8_t* epi = ring.extra + cw * kEpiPerWg;
@@ -724,15 +730,14 @@ int main() {
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   float* sink;
   cudaMalloc(&sink, 4096);
-  std::printf("TFLOP/s (share of variant 0) on %d SMs; variants: 0 wgmma only | 1 v9 loop | 2 v9 + barriers | "
-              "3 prefetched LDS | 4 three A sets | 5 no dequant\n",
-              sms);
-  std::printf("rows x tok |");
-  for (int i = 0; i < 6; ++i) std::printf("   variant %d   |", i);
-  std::printf("\n");
   if (std::getenv("LANES")) {  // v98: two lanes in step against half a tile apart (GLU epilogue, static ring)
-    void* out;
-    cudaMalloc(&out, 256 * 256 * 2);
+    std::printf("LANES: us per launch on %d SMs (two lanes x 16.5 tiles each, every tile's output rows fresh)\n", sms);
+    void* out;  // per CTA: kLaneTiles tiles x 256 token rows x up to 128 bf16 columns
+    cudaMalloc(&out, static_cast<std::size_t>(sms) * kLaneTiles * 256 * 128 * 2);
+    if (std::getenv("LANES_ONE")) {  // one shape only (for ncu: launches 1-8 in step, 9-16 apart, 17-24 none)
+      lanes_shape<16, 2>(sms, sink, out, 45);
+      return 0;
+    }
     for (int kbt : {32, 45}) {  // Qwen3-30B-A3B's and gpt-oss-120b's GEMM1 K / 64
       lanes_shape<8, 2>(sms, sink, out, kbt);
       lanes_shape<16, 2>(sms, sink, out, kbt);
@@ -742,6 +747,7 @@ int main() {
     return 0;
   }
   if (std::getenv("LONE")) {  // v98: one consumer warpgroup alone against two (variant 2 and wgmma only)
+    std::printf("LONE: TFLOP/s of the rows computed, on %d SMs\n", sms);
     lone_shape<8, 2>(sms, sink);
     lone_shape<12, 2>(sms, sink);
     lone_shape<16, 2>(sms, sink);
@@ -750,6 +756,12 @@ int main() {
     lone_shape<32, 1>(sms, sink);
     return 0;
   }
+  std::printf("TFLOP/s (share of variant 0) on %d SMs; variants: 0 wgmma only | 1 v9 loop | 2 v9 + barriers | "
+              "3 prefetched LDS | 4 three A sets | 5 no dequant\n",
+              sms);
+  std::printf("rows x tok |");
+  for (int i = 0; i < 6; ++i) std::printf("   variant %d   |", i);
+  std::printf("\n");
   if (std::getenv("SMALL")) {  // the decode classes (16 / 32 tokens, 256-row tiles), v22
     shape<1, 2>(sms, sink);
     shape<2, 2>(sms, sink);
