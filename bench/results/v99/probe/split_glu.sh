@@ -25,6 +25,35 @@ for shape in "gpt-oss-120b 128 2880 2880 4" "qwen3-30b-a3b 128 2048 768 8"; do
   done
 done
 done
+# per-kernel durations (ncu, clocks not locked) of one layer run and one plain run of each output type, T 4096 and 512
+for shape in "gpt-oss-120b 128 2880 2880 4" "qwen3-30b-a3b 128 2048 768 8"; do
+  set -- $shape; m=$1 E=$2 H=$3 I=$4 k=$5 N=$((2 * $4)) K=$3
+  for T in 512 4096; do
+    timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum $CLI layer --experts $E --hidden $H --inter $I \
+      --topk $k --activation swigluoai --tokens $T --act bf16 --weight-layout pieces --values checkpoint --iters 1 \
+      --warmup 0 > $A/ncu_layer_${m}_T$T.txt 2>&1
+    for out in bf16 f32; do
+      timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum $CLI moe --experts $E --n $N --k $K --tokens $T \
+        --topk $k --act bf16 --weight-layout pieces --values checkpoint --out $out --iters 1 --warmup 0 \
+        > $A/ncu_moe_${m}_T${T}_$out.txt 2>&1
+    done
+    echo "== $m T $T (ncu, us): layer / plain bf16 / plain f32"
+    for f in $A/ncu_layer_${m}_T$T.txt $A/ncu_moe_${m}_T${T}_bf16.txt $A/ncu_moe_${m}_T${T}_f32.txt; do
+      python3 -c "
+import re, sys
+name = None; out = []
+for line in open(sys.argv[1], errors='replace'):
+    m = re.match(r'^  (\S.*?) \(\d+, \d+, \d+\)x\(', line)
+    if m: name = m.group(1).replace('void ', '').split('<')[0].split('(')[0].split('::')[-1]
+    m = re.search(r'gpu__time_duration.sum\s+(\S+)\s+([\d.,]+)', line)
+    if m and name:
+        v = float(m.group(2).replace(',', '')); v = v / 1000 if m.group(1) == 'nsecond' else v * 1000 if m.group(1) == 'msecond' else v
+        out.append(f'{name}: {v:.1f}')
+print(sys.argv[1].rsplit('/', 1)[1] + ': ' + ' | '.join(out[-8:]))
+" $f
+    done
+  done
+done
 python3 - <<'PY' 2>&1 | tee $A/torch_elementwise.txt
 import torch
 for name, rows, i in (("gpt-oss-120b T 4096", 16384, 2880), ("gpt-oss-120b T 512", 2048, 2880),
