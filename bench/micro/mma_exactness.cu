@@ -93,14 +93,7 @@ __global__ void mma_e4m3_tiles(const std::uint8_t* A, const std::uint8_t* B, flo
   store_fragment(D + t * 128, g, c, d);
 }
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));                \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
+#include "micro_check.cuh"
 
 template <class T>
 T* upload(const std::vector<T>& v) {

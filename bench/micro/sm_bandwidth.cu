@@ -23,14 +23,7 @@
 #include <vector>
 #include <cuda_runtime.h>
 
-#define CK(x)                                                                      \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
+#include "micro_check.cuh"
 
 constexpr int kWarps = 16, kChunk = 1024;  // a chunk: 32 lanes x 2 x 16 B, as the decode ring's weights
 

@@ -111,14 +111,7 @@ __global__ void __launch_bounds__(128) tiles_kernel(const std::uint8_t* A, const
   }
 }
 
-#define CK(x)                                                                      \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
+#include "micro_check.cuh"
 
 struct Data {
   std::vector<int> ca, cb;  // e2m1 codes
