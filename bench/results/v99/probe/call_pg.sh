@@ -32,7 +32,7 @@ tests)
   echo "gtests rc $? [$((SECONDS - t0)) s]"; gsum $A/gt.txt
   for tool in memcheck racecheck; do
     timeout ${MCT:-100} compute-sanitizer --tool $tool --report-api-errors no /tmp/bd/tests/fp4gemm_gpu_tests \
-      --gtest_filter="${MF:-MoeBadRouting*:MoeLayerPieces.*}" > $A/$tool.txt 2>&1
+      --gtest_filter="${MF:-MoeBadGatherW4A16.*:MoeSanitizer.*:MoeLayerPieces.*}" > $A/$tool.txt 2>&1
     echo "$tool rc $? [$((SECONDS - t0)) s]"; tail -3 $A/$tool.txt
   done ;;
 ab)
