@@ -18,7 +18,7 @@ for rnd in 1 2; do
   done
 done
 python3 - "$OUT/cli" <<'PY'
-import json, sys, glob, statistics as st
+import json, sys, glob
 d = sys.argv[1]
 for act in ("bf16", "nvfp4"):
     rows = {}
