@@ -18,7 +18,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader | tee -a $A/gpu.txt
 for t in .carry/pg_*.tar.xz; do [ -f "$t" ] && tar xJf "$t" -C /tmp/pg; done
-arms=""; [ -x /tmp/pg/m/fp4gemm ] && arms="m"; [ -x /tmp/pg/d/fp4gemm ] && arms="$arms e d${EXTRA_ARMS:- f}"
+arms=""; [ -x /tmp/pg/m/fp4gemm ] && arms="m"; [ -x /tmp/pg/d/fp4gemm ] && arms="$arms e d${EXTRA_ARMS- f}"
 echo "arms: $arms"
 fin() { tar czf $OUT/pb.tgz -C /tmp pb; }
 shape() { case $1 in gptoss) echo "--experts 128 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";;
