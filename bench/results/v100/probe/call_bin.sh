@@ -6,11 +6,11 @@
 #   .carry/pg_m.tar.xz  m/fp4gemm  main's CLI (main-build/tools/fp4gemm)
 # Arms: m = main; e = the branch with FP4GEMM_EXP_PREPASS_GATHER=1 (the pre-pass gathers, as on main, with the
 # branch's code); d = the branch (the GEMM's activation warp gathers); f = the branch with
-# FP4GEMM_EXP_GATHER_WARPS=2 (producer warps 2 and 3 gather; the branch head ac5b11d only: EXTRA_ARMS=""
-# drops it for older binaries). Each call: an A/B round over the arms whose
-# binaries are in /tmp/pg (CLI `layer`, W4A16 pieces, checkpoint scales, the prefill cells and Qwen3 T 128, order
-# alternating by round), then the layer suite's digests (bf16) of each arm it has not yet digested, compared with
-# the others'. Logs: /tmp/pb, tarred into $OUT/pb.tgz (at most 8 files come back).
+# FP4GEMM_EXP_GATHER_WARPS=2 (producer warps 2 and 3 gather; the branch head ac5b11d only: EXTRA_ARMS="" drops
+# it for older binaries). Each call: an A/B round over the arms whose binaries are in /tmp/pg (CLI `layer`, W4A16
+# pieces, checkpoint scales, the prefill cells and Qwen3 T 128, order alternating by round), then the layer suite's
+# digests (bf16) of each gathering arm not yet digested (m, d, f; e runs main's path), each compared with main's.
+# Logs: /tmp/pb, tarred into $OUT/pb.tgz (at most 8 files come back).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; A=/tmp/pb; mkdir -p $A /tmp/pg
@@ -39,15 +39,15 @@ for cs in "${CL[@]}"; do
       --iters 100 --warmup 10 > $f 2>&1
     line="$line $v $(grep -oE '^time: [0-9.]+' $f | cut -d' ' -f2)"
   done
-  unset FP4GEMM_EXP_PREPASS_GATHER FP4GEMM_EXP_GATHER_WARPS
   echo "$line [$((SECONDS - t0)) s]"
 done | tee -a $A/ab.txt; fin
 for v in $arms; do
-  case $v in e|f) continue;; esac; [ -f /tmp/d_$v ] && continue; env_of $v
+  [ $v = e ] && continue; [ -f /tmp/d_$v ] && continue; env_of $v
   FP4GEMM_DIGEST=1 timeout 60 $(cli_of $v) bench --suite layer --act bf16 --weight-layout pieces --no-peers > $A/suite_layer_$v.txt 2>&1
   echo "suite layer bf16 ($v) rc $? [$((SECONDS - t0)) s]"
   grep -i "digest" $A/suite_layer_$v.txt | sed 's/  */ /g' > /tmp/d_$v
 done
-unset FP4GEMM_EXP_PREPASS_GATHER FP4GEMM_EXP_GATHER_WARPS
-[ -f /tmp/d_m ] && [ -f /tmp/d_d ] && echo "digests layer bf16 m / d: $(wc -l < /tmp/d_m) / $(wc -l < /tmp/d_d) lines, differing: $(diff /tmp/d_m /tmp/d_d | grep -c '^<')" | tee -a $A/digests.txt
+for v in d f; do
+  [ -f /tmp/d_m ] && [ -f /tmp/d_$v ] && echo "digests layer bf16 m / $v: $(wc -l < /tmp/d_m) / $(wc -l < /tmp/d_$v) lines, differing: $(diff /tmp/d_m /tmp/d_$v | grep -c '^<')" | tee -a $A/digests.txt
+done
 fin; echo "done [$((SECONDS - t0)) s]"
