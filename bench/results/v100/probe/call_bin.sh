@@ -7,7 +7,7 @@
 # Arms: m = main; e = the branch with FP4GEMM_EXP_PREPASS_GATHER=1 (the pre-pass gathers, as on main, with the
 # branch's code); d = the branch (the GEMM's activation warp gathers); f = the branch with
 # FP4GEMM_EXP_GATHER_WARPS=2 (producer warps 2 and 3 gather; the branch head ac5b11d only: EXTRA_ARMS="" drops
-# it for older binaries). Each call: an A/B round over the arms whose binaries are in /tmp/pg (CLI `layer`, W4A16
+# it for older binaries; F_ENV names another setting for arm f: v101's script runs this one with its own). Each call: an A/B round over the arms whose binaries are in /tmp/pg (CLI `layer`, W4A16
 # pieces, checkpoint scales, the prefill cells and Qwen3 T 128, order alternating by round), then the layer suite's
 # digests (bf16) of each gathering arm not yet digested (m, d, f; e runs main's path), each compared with main's.
 # Logs: /tmp/pb, tarred into $OUT/pb.tgz (at most 8 files come back).
@@ -25,8 +25,8 @@ shape() { case $1 in gptoss) echo "--experts 128 --hidden 2880 --inter 2880 --to
                      qwen3) echo "--experts 128 --hidden 2048 --inter 768 --topk 8 --activation swigluoai";; esac; }
 cli_of() { if [ $1 = m ]; then echo /tmp/pg/m/fp4gemm; else echo /tmp/pg/d/fp4gemm; fi; }
 env_of() {
-  unset FP4GEMM_EXP_PREPASS_GATHER FP4GEMM_EXP_GATHER_WARPS
-  case $1 in e) export FP4GEMM_EXP_PREPASS_GATHER=1;; f) export FP4GEMM_EXP_GATHER_WARPS=2;; esac
+  unset FP4GEMM_EXP_PREPASS_GATHER FP4GEMM_EXP_GATHER_WARPS FP4GEMM_EXP_NO_CFENCE
+  case $1 in e) export FP4GEMM_EXP_PREPASS_GATHER=1;; f) export ${F_ENV:-FP4GEMM_EXP_GATHER_WARPS=2};; esac
 }
 R=${ROUND:-1}
 IFS=';' read -ra CL <<< "${CELLS:-qwen3 4096;gptoss 4096;qwen3 512;gptoss 512;qwen3 1024;qwen3 128}"
