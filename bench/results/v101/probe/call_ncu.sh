@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # v101 (session 114): where exp/producer-gather3's GEMM1 stalls. ncu (clocks not locked) of the first MoE GEMM
-# (GEMM1, the GLU kernel) of one Qwen3 layer run at T tokens (env T, default 512; v101 ran 512 on form 1 and 4096 on form 3), arm d (the GEMM gathers) and e (the pre-pass gathers):
-# warp states and per-SASS-instruction stall samples, printed on the machine (the reports stay there).
-# Needs /tmp/pg/d/fp4gemm (call_bin.sh unpacks it). Logs: /tmp/pb, tarred into $OUT/ncu.tgz.
+# (GEMM1, the GLU kernel) of one Qwen3 layer run at T tokens (env T, default 512; v101 ran 512 on form 1 and 4096
+# on form 3), arm d (the GEMM gathers) and e (the pre-pass gathers): warp states and per-SASS-instruction stall
+# samples, printed on the machine (the reports stay there). Unpacks the branch's CLI from .carry/pg_d.tar.xz.
+# Logs: /tmp/pb, tarred into $OUT/ncu.tgz (the per-instruction CSVs, ~2 MB each compressed, were read here and
+# not kept in bench/results).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; A=/tmp/pb; mkdir -p $A /tmp/pg
