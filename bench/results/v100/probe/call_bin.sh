@@ -9,7 +9,8 @@
 # FP4GEMM_EXP_GATHER_WARPS=2 (producer warps 2 and 3 gather; the branch head ac5b11d only: EXTRA_ARMS="" drops
 # it for older binaries), or the setting F_ENV names (v101's call_bin.sh runs this script with its own).
 # Each call: an A/B round over the arms whose binaries are in /tmp/pg (CLI `layer`, W4A16 pieces, checkpoint
-# scales, the prefill cells and Qwen3 T 128, order alternating by round), then the layer suite's digests (bf16) of each gathering arm not yet digested (m, d, f; e runs main's path), each compared with main's.
+# scales, the prefill cells and Qwen3 T 128, order alternating by round), then the layer suite's digests (bf16)
+# of each gathering arm not yet digested (m, d, f; e runs main's path), each compared with main's.
 # Logs: /tmp/pb, tarred into $OUT/pb.tgz (at most 8 files come back).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
