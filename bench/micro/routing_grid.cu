@@ -1,6 +1,6 @@
 // The layer's routing (align_routing with row_of, kernels/routing.cu) timed as a layer's CUDA graph runs it: the
-// single block against the grid form at several ids per CTA, at the routings of issue 52's prefill cells
-// (gpt-oss-120b top-4 / Qwen3-30B-A3B top-8, E 128, T 512 and 4096). ncu put the routing at 10.8 µs (gpt-oss T 512,
+// single block (the library's thread count, and 1024 threads) against the grid form on 4-64 CTAs, at the routings
+// of issue 52's prefill cells and between them (gpt-oss-120b top-4 / Qwen3-30B-A3B top-8, E 128, T 128-4096). ncu put the routing at 10.8 µs (gpt-oss T 512,
 // one block, 2048 ids) and 16.7 µs (Qwen3 T 512, the grid form's three launches at 1024 ids per CTA) on an H100
 // (docs/PERF.md v99); the single block is bound by its SM's scattered stores (~1.9 ns per id, routing.cu), so more
 // CTAs should place faster, against one more launch and a longer scan.
@@ -32,17 +32,23 @@ struct Bufs {
   int k, experts;
 };
 
-// ids_per_cta 0: the single block (the library's rule for its thread count); otherwise the grid form's three
-// launches over ceil(n / ids_per_cta) CTAs (at most kRoutingGridMaxCtas).
-void route(const Bufs& b, int ids_per_cta, cudaStream_t s) {
-  if (ids_per_cta == 0) {
+// v: 0 the library's rule for the single block (256 threads up to 2048 ids, 1024 above); -1 the single block of
+// 1024 threads whatever the count; > 0 the grid form's three launches over v CTAs (at most kRoutingGridMaxCtas).
+void route(const Bufs& b, int v, cudaStream_t s) {
+  const std::size_t buckets = static_cast<std::size_t>(b.experts) + 2;
+  if (v == 0) {
     CK(detail::launch_align_routing_kernel(b.ids, false, b.n, b.k, b.experts, b.offsets, b.gather, nullptr, b.row_of,
                                            nullptr, s, nullptr));
     return;
   }
+  if (v < 0) {
+    align_routing_kernel<int, 1024><<<1, 1024, 32 * buckets * sizeof(int), s>>>(b.ids, b.n, b.k, b.experts, b.offsets,
+                                                                              b.gather, nullptr, b.row_of, nullptr);
+    CK(cudaGetLastError());
+    return;
+  }
   constexpr int kThreads = 256;
-  const int ctas = static_cast<int>(std::min<long long>(detail::kRoutingGridMaxCtas, (b.n + ids_per_cta - 1) / ids_per_cta));
-  const std::size_t buckets = static_cast<std::size_t>(b.experts) + 2;
+  const int ctas = std::min(detail::kRoutingGridMaxCtas, v);
   routing_grid_count<int, kThreads><<<ctas, kThreads, buckets * sizeof(int), s>>>(b.ids, b.n, b.k, b.experts, b.scratch,
                                                                                  true, nullptr);
   routing_grid_scan<1024><<<1, 1024, 0, s>>>(b.scratch, ctas, b.experts, b.offsets);
@@ -68,14 +74,17 @@ int main() {
     const char* name;
     int tokens, k;
   };
-  const Shape shapes[] = {{"gpt-oss-120b T 512", 512, 4},   {"Qwen3-30B-A3B T 512", 512, 8},
-                          {"gpt-oss-120b T 4096", 4096, 4}, {"Qwen3-30B-A3B T 4096", 4096, 8},
-                          {"gpt-oss-120b T 128", 128, 4},   {"Qwen3-30B-A3B T 128", 128, 8}};
-  const int per_cta[] = {0, 1024, 512, 256, 128};
+  const Shape shapes[] = {{"gpt-oss-120b T 128", 128, 4},   {"Qwen3-30B-A3B T 128", 128, 8},
+                          {"gpt-oss-120b T 512", 512, 4},   {"Qwen3-30B-A3B T 512", 512, 8},
+                          {"gpt-oss-120b T 1024", 1024, 4}, {"Qwen3-30B-A3B T 1024", 1024, 8},
+                          {"gpt-oss-120b T 2048", 2048, 4}, {"Qwen3-30B-A3B T 2048", 2048, 8},
+                          {"gpt-oss-120b T 4096", 4096, 4}, {"Qwen3-30B-A3B T 4096", 4096, 8}};
+  const int variants[] = {0, -1, 4, 8, 12, 16, 24, 32, 48, 64};
   std::printf("routing with row_of, E %d, uniform distinct ids; us per routing (graph of 20, best of 50 replays)\n",
               experts);
   std::printf("%-22s %6s |", "shape", "ids");
-  for (int p : per_cta) p == 0 ? std::printf("  one block |") : std::printf(" grid %4d/CTA |", p);
+  for (int p : variants)
+    p == 0 ? std::printf("  one block |") : p < 0 ? std::printf(" 1 x 1024 thr |") : std::printf(" %3d CTAs     |", p);
   std::printf("\n");
   for (const Shape& sh : shapes) {
     const long long n = static_cast<long long>(sh.tokens) * sh.k;
@@ -98,7 +107,7 @@ int main() {
     CK(cudaMemcpy(b.ids, ids.data(), n * 4, cudaMemcpyHostToDevice));
     std::vector<int> ref_off, ref_gat, ref_row;
     std::printf("%-22s %6lld |", sh.name, n);
-    for (int p : per_cta) {
+    for (int p : variants) {
       CK(cudaMemset(b.offsets, 0xFF, (experts + 1) * 4));
       CK(cudaMemset(b.gather, 0xFF, n * 4));
       CK(cudaMemset(b.row_of, 0xFF, n * 4));
@@ -130,7 +139,8 @@ int main() {
         CK(cudaEventElapsedTime(&ms, e0, e1));
         best = std::min(best, ms);
       }
-      std::printf(p == 0 ? " %9.2f  |" : " %9.2f %s |", best * 1e3f / 20, same ? "   " : "BAD");
+      if (p == 0) std::printf(" %9.2f  |", best * 1e3f / 20);
+      else std::printf(" %9.2f %s |", best * 1e3f / 20, same ? "   " : "BAD");
       std::fflush(stdout);
       CK(cudaGraphExecDestroy(ge));
       CK(cudaGraphDestroy(g));
