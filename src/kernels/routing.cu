@@ -11,9 +11,9 @@
 //     other (__match_any_sync), take consecutive slots in lane order, and the group's first lane
 //     advances the warp's cursor. Slots therefore follow the index order within each bucket:
 //     stable, the same on every run and for any W.
-// Both walks load kBatch groups of 32 ids before using them, and routings of more than 2048 ids take
-// 32 warps (when their counters fit the default 48 KB of shared memory: E <= 334), smaller ones 8
-// (the scan over more threads would only add to a launch-bound kernel): with 8 warps and one load
+// Both walks load kBatch groups of 32 ids before using them, and routings of more than
+// kRoutingWideBlockMinIds (1024) ids take 32 warps (when their counters fit the default 48 KB of shared memory:
+// E <= 334), smaller ones 8 (the scan over more threads would only add to a launch-bound kernel): with 8 warps and one load
 // per step, T 4096 x top-8 (32768 ids) took 139 us on an H200, now 62 us. What bounds it now is
 // its one SM's scattered 4-byte stores of `gather`, ~1.9 ns per id.
 #include <cub/block/block_scan.cuh>
@@ -242,7 +242,8 @@ namespace detail {
 
 int routing_grid_ctas(std::int64_t count) {
   if (count < kRoutingGridMinIds) return 0;
-  return static_cast<int>(std::min<std::int64_t>(kRoutingGridMaxCtas, (count + kRoutingIdsPerCta - 1) / kRoutingIdsPerCta));
+  const std::int64_t ctas = std::max<std::int64_t>(kRoutingGridMinCtas, (count + kRoutingIdsPerCta - 1) / kRoutingIdsPerCta);
+  return static_cast<int>(std::min<std::int64_t>(kRoutingGridMaxCtas, ctas));
 }
 
 cudaError_t launch_align_routing_kernel(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
@@ -275,7 +276,7 @@ cudaError_t launch_align_routing_kernel(const void* topk_ids, bool ids_int64, st
                                                                      token_count);
   };
   // (the counters and the scan's static storage, ~5 KB, within the default 48 KB)
-  const bool wide = count > 2048 && std::size_t{32} * (experts + 2) * sizeof(int) <= 42 * 1024;
+  const bool wide = count > kRoutingWideBlockMinIds && std::size_t{32} * (experts + 2) * sizeof(int) <= 42 * 1024;
   if (wide) {
     if (ids_int64) go(std::integral_constant<int, 1024>{}, 0LL); else go(std::integral_constant<int, 1024>{}, 0);
   } else {

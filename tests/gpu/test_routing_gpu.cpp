@@ -144,13 +144,13 @@ TEST(AlignRouting, LargestRoutings) {
   check_routing(draw_ids(rng, 65536, 1, 8, "skewed"), 1, 8, true, true);
 }
 
-// The kernel takes 32 warps past 2048 ids when E <= 334 (the counters fit 48 KB of shared memory),
-// else 8: both sides of both bounds, ranges that end inside a 32-id group and a load batch.
+// The kernel takes 32 warps past kRoutingWideBlockMinIds (1024) ids when E <= 334 (the counters fit 48 KB of
+// shared memory), else 8: both sides of both bounds, ranges that end inside a 32-id group and a load batch.
 TEST(AlignRouting, BlockWidthBoundaries) {
   REQUIRE_GPU();
   std::mt19937_64 rng(11);
   for (int experts : {333, 334, 335})
-    for (int tokens : {2047, 2048, 2049, 2079, 4095})
+    for (int tokens : {1023, 1024, 1025, 1055, 2047, 2048, 2049, 2079, 4095})
       check_routing(draw_ids(rng, tokens, 1, experts, tokens % 2 ? "out-of-range" : "uniform"), 1, experts,
                     tokens % 2 == 0, true);
   check_routing(draw_ids(rng, 257, 8, 334, "skewed"), 8, 334, true, true);  // 2056 ids

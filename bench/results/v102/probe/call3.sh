@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# v102 (session 115), call 3 (carry .carry/pg_m.tar.xz, .carry/pg_n.tar.xz): the routing's new CTA counts.
+# (1) CLI layer suite, W4A16 on pieces with checkpoint-range scales, main's CLI (m, e8c78ff's source) against the
+# new rule's (n), alternating, two rounds of 100 reps: the cells whose routing changed (Qwen3 T 256 / 512 / 1024 /
+# 4096, gpt-oss T 512 / 1024 / 4096, DeepSeek-V3 T 256 / 1024, Mixtral T 1024 / 4096) and two controls (Qwen3 T 128,
+# gpt-oss T 256: 1024 ids, unchanged); digests compared. (2) this tree built there with the tests, the routing /
+# layer GPU tests and memcheck of the routing tests.
+set -uo pipefail
+cd "$(dirname "$0")/../../../.."
+t0=$SECONDS; R=$OUT/c3; mkdir -p $R /tmp/ab
+export FP4GEMM_DIGEST=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,clocks.sm,power.limit --format=csv,noheader | tee $R/gpu.txt
+for a in m n; do tar xJf .carry/pg_$a.tar.xz -C /tmp/ab; done
+C=11,12,32,13,14,19,34,20,21,5,6,27,28
+if [ "${PART:-all}" != tests ]; then
+for rnd in 1 2; do for a in m n; do
+  timeout 200 /tmp/ab/$a/fp4gemm bench --suite layer --act bf16 --weight-layout pieces --values checkpoint --cases $C \
+    --iters 100 --json $R/layer_${a}_r$rnd.json > $R/layer_${a}_r$rnd.txt 2>&1
+  echo "layer $a round $rnd rc $? [$((SECONDS - t0)) s]"
+done; done
+python3 - "$R" <<'PY' | tee $R/ab.txt
+import json, sys, glob, re
+d = sys.argv[1]
+rows, dig = {}, {}
+for a in ("m", "n"):
+    for f in sorted(glob.glob(f"{d}/layer_{a}_r*.json")):
+        for c in json.load(open(f))["cases"]:
+            rows.setdefault((c["model"], c["tokens"], c["index"]), {"m": [], "n": []})[a].append(c["time_us"]["median"])
+    for f in sorted(glob.glob(f"{d}/layer_{a}_r*.txt")):
+        for m in re.finditer(r"^digest layer (\d+) (\S+)$", open(f).read(), re.M):
+            dig.setdefault(int(m.group(1)), {"m": set(), "n": set()})[a].add(m.group(2))
+print("layer W4A16 pieces checkpoint, median us per round: m (main) | n (routing CTAs) | n/m of the means | digests")
+for (m, t, i), r in sorted(rows.items()):
+    mm, nn = sum(r["m"]) / max(1, len(r["m"])), sum(r["n"]) / max(1, len(r["n"]))
+    g = dig.get(i, {"m": set(), "n": set()})
+    same = "same" if g["m"] == g["n"] and len(g["m"]) == 1 else f"DIFFER {g}"
+    print(f"  {m:16s} T {t:5d}: " + " / ".join(f"{x:.1f}" for x in r["m"]) + " | " +
+          " / ".join(f"{x:.1f}" for x in r["n"]) + f" | {nn / mm:.4f} | {same}")
+PY
+fi
+if [ "${PART:-all}" != ab ]; then
+B=/tmp/b3
+cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DFP4GEMM_BUILD_TESTS=ON -DFP4GEMM_BUILD_TOOLS=OFF \
+  -DFP4GEMM_BUILD_PYTHON=OFF > $R/cmake.txt 2>&1 || tail -20 $R/cmake.txt
+ninja -C $B tests/fp4gemm_gpu_tests > $R/build.txt 2>&1; echo "build rc $? [$((SECONDS - t0)) s]"; tail -3 $R/build.txt
+F='AlignRouting*:AlignRoutingRows*:MoeRouting*:*Routing*:MoeLayer*:MoeGraph*'
+timeout 240 $B/tests/fp4gemm_gpu_tests --gtest_brief=1 --gtest_filter="$F" > $R/gtests.txt 2>&1
+echo "gtests rc $? [$((SECONDS - t0)) s]"; grep -E "PASSED|FAILED|SKIPPED" $R/gtests.txt | head -20
+timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/fp4gemm_gpu_tests \
+  --gtest_filter='AlignRouting*:AlignRoutingRows*' > $R/memcheck.txt 2>&1
+echo "memcheck rc $? [$((SECONDS - t0)) s]"; grep -E "ERROR SUMMARY|PASSED|FAILED" $R/memcheck.txt | head -5
+fi
+tar czf $OUT/c3.tgz -C $OUT c3; echo "call3 done [$((SECONDS - t0)) s]"
