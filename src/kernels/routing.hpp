@@ -19,8 +19,8 @@ cudaError_t launch_align_routing_kernel(const void* topk_ids, bool ids_int64, st
 
 // The single block: 32 warps for routings of more than kRoutingWideBlockMinIds ids (where their counters fit the
 // default 48 KB of shared memory), else 8.
-// The grid form: routings of at least kRoutingGridMinIds ids, on at least kRoutingGridMinCtas CTAs and one more per
-// kRoutingIdsPerCta ids past that, at most kRoutingGridMaxCtas (the scratch holds a count per CTA and bucket).
+// The grid form: routings of at least kRoutingGridMinIds ids, on ceil(ids / kRoutingIdsPerCta) CTAs, at least
+// kRoutingGridMinCtas and at most kRoutingGridMaxCtas (the scratch holds a count per CTA and bucket).
 // Measured (bench/micro/routing_grid.cu, graph-timed, E 128, an H100; docs/PERF.md): 2048 ids one block of 32
 // warps 5.9 us against 8 warps' 7.0 (at 1024 ids 8 warps are faster: 4.4 against 4.8); the grid form is fastest
 // on 16 CTAs at 4096-8192 ids (7.8 / 8.6 us; the single block 8.6 / 14.3), on ~24 at 16384 (9.7) and ~48 at
