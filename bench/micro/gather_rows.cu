@@ -11,7 +11,10 @@
 //   2: warp-cooperative, no shared memory: 8 lanes per unit, each lane loads one 16-byte granule (coalesced) and
 //      builds its output chunk by 4 shuffles (round r: a lane offers its granule's pair (r + i) % 4, the lane whose
 //      chunk needs granule 2 i + c % 2 takes it in the round that brings its pair c / 2); U units per lane in flight;
-//      B CTAs per SM of 256 threads.
+//      B CTAs per SM of 256 threads;
+//   3: whole rows by per-k-block bulk copies into padded shared-memory slots, reordered in place, bulk stores out
+//      (NB rows in flight per warp, 4 warps per CTA);
+//   4: timing only -- the rows gathered without the reorder (16-byte coalesced copies): the ceiling of a gather.
 // Timing: an L2 flush (256 MiB written) before each rep, as the layer harness does, events around the kernel alone;
 // median of REPS (default 100).
 //
@@ -145,6 +148,111 @@ __global__ void __launch_bounds__(256) gather_v2(const Args a) {
   }
 }
 
+// ---- variant 3: whole rows by bulk copies, reordered in shared memory -----------------------------------------------
+// A warp takes workspace rows m = warp, warp + warps, ...; each row's k-blocks come in by one 128-byte
+// cp.async.bulk per k-block (lane l issues k-blocks l, l + 32; all complete on the stage's mbarrier) into slots
+// 144 bytes apart (the 16-byte pad puts the 8 lanes of a quarter-warp on 8 different bank groups when each reads
+// granule g of its own k-block), are reordered in place by their lane (8 LDS.128, 32 PRMT, 8 STS.128) and go out
+// by one 128-byte bulk store per k-block. NB stages per warp: the loads of rows i + 1 .. i + NB - 1 fly while row i
+// is reordered; a stage is refilled once its bulk stores have read it (cp.async.bulk.wait_group.read 1).
+constexpr int kV3Slot = 144;
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) { return static_cast<std::uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void v3_issue_row(const Args& a, int m, std::uint32_t stage, std::uint32_t bar, int lane,
+                                             int kblocks) {
+  if (lane == 0)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kblocks * 128) : "memory");
+  __syncwarp();
+  const int src_m = __ldg(a.gather + m);
+  const std::uint16_t* src = a.x + static_cast<std::int64_t>(src_m) * a.H;
+  for (int kb = lane; kb < kblocks; kb += 32)
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 128, [%2];" ::"r"(
+                     stage + kb * kV3Slot),
+                 "l"(src + kb * 64), "r"(bar)
+                 : "memory");
+}
+template <int NB>
+__global__ void __launch_bounds__(128) gather_v3(const Args a) {
+  extern __shared__ __align__(128) unsigned char v3_smem[];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int kblocks = a.H / 64;
+  const int stage_bytes = (kblocks * kV3Slot + 127) / 128 * 128;
+  unsigned char* base = v3_smem + w * (NB * stage_bytes + 64);
+  const std::uint32_t stages = smem_u32(base + 64), bars = smem_u32(base);
+  if (lane == 0)
+    for (int s = 0; s < NB; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * s) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncwarp();
+  const int warps = gridDim.x * (blockDim.x / 32), gw = blockIdx.x * (blockDim.x / 32) + w;
+  const int rows = gw < a.M ? (a.M - 1 - gw) / warps + 1 : 0;  // this warp's rows
+  for (int i = 0; i < NB && i < rows; ++i) v3_issue_row(a, gw + i * warps, stages + i * stage_bytes, bars + 8 * i, lane, kblocks);
+  for (int i = 0; i < rows; ++i) {
+    const int s = i % NB, m = gw + i * warps;
+    const std::uint32_t st = stages + s * stage_bytes, bar = bars + 8 * s, parity = (i / NB) & 1;
+    asm volatile(
+        "{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+    std::uint16_t* dst = a.out + static_cast<std::int64_t>(m) * a.H;
+    for (int kb = lane; kb < kblocks; kb += 32) {
+      const std::uint32_t slot = st + kb * kV3Slot;
+      std::uint32_t v[32];
+#pragma unroll
+      for (int g = 0; g < 8; ++g)
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v[4 * g]), "=r"(v[4 * g + 1]), "=r"(v[4 * g + 2]), "=r"(v[4 * g + 3])
+                     : "r"(slot + 16 * g));
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        std::uint32_t p[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {  // elements e0 and e0 + 4, e0 = 8 (2q + c % 2) + c / 2: words e0 / 2, e0 / 2 + 2
+          const int e0 = 8 * (2 * q + (c & 1)) + (c >> 1);
+          const int sel = (e0 & 1) ? 0x7632 : 0x5410;
+          p[q] = __byte_perm(v[e0 / 2], v[e0 / 2 + 2], sel);
+        }
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(slot + 16 * c), "r"(p[0]), "r"(p[1]), "r"(p[2]),
+                     "r"(p[3])
+                     : "memory");
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 128;" ::"l"(dst + kb * 64), "r"(slot)
+                   : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    // row i - 1's stores have read their stage: refill it with row i - 1 + NB
+    asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+    __syncwarp();
+    const int r = i - 1 + NB;
+    if (i >= 1 && r < rows) {
+      const int sp = (i - 1) % NB;
+      v3_issue_row(a, gw + r * warps, stages + sp * stage_bytes, bars + 8 * sp, lane, kblocks);
+    }
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// ---- variant 4 (timing only, no reordering: the output is not checked): the rows copied as they are, a warp per
+// row, 16-byte coalesced loads and stores -- the ceiling of a gather without the reorder.
+template <int U>
+__global__ void __launch_bounds__(256) gather_v4(const Args a) {
+  const int lane = threadIdx.x % 32;
+  const int warps = gridDim.x * (blockDim.x / 32), gw = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int granules = a.H / 8;
+  for (int m = gw; m < a.M; m += warps) {
+    const uint4* src = reinterpret_cast<const uint4*>(a.x + static_cast<std::int64_t>(__ldg(a.gather + m)) * a.H);
+    uint4* dst = reinterpret_cast<uint4*>(a.out + static_cast<std::int64_t>(m) * a.H);
+    for (int g0 = lane; g0 < granules; g0 += 32 * U) {
+      uint4 t[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (g0 + 32 * u < granules) t[u] = __ldg(src + g0 + 32 * u);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (g0 + 32 * u < granules) dst[g0 + 32 * u] = t[u];
+    }
+  }
+}
+
 __global__ void poison(std::uint32_t* p, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
     p[i] = 0xFFFFFFFFu;
@@ -217,7 +325,7 @@ int main(int argc, char** argv) {
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, e0, e1));
         if (r > 0) ts.push_back(ms * 1000.f);
-        if (r == 0 || r == reps) {
+        if ((r == 0 || r == reps) && vname[1] != '4') {
           std::vector<std::uint16_t> got(ref.size());
           CK(cudaMemcpy(got.data(), dout, got.size() * 2, cudaMemcpyDeviceToHost));
           std::size_t bad = 0;
@@ -243,6 +351,18 @@ int main(int argc, char** argv) {
     run("v2 U4, 8/SM", [&] { gather_v2<4><<<8 * sms, 256>>>(a); });
     run("v2 U2, 4/SM", [&] { gather_v2<2><<<4 * sms, 256>>>(a); });
     run("v2 U4, 4/SM", [&] { gather_v2<4><<<4 * sms, 256>>>(a); });
+    auto v3 = [&](const char* name, auto kernel, int nb, int per_sm) {
+      const int kblocks = H / 64, stage = (kblocks * kV3Slot + 127) / 128 * 128;
+      const int bytes = 4 * (nb * stage + 64);
+      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+      run(name, [&] { kernel<<<per_sm * sms, 128, bytes>>>(a); });
+    };
+    v3("v3 bulk NB2, 2/SM", gather_v3<2>, 2, 2);
+    v3("v3 bulk NB3, 2/SM", gather_v3<3>, 3, 2);
+    v3("v3 bulk NB2, 4/SM", gather_v3<2>, 2, 4);
+    v3("v3 bulk NB4, 2/SM", gather_v3<4>, 4, 2);
+    run("v4 copy U2 (no reorder)", [&] { gather_v4<2><<<8 * sms, 256>>>(a); });
+    run("v4 copy U4 (no reorder)", [&] { gather_v4<4><<<8 * sms, 256>>>(a); });
     CK(cudaFree(dx));
     CK(cudaFree(dout));
     CK(cudaFree(dg));
