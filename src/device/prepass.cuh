@@ -205,14 +205,19 @@ __device__ __forceinline__ void prepass_unit(const PrepassArgs& args, const Prep
 template <Format F, PrepassSource S = PrepassSource::grouped_fp4>
 __global__ void __launch_bounds__(256) dequant_activations(const __grid_constant__ PrepassArgs args) {
   constexpr bool kRouted = S != PrepassSource::grouped_fp4;
-  ptx::launch_dependents();  // the GEMM's CTAs may start their prologue as SMs free up
-  Trace::prepass_begin();
-  __shared__ uint4 staging[8][32 * 8];  // per warp: [unit = lane][chunk, XOR-swizzled by lane % 8]
   const int lane = threadIdx.x % 32;
   if (threadIdx.x < 32) {  // the GEMM's metadata into L2, one line per lane of the first blocks
     const int line = (blockIdx.y * gridDim.x + blockIdx.x) * 32 + lane;
     if (line < args.meta_lines) ptx::prefetch_l2(args.meta + static_cast<std::int64_t>(line) * 128);
   }
+  // Routed: launched as a programmatic dependent of the launch before it (the layer's routing), this grid waits for
+  // it before reading the rows, the offsets and the gather index, and only then lets the GEMM start: the GEMM reads
+  // the routing's offsets in its prologue, before its own wait (which is for this grid). Every thread reaches the
+  // wait. (Without programmatic launch the wait returns at once.)
+  if constexpr (kRouted) ptx::wait_prerequisites();
+  ptx::launch_dependents();  // the GEMM's CTAs may start their prologue as SMs free up
+  Trace::prepass_begin();
+  __shared__ uint4 staging[8][32 * 8];  // per warp: [unit = lane][chunk, XOR-swizzled by lane % 8]
   uint4* buf = staging[threadIdx.x / 32];
   if constexpr (!kRouted) {
     for (int gi = blockIdx.y; gi < args.num_groups; gi += gridDim.y) {  // block-uniform

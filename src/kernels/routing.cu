@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "device/ptx/ptx.cuh"
 #include "kernels/routing.hpp"
 
 namespace fp4gemm {
@@ -153,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1) align_routing_kernel(const Id* __
                                                                   int* __restrict__ row_of,
                                                                   const int* __restrict__ token_count) {
   constexpr int kWarps = kThreads / 32;
+  ptx::launch_dependents();  // (the layer's pre-pass may start; it waits for this grid before reading its output)
   extern __shared__ int cursor[];  // [kWarps][buckets]: counts, then each warp's next slot
   const int buckets = experts + 2, warp = threadIdx.x / 32;
   const WarpRange<Id> r(ids, n, k, experts, warp, kWarps, token_count, row_of != nullptr && order == nullptr);
@@ -167,11 +169,18 @@ __global__ void __launch_bounds__(kThreads, 1) align_routing_kernel(const Id* __
 // them (bucket-major, then CTA order) into each CTA's first slot per bucket and writes offsets;
 // (3) each CTA counts again per warp, turns its first slots into each warp's, and places. The
 // ranges are the single block's split over C x W warps, so the slots are the same: stable.
+// (2) and (3) are programmatic dependents of the launch before them: each kernel lets the next
+// one start at once, and waits for its predecessor (griddepcontrol.wait: that grid complete, its
+// writes visible) before it reads what that one wrote -- (3) counts its ids first, which only
+// the caller wrote. Every thread of a dependent reaches its wait, so when a dependent completes,
+// every launch before it has (the layer's GEMM reads the offsets on that basis: the pre-pass
+// lets it start only after waiting for the routing).
 template <typename Id, int kThreads>
 __global__ void __launch_bounds__(kThreads) routing_grid_count(const Id* __restrict__ ids, long long n, int k,
                                                                 int experts, int* __restrict__ cta_counts,
                                                                 bool routed_only, const int* __restrict__ token_count) {
   constexpr int kWarps = kThreads / 32;
+  ptx::launch_dependents();
   extern __shared__ int counts[];  // [buckets]
   const int buckets = experts + 2;
   for (int i = threadIdx.x; i < buckets; i += kThreads) counts[i] = 0;
@@ -189,6 +198,8 @@ template <int kThreads>
 __global__ void __launch_bounds__(kThreads) routing_grid_scan(int* __restrict__ cta_counts, int ctas, int experts,
                                                                int* __restrict__ offsets) {
   constexpr int kItems = 4;
+  ptx::launch_dependents();
+  ptx::wait_prerequisites();  // the counts
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   const long long total = static_cast<long long>(experts + 2) * ctas;
@@ -222,8 +233,10 @@ __global__ void __launch_bounds__(kThreads) routing_grid_place(const Id* __restr
   extern __shared__ int cursor[];  // [kWarps][buckets]: counts, then each warp's next slot
   const int buckets = experts + 2, warp = threadIdx.x / 32;
   const int g = blockIdx.x * kWarps + warp, G = gridDim.x * kWarps;
+  ptx::launch_dependents();
   const WarpRange<Id> r(ids, n, k, experts, g, G, token_count, row_of != nullptr && order == nullptr);
   count_per_warp<kThreads>(cursor, buckets, r);
+  ptx::wait_prerequisites();  // the scan's first slots
   for (int b = threadIdx.x; b < buckets; b += kThreads) {  // the CTA's first slot, then each warp's
     int at = cta_first[static_cast<long long>(b) * gridDim.x + blockIdx.x];
     for (int w = 0; w < kWarps; ++w) {
@@ -255,17 +268,30 @@ cudaError_t launch_align_routing_kernel(const void* topk_ids, bool ids_int64, st
     constexpr int kThreads = 256;
     const std::size_t buckets = static_cast<std::size_t>(experts) + 2;
     const bool routed_only = row_of != nullptr && order == nullptr;
+    cudaLaunchAttribute pdl[1];
+    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl[0].val.programmaticStreamSerializationAllowed = 1;
+    auto dependent = [&](int grid, int threads, std::size_t smem) {  // steps 2 and 3
+      cudaLaunchConfig_t c{};
+      c.gridDim = dim3(grid), c.blockDim = dim3(threads), c.dynamicSmemBytes = smem, c.stream = stream;
+      c.attrs = pdl, c.numAttrs = 1;
+      return c;
+    };
     auto go = [&](auto id_tag) {
       using Id = decltype(id_tag);
       const Id* ids = static_cast<const Id*>(topk_ids);
       routing_grid_count<Id, kThreads><<<ctas, kThreads, buckets * sizeof(int), stream>>>(
           ids, count, k, experts, grid_scratch, routed_only, token_count);
-      routing_grid_scan<1024><<<1, 1024, 0, stream>>>(grid_scratch, ctas, experts, offsets);
-      routing_grid_place<Id, kThreads><<<ctas, kThreads, (kThreads / 32) * buckets * sizeof(int), stream>>>(
-          ids, count, k, experts, grid_scratch, gather, ord, row_of, token_count);
+      if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+      const cudaLaunchConfig_t scan = dependent(1, 1024, 0);
+      if (const cudaError_t e = cudaLaunchKernelEx(&scan, routing_grid_scan<1024>, grid_scratch, ctas, experts, offsets);
+          e != cudaSuccess)
+        return e;
+      const cudaLaunchConfig_t place = dependent(ctas, kThreads, (kThreads / 32) * buckets * sizeof(int));
+      return cudaLaunchKernelEx(&place, routing_grid_place<Id, kThreads>, ids, count, k, experts,
+                                static_cast<const int*>(grid_scratch), gather, ord, row_of, token_count);
     };
-    if (ids_int64) go(0LL); else go(0);
-    return cudaGetLastError();
+    return ids_int64 ? go(0LL) : go(0);
   }
   auto go = [&](auto threads, auto id_tag) {
     constexpr int kThreads = decltype(threads)::value;

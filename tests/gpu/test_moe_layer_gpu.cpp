@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "fp4gemm/formats.hpp"
+#include "fp4gemm/moe.hpp"
 #include "fp4gemm/moe_layer.hpp"
 #include "fp4gemm/reference.hpp"
 #include "gpu/problem.hpp"
@@ -1278,6 +1279,27 @@ TEST(MoeLayerGraph, ReplaysWithANewRoutingEachTime) {
   LayerCase c;
   c.experts = 32, c.topk = 4, c.max_tokens = 40, c.seed = 9200;
   check_graph_replays(*make_layer(c), 24, 40);
+}
+
+// The general path at a routing of >= align_routing_grid_min_ids() ids, captured once and replayed with a new
+// routing and new tokens every time, each replay against the reference: the routing's grid form (count, then the
+// scan and the placement as programmatic dependents), then the activations' pre-pass (a programmatic dependent of the
+// routing, or of W4A4's token quantiser) and GEMM1, which reads the routing's offsets in its prologue before it waits
+// for the pre-pass -- W4A16 MXFP4 and W4A4 NVFP4, top-8 over 32 experts (one-hot and few-expert routings load a
+// handful of experts with hundreds of rows).
+TEST(MoeLayerGraph, GeneralPathWithTheGridRoutingReplays) {
+  if (!layer_available()) GTEST_SKIP() << "no sm_90 GPU: the MoE layer needs H100/H200";
+  const int T = static_cast<int>((detail::align_routing_grid_min_ids() + 7) / 8) + 3;  // top-8: just past the bound
+  for (int v = 0; v < 2; ++v) {
+    LayerCase c;
+    c.format = v == 0 ? Format::mxfp4 : Format::nvfp4;
+    c.act = v == 0 ? MoeActivation::bf16 : MoeActivation::fp4;
+    c.experts = 32, c.topk = 8, c.max_tokens = T, c.decode_tokens = 0, c.graph_cache = 0;
+    c.seed = 9270 + v;
+    const auto L = make_layer(c);
+    check_graph_replays(*L, T, 6);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 // The decode path captured in a graph (W4A16 MXFP4: two kernels, the second a programmatic dependent of the

@@ -426,8 +426,15 @@ cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_c
                           const PrepassArgs& prepass, dim3 pre_grid, cudaStream_t stream) {
   static_assert(S != PrepassSource::routed_bf16 || F == Format::mxfp4, "bf16 activations pair with bf16 weights");
   Trace::reset_prepass(stream);  // (a trace build's pre-pass stamps)
-  dequant_activations<F, S><<<pre_grid, 256, 0, stream>>>(prepass);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  // A programmatic dependent of the launch before it (the layer's routing, or the caller's kernel): it waits for that
+  // grid before reading anything and only then lets the GEMM launch (device/prepass.cuh).
+  cudaLaunchConfig_t config{};
+  config.gridDim = pre_grid, config.blockDim = dim3(256), config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr, config.numAttrs = 1;
+  if (const cudaError_t e = cudaLaunchKernelEx(&config, dequant_activations<F, S>, prepass); e != cudaSuccess) return e;
   return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, stream);
 }
 
