@@ -14,30 +14,7 @@ for a in m n; do [ -f .carry/pg_$a.tar.xz ] && tar xJf .carry/pg_$a.tar.xz -C /t
 ls /tmp/ab  # call it with PART=tests carrying pg_m, then PART=ab carrying pg_n on the same warm machine)
 C=11,12,32,13,14,19,34,20,21,5,6,27,28
 if [ "${PART:-all}" != tests ]; then
-for rnd in 1 2; do for a in m n; do
-  timeout 200 /tmp/ab/$a/fp4gemm bench --suite layer --act bf16 --weight-layout pieces --values checkpoint --cases $C \
-    --iters 100 --json $R/layer_${a}_r$rnd.json > $R/layer_${a}_r$rnd.txt 2>&1
-  echo "layer $a round $rnd rc $? [$((SECONDS - t0)) s]"
-done; done
-python3 - "$R" <<'PY' | tee $R/ab.txt
-import json, sys, glob, re
-d = sys.argv[1]
-rows, dig = {}, {}
-for a in ("m", "n"):
-    for f in sorted(glob.glob(f"{d}/layer_{a}_r*.json")):
-        for c in json.load(open(f))["cases"]:
-            rows.setdefault((c["model"], c["tokens"], c["index"]), {"m": [], "n": []})[a].append(c["time_us"]["median"])
-    for f in sorted(glob.glob(f"{d}/layer_{a}_r*.txt")):
-        for m in re.finditer(r"^digest layer (\d+) (\S+)$", open(f).read(), re.M):
-            dig.setdefault(int(m.group(1)), {"m": set(), "n": set()})[a].add(m.group(2))
-print("layer W4A16 pieces checkpoint, median us per round: m (main) | n (routing CTAs) | n/m of the means | digests")
-for (m, t, i), r in sorted(rows.items()):
-    mm, nn = sum(r["m"]) / max(1, len(r["m"])), sum(r["n"]) / max(1, len(r["n"]))
-    g = dig.get(i, {"m": set(), "n": set()})
-    same = "same" if g["m"] == g["n"] and len(g["m"]) == 1 else f"DIFFER {g}"
-    print(f"  {m:16s} T {t:5d}: " + " / ".join(f"{x:.1f}" for x in r["m"]) + " | " +
-          " / ".join(f"{x:.1f}" for x in r["n"]) + f" | {nn / mm:.4f} | {same}")
-PY
+bash "$(dirname "$0")/ab_layer.sh" m n $C $R
 fi
 if [ "${PART:-all}" != ab ]; then
 B=/tmp/b3

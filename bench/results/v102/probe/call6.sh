@@ -21,30 +21,7 @@ fi
 mkdir -p /tmp/ab/p && cp $B/tools/fp4gemm /tmp/ab/p/fp4gemm
 if [ "${PART:-all}" != tests ]; then
 C=${CASES:-11,12,32,13,14,19,34,20,21,9,10,15}
-for rnd in 1 2; do for a in n p; do
-  timeout 200 /tmp/ab/$a/fp4gemm bench --suite layer --act bf16 --weight-layout pieces --values checkpoint --cases $C \
-    --iters 100 --json $R/layer_${a}_r$rnd.json > $R/layer_${a}_r$rnd.txt 2>&1
-  echo "layer $a round $rnd rc $? [$((SECONDS - t0)) s]"
-done; done
-python3 - "$R" <<'PY' | tee $R/ab.txt
-import json, sys, glob, re
-d = sys.argv[1]
-rows, dig = {}, {}
-for a in ("n", "p"):
-    for f in sorted(glob.glob(f"{d}/layer_{a}_r*.json")):
-        for c in json.load(open(f))["cases"]:
-            rows.setdefault((c["model"], c["tokens"], c["index"]), {"n": [], "p": []})[a].append(c["time_us"]["median"])
-    for f in sorted(glob.glob(f"{d}/layer_{a}_r*.txt")):
-        for m in re.finditer(r"^digest layer (\d+) (\S+)$", open(f).read(), re.M):
-            dig.setdefault(int(m.group(1)), {"n": set(), "p": set()})[a].add(m.group(2))
-print("layer W4A16 pieces checkpoint, median us per round: n (c899269) | p (this tree) | p/n of the means | digests")
-for (m, t, i), r in sorted(rows.items()):
-    nn, pp = sum(r["n"]) / max(1, len(r["n"])), sum(r["p"]) / max(1, len(r["p"]))
-    g = dig.get(i, {"n": set(), "p": set()})
-    same = "same" if g["n"] == g["p"] and len(g["n"]) == 1 else f"DIFFER {g}"
-    print(f"  {m:16s} T {t:5d}: " + " / ".join(f"{x:.1f}" for x in r["n"]) + " | " +
-          " / ".join(f"{x:.1f}" for x in r["p"]) + f" | {pp / nn:.4f} | {same}")
-PY
+bash "$(dirname "$0")/ab_layer.sh" n p $C $R
 fi
 if [ "${PART:-all}" != ab ]; then
 F=${F:-'AlignRouting*:AlignRoutingRows*:MoeRouting*:MoeLayer*:MoeGraph*:MoeGraphCache*:MoeBadRouting*'}
