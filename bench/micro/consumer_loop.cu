@@ -20,7 +20,7 @@
 // Build and run (sm_90a; prints TFLOP/s and the share of variant 0 per shape):
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude \
 //        bench/micro/consumer_loop.cu -o build/consumer_loop && build/consumer_loop
-// (LANES=1 / LONE=1 before the binary: the v98 tables only, seconds.)
+// (LANES=1 / LONE=1 before the binary: the v98 tables only, seconds; LANES=1 LANES_PLAIN=1: v102's plain epilogue.)
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda.h>
@@ -579,11 +579,13 @@ double run(int sms, float* sink) {
 // rows, 8 N8 tokens), each followed by the kernel's own GLU epilogue (store_tile_glu: the accumulators staged in the
 // warpgroup's 16 KB buffer, swigluoai, bf16 stores to `out`), plus one tile of `part` k-blocks: last in both lanes
 // (phase 0: the lanes in step, as the cooperative kernel's warpgroups are), or first in lane 1 (phase 1: the lanes
-// half a tile apart, one lane's epilogue beside the other's mainloop). Same work either way. kDrain = false: no
-// epilogue at all (the bound if it were hidden completely).
+// half a tile apart, one lane's epilogue beside the other's mainloop). Same work either way. kEpi: 1 the GLU epilogue,
+// 0 none at all (the bound if it were hidden completely), 2 (v102, LANES_PLAIN=1) the plain 16-bit epilogue of
+// GEMM2-like tiles (store_tile_smem without tensor maps: stmatrix into the buffer, the warpgroup's own 16-byte
+// stores of 128-byte rows) -- whether a cheap epilogue, unlike the GLU one, hides beside the other lane's mainloop.
 constexpr int kLaneTiles = 17;  // tiles per lane in one launch (16 + the half tile), each with its own output rows
 
-template <int N8, int H, bool kDrain>
+template <int N8, int H, int kEpi>
 __global__ void __launch_bounds__(kThreads, 1) lanes_loop(int tiles, int kbt, int part, int phase, void* out,
                                                           float* sink) {
   extern __shared__ __align__(1024) std::uint8_t smem_raw[];
@@ -626,7 +628,21 @@ __global__ void __launch_bounds__(kThreads, 1) lanes_loop(int tiles, int kbt, in
   };
   int tile_no = 0;  // this lane's tiles so far: each tile's output rows are fresh lines, as in the kernel
   auto epilogue = [&] {
-    if constexpr (kDrain) {
+    if constexpr (kEpi == 2) {
+      using namespace fp4gemm::detail;
+      using namespace fp4gemm::detail::sm90;
+      GroupParams g{};
+      g.n = H * 128, g.ldc = H * 128;  // output columns: the tile's 128-row halves
+      g.c = static_cast<__nv_bfloat16*>(out) + static_cast<std::int64_t>(blockIdx.x) * kLaneTiles * 256 * g.ldc;
+      TileDesc tile{};
+      tile.tok0 = 256 * (tile_no++ % kLaneTiles);
+      tile.ntok = 8 * N8;
+      std::uint8_t* epi = ring.extra + cw * KernelConfig::kEpiTokens * 128;
+#pragma unroll
+      for (int h = 0; h < H; ++h)
+        store_tile_smem<__nv_bfloat16, N8>(acc[h], g, tile, h * 128 + cw * 64, cw, wtid, 1.0f, epi, nullptr);
+    }
+    if constexpr (kEpi == 1) {
       using namespace fp4gemm::detail;
       using namespace fp4gemm::detail::sm90;
       GroupParams g{};
@@ -652,10 +668,10 @@ __global__ void __launch_bounds__(kThreads, 1) lanes_loop(int tiles, int kbt, in
   drain_and_sink(acc, sink);
 }
 
-template <int N8, int H, bool kDrain>
+template <int N8, int H, int kEpi>
 double run_lanes(int sms, float* sink, void* out, int tiles, int kbt, int phase) {
-  auto k = lanes_loop<N8, H, kDrain>;
-  const int smem = kStages * stage_bytes<N8, H>() + 2 * 16384 + 4096;
+  auto k = lanes_loop<N8, H, kEpi>;
+  const int smem = kStages * stage_bytes<N8, H>() + 2 * 16384 + 4096;  // (both epilogues: 16 KB per warpgroup)
   cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const float best = best_ms([&](bool warm) {
     k<<<sms, kThreads, smem>>>(warm ? 1 : tiles, kbt, kbt / 2, phase, out, sink);
@@ -664,15 +680,16 @@ double run_lanes(int sms, float* sink, void* out, int tiles, int kbt, int phase)
 }
 
 // The time of one launch (every SM: two lanes x (tiles + 1/2) tiles), in step / half a tile apart / no epilogue.
-template <int N8, int H>
+template <int N8, int H, int kEpi = 1>
 void lanes_shape(int sms, float* sink, void* out, int kbt) {
   const int tiles = 16;
-  const double in_step = run_lanes<N8, H, true>(sms, sink, out, tiles, kbt, 0);
-  const double apart = run_lanes<N8, H, true>(sms, sink, out, tiles, kbt, 1);
-  const double none = run_lanes<N8, H, false>(sms, sink, out, tiles, kbt, 0);
-  std::printf("lane %3d rows x %3d tokens, %2d k-blocks | in step %8.1f us | half a tile apart %8.1f (%+5.1f %%) | "
-              "no epilogue %8.1f (%+5.1f %%)\n",
-              64 * H, 8 * N8, kbt, in_step, apart, 100.0 * (apart / in_step - 1), none, 100.0 * (none / in_step - 1));
+  const double in_step = run_lanes<N8, H, kEpi>(sms, sink, out, tiles, kbt, 0);
+  const double apart = run_lanes<N8, H, kEpi>(sms, sink, out, tiles, kbt, 1);
+  const double none = run_lanes<N8, H, 0>(sms, sink, out, tiles, kbt, 0);
+  std::printf("lane %3d rows x %3d tokens, %2d k-blocks, %s epilogue | in step %8.1f us | half a tile apart %8.1f "
+              "(%+5.1f %%) | no epilogue %8.1f (%+5.1f %%)\n",
+              64 * H, 8 * N8, kbt, kEpi == 2 ? "plain" : "GLU", in_step, apart, 100.0 * (apart / in_step - 1), none,
+              100.0 * (none / in_step - 1));
   std::fflush(stdout);
 }
 
@@ -732,8 +749,15 @@ int main() {
   cudaMalloc(&sink, 4096);
   if (std::getenv("LANES")) {  // v98: two lanes in step against half a tile apart (GLU epilogue, static ring)
     std::printf("LANES: us per launch on %d SMs (two lanes x 16.5 tiles each, every tile's output rows fresh)\n", sms);
-    void* out;  // per CTA: kLaneTiles tiles x 256 token rows x up to 128 bf16 columns
-    cudaMalloc(&out, static_cast<std::size_t>(sms) * kLaneTiles * 256 * 128 * 2);
+    void* out;  // per CTA: kLaneTiles tiles x 256 token rows x up to 256 bf16 columns (the plain epilogue's)
+    cudaMalloc(&out, static_cast<std::size_t>(sms) * kLaneTiles * 256 * 256 * 2);
+    if (std::getenv("LANES_PLAIN")) {  // v102: the plain 16-bit epilogue (GEMM2's K: Qwen3 768 / 64, gpt-oss 2880 / 64)
+      for (int kbt : {12, 45}) {
+        lanes_shape<16, 2, 2>(sms, sink, out, kbt);
+        lanes_shape<32, 1, 2>(sms, sink, out, kbt);
+      }
+      return 0;
+    }
     if (std::getenv("LANES_ONE")) {  // one shape only (for ncu: launches 1-8 in step, 9-16 apart, 17-24 none)
       lanes_shape<16, 2>(sms, sink, out, 45);
       return 0;
