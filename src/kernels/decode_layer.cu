@@ -22,6 +22,7 @@ namespace fp4gemm::detail { namespace { __device__ void stamp_any(int phase); } 
 #include "device/quantize_rule.cuh"
 #include "formats/scale_layout.hpp"
 #include "kernels/decode_layer.hpp"
+#include "kernels/launch_config.hpp"
 
 namespace fp4gemm::detail {
 
@@ -942,18 +943,9 @@ const void* kernel2(Format f, bool blocked, bool pieces) { return kernel_of<Down
 // Launches `kernel` with `params`, as a programmatic dependent of the stream's previous kernel when `pdl`.
 cudaError_t launch(const void* kernel, dim3 grid, dim3 block, void** params, int smem, bool pdl, cudaStream_t s,
                    bool cooperative = false) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  if (cooperative) {  // (every CTA resident at once: the fused kernel's grid barrier)
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-  } else {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-  }
-  cfg.attrs = attr, cfg.numAttrs = pdl || cooperative ? 1 : 0;
-  return cudaLaunchKernelExC(&cfg, kernel, params);
+  LaunchConfig l(grid, block, smem, s, pdl);
+  if (cooperative) l.cooperative();  // (every CTA resident at once: the fused kernel's grid barrier)
+  return cudaLaunchKernelExC(&l.config, kernel, params);
 }
 
 // pdl: a programmatic dependent of the stream's previous kernel (which produces `in`).

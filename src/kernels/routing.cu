@@ -12,8 +12,9 @@
 //     advances the warp's cursor. Slots therefore follow the index order within each bucket:
 //     stable, the same on every run and for any W.
 // Both walks load kBatch groups of 32 ids before using them, and routings of more than
-// kRoutingWideBlockMinIds (1024) ids take 32 warps (when their counters fit the default 48 KB of shared memory:
-// E <= 334), smaller ones 8 (the scan over more threads would only add to a launch-bound kernel): with 8 warps and one load
+// kRoutingWideBlockMinIds (1024) ids take 32 warps (when their counters fit the default 48 KB of
+// shared memory: E <= 334), smaller ones 8 (the scan over more threads would only add to a
+// launch-bound kernel): with 8 warps and one load
 // per step, T 4096 x top-8 (32768 ids) took 139 us on an H200, now 62 us. What bounds it now is
 // its one SM's scattered 4-byte stores of `gather`, ~1.9 ns per id.
 #include <cub/block/block_scan.cuh>
@@ -24,6 +25,7 @@
 #include <type_traits>
 
 #include "device/ptx/ptx.cuh"
+#include "kernels/launch_config.hpp"
 #include "kernels/routing.hpp"
 
 namespace fp4gemm {
@@ -255,8 +257,8 @@ namespace detail {
 
 int routing_grid_ctas(std::int64_t count) {
   if (count < kRoutingGridMinIds) return 0;
-  const std::int64_t ctas = std::max<std::int64_t>(kRoutingGridMinCtas, (count + kRoutingIdsPerCta - 1) / kRoutingIdsPerCta);
-  return static_cast<int>(std::min<std::int64_t>(kRoutingGridMaxCtas, ctas));
+  const std::int64_t ctas = (count + kRoutingIdsPerCta - 1) / kRoutingIdsPerCta;
+  return static_cast<int>(std::clamp<std::int64_t>(ctas, kRoutingGridMinCtas, kRoutingGridMaxCtas));
 }
 
 cudaError_t launch_align_routing_kernel(const void* topk_ids, bool ids_int64, std::int64_t count, int k, int experts,
@@ -268,27 +270,19 @@ cudaError_t launch_align_routing_kernel(const void* topk_ids, bool ids_int64, st
     constexpr int kThreads = 256;
     const std::size_t buckets = static_cast<std::size_t>(experts) + 2;
     const bool routed_only = row_of != nullptr && order == nullptr;
-    cudaLaunchAttribute pdl[1];
-    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl[0].val.programmaticStreamSerializationAllowed = 1;
-    auto dependent = [&](int grid, int threads, std::size_t smem) {  // steps 2 and 3
-      cudaLaunchConfig_t c{};
-      c.gridDim = dim3(grid), c.blockDim = dim3(threads), c.dynamicSmemBytes = smem, c.stream = stream;
-      c.attrs = pdl, c.numAttrs = 1;
-      return c;
-    };
     auto go = [&](auto id_tag) {
       using Id = decltype(id_tag);
       const Id* ids = static_cast<const Id*>(topk_ids);
       routing_grid_count<Id, kThreads><<<ctas, kThreads, buckets * sizeof(int), stream>>>(
           ids, count, k, experts, grid_scratch, routed_only, token_count);
       if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-      const cudaLaunchConfig_t scan = dependent(1, 1024, 0);
-      if (const cudaError_t e = cudaLaunchKernelEx(&scan, routing_grid_scan<1024>, grid_scratch, ctas, experts, offsets);
+      const LaunchConfig scan(dim3(1), dim3(1024), 0, stream);  // steps 2 and 3: programmatic dependents
+      if (const cudaError_t e =
+              cudaLaunchKernelEx(&scan.config, routing_grid_scan<1024>, grid_scratch, ctas, experts, offsets);
           e != cudaSuccess)
         return e;
-      const cudaLaunchConfig_t place = dependent(ctas, kThreads, (kThreads / 32) * buckets * sizeof(int));
-      return cudaLaunchKernelEx(&place, routing_grid_place<Id, kThreads>, ids, count, k, experts,
+      const LaunchConfig place(dim3(ctas), dim3(kThreads), (kThreads / 32) * buckets * sizeof(int), stream);
+      return cudaLaunchKernelEx(&place.config, routing_grid_place<Id, kThreads>, ids, count, k, experts,
                                 static_cast<const int*>(grid_scratch), gather, ord, row_of, token_count);
     };
     return ids_int64 ? go(0LL) : go(0);

@@ -36,6 +36,7 @@
 #include "device/scale_source.cuh"
 #include "device/trace.cuh"
 #include "formats/scale_layout.hpp"
+#include "kernels/launch_config.hpp"
 #include "kernels/sm90/fused_launch.hpp"
 #include "kernels/sm90/fused_variants.cuh"
 #include "fp4gemm/fp4gemm.hpp"
@@ -361,16 +362,8 @@ __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
 template <Format F>
 cudaError_t launch_gemm(const FusedParams& params, OutType out_type, int num_ctas, std::size_t smem_bytes,
                         cudaStream_t stream) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(num_ctas);
-  config.blockDim = dim3(KernelConfig::kThreads);
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;  // a programmatic dependent of the pre-pass
-  config.attrs = attr;
-  config.numAttrs = 1;
+  const LaunchConfig launch(dim3(num_ctas), dim3(KernelConfig::kThreads), smem_bytes, stream);  // (of the pre-pass)
+  const cudaLaunchConfig_t& config = launch.config;
   // The row of the table (fused_variants.cuh; each row compiled in its own unit) this plan runs: format, scheduler (host work list or the
   // MoE device schedule), GLU epilogue or not, and for MXFP4 MoE plans the scale decode.
   const bool moe = params.moe.experts > 0, glu = params.moe.glu != 0, pieces = moe && params.moe.weight_pieces != 0;
@@ -428,13 +421,9 @@ cudaError_t launch_routed(const FusedParams& params, OutType out_type, int num_c
   Trace::reset_prepass(stream);  // (a trace build's pre-pass stamps)
   // A programmatic dependent of the launch before it (the layer's routing, or the caller's kernel): it waits for that
   // grid before reading anything and only then lets the GEMM launch (device/prepass.cuh).
-  cudaLaunchConfig_t config{};
-  config.gridDim = pre_grid, config.blockDim = dim3(256), config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr, config.numAttrs = 1;
-  if (const cudaError_t e = cudaLaunchKernelEx(&config, dequant_activations<F, S>, prepass); e != cudaSuccess) return e;
+  const LaunchConfig pre(pre_grid, dim3(256), 0, stream);
+  if (const cudaError_t e = cudaLaunchKernelEx(&pre.config, dequant_activations<F, S>, prepass); e != cudaSuccess)
+    return e;
   return launch_gemm<F>(params, out_type, num_ctas, smem_bytes, stream);
 }
 
