@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Prepared in session 115 (v102), not run: exp/w4a4-pdl (`../w4a4_pdl.patch` against main 161d386) -- the expert
+# Prepared in session 115 (v102), not run: exp/w4a4-pdl (`../w4a4_pdl.patch` against main 593b15b) -- the expert
 # layer's W4A4 quantisers as programmatic dependents: the token quantiser lets the pre-pass start at once, runs beside
 # the routing (it reads only the caller's tokens) and waits for the routing at its end; the intermediate's quantiser
-# waits for GEMM1 first. Two calls on one warm machine, each carrying one CPU-built CLI (the carry fits one):
+# waits for GEMM1 first. (The carried CLIs were built before 593b15b's shared launch configuration, which changes no
+# launch: main's at 1537b0a, the branch at caec079.) Two calls on one warm machine, each carrying one CPU-built CLI (the carry fits one):
 #   PART=main  (carry .carry/pg_main.tar.xz: main's CLI)    -- unpacks it into /tmp/ab/main
 #   PART=ab    (carry .carry/pg_w4.tar.xz: the branch's CLI) -- unpacks it, then the A/B: the layer suite, W4A4 NVFP4
 #              on pieces, main / branch alternating, 2 rounds, digests compared (ab_layer.sh's table, --act nvfp4)
