@@ -31,6 +31,7 @@
 #include "formats/scale_layout.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/quantize.hpp"
+#include "kernels/launch_config.hpp"
 #include "kernels/quantize.hpp"
 
 namespace fp4gemm {
@@ -354,13 +355,8 @@ cudaError_t launch_quantize_kernel(const QuantizeArgs& a, const int* row_begin, 
   auto go = [&](auto fmt_tag, auto type_tag) {
     constexpr Format F = decltype(fmt_tag)::value;
     using T = typename decltype(type_tag)::type;
-    cudaLaunchConfig_t c{};
-    c.gridDim = dim3(grid), c.blockDim = dim3(kThreads), c.stream = stream;
-    cudaLaunchAttribute pdl[1];
-    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl[0].val.programmaticStreamSerializationAllowed = 1;
-    c.attrs = pdl, c.numAttrs = chain == QuantizeChain::none ? 0 : 1;
-    return cudaLaunchKernelEx(&c, quantize_kernel<F, T>, a, walk);
+    const LaunchConfig l(dim3(grid), dim3(kThreads), 0, stream, chain != QuantizeChain::none);
+    return cudaLaunchKernelEx(&l.config, quantize_kernel<F, T>, a, walk);
   };
   using Nv = std::integral_constant<Format, Format::nvfp4>;
   using Mx = std::integral_constant<Format, Format::mxfp4>;
