@@ -44,6 +44,14 @@ void launch_quantize(const QuantizeArgs& args, cudaStream_t stream);
 // layout): e.g. the expert layer's sorted intermediate, whose rows past its routing's offsets are
 // unused.
 void launch_quantize(const QuantizeArgs& args, cudaStream_t stream, const int* row_begin, const int* row_end);
+// The expert layer's launches, as programmatic dependents of the launch before them (the routing, or GEMM1): the
+// kernel lets its own dependent start at once and waits for its predecessor (griddepcontrol.wait) first
+// (wait_first: it reads that one's output -- GEMM1's intermediate, the routing's offsets) or last (wait_last: it reads
+// only what was complete before its predecessor started -- the caller's tokens, a host global scale -- and waits
+// so that its completion still implies the predecessor's, which the launches after it rely on).
+enum class QuantizeChain { none, wait_first, wait_last };
+void launch_quantize(const QuantizeArgs& args, cudaStream_t stream, const int* row_begin, const int* row_end,
+                     QuantizeChain chain);
 }  // namespace detail
 
 }  // namespace fp4gemm

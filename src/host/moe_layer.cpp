@@ -384,7 +384,10 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
     q.x = x, q.ldx = ldx, q.rows = n_rows, q.k = cols;
     q.packed = packed, q.scales = scales, q.scale_layout = ScaleLayout::linear;
     q.global_scale = o.format == Format::nvfp4 ? gs : 1.0f;
-    detail::launch_quantize(q, s, sorted ? p.offsets : nullptr, sorted ? p.offsets + E : nullptr);
+    // (programmatic dependents: the token quantiser of the routing -- it reads only the caller's tokens, so it runs
+    // beside the routing and waits at its end --, the intermediate's of GEMM1, waiting first)
+    detail::launch_quantize(q, s, sorted ? p.offsets : nullptr, sorted ? p.offsets + E : nullptr,
+                            sorted ? detail::QuantizeChain::wait_first : detail::QuantizeChain::wait_last);
     g.a = packed, g.lda = cols / 2, g.a_scales = scales;
   };
   MoeArgs g1;

@@ -61,10 +61,17 @@ namespace detail {
 void launch_quantize(const QuantizeArgs& in, cudaStream_t stream) { launch_quantize(in, stream, nullptr, nullptr); }
 
 void launch_quantize(const QuantizeArgs& in, cudaStream_t stream, const int* row_begin, const int* row_end) {
+  launch_quantize(in, stream, row_begin, row_end, QuantizeChain::none);
+}
+
+void launch_quantize(const QuantizeArgs& in, cudaStream_t stream, const int* row_begin, const int* row_end,
+                     QuantizeChain chain) {
   const QuantizeArgs a = resolved(in);
   validate(a);
+  if (chain == QuantizeChain::wait_last && a.global_scale_device != nullptr) chain = QuantizeChain::wait_first;
+  // (a device global scale may be the predecessor's output: read after the wait)
   if (a.rows == 0 || a.k == 0) return;
-  FP4GEMM_CUDA_CHECK(launch_quantize_kernel(a, row_begin, row_end, stream), "quantize_activations");
+  FP4GEMM_CUDA_CHECK(launch_quantize_kernel(a, row_begin, row_end, stream, chain), "quantize_activations");
 }
 
 }  // namespace detail

@@ -26,10 +26,12 @@
 #include <cstring>
 #include <type_traits>
 
+#include "device/ptx/ptx.cuh"
 #include "device/quantize_rule.cuh"
 #include "formats/scale_layout.hpp"
 #include "fp4gemm/formats.hpp"
 #include "fp4gemm/quantize.hpp"
+#include "kernels/launch_config.hpp"
 #include "kernels/quantize.hpp"
 
 namespace fp4gemm {
@@ -96,6 +98,7 @@ struct QuantizeWalk {
   // Optional device bounds: only rows [*row_begin, *row_end) (clamped to [0, rows)) are quantised.
   const int* row_begin = nullptr;
   const int* row_end = nullptr;
+  detail::QuantizeChain chain = detail::QuantizeChain::none;  // where it waits for a programmatic predecessor
 };
 
 // The packed pair type of a 16-bit input type, and a 32-bit word seen as one.
@@ -250,6 +253,8 @@ __device__ __forceinline__ void quantize_block(const QuantizeArgs& a, float gs, 
 template <Format F, typename T>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, QuantizeWalk walk) {
   constexpr int kVec = RawBlock<F, T>::kVec;
+  ptx::launch_dependents();  // (launched as a programmatic dependent only by the expert layer: QuantizeChain)
+  if (walk.chain == detail::QuantizeChain::wait_first) ptx::wait_prerequisites();
   __shared__ alignas(16) std::uint32_t table[kCodes<F>][kTableWords];
   const float gs = F == Format::nvfp4 && a.global_scale_device != nullptr ? *a.global_scale_device : a.global_scale;
   const float inv6gs_rn = __frcp_rn(__fmul_rn(6.0f, gs));  // (0: no shortcut, quantize_block)
@@ -265,18 +270,20 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, Quan
   if (row < walk.rows) cur.load(x + row * a.ldx + b * kVec);  // in flight while the table is built
   build_table<F, T>(table, gs);
   __syncthreads();
-  if (row >= walk.rows) return;
-  for (;;) {
-    std::int64_t next_row = row + walk.stride_rows, next_b = b + walk.stride_blocks;
-    if (next_b >= walk.blocks_per_row) next_b -= walk.blocks_per_row, ++next_row;
-    const bool more = next_row < walk.rows;
-    RawBlock<F, T> next;
-    if (more) next.load(x + next_row * a.ldx + next_b * kVec);  // in flight while this block is quantised
-    quantize_block<F, T>(a, gs, inv6gs, table, cur, row, b, walk.blocks_per_row);
-    if (!more) break;
-    cur = next;
-    row = next_row, b = next_b;
+  if (row < walk.rows) {
+    for (;;) {
+      std::int64_t next_row = row + walk.stride_rows, next_b = b + walk.stride_blocks;
+      if (next_b >= walk.blocks_per_row) next_b -= walk.blocks_per_row, ++next_row;
+      const bool more = next_row < walk.rows;
+      RawBlock<F, T> next;
+      if (more) next.load(x + next_row * a.ldx + next_b * kVec);  // in flight while this block is quantised
+      quantize_block<F, T>(a, gs, inv6gs, table, cur, row, b, walk.blocks_per_row);
+      if (!more) break;
+      cur = next;
+      row = next_row, b = next_b;
+    }
   }
+  if (walk.chain == detail::QuantizeChain::wait_last) ptx::wait_prerequisites();  // (every thread: QuantizeChain)
 }
 
 // Blocked layout: the padding (rows past `rows` up to a multiple of 128, columns past cols up to a
@@ -329,7 +336,8 @@ cudaError_t quantize_wave_blocks(int device, Format f, InputType in, std::int64_
 
 namespace detail {
 
-cudaError_t launch_quantize_kernel(const QuantizeArgs& a, const int* row_begin, const int* row_end, cudaStream_t stream) {
+cudaError_t launch_quantize_kernel(const QuantizeArgs& a, const int* row_begin, const int* row_end, cudaStream_t stream,
+                                   QuantizeChain chain) {
   const int vec = scale_block_size(a.format);
   const std::int64_t bpr = a.k / vec, total = a.rows * bpr;
   // Whole waves: as many 256-thread blocks as fit on every SM (the kernels' occupancy, queried
@@ -341,29 +349,31 @@ cudaError_t launch_quantize_kernel(const QuantizeArgs& a, const int* row_begin, 
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((total + kThreads - 1) / kThreads, wave)));
   QuantizeWalk walk;
   walk.rows = a.rows, walk.blocks_per_row = bpr;
-  walk.row_begin = row_begin, walk.row_end = row_end;
+  walk.row_begin = row_begin, walk.row_end = row_end, walk.chain = chain;
   const std::int64_t stride = static_cast<std::int64_t>(grid) * kThreads;
   walk.stride_rows = stride / bpr, walk.stride_blocks = stride % bpr;
   auto go = [&](auto fmt_tag, auto type_tag) {
     constexpr Format F = decltype(fmt_tag)::value;
     using T = typename decltype(type_tag)::type;
-    quantize_kernel<F, T><<<grid, kThreads, 0, stream>>>(a, walk);
+    const LaunchConfig l(dim3(grid), dim3(kThreads), 0, stream, chain != QuantizeChain::none);
+    return cudaLaunchKernelEx(&l.config, quantize_kernel<F, T>, a, walk);
   };
   using Nv = std::integral_constant<Format, Format::nvfp4>;
   using Mx = std::integral_constant<Format, Format::mxfp4>;
   struct Bf { using type = __nv_bfloat16; };
   struct Hf { using type = __half; };
   struct Ff { using type = float; };
+  cudaError_t launched;
   if (a.format == Format::nvfp4) {
-    if (a.input == InputType::bf16) go(Nv{}, Bf{});
-    else if (a.input == InputType::f16) go(Nv{}, Hf{});
-    else go(Nv{}, Ff{});
+    if (a.input == InputType::bf16) launched = go(Nv{}, Bf{});
+    else if (a.input == InputType::f16) launched = go(Nv{}, Hf{});
+    else launched = go(Nv{}, Ff{});
   } else {
-    if (a.input == InputType::bf16) go(Mx{}, Bf{});
-    else if (a.input == InputType::f16) go(Mx{}, Hf{});
-    else go(Mx{}, Ff{});
+    if (a.input == InputType::bf16) launched = go(Mx{}, Bf{});
+    else if (a.input == InputType::f16) launched = go(Mx{}, Hf{});
+    else launched = go(Mx{}, Ff{});
   }
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (launched != cudaSuccess) return launched;
   if (a.scale_layout == ScaleLayout::blocked && (a.rows % 128 != 0 || bpr % 4 != 0)) {
     const std::int64_t pad = (a.rows + 127) / 128 * 128 * ((bpr + 3) / 4 * 4);
     blocked_padding_kernel<<<static_cast<unsigned>(std::min<std::int64_t>((pad + kThreads - 1) / kThreads, 1024)), kThreads, 0,
