@@ -270,20 +270,23 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, Quan
   if (row < walk.rows) cur.load(x + row * a.ldx + b * kVec);  // in flight while the table is built
   build_table<F, T>(table, gs);
   __syncthreads();
-  if (row < walk.rows) {
-    for (;;) {
-      std::int64_t next_row = row + walk.stride_rows, next_b = b + walk.stride_blocks;
-      if (next_b >= walk.blocks_per_row) next_b -= walk.blocks_per_row, ++next_row;
-      const bool more = next_row < walk.rows;
-      RawBlock<F, T> next;
-      if (more) next.load(x + next_row * a.ldx + next_b * kVec);  // in flight while this block is quantised
-      quantize_block<F, T>(a, gs, inv6gs, table, cur, row, b, walk.blocks_per_row);
-      if (!more) break;
-      cur = next;
-      row = next_row, b = next_b;
-    }
+  // wait_last (QuantizeChain): every thread with rows waits at its end, so the grid cannot complete before its
+  // predecessor -- thread 0 always has one (wait_last runs without row bounds, on >= 1 row). Threads without rows
+  // return at once: a wait on that path, or the loop inside an `if` with one wait after it, gave the f16 instance of one
+  // format an 8-byte stack frame.
+  if (row >= walk.rows) return;
+  for (;;) {
+    std::int64_t next_row = row + walk.stride_rows, next_b = b + walk.stride_blocks;
+    if (next_b >= walk.blocks_per_row) next_b -= walk.blocks_per_row, ++next_row;
+    const bool more = next_row < walk.rows;
+    RawBlock<F, T> next;
+    if (more) next.load(x + next_row * a.ldx + next_b * kVec);  // in flight while this block is quantised
+    quantize_block<F, T>(a, gs, inv6gs, table, cur, row, b, walk.blocks_per_row);
+    if (!more) break;
+    cur = next;
+    row = next_row, b = next_b;
   }
-  if (walk.chain == detail::QuantizeChain::wait_last) ptx::wait_prerequisites();  // (every thread: QuantizeChain)
+  if (walk.chain == detail::QuantizeChain::wait_last) ptx::wait_prerequisites();
 }
 
 // Blocked layout: the padding (rows past `rows` up to a multiple of 128, columns past cols up to a
@@ -349,6 +352,8 @@ cudaError_t launch_quantize_kernel(const QuantizeArgs& a, const int* row_begin, 
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((total + kThreads - 1) / kThreads, wave)));
   QuantizeWalk walk;
   walk.rows = a.rows, walk.blocks_per_row = bpr;
+  // (wait_last relies on thread 0 having a row, so it takes no row bounds: with them it waits first)
+  if (chain == QuantizeChain::wait_last && (row_begin != nullptr || row_end != nullptr)) chain = QuantizeChain::wait_first;
   walk.row_begin = row_begin, walk.row_end = row_end, walk.chain = chain;
   const std::int64_t stride = static_cast<std::int64_t>(grid) * kThreads;
   walk.stride_rows = stride / bpr, walk.stride_blocks = stride % bpr;
