@@ -68,8 +68,11 @@ void launch_quantize(const QuantizeArgs& in, cudaStream_t stream, const int* row
                      QuantizeChain chain) {
   const QuantizeArgs a = resolved(in);
   validate(a);
-  if (chain == QuantizeChain::wait_last && a.global_scale_device != nullptr) chain = QuantizeChain::wait_first;
-  // (a device global scale may be the predecessor's output: read after the wait)
+  // wait_last only where the kernel may read at once and its thread 0 has a row (its proof that the grid ends after its
+  // predecessor, kernels/quantize.cu): a device global scale may be the predecessor's output, and row bounds may leave
+  // thread 0 without a row -- both wait first.
+  if (chain == QuantizeChain::wait_last && (a.global_scale_device != nullptr || row_begin != nullptr || row_end != nullptr))
+    chain = QuantizeChain::wait_first;
   if (a.rows == 0 || a.k == 0) return;
   FP4GEMM_CUDA_CHECK(launch_quantize_kernel(a, row_begin, row_end, stream, chain), "quantize_activations");
 }

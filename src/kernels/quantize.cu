@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeArgs a, Quan
   build_table<F, T>(table, gs);
   __syncthreads();
   // wait_last (QuantizeChain): every thread with rows waits at its end, so the grid cannot complete before its
-  // predecessor -- thread 0 always has one (wait_last runs without row bounds, on >= 1 row). Threads without rows
+  // predecessor -- thread 0 always has one (host/quantize.cpp: wait_last only without row bounds, on >= 1 row). Threads without rows
   // return at once: a wait on that path, or the loop inside an `if` with one wait after it, gave the f16 instance of one
   // format an 8-byte stack frame.
   if (row >= walk.rows) return;
@@ -352,8 +352,6 @@ cudaError_t launch_quantize_kernel(const QuantizeArgs& a, const int* row_begin, 
   const unsigned grid = static_cast<unsigned>(std::max<std::int64_t>(1, std::min<std::int64_t>((total + kThreads - 1) / kThreads, wave)));
   QuantizeWalk walk;
   walk.rows = a.rows, walk.blocks_per_row = bpr;
-  // (wait_last relies on thread 0 having a row, so it takes no row bounds: with them it waits first)
-  if (chain == QuantizeChain::wait_last && (row_begin != nullptr || row_end != nullptr)) chain = QuantizeChain::wait_first;
   walk.row_begin = row_begin, walk.row_end = row_end, walk.chain = chain;
   const std::int64_t stride = static_cast<std::int64_t>(grid) * kThreads;
   walk.stride_rows = stride / bpr, walk.stride_blocks = stride % bpr;
