@@ -331,6 +331,11 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     const detail::MoePreparedInput in = detail::MoeGemmOwner::prepared_input(*p.gemm2);
     if (in.rows != nullptr && in.ld == I && detail::MoeGemmOwner::write_k_order_output(*p.gemm1)) p.handover = in.rows;
   }
+  // Each GEMM lets the layer's next launch start at once (its CTAs take the SMs the GEMM's CTAs leave and run their
+  // prologue -- GEMM2's device schedule and the first fill of its ring -- beside the GEMM's tail): GEMM1's is GEMM2,
+  // its pre-pass or W4A4's quantiser, GEMM2's the combine, each a programmatic dependent that waits before it reads.
+  detail::MoeGemmOwner::let_dependents_start(*p.gemm1);
+  if (o.combine) detail::MoeGemmOwner::let_dependents_start(*p.gemm2);
   p.runs.create();
 }
 
