@@ -334,8 +334,10 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
   // Each GEMM lets the layer's next launch start at once (its CTAs take the SMs the GEMM's CTAs leave and run their
   // prologue -- GEMM2's device schedule and the first fill of its ring -- beside the GEMM's tail): GEMM1's is GEMM2,
   // its pre-pass or W4A4's quantiser, GEMM2's the combine, each a programmatic dependent that waits before it reads.
-  detail::MoeGemmOwner::let_dependents_start(*p.gemm1);
-  if (o.combine) detail::MoeGemmOwner::let_dependents_start(*p.gemm2);
+  if (std::getenv("FP4GEMM_EXP_NO_TRIGGER") == nullptr) {  // (v103 A/B knob, removed before merging)
+    detail::MoeGemmOwner::let_dependents_start(*p.gemm1);
+    if (o.combine) detail::MoeGemmOwner::let_dependents_start(*p.gemm2);
+  }
   p.runs.create();
 }
 
