@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Superseded by ft_one.sh, which needs one CLI; .carry/pg_w4.tar.xz was removed in session 116 as stale.)
 # v103: exp/fused-trigger A/B. Two calls on one warm machine, each carrying one CPU-built CLI:
 #   PART=main (carry .carry/pg_w4.tar.xz: main's kernels and launches as of 47cb47f -- exp/w4a4-pdl's CLI)
 #   PART=ab   (carry .carry/pg_ft.tar.xz: the branch's CLI), then the layer suite W4A16 and W4A4 NVFP4 on pieces,
