@@ -331,13 +331,14 @@ MoeLayer::MoeLayer(const MoeLayerWeights& weights, const MoeLayerOptions& option
     const detail::MoePreparedInput in = detail::MoeGemmOwner::prepared_input(*p.gemm2);
     if (in.rows != nullptr && in.ld == I && detail::MoeGemmOwner::write_k_order_output(*p.gemm1)) p.handover = in.rows;
   }
-  // Each GEMM lets the layer's next launch start at once (its CTAs take the SMs the GEMM's CTAs leave and run their
-  // prologue -- GEMM2's device schedule and the first fill of its ring -- beside the GEMM's tail): GEMM1's is GEMM2,
-  // its pre-pass or W4A4's quantiser, GEMM2's the combine, each a programmatic dependent that waits before it reads.
-  if (std::getenv("FP4GEMM_EXP_NO_TRIGGER") == nullptr) {  // (v103 A/B knob, removed before merging)
-    detail::MoeGemmOwner::let_dependents_start(*p.gemm1);
-    if (o.combine) detail::MoeGemmOwner::let_dependents_start(*p.gemm2);
-  }
+  // A GEMM lets the layer's next launch start at once where that launch is the next GEMM or the combine (its CTAs
+  // take the SMs the GEMM's CTAs leave and run their prologue -- GEMM2's device schedule and the first fill of its
+  // ring -- beside the GEMM's tail; each a programmatic dependent that waits before it reads). Not before W4A4's
+  // separate intermediate quantiser: its CTAs have no prologue to overlap, and early they only hold slots.
+  const char* trig = std::getenv("FP4GEMM_EXP_TRIGGER");  // (v103 A/B knob: none / all; removed before merging)
+  const std::string t = trig == nullptr ? "" : trig;
+  if (t != "none" && (t == "all" || !w4a4 || o1.quantize_output)) detail::MoeGemmOwner::let_dependents_start(*p.gemm1);
+  if (t != "none" && o.combine) detail::MoeGemmOwner::let_dependents_start(*p.gemm2);
   p.runs.create();
 }
 
