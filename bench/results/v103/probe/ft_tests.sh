@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 R=$OUT/t; mkdir -p $R /tmp/gt
-tar xJf .carry/gt_ft.tar.xz -C /tmp/gt
+tar xJf ${GT:-.carry/gt_ft.tar.xz} -C /tmp/gt
 B=/tmp/gt/gt/fp4gemm_gpu_tests
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.txt
 timeout 300 $B --gtest_brief=1 --gtest_filter="${FILTER:-*Quantiz*:MoeLayer*:MoeGraph*:AlignRouting*:MoeBadRouting*:*Combine*}" > $R/gtests.txt 2>&1
