@@ -12,6 +12,6 @@ C=${CASES:-12,32,13,14,19,34,20,21}
 export ROUNDS=3
 mkdir -p $OUT/w4 $OUT/w4all $OUT/w16
 ACT=nvfp4 bash bench/results/v102/probe/ab_layer.sh none ft $C $OUT/w4
-ACT=nvfp4 bash bench/results/v102/probe/ab_layer.sh none all $C $OUT/w4all
+[ -n "${ALL:-}" ] && ACT=nvfp4 bash bench/results/v102/probe/ab_layer.sh none all $C $OUT/w4all
 ACT=bf16 bash bench/results/v102/probe/ab_layer.sh none ft $C $OUT/w16
 rm -f $OUT/*/layer_*.txt
