@@ -3,4 +3,4 @@
 # the sanitizers with the branch's CPU-built test binary (ft_tests.sh, .carry/gt_ft2.tar.xz).
 cd "$(dirname "$0")"
 bash ft2.sh 2>&1 | grep -v "^layer "
-GT=.carry/gt_ft2.tar.xz bash ft_tests.sh
+GT=.carry/gt_ftf.tar.xz bash ft_tests.sh
