@@ -159,7 +159,9 @@ struct MoeLayerArgs {
   // [T * topk, H] dense, in expert order; row_of int32 [T * topk]. The rows of pairs whose id is
   // outside [0, E) or whose token is absent are not written (their row_of entries point nowhere
   // meaningful). topk_weights is not read (may be null); `out` must be null. Not with w2_bias (the
-  // combine adds it).
+  // combine adds it). A kernel of the caller's launched after the run as a programmatic dependent
+  // (programmatic stream serialisation) must wait for it (cudaGridDependencySynchronize) before it
+  // reads these rows: the run's last kernel lets such a launch start early.
   void* expert_rows = nullptr;
   int* row_of = nullptr;
 };

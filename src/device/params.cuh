@@ -131,6 +131,11 @@ struct FusedParams {
   // 2^(code - 127) is the one exact multiply raw * 2^(code - 1), the same rounding (mainloop.cuh,
   // dequant_row).
   int small_mx_scales;
+  // 1: every CTA lets the launch after it start at once (griddepcontrol.launch_dependents at its start), so that
+  // launch's CTAs take the SMs this grid's CTAs leave and run their prologue beside its tail. Set only where the
+  // library launches that next kernel itself, as a programmatic dependent that waits before it reads this grid's
+  // output (the expert layer's GEMM1 and GEMM2: MoeKernelPlan::let_dependents_start).
+  int trigger_dependents;
   MoeScheduleParams moe;  // experts > 0: the CTAs build the work list from the run's routing
 };
 

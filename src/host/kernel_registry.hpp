@@ -101,6 +101,10 @@ class MoeKernelPlan {
   virtual MoePreparedInput prepared_input() const { return {}; }
   // enqueue() without the pre-pass: the workspace holds this run's activations (args.a is not read).
   virtual void enqueue_prepared(const MoeArgs& args, cudaStream_t stream) const;
+  // From now on the plan's GEMM lets the launch after it start at once (its CTAs' prologue beside this one's tail):
+  // only for a caller that launches that next kernel itself, as a programmatic dependent that waits
+  // (griddepcontrol.wait) before it reads anything this plan writes -- the MoE layer. A plan without it ignores it.
+  virtual void let_dependents_start() {}
 };
 
 // What an MoE kernel's build gets: the validated weights (linear scale strides resolved) and

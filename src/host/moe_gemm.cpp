@@ -138,6 +138,7 @@ void detail::MoeGemmOwner::enqueue(const MoeGemm& gemm, const MoeArgs& args, cud
 void detail::MoeGemmOwner::reload(const MoeGemm& gemm, cudaStream_t stream) { checked(gemm.impl_).kernel->reload(stream); }
 
 bool detail::MoeGemmOwner::write_k_order_output(MoeGemm& gemm) { return checked(gemm.impl_).kernel->write_k_order_output(); }
+void detail::MoeGemmOwner::let_dependents_start(MoeGemm& gemm) { checked(gemm.impl_).kernel->let_dependents_start(); }
 
 detail::MoePreparedInput detail::MoeGemmOwner::prepared_input(const MoeGemm& gemm) {
   return checked(gemm.impl_).kernel->prepared_input();

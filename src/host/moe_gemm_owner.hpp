@@ -23,6 +23,8 @@ struct MoeGemmOwner {
   static bool write_k_order_output(MoeGemm& gemm);
   static MoePreparedInput prepared_input(const MoeGemm& gemm);  // rows null: the plan has none
   static void enqueue_prepared(const MoeGemm& gemm, const MoeArgs& args, cudaStream_t stream);
+  // MoeKernelPlan::let_dependents_start: the layer launches every kernel after its GEMMs itself.
+  static void let_dependents_start(MoeGemm& gemm);
 };
 
 }  // namespace fp4gemm::detail

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "kernels/combine.cuh"
+#include "kernels/launch_config.hpp"
 
 namespace fp4gemm::detail {
 
@@ -31,9 +32,12 @@ void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const in
     using Id = decltype(id_tag);
     using Wt = decltype(wt_tag);
     auto with_bias = [&](auto has_bias) {
-      combine_kernel<Id, Wt, LayerRows, decltype(has_bias)::value><<<grid, 256, 0, s>>>(
-          rows, hidden, static_cast<const Id*>(ids), static_cast<const Wt*>(weights), k, experts, tokens, out, ld_out,
-          token_count, bias, bias_f32 ? 1 : 0);
+      // A programmatic dependent of the launch before it (the layer's GEMM2, or the caller's kernel): it waits for
+      // that grid before it reads anything (combine.cuh).
+      const LaunchConfig l(dim3(grid), dim3(256), 0, s);
+      cudaLaunchKernelEx(&l.config, combine_kernel<Id, Wt, LayerRows, decltype(has_bias)::value>, rows, hidden,
+                         static_cast<const Id*>(ids), static_cast<const Wt*>(weights), k, experts, tokens, out,
+                         static_cast<long long>(ld_out), token_count, bias, bias_f32 ? 1 : 0);
     };
     if (bias != nullptr) with_bias(std::true_type{}); else with_bias(std::false_type{});
   };

@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include "device/ptx/ptx.cuh"
+
 namespace fp4gemm::detail {
 
 // out[t, h] = sum_j w[t, j] * row(t * k + j)[h] over j = 0..k-1 in order, skipping ids outside
@@ -24,6 +26,9 @@ __global__ void __launch_bounds__(256) combine_kernel(Rows rows, int hidden, con
                                                       const int* __restrict__ tokens_at, const void* __restrict__ bias,
                                                       int bias_f32) {
   constexpr int kBatch = 4;
+  // The layer launches it as a programmatic dependent of GEMM2 (kernels/combine.cu), whose CTAs let it launch at
+  // their start: it waits for that grid before reading anything. (Without programmatic launch: a no-op.)
+  ptx::wait_prerequisites();
   if (tokens_at != nullptr) tokens = min(tokens, max(*tokens_at, 0));
   const int chunks = hidden / 8;
   const long long total = static_cast<long long>(tokens) * chunks;

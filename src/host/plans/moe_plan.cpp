@@ -52,6 +52,7 @@ class FusedMoePlan final : public MoeKernelPlan {
   std::size_t device_bytes() const override { return memory.bytes(); }
   bool write_k_order_output() override;
   MoePreparedInput prepared_input() const override;
+  void let_dependents_start() override { params.trigger_dependents = 1; }
   void enqueue_prepared(const MoeArgs& args, cudaStream_t stream) const override;
 
  private:

@@ -83,6 +83,7 @@ template <Format F, class Scheduler, int kSmallMx = kMxTwo>
 __global__ void __launch_bounds__(KernelConfig::kThreads, 1)
     fused_grouped_gemm(const __grid_constant__ FusedParams p, OutType out_type) {
   using C = KernelConfig;
+  if (p.trigger_dependents != 0) ptx::launch_dependents();  // (params.cuh: the expert layer's GEMMs)
   extern __shared__ __align__(1024) std::uint8_t smem_raw[];
   // The 128-byte swizzle needs 1024-byte aligned stages; the launch reserves 1 KB of slack.
   std::uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
