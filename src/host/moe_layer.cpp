@@ -425,9 +425,10 @@ void MoeLayer::Impl::enqueue(const MoeLayerArgs& args, cudaStream_t s) const {
     return;
   }
 
-  detail::launch_combine(y, H, H, row_of, args.topk_ids, args.ids_int64, args.topk_weights, args.weights_bf16, k, E, T,
-                 static_cast<__nv_bfloat16*>(args.out), ldo, p.device.multiprocessors, s, args.token_count, w.w2_bias,
-                 w.bias_f32);
+  FP4GEMM_CUDA_CHECK(detail::launch_combine(y, H, H, row_of, args.topk_ids, args.ids_int64, args.topk_weights,
+                                            args.weights_bf16, k, E, T, static_cast<__nv_bfloat16*>(args.out), ldo,
+                                            p.device.multiprocessors, s, args.token_count, w.w2_bias, w.bias_f32),
+                     "run");
   FP4GEMM_CUDA_CHECK(cudaGetLastError(), "run");
 }
 
@@ -529,10 +530,11 @@ void moe_combine(const MoeCombineArgs& a, cudaStream_t stream) {
   detail::check_device_buffer("out", -1, a.out, out_bytes, d.index);
   detail::check_device_buffer("topk_ids", -1, a.topk_ids, pairs * (a.ids_int64 ? 8 : 4), d.index);
   detail::check_device_buffer("topk_weights", -1, a.topk_weights, pairs * (a.weights_bf16 ? 2 : 4), d.index);
-  detail::launch_combine(static_cast<const __nv_bfloat16*>(a.y), a.ld_y, a.hidden, nullptr, a.topk_ids, a.ids_int64,
-                 a.topk_weights, a.weights_bf16, a.topk, a.experts, a.tokens, static_cast<__nv_bfloat16*>(a.out),
-                 a.ld_out, d.multiprocessors, stream);
-  FP4GEMM_CUDA_CHECK(cudaGetLastError(), "moe_combine");
+  FP4GEMM_CUDA_CHECK(detail::launch_combine(static_cast<const __nv_bfloat16*>(a.y), a.ld_y, a.hidden, nullptr,
+                                            a.topk_ids, a.ids_int64, a.topk_weights, a.weights_bf16, a.topk, a.experts,
+                                            a.tokens, static_cast<__nv_bfloat16*>(a.out), a.ld_out, d.multiprocessors,
+                                            stream),
+                     "moe_combine");
 }
 
 std::size_t MoeLayer::graph_replays() const {

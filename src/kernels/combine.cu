@@ -22,7 +22,7 @@ struct LayerRows {
 
 }  // namespace
 
-void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const int* row_of, const void* ids,
+cudaError_t launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const int* row_of, const void* ids,
                     bool ids_int64, const void* weights, bool weights_bf16, int k, int experts, int tokens,
                     __nv_bfloat16* out, long long ld_out, int multiprocessors, cudaStream_t s,
                     const int* token_count, const void* bias, bool bias_f32) {
@@ -35,17 +35,14 @@ void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const in
       // A programmatic dependent of the launch before it (the layer's GEMM2, or the caller's kernel): it waits for
       // that grid before it reads anything (combine.cuh).
       const LaunchConfig l(dim3(grid), dim3(256), 0, s);
-      cudaLaunchKernelEx(&l.config, combine_kernel<Id, Wt, LayerRows, decltype(has_bias)::value>, rows, hidden,
+      return cudaLaunchKernelEx(&l.config, combine_kernel<Id, Wt, LayerRows, decltype(has_bias)::value>, rows, hidden,
                          static_cast<const Id*>(ids), static_cast<const Wt*>(weights), k, experts, tokens, out,
                          static_cast<long long>(ld_out), token_count, bias, bias_f32 ? 1 : 0);
     };
-    if (bias != nullptr) with_bias(std::true_type{}); else with_bias(std::false_type{});
+    return bias != nullptr ? with_bias(std::true_type{}) : with_bias(std::false_type{});
   };
-  if (ids_int64) {
-    if (weights_bf16) go(0LL, __nv_bfloat16{}); else go(0LL, 0.0f);
-  } else {
-    if (weights_bf16) go(0, __nv_bfloat16{}); else go(0, 0.0f);
-  }
+  if (ids_int64) return weights_bf16 ? go(0LL, __nv_bfloat16{}) : go(0LL, 0.0f);
+  return weights_bf16 ? go(0, __nv_bfloat16{}) : go(0, 0.0f);
 }
 
 }  // namespace fp4gemm::detail

@@ -11,8 +11,8 @@ namespace fp4gemm::detail {
 // t * k + j), skipping ids outside [0, experts), each step one FP32 fma (acc = fma(w, y, acc),
 // from acc = 0), rounded once to bf16. token_count (device, may be null): tokens past it are
 // absent (their out rows are not written). bias (may be null): [experts, hidden], bf16 or f32,
-// added to each pair's row in FP32 before its fma (combine_kernel).
-void launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const int* row_of, const void* ids,
+// added to each pair's row in FP32 before its fma (combine_kernel). Returns the launch's error.
+cudaError_t launch_combine(const __nv_bfloat16* y, long long ld_y, int hidden, const int* row_of, const void* ids,
                     bool ids_int64, const void* weights, bool weights_bf16, int k, int experts, int tokens,
                     __nv_bfloat16* out, long long ld_out, int multiprocessors, cudaStream_t s,
                     const int* token_count = nullptr, const void* bias = nullptr, bool bias_f32 = false);
