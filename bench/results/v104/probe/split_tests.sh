@@ -5,7 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 export FP4GEMM_EXP_SPLIT_SCALES=1
-GT=${GT:-.carry/gt_split.tar.xz} RDIR=st TT=${TT:-330} \
+GT=${GT:-.carry/both_split.tar.xz} RDIR=st TT=${TT:-330} \
   FILTER="${FILTER:-*Moe*:*moe*:*Layer*:*Pieces*:*Combine*:*Routing*:Cases/*:Seeds/Moe*}" \
   bash bench/results/v104/probe/tests_full.sh
 R=$OUT/st; B=/tmp/gt/gt/fp4gemm_gpu_tests; t0=$SECONDS
