@@ -19,14 +19,7 @@ done
 mkdir -p $W/ab; ROUNDS=${ROUNDS:-2} bash bench/results/v106/probe/ab3.sh ${CASES:-8,9,10,11,12,13,14,15,16,17,18,19,20,21,31,32,33,34} $W/ab $clis | tail -20
 echo "ab done [$((SECONDS - t0)) s]"
 if [ $((SECONDS - t0)) -lt ${W4MAX:-470} ]; then
-  shape() { case $1 in gptoss) echo "--experts 128 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";;
-                       qwen3) echo "--experts 128 --hidden 2048 --inter 768 --topk 8 --activation silu";; esac; }
-  for n in gptoss qwen3; do for T in 1 8 64 512 4096; do line="$n T$T:"
-    f=$W/nvfp4_${n}_t${T}.txt
-    timeout 60 /tmp/b/tools/fp4gemm layer $(shape $n) --tokens $T --act nvfp4 --weight-layout pieces --values checkpoint \
-      --iters 100 --warmup 10 --json $W/nvfp4_${n}_t${T}.json > $f 2>&1
-    echo "$line nvfp4 $(grep -oE '^time: [0-9.]+' $f | cut -d' ' -f2) [$((SECONDS - t0)) s]"
-  done; done
+  bash bench/results/v106/probe/w4a4_cells.sh /tmp/b/tools/fp4gemm $W
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 tar czf $OUT/h3.tgz -C $OUT w && rm -rf $W; echo "all done [$((SECONDS - t0)) s]"

@@ -28,14 +28,7 @@ timeout ${ST:-90} compute-sanitizer --tool memcheck --error-exitcode 9 $T --gtes
   --gtest_filter='MoeLayerPieces.*:MoeLayerDecode.*:MoeLayerGraph.GeneralPath*' > $W/memcheck.txt 2>&1
 echo "memcheck rc $? [$((SECONDS - t0)) s]"; grep -E "ERROR SUMMARY|PASSED|FAILED" $W/memcheck.txt | head -5
 if [ $((SECONDS - t0)) -lt ${W4MAX:-330} ]; then
-  shape() { case $1 in gptoss) echo "--experts 128 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";;
-                       qwen3) echo "--experts 128 --hidden 2048 --inter 768 --topk 8 --activation silu";; esac; }
-  for n in gptoss qwen3; do for T in 1 8 64 512 4096; do
-    f=$W/nvfp4_${n}_t${T}.txt
-    timeout 30 /tmp/xmain/tools/fp4gemm layer $(shape $n) --tokens $T --act nvfp4 --weight-layout pieces \
-      --values checkpoint --iters 100 --warmup 10 --json $W/nvfp4_${n}_t${T}.json > $f 2>&1
-    echo "$n T$T: nvfp4 $(grep -oE '^time: [0-9.]+' $f | cut -d' ' -f2) [$((SECONDS - t0)) s]"
-  done; done
+  bash bench/results/v106/probe/w4a4_cells.sh /tmp/xmain/tools/fp4gemm $W
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 tar czf $OUT/c5.tgz -C $OUT w && rm -rf $W; echo "all done [$((SECONDS - t0)) s]"
