@@ -6,12 +6,15 @@
 # (probe/ab3.sh: W4A16 pieces, checkpoint scales, digests, ROUNDS rounds alternating); 2) the branch's GPU tests on
 # what the change touches (the device decodes for every word; MXFP4 pieces: the MoE pieces suites, the layer's decode,
 # general and graph paths), in SHARDS parallel shards; 3) compute-sanitizer memcheck of the pieces and decode suites; 4) while the call has time,
-# the W4A4 NVFP4 cells with main's CLI (issue 52's shapes, `layer`, pieces, median of 100).
+# the W4A4 NVFP4 cells with main's CLI (issue 52's shapes, `layer`, pieces, median of 100). v107 added, first,
+# bench/micro/pipe_rate.cu (IMAD.WIDE's issue rate).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; W=$OUT/w; mkdir -p $W; P=$PWD/bench/results/v106/probe
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,power.limit --format=csv,noheader
+# v107: the issue rate of IMAD.WIDE against IMAD (bench/micro/pipe_rate.cu, ~20 s with its build).
+nvcc -std=c++17 -O3 -arch=sm_90a bench/micro/pipe_rate.cu -o /tmp/pipe_rate && /tmp/pipe_rate | tee $W/pipe_rate.txt
 for v in main fold; do mkdir -p /tmp/x$v && xz -dc .carry/${v}_cli.tar.xz | tar xf - -C /tmp/x$v; done
 mkdir -p /tmp/xt && xz -dc .carry/fold_tests.tar.xz | tar xf - -C /tmp/xt
 mkdir -p /tmp/ab/m /tmp/ab/f $W/ab; ln -sf /tmp/xmain/tools/fp4gemm /tmp/ab/m/fp4gemm; ln -sf /tmp/xfold/tools/fp4gemm /tmp/ab/f/fp4gemm
