@@ -23,14 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "micro_check.cuh"
 
 enum Mode { kImad, kLop3, kShf, kHmul2, kImadLop3, kImadWLop3, kImadLop3Hmul2, kImadWLop3Hmul2, kModes };
 constexpr const char* kNames[kModes] = {"imad", "lop3", "shf", "hmul2", "imad+lop3", "imadw+lop3", "imad+lop3+hmul2",
@@ -115,38 +108,38 @@ template <int M>
 void run(int sms, int iters, unsigned* sink, long long* cycles) {
   constexpr int kThreads = 1024;  // 32 warps: the CTA fills the SM's 4 schedulers 8 deep
   rate_kernel<M><<<sms, kThreads>>>(iters / 8, 0x3f813f81u, sink, cycles);  // warm-up
-  CHECK(cudaGetLastError());
+  CK(cudaGetLastError());
   cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  CHECK(cudaEventRecord(e0));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  CK(cudaEventRecord(e0));
   rate_kernel<M><<<sms, kThreads>>>(iters, 0x3f813f81u, sink, cycles);
-  CHECK(cudaEventRecord(e1));
-  CHECK(cudaEventSynchronize(e1));
+  CK(cudaEventRecord(e1));
+  CK(cudaEventSynchronize(e1));
   float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  CK(cudaEventElapsedTime(&ms, e0, e1));
   long long* h = new long long[sms];
-  CHECK(cudaMemcpy(h, cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(h, cycles, sizeof(long long) * sms, cudaMemcpyDeviceToHost));
   long long mx = 0;
   for (int i = 0; i < sms; ++i) mx = h[i] > mx ? h[i] : mx;
   delete[] h;
   const double warp_instr = double(kThreads / 32) * iters * kUnroll * kChains * kInstrPerStep[M];
   std::printf("%-12s %7.2f warp-instructions per SM-cycle (%.2f per scheduler), %.3f ms, %lld cycles\n", kNames[M],
               warp_instr / double(mx), warp_instr / double(mx) / 4, ms, mx);
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
 }
 
 int main(int argc, char** argv) {
   const int iters = argc > 1 ? std::atoi(argv[1]) : 4096;
   cudaDeviceProp p{};
-  CHECK(cudaGetDeviceProperties(&p, 0));
+  CK(cudaGetDeviceProperties(&p, 0));
   std::printf("%s, %d SMs, %d iterations x %d steps x %d chains per thread, 32 warps per SM\n", p.name,
               p.multiProcessorCount, iters, kUnroll, kChains);
   unsigned* sink;
   long long* cycles;
-  CHECK(cudaMalloc(&sink, sizeof(unsigned) * p.multiProcessorCount));
-  CHECK(cudaMalloc(&cycles, sizeof(long long) * p.multiProcessorCount));
+  CK(cudaMalloc(&sink, sizeof(unsigned) * p.multiProcessorCount));
+  CK(cudaMalloc(&cycles, sizeof(long long) * p.multiProcessorCount));
   run<kImad>(p.multiProcessorCount, iters, sink, cycles);
   run<kLop3>(p.multiProcessorCount, iters, sink, cycles);
   run<kShf>(p.multiProcessorCount, iters, sink, cycles);
@@ -155,7 +148,7 @@ int main(int argc, char** argv) {
   run<kImadWLop3>(p.multiProcessorCount, iters, sink, cycles);
   run<kImadLop3Hmul2>(p.multiProcessorCount, iters, sink, cycles);
   run<kImadWLop3Hmul2>(p.multiProcessorCount, iters, sink, cycles);
-  CHECK(cudaFree(sink));
-  CHECK(cudaFree(cycles));
+  CK(cudaFree(sink));
+  CK(cudaFree(cycles));
   return 0;
 }
