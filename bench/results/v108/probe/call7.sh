@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); echo "card: $name"
-case $name in *H200*) ROUND_REPS="${ROUND_REPS:-100}" MAXB=${MAXB:-260} exec bash bench/results/v108/probe/call6.sh ;; esac
+[ "${NOTABLE:-0}" = 1 ] || case $name in *H200*) ROUND_REPS="${ROUND_REPS:-100}" MAXB=${MAXB:-260} exec bash bench/results/v108/probe/call6.sh ;; esac
 mkdir -p /tmp/xm && xz -dc .carry/main_cli.tar.xz | tar xf - -C /tmp/xm; C=/tmp/xm/tools/fp4gemm; R=$OUT/ncu; mkdir -p $R
 shape() { case $1 in gptoss) echo "--experts 128 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";;
                      qwen3) echo "--experts 128 --hidden 2048 --inter 768 --topk 8 --activation silu";; esac; }
