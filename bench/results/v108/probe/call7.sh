@@ -15,8 +15,9 @@ M='regex:sm__inst_executed_pipe_[a-z_]+\.avg\.pct_of_peak_sustained_active$'
 M="$M,sm__inst_issued.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
 M="$M,smsp__inst_executed.sum,gpu__time_duration.sum,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
 M="$M,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_active"
-for c in "gptoss 4096" "qwen3 4096" "qwen3 1024" "gptoss 512"; do set -- $c
-  timeout 150 ncu --clock-control none --kernel-name regex:fused_grouped_gemm --launch-skip 2 --launch-count 2 \
+IFS=, read -ra CL <<< "${CELLS:-gptoss 4096,qwen3 4096,gptoss 512,qwen3 1024}"
+for c in "${CL[@]}"; do set -- $c
+  timeout ${NT:-150} ncu --clock-control none --kernel-name regex:fused_grouped_gemm --launch-skip 2 --launch-count 2 \
     --metrics "$M" $C layer $(shape $1) --tokens $2 --act bf16 --weight-layout pieces --values checkpoint \
     --iters 2 --warmup 1 > $R/${1}_t$2.txt 2>&1
   echo "$1 T$2 rc $? [$((SECONDS - t0)) s]"
