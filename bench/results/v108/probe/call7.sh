@@ -12,9 +12,8 @@ mkdir -p /tmp/xm && xz -dc .carry/main_cli.tar.xz | tar xf - -C /tmp/xm; C=/tmp/
 shape() { case $1 in gptoss) echo "--experts 128 --hidden 2880 --inter 2880 --topk 4 --activation swigluoai";;
                      qwen3) echo "--experts 128 --hidden 2048 --inter 768 --topk 8 --activation silu";; esac; }
 M='regex:sm__inst_executed_pipe_[a-z_]+\.avg\.pct_of_peak_sustained_active$'
-M="$M,sm__inst_issued.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
-M="$M,smsp__inst_executed.sum,gpu__time_duration.sum,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
-M="$M,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_active"
+M="$M,regex:sm__pipe_[a-z_]+_cycles_active\.avg\.pct_of_peak_sustained_active$"
+M="$M,sm__inst_issued.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,gpu__time_duration.sum"
 IFS=, read -ra CL <<< "${CELLS:-gptoss 4096,qwen3 4096,gptoss 512,qwen3 1024}"
 for c in "${CL[@]}"; do set -- $c
   timeout ${NT:-150} ncu --clock-control none --kernel-name regex:fused_grouped_gemm --launch-skip 2 --launch-count 2 \
