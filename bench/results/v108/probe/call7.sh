@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# v108 call 7: on an H200, call6.sh (issue 52's H200 table on main). On any other card, per-pipe issue of main's
-# general MoE GEMMs (carried CPU-built CLI .carry/main_cli.tar.xz, cbab00c): ncu --clock-control none, the layer's
-# fused_grouped_gemm launches at the cells v108's fold lost on (gpt-oss T 4096, Qwen3 T 1024 / 4096) and the one it
-# did not (gpt-oss T 512). Carry .carry/peers and .carry/main_cli.tar.xz (trim.sh out with KEEP="v95 v102 v106 v108").
+# v108 call 7: on an H200, call6.sh (issue 52's H200 table on main, one round here). On any other card, or on any
+# card with NOTABLE=1, per-pipe issue of main's general MoE GEMMs (carried CPU-built CLI .carry/main_cli.tar.xz,
+# cbab00c): ncu --clock-control none, the layer's second GEMM1 / GEMM2 launches at CELLS ("shape T" pairs, comma
+# separated; default the cells v108's fold lost most on and gpt-oss T 512, where it did not), NT seconds each.
+# Run in v108 as NOTABLE=1 CELLS="gptoss 4096,gptoss 512" on an H200 (ncu_h200/). Carry .carry/peers and
+# .carry/main_cli.tar.xz (trim.sh out with KEEP="v95 v102 v106 v108").
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS
