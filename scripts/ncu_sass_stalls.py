@@ -19,7 +19,12 @@ def tables(text):
     """Splits the export into (kernel line, rows) tables: a header row starts with "Address"."""
     out, name, buf = [], "", []
     for line in text.splitlines():
-        if line.startswith('"Address"') or line.startswith("Address,"):
+        if line.startswith('"Kernel Name"'):  # (the next table's kernel)
+            if buf:
+                out.append((name, buf))
+                buf = []
+            name = next(csv.reader([line]))[1]
+        elif line.startswith('"Address"') or line.startswith("Address,"):
             if buf:
                 out.append((name, buf))
             buf = [line]
