@@ -47,13 +47,24 @@ def num(v):
         return 0.0
 
 
+def opcode(source):
+    """The instruction's opcode, past a predicate (`@!P0 BRA ...` -> `BRA`); '?' for an empty line."""
+    words = [w for w in source.split() if not w.startswith("@")]
+    return words[0] if words else "?"
+
+
+def load(path):
+    """The export's tables as (kernel, rows); a table with a header only is left out."""
+    return [(n, rows) for n, rows in tables(open(path, errors="replace").read()) if rows]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--around", default="HGMMA")
     a = ap.parse_args()
-    found = tables(open(a.csv, errors="replace").read())
+    found = load(a.csv)
     if not found:
         sys.exit(f"{a.csv}: no table with an Address column (is it ncu's source page as CSV?)")
     for name, rows in found:
@@ -79,7 +90,7 @@ def main():
         for i, r in enumerate(rows):
             if a.around in r[src]:
                 seq = rows[max(0, i - 2): i + 1]
-                print("   " + " | ".join(f"{s[src].split()[0] if s[src].split() else '?'} {num(s[key]):.0f}" for s in seq))
+                print("   " + " | ".join(f"{opcode(s[src])} {num(s[key]):.0f}" for s in seq))
 
 
 if __name__ == "__main__":
