@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # v111 call AB (whichever GPU comes; no build there): the A/B of exp/piece-slots (p) against main (m), both CLIs
 # CPU-built (nvcc 13.0, sm_90a) -- v106's ab3.sh on the layer suite (W4A16 pieces, checkpoint scales, digests), ROUNDS
-# rounds (default 3) of 100, alternating m / p -- then the branch's C++ GPU tier (3 shards) and memcheck (callB.sh's
+# rounds (default 3) of 100, alternating m / p -- then the branch's C++ GPU tier (3 shards) and memcheck (device_carried.sh's
 # filter), and racecheck / synccheck on two MoE tests. Carry .carry/peers, .carry/main_cli.tar.xz, .carry/ps_build.tar.xz
 # (its tests and CLI; build folder /work/sb) with trim.sh out (KEEP="v95 v102 v106 v108 v109 v110 v111").
 set -uo pipefail
