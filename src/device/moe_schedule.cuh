@@ -41,9 +41,12 @@ using detail::moe_sk_piece;
 using detail::moe_sk_piece_count;
 using detail::StreamKPiece;
 using detail::MoeClassLoad;
-using detail::moe_balance_makespan;
 using detail::moe_class_extra;
 using detail::moe_class_need;
+using detail::kMoeBalancePoints;
+using detail::kMoeBalanceRounds;
+using detail::moe_balance_point;
+using detail::moe_balance_update;
 
 // Shared scratch of the schedule (in the ring's memory: nothing is loaded before it is done).
 struct MoeScheduleScratch {
@@ -53,6 +56,7 @@ struct MoeScheduleScratch {
   int prefix[kMoeMaxExperts];                    // tiles of this CTA's class before expert e's (step 3b)
   int warp_tiles[kMaxWarps][kClasses];           // step 2: each warp's experts' tiles per class
   int warp_sum[kMaxWarps];                       // step 3b: each warp's part of a chunk's scan
+  int search[2][kMoeBalancePoints];              // step 3: the search's need sums, by round parity
   int bucket_base[kClasses + 1], cta_base[kClasses + 1], ctas_of[kClasses], class_tiles[kClasses];
   int total_tiles;
   int begin, end, n16, rank, ctas;  // this CTA's result: its whole tiles' slots, class, and rank among the class's CTAs
@@ -157,80 +161,111 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   // 3. CTAs per class (moe_tiles.hpp, moe_class_ctas is the host's copy of this step): one class
   //    present takes every CTA it can use; more search the smallest makespan the run's CTAs can
   //    meet, each class then the fewest CTAs that meet it and the spare ones shared by cost.
-  //    Warp 0: lane c (and c + 16, for the search's second point) for class c.
-  if (warp == 0) {
+  //    Every warp forms the classes' loads (lane c and c + 16: class c) and takes part in the
+  //    search, two of a round's points per warp; warp 0 then sets the CTAs per class. (Warp 0
+  //    alone, two points per step in 12 steps, took 4-7 k cycles of the prologue; v113.)
+  static_assert(2 * kWarps >= kMoeBalancePoints, "two search points per warp");
+  {
     const int c = lane % kClasses;
     int tiles = 0;
-#pragma unroll 1
+#pragma unroll
     for (int w = 0; w < kWarps; ++w) tiles += s.warp_tiles[w][c];  // (0 for a bad routing: step 2 skipped)
-    if (lane < kClasses) s.class_tiles[c] = tiles;
     // (stream-K can split the tiles of the 16- and 32-token classes: up to one CTA per
-    // kMoeStreamKMinKblocks k-blocks; other classes one per tile; moe_tiles.hpp)
+    // kMoeStreamKMinKblocks k-blocks; other classes one per tile)
     const MoeClassLoad load = moe_class_load(c, tiles, a.kblocks, a.num_ctas, a.narrow_rows, a.stream_k != 0,
                                              MoeCostFigures{a.wide_fixed, a.wide_per_token, a.narrow_fixed, a.narrow_per_token});
     const bool first = lane < kClasses;
-    const unsigned present = __ballot_sync(0xFFFFFFFFu, first && tiles > 0);
+    const unsigned present = __ballot_sync(0xFFFFFFFFu, first && tiles > 0);  // (the same in every warp)
     int mine = 0;
-    if (__popc(present) <= 1) {
-      mine = tiles > 0 ? min(load.cap, a.num_ctas) : 0;
-    } else {
-      const float inv_w = 1.0f / load.w;
+    float T = 0.0f, cost = 0.0f, total_cost = 0.0f;
+    const float inv_w = 1.0f / load.w;
+    if (__popc(present) > 1) {  // (block-uniform)
       // (positive floats order as their bit patterns)
       const float h = tiles > 0 ? static_cast<float>(tiles + 1) * load.w : 0.0f;
-      const float hi = __uint_as_float(__reduce_max_sync(0xFFFFFFFFu, __float_as_uint(h)));
+      const float hi_safe = __uint_as_float(__reduce_max_sync(0xFFFFFFFFu, __float_as_uint(h)));
       const float w_max = __uint_as_float(__reduce_max_sync(0xFFFFFFFFu, __float_as_uint(tiles > 0 ? load.w : 0.0f)));
-      const float cost = static_cast<float>(tiles) * load.w;
-      float total_cost = cost;  // (lanes 16-31 hold the same classes: the 16-lane sums match)
+      cost = static_cast<float>(tiles) * load.w;
+      total_cost = cost;  // (lanes 16-31 hold the same classes: the 16-lane sums match)
 #pragma unroll
       for (int o = 8; o > 0; o /= 2) total_cost += __shfl_xor_sync(0xFFFFFFFFu, total_cost, o);
-      const float T = moe_balance_makespan(total_cost / static_cast<float>(a.num_ctas), w_max, hi, a.num_ctas,
-                                           [&](float t1, float t2) {
-                                             const int need = moe_class_need(load, inv_w, first ? t1 : t2, a.num_ctas);
-                                             return __reduce_add_sync(0xFFFFFFFFu, first ? need : need << 16);
-                                           });
-      mine = first ? moe_class_need(load, inv_w, T, a.num_ctas) : 0;
-      const int used = __reduce_add_sync(0xFFFFFFFFu, mine);
-      mine += first ? moe_class_extra(load, mine, a.num_ctas - used, cost, total_cost) : 0;
-    }
-    if (!first) mine = 0;
-    // Exclusive prefix sums of tiles and CTAs over the classes.
-    int before[2] = {first ? tiles : 0, mine};
-    warp_inclusive_scan(before, lane);
-    const int tiles_before = before[0], ctas_before = before[1];
-    if (lane < kClasses) {
-      s.bucket_base[c] = tiles_before - tiles, s.cta_base[c] = ctas_before - mine, s.ctas_of[c] = mine;  // (first)
-    }
-    const int total_tiles = __shfl_sync(0xFFFFFFFFu, tiles_before, kClasses - 1);
-    const bool none = any_bad || total_tiles > a.max_tiles;  // (the latter cannot happen for a routing
-                                                             // that passed step 1: plan sizing)
-    if (lane == kClasses - 1) {
-      s.bucket_base[kClasses] = s.total_tiles = tiles_before, s.cta_base[kClasses] = ctas_before;
-      if (!any_bad && none && reporter) moe_report(a.error, kMoeOverCapacity, a.experts, tiles_before);
-    }
-    __syncwarp();  // lane 0 reads the other lanes' entries below
-    // This CTA's class and range: the CTAs of class c split its bucket evenly (whole tiles of one
-    // class cost alike); CTAs past the last class get none.
-    if (lane == 0) {
-      const int cta = blockIdx.x;
-      int c2 = 0;
-      while (c2 < kClasses - 1 && cta >= s.cta_base[c2 + 1]) ++c2;
-      int begin = 0, end = 0, n16 = 1, k = 0, n = 1, sk = 0;
-      if (cta < s.cta_base[kClasses] && !none) {
-        k = cta - s.cta_base[c2], n = s.ctas_of[c2];
-        // Stream-K (moe_tiles.hpp, moe_sk_tiles) where whole tiles would leave a quarter or more
-        // of the class's CTAs idle (decode-like runs: at most 3/4 of a tile per CTA), and for the
-        // partial last round of a class with full rounds before it. Only the 16- and
-        // 32-token classes: their partials fit the plan's slots (one per CTA, kMoeSlotFloats).
-        // The rest of the bucket runs whole, interleaved tiles.
-        sk = a.stream_k != 0 && c2 <= 1 ? moe_sk_tiles(s.class_tiles[c2], a.kblocks, n, c2 == 0 ? a.split_gain16 : a.split_gain32) : 0;
-        const SlotRange r = moe_cta_slots(s.bucket_base[c2], s.class_tiles[c2] - sk, k, n, interleave);
-        begin = r.begin, end = r.end;
-        // (contiguous ranges had every token tile of every expert in flight and re-read the
-        // activations from DRAM for each row block: prefill (d) 1776 -> 1421 us with interleaving;
-        // decode-like runs too: the 10 % it once cost (a) and (c) no longer shows)
-        n16 = c2 + 1;
+      // moe_balance_makespan's rounds, the points tested at once: warp w point 2 w (lanes 0-15)
+      // and 2 w + 1 (16-31); each warp's two sums through shared memory (a buffer per round's
+      // parity: a warp writing round r + 1 cannot meet one still reading round r).
+      float lo = total_cost / static_cast<float>(a.num_ctas);
+      const float h2 = 2.0f * (lo + w_max);
+      float hi = h2 < hi_safe ? h2 : hi_safe;
+      const int point = 2 * warp + (first ? 0 : 1);
+      int rounds = kMoeBalanceRounds;
+#pragma unroll 1
+      for (int r = 0; r < rounds; ++r) {
+        const int need = point < kMoeBalancePoints
+                             ? moe_class_need(load, inv_w, moe_balance_point(lo, hi, r, point), a.num_ctas)
+                             : 0;
+        const int sums = __reduce_add_sync(0xFFFFFFFFu, first ? need : need << 16);
+        if (lane == 0 && point < kMoeBalancePoints) {
+          s.search[r & 1][point] = sums & 0xFFFF;
+          s.search[r & 1][point + 1] = sums >> 16;
+        }
+        __syncthreads();
+        const unsigned feasible =
+            __ballot_sync(0xFFFFFFFFu, lane < kMoeBalancePoints && s.search[r & 1][lane < kMoeBalancePoints ? lane : 0] <= a.num_ctas);
+        if (r == 0 && feasible == 0) {
+          lo = hi, hi = hi_safe, ++rounds;
+          continue;
+        }
+        moe_balance_update(lo, hi, r, feasible);
       }
-      s.begin = begin, s.end = end, s.n16 = n16, s.rank = k, s.ctas = n, s.stream_k = sk;
+      T = hi;
+    }
+    if (warp == 0) {
+      if (lane < kClasses) s.class_tiles[c] = tiles;
+      if (__popc(present) <= 1) {
+        mine = tiles > 0 ? min(load.cap, a.num_ctas) : 0;
+      } else {
+        mine = first ? moe_class_need(load, inv_w, T, a.num_ctas) : 0;
+        const int used = __reduce_add_sync(0xFFFFFFFFu, mine);
+        mine += first ? moe_class_extra(load, mine, a.num_ctas - used, cost, total_cost) : 0;
+      }
+      if (!first) mine = 0;
+      // Exclusive prefix sums of tiles and CTAs over the classes.
+      int before[2] = {first ? tiles : 0, mine};
+      warp_inclusive_scan(before, lane);
+      const int tiles_before = before[0], ctas_before = before[1];
+      if (lane < kClasses) {
+        s.bucket_base[c] = tiles_before - tiles, s.cta_base[c] = ctas_before - mine, s.ctas_of[c] = mine;  // (first)
+      }
+      const int total_tiles = __shfl_sync(0xFFFFFFFFu, tiles_before, kClasses - 1);
+      const bool none = any_bad || total_tiles > a.max_tiles;  // (the latter cannot happen for a routing
+                                                               // that passed step 1: plan sizing)
+      if (lane == kClasses - 1) {
+        s.bucket_base[kClasses] = s.total_tiles = tiles_before, s.cta_base[kClasses] = ctas_before;
+        if (!any_bad && none && reporter) moe_report(a.error, kMoeOverCapacity, a.experts, tiles_before);
+      }
+      __syncwarp();  // lane 0 reads the other lanes' entries below
+      const unsigned class_after = __ballot_sync(0xFFFFFFFFu, first && static_cast<int>(blockIdx.x) >= ctas_before - mine);
+      // This CTA's class and range: the CTAs of class c split its bucket evenly (whole tiles of one
+      // class cost alike); CTAs past the last class get none.
+      if (lane == 0) {
+        const int cta = blockIdx.x;
+        const int c2 = __popc(class_after & ((1u << kClasses) - 2u));  // classes 1.. whose CTAs start at or before it
+        int begin = 0, end = 0, n16 = 1, k = 0, n = 1, sk = 0;
+        if (cta < s.cta_base[kClasses] && !none) {
+          k = cta - s.cta_base[c2], n = s.ctas_of[c2];
+          // Stream-K (moe_tiles.hpp, moe_sk_tiles) where whole tiles would leave a quarter or more
+          // of the class's CTAs idle (decode-like runs: at most 3/4 of a tile per CTA), and for the
+          // partial last round of a class with full rounds before it. Only the 16- and
+          // 32-token classes: their partials fit the plan's slots (one per CTA, kMoeSlotFloats).
+          // The rest of the bucket runs whole, interleaved tiles.
+          sk = a.stream_k != 0 && c2 <= 1 ? moe_sk_tiles(s.class_tiles[c2], a.kblocks, n, c2 == 0 ? a.split_gain16 : a.split_gain32) : 0;
+          const SlotRange r = moe_cta_slots(s.bucket_base[c2], s.class_tiles[c2] - sk, k, n, interleave);
+          begin = r.begin, end = r.end;
+          // (contiguous ranges had every token tile of every expert in flight and re-read the
+          // activations from DRAM for each row block: prefill (d) 1776 -> 1421 us with interleaving;
+          // decode-like runs too: the 10 % it once cost (a) and (c) no longer shows)
+          n16 = c2 + 1;
+        }
+        s.begin = begin, s.end = end, s.n16 = n16, s.rank = k, s.ctas = n, s.stream_k = sk;
+      }
     }
   }
   __syncthreads();
@@ -251,7 +286,7 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       if (lane == 31) s.warp_sum[warp] = incl;
       __syncthreads();
       int before = carry, chunk = 0;
-#pragma unroll 1
+#pragma unroll
       for (int w = 0; w < kWarps; ++w) {
         const int ws = s.warp_sum[w];
         before += w < warp ? ws : 0;

@@ -99,7 +99,6 @@ struct MoeClassLoad {
 // The fewest CTAs that run a class of `count` tiles by stream-K where it has at most 3/4 of a tile
 // per CTA (moe_sk_eligible below): ceil(4 count / 3).
 constexpr int moe_sk_min_ctas(int count) { return (4 * count + 2) / 3; }
-constexpr int kMoeBalanceSteps = 11;  // search steps, each a third of [lo, hi]: 3^11 ~ 177 k
 
 // ceil(t / r) for whole numbers 1 <= t < 2^21 and r >= 1 held in floats, given rr, an
 // approximation of 1 / r within 2 ulps: t * rr is then within 1/2 of t / r, and the ceiling is
@@ -135,51 +134,71 @@ FP4GEMM_HD float moe_ceil_div(float t, float r) {
 // per CTA) and at most cap. Non-increasing in T, which the search needs. inv_w = 1 / l.w.
 FP4GEMM_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, int most) {
   if (l.tiles <= 0) return 0;
+  // Every case's count is formed and one selected (no branch on T: the device search tests a
+  // different T in each lane, and the branches diverged there; v113's micro: ~560 cycles a step).
   const float tf = static_cast<float>(l.tiles);
   const float rounds = T * inv_w;
-  float n;
-  if (rounds >= 1.0f && l.divisible) {
-    const float q = tf * l.w / T;  // <= tiles: one full round at least
-    n = static_cast<float>(static_cast<int>(q));
-    n += n < q ? 1.0f : 0.0f;
-  } else if (rounds >= 1.0f) {
-    n = moe_ceil_div(tf, rounds >= tf ? tf : static_cast<float>(static_cast<int>(rounds)));
-  } else {
-    if (!l.splittable) return most + 1;
-    const float q = tf * l.w / T;  // (T = 0: +inf)
-    const float eligible = static_cast<float>(moe_sk_min_ctas(l.tiles));
-    n = static_cast<float>(static_cast<int>(q < 1e9f ? q : 1e9f));
-    n += n < q ? 1.0f : 0.0f;
-    n = n > eligible ? n : eligible;
-    if (n > static_cast<float>(l.cap)) return most + 1;
-  }
-  return n > static_cast<float>(most) ? most + 1 : static_cast<int>(n);
+  const bool full = rounds >= 1.0f;
+  const float q = tf * l.w / T;  // (T = 0: +inf)
+  float nq = static_cast<float>(static_cast<int>(q < 1e9f ? q : 1e9f));
+  nq += nq < q ? 1.0f : 0.0f;  // ceil(t * w / T)
+  const float r = rounds >= tf ? tf : (full ? static_cast<float>(static_cast<int>(rounds)) : 1.0f);
+  const float nc = moe_ceil_div(tf, r);  // whole tiles in floor(T / w) rounds
+  const float eligible = static_cast<float>(moe_sk_min_ctas(l.tiles));
+  const float n = full ? (l.divisible ? nq : nc) : (nq > eligible ? nq : eligible);
+  const bool none = !full && (!l.splittable || n > static_cast<float>(l.cap));
+  return none || n > static_cast<float>(most) ? most + 1 : static_cast<int>(n);
 }
 
-// The smallest makespan that num_ctas CTAs can meet, to a 3^-11 share of the bracket, searched
-// by thirds: each step tests two points, so one warp tests both at once (lanes 0-15 the first,
-// 16-31 the second, the two sums packed in one REDUX). need_sums(T1, T2) returns (sum of needs at
-// T1) | (sum at T2) << 16, each need capped at num_ctas + 1 (16 classes: < 2^16). The bracket:
-// lo = the total cost over the CTAs (no allocation beats it); hi = 2 (lo + the largest tile cost)
-// when that is feasible (it is unless rounding to whole tiles or the one-CTA-per-class minimum
-// needs more: then tiny totals), else hi_safe = the max over the classes of (tiles + 1) * w,
-// which needs one CTA per class. Searching from [0, hi_safe] would take 15 steps for the same
-// precision.
-template <class NeedSums>
-FP4GEMM_HD float moe_balance_makespan(float lo, float w_max, float hi_safe, int num_ctas, NeedSums&& need_sums) {
+// The smallest makespan that num_ctas CTAs can meet, searched in rounds of kMoeBalancePoints
+// points each (the device tests them at once: two per warp, device/moe_schedule.cuh). need_sums(round,
+// T, i) returns the sum of the classes' needs at T, point i of the round (each need capped at
+// num_ctas + 1). The bracket: lo = the total cost over the CTAs (no allocation beats it), hi =
+// 2 (lo + the largest tile cost) when that is feasible (it is unless rounding to whole tiles or the
+// one-CTA-per-class minimum needs more: then tiny totals), else hi_safe = the max over the classes
+// of (tiles + 1) * w, which needs one CTA per class. Round 0 tests hi = min(2 (lo + w_max),
+// hi_safe) as its last point and the rest of [lo, hi] in 24ths; later rounds [lo, hi] in 25ths
+// (hi is feasible), kMoeBalanceRounds in all when round 0 finds a feasible point, one more when it
+// does not (then lo = that hi, hi = hi_safe): the bracket ends below 25^-4 of its start (the earlier
+// search by thirds, 11 steps of 2 points in sequence, ended at 3^-11). Monotone needs make the
+// first feasible point of a round the new hi and the point before it the new lo.
+constexpr int kMoeBalancePoints = 24;
+constexpr int kMoeBalanceRounds = 4;
+FP4GEMM_HD float moe_balance_point(float lo, float hi, int round, int i) {
+  if (round == 0 && i == kMoeBalancePoints - 1) return hi;
+  const float frac = static_cast<float>(i + 1) * (round == 0 ? 1.0f / kMoeBalancePoints : 1.0f / (kMoeBalancePoints + 1));
+  return fmaf(hi - lo, frac, lo);  // (fmaf: the same rounding on the host and the device)
+}
+// One round's update from the mask of its feasible points (bit i: point i).
+FP4GEMM_HD void moe_balance_update(float& lo, float& hi, int round, unsigned feasible) {
+  if (feasible == 0) {
+    lo = moe_balance_point(lo, hi, round, kMoeBalancePoints - 1);
+    return;
+  }
+#if defined(__CUDA_ARCH__)
+  const int f = __ffs(static_cast<int>(feasible)) - 1;
+#else
+  const int f = __builtin_ctz(feasible);
+#endif
+  const float new_lo = f > 0 ? moe_balance_point(lo, hi, round, f - 1) : lo;
+  hi = moe_balance_point(lo, hi, round, f);
+  lo = new_lo;
+}
+// The host's evaluation (tests; the device runs the rounds in parallel).
+template <class NeedSum>
+float moe_balance_makespan(float lo, float w_max, float hi_safe, int num_ctas, NeedSum&& need_sum) {
   const float h2 = 2.0f * (lo + w_max);
-  float hi = h2 < hi_safe && (need_sums(h2, h2) & 0xFFFF) <= num_ctas ? h2 : hi_safe;
-  for (int i = 0; i < kMoeBalanceSteps; ++i) {
-    const float third = (hi - lo) * (1.0f / 3.0f);
-    const float t1 = lo + third, t2 = hi - third;
-    const int sums = need_sums(t1, t2);
-    if ((sums & 0xFFFF) <= num_ctas) {
-      hi = t1;
-    } else if ((sums >> 16) <= num_ctas) {
-      lo = t1, hi = t2;
-    } else {
-      lo = t2;
+  float hi = h2 < hi_safe ? h2 : hi_safe;
+  int rounds = kMoeBalanceRounds;
+  for (int r = 0; r < rounds; ++r) {
+    unsigned feasible = 0;
+    for (int i = 0; i < kMoeBalancePoints; ++i)
+      feasible |= (need_sum(moe_balance_point(lo, hi, r, i)) <= num_ctas ? 1u : 0u) << i;
+    if (r == 0 && feasible == 0) {
+      lo = hi, hi = hi_safe, ++rounds;
+      continue;
     }
+    moe_balance_update(lo, hi, r, feasible);
   }
   return hi;
 }
@@ -215,10 +234,10 @@ inline void moe_class_ctas(const MoeClassLoad* l, int classes, int num_ctas, int
     return;
   }
   auto need = [&](int c, float t) { return moe_class_need(l[c], 1.0f / l[c].w, t, num_ctas); };
-  const float T = moe_balance_makespan(total_cost / static_cast<float>(num_ctas), w_max, hi, num_ctas, [&](float t1, float t2) {
-    int s1 = 0, s2 = 0;
-    for (int c = 0; c < classes; ++c) s1 += need(c, t1), s2 += need(c, t2);
-    return s1 | s2 << 16;
+  const float T = moe_balance_makespan(total_cost / static_cast<float>(num_ctas), w_max, hi, num_ctas, [&](float t) {
+    int sum = 0;
+    for (int c = 0; c < classes; ++c) sum += need(c, t);
+    return sum;
   });
   int used = 0;
   for (int c = 0; c < classes; ++c) used += out[c] = need(c, T);

@@ -286,6 +286,131 @@ TEST(MoeClassCtas, CeilDivisionFromAnApproximateReciprocal) {
   EXPECT_EQ(checked, 400000);
 }
 
+// moe_class_need forms every case's count and selects one (the device tests a different makespan
+// in each lane); against the rule written as its cases (the form it replaced), on random loads and
+// makespans around each class's tile cost, 0 and +inf included.
+int class_need_by_cases(const MoeClassLoad& l, float inv_w, float T, int most) {
+  if (l.tiles <= 0) return 0;
+  const float tf = static_cast<float>(l.tiles);
+  const float rounds = T * inv_w;
+  float n;
+  if (rounds >= 1.0f && l.divisible) {
+    const float q = tf * l.w / T;
+    n = static_cast<float>(static_cast<int>(q));
+    n += n < q ? 1.0f : 0.0f;
+  } else if (rounds >= 1.0f) {
+    const float r = rounds >= tf ? tf : static_cast<float>(static_cast<int>(rounds));
+    n = static_cast<float>((l.tiles + static_cast<int>(r) - 1) / static_cast<int>(r));
+  } else {
+    if (!l.splittable) return most + 1;
+    const float q = tf * l.w / T;
+    const float eligible = static_cast<float>(moe_sk_min_ctas(l.tiles));
+    n = static_cast<float>(static_cast<int>(q < 1e9f ? q : 1e9f));
+    n += n < q ? 1.0f : 0.0f;
+    n = n > eligible ? n : eligible;
+    if (n > static_cast<float>(l.cap)) return most + 1;
+  }
+  return n > static_cast<float>(most) ? most + 1 : static_cast<int>(n);
+}
+
+TEST(MoeClassCtas, NeedMatchesTheRuleByCases) {
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int num_ctas = 1 + static_cast<int>(rng() % 264);
+    const int kblocks = 1 + static_cast<int>(rng() % 120);
+    const int c = rng() % 2 ? static_cast<int>(rng() % 2) : static_cast<int>(rng() % 16);
+    const int tiles = static_cast<int>(rng() % (rng() % 4 == 0 ? 5000 : 300));
+    const SchedulePolicy p;
+    const MoeClassLoad l = moe_class_load(c, tiles, kblocks, num_ctas, rng() % 2 ? 256 : 128, rng() % 4 != 0,
+                                          MoeCostFigures{static_cast<float>(p.wide_fixed), static_cast<float>(p.wide_per_token),
+                                                         static_cast<float>(p.narrow_fixed), static_cast<float>(p.narrow_per_token)});
+    const float inv_w = 1.0f / l.w;
+    for (int j = 0; j < 24; ++j) {
+      float T;
+      switch (j) {
+        case 0: T = 0.0f; break;
+        case 1: T = INFINITY; break;
+        case 2: T = l.w; break;
+        case 3: T = std::nextafter(l.w, 0.0f); break;
+        case 4: T = static_cast<float>(tiles) * l.w; break;
+        default: {
+          const float x = std::ldexp(static_cast<float>(rng() % 1000000) / 1e6f, static_cast<int>(rng() % 14) - 4);
+          T = l.w * x;
+        }
+      }
+      ASSERT_EQ(moe_class_need(l, inv_w, T, num_ctas), class_need_by_cases(l, inv_w, T, num_ctas))
+          << "class " << c << ", " << tiles << " tiles, w " << l.w << ", T " << T << ", " << num_ctas << " CTAs";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 480000);
+}
+
+// The search by rounds of 24 points against the search it replaced (by thirds, 11 steps after
+// testing 2 (lo + w_max)): both end at a feasible makespan within their resolution of the least
+// one, so on random multi-class loads they give the same CTAs per class (or, where a class's
+// count changes between the two ends, the same makespan).
+float makespan_by_thirds(const std::vector<MoeClassLoad>& l, int num_ctas) {
+  float hi_safe = 0.0f, w_max = 0.0f, total_cost = 0.0f;
+  for (const MoeClassLoad& x : l) {
+    if (x.tiles <= 0) continue;
+    hi_safe = std::max(hi_safe, static_cast<float>(x.tiles + 1) * x.w);
+    w_max = std::max(w_max, x.w);
+    total_cost += static_cast<float>(x.tiles) * x.w;
+  }
+  auto sum = [&](float t) {
+    int s = 0;
+    for (const MoeClassLoad& x : l) s += moe_class_need(x, 1.0f / x.w, t, num_ctas);
+    return s;
+  };
+  float lo = total_cost / static_cast<float>(num_ctas);
+  const float h2 = 2.0f * (lo + w_max);
+  float hi = h2 < hi_safe && sum(h2) <= num_ctas ? h2 : hi_safe;
+  for (int i = 0; i < 11; ++i) {
+    const float third = (hi - lo) * (1.0f / 3.0f);
+    const float t1 = lo + third, t2 = hi - third;
+    if (sum(t1) <= num_ctas) hi = t1;
+    else if (sum(t2) <= num_ctas) lo = t1, hi = t2;
+    else lo = t2;
+  }
+  return hi;
+}
+
+TEST(MoeClassCtas, RoundsMatchTheSearchByThirds) {
+  std::mt19937 rng(17);
+  int same = 0, checked = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int num_ctas = 16 + static_cast<int>(rng() % 250);
+    const int kblocks = 4 + static_cast<int>(rng() % 100);
+    std::vector<MoeClassLoad> l(16);
+    const int present = 2 + static_cast<int>(rng() % 6);
+    for (int c = 0; c < 16; ++c) l[c] = class_load(c, 0, kblocks, num_ctas, false);
+    for (int i = 0; i < present; ++i) {
+      const int c = static_cast<int>(rng() % 16);
+      l[c] = class_load(c, 1 + static_cast<int>(rng() % (rng() % 4 == 0 ? 2000 : 200)), kblocks, num_ctas, rng() % 2, rng() % 4 != 0);
+    }
+    const std::vector<int> n = class_ctas(l, num_ctas);
+    // The thirds' allocation: need at its makespan, then the spare CTAs by cost (as moe_class_ctas).
+    const float T3 = makespan_by_thirds(l, num_ctas);
+    float total_cost = 0.0f;
+    for (const MoeClassLoad& x : l) total_cost += static_cast<float>(x.tiles) * x.w;
+    std::vector<int> n3(16);
+    int used = 0;
+    for (int c = 0; c < 16; ++c) used += n3[c] = moe_class_need(l[c], 1.0f / l[c].w, T3, num_ctas);
+    for (int c = 0; c < 16; ++c)
+      n3[c] += moe_class_extra(l[c], n3[c], num_ctas - used, static_cast<float>(l[c].tiles) * l[c].w, total_cost);
+    if (n == n3) {
+      ++same;
+    } else {
+      ASSERT_LE(makespan(l, n, kblocks), makespan(l, n3, kblocks) * (1 + 1e-5)) << "trial " << trial;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 20000);
+  EXPECT_GE(same, 19800) << "the two searches should rarely end apart";
+}
+
 // The case that showed the old proportional rule's loss (ncu on the H200: SMs active 66 % of
 // Mixtral-8x7B's down projection at T 256): 32 / 96 / 128 tiles of 48 / 64 / 80 tokens, 128-row
 // tiles, 224 k-blocks, 132 CTAs. The old rule gave the 48-token class 15 CTAs (3 rounds); every
