@@ -163,7 +163,8 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
   //    meet, each class then the fewest CTAs that meet it and the spare ones shared by cost.
   //    Every warp forms the classes' loads (lane c and c + 16: class c) and takes part in the
   //    search, two of a round's points per warp; warp 0 then sets the CTAs per class. (Warp 0
-  //    alone, two points per step in 12 steps, took 4-7 k cycles of the prologue: bench/micro/moe_schedule_cost.cu.)
+  //    alone, two points per step in 12 steps, took 4-7 k cycles of the prologue:
+  //    bench/micro/moe_schedule_cost.cu.)
   static_assert(2 * kWarps >= kMoeBalancePoints, "two search points per warp");
   {
     const int c = lane % kClasses;

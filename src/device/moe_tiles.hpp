@@ -135,7 +135,8 @@ FP4GEMM_HD float moe_ceil_div(float t, float r) {
 FP4GEMM_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, int most) {
   if (l.tiles <= 0) return 0;
   // Every case's count is formed and one selected (no branch on T: the device search tests a
-  // different T in each lane, and the branches diverged there: ~560 cycles a step in bench/micro/moe_schedule_cost.cu).
+  // different T in each lane, and the branches diverged there: ~560 cycles a step in
+  // bench/micro/moe_schedule_cost.cu).
   const float tf = static_cast<float>(l.tiles);
   const float rounds = T * inv_w;
   const bool full = rounds >= 1.0f;
