@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# v113 call P (prepared for the next session; whichever GPU comes; no build there): exp/prologue2 (p) against main
+# 050ed63's build (n). 1. The schedule micro: .carry/ms/new (050ed63) and .carry/ms/new72 (exp/prologue2), 2 runs.
+# 2. v106's ab3.sh on the layer suite (W4A16 pieces, checkpoint scales, digests), ROUNDS (3) alternating n / p.
+# 3. p's C++ GPU tier (3 shards), memcheck (the MoE / layer / pieces filter), racecheck / synccheck on two MoE tests.
+# Carry .carry/ms, .carry/nw_cli.tar.xz, .carry/p2_build.tar.xz (exp/prologue2's CLI + tests; build folder /work/mb)
+# with trim.sh out.
+set -uo pipefail
+cd "$(dirname "$0")/../../../.."
+t0=$SECONDS; W=$OUT/w; mkdir -p $W/ab $OUT/m; export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,power.limit --format=csv,noheader
+for r in 1 2; do for b in new new72; do .carry/ms/$b 20 > $W/m_${b}_r$r.txt 2>&1; echo "micro $b r$r rc $?"; done; done
+paste <(awk -F'|' '/^(Qwen3|gpt-oss)/ {print $1 "|" $2}' $W/m_new_r2.txt) <(awk -F'|' '/^(Qwen3|gpt-oss)/ {print $2 "|" $4}' $W/m_new72_r2.txt)
+mkdir -p .carry/build /tmp/ab/n /tmp/ab/p /tmp/xn && xz -dc .carry/nw_cli.tar.xz | tar xf - -C /tmp/xn && \
+  xz -dc .carry/p2_build.tar.xz | tar xf - -C .carry/build || { echo "unpack failed"; exit 3; }
+ln -sf /tmp/xn/tools/fp4gemm /tmp/ab/n/fp4gemm; ln -sf $PWD/.carry/build/tools/fp4gemm /tmp/ab/p/fp4gemm
+ROUNDS=${ROUNDS:-3} bash bench/results/v106/probe/ab3.sh ${CASES:-8,9,10,11,12,13,14,15,16,17,18,19,20,21,31,32,33,34} $W/ab n p | tail -24
+echo "ab done [$((SECONDS - t0)) s]"
+tar czf $OUT/cP_ab_micro.tgz -C $OUT w && rm -rf $W
+[ -n "${NO_TESTS:-}" ] && exit 0
+FP4GEMM_BUILD_DIR=/work/mb OUT=$OUT bash scripts/device_carried.sh gpu; echo "gpu tier rc $? [$((SECONDS - t0)) s]"
+F='*PlanOrdering*:*MoeLayerCases.*/case0:*MoeLayerCases.*/case4:*MoeLayerCases.*/case9:MoeLayerGraph*:MoeLayerPrequantised*:MoeGluShapes.ModelShapedTilesAndBothHeights:MoeGluShapes.StreamKSplitTiles:MoePieces*:MoeLayerPieces*'
+timeout ${ST:-120} compute-sanitizer --tool memcheck --error-exitcode 9 .carry/build/tests/fp4gemm_gpu_tests \
+  --gtest_filter="$F" > $OUT/sanitizer_memcheck.log 2>&1; echo "memcheck rc $? [$((SECONDS - t0)) s]"
+grep -E "ERROR SUMMARY|Invalid|tests ran|PASSED|FAILED" $OUT/sanitizer_memcheck.log | head -8
+for tool in racecheck synccheck; do
+  timeout ${RT:-30} compute-sanitizer --tool $tool --error-exitcode 9 .carry/build/tests/fp4gemm_gpu_tests \
+    --gtest_filter='MoeGluShapes.StreamKSplitTiles:*MoeLayerCases.*/case0' > $OUT/sanitizer_$tool.log 2>&1
+  echo "$tool rc $? [$((SECONDS - t0)) s]"; grep -E "ERROR SUMMARY|HAZARD|tests ran|PASSED|FAILED" $OUT/sanitizer_$tool.log | head -6
+done
+echo "all done [$((SECONDS - t0)) s]"
