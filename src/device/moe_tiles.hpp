@@ -152,9 +152,8 @@ FP4GEMM_HD int moe_class_need(const MoeClassLoad& l, float inv_w, float T, int m
 }
 
 // The smallest makespan that num_ctas CTAs can meet, searched in rounds of kMoeBalancePoints
-// points each (the device tests them at once: two per warp, device/moe_schedule.cuh). need_sums(round,
-// T, i) returns the sum of the classes' needs at T, point i of the round (each need capped at
-// num_ctas + 1). The bracket: lo = the total cost over the CTAs (no allocation beats it), hi =
+// points each (the device tests them at once: two per warp, device/moe_schedule.cuh; the host's
+// need_sum(T) returns the sum of the classes' needs at T, each capped at num_ctas + 1). The bracket: lo = the total cost over the CTAs (no allocation beats it), hi =
 // 2 (lo + the largest tile cost) when that is feasible (it is unless rounding to whole tiles or the
 // one-CTA-per-class minimum needs more: then tiny totals), else hi_safe = the max over the classes
 // of (tiles + 1) * w, which needs one CTA per class. Round 0 tests hi = min(2 (lo + w_max),
