@@ -1,8 +1,7 @@
 // v114 host replay (a record, not a test): the MoE device schedule's class split (moe_class_ctas) and each CTA's
-// k-blocks on 200 uniform top-k routings per cell (Qwen3-30B-A3B and gpt-oss-120b, both GEMMs, T 256-2048; T 128 and
-// 4096 gave 1.000 everywhere), 132 CTAs, 256-row narrow tiles; stream-K for the classes 0..maxc (main: 0..1) against
-// 0..1. A CTA's cost is its k-blocks times its class's model cost per k-block (moe_class_load), plus 10 k-blocks for a
-// split piece. It sees only whole-tile rounding and the class split, not per-CTA variance.
+// k-blocks on 200 uniform top-k routings per cell (Qwen3-30B-A3B and gpt-oss-120b, both GEMMs, T 128-4096), 132
+// CTAs, 256-row narrow tiles; stream-K for the classes 0..maxc against main's 0..1. A CTA's cost is its k-blocks
+// times its class's model cost per k-block (moe_class_load), plus 10 k-blocks for a split piece. It sees only whole-tile rounding and the class split, not per-CTA variance.
 // Build: g++ -O2 -std=c++20 -Isrc -Iinclude bench/results/v114/split_replay.cpp -o /tmp/split_replay
 // Run: /tmp/split_replay GAIN MAXC (12 2: exp/split-wider2's rule); output of 12 2 and 12 3: split_replay.txt.
 #include "device/moe_tiles.hpp"
@@ -54,7 +53,7 @@ int main(int argc, char** argv) {
   struct Shape { const char* name; int E, H, I, k; };
   Shape shapes[] = {{"qwen3", 128, 2048, 768, 8}, {"gpt-oss", 128, 2880, 2880, 4}};
   std::mt19937_64 rng(1);
-  for (auto& s : shapes) for (int T : {256, 512, 1024, 2048}) for (int g = 1; g <= 2; ++g) {
+  for (auto& s : shapes) for (int T : {128, 256, 512, 1024, 2048, 4096}) for (int g = 1; g <= 2; ++g) {
     const int n = g == 1 ? 2 * s.I : s.H, kb = (g == 1 ? s.H : s.I) / 64;
     double so = 0, sn = 0, ao = 0; const int reps = 200; int better = 0, worse = 0;
     for (int r = 0; r < reps; ++r) {

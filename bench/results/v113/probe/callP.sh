@@ -18,14 +18,5 @@ ROUNDS=${ROUNDS:-3} bash bench/results/v106/probe/ab3.sh ${CASES:-8,9,10,11,12,1
 echo "ab done [$((SECONDS - t0)) s]"
 tar czf $OUT/cP_ab_micro.tgz -C $OUT w && rm -rf $W
 [ -n "${NO_TESTS:-}" ] && exit 0
-FP4GEMM_BUILD_DIR=/work/mb OUT=$OUT bash scripts/device_carried.sh gpu; echo "gpu tier rc $? [$((SECONDS - t0)) s]"
-F='*PlanOrdering*:*MoeLayerCases.*/case0:*MoeLayerCases.*/case4:*MoeLayerCases.*/case9:MoeLayerGraph*:MoeLayerPrequantised*:MoeGluShapes.ModelShapedTilesAndBothHeights:MoeGluShapes.StreamKSplitTiles:MoePieces*:MoeLayerPieces*'
-timeout ${ST:-120} compute-sanitizer --tool memcheck --error-exitcode 9 .carry/build/tests/fp4gemm_gpu_tests \
-  --gtest_filter="$F" > $OUT/sanitizer_memcheck.log 2>&1; echo "memcheck rc $? [$((SECONDS - t0)) s]"
-grep -E "ERROR SUMMARY|Invalid|tests ran|PASSED|FAILED" $OUT/sanitizer_memcheck.log | head -8
-for tool in racecheck synccheck; do
-  timeout ${RT:-30} compute-sanitizer --tool $tool --error-exitcode 9 .carry/build/tests/fp4gemm_gpu_tests \
-    --gtest_filter='MoeGluShapes.StreamKSplitTiles:*MoeLayerCases.*/case0' > $OUT/sanitizer_$tool.log 2>&1
-  echo "$tool rc $? [$((SECONDS - t0)) s]"; grep -E "ERROR SUMMARY|HAZARD|tests ran|PASSED|FAILED" $OUT/sanitizer_$tool.log | head -6
-done
-echo "all done [$((SECONDS - t0)) s]"
+# (the tier and sanitizers: v114's callT.sh; its filters also name tests only exp/split-wider2 has, which match nothing here)
+BUILD=p2_build OUT=$OUT bash bench/results/v114/probe/callT.sh
