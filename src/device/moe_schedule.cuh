@@ -44,9 +44,10 @@ using detail::MoeClassLoad;
 using detail::moe_class_extra;
 using detail::moe_class_need;
 using detail::kMoeBalancePoints;
-using detail::kMoeBalanceRounds;
+using detail::MoeBalanceSearch;
 using detail::moe_balance_point;
-using detail::moe_balance_update;
+using detail::moe_balance_start;
+using detail::moe_balance_step;
 
 // Shared scratch of the schedule (in the ring's memory: nothing is loaded before it is done).
 struct MoeScheduleScratch {
@@ -192,15 +193,12 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
       // moe_balance_makespan's rounds, the points tested at once: warp w point 2 w (lanes 0-15)
       // and 2 w + 1 (16-31); each warp's two sums through shared memory (a buffer per round's
       // parity: a warp writing round r + 1 cannot meet one still reading round r).
-      float lo = total_cost / static_cast<float>(a.num_ctas);
-      const float h2 = 2.0f * (lo + w_max);
-      float hi = h2 < hi_safe ? h2 : hi_safe;
+      MoeBalanceSearch b = moe_balance_start(total_cost / static_cast<float>(a.num_ctas), w_max, hi_safe);
       const int point = 2 * warp + (first ? 0 : 1);
-      int rounds = kMoeBalanceRounds;
 #pragma unroll 1
-      for (int r = 0; r < rounds; ++r) {
+      for (int r = 0; r < b.rounds; ++r) {
         const int need = point < kMoeBalancePoints
-                             ? moe_class_need(load, inv_w, moe_balance_point(lo, hi, r, point), a.num_ctas)
+                             ? moe_class_need(load, inv_w, moe_balance_point(b.lo, b.hi, r, point), a.num_ctas)
                              : 0;
         const int sums = __reduce_add_sync(0xFFFFFFFFu, first ? need : need << 16);
         if (lane == 0 && point < kMoeBalancePoints) {
@@ -210,13 +208,9 @@ __device__ void moe_schedule_cta(const MoeScheduleParams& a, MoeScheduleScratch&
         __syncthreads();
         const unsigned feasible =
             __ballot_sync(0xFFFFFFFFu, lane < kMoeBalancePoints && s.search[r & 1][lane < kMoeBalancePoints ? lane : 0] <= a.num_ctas);
-        if (r == 0 && feasible == 0) {
-          lo = hi, hi = hi_safe, ++rounds;
-          continue;
-        }
-        moe_balance_update(lo, hi, r, feasible);
+        moe_balance_step(b, r, feasible);
       }
-      T = hi;
+      T = b.hi;
     }
     if (warp == 0) {
       if (lane < kClasses) s.class_tiles[c] = tiles;

@@ -184,23 +184,37 @@ FP4GEMM_HD void moe_balance_update(float& lo, float& hi, int round, unsigned fea
   hi = moe_balance_point(lo, hi, round, f);
   lo = new_lo;
 }
+// The search's state, one definition for the host's evaluation below and the device's parallel
+// rounds (device/moe_schedule.cuh): the bracket [lo, hi], hi_safe, and the rounds to run.
+struct MoeBalanceSearch {
+  float lo, hi, hi_safe;
+  int rounds;
+};
+// The start: lo = the total cost over the CTAs, hi = min(2 (lo + w_max), hi_safe).
+FP4GEMM_HD MoeBalanceSearch moe_balance_start(float lo, float w_max, float hi_safe) {
+  const float h2 = 2.0f * (lo + w_max);
+  return MoeBalanceSearch{lo, h2 < hi_safe ? h2 : hi_safe, hi_safe, kMoeBalanceRounds};
+}
+// One round's step: round 0 with no feasible point moves the bracket to [hi, hi_safe] (feasible:
+// one CTA per class) and adds a round; otherwise moe_balance_update.
+FP4GEMM_HD void moe_balance_step(MoeBalanceSearch& b, int round, unsigned feasible) {
+  if (round == 0 && feasible == 0) {
+    b.lo = b.hi, b.hi = b.hi_safe, ++b.rounds;
+    return;
+  }
+  moe_balance_update(b.lo, b.hi, round, feasible);
+}
 // The host's evaluation (tests; the device runs the rounds in parallel).
 template <class NeedSum>
 float moe_balance_makespan(float lo, float w_max, float hi_safe, int num_ctas, NeedSum&& need_sum) {
-  const float h2 = 2.0f * (lo + w_max);
-  float hi = h2 < hi_safe ? h2 : hi_safe;
-  int rounds = kMoeBalanceRounds;
-  for (int r = 0; r < rounds; ++r) {
+  MoeBalanceSearch b = moe_balance_start(lo, w_max, hi_safe);
+  for (int r = 0; r < b.rounds; ++r) {
     unsigned feasible = 0;
     for (int i = 0; i < kMoeBalancePoints; ++i)
-      feasible |= (need_sum(moe_balance_point(lo, hi, r, i)) <= num_ctas ? 1u : 0u) << i;
-    if (r == 0 && feasible == 0) {
-      lo = hi, hi = hi_safe, ++rounds;
-      continue;
-    }
-    moe_balance_update(lo, hi, r, feasible);
+      feasible |= (need_sum(moe_balance_point(b.lo, b.hi, r, i)) <= num_ctas ? 1u : 0u) << i;
+    moe_balance_step(b, r, feasible);
   }
-  return hi;
+  return b.hi;
 }
 
 // CTAs beyond its need that class l (of cost `cost` = tiles * w) takes from the `spare` ones: its
