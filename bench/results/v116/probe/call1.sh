@@ -2,8 +2,8 @@
 # v116 call 1 (whichever card comes). main as checked out built from scratch there in /tmp/b (library + CLI + tests +
 # Python extension, Release, sm_90a; per-unit times from ninja's log: issue 51's build figure on this card), main's CLI
 # packed under $OUT (nw_cli.tar.xz). On an H200: issue 52's table (v95's table.sh on /tmp/b: two sustained rounds of 100
-# of bench/tk_layer_pieces.py, triton_kernels' layer same run). Then, while the call has time, main's C++ GPU tier in
-# 3 shards (8576fa7, the shared search step, was never run on a GPU). Carry .carry/peers (trim.sh out).
+# of bench/tk_layer_pieces.py, triton_kernels' layer same run). Then, while the call has time (no table on this card),
+# call2.sh's tier phase (8576fa7, the shared search step, was never run on a GPU). Carry .carry/peers (trim.sh out).
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 t0=$SECONDS; export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -22,13 +22,7 @@ fi
 if [[ $name == *H200* ]] && [ -z "${NOTABLE:-}" ]; then
   ROUND_REPS="${ROUND_REPS:-100 100}" HM=0 SMOKE=0 MAXB=9999 NAME=t1_table bash bench/results/v95/probe/table.sh
 fi
-left=$((570 - (SECONDS - t0)))
-if [ $left -gt 300 ]; then
-  for i in 0 1 2; do
-    GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=$i timeout $left $B/tests/fp4gemm_gpu_tests --gtest_brief=1 > $R/gpu_shard$i.log 2>&1 &
-  done; wait
-  for i in 0 1 2; do echo "-- shard $i"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST|tests ran" $R/gpu_shard$i.log | head -8; done
-  echo "gpu tier [$((SECONDS - t0)) s]"
-fi
 tar czf $OUT/r1.tgz -C $OUT r1 && rm -rf $R
+# (with time left -- no table on this card -- main's GPU tier and memcheck: call2.sh's tier phase)
+[ $((SECONDS - t0)) -lt 270 ] && BUDGET=$((575 - (SECONDS - t0))) PHASE=tier bash bench/results/v116/probe/call2.sh
 echo "call1 done [$((SECONDS - t0)) s]"

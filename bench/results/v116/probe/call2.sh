@@ -5,7 +5,7 @@
 # PHASE=san: memcheck, then racecheck and synccheck on three of those tests.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
-t0=$SECONDS; R=$OUT/r2; mkdir -p $R; B=/tmp/b
+t0=$SECONDS; BUDGET=${BUDGET:-575}; R=$OUT/r2; mkdir -p $R; B=/tmp/b
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv,noheader
 [ -f $B/built ] || { echo "no build in /tmp/b (the machine is not call 1's): run call1.sh with NOTABLE=1 first"; exit 3; }
@@ -17,11 +17,11 @@ memcheck() {
 }
 if [ "${PHASE:-tier}" = tier ]; then
   for i in 0 1 2; do
-    GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=$i timeout 420 $T --gtest_brief=1 > $R/gpu_shard$i.log 2>&1 &
+    GTEST_TOTAL_SHARDS=3 GTEST_SHARD_INDEX=$i timeout $((BUDGET < 450 ? BUDGET - 30 : 420)) $T --gtest_brief=1 > $R/gpu_shard$i.log 2>&1 &
   done; wait
   for i in 0 1 2; do echo "-- shard $i"; grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST|tests ran" $R/gpu_shard$i.log | head -8; done
   echo "gpu tier [$((SECONDS - t0)) s]"
-  left=$((575 - (SECONDS - t0))); [ $left -gt 60 ] && memcheck $left
+  left=$((BUDGET - (SECONDS - t0))); [ $left -gt 60 ] && memcheck $left
 else
   memcheck 330
   for tool in racecheck synccheck; do
